@@ -1,0 +1,242 @@
+//! `CircuitBuilder`: the API that builds a circuit op by op, for solder's own families and
+//! for engines that describe their models themselves.
+//!
+//! Invariant: what `finish` returns satisfies `ir`'s invariants (topological op order, one
+//! writer per tensor, unique op names, unique weight slots); violations are errors naming the
+//! op or tensor, never panics.
+
+use std::collections::HashMap;
+
+use crate::error::CircuitError;
+use crate::ir::{
+    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, NodeId, Op, Shape, StateDecl, StateId,
+    StateKind, Tensor, TensorId, WeightId, WeightSlot,
+};
+use crate::ops::OpKind;
+
+/// Describes one op to add; see `CircuitBuilder::op`.
+#[derive(Debug, Clone)]
+pub struct OpSpec {
+    pub kind: OpKind,
+    pub name: String,
+    pub role: String,
+    pub layer: Option<u32>,
+    pub layer_kind: Option<LayerKind>,
+    pub inputs: Vec<TensorId>,
+    pub weights: Vec<WeightId>,
+    pub meta: Vec<MetaField>,
+    pub attrs: Vec<(String, Attr)>,
+    pub branch: u8,
+}
+
+impl OpSpec {
+    pub fn new(kind: OpKind, name: impl Into<String>, role: impl Into<String>) -> OpSpec {
+        OpSpec {
+            kind,
+            name: name.into(),
+            role: role.into(),
+            layer: None,
+            layer_kind: None,
+            inputs: Vec::new(),
+            weights: Vec::new(),
+            meta: Vec::new(),
+            attrs: Vec::new(),
+            branch: 0,
+        }
+    }
+
+    pub fn layer(mut self, layer: u32, kind: LayerKind) -> OpSpec {
+        self.layer = Some(layer);
+        self.layer_kind = Some(kind);
+        self
+    }
+
+    pub fn inputs(mut self, inputs: &[TensorId]) -> OpSpec {
+        self.inputs = inputs.to_vec();
+        self
+    }
+
+    pub fn weights(mut self, weights: &[WeightId]) -> OpSpec {
+        self.weights = weights.to_vec();
+        self
+    }
+
+    pub fn meta(mut self, meta: &[MetaField]) -> OpSpec {
+        self.meta = meta.to_vec();
+        self
+    }
+
+    pub fn attr(mut self, key: &str, value: Attr) -> OpSpec {
+        self.attrs.push((key.to_string(), value));
+        self
+    }
+
+    pub fn branch(mut self, branch: u8) -> OpSpec {
+        self.branch = branch;
+        self
+    }
+}
+
+/// The shape and format of an op output.
+#[derive(Debug, Clone)]
+pub struct OutSpec {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Shape,
+    pub binding: Binding,
+}
+
+impl OutSpec {
+    /// A per-row arena tensor `[n, cols]`.
+    pub fn rows(name: impl Into<String>, dtype: Dtype, cols: usize) -> OutSpec {
+        OutSpec { name: name.into(), dtype, shape: Shape::rows(&[cols]), binding: Binding::Arena }
+    }
+
+    pub fn bound(mut self, binding: Binding) -> OutSpec {
+        self.binding = binding;
+        self
+    }
+}
+
+#[derive(Debug)]
+pub struct CircuitBuilder {
+    circuit: Circuit,
+    weight_index: HashMap<String, WeightId>,
+    op_names: HashMap<String, NodeId>,
+}
+
+impl CircuitBuilder {
+    pub fn new(name: impl Into<String>, family: impl Into<String>, num_layers: u32) -> Self {
+        CircuitBuilder {
+            circuit: Circuit {
+                name: name.into(),
+                family: family.into(),
+                num_layers,
+                tensors: Vec::new(),
+                ops: Vec::new(),
+                weights: Vec::new(),
+                states: Vec::new(),
+                producers: Vec::new(),
+                consumers: Vec::new(),
+            },
+            weight_index: HashMap::new(),
+            op_names: HashMap::new(),
+        }
+    }
+
+    /// A model input (written by the session, not by an op).
+    pub fn input(&mut self, spec: OutSpec) -> TensorId {
+        self.push_tensor(spec, None)
+    }
+
+    /// A weight slot; asking twice for one name returns the same slot (tied embeddings), and
+    /// asking with a different shape is an error.
+    pub fn weight(&mut self, name: &str, shape: &[usize]) -> Result<WeightId, CircuitError> {
+        if let Some(&id) = self.weight_index.get(name) {
+            let slot = &self.circuit.weights[id.0 as usize];
+            if slot.shape != shape {
+                return Err(CircuitError::Build(format!(
+                    "weight `{name}` declared with shapes {:?} and {:?}",
+                    slot.shape, shape
+                )));
+            }
+            return Ok(id);
+        }
+        let id = WeightId(self.circuit.weights.len() as u32);
+        self.circuit.weights.push(WeightSlot {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype: Dtype::Bf16,
+        });
+        self.weight_index.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    pub fn state(&mut self, name: impl Into<String>, kind: StateKind) -> StateId {
+        let id = StateId(self.circuit.states.len() as u32);
+        self.circuit.states.push(StateDecl { name: name.into(), kind });
+        id
+    }
+
+    /// Adds an op reading `spec.inputs` and writing fresh tensors described by `outputs`.
+    pub fn op(&mut self, spec: OpSpec, outputs: &[OutSpec]) -> Result<Vec<TensorId>, CircuitError> {
+        if self.op_names.contains_key(&spec.name) {
+            return Err(CircuitError::Build(format!("two ops named `{}`", spec.name)));
+        }
+        for input in &spec.inputs {
+            if input.0 as usize >= self.circuit.tensors.len() {
+                return Err(CircuitError::Build(format!(
+                    "op `{}` reads tensor #{} that does not exist",
+                    spec.name, input.0
+                )));
+            }
+        }
+        for w in &spec.weights {
+            if w.0 as usize >= self.circuit.weights.len() {
+                return Err(CircuitError::Build(format!(
+                    "op `{}` names weight #{} that does not exist",
+                    spec.name, w.0
+                )));
+            }
+        }
+        let node = NodeId(self.circuit.ops.len() as u32);
+        for input in &spec.inputs {
+            self.circuit.consumers[input.0 as usize].push(node);
+        }
+        let outs: Vec<TensorId> =
+            outputs.iter().map(|o| self.push_tensor(o.clone(), Some(node))).collect();
+        self.op_names.insert(spec.name.clone(), node);
+        self.circuit.ops.push(Op {
+            kind: spec.kind,
+            name: spec.name,
+            role: spec.role,
+            layer: spec.layer,
+            layer_kind: spec.layer_kind,
+            inputs: spec.inputs,
+            outputs: outs.clone(),
+            weights: spec.weights,
+            meta: spec.meta,
+            attrs: spec.attrs,
+            branch: spec.branch,
+        });
+        Ok(outs)
+    }
+
+    /// Like `op` for an op with exactly one output.
+    pub fn op1(&mut self, spec: OpSpec, output: OutSpec) -> Result<TensorId, CircuitError> {
+        Ok(self.op(spec, &[output])?[0])
+    }
+
+    pub fn finish(self) -> Result<Circuit, CircuitError> {
+        let c = self.circuit;
+        for (i, t) in c.tensors.iter().enumerate() {
+            let written = c.producers[i].is_some();
+            match t.binding {
+                Binding::Input(_) if written => {
+                    return Err(CircuitError::Build(format!(
+                        "model input `{}` is written by an op",
+                        t.name
+                    )))
+                }
+                Binding::Arena | Binding::Output(_) | Binding::State(_) if !written => {
+                    return Err(CircuitError::Build(format!("tensor `{}` has no writer", t.name)))
+                }
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    fn push_tensor(&mut self, spec: OutSpec, producer: Option<NodeId>) -> TensorId {
+        let id = TensorId(self.circuit.tensors.len() as u32);
+        self.circuit.tensors.push(Tensor {
+            name: spec.name,
+            dtype: spec.dtype,
+            shape: spec.shape,
+            binding: spec.binding,
+        });
+        self.circuit.producers.push(producer);
+        self.circuit.consumers.push(Vec::new());
+        id
+    }
+}

@@ -1,0 +1,252 @@
+//! The dense decoder family (llama, mistral, qwen2, qwen3): embedding; per layer input norm,
+//! q/k/v projections (bias where the config has it), qk-norm (qwen3), rope, KV write,
+//! paged attention, o projection, residual add, post-attention norm, gate/up, SiLU·mul,
+//! down, residual add; final norm; LM head (tied or not).
+//!
+//! Invariant: weight slot names are the checkpoint's tensor names; the residual stream is
+//! f32, activations bf16, logits f32.
+
+use solder_config::ModelConfig;
+
+use super::CircuitOptions;
+use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
+use crate::error::CircuitError;
+use crate::ir::{
+    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, ModelInput, ModelOutput, Shape,
+    StateKind, TensorId,
+};
+use crate::ops::OpKind;
+
+const ATTN: LayerKind = LayerKind::FullAttention;
+
+fn int(v: usize) -> Attr {
+    Attr::Int(v as i64)
+}
+
+pub(super) fn build(
+    cfg: &ModelConfig,
+    name: &str,
+    options: CircuitOptions,
+) -> Result<Circuit, CircuitError> {
+    let (hidden, vocab) = (cfg.hidden_size, cfg.vocab_size);
+    let layers = cfg.num_hidden_layers as u32;
+    let mut b = CircuitBuilder::new(name, cfg.family.as_str(), layers);
+
+    let tokens = b.input(OutSpec {
+        name: "tokens".into(),
+        dtype: Dtype::I32,
+        shape: Shape::rows(&[]),
+        binding: Binding::Input(ModelInput::Tokens),
+    });
+    let embed_w = b.weight("model.embed_tokens.weight", &[vocab, hidden])?;
+    let mut h = b.op1(
+        OpSpec::new(OpKind::Embedding, "embed", "embed_tokens")
+            .inputs(&[tokens])
+            .weights(&[embed_w])
+            .attr("vocab", int(vocab))
+            .attr("hidden", int(hidden)),
+        OutSpec::rows("h.embed", Dtype::F32, hidden),
+    )?;
+
+    for l in 0..layers {
+        h = layer(&mut b, cfg, l, h, options)?;
+    }
+
+    let x = rms_norm(&mut b, cfg, None, "final_norm", "model.norm.weight", h)?;
+    let head_name = if cfg.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+    let head_w = b.weight(head_name, &[vocab, hidden])?;
+    b.op1(
+        OpSpec::new(OpKind::LmHead, "lm_head", "lm_head")
+            .inputs(&[x])
+            .weights(&[head_w])
+            .attr("vocab", int(vocab))
+            .attr("hidden", int(hidden)),
+        OutSpec::rows("logits", Dtype::F32, vocab).bound(Binding::Output(ModelOutput::Logits)),
+    )?;
+    b.finish()
+}
+
+fn layer(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    l: u32,
+    h: TensorId,
+    options: CircuitOptions,
+) -> Result<TensorId, CircuitError> {
+    let p = format!("model.layers.{l}.");
+    let (hidden, inter, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
+    let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+
+    let x = rms_norm(b, cfg, Some(l), "input_layernorm", &format!("{p}input_layernorm.weight"), h)?;
+    let bias = cfg.attention_bias;
+    let q = linear(b, l, "q_proj", &format!("{p}self_attn.q_proj"), x, hidden, q_dim, bias)?;
+    let k = linear(b, l, "k_proj", &format!("{p}self_attn.k_proj"), x, hidden, kv_dim, bias)?;
+    let v = linear(b, l, "v_proj", &format!("{p}self_attn.v_proj"), x, hidden, kv_dim, bias)?;
+
+    let (mut q, mut k) = (q, k);
+    if cfg.qk_norm {
+        let qn = b.weight(&format!("{p}self_attn.q_norm.weight"), &[hd])?;
+        let kn = b.weight(&format!("{p}self_attn.k_norm.weight"), &[hd])?;
+        let out = b.op(
+            OpSpec::new(OpKind::QkNorm, format!("l{l}.qk_norm"), "qk_norm")
+                .layer(l, ATTN)
+                .inputs(&[q, k])
+                .weights(&[qn, kn])
+                .attr("eps", Attr::Float(cfg.rms_norm_eps))
+                .attr("head_dim", int(hd))
+                .attr("heads", int(heads))
+                .attr("kv_heads", int(kv_heads)),
+            &[
+                OutSpec::rows(format!("l{l}.q_normed"), Dtype::Bf16, q_dim),
+                OutSpec::rows(format!("l{l}.k_normed"), Dtype::Bf16, kv_dim),
+            ],
+        )?;
+        (q, k) = (out[0], out[1]);
+    }
+    let roped = b.op(
+        OpSpec::new(OpKind::Rope, format!("l{l}.rope"), "rope")
+            .layer(l, ATTN)
+            .inputs(&[q, k])
+            .meta(&[MetaField::Positions])
+            .attr("head_dim", int(hd))
+            .attr("rotary_dim", int(cfg.rope.rotary_dim(hd)))
+            .attr("theta", Attr::Float(cfg.rope.theta))
+            .attr("heads", int(heads))
+            .attr("kv_heads", int(kv_heads)),
+        &[
+            OutSpec::rows(format!("l{l}.q_rot"), Dtype::Bf16, q_dim),
+            OutSpec::rows(format!("l{l}.k_rot"), Dtype::Bf16, kv_dim),
+        ],
+    )?;
+    let kv_state = b.state(
+        format!("kv.{l}"),
+        StateKind::KvPages {
+            layer: l,
+            block_size: options.kv_block_size,
+            num_kv_heads: kv_heads,
+            head_dim: hd,
+            dtype: Dtype::Bf16,
+        },
+    );
+    let kv = b.op1(
+        OpSpec::new(OpKind::KvWrite, format!("l{l}.kv_write"), "kv_write")
+            .layer(l, ATTN)
+            .inputs(&[roped[1], v])
+            .meta(&[MetaField::SlotMapping])
+            .attr("kv_heads", int(kv_heads))
+            .attr("head_dim", int(hd))
+            .attr("block_size", int(options.kv_block_size)),
+        OutSpec {
+            name: format!("l{l}.kv"),
+            dtype: Dtype::Bf16,
+            shape: Shape::rows(&[2, kv_dim]),
+            binding: Binding::State(kv_state),
+        },
+    )?;
+    let attn = b.op1(
+        OpSpec::new(OpKind::Attention, format!("l{l}.attention"), "attention")
+            .layer(l, ATTN)
+            .inputs(&[roped[0], kv])
+            .meta(&[MetaField::Positions, MetaField::SeqLens, MetaField::BlockTables])
+            .attr("heads", int(heads))
+            .attr("kv_heads", int(kv_heads))
+            .attr("head_dim", int(hd))
+            .attr("scale", Attr::Float(1.0 / (hd as f64).sqrt()))
+            .attr("block_size", int(options.kv_block_size)),
+        OutSpec::rows(format!("l{l}.attn"), Dtype::Bf16, q_dim),
+    )?;
+    let o = linear(b, l, "o_proj", &format!("{p}self_attn.o_proj"), attn, q_dim, hidden, false)?;
+    let h = residual_add(b, l, "attn_residual", h, o, hidden)?;
+
+    let x = rms_norm(
+        b,
+        cfg,
+        Some(l),
+        "post_attention_layernorm",
+        &format!("{p}post_attention_layernorm.weight"),
+        h,
+    )?;
+    let gate = linear(b, l, "gate_proj", &format!("{p}mlp.gate_proj"), x, hidden, inter, false)?;
+    let up = linear(b, l, "up_proj", &format!("{p}mlp.up_proj"), x, hidden, inter, false)?;
+    let act = b.op1(
+        OpSpec::new(OpKind::SiluMul, format!("l{l}.silu_mul"), "silu_mul")
+            .layer(l, ATTN)
+            .inputs(&[gate, up])
+            .attr("width", int(inter)),
+        OutSpec::rows(format!("l{l}.act"), Dtype::Bf16, inter),
+    )?;
+    let down = linear(b, l, "down_proj", &format!("{p}mlp.down_proj"), act, inter, hidden, false)?;
+    residual_add(b, l, "mlp_residual", h, down, hidden)
+}
+
+fn rms_norm(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    layer: Option<u32>,
+    role: &str,
+    weight: &str,
+    x: TensorId,
+) -> Result<TensorId, CircuitError> {
+    let w = b.weight(weight, &[cfg.hidden_size])?;
+    let mut spec = OpSpec::new(OpKind::RmsNorm, op_name(layer, role), role)
+        .inputs(&[x])
+        .weights(&[w])
+        .attr("eps", Attr::Float(cfg.rms_norm_eps))
+        .attr("hidden", int(cfg.hidden_size));
+    if let Some(l) = layer {
+        spec = spec.layer(l, ATTN);
+    }
+    b.op1(spec, OutSpec::rows(format!("{}.out", op_name(layer, role)), Dtype::Bf16, cfg.hidden_size))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn linear(
+    b: &mut CircuitBuilder,
+    l: u32,
+    role: &str,
+    prefix: &str,
+    x: TensorId,
+    in_dim: usize,
+    out_dim: usize,
+    bias: bool,
+) -> Result<TensorId, CircuitError> {
+    let mut weights = vec![b.weight(&format!("{prefix}.weight"), &[out_dim, in_dim])?];
+    if bias {
+        weights.push(b.weight(&format!("{prefix}.bias"), &[out_dim])?);
+    }
+    b.op1(
+        OpSpec::new(OpKind::Linear, format!("l{l}.{role}"), role)
+            .layer(l, ATTN)
+            .inputs(&[x])
+            .weights(&weights)
+            .attr("in", int(in_dim))
+            .attr("out", int(out_dim))
+            .attr("bias", int(bias as usize)),
+        OutSpec::rows(format!("l{l}.{role}.out"), Dtype::Bf16, out_dim),
+    )
+}
+
+fn residual_add(
+    b: &mut CircuitBuilder,
+    l: u32,
+    role: &str,
+    h: TensorId,
+    x: TensorId,
+    hidden: usize,
+) -> Result<TensorId, CircuitError> {
+    b.op1(
+        OpSpec::new(OpKind::ResidualAdd, format!("l{l}.{role}"), role)
+            .layer(l, ATTN)
+            .inputs(&[h, x])
+            .attr("hidden", int(hidden)),
+        OutSpec::rows(format!("l{l}.h_{}", role.trim_end_matches("_residual")), Dtype::F32, hidden),
+    )
+}
+
+fn op_name(layer: Option<u32>, role: &str) -> String {
+    match layer {
+        Some(l) => format!("l{l}.{role}"),
+        None => role.to_string(),
+    }
+}

@@ -1,0 +1,50 @@
+//! Circuits of the model families solder models, built from a `ModelConfig`.
+
+mod dense;
+
+use solder_config::{Family, ModelConfig};
+
+use crate::error::CircuitError;
+use crate::ir::Circuit;
+
+/// Options of a family build that are not in the model's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitOptions {
+    /// Tokens per KV page.
+    pub kv_block_size: usize,
+}
+
+impl Default for CircuitOptions {
+    fn default() -> Self {
+        CircuitOptions { kv_block_size: 16 }
+    }
+}
+
+/// The step circuit of `config`'s family, named `name`.
+pub fn build_circuit(
+    config: &ModelConfig,
+    name: &str,
+    options: CircuitOptions,
+) -> Result<Circuit, CircuitError> {
+    if options.kv_block_size == 0 {
+        return Err(CircuitError::Build("kv_block_size must be at least 1".to_string()));
+    }
+    match config.family {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
+            dense::build(config, name, options)
+        }
+    }
+}
+
+/// A readable model name from a config path: the file stem, or the folder's name for a
+/// checkpoint's `config.json`.
+pub fn model_name(source: &str) -> String {
+    let path = std::path::Path::new(source);
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+    if stem == "config" {
+        if let Some(dir) = path.parent().and_then(|p| p.file_name()).and_then(|s| s.to_str()) {
+            return dir.to_string();
+        }
+    }
+    stem.to_string()
+}

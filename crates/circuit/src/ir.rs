@@ -1,0 +1,273 @@
+//! The circuit IR: ops (nodes) and tensors (edges) of one decode step, rows symbolic.
+//!
+//! Invariants: `Circuit::ops` is in execution order and that order is topological (every
+//! tensor an op reads is a model input or was written by an earlier op); every tensor has at
+//! most one writer; weight slots are unique by checkpoint name.
+
+use std::fmt;
+
+/// Index of an op in `Circuit::ops`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u32);
+
+/// Index of a tensor in `Circuit::tensors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TensorId(pub u32);
+
+/// Index of a weight slot in `Circuit::weights`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WeightId(pub u32);
+
+/// Index of a persistent state declaration in `Circuit::states`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StateId(pub u32);
+
+/// Storage format of a tensor, weight or state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    Bf16,
+    F16,
+    F32,
+    I32,
+}
+
+impl Dtype {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Dtype::Bf16 | Dtype::F16 => 2,
+            Dtype::F32 | Dtype::I32 => 4,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+            Dtype::F32 => "f32",
+            Dtype::I32 => "i32",
+        }
+    }
+}
+
+/// A tensor's shape: `[n, dims...]` when `per_row` (n = the plan's rows), else `[dims...]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub per_row: bool,
+    pub dims: Vec<usize>,
+}
+
+impl Shape {
+    /// `[n, dims...]`.
+    pub fn rows(dims: &[usize]) -> Shape {
+        Shape { per_row: true, dims: dims.to_vec() }
+    }
+
+    pub fn elements(&self, rows: usize) -> usize {
+        let per = self.dims.iter().product::<usize>();
+        if self.per_row {
+            per * rows
+        } else {
+            per
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
+        match (self.per_row, dims.is_empty()) {
+            (true, true) => write!(f, "[n]"),
+            (true, false) => write!(f, "[n,{}]", dims.join(",")),
+            (false, _) => write!(f, "[{}]", dims.join(",")),
+        }
+    }
+}
+
+/// Where a tensor's bytes live. Only `Arena` tensors are planned into the workspace arena;
+/// the others are the model's own buffers or persistent state, fixed outside the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Binding {
+    Arena,
+    /// Uploaded by the session into the metadata region before a run.
+    Input(ModelInput),
+    /// Read back by the session after a run.
+    Output(ModelOutput),
+    /// The state after an op updated it in place: an ordering edge that carries no bytes.
+    State(StateId),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelInput {
+    Tokens,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelOutput {
+    Logits,
+}
+
+impl Binding {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Binding::Arena => "arena",
+            Binding::Input(ModelInput::Tokens) => "input.tokens",
+            Binding::Output(ModelOutput::Logits) => "output.logits",
+            Binding::State(_) => "state",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Shape,
+    pub binding: Binding,
+}
+
+impl Tensor {
+    /// Bytes this tensor occupies at `rows` rows; zero for state edges.
+    pub fn bytes(&self, rows: usize) -> usize {
+        match self.binding {
+            Binding::State(_) => 0,
+            _ => self.shape.elements(rows) * self.dtype.size_bytes(),
+        }
+    }
+}
+
+/// A per-step value in the workspace's metadata region, uploaded by the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MetaField {
+    Positions,
+    SlotMapping,
+    SeqLens,
+    BlockTables,
+}
+
+impl MetaField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetaField::Positions => "positions",
+            MetaField::SlotMapping => "slot_mapping",
+            MetaField::SeqLens => "seq_lens",
+            MetaField::BlockTables => "block_tables",
+        }
+    }
+}
+
+/// The kind of a decoder layer, matched by a rule's `layer_kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LayerKind {
+    FullAttention,
+}
+
+impl LayerKind {
+    pub const ALL: &'static [LayerKind] = &[LayerKind::FullAttention];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerKind::FullAttention => "full_attention",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<LayerKind> {
+        LayerKind::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+}
+
+/// A weight slot: one checkpoint tensor, by its name in the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightSlot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// The served format; checkpoints in other formats are converted at load.
+    pub dtype: Dtype,
+}
+
+/// Persistent per-sequence state that outlives a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDecl {
+    pub name: String,
+    pub kind: StateKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateKind {
+    /// Paged KV cache of one attention layer: pages of `block_size` tokens, each holding
+    /// K then V as `[block_size, num_kv_heads, head_dim]`.
+    KvPages { layer: u32, block_size: usize, num_kv_heads: usize, head_dim: usize, dtype: Dtype },
+}
+
+/// A scalar attribute an op's kernels need (eps, head counts, rope base...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Attr {
+    Int(i64),
+    Float(f64),
+}
+
+impl fmt::Display for Attr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attr::Int(v) => write!(f, "{v}"),
+            // Debug prints the shortest text that round-trips: stable for digests.
+            Attr::Float(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// One operation of the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op {
+    pub kind: crate::ops::OpKind,
+    /// Unique, readable name, e.g. `l3.q_proj`.
+    pub name: String,
+    /// What the op is for within its kind, matched by a rule's `role` (e.g. `q_proj`).
+    pub role: String,
+    pub layer: Option<u32>,
+    pub layer_kind: Option<LayerKind>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    pub weights: Vec<WeightId>,
+    pub meta: Vec<MetaField>,
+    pub attrs: Vec<(String, Attr)>,
+    /// Branch hint: ops with a non-zero branch may run on a side stream.
+    pub branch: u8,
+}
+
+/// One decode step of a model as a graph of ops.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Circuit {
+    pub name: String,
+    pub family: String,
+    pub num_layers: u32,
+    pub tensors: Vec<Tensor>,
+    pub ops: Vec<Op>,
+    pub weights: Vec<WeightSlot>,
+    pub states: Vec<StateDecl>,
+    /// Writer of each tensor (None for model inputs), indexed by `TensorId`.
+    pub producers: Vec<Option<NodeId>>,
+    /// Readers of each tensor in execution order, indexed by `TensorId`.
+    pub consumers: Vec<Vec<NodeId>>,
+}
+
+impl Circuit {
+    pub fn op(&self, id: NodeId) -> &Op {
+        &self.ops[id.0 as usize]
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.0 as usize]
+    }
+
+    pub fn producer(&self, id: TensorId) -> Option<NodeId> {
+        self.producers[id.0 as usize]
+    }
+
+    pub fn consumers(&self, id: TensorId) -> &[NodeId] {
+        &self.consumers[id.0 as usize]
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.ops.len() as u32).map(NodeId)
+    }
+}

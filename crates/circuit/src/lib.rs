@@ -1,0 +1,37 @@
+//! solder's compiler: no GPU, no environment reads, no I/O but the rules file it is handed.
+//!
+//! From a model's step circuit (`ir`, built by `families` or by an engine through `builder`)
+//! and fusion rules (`rules`), `fuser::fuse` covers every op by exactly one rule group, and
+//! the planner (`planner::{topo, liveness, streams, memory, linearise}`) turns the groups
+//! into an `ExecutionPlan` per (mode, rows): launch order, streams and events, and offsets of
+//! every kept edge in one arena. `verify` checks each pass's output in tests and debug
+//! builds.
+//!
+//! Invariants: every node is covered by exactly one group and a plan never runs a kernel the
+//! available modules lack; no two buffers that may be live at the same time overlap; same
+//! inputs give the same plan digests, run after run.
+
+pub mod builder;
+mod display;
+pub mod error;
+pub mod families;
+pub mod fuser;
+pub mod instance;
+pub mod ir;
+pub mod mode;
+pub mod ops;
+pub mod planner;
+pub mod policy;
+pub mod rules;
+pub mod verify;
+
+pub use display::PlanDisplay;
+pub use error::CircuitError;
+pub use families::{build_circuit, model_name, CircuitOptions};
+pub use fuser::{fuse, FusionPlan, Group, GroupId};
+pub use instance::{Instance, Precision};
+pub use mode::Mode;
+pub use ops::OpKind;
+pub use planner::{plans_digest, BuildOptions, Buffer, ExecutionPlan, Step, StepKind};
+pub use policy::{Available, Fusions, Policy};
+pub use rules::{Numerics, Rule, RuleSet};

@@ -1,0 +1,71 @@
+//! Step modes: what a program's rows mean (see DESIGN.md, "Modes and rows").
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::CircuitError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// One sequence, one new token.
+    Decode,
+    /// n sequences, one token each, n a padded width of the ladder.
+    MultiSeq,
+    /// One sequence, K consecutive tokens with causal attention among them.
+    Verify,
+    /// Several sequences, k_i consecutive tokens each.
+    VerifyBatch,
+    /// The MTP draft head's step.
+    Draft,
+}
+
+impl Mode {
+    pub const ALL: &'static [Mode] =
+        &[Mode::Decode, Mode::MultiSeq, Mode::Verify, Mode::VerifyBatch, Mode::Draft];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Decode => "decode",
+            Mode::MultiSeq => "multi_seq",
+            Mode::Verify => "verify",
+            Mode::VerifyBatch => "verify_batch",
+            Mode::Draft => "draft",
+        }
+    }
+
+    /// Checks that `rows` makes sense for this mode.
+    pub fn check_rows(self, rows: usize) -> Result<(), CircuitError> {
+        let why = match self {
+            _ if rows == 0 => Some("a plan needs at least one row"),
+            Mode::Decode if rows != 1 => Some("decode runs exactly one row"),
+            Mode::MultiSeq | Mode::Verify if rows < 2 => Some("needs at least two rows"),
+            _ => None,
+        };
+        match why {
+            Some(why) => Err(CircuitError::BadRows {
+                mode: self.as_str().to_string(),
+                rows,
+                why: why.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = CircuitError;
+
+    fn from_str(s: &str) -> Result<Mode, CircuitError> {
+        Mode::ALL
+            .iter()
+            .copied()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| CircuitError::UnknownMode(s.to_string()))
+    }
+}

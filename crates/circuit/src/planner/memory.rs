@@ -1,0 +1,110 @@
+//! Pass 4, memory: offsets for every arena buffer in one arena, and the lower bound.
+//!
+//! Invariants: offsets are multiples of `ALIGN`; two buffers that may be live at the same
+//! time (neither's uses all happen before the other's writer) never share a byte;
+//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes.
+
+use super::liveness::Lifetime;
+use crate::fuser::GroupId;
+
+/// Every buffer starts on a 256-byte boundary (vector loads, TMA and cp.async want it).
+pub const ALIGN: usize = 256;
+
+pub fn align_up(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub offsets: Vec<usize>,
+    pub pool_bytes: usize,
+    /// Which ordering won (for the plan's display).
+    pub strategy: &'static str,
+}
+
+/// Which buffers may be live together, as adjacency lists over lifetime indices.
+pub fn conflicts(
+    lifetimes: &[Lifetime],
+    happens_before: impl Fn(GroupId, GroupId) -> bool,
+) -> Vec<Vec<usize>> {
+    let done_before = |a: &Lifetime, b: &Lifetime| {
+        let uses: &[GroupId] =
+            if a.readers.is_empty() { std::slice::from_ref(&a.writer) } else { &a.readers };
+        uses.iter().all(|&u| happens_before(u, b.writer))
+    };
+    let mut adjacency = vec![Vec::new(); lifetimes.len()];
+    for i in 0..lifetimes.len() {
+        for j in i + 1..lifetimes.len() {
+            let (a, b) = (&lifetimes[i], &lifetimes[j]);
+            if !done_before(a, b) && !done_before(b, a) {
+                adjacency[i].push(j);
+                adjacency[j].push(i);
+            }
+        }
+    }
+    adjacency
+}
+
+/// Peak over positions of the sum of aligned bytes live there (linear order).
+pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
+    let mut delta = vec![0isize; positions + 1];
+    for l in lifetimes {
+        delta[l.first] += align_up(l.bytes) as isize;
+        delta[l.last + 1] -= align_up(l.bytes) as isize;
+    }
+    let mut live = 0isize;
+    let mut peak = 0isize;
+    for d in delta {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak as usize
+}
+
+/// Greedy first-fit under two orderings (largest first; earliest first), keeping the smaller
+/// arena; ties keep the first.
+pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
+    let mut by_size: Vec<usize> = (0..lifetimes.len()).collect();
+    by_size.sort_by_key(|&i| (std::cmp::Reverse(align_up(lifetimes[i].bytes)), lifetimes[i].first, i));
+    let mut by_start: Vec<usize> = (0..lifetimes.len()).collect();
+    by_start.sort_by_key(|&i| (lifetimes[i].first, std::cmp::Reverse(lifetimes[i].bytes), i));
+    let mut best: Option<Placement> = None;
+    for (strategy, order) in [("greedy-by-size", by_size), ("greedy-by-start", by_start)] {
+        let candidate = first_fit(lifetimes, adjacency, &order, strategy);
+        if best.as_ref().is_none_or(|b| candidate.pool_bytes < b.pool_bytes) {
+            best = Some(candidate);
+        }
+    }
+    best.unwrap_or(Placement { offsets: Vec::new(), pool_bytes: 0, strategy: "empty" })
+}
+
+fn first_fit(
+    lifetimes: &[Lifetime],
+    adjacency: &[Vec<usize>],
+    order: &[usize],
+    strategy: &'static str,
+) -> Placement {
+    let mut offsets: Vec<Option<usize>> = vec![None; lifetimes.len()];
+    let mut pool_bytes = 0;
+    let mut taken: Vec<(usize, usize)> = Vec::new();
+    for &i in order {
+        let size = align_up(lifetimes[i].bytes);
+        taken.clear();
+        taken.extend(
+            adjacency[i]
+                .iter()
+                .filter_map(|&j| offsets[j].map(|o| (o, o + align_up(lifetimes[j].bytes)))),
+        );
+        taken.sort_unstable();
+        let mut offset = 0;
+        for &(start, end) in &taken {
+            if start >= offset + size {
+                break;
+            }
+            offset = offset.max(end);
+        }
+        offsets[i] = Some(offset);
+        pool_bytes = pool_bytes.max(offset + size);
+    }
+    Placement { offsets: offsets.into_iter().map(|o| o.unwrap_or(0)).collect(), pool_bytes, strategy }
+}

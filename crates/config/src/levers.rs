@@ -1,0 +1,51 @@
+//! `Levers`: the named runtime switches a build may turn on. Invariant: only names listed in
+//! `KNOWN_LEVERS` are ever enabled, so a rule gated on a lever can trust the name.
+
+use std::collections::BTreeSet;
+
+use crate::ConfigError;
+
+/// Every lever solder knows, with what turning it on does.
+pub const KNOWN_LEVERS: &[(&str, &str)] = &[(
+    "fast_exp",
+    "exp through an approximate exponential in softmax and SiLU: faster on GPU, changes logits",
+)];
+
+/// The set of levers turned on; all off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Levers {
+    /// Names borrowed from `KNOWN_LEVERS`; a BTreeSet keeps `enabled()` sorted.
+    enabled: BTreeSet<&'static str>,
+}
+
+impl Levers {
+    /// Turns `name` on or off; an unknown name is refused with the list of known ones.
+    pub fn set(&mut self, name: &str, on: bool) -> Result<(), ConfigError> {
+        let Some((known, _)) = KNOWN_LEVERS.iter().find(|(known, _)| *known == name) else {
+            let known: Vec<&str> = KNOWN_LEVERS.iter().map(|(known, _)| *known).collect();
+            return Err(ConfigError::UnknownLever {
+                name: name.to_string(),
+                known: known.join(", "),
+            });
+        };
+        if on {
+            self.enabled.insert(known);
+        } else {
+            self.enabled.remove(known);
+        }
+        Ok(())
+    }
+
+    pub fn is_on(&self, name: &str) -> bool {
+        self.enabled.contains(name)
+    }
+
+    pub fn is_known(name: &str) -> bool {
+        KNOWN_LEVERS.iter().any(|(known, _)| *known == name)
+    }
+
+    /// The levers turned on, sorted by name.
+    pub fn enabled(&self) -> impl Iterator<Item = &str> {
+        self.enabled.iter().copied()
+    }
+}

@@ -1,0 +1,29 @@
+//! `solder-config` owns what solder reads about a model and a serve before it compiles
+//! anything: `ModelConfig` parsed from a Hugging Face `config.json` (dense llama, mistral,
+//! qwen2, qwen3), the rope's inverse frequencies, the `Levers` a build may turn on, and the
+//! `ServeShape` whose widths get programs.
+//!
+//! Invariants:
+//! - No GPU and no I/O beyond reading the one file `ModelConfig::from_file` is handed.
+//! - Every top-level key of a config is classified (used, or ignored with a reason) or the
+//!   load is refused; nothing is dropped silently. A feature solder does not model (sliding
+//!   window, quantization, another rope type, another activation, a bias) refuses the load.
+//! - No input panics: every refusal is a `ConfigError` naming the file and the key.
+
+mod error;
+mod family;
+mod features;
+mod fields;
+mod keys;
+mod levers;
+mod model;
+mod rope;
+mod serve;
+
+pub use error::ConfigError;
+pub use family::Family;
+pub use keys::{KeyClass, KeyReport};
+pub use levers::{Levers, KNOWN_LEVERS};
+pub use model::ModelConfig;
+pub use rope::{Rope, RopeScaling};
+pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER};

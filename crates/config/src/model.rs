@@ -1,0 +1,190 @@
+//! `ModelConfig`: the dims, rope and attention features of a dense model, parsed from a
+//! Hugging Face `config.json`. Invariant: a `ModelConfig` built by `from_json_str` has every
+//! dim non-zero, `num_key_value_heads` dividing `num_attention_heads`, an even `head_dim` and
+//! rotary dim, and `q_dim`/`kv_dim` that fit in `usize`.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::family::{check_architectures, family_of};
+use crate::features::check_features;
+use crate::fields::{describe, Fields};
+use crate::keys::{classify, KeyReport};
+use crate::rope::{parse_rope, Rope};
+use crate::{ConfigError, Family};
+
+/// What solder needs to know about a model to build its decode step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub family: Family,
+    /// The path it was loaded from, or the name given to `from_json_str`.
+    pub source: String,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// `num_attention_heads` when absent or null, as transformers.
+    pub num_key_value_heads: usize,
+    /// Explicit `head_dim`, or `hidden_size / num_attention_heads`.
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    /// q/k/v projections carry a bias (always for qwen2).
+    pub attention_bias: bool,
+    /// Per-head RMS norm on q and k before rope (qwen3).
+    pub qk_norm: bool,
+    pub rope: Rope,
+    /// Every top-level key of the file with its classification, sorted by key.
+    pub keys: Vec<KeyReport>,
+}
+
+impl ModelConfig {
+    /// Reads and parses `path`; errors name the path.
+    pub fn from_file(path: &Path) -> Result<ModelConfig, ConfigError> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            file: source.clone(),
+            source: err,
+        })?;
+        Self::from_json_str(&text, &source)
+    }
+
+    /// Parses the text of a `config.json`; `source` names it in errors and in `self.source`.
+    pub fn from_json_str(text: &str, source: &str) -> Result<ModelConfig, ConfigError> {
+        let value: Value = serde_json::from_str(text).map_err(|err| json_error(source, &err))?;
+        let Value::Object(map) = &value else {
+            return Err(ConfigError::NotAnObject {
+                file: source.to_string(),
+                found: describe(&value),
+            });
+        };
+        let fields = Fields::new(source, "", map);
+        let family = family_of(&fields)?;
+        let keys = classify(family, &fields)?;
+        check_architectures(&fields, family)?;
+        parse_model(&fields, family, keys)
+    }
+
+    /// Width of the k (or v) projection: `num_key_value_heads * head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.num_key_value_heads * self.head_dim
+    }
+
+    /// Width of the q projection: `num_attention_heads * head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+}
+
+/// serde_json's message ends with its own " at line L column C"; the error states them once.
+fn json_error(source: &str, err: &serde_json::Error) -> ConfigError {
+    let text = err.to_string();
+    let suffix = format!(" at line {} column {}", err.line(), err.column());
+    ConfigError::Json {
+        file: source.to_string(),
+        line: err.line(),
+        column: err.column(),
+        message: text.strip_suffix(&suffix).unwrap_or(&text).to_string(),
+    }
+}
+
+fn positive(fields: &Fields<'_>, key: &str) -> Result<usize, ConfigError> {
+    match fields.req_usize(key)? {
+        0 => Err(fields.invalid(key, 0, "a positive integer")),
+        value => Ok(value),
+    }
+}
+
+fn parse_model(
+    fields: &Fields<'_>,
+    family: Family,
+    keys: Vec<KeyReport>,
+) -> Result<ModelConfig, ConfigError> {
+    let hidden_size = positive(fields, "hidden_size")?;
+    let intermediate_size = positive(fields, "intermediate_size")?;
+    let num_hidden_layers = positive(fields, "num_hidden_layers")?;
+    let num_attention_heads = positive(fields, "num_attention_heads")?;
+    let vocab_size = positive(fields, "vocab_size")?;
+    let max_position_embeddings = positive(fields, "max_position_embeddings")?;
+
+    let num_key_value_heads = match fields.opt_usize("num_key_value_heads")? {
+        None => num_attention_heads,
+        Some(kv) if kv == 0 || num_attention_heads % kv != 0 => {
+            return Err(fields.invalid(
+                "num_key_value_heads",
+                kv,
+                format!("a positive divisor of num_attention_heads ({num_attention_heads})"),
+            ))
+        }
+        Some(kv) => kv,
+    };
+    let head_dim = match fields.opt_usize("head_dim")? {
+        Some(head_dim) => head_dim,
+        None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
+        None => {
+            return Err(fields.invalid(
+                "hidden_size",
+                hidden_size,
+                format!(
+                "a multiple of num_attention_heads ({num_attention_heads}) when head_dim is absent"
+            ),
+            ))
+        }
+    };
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err(fields.invalid(
+            "head_dim",
+            head_dim,
+            "an even positive integer (rope rotates channel pairs)",
+        ));
+    }
+    if num_attention_heads.checked_mul(head_dim).is_none() {
+        return Err(fields.invalid(
+            "head_dim",
+            head_dim,
+            "num_attention_heads * head_dim to fit in memory sizes",
+        ));
+    }
+
+    let rms_norm_eps = fields.req_f64("rms_norm_eps")?;
+    if rms_norm_eps <= 0.0 {
+        return Err(fields.invalid("rms_norm_eps", rms_norm_eps, "a positive number"));
+    }
+
+    let rope = parse_rope(fields)?;
+    let rotary_dim = rope.rotary_dim(head_dim);
+    if rotary_dim == 0 || rotary_dim % 2 != 0 {
+        return Err(fields.invalid(
+            "partial_rotary_factor",
+            rope.partial_rotary_factor,
+            format!("a factor giving an even positive rotary dim of head_dim {head_dim} (got {rotary_dim})"),
+        ));
+    }
+
+    let attention_bias =
+        check_features(fields, family, num_hidden_layers, max_position_embeddings)?;
+    // Every family solder models defaults to an untied LM head in transformers.
+    let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+
+    Ok(ModelConfig {
+        family,
+        source: fields.file().to_string(),
+        hidden_size,
+        intermediate_size,
+        num_hidden_layers,
+        num_attention_heads,
+        num_key_value_heads,
+        head_dim,
+        vocab_size,
+        max_position_embeddings,
+        rms_norm_eps,
+        tie_word_embeddings,
+        attention_bias,
+        qk_norm: family == Family::Qwen3,
+        rope,
+        keys,
+    })
+}
