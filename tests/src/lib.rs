@@ -1,1 +1,85 @@
-//! Cross-crate tests live in `tests/`; fixtures in `fixtures/`.
+//! Shared helpers of solder's cross-crate tests (in `tests/`), also used by `cargo xtask plan
+//! --bless`: where fixtures live, the list of golden printed plans and how each is rendered.
+
+use std::path::PathBuf;
+
+use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet};
+use solder_config::{ModelConfig, ServeShape};
+
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// `tests/fixtures/configs/<name>.json`: copies of `../shared/configs` and the golden
+/// checkpoints' configs (as `golden-<case>.json`).
+pub fn config_path(name: &str) -> PathBuf {
+    workspace_root().join("tests/fixtures/configs").join(format!("{name}.json"))
+}
+
+pub fn rules_path() -> PathBuf {
+    workspace_root().join("fusions/FUSIONS.toml")
+}
+
+/// The dense configs shipped with the project.
+pub const DENSE_CONFIGS: &[&str] = &[
+    "llama-3.1-8b",
+    "llama-3.2-1b",
+    "qwen3-0.6b",
+    "qwen3-8b",
+    "golden-llama-gqa",
+    "golden-qwen3-dense",
+];
+
+pub fn load_instance(name: &str) -> Result<Instance, String> {
+    let config = ModelConfig::from_file(&config_path(name)).map_err(|e| e.to_string())?;
+    Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())
+}
+
+pub fn load_rules() -> Result<RuleSet, String> {
+    RuleSet::from_file(&rules_path()).map_err(|e| e.to_string())
+}
+
+/// One golden printed plan: `tests/golden/plans/<model>.<mode>-<rows>.txt`.
+#[derive(Debug, Clone, Copy)]
+pub struct GoldenPlan {
+    pub model: &'static str,
+    pub mode: Mode,
+    pub rows: usize,
+}
+
+pub const GOLDEN_PLANS: &[GoldenPlan] = &[
+    GoldenPlan { model: "llama-3.2-1b", mode: Mode::Decode, rows: 1 },
+    GoldenPlan { model: "llama-3.2-1b", mode: Mode::MultiSeq, rows: 8 },
+    GoldenPlan { model: "llama-3.2-1b", mode: Mode::Verify, rows: 4 },
+    GoldenPlan { model: "qwen3-0.6b", mode: Mode::Decode, rows: 1 },
+    GoldenPlan { model: "qwen3-0.6b", mode: Mode::MultiSeq, rows: 128 },
+    GoldenPlan { model: "golden-llama-gqa", mode: Mode::Decode, rows: 1 },
+    GoldenPlan { model: "golden-qwen3-dense", mode: Mode::Verify, rows: 3 },
+];
+
+impl GoldenPlan {
+    pub fn path(&self) -> PathBuf {
+        workspace_root()
+            .join("tests/golden/plans")
+            .join(format!("{}.{}-{}.txt", self.model, self.mode, self.rows))
+    }
+
+    /// The plan's printout with the shipped rules, all fusions, default policy; verified.
+    pub fn render(&self) -> Result<String, String> {
+        let instance = load_instance(self.model)?;
+        let rules = load_rules()?;
+        let available = Available::all_kernels(&rules);
+        let plan = ExecutionPlan::build_with(
+            &instance,
+            &rules,
+            &available,
+            &Policy::default(),
+            self.mode,
+            self.rows,
+            BuildOptions { verify: true },
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(plan.display(&instance.circuit).to_string())
+    }
+}

@@ -1,1 +1,61 @@
-fn main() {}
+//! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! `plan` builds and prints execution plans; `parity`, `bench`, `ptx` and `gpu-check` are the
+//! next issues' commands and say so when asked for.
+
+mod args;
+mod golden;
+mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command> [options]
+
+commands:
+  plan       build and print execution plans (cargo xtask plan --help)
+  parity     reference-vs-fused and golden parity (not yet built: issue 3)
+  bench      decode benchmark (not yet built: issue 3)
+  ptx        regenerate and check the CUDA PTX (not yet built: issue 4)
+  gpu-check  build the device-check bundle (not yet built: issue 4)";
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SOLDER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.is_empty() {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    }
+    let command = argv.remove(0);
+    let result = match command.as_str() {
+        "plan" => plan::run(argv),
+        "parity" | "bench" | "ptx" | "gpu-check" => Err(format!(
+            "`cargo xtask {command}` is not built yet: it is part of a later issue \
+             (parity and bench: issue 3; ptx and gpu-check: issue 4)"
+        )),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}

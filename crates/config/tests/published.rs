@@ -7,7 +7,7 @@ use solder_config::{ConfigError, Family, KeyClass, ModelConfig, RopeScaling};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../../tests/fixtures/configs")
         .join(name)
 }
 

@@ -61,15 +61,24 @@ pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
     peak as usize
 }
 
-/// Greedy first-fit under two orderings (largest first; earliest first), keeping the smaller
-/// arena; ties keep the first.
+/// Greedy first-fit under several orderings, keeping the smallest arena (ties keep the
+/// earlier ordering). Largest-first is the classic; the others repair its fragmentation on
+/// circuits whose buffer sizes are close to one another.
 pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
-    let mut by_size: Vec<usize> = (0..lifetimes.len()).collect();
-    by_size.sort_by_key(|&i| (std::cmp::Reverse(align_up(lifetimes[i].bytes)), lifetimes[i].first, i));
-    let mut by_start: Vec<usize> = (0..lifetimes.len()).collect();
-    by_start.sort_by_key(|&i| (lifetimes[i].first, std::cmp::Reverse(lifetimes[i].bytes), i));
+    let size = |i: usize| align_up(lifetimes[i].bytes);
+    let span = |i: usize| lifetimes[i].last - lifetimes[i].first + 1;
+    type Key<'a> = Box<dyn Fn(usize) -> (usize, usize, usize) + 'a>;
+    let orderings: [(&'static str, Key); 5] = [
+        ("greedy-by-size", Box::new(move |i| (usize::MAX - size(i), lifetimes[i].first, i))),
+        ("greedy-by-start", Box::new(move |i| (lifetimes[i].first, usize::MAX - size(i), i))),
+        ("greedy-by-area", Box::new(move |i| (usize::MAX - size(i) * span(i), lifetimes[i].first, i))),
+        ("greedy-by-span", Box::new(move |i| (usize::MAX - span(i), usize::MAX - size(i), i))),
+        ("greedy-by-conflicts", Box::new(move |i| (usize::MAX - adjacency[i].len(), usize::MAX - size(i), i))),
+    ];
     let mut best: Option<Placement> = None;
-    for (strategy, order) in [("greedy-by-size", by_size), ("greedy-by-start", by_start)] {
+    for (strategy, key) in orderings {
+        let mut order: Vec<usize> = (0..lifetimes.len()).collect();
+        order.sort_by_key(|&i| key(i));
         let candidate = first_fit(lifetimes, adjacency, &order, strategy);
         if best.as_ref().is_none_or(|b| candidate.pool_bytes < b.pool_bytes) {
             best = Some(candidate);

@@ -11,7 +11,7 @@ pub const FILE: &str = "bad/config.json";
 
 pub fn fixture_value(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../../tests/fixtures/configs")
         .join(name);
     let text = std::fs::read_to_string(&path).expect("fixture readable");
     serde_json::from_str(&text).expect("fixture is JSON")
