@@ -14,7 +14,9 @@ pub fn workspace_root() -> PathBuf {
 /// `tests/fixtures/configs/<name>.json`: copies of `../shared/configs` and the golden
 /// checkpoints' configs (as `golden-<case>.json`).
 pub fn config_path(name: &str) -> PathBuf {
-    workspace_root().join("tests/fixtures/configs").join(format!("{name}.json"))
+    workspace_root()
+        .join("tests/fixtures/configs")
+        .join(format!("{name}.json"))
 }
 
 pub fn rules_path() -> PathBuf {
@@ -49,13 +51,41 @@ pub struct GoldenPlan {
 }
 
 pub const GOLDEN_PLANS: &[GoldenPlan] = &[
-    GoldenPlan { model: "llama-3.2-1b", mode: Mode::Decode, rows: 1 },
-    GoldenPlan { model: "llama-3.2-1b", mode: Mode::MultiSeq, rows: 8 },
-    GoldenPlan { model: "llama-3.2-1b", mode: Mode::Verify, rows: 4 },
-    GoldenPlan { model: "qwen3-0.6b", mode: Mode::Decode, rows: 1 },
-    GoldenPlan { model: "qwen3-0.6b", mode: Mode::MultiSeq, rows: 128 },
-    GoldenPlan { model: "golden-llama-gqa", mode: Mode::Decode, rows: 1 },
-    GoldenPlan { model: "golden-qwen3-dense", mode: Mode::Verify, rows: 3 },
+    GoldenPlan {
+        model: "llama-3.2-1b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "llama-3.2-1b",
+        mode: Mode::MultiSeq,
+        rows: 8,
+    },
+    GoldenPlan {
+        model: "llama-3.2-1b",
+        mode: Mode::Verify,
+        rows: 4,
+    },
+    GoldenPlan {
+        model: "qwen3-0.6b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-0.6b",
+        mode: Mode::MultiSeq,
+        rows: 128,
+    },
+    GoldenPlan {
+        model: "golden-llama-gqa",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "golden-qwen3-dense",
+        mode: Mode::Verify,
+        rows: 3,
+    },
 ];
 
 impl GoldenPlan {

@@ -14,9 +14,13 @@ impl Args {
         let mut flags = Vec::new();
         let mut it = argv.into_iter();
         while let Some(arg) = it.next() {
-            let name = arg.strip_prefix("--").ok_or_else(|| format!("unexpected argument `{arg}`"))?;
+            let name = arg
+                .strip_prefix("--")
+                .ok_or_else(|| format!("unexpected argument `{arg}`"))?;
             if valued.contains(&name) {
-                let value = it.next().ok_or_else(|| format!("`--{name}` needs a value"))?;
+                let value = it
+                    .next()
+                    .ok_or_else(|| format!("`--{name}` needs a value"))?;
                 values.insert(name.to_string(), value);
             } else if switches.contains(&name) {
                 flags.push(name.to_string());
@@ -37,7 +41,10 @@ impl Args {
 
     pub fn number(&self, name: &str) -> Result<Option<usize>, String> {
         self.value(name)
-            .map(|v| v.parse().map_err(|_| format!("`--{name}` wants a number, got `{v}`")))
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("`--{name}` wants a number, got `{v}`"))
+            })
             .transpose()
     }
 }

@@ -18,7 +18,11 @@ pub fn bless() -> Result<(), String> {
         let tmp = path.with_extension("txt.tmp");
         std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("{} {}", if old.is_some() { "rewrote" } else { "wrote" }, path.display());
+        println!(
+            "{} {}",
+            if old.is_some() { "rewrote" } else { "wrote" },
+            path.display()
+        );
     }
     Ok(())
 }

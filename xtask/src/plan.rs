@@ -32,8 +32,24 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
         argv,
-        &["config", "mode", "rows", "rules", "max-streams", "max-batch", "repeat"],
-        &["all", "json", "dot", "bless", "reference-only", "verify", "help"],
+        &[
+            "config",
+            "mode",
+            "rows",
+            "rules",
+            "max-streams",
+            "max-batch",
+            "repeat",
+        ],
+        &[
+            "all",
+            "json",
+            "dot",
+            "bless",
+            "reference-only",
+            "verify",
+            "help",
+        ],
     )?;
     if args.flag("help") {
         println!("{HELP}");
@@ -42,7 +58,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if args.flag("bless") {
         return crate::golden::bless();
     }
-    let config_path = args.value("config").ok_or("`--config FILE` is required (see --help)")?;
+    let config_path = args
+        .value("config")
+        .ok_or("`--config FILE` is required (see --help)")?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
@@ -58,25 +76,34 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if let Some(n) = args.number("max-streams")? {
         policy.max_streams = n;
     }
-    let options = BuildOptions { verify: args.flag("verify") || cfg!(debug_assertions) };
+    let options = BuildOptions {
+        verify: args.flag("verify") || cfg!(debug_assertions),
+    };
 
     let started = Instant::now();
-    let config = ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+    let config =
+        ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let instance = Instance::from_config(&config, serve).map_err(|e| e.to_string())?;
     let available = Available::all_kernels(&rules);
     let shapes = if args.flag("all") {
         instance.shapes()
     } else {
-        let mode: Mode = args.value("mode").unwrap_or("decode").parse().map_err(|e: solder_circuit::CircuitError| e.to_string())?;
+        let mode: Mode = args
+            .value("mode")
+            .unwrap_or("decode")
+            .parse()
+            .map_err(|e: solder_circuit::CircuitError| e.to_string())?;
         vec![(mode, args.number("rows")?.unwrap_or(1))]
     };
     let build_all = || -> Result<Vec<ExecutionPlan>, String> {
         shapes
             .iter()
             .map(|&(mode, rows)| {
-                ExecutionPlan::build_with(&instance, &rules, &available, &policy, mode, rows, options)
-                    .map_err(|e| e.to_string())
+                ExecutionPlan::build_with(
+                    &instance, &rules, &available, &policy, mode, rows, options,
+                )
+                .map_err(|e| e.to_string())
             })
             .collect()
     };
@@ -92,7 +119,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     if args.flag("json") {
         let rows: Vec<_> = plans.iter().map(plan_json).collect();
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
     if plans.len() == 1 && !args.flag("all") {
@@ -123,13 +153,18 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     );
     let repeat = args.number("repeat")?.unwrap_or(1).max(1);
     if repeat == 1 {
-        println!("built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)", plans.len(), instance.circuit.name);
+        println!(
+            "built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)",
+            plans.len(),
+            instance.circuit.name
+        );
         return Ok(());
     }
     let mut times = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let t = Instant::now();
-        let config = ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+        let config =
+            ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
         let _ = Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())?;
         build_all()?;
         times.push(t.elapsed().as_secs_f64() * 1e3);

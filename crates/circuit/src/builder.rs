@@ -89,7 +89,12 @@ pub struct OutSpec {
 impl OutSpec {
     /// A per-row arena tensor `[n, cols]`.
     pub fn rows(name: impl Into<String>, dtype: Dtype, cols: usize) -> OutSpec {
-        OutSpec { name: name.into(), dtype, shape: Shape::rows(&[cols]), binding: Binding::Arena }
+        OutSpec {
+            name: name.into(),
+            dtype,
+            shape: Shape::rows(&[cols]),
+            binding: Binding::Arena,
+        }
     }
 
     pub fn bound(mut self, binding: Binding) -> OutSpec {
@@ -154,14 +159,20 @@ impl CircuitBuilder {
 
     pub fn state(&mut self, name: impl Into<String>, kind: StateKind) -> StateId {
         let id = StateId(self.circuit.states.len() as u32);
-        self.circuit.states.push(StateDecl { name: name.into(), kind });
+        self.circuit.states.push(StateDecl {
+            name: name.into(),
+            kind,
+        });
         id
     }
 
     /// Adds an op reading `spec.inputs` and writing fresh tensors described by `outputs`.
     pub fn op(&mut self, spec: OpSpec, outputs: &[OutSpec]) -> Result<Vec<TensorId>, CircuitError> {
         if self.op_names.contains_key(&spec.name) {
-            return Err(CircuitError::Build(format!("two ops named `{}`", spec.name)));
+            return Err(CircuitError::Build(format!(
+                "two ops named `{}`",
+                spec.name
+            )));
         }
         for input in &spec.inputs {
             if input.0 as usize >= self.circuit.tensors.len() {
@@ -183,8 +194,10 @@ impl CircuitBuilder {
         for input in &spec.inputs {
             self.circuit.consumers[input.0 as usize].push(node);
         }
-        let outs: Vec<TensorId> =
-            outputs.iter().map(|o| self.push_tensor(o.clone(), Some(node))).collect();
+        let outs: Vec<TensorId> = outputs
+            .iter()
+            .map(|o| self.push_tensor(o.clone(), Some(node)))
+            .collect();
         self.op_names.insert(spec.name.clone(), node);
         self.circuit.ops.push(Op {
             kind: spec.kind,
@@ -219,7 +232,10 @@ impl CircuitBuilder {
                     )))
                 }
                 Binding::Arena | Binding::Output(_) | Binding::State(_) if !written => {
-                    return Err(CircuitError::Build(format!("tensor `{}` has no writer", t.name)))
+                    return Err(CircuitError::Build(format!(
+                        "tensor `{}` has no writer",
+                        t.name
+                    )))
                 }
                 _ => {}
             }

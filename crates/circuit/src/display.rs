@@ -13,18 +13,28 @@ pub struct PlanDisplay<'a> {
 
 impl ExecutionPlan {
     pub fn display<'a>(&'a self, circuit: &'a Circuit) -> PlanDisplay<'a> {
-        PlanDisplay { plan: self, circuit }
+        PlanDisplay {
+            plan: self,
+            circuit,
+        }
     }
 
     /// Graphviz DOT: groups as boxes coloured by stream, kept edges labelled with their
     /// tensor and bytes.
     pub fn to_dot(&self, circuit: &Circuit) -> String {
         const COLORS: [&str; 4] = ["lightblue", "lightsalmon", "palegreen", "khaki"];
-        let mut out = format!("digraph \"{} {} rows={}\" {{\n  node [shape=box, style=filled];\n", self.circuit, self.mode, self.rows);
+        let mut out = format!(
+            "digraph \"{} {} rows={}\" {{\n  node [shape=box, style=filled];\n",
+            self.circuit, self.mode, self.rows
+        );
         for (pos, g) in self.order.iter().enumerate() {
             let group = self.group(*g);
             let stream = self.stream_of[g.0 as usize] as usize;
-            let nodes: Vec<&str> = group.nodes.iter().map(|n| circuit.op(*n).name.as_str()).collect();
+            let nodes: Vec<&str> = group
+                .nodes
+                .iter()
+                .map(|n| circuit.op(*n).name.as_str())
+                .collect();
             let _ = writeln!(
                 out,
                 "  g{} [label=\"{pos}: {}\\n{}\", fillcolor={}];",
@@ -83,7 +93,11 @@ impl std::fmt::Display for PlanDisplay<'_> {
             p.event_count,
             p.total_steps()
         )?;
-        let ratio = if p.live_lower_bound == 0 { 1.0 } else { p.pool_bytes as f64 / p.live_lower_bound as f64 };
+        let ratio = if p.live_lower_bound == 0 {
+            1.0
+        } else {
+            p.pool_bytes as f64 / p.live_lower_bound as f64
+        };
         writeln!(
             f,
             "  pool_bytes {} live_lower_bound {} ratio {:.4} ({} buffers, {})",
@@ -98,10 +112,14 @@ impl std::fmt::Display for PlanDisplay<'_> {
             match step.kind {
                 StepKind::Launch(g) => {
                     let group = p.group(g);
-                    let nodes: Vec<&str> =
-                        group.nodes.iter().map(|n| self.circuit.op(*n).name.as_str()).collect();
+                    let nodes: Vec<&str> = group
+                        .nodes
+                        .iter()
+                        .map(|n| self.circuit.op(*n).name.as_str())
+                        .collect();
                     let reads: Vec<String> = group.inputs.iter().map(|t| self.tensor(*t)).collect();
-                    let writes: Vec<String> = group.outputs.iter().map(|t| self.tensor(*t)).collect();
+                    let writes: Vec<String> =
+                        group.outputs.iter().map(|t| self.tensor(*t)).collect();
                     writeln!(
                         f,
                         "  {i:>4} s{} {} [{}] reads {} writes {}",

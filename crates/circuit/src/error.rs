@@ -5,22 +5,41 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum CircuitError {
     #[error("cannot read rules file {path}: {source}")]
-    RulesIo { path: PathBuf, source: std::io::Error },
+    RulesIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{source_name}: {message}")]
-    Rules { source_name: String, message: String },
+    Rules {
+        source_name: String,
+        message: String,
+    },
     #[error("circuit build: {0}")]
     Build(String),
     #[error("config {source_name}: {message}")]
-    Unsupported { source_name: String, message: String },
+    Unsupported {
+        source_name: String,
+        message: String,
+    },
     #[error(
         "no rule covers op `{node}` ({op}, role `{role}`) in mode {mode} at {rows} rows: \
          add a `reference` rule for `{op}` to the rules file"
     )]
-    Uncovered { node: String, op: String, role: String, mode: String, rows: usize },
+    Uncovered {
+        node: String,
+        op: String,
+        role: String,
+        mode: String,
+        rows: usize,
+    },
     #[error("unknown mode `{0}` (expected one of decode, multi_seq, verify, verify_batch, draft)")]
     UnknownMode(String),
     #[error("{mode} cannot run at {rows} rows: {why}")]
-    BadRows { mode: String, rows: usize, why: String },
+    BadRows {
+        mode: String,
+        rows: usize,
+        why: String,
+    },
     #[error("plan verifier failed after the {pass} pass: {message}")]
     Verify { pass: &'static str, message: String },
 }

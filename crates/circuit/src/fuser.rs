@@ -62,15 +62,28 @@ impl FusionPlan {
 
     /// Groups whose last node lies in `layer`: the launches of one decoder layer.
     pub fn launches_in_layer(&self, layer: u32) -> usize {
-        self.groups.iter().filter(|g| g.layer == Some(layer)).map(|g| g.kernels.len()).sum()
+        self.groups
+            .iter()
+            .filter(|g| g.layer == Some(layer))
+            .map(|g| g.kernels.len())
+            .sum()
     }
 
     /// Groups, their kernels and nodes, and kept edges with format and shape; no rule ids.
     pub fn canonical_text(&self, circuit: &Circuit) -> String {
         let mut out = format!("fusion {} rows={}\n", self.mode, self.rows);
         for (i, g) in self.groups.iter().enumerate() {
-            let nodes: Vec<&str> = g.nodes.iter().map(|n| circuit.op(*n).name.as_str()).collect();
-            let _ = writeln!(out, "group {i} kernels={} nodes={}", g.kernels.join(","), nodes.join(","));
+            let nodes: Vec<&str> = g
+                .nodes
+                .iter()
+                .map(|n| circuit.op(*n).name.as_str())
+                .collect();
+            let _ = writeln!(
+                out,
+                "group {i} kernels={} nodes={}",
+                g.kernels.join(","),
+                nodes.join(",")
+            );
         }
         for g in &self.groups {
             for &t in &g.outputs {
@@ -102,8 +115,16 @@ pub fn allowed_rules<'r>(
         .rules
         .iter()
         .filter(|r| r.allows_mode(mode) && r.allows_rows(rows))
-        .filter(|r| r.requires.iter().all(|c| available.capabilities.contains(c)))
-        .filter(|r| r.when.iter().all(|(lever, on)| policy.levers.is_on(lever) == *on))
+        .filter(|r| {
+            r.requires
+                .iter()
+                .all(|c| available.capabilities.contains(c))
+        })
+        .filter(|r| {
+            r.when
+                .iter()
+                .all(|(lever, on)| policy.levers.is_on(lever) == *on)
+        })
         .filter(|r| r.kernels.iter().all(|k| available.kernels.contains(k)))
         .filter(|r| match (&r.numerics, policy.fusions) {
             (Numerics::Reference, _) => true,
@@ -221,14 +242,16 @@ impl<'c> Cover<'c> {
     fn closed(&self, rule: &Rule, nodes: &[NodeId]) -> bool {
         let c = self.circuit;
         let last = nodes.len() - 1;
-        nodes.iter().enumerate().filter(|(i, _)| *i != last && !rule.pattern[*i].keep).all(
-            |(_, n)| {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != last && !rule.pattern[*i].keep)
+            .all(|(_, n)| {
                 c.op(*n).outputs.iter().all(|&t| {
                     !matches!(c.tensor(t).binding, Binding::Output(_))
                         && c.consumers(t).iter().all(|r| nodes.contains(r))
                 })
-            },
-        )
+            })
     }
 
     /// Would contracting `nodes` (with the groups already formed) make a cycle? Searches
@@ -257,7 +280,12 @@ impl<'c> Cover<'c> {
         };
         for &n in nodes {
             for &t in &c.op(n).outputs {
-                stack.extend(c.consumers(t).iter().copied().filter(|r| !inside.contains(r)));
+                stack.extend(
+                    c.consumers(t)
+                        .iter()
+                        .copied()
+                        .filter(|r| !inside.contains(r)),
+                );
             }
         }
         while let Some(n) = stack.pop() {
@@ -286,8 +314,10 @@ impl<'c> Cover<'c> {
         for n in &nodes {
             self.owner[n.0 as usize] = Some(g);
         }
-        self.group_min.push(nodes.iter().map(|n| n.0).min().unwrap_or(0));
-        self.group_max.push(nodes.iter().map(|n| n.0).max().unwrap_or(0));
+        self.group_min
+            .push(nodes.iter().map(|n| n.0).min().unwrap_or(0));
+        self.group_max
+            .push(nodes.iter().map(|n| n.0).max().unwrap_or(0));
         self.rules.push(rule.clone());
         self.groups.push((rule.id.as_str(), nodes));
     }

@@ -18,7 +18,12 @@ pub struct Precision {
 
 impl Default for Precision {
     fn default() -> Self {
-        Precision { weights: Dtype::Bf16, activations: Dtype::Bf16, residual: Dtype::F32, logits: Dtype::F32 }
+        Precision {
+            weights: Dtype::Bf16,
+            activations: Dtype::Bf16,
+            residual: Dtype::F32,
+            logits: Dtype::F32,
+        }
     }
 }
 
@@ -31,7 +36,11 @@ pub struct Instance {
 
 impl Instance {
     pub fn new(circuit: Circuit, serve: ServeShape) -> Instance {
-        Instance { circuit, serve, precision: Precision::default() }
+        Instance {
+            circuit,
+            serve,
+            precision: Precision::default(),
+        }
     }
 
     /// The family's circuit for `config`, served at `serve`.
@@ -40,7 +49,11 @@ impl Instance {
             source_name: config.source.clone(),
             message: e.to_string(),
         })?;
-        let circuit = build_circuit(config, &model_name(&config.source), CircuitOptions::default())?;
+        let circuit = build_circuit(
+            config,
+            &model_name(&config.source),
+            CircuitOptions::default(),
+        )?;
         Ok(Instance::new(circuit, serve))
     }
 
@@ -49,7 +62,12 @@ impl Instance {
     /// the families and sessions that use them.)
     pub fn shapes(&self) -> Vec<(Mode, usize)> {
         let mut shapes = vec![(Mode::Decode, 1)];
-        shapes.extend(self.serve.multi_seq_ladder.iter().map(|&w| (Mode::MultiSeq, w)));
+        shapes.extend(
+            self.serve
+                .multi_seq_ladder
+                .iter()
+                .map(|&w| (Mode::MultiSeq, w)),
+        );
         shapes.extend(self.serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
         shapes
     }

@@ -59,7 +59,10 @@ pub struct Shape {
 impl Shape {
     /// `[n, dims...]`.
     pub fn rows(dims: &[usize]) -> Shape {
-        Shape { per_row: true, dims: dims.to_vec() }
+        Shape {
+            per_row: true,
+            dims: dims.to_vec(),
+        }
     }
 
     pub fn elements(&self, rows: usize) -> usize {
@@ -195,7 +198,13 @@ pub struct StateDecl {
 pub enum StateKind {
     /// Paged KV cache of one attention layer: pages of `block_size` tokens, each holding
     /// K then V as `[block_size, num_kv_heads, head_dim]`.
-    KvPages { layer: u32, block_size: usize, num_kv_heads: usize, head_dim: usize, dtype: Dtype },
+    KvPages {
+        layer: u32,
+        block_size: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        dtype: Dtype,
+    },
 }
 
 /// A scalar attribute an op's kernels need (eps, head counts, rope base...).

@@ -32,6 +32,6 @@ pub use fuser::{fuse, FusionPlan, Group, GroupId};
 pub use instance::{Instance, Precision};
 pub use mode::Mode;
 pub use ops::OpKind;
-pub use planner::{plans_digest, BuildOptions, Buffer, ExecutionPlan, Step, StepKind};
+pub use planner::{plans_digest, Buffer, BuildOptions, ExecutionPlan, Step, StepKind};
 pub use policy::{Available, Fusions, Policy};
 pub use rules::{Numerics, Rule, RuleSet};

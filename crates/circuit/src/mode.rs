@@ -20,8 +20,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: &'static [Mode] =
-        &[Mode::Decode, Mode::MultiSeq, Mode::Verify, Mode::VerifyBatch, Mode::Draft];
+    pub const ALL: &'static [Mode] = &[
+        Mode::Decode,
+        Mode::MultiSeq,
+        Mode::Verify,
+        Mode::VerifyBatch,
+        Mode::Draft,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

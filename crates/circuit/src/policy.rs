@@ -26,13 +26,20 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { fusions: Fusions::All, levers: Levers::default(), max_streams: 2 }
+        Policy {
+            fusions: Fusions::All,
+            levers: Levers::default(),
+            max_streams: 2,
+        }
     }
 }
 
 impl Policy {
     pub fn reference_only() -> Policy {
-        Policy { fusions: Fusions::ReferenceOnly, ..Policy::default() }
+        Policy {
+            fusions: Fusions::ReferenceOnly,
+            ..Policy::default()
+        }
     }
 }
 
@@ -47,8 +54,15 @@ impl Available {
     /// Every kernel the rules name, no capabilities: what a backend with a full kernel set
     /// offers (the CPU backend registers a twin for each).
     pub fn all_kernels(rules: &RuleSet) -> Available {
-        let kernels = rules.rules.iter().flat_map(|r| r.kernels.iter().cloned()).collect();
-        Available { kernels, capabilities: BTreeSet::new() }
+        let kernels = rules
+            .rules
+            .iter()
+            .flat_map(|r| r.kernels.iter().cloned())
+            .collect();
+        Available {
+            kernels,
+            capabilities: BTreeSet::new(),
+        }
     }
 
     pub fn with_capability(mut self, capability: &str) -> Available {

@@ -35,18 +35,27 @@ pub fn check_cover(
         }
         for k in &g.kernels {
             if !available.kernels.contains(k) {
-                return fail("fuse", format!("group {gi} runs kernel `{k}` the modules lack"));
+                return fail(
+                    "fuse",
+                    format!("group {gi} runs kernel `{k}` the modules lack"),
+                );
             }
         }
         for n in &g.nodes {
             seen[n.0 as usize] += 1;
             if fusion.group_of[n.0 as usize] != GroupId(gi as u32) {
-                return fail("fuse", format!("op `{}` mapped to the wrong group", circuit.op(*n).name));
+                return fail(
+                    "fuse",
+                    format!("op `{}` mapped to the wrong group", circuit.op(*n).name),
+                );
             }
         }
     }
     if let Some((n, count)) = seen.iter().enumerate().find(|(_, c)| **c != 1) {
-        return fail("fuse", format!("op `{}` is covered {count} times", circuit.ops[n].name));
+        return fail(
+            "fuse",
+            format!("op `{}` is covered {count} times", circuit.ops[n].name),
+        );
     }
     Ok(())
 }
@@ -65,7 +74,10 @@ pub fn check_order(
         position[g.0 as usize] = pos;
     }
     if order.len() != fusion.groups.len() {
-        return fail("topo", format!("{} of {} groups ordered", order.len(), fusion.groups.len()));
+        return fail(
+            "topo",
+            format!("{} of {} groups ordered", order.len(), fusion.groups.len()),
+        );
     }
     for (gi, g) in fusion.groups.iter().enumerate() {
         for &t in &g.inputs {
@@ -97,7 +109,10 @@ pub fn check_liveness(
         .filter(|t| circuit.tensor(**t).binding == Binding::Arena)
         .count();
     if kept != lifetimes.len() {
-        return fail("liveness", format!("{kept} kept arena edges but {} lifetimes", lifetimes.len()));
+        return fail(
+            "liveness",
+            format!("{kept} kept arena edges but {} lifetimes", lifetimes.len()),
+        );
     }
     for l in lifetimes {
         let readers_at: Vec<usize> = circuit
@@ -109,7 +124,10 @@ pub fn check_liveness(
         if readers_at.iter().any(|p| *p > l.last || *p < l.first) || order[l.first] != l.writer {
             return fail(
                 "liveness",
-                format!("`{}` read outside its lifetime", circuit.tensor(l.tensor).name),
+                format!(
+                    "`{}` read outside its lifetime",
+                    circuit.tensor(l.tensor).name
+                ),
             );
         }
     }
@@ -122,7 +140,9 @@ pub fn check_streams(
     fusion: &FusionPlan,
     streams: &StreamPlan,
 ) -> Result<(), CircuitError> {
-    check_edges_ordered(circuit, fusion, "streams", |a, b| streams.happens_before(a, b))
+    check_edges_ordered(circuit, fusion, "streams", |a, b| {
+        streams.happens_before(a, b)
+    })
 }
 
 fn check_edges_ordered(
@@ -160,19 +180,37 @@ pub fn check_memory(
     live_lower_bound: usize,
 ) -> Result<(), CircuitError> {
     for (i, l) in lifetimes.iter().enumerate() {
-        let (start, end) = (placement.offsets[i], placement.offsets[i] + align_up(l.bytes));
+        let (start, end) = (
+            placement.offsets[i],
+            placement.offsets[i] + align_up(l.bytes),
+        );
         if start % ALIGN != 0 || end > placement.pool_bytes {
-            return fail("memory", format!("buffer {i} at {start}..{end} misaligned or outside the pool"));
+            return fail(
+                "memory",
+                format!("buffer {i} at {start}..{end} misaligned or outside the pool"),
+            );
         }
         for &j in &adjacency[i] {
-            let (s2, e2) = (placement.offsets[j], placement.offsets[j] + align_up(lifetimes[j].bytes));
+            let (s2, e2) = (
+                placement.offsets[j],
+                placement.offsets[j] + align_up(lifetimes[j].bytes),
+            );
             if start < e2 && s2 < end {
-                return fail("memory", format!("buffers {i} and {j} may be live together but overlap"));
+                return fail(
+                    "memory",
+                    format!("buffers {i} and {j} may be live together but overlap"),
+                );
             }
         }
     }
     if placement.pool_bytes < live_lower_bound {
-        return fail("memory", format!("pool {} below the lower bound {live_lower_bound}", placement.pool_bytes));
+        return fail(
+            "memory",
+            format!(
+                "pool {} below the lower bound {live_lower_bound}",
+                placement.pool_bytes
+            ),
+        );
     }
     Ok(())
 }
@@ -201,7 +239,10 @@ pub fn verify_plan(
         match step.kind {
             StepKind::Launch(g) => {
                 if plan.stream_of.get(g.0 as usize) != Some(&step.stream) {
-                    return fail(PASS, format!("step {i} launches group {} on the wrong stream", g.0));
+                    return fail(
+                        PASS,
+                        format!("step {i} launches group {} on the wrong stream", g.0),
+                    );
                 }
                 now[s][s] += 1;
                 clocks[g.0 as usize] = now[s].clone();
@@ -209,7 +250,12 @@ pub fn verify_plan(
             }
             StepKind::Record(e) => match events.get_mut(e.0 as usize) {
                 Some(slot @ None) => *slot = Some(now[s].clone()),
-                _ => return fail(PASS, format!("step {i} records event {} twice or out of range", e.0)),
+                _ => {
+                    return fail(
+                        PASS,
+                        format!("step {i} records event {} twice or out of range", e.0),
+                    )
+                }
             },
             StepKind::Wait(e) => match events.get(e.0 as usize) {
                 Some(Some(clock)) => {
@@ -218,16 +264,27 @@ pub fn verify_plan(
                         *a = (*a).max(*b);
                     }
                 }
-                _ => return fail(PASS, format!("step {i} waits on event {} before it is recorded", e.0)),
+                _ => {
+                    return fail(
+                        PASS,
+                        format!("step {i} waits on event {} before it is recorded", e.0),
+                    )
+                }
             },
         }
     }
     if launched != plan.order {
-        return fail(PASS, "the steps do not launch every group once, in order".to_string());
+        return fail(
+            PASS,
+            "the steps do not launch every group once, in order".to_string(),
+        );
     }
     for s in 1..streams {
         if now[0][s] < now[s][s] {
-            return fail(PASS, format!("stream {s} never joins stream 0 before the step ends"));
+            return fail(
+                PASS,
+                format!("stream {s} never joins stream 0 before the step ends"),
+            );
         }
     }
     let hb = |a: GroupId, b: GroupId| happens_before(&clocks, &plan.stream_of, a, b);
@@ -241,24 +298,37 @@ pub fn verify_plan(
         .collect();
     let buffered: HashSet<_> = plan.buffers.iter().map(|b| b.tensor).collect();
     if arena != buffered || buffered.len() != plan.buffers.len() {
-        return fail("memory", "kept arena edges and buffers do not match one to one".to_string());
+        return fail(
+            "memory",
+            "kept arena edges and buffers do not match one to one".to_string(),
+        );
     }
     for (i, a) in plan.buffers.iter().enumerate() {
         let end = a.offset + align_up(a.bytes);
         if a.offset % ALIGN != 0 || end > plan.pool_bytes {
-            return fail("memory", format!("buffer `{}` misaligned or outside the pool", a.name));
+            return fail(
+                "memory",
+                format!("buffer `{}` misaligned or outside the pool", a.name),
+            );
         }
         for b in &plan.buffers[i + 1..] {
             let overlap = a.offset < b.offset + align_up(b.bytes) && b.offset < end;
             let uses = |x: &crate::planner::Buffer| -> Vec<GroupId> {
-                if x.readers.is_empty() { vec![x.writer] } else { x.readers.clone() }
+                if x.readers.is_empty() {
+                    vec![x.writer]
+                } else {
+                    x.readers.clone()
+                }
             };
             let ordered = uses(a).iter().all(|&u| hb(u, b.writer))
                 || uses(b).iter().all(|&u| hb(u, a.writer));
             if overlap && !ordered {
                 return fail(
                     "memory",
-                    format!("`{}` and `{}` may be live together but share bytes", a.name, b.name),
+                    format!(
+                        "`{}` and `{}` may be live together but share bytes",
+                        a.name, b.name
+                    ),
                 );
             }
         }

@@ -73,7 +73,8 @@ fn llama3_f64(i: usize, dim: usize, theta: f64) -> (f64, Band) {
 
 #[test]
 fn llama3_inv_freq_matches_transformers_for_llama_3_2_1b() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/configs/llama-3.2-1b.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/configs/llama-3.2-1b.json");
     let config = ModelConfig::from_file(&path).expect("llama-3.2-1b loads");
     let inv_freq = config.rope.inv_freq(config.head_dim);
     assert_eq!(inv_freq.len(), 32);

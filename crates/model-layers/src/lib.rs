@@ -1,1 +1,1 @@
-
+//! solder's model layers: weights, emitters, programs and sessions (issue 3).

@@ -12,8 +12,8 @@ use super::CircuitOptions;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
 use crate::ir::{
-    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, ModelInput, ModelOutput, Shape,
-    StateKind, TensorId,
+    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, ModelInput, ModelOutput, Shape, StateKind,
+    TensorId,
 };
 use crate::ops::OpKind;
 
@@ -53,7 +53,11 @@ pub(super) fn build(
     }
 
     let x = rms_norm(&mut b, cfg, None, "final_norm", "model.norm.weight", h)?;
-    let head_name = if cfg.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+    let head_name = if cfg.tie_word_embeddings {
+        "model.embed_tokens.weight"
+    } else {
+        "lm_head.weight"
+    };
     let head_w = b.weight(head_name, &[vocab, hidden])?;
     b.op1(
         OpSpec::new(OpKind::LmHead, "lm_head", "lm_head")
@@ -78,11 +82,45 @@ fn layer(
     let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
     let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
 
-    let x = rms_norm(b, cfg, Some(l), "input_layernorm", &format!("{p}input_layernorm.weight"), h)?;
+    let x = rms_norm(
+        b,
+        cfg,
+        Some(l),
+        "input_layernorm",
+        &format!("{p}input_layernorm.weight"),
+        h,
+    )?;
     let bias = cfg.attention_bias;
-    let q = linear(b, l, "q_proj", &format!("{p}self_attn.q_proj"), x, hidden, q_dim, bias)?;
-    let k = linear(b, l, "k_proj", &format!("{p}self_attn.k_proj"), x, hidden, kv_dim, bias)?;
-    let v = linear(b, l, "v_proj", &format!("{p}self_attn.v_proj"), x, hidden, kv_dim, bias)?;
+    let q = linear(
+        b,
+        l,
+        "q_proj",
+        &format!("{p}self_attn.q_proj"),
+        x,
+        hidden,
+        q_dim,
+        bias,
+    )?;
+    let k = linear(
+        b,
+        l,
+        "k_proj",
+        &format!("{p}self_attn.k_proj"),
+        x,
+        hidden,
+        kv_dim,
+        bias,
+    )?;
+    let v = linear(
+        b,
+        l,
+        "v_proj",
+        &format!("{p}self_attn.v_proj"),
+        x,
+        hidden,
+        kv_dim,
+        bias,
+    )?;
 
     let (mut q, mut k) = (q, k);
     if cfg.qk_norm {
@@ -148,7 +186,11 @@ fn layer(
         OpSpec::new(OpKind::Attention, format!("l{l}.attention"), "attention")
             .layer(l, ATTN)
             .inputs(&[roped[0], kv])
-            .meta(&[MetaField::Positions, MetaField::SeqLens, MetaField::BlockTables])
+            .meta(&[
+                MetaField::Positions,
+                MetaField::SeqLens,
+                MetaField::BlockTables,
+            ])
             .attr("heads", int(heads))
             .attr("kv_heads", int(kv_heads))
             .attr("head_dim", int(hd))
@@ -156,7 +198,16 @@ fn layer(
             .attr("block_size", int(options.kv_block_size)),
         OutSpec::rows(format!("l{l}.attn"), Dtype::Bf16, q_dim),
     )?;
-    let o = linear(b, l, "o_proj", &format!("{p}self_attn.o_proj"), attn, q_dim, hidden, false)?;
+    let o = linear(
+        b,
+        l,
+        "o_proj",
+        &format!("{p}self_attn.o_proj"),
+        attn,
+        q_dim,
+        hidden,
+        false,
+    )?;
     let h = residual_add(b, l, "attn_residual", h, o, hidden)?;
 
     let x = rms_norm(
@@ -167,8 +218,26 @@ fn layer(
         &format!("{p}post_attention_layernorm.weight"),
         h,
     )?;
-    let gate = linear(b, l, "gate_proj", &format!("{p}mlp.gate_proj"), x, hidden, inter, false)?;
-    let up = linear(b, l, "up_proj", &format!("{p}mlp.up_proj"), x, hidden, inter, false)?;
+    let gate = linear(
+        b,
+        l,
+        "gate_proj",
+        &format!("{p}mlp.gate_proj"),
+        x,
+        hidden,
+        inter,
+        false,
+    )?;
+    let up = linear(
+        b,
+        l,
+        "up_proj",
+        &format!("{p}mlp.up_proj"),
+        x,
+        hidden,
+        inter,
+        false,
+    )?;
     let act = b.op1(
         OpSpec::new(OpKind::SiluMul, format!("l{l}.silu_mul"), "silu_mul")
             .layer(l, ATTN)
@@ -176,7 +245,16 @@ fn layer(
             .attr("width", int(inter)),
         OutSpec::rows(format!("l{l}.act"), Dtype::Bf16, inter),
     )?;
-    let down = linear(b, l, "down_proj", &format!("{p}mlp.down_proj"), act, inter, hidden, false)?;
+    let down = linear(
+        b,
+        l,
+        "down_proj",
+        &format!("{p}mlp.down_proj"),
+        act,
+        inter,
+        hidden,
+        false,
+    )?;
     residual_add(b, l, "mlp_residual", h, down, hidden)
 }
 
@@ -197,7 +275,14 @@ fn rms_norm(
     if let Some(l) = layer {
         spec = spec.layer(l, ATTN);
     }
-    b.op1(spec, OutSpec::rows(format!("{}.out", op_name(layer, role)), Dtype::Bf16, cfg.hidden_size))
+    b.op1(
+        spec,
+        OutSpec::rows(
+            format!("{}.out", op_name(layer, role)),
+            Dtype::Bf16,
+            cfg.hidden_size,
+        ),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -240,7 +325,11 @@ fn residual_add(
             .layer(l, ATTN)
             .inputs(&[h, x])
             .attr("hidden", int(hidden)),
-        OutSpec::rows(format!("l{l}.h_{}", role.trim_end_matches("_residual")), Dtype::F32, hidden),
+        OutSpec::rows(
+            format!("l{l}.h_{}", role.trim_end_matches("_residual")),
+            Dtype::F32,
+            hidden,
+        ),
     )
 }
 

@@ -27,7 +27,9 @@ pub fn build_circuit(
     options: CircuitOptions,
 ) -> Result<Circuit, CircuitError> {
     if options.kv_block_size == 0 {
-        return Err(CircuitError::Build("kv_block_size must be at least 1".to_string()));
+        return Err(CircuitError::Build(
+            "kv_block_size must be at least 1".to_string(),
+        ));
     }
     match config.family {
         Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
@@ -42,7 +44,11 @@ pub fn model_name(source: &str) -> String {
     let path = std::path::Path::new(source);
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
     if stem == "config" {
-        if let Some(dir) = path.parent().and_then(|p| p.file_name()).and_then(|s| s.to_str()) {
+        if let Some(dir) = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str())
+        {
             return dir.to_string();
         }
     }

@@ -14,30 +14,48 @@ pub fn linearise(order: &[GroupId], streams: &StreamPlan) -> (Vec<Step>, usize) 
     let mut events: Vec<Option<GroupId>> = Vec::new();
     let needed = |p: Option<GroupId>| streams.syncs.iter().any(|y| y.producer == p);
     let event_of = |events: &[Option<GroupId>], p: Option<GroupId>| {
-        events.iter().position(|q| *q == p).map(|i| EventId(i as u32))
+        events
+            .iter()
+            .position(|q| *q == p)
+            .map(|i| EventId(i as u32))
     };
     let mut steps = Vec::new();
     if needed(None) {
         events.push(None);
-        steps.push(Step { stream: 0, kind: StepKind::Record(EventId(0)) });
+        steps.push(Step {
+            stream: 0,
+            kind: StepKind::Record(EventId(0)),
+        });
     }
     for &g in order {
         let stream = streams.stream_of[g.0 as usize];
         for sync in streams.syncs.iter().filter(|y| y.consumer == Some(g)) {
             if let Some(e) = event_of(&events, sync.producer) {
-                steps.push(Step { stream, kind: StepKind::Wait(e) });
+                steps.push(Step {
+                    stream,
+                    kind: StepKind::Wait(e),
+                });
             }
         }
-        steps.push(Step { stream, kind: StepKind::Launch(g) });
+        steps.push(Step {
+            stream,
+            kind: StepKind::Launch(g),
+        });
         if needed(Some(g)) {
             let e = EventId(events.len() as u32);
             events.push(Some(g));
-            steps.push(Step { stream, kind: StepKind::Record(e) });
+            steps.push(Step {
+                stream,
+                kind: StepKind::Record(e),
+            });
         }
     }
     for sync in streams.syncs.iter().filter(|y| y.consumer.is_none()) {
         if let Some(e) = event_of(&events, sync.producer) {
-            steps.push(Step { stream: 0, kind: StepKind::Wait(e) });
+            steps.push(Step {
+                stream: 0,
+                kind: StepKind::Wait(e),
+            });
         }
     }
     (steps, events.len())

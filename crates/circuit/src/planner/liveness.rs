@@ -30,12 +30,19 @@ pub fn liveness(circuit: &Circuit, fusion: &FusionPlan, order: &[GroupId]) -> Ve
             if tensor.binding != Binding::Arena {
                 continue;
             }
-            let mut readers: Vec<GroupId> =
-                circuit.consumers(t).iter().map(|n| fusion.group_of[n.0 as usize]).collect();
+            let mut readers: Vec<GroupId> = circuit
+                .consumers(t)
+                .iter()
+                .map(|n| fusion.group_of[n.0 as usize])
+                .collect();
             readers.sort_by_key(|g| position[g.0 as usize]);
             readers.dedup();
             let first = position[writer.0 as usize];
-            let last = readers.iter().map(|g| position[g.0 as usize]).max().unwrap_or(first);
+            let last = readers
+                .iter()
+                .map(|g| position[g.0 as usize])
+                .max()
+                .unwrap_or(first);
             lifetimes.push(Lifetime {
                 tensor: t,
                 bytes: tensor.bytes(fusion.rows),

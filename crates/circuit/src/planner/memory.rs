@@ -28,8 +28,11 @@ pub fn conflicts(
     happens_before: impl Fn(GroupId, GroupId) -> bool,
 ) -> Vec<Vec<usize>> {
     let done_before = |a: &Lifetime, b: &Lifetime| {
-        let uses: &[GroupId] =
-            if a.readers.is_empty() { std::slice::from_ref(&a.writer) } else { &a.readers };
+        let uses: &[GroupId] = if a.readers.is_empty() {
+            std::slice::from_ref(&a.writer)
+        } else {
+            &a.readers
+        };
         uses.iter().all(|&u| happens_before(u, b.writer))
     };
     let mut adjacency = vec![Vec::new(); lifetimes.len()];
@@ -69,22 +72,44 @@ pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
     let span = |i: usize| lifetimes[i].last - lifetimes[i].first + 1;
     type Key<'a> = Box<dyn Fn(usize) -> (usize, usize, usize) + 'a>;
     let orderings: [(&'static str, Key); 5] = [
-        ("greedy-by-size", Box::new(move |i| (usize::MAX - size(i), lifetimes[i].first, i))),
-        ("greedy-by-start", Box::new(move |i| (lifetimes[i].first, usize::MAX - size(i), i))),
-        ("greedy-by-area", Box::new(move |i| (usize::MAX - size(i) * span(i), lifetimes[i].first, i))),
-        ("greedy-by-span", Box::new(move |i| (usize::MAX - span(i), usize::MAX - size(i), i))),
-        ("greedy-by-conflicts", Box::new(move |i| (usize::MAX - adjacency[i].len(), usize::MAX - size(i), i))),
+        (
+            "greedy-by-size",
+            Box::new(move |i| (usize::MAX - size(i), lifetimes[i].first, i)),
+        ),
+        (
+            "greedy-by-start",
+            Box::new(move |i| (lifetimes[i].first, usize::MAX - size(i), i)),
+        ),
+        (
+            "greedy-by-area",
+            Box::new(move |i| (usize::MAX - size(i) * span(i), lifetimes[i].first, i)),
+        ),
+        (
+            "greedy-by-span",
+            Box::new(move |i| (usize::MAX - span(i), usize::MAX - size(i), i)),
+        ),
+        (
+            "greedy-by-conflicts",
+            Box::new(move |i| (usize::MAX - adjacency[i].len(), usize::MAX - size(i), i)),
+        ),
     ];
     let mut best: Option<Placement> = None;
     for (strategy, key) in orderings {
         let mut order: Vec<usize> = (0..lifetimes.len()).collect();
         order.sort_by_key(|&i| key(i));
         let candidate = first_fit(lifetimes, adjacency, &order, strategy);
-        if best.as_ref().is_none_or(|b| candidate.pool_bytes < b.pool_bytes) {
+        if best
+            .as_ref()
+            .is_none_or(|b| candidate.pool_bytes < b.pool_bytes)
+        {
             best = Some(candidate);
         }
     }
-    best.unwrap_or(Placement { offsets: Vec::new(), pool_bytes: 0, strategy: "empty" })
+    best.unwrap_or(Placement {
+        offsets: Vec::new(),
+        pool_bytes: 0,
+        strategy: "empty",
+    })
 }
 
 fn first_fit(
@@ -115,5 +140,9 @@ fn first_fit(
         offsets[i] = Some(offset);
         pool_bytes = pool_bytes.max(offset + size);
     }
-    Placement { offsets: offsets.into_iter().map(|o| o.unwrap_or(0)).collect(), pool_bytes, strategy }
+    Placement {
+        offsets: offsets.into_iter().map(|o| o.unwrap_or(0)).collect(),
+        pool_bytes,
+        strategy,
+    }
 }

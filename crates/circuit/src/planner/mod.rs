@@ -62,7 +62,9 @@ pub struct BuildOptions {
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { verify: cfg!(debug_assertions) }
+        BuildOptions {
+            verify: cfg!(debug_assertions),
+        }
     }
 }
 
@@ -102,7 +104,15 @@ impl ExecutionPlan {
         mode: Mode,
         rows: usize,
     ) -> Result<ExecutionPlan, CircuitError> {
-        Self::build_with(instance, rules, available, policy, mode, rows, BuildOptions::default())
+        Self::build_with(
+            instance,
+            rules,
+            available,
+            policy,
+            mode,
+            rows,
+            BuildOptions::default(),
+        )
     }
 
     pub fn build_with(
@@ -176,7 +186,11 @@ impl ExecutionPlan {
             placement: placement.strategy,
             kernel_count_original: fusion.kernel_count_original,
             kernel_count_fused: fusion.kernel_count_fused,
-            launches_per_layer: if circuit.num_layers > 0 { fusion.launches_in_layer(middle) } else { 0 },
+            launches_per_layer: if circuit.num_layers > 0 {
+                fusion.launches_in_layer(middle)
+            } else {
+                0
+            },
             rules_digest: fusion.rules_digest.clone(),
             fusion,
             digest: String::new(),

@@ -46,7 +46,11 @@ pub fn assign_streams(
     max_streams: usize,
 ) -> StreamPlan {
     let cap = max_streams.max(1) - 1;
-    let hinted: Vec<usize> = fusion.groups.iter().map(|g| (g.branch as usize).min(cap)).collect();
+    let hinted: Vec<usize> = fusion
+        .groups
+        .iter()
+        .map(|g| (g.branch as usize).min(cap))
+        .collect();
     // Number the streams in use densely, keeping 0 for the model's stream.
     let mut used: Vec<usize> = hinted.clone();
     used.push(0);
@@ -76,14 +80,20 @@ pub fn assign_streams(
         for p in producers {
             let ps = stream_of[p.0 as usize] as usize;
             if ps != s && now[s][ps] < clocks[p.0 as usize][ps] {
-                syncs.push(Sync { producer: Some(p), consumer: Some(g) });
+                syncs.push(Sync {
+                    producer: Some(p),
+                    consumer: Some(g),
+                });
                 let theirs = clocks[p.0 as usize].clone();
                 merge(&mut now[s], &theirs);
             }
         }
         if s != 0 && !started[s] && !syncs.iter().any(|y| y.consumer == Some(g)) {
             // A side stream joins the step (and a capture) by waiting on stream 0.
-            syncs.push(Sync { producer: None, consumer: Some(g) });
+            syncs.push(Sync {
+                producer: None,
+                consumer: Some(g),
+            });
         }
         started[s] = true;
         now[s][s] += 1;
@@ -91,13 +101,24 @@ pub fn assign_streams(
     }
     for s in 1..num_streams {
         if now[0][s] < now[s][s] {
-            let last = order.iter().rev().find(|g| stream_of[g.0 as usize] as usize == s);
-            syncs.push(Sync { producer: last.copied(), consumer: None });
+            let last = order
+                .iter()
+                .rev()
+                .find(|g| stream_of[g.0 as usize] as usize == s);
+            syncs.push(Sync {
+                producer: last.copied(),
+                consumer: None,
+            });
             let theirs = now[s].clone();
             merge(&mut now[0], &theirs);
         }
     }
-    StreamPlan { stream_of, num_streams, syncs, clocks }
+    StreamPlan {
+        stream_of,
+        num_streams,
+        syncs,
+        clocks,
+    }
 }
 
 fn merge(into: &mut [u32], from: &[u32]) {

@@ -38,8 +38,12 @@ pub fn topo_order(graph: &GroupGraph) -> Result<Vec<GroupId>, CircuitError> {
         .node_indices()
         .map(|n| graph.neighbors_directed(n, Direction::Incoming).count())
         .collect();
-    let mut ready: BinaryHeap<Reverse<usize>> =
-        indegree.iter().enumerate().filter(|(_, d)| **d == 0).map(|(i, _)| Reverse(i)).collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = indegree
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == 0)
+        .map(|(i, _)| Reverse(i))
+        .collect();
     let mut order = Vec::with_capacity(indegree.len());
     while let Some(Reverse(i)) = ready.pop() {
         order.push(GroupId(i as u32));

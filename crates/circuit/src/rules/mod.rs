@@ -103,8 +103,10 @@ pub struct RuleSet {
 
 impl RuleSet {
     pub fn from_file(path: &Path) -> Result<RuleSet, CircuitError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| CircuitError::RulesIo { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| CircuitError::RulesIo {
+            path: path.to_path_buf(),
+            source,
+        })?;
         RuleSet::from_toml_str(&text, &path.display().to_string())
     }
 
@@ -112,7 +114,11 @@ impl RuleSet {
         let rules = parse::parse_rules(text, source)?;
         let digest = digest_rules(&rules);
         tracing::debug!(source, rules = rules.len(), %digest, "loaded fusion rules");
-        Ok(RuleSet { rules, digest, source: source.to_string() })
+        Ok(RuleSet {
+            rules,
+            digest,
+            source: source.to_string(),
+        })
     }
 
     pub fn get(&self, id: &str) -> Option<&Rule> {
@@ -136,14 +142,20 @@ pub fn canonical_text(rules: &[Rule]) -> String {
                     e.role.as_deref().unwrap_or("*"),
                     e.layer_kind.map_or("*", |k| k.as_str()),
                     if e.keep { "keep" } else { "-" },
-                    if e.link == Link::Sibling { "sibling" } else { "consumer" }
+                    if e.link == Link::Sibling {
+                        "sibling"
+                    } else {
+                        "consumer"
+                    }
                 )
             })
             .collect();
         let modes = r.modes.as_ref().map_or("*".to_string(), |m| {
             m.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
         });
-        let rows = r.rows.map_or("*".to_string(), |(lo, hi)| format!("{lo}..={hi}"));
+        let rows = r
+            .rows
+            .map_or("*".to_string(), |(lo, hi)| format!("{lo}..={hi}"));
         let when: Vec<String> = r.when.iter().map(|(l, on)| format!("{l}={on}")).collect();
         let _ = writeln!(
             out,

@@ -60,7 +60,10 @@ impl Locator<'_> {
     fn line_col(&self, offset: usize) -> (usize, usize) {
         let before = &self.text[..offset.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
-        let col = before.rfind('\n').map_or(before.len(), |nl| before.len() - nl - 1) + 1;
+        let col = before
+            .rfind('\n')
+            .map_or(before.len(), |nl| before.len() - nl - 1)
+            + 1;
         (line, col)
     }
 
@@ -82,7 +85,10 @@ pub(super) fn parse_rules(text: &str, source: &str) -> Result<Vec<Rule>, Circuit
     if *raw.schema.get_ref() != 1 {
         return Err(at.err(
             raw.schema.span().start,
-            format!("unsupported schema {} (this solder reads schema 1)", raw.schema.get_ref()),
+            format!(
+                "unsupported schema {} (this solder reads schema 1)",
+                raw.schema.get_ref()
+            ),
         ));
     }
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -92,7 +98,10 @@ pub(super) fn parse_rules(text: &str, source: &str) -> Result<Vec<Rule>, Circuit
         if let Some(first) = seen.insert(rule.id.clone(), rule.line) {
             return Err(CircuitError::Rules {
                 source_name: format!("{}:{}", source, rule.line),
-                message: format!("duplicate rule id `{}` (first defined at line {first})", rule.id),
+                message: format!(
+                    "duplicate rule id `{}` (first defined at line {first})",
+                    rule.id
+                ),
             });
         }
         rules.push(rule);
@@ -119,26 +128,49 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
         let op = OpKind::parse(e.op.get_ref()).ok_or_else(|| {
             fail(
                 e.op.span().start,
-                format!("unknown op `{}` (known ops: {})", e.op.get_ref(), OpKind::names().join(", ")),
+                format!(
+                    "unknown op `{}` (known ops: {})",
+                    e.op.get_ref(),
+                    OpKind::names().join(", ")
+                ),
             )
         })?;
         let layer_kind = match e.layer_kind {
             None => None,
             Some(k) => Some(LayerKind::parse(k.get_ref()).ok_or_else(|| {
-                fail(k.span().start, format!("unknown layer_kind `{}`", k.get_ref()))
+                fail(
+                    k.span().start,
+                    format!("unknown layer_kind `{}`", k.get_ref()),
+                )
             })?),
         };
-        let link = match e.link.as_ref().map(|l| (l.get_ref().as_str(), l.span().start)) {
+        let link = match e
+            .link
+            .as_ref()
+            .map(|l| (l.get_ref().as_str(), l.span().start))
+        {
             None | Some(("consumer", _)) => Link::Consumer,
             Some(("sibling", at)) if i == 0 => {
-                return Err(fail(at, "the first pattern element cannot be a sibling".to_string()))
+                return Err(fail(
+                    at,
+                    "the first pattern element cannot be a sibling".to_string(),
+                ))
             }
             Some(("sibling", _)) => Link::Sibling,
             Some((other, at)) => {
-                return Err(fail(at, format!("unknown link `{other}` (expected consumer or sibling)")))
+                return Err(fail(
+                    at,
+                    format!("unknown link `{other}` (expected consumer or sibling)"),
+                ))
             }
         };
-        pattern.push(PatternElem { op, role: e.role, layer_kind, keep: e.keep, link });
+        pattern.push(PatternElem {
+            op,
+            role: e.role,
+            layer_kind,
+            keep: e.keep,
+            link,
+        });
     }
 
     let kernels = match (r.kernel, r.kernels) {
@@ -148,9 +180,17 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
             ks.into_inner().into_iter().map(|k| (start, k)).collect()
         }
         (Some(k), Some(_)) => {
-            return Err(fail(k.span().start, "has both `kernel` and `kernels`".to_string()))
+            return Err(fail(
+                k.span().start,
+                "has both `kernel` and `kernels`".to_string(),
+            ))
         }
-        _ => return Err(fail(id_at, "names no kernel (`kernel = \"module::func\"`)".to_string())),
+        _ => {
+            return Err(fail(
+                id_at,
+                "names no kernel (`kernel = \"module::func\"`)".to_string(),
+            ))
+        }
     };
     for (offset, k) in &kernels {
         if !is_kernel_name(k) {
@@ -228,7 +268,10 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
         }
     };
     if numerics == Numerics::Reference && (pattern.len() != 1 || kernels.len() != 1) {
-        return Err(fail(pattern_at, "a reference rule covers one op with one kernel".to_string()));
+        return Err(fail(
+            pattern_at,
+            "a reference rule covers one op with one kernel".to_string(),
+        ));
     }
 
     Ok(Rule {
@@ -252,9 +295,10 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
         toml::Value::String(s) if s == "reference" => Ok(Numerics::Reference),
         toml::Value::String(s) if s == "bit_identical" => Ok(Numerics::BitIdentical),
         toml::Value::Table(t) => {
-            let lever = t.get("differs").and_then(|v| v.as_str()).ok_or_else(|| {
-                "numerics table needs `differs = \"<lever>\"`".to_string()
-            })?;
+            let lever = t
+                .get("differs")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| "numerics table needs `differs = \"<lever>\"`".to_string())?;
             let tolerance = match t.get("tolerance") {
                 Some(toml::Value::Float(f)) if *f > 0.0 && f.is_finite() => *f,
                 _ => return Err("numerics `differs` needs `tolerance = <positive float>`".into()),
@@ -265,11 +309,15 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
             if !Levers::is_known(lever) {
                 return Err(format!("numerics `differs` names unknown lever `{lever}`"));
             }
-            Ok(Numerics::Differs { lever: lever.to_string(), tolerance })
+            Ok(Numerics::Differs {
+                lever: lever.to_string(),
+                tolerance,
+            })
         }
         other => Err(format!(
             "numerics must be \"reference\", \"bit_identical\" or {{ differs = \"<lever>\", \
-             tolerance = <rel> }}, got a {}", other.type_str()
+             tolerance = <rel> }}, got a {}",
+            other.type_str()
         )),
     }
 }
@@ -277,7 +325,9 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
 fn is_kernel_name(name: &str) -> bool {
     let ident = |s: &str| {
         let mut chars = s.chars();
-        chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     match name.split_once("::") {
