@@ -45,15 +45,20 @@ impl Instance {
 
     /// The family's circuit for `config`, served at `serve`.
     pub fn from_config(config: &ModelConfig, serve: ServeShape) -> Result<Instance, CircuitError> {
+        Instance::from_config_with(config, serve, CircuitOptions::default())
+    }
+
+    /// As `from_config`, with circuit options (KV page size).
+    pub fn from_config_with(
+        config: &ModelConfig,
+        serve: ServeShape,
+        options: CircuitOptions,
+    ) -> Result<Instance, CircuitError> {
         serve.validate().map_err(|e| CircuitError::Unsupported {
             source_name: config.source.clone(),
             message: e.to_string(),
         })?;
-        let circuit = build_circuit(
-            config,
-            &model_name(&config.source),
-            CircuitOptions::default(),
-        )?;
+        let circuit = build_circuit(config, &model_name(&config.source), options)?;
         Ok(Instance::new(circuit, serve))
     }
 

@@ -58,11 +58,12 @@ struct Locator<'a> {
 
 impl Locator<'_> {
     fn line_col(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
+        let before = self.text.get(..offset).unwrap_or(self.text);
         let line = before.matches('\n').count() + 1;
-        let col = before
-            .rfind('\n')
-            .map_or(before.len(), |nl| before.len() - nl - 1)
+        // Columns count characters, as toml's own messages do.
+        let col = before[before.rfind('\n').map_or(0, |nl| nl + 1)..]
+            .chars()
+            .count()
             + 1;
         (line, col)
     }
@@ -207,6 +208,13 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
         Some(m) => {
             let start = m.span().start;
             let mut modes = Vec::new();
+            if m.get_ref().is_empty() {
+                return Err(fail(
+                    start,
+                    "`modes` is empty: the rule could never apply (omit it for every mode)"
+                        .to_string(),
+                ));
+            }
             for name in m.into_inner() {
                 let mode: Mode = name.parse().map_err(|_| {
                     fail(
@@ -294,6 +302,10 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
     match value {
         toml::Value::String(s) if s == "reference" => Ok(Numerics::Reference),
         toml::Value::String(s) if s == "bit_identical" => Ok(Numerics::BitIdentical),
+        toml::Value::String(s) => Err(format!(
+            "unknown numerics \"{s}\" (expected \"reference\", \"bit_identical\" or \
+             {{ differs = \"<lever>\", tolerance = <rel> }})"
+        )),
         toml::Value::Table(t) => {
             let lever = t
                 .get("differs")

@@ -1,0 +1,302 @@
+//! The planner on every shipped dense config at every (mode, rows) its serve shape asks for:
+//! the pool within 2% of the bound, six launches per layer, verified, deterministic.
+
+use solder_circuit::verify::verify_plan;
+use solder_circuit::{
+    plans_digest, Available, BuildOptions, CircuitError, ExecutionPlan, Instance, Mode, Policy,
+    RuleSet, StepKind,
+};
+use solder_tests::{load_instance, load_rules, DENSE_CONFIGS};
+
+fn instance(model: &str) -> Instance {
+    load_instance(model).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn rules() -> RuleSet {
+    load_rules().expect("shipped rules")
+}
+
+fn build(
+    instance: &Instance,
+    rules: &RuleSet,
+    policy: &Policy,
+    mode: Mode,
+    rows: usize,
+) -> ExecutionPlan {
+    let available = Available::all_kernels(rules);
+    ExecutionPlan::build_with(
+        instance,
+        rules,
+        &available,
+        policy,
+        mode,
+        rows,
+        BuildOptions { verify: true },
+    )
+    .unwrap_or_else(|e| panic!("{} {mode} rows={rows}: {e}", instance.circuit.name))
+}
+
+fn ladder(instance: &Instance, rules: &RuleSet, policy: &Policy) -> Vec<ExecutionPlan> {
+    instance
+        .shapes()
+        .into_iter()
+        .map(|(mode, rows)| build(instance, rules, policy, mode, rows))
+        .collect()
+}
+
+#[test]
+fn every_shipped_plan_is_verified_tight_and_fused() {
+    let rules = rules();
+    let available = Available::all_kernels(&rules);
+    for model in DENSE_CONFIGS {
+        let instance = instance(model);
+        let shapes = instance.shapes();
+        assert!(
+            shapes.len() >= 3 && shapes[0] == (Mode::Decode, 1),
+            "{model}: {shapes:?}"
+        );
+        for plan in ladder(&instance, &rules, &Policy::default()) {
+            let at = format!("{model} {} rows={}", plan.mode, plan.rows);
+            assert!(
+                plan.pool_bytes as f64 <= 1.02 * plan.live_lower_bound as f64,
+                "{at}: pool_bytes {} above 1.02 x live_lower_bound {}",
+                plan.pool_bytes,
+                plan.live_lower_bound
+            );
+            assert!(
+                plan.pool_bytes >= plan.live_lower_bound && plan.live_lower_bound > 0,
+                "{at}"
+            );
+            assert!(
+                plan.launches_per_layer <= 6 && plan.launches_per_layer > 0,
+                "{at}: {} per layer",
+                plan.launches_per_layer
+            );
+            assert!(
+                plan.kernel_count_fused < plan.kernel_count_original,
+                "{at}: nothing fused"
+            );
+            assert_eq!(
+                plan.kernel_count_original,
+                instance.circuit.ops.len(),
+                "{at}"
+            );
+            verify_plan(&instance.circuit, &plan, &available)
+                .unwrap_or_else(|e| panic!("{at}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn reference_only_plans_launch_once_per_op() {
+    let rules = rules();
+    for model in DENSE_CONFIGS {
+        let instance = instance(model);
+        let ops = instance.circuit.ops.len();
+        for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 8), (Mode::Verify, 4)] {
+            let plan = build(&instance, &rules, &Policy::reference_only(), mode, rows);
+            assert_eq!(plan.compute_steps(), ops, "{model} {mode} {rows}");
+            assert_eq!(
+                plan.kernel_count_fused, plan.kernel_count_original,
+                "{model} {mode} {rows}"
+            );
+            assert!(plan
+                .fusion
+                .groups
+                .iter()
+                .all(|g| g.nodes.len() == 1 && g.fused.is_empty()));
+            let all = build(&instance, &rules, &Policy::default(), mode, rows);
+            assert_ne!(
+                plan.digest, all.digest,
+                "{model}: reference-only and all-rules plans"
+            );
+        }
+    }
+}
+
+#[test]
+fn digests_are_equal_across_two_builds() {
+    for model in ["llama-3.2-1b", "qwen3-0.6b", "golden-qwen3-dense"] {
+        let (a, b) = (instance(model), instance(model));
+        let (ra, rb) = (rules(), rules());
+        let plans_a = ladder(&a, &ra, &Policy::default());
+        let plans_b = ladder(&b, &rb, &Policy::default());
+        for (x, y) in plans_a.iter().zip(&plans_b) {
+            assert_eq!(x.digest, y.digest, "{model} {} rows={}", x.mode, x.rows);
+            assert_eq!(x, y, "{model} {} rows={}: the whole plan", x.mode, x.rows);
+        }
+        assert_eq!(plans_digest(&plans_a), plans_digest(&plans_b), "{model}");
+        let distinct: std::collections::HashSet<&str> =
+            plans_a.iter().map(|p| p.digest.as_str()).collect();
+        assert_eq!(
+            distinct.len(),
+            plans_a.len(),
+            "{model}: every (mode, rows) has its own digest"
+        );
+    }
+}
+
+#[test]
+fn plans_digest_changes_when_one_plan_changes() {
+    let rules = rules();
+    let instance = instance("llama-3.2-1b");
+    let plans = ladder(&instance, &rules, &Policy::default());
+    let whole = plans_digest(&plans);
+    assert_eq!(whole.len(), 64);
+    let mut changed = plans.clone();
+    changed[3] = build(
+        &instance,
+        &rules,
+        &Policy::reference_only(),
+        changed[3].mode,
+        changed[3].rows,
+    );
+    assert_ne!(
+        whole,
+        plans_digest(&changed),
+        "one plan rebuilt reference-only"
+    );
+    assert_ne!(
+        whole,
+        plans_digest(&plans[..plans.len() - 1]),
+        "one plan fewer"
+    );
+    let mut swapped = plans.clone();
+    swapped.swap(0, 1);
+    assert_ne!(whole, plans_digest(&swapped), "order of the ladder");
+}
+
+#[test]
+fn steps_on_total_steps_and_compute_steps_agree() {
+    let rules = rules();
+    for model in DENSE_CONFIGS {
+        let instance = instance(model);
+        for plan in ladder(&instance, &rules, &Policy::default()) {
+            let at = format!("{model} {} rows={}", plan.mode, plan.rows);
+            let on: usize = (0..plan.num_streams as u8)
+                .map(|s| plan.steps_on(s).count())
+                .sum();
+            assert_eq!(on, plan.total_steps(), "{at}");
+            assert_eq!(plan.steps_on(plan.num_streams as u8).count(), 0, "{at}");
+            let launches = plan
+                .steps
+                .iter()
+                .filter(|s| matches!(s.kind, StepKind::Launch(_)))
+                .count();
+            assert_eq!(launches, plan.order.len(), "{at}");
+            assert_eq!(launches, plan.fusion.groups.len(), "{at}");
+            let kernels: usize = plan.fusion.groups.iter().map(|g| g.kernels.len()).sum();
+            assert_eq!(plan.compute_steps(), kernels, "{at}");
+            assert_eq!(plan.compute_steps(), plan.kernel_count_fused, "{at}");
+            let records = plan
+                .steps
+                .iter()
+                .filter(|s| matches!(s.kind, StepKind::Record(_)))
+                .count();
+            assert_eq!(records, plan.event_count, "{at}");
+            assert_eq!(plan.total_steps(), plan.steps.len(), "{at}");
+        }
+    }
+}
+
+#[test]
+fn dot_mentions_every_group_and_display_leads_with_the_pool() {
+    let rules = rules();
+    for model in ["llama-3.2-1b", "qwen3-0.6b"] {
+        let instance = instance(model);
+        let plan = build(&instance, &rules, &Policy::default(), Mode::MultiSeq, 8);
+        let dot = plan.to_dot(&instance.circuit);
+        assert!(dot.starts_with("digraph "), "{model}");
+        for (gi, g) in plan.fusion.groups.iter().enumerate() {
+            let label = format!("  g{gi} [label=");
+            assert_eq!(
+                dot.matches(&label).count(),
+                1,
+                "{model}: group {gi} in the DOT"
+            );
+            let first_op = &instance.circuit.op(g.nodes[0]).name;
+            assert!(
+                dot.contains(first_op.as_str()),
+                "{model}: `{first_op}` in the DOT"
+            );
+        }
+        let text = plan.display(&instance.circuit).to_string();
+        let head: Vec<&str> = text.lines().take(5).collect();
+        assert_eq!(head[0], format!("plan {model} multi_seq rows=8"));
+        let pool = format!(
+            "pool_bytes {} live_lower_bound {}",
+            plan.pool_bytes, plan.live_lower_bound
+        );
+        assert!(head.iter().any(|l| l.contains(&pool)), "{model}: {head:#?}");
+    }
+}
+
+#[test]
+fn decode_with_two_rows_is_an_error() {
+    let rules = rules();
+    let instance = instance("llama-3.2-1b");
+    let available = Available::all_kernels(&rules);
+    let err = ExecutionPlan::build(
+        &instance,
+        &rules,
+        &available,
+        &Policy::default(),
+        Mode::Decode,
+        2,
+    )
+    .expect_err("decode runs one row");
+    assert!(
+        matches!(err, CircuitError::BadRows { ref mode, rows: 2, .. } if mode == "decode"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn tied_embeddings_share_the_embedding_slot() {
+    for (model, tied) in [
+        ("qwen3-0.6b", true),
+        ("llama-3.1-8b", false),
+        ("llama-3.2-1b", true),
+    ] {
+        let c = instance(model).circuit;
+        let named = |n: &str| c.weights.iter().filter(|w| w.name == n).count();
+        assert_eq!(named("model.embed_tokens.weight"), 1, "{model}");
+        assert_eq!(named("lm_head.weight"), usize::from(!tied), "{model}");
+        let head = c
+            .ops
+            .iter()
+            .find(|o| o.name == "lm_head")
+            .expect("lm_head op");
+        let slot = &c.weights[head.weights[0].0 as usize].name;
+        let want = if tied {
+            "model.embed_tokens.weight"
+        } else {
+            "lm_head.weight"
+        };
+        assert_eq!(slot, want, "{model}");
+    }
+}
+
+#[test]
+fn renaming_a_rule_changes_the_rules_digest_but_no_plan_digest() {
+    let text = std::fs::read_to_string(solder_tests::rules_path()).expect("shipped rules");
+    let renamed = text.replace("id = \"add_norm_qkv\"", "id = \"fold_add_norm_into_qkv\"");
+    assert_ne!(text, renamed, "the shipped rules name add_norm_qkv");
+    let a = RuleSet::from_toml_str(&text, "FUSIONS.toml").unwrap();
+    let b = RuleSet::from_toml_str(&renamed, "FUSIONS.toml").unwrap();
+    assert_ne!(a.digest, b.digest);
+    let instance = instance("qwen3-8b");
+    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 32)] {
+        let (pa, pb) = (
+            build(&instance, &a, &Policy::default(), mode, rows),
+            build(&instance, &b, &Policy::default(), mode, rows),
+        );
+        assert!(pb
+            .fusion
+            .groups
+            .iter()
+            .any(|g| g.rule == "fold_add_norm_into_qkv"));
+        assert_eq!(pa.digest, pb.digest, "{mode} {rows}");
+        assert_ne!(pa.rules_digest, pb.rules_digest);
+    }
+}
