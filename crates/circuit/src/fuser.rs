@@ -78,9 +78,15 @@ impl FusionPlan {
                 .iter()
                 .map(|n| circuit.op(*n).name.as_str())
                 .collect();
+            // The emitter decides the launches' arguments, so it is part of the plan.
+            let emitter = g
+                .emitter
+                .as_deref()
+                .map(|e| format!(" emitter={e}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "group {i} kernels={} nodes={}",
+                "group {i} kernels={}{emitter} nodes={}",
                 g.kernels.join(","),
                 nodes.join(",")
             );

@@ -380,5 +380,9 @@ fn empty_modes_list_is_refused() {
     let text = one_rule(
         "pattern = [{ op = \"rms_norm\" }]\nkernel = \"norm::rms_norm\"\nnumerics = \"reference\"\nmodes = []",
     );
-    assert_at(&refuse(&text), line_of(&text, "modes"), &["`modes` is empty"]);
+    assert_at(
+        &refuse(&text),
+        line_of(&text, "modes"),
+        &["`modes` is empty"],
+    );
 }
