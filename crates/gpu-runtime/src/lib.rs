@@ -1,1 +1,26 @@
-//! solder's GPU runtime: the `GpuBackend` trait and its backends (issue 3 and 4).
+//! solder's GPU runtime: the `GpuBackend` trait (memory, copies, modules, typed launches,
+//! streams, events, graph capture, device facts) and its backends.
+//!
+//! - `cpu::CpuBackend`: the reference executor and the checker. Kernels are CPU twins
+//!   registered under their `module::func` names (`twin`). It poisons new memory, refuses any
+//!   launch range outside a live allocation, reports unordered cross-stream accesses to
+//!   overlapping bytes (vector clocks advanced by events), and refuses to free memory a live
+//!   graph captured.
+//!
+//! Invariant: backends add no logic of their own beyond executing and checking what they are
+//! handed; results of a twin never depend on the number of host threads.
+
+mod backend;
+pub mod cpu;
+mod error;
+pub mod twin;
+mod types;
+
+pub use backend::GpuBackend;
+pub use cpu::CpuBackend;
+pub use error::GpuError;
+pub use twin::{par_chunks_mut, TwinCtx, TwinFn};
+pub use types::{
+    Access, DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId,
+    LaunchConfig, ModuleImage, StreamId,
+};

@@ -1,0 +1,65 @@
+//! The `GpuBackend` trait: the whole surface solder needs from a device.
+
+use crate::error::GpuError;
+use crate::types::{
+    DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
+    ModuleImage, StreamId,
+};
+
+/// A device: memory, copies, modules and kernels, launches, streams, events and graphs.
+///
+/// Stream 0 (`default_stream`) is the model's stream and exists from the start. Work on one
+/// stream runs in submission order; across streams only events order it.
+pub trait GpuBackend {
+    fn facts(&self) -> DeviceFacts;
+
+    /// Allocates `bytes` (256-byte aligned). New memory holds no meaningful value (the CPU
+    /// backend fills it with a poison pattern: 0xFF, NaN as bf16 and f32).
+    fn alloc(&mut self, bytes: usize) -> Result<DevicePtr, GpuError>;
+    fn free(&mut self, ptr: DevicePtr) -> Result<(), GpuError>;
+
+    /// Synchronous copies (they wait for all work first).
+    fn copy_h2d(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError>;
+    fn copy_d2h(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError>;
+    fn copy_d2d(&mut self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), GpuError>;
+    /// Ordered on `stream` like a launch; `src` is copied before the call returns.
+    fn copy_h2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: &[u8],
+    ) -> Result<(), GpuError>;
+    fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError>;
+
+    /// Loads a module; its kernels become visible to `kernel` and `kernel_names`.
+    fn load_module(&mut self, module: &ModuleImage<'_>) -> Result<(), GpuError>;
+    /// A kernel by `module::func`.
+    fn kernel(&self, name: &str) -> Result<KernelId, GpuError>;
+    /// Every kernel of the loaded modules (what the fuser may use).
+    fn kernel_names(&self) -> Vec<String>;
+    fn launch(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<(), GpuError>;
+
+    fn default_stream(&self) -> StreamId {
+        StreamId(0)
+    }
+    fn create_stream(&mut self) -> Result<StreamId, GpuError>;
+    fn create_event(&mut self) -> Result<EventId, GpuError>;
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<(), GpuError>;
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), GpuError>;
+    /// Waits for all work on all streams.
+    fn synchronize(&mut self) -> Result<(), GpuError>;
+
+    /// Starts capturing work submitted to `stream` (and to streams forked from it by events).
+    fn begin_capture(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    fn end_capture(&mut self, stream: StreamId) -> Result<GraphId, GpuError>;
+    fn instantiate(&mut self, graph: GraphId) -> Result<GraphExecId, GpuError>;
+    fn launch_graph(&mut self, exec: GraphExecId, stream: StreamId) -> Result<(), GpuError>;
+    fn destroy_graph(&mut self, graph: GraphId) -> Result<(), GpuError>;
+    fn destroy_graph_exec(&mut self, exec: GraphExecId) -> Result<(), GpuError>;
+}

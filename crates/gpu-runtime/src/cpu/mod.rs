@@ -1,0 +1,317 @@
+//! `CpuBackend`: the reference executor and the checker.
+//!
+//! Everything runs on the host at submission time, in submission order; streams and events
+//! only feed the checks. Every kernel is a twin registered under its `module::func` name
+//! (`registry`). Memory lives in a virtual address space with poisoned fresh bytes and gaps
+//! between allocations (`memory`). Every launch's buffers must lie inside one live allocation
+//! and no writable buffer may overlap another (`launch`). A happens-before tracker refuses
+//! unordered cross-stream accesses to overlapping bytes (`hb`). Graph capture records and
+//! replays through the same checks (`graph`).
+//!
+//! Invariant: a refused operation has no effect on memory; a twin only runs after every
+//! check of its launch passed.
+
+mod graph;
+mod hb;
+mod launch;
+mod memory;
+mod registry;
+
+use std::ptr;
+
+use graph::{Event, GraphState};
+use hb::{Label, Touch};
+use memory::Memory;
+use registry::Registry;
+
+use crate::backend::GpuBackend;
+use crate::error::GpuError;
+use crate::twin::TwinFn;
+use crate::types::{
+    DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
+    ModuleImage, StreamId,
+};
+
+pub use memory::POISON;
+
+/// Most host threads a backend hands its twins.
+const MAX_HOST_THREADS: usize = 16;
+
+pub struct CpuBackend {
+    threads: usize,
+    memory: Memory,
+    registry: Registry,
+    tracker: hb::Tracker,
+    graphs: GraphState,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
+
+impl CpuBackend {
+    /// A backend whose twins may use every available host thread (at most 16).
+    pub fn new() -> CpuBackend {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CpuBackend::with_threads(threads.min(MAX_HOST_THREADS))
+    }
+
+    pub fn with_threads(threads: usize) -> CpuBackend {
+        CpuBackend {
+            threads: threads.max(1),
+            memory: Memory::new(),
+            registry: Registry::default(),
+            tracker: hb::Tracker::new(),
+            graphs: GraphState::new(),
+        }
+    }
+
+    /// Registers the twin of kernel `name` (`module::func`); it becomes a kernel once its
+    /// module is loaded.
+    pub fn register_twin(&mut self, name: &str, f: TwinFn) -> Result<(), GpuError> {
+        self.registry.register(name, f)
+    }
+
+    /// Registers several twins, stopping at the first refused.
+    pub fn register_twins(&mut self, twins: &[(&str, TwinFn)]) -> Result<(), GpuError> {
+        twins
+            .iter()
+            .try_for_each(|(name, f)| self.register_twin(name, *f))
+    }
+
+    /// Host threads the twins may use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Allocations not yet freed.
+    pub fn live_allocations(&self) -> usize {
+        self.memory.live_allocations()
+    }
+
+    /// Bytes of the allocations not yet freed.
+    pub fn live_bytes(&self) -> usize {
+        self.memory.live_bytes()
+    }
+
+    /// Accesses the race tracker still holds (zero while only one stream exists).
+    pub fn pending_accesses(&self) -> usize {
+        self.tracker.pending()
+    }
+
+    fn check_stream(&self, stream: StreamId) -> Result<(), GpuError> {
+        if (stream.0 as usize) < self.tracker.streams() {
+            Ok(())
+        } else {
+            Err(GpuError::UnknownHandle {
+                what: "stream",
+                id: stream.0,
+            })
+        }
+    }
+
+    fn check_event(&self, event: EventId) -> Result<(), GpuError> {
+        if (event.0 as usize) < self.graphs.events.len() {
+            Ok(())
+        } else {
+            Err(GpuError::UnknownHandle {
+                what: "event",
+                id: event.0,
+            })
+        }
+    }
+
+    /// Waits for all work (a no-op here: it already ran) so nothing recorded can race.
+    fn full_sync(&mut self, call: &str) -> Result<(), GpuError> {
+        self.graphs.refuse_during_capture(call)?;
+        self.tracker.clear();
+        Ok(())
+    }
+}
+
+fn total_host_memory() -> u64 {
+    let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
+        return 0;
+    };
+    meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+impl GpuBackend for CpuBackend {
+    fn facts(&self) -> DeviceFacts {
+        DeviceFacts {
+            backend: "cpu",
+            name: format!("host ({} threads)", self.threads),
+            memory_bytes: total_host_memory(),
+            compute_capability: None,
+            multiprocessors: 0,
+            host_threads: self.threads,
+        }
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<DevicePtr, GpuError> {
+        self.memory.alloc(bytes)
+    }
+
+    fn free(&mut self, ptr: DevicePtr) -> Result<(), GpuError> {
+        self.graphs.refuse_free(ptr.0)?;
+        self.memory.free(ptr)?;
+        self.tracker.forget_allocation(ptr.0);
+        Ok(())
+    }
+
+    fn copy_h2d(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
+        self.full_sync("copy_h2d")?;
+        let to = self.memory.host_range("copy_h2d", dst, src.len())?;
+        // SAFETY: `to..to + len` lies inside a live allocation; `src` is a distinct host slice.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), to, src.len()) };
+        Ok(())
+    }
+
+    fn copy_d2h(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError> {
+        self.full_sync("copy_d2h")?;
+        let from = self.memory.host_range("copy_d2h", src, dst.len())?;
+        // SAFETY: `from..from + len` lies inside a live allocation; `dst` is a distinct slice.
+        unsafe { ptr::copy_nonoverlapping(from, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn copy_d2d(&mut self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), GpuError> {
+        self.full_sync("copy_d2d")?;
+        let from = self.memory.host_range("copy_d2d (source)", src, bytes)?;
+        let to = self
+            .memory
+            .host_range("copy_d2d (destination)", dst, bytes)?;
+        // SAFETY: both ranges lie inside live allocations; `copy` allows them to overlap.
+        unsafe { ptr::copy(from, to, bytes) };
+        Ok(())
+    }
+
+    fn copy_h2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: &[u8],
+    ) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "copy_h2d_async on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            )));
+        }
+        let allocation = self.memory.range("copy_h2d_async", dst, src.len())?;
+        let touch = Touch {
+            alloc: allocation.base,
+            start: dst.0,
+            end: dst.0 + src.len() as u64,
+            write: true,
+            label: Label::Call("copy_h2d_async"),
+        };
+        self.track(stream, &[touch])?;
+        let to = self.memory.host_range("copy_h2d_async", dst, src.len())?;
+        // SAFETY: checked above to lie inside a live allocation.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), to, src.len()) };
+        Ok(())
+    }
+
+    fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {
+        self.full_sync("memset")?;
+        let to = self.memory.host_range("memset", dst, bytes)?;
+        // SAFETY: `to..to + bytes` lies inside a live allocation.
+        unsafe { to.write_bytes(value, bytes) };
+        Ok(())
+    }
+
+    fn load_module(&mut self, module: &ModuleImage<'_>) -> Result<(), GpuError> {
+        self.registry.load_module(module.name)?;
+        tracing::debug!(module = module.name, "cpu module loaded");
+        Ok(())
+    }
+
+    fn kernel(&self, name: &str) -> Result<KernelId, GpuError> {
+        self.registry.kernel(name)
+    }
+
+    fn kernel_names(&self) -> Vec<String> {
+        self.registry.names()
+    }
+
+    fn launch(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        let touches = self.check_args(kernel, args)?;
+        match self.graphs.capturing(stream) {
+            Some(capture) => {
+                self.capture_launch(capture, stream, kernel, config, args, &touches);
+                Ok(())
+            }
+            None => self.execute_launch(stream, kernel, config, args, &touches),
+        }
+    }
+
+    fn create_stream(&mut self) -> Result<StreamId, GpuError> {
+        let id = self.tracker.add_stream();
+        self.graphs.stream_capture.push(None);
+        Ok(StreamId(id))
+    }
+
+    fn create_event(&mut self) -> Result<EventId, GpuError> {
+        self.graphs.events.push(Event::default());
+        Ok(EventId(self.graphs.events.len() as u32 - 1))
+    }
+
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<(), GpuError> {
+        self.check_event(event)?;
+        self.check_stream(stream)?;
+        self.record_event_impl(event, stream)
+    }
+
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        self.check_event(event)?;
+        self.wait_event_impl(stream, event)
+    }
+
+    fn synchronize(&mut self) -> Result<(), GpuError> {
+        self.full_sync("synchronize")
+    }
+
+    fn begin_capture(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        self.begin_capture_impl(stream)
+    }
+
+    fn end_capture(&mut self, stream: StreamId) -> Result<GraphId, GpuError> {
+        self.check_stream(stream)?;
+        self.end_capture_impl(stream)
+    }
+
+    fn instantiate(&mut self, graph: GraphId) -> Result<GraphExecId, GpuError> {
+        self.instantiate_impl(graph)
+    }
+
+    fn launch_graph(&mut self, exec: GraphExecId, stream: StreamId) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        self.launch_graph_impl(exec, stream)
+    }
+
+    fn destroy_graph(&mut self, graph: GraphId) -> Result<(), GpuError> {
+        self.destroy_graph_impl(graph)
+    }
+
+    fn destroy_graph_exec(&mut self, exec: GraphExecId) -> Result<(), GpuError> {
+        self.destroy_graph_exec_impl(exec)
+    }
+}
