@@ -4,7 +4,9 @@
 //! next issues' commands and say so when asked for.
 
 mod args;
+mod bench;
 mod golden;
+mod parity;
 mod plan;
 
 use std::path::PathBuf;
@@ -14,8 +16,8 @@ const USAGE: &str = "usage: cargo xtask <command> [options]
 
 commands:
   plan       build and print execution plans (cargo xtask plan --help)
-  parity     reference-vs-fused and golden parity (not yet built: issue 3)
-  bench      decode benchmark (not yet built: issue 3)
+  parity     reference-vs-fused and golden parity (cargo xtask parity --help)
+  bench      decode benchmark (cargo xtask bench --help)
   ptx        regenerate and check the CUDA PTX (not yet built: issue 4)
   gpu-check  build the device-check bundle (not yet built: issue 4)";
 
@@ -35,9 +37,10 @@ fn main() -> ExitCode {
     let command = argv.remove(0);
     let result = match command.as_str() {
         "plan" => plan::run(argv),
-        "parity" | "bench" | "ptx" | "gpu-check" => Err(format!(
-            "`cargo xtask {command}` is not built yet: it is part of a later issue \
-             (parity and bench: issue 3; ptx and gpu-check: issue 4)"
+        "parity" => parity::run(argv),
+        "bench" => bench::run(argv),
+        "ptx" | "gpu-check" => Err(format!(
+            "`cargo xtask {command}` is not built yet: it is part of issue 4 (the CUDA backend)"
         )),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");

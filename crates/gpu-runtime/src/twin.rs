@@ -175,7 +175,8 @@ impl<'a> TwinCtx<'a> {
 
     fn check_layout<T>(&self, index: usize, ptr: *mut u8, bytes: usize) -> Result<usize, GpuError> {
         let size = std::mem::size_of::<T>();
-        if !bytes.is_multiple_of(size) || !(ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        if !bytes.is_multiple_of(size) || !(ptr as usize).is_multiple_of(std::mem::align_of::<T>())
+        {
             return Err(self.bad(index, format!("{bytes} bytes at {ptr:p} is not a whole, aligned array of {size}-byte elements")));
         }
         Ok(bytes / size)

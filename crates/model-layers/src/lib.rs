@@ -1,1 +1,31 @@
-//! solder's model layers: weights, emitters, programs and sessions (issue 3).
+//! solder's model layers: weights (`checkpoint`, `weights`), the host side of the kernels
+//! (`ops`: one function per kernel; `twins`: their CPU implementations; `numerics`: the shared
+//! arithmetic), `emit` (plan group → launches), `program` (plan → `Program` with final
+//! pointers), `exec` (`CircuitExec`: every program of a model in one workspace) and
+//! `session` (`Session`: paged KV cache, prefill, decode, multi-sequence steps).
+//!
+//! Invariants: a program reads per-step values only from the workspace's metadata region;
+//! the workspace is allocated once per `CircuitExec` and freed only after every graph that
+//! captured one of its programs is destroyed; a fused twin that its rule calls
+//! `bit_identical` performs the same arithmetic in the same order as the reference twins.
+
+mod bind;
+pub mod checkpoint;
+mod emit;
+pub mod error;
+pub mod exec;
+pub mod kernels;
+pub mod layout;
+pub mod numerics;
+pub mod ops;
+pub mod program;
+pub mod session;
+pub mod twins;
+pub mod weights;
+
+pub use checkpoint::Checkpoint;
+pub use error::{ExecError, SessionError, WeightsError};
+pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
+pub use program::{Program, ProgramStep};
+pub use session::{greedy, SeqId, Session};
+pub use weights::HostWeights;

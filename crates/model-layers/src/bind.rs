@@ -1,0 +1,91 @@
+//! `Bindings`: device ranges of everything a plan's groups name — arena buffers at their
+//! offsets, the model's own buffers (tokens, logits), metadata fields, weight slots, KV
+//! regions and constants — for one (mode, rows).
+
+use solder_circuit::ir::{
+    Binding, Circuit, MetaField, ModelInput, ModelOutput, StateId, TensorId, WeightId,
+};
+use solder_circuit::ExecutionPlan;
+use solder_gpu_runtime::DevicePtr;
+
+use crate::layout::Layout;
+use crate::ops::Buf;
+
+pub struct Bindings<'a> {
+    pub circuit: &'a Circuit,
+    pub plan: &'a ExecutionPlan,
+    pub layout: &'a Layout,
+    pub workspace: DevicePtr,
+    pub weights: DevicePtr,
+    pub kv: DevicePtr,
+}
+
+impl Bindings<'_> {
+    pub fn rows(&self) -> usize {
+        self.plan.rows
+    }
+
+    /// The device range of a tensor at this plan's rows; `None` when it has no storage (a
+    /// fused edge, never stored).
+    pub fn tensor(&self, t: TensorId) -> Option<Buf> {
+        let tensor = self.circuit.tensor(t);
+        let bytes = tensor.bytes(self.rows());
+        match tensor.binding {
+            Binding::Arena => self.plan.buffer_of(t).map(|b| Buf {
+                ptr: self.workspace.offset(self.layout.arena_offset + b.offset),
+                bytes: b.bytes,
+            }),
+            Binding::Input(ModelInput::Tokens) => Some(Buf {
+                ptr: self.workspace.offset(self.layout.meta.tokens),
+                bytes,
+            }),
+            Binding::Output(ModelOutput::Logits) => Some(Buf {
+                ptr: self.workspace.offset(self.layout.logits_offset),
+                bytes,
+            }),
+            Binding::State(state) => Some(self.state(state)),
+        }
+    }
+
+    /// One layer's KV region.
+    pub fn state(&self, state: StateId) -> Buf {
+        Buf {
+            ptr: self
+                .kv
+                .offset(state.0 as usize * self.layout.kv_layer_bytes),
+            bytes: self.layout.kv_layer_bytes,
+        }
+    }
+
+    pub fn weight(&self, w: WeightId) -> Buf {
+        let slot = &self.circuit.weights[w.0 as usize];
+        Buf {
+            ptr: self
+                .weights
+                .offset(self.layout.weight_offsets[w.0 as usize]),
+            bytes: slot.shape.iter().product::<usize>() * slot.dtype.size_bytes(),
+        }
+    }
+
+    pub fn meta(&self, field: MetaField) -> Buf {
+        let m = &self.layout.meta;
+        let rows = self.rows();
+        let (offset, bytes) = match field {
+            MetaField::Positions => (m.positions, rows * 4),
+            MetaField::SlotMapping => (m.slot_mapping, rows * 4),
+            MetaField::SeqLens => (m.seq_lens, rows * 4),
+            MetaField::BlockTables => (m.block_tables, rows * self.layout.max_blocks * 4),
+        };
+        Buf {
+            ptr: self.workspace.offset(offset),
+            bytes,
+        }
+    }
+
+    pub fn inv_freq(&self) -> Buf {
+        Buf {
+            ptr: self.weights.offset(self.layout.inv_freq_offset),
+            bytes: self.layout.inv_freq_len * 4,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Emitters: one plan group → its launches, through the `ops::` functions.
+//!
+//! Invariants: a group emits exactly the kernels its rule names, in order (checked here);
+//! every tensor the group keeps is passed to some launch (a kernel that cannot store a kept
+//! intermediate is an error naming it, never a silently dropped output).
+
+mod kernels;
+
+use std::cell::RefCell;
+
+use solder_circuit::ir::{Attr, Binding, MetaField, Op, TensorId};
+use solder_circuit::{Group, OpKind};
+
+use crate::bind::Bindings;
+use crate::error::ExecError;
+use crate::ops::{Buf, Launch};
+
+/// The launches of `group`, checked against its rule's kernel list.
+pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, ExecError> {
+    let view = View {
+        bind,
+        group,
+        passed: RefCell::new(Vec::new()),
+    };
+    let emitter = group
+        .emitter
+        .as_deref()
+        .unwrap_or(group.kernels[0].as_str());
+    let launches = kernels::emit(&view, emitter)?;
+    let names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
+    if names != group.kernels.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Err(view.err(format!(
+            "emitted {names:?}, the rule names {:?}",
+            group.kernels
+        )));
+    }
+    let passed = view.passed.borrow();
+    for &t in &group.outputs {
+        if !passed.contains(&t) {
+            let name = &bind.circuit.tensor(t).name;
+            return Err(view.err(format!(
+                "the kernel cannot store `{name}`, which the plan keeps"
+            )));
+        }
+    }
+    Ok(launches)
+}
+
+/// A group seen by an emitter: its ops by kind and role, and their buffers.
+pub(crate) struct View<'a> {
+    bind: &'a Bindings<'a>,
+    group: &'a Group,
+    passed: RefCell<Vec<TensorId>>,
+}
+
+impl<'a> View<'a> {
+    pub fn err(&self, message: String) -> ExecError {
+        ExecError::Emit {
+            rule: self.group.rule.clone(),
+            kernel: self.group.kernels.join("+"),
+            message,
+        }
+    }
+
+    pub fn rows(&self) -> u32 {
+        self.bind.rows() as u32
+    }
+
+    /// The group's only op of `kind` (and `role`, when given).
+    pub fn op(&self, kind: OpKind, role: Option<&str>) -> Result<&'a Op, ExecError> {
+        let mut found = self
+            .group
+            .nodes
+            .iter()
+            .map(|n| self.bind.circuit.op(*n))
+            .filter(|op| op.kind == kind && role.is_none_or(|r| op.role == r));
+        match (found.next(), found.next()) {
+            (Some(op), None) => Ok(op),
+            _ => Err(self.err(format!(
+                "expected exactly one `{}` op{}",
+                kind.as_str(),
+                role.map(|r| format!(" with role `{r}`"))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    fn tensor_at(
+        &self,
+        op: &Op,
+        list: &[TensorId],
+        index: usize,
+        what: &str,
+    ) -> Result<TensorId, ExecError> {
+        list.get(index)
+            .copied()
+            .ok_or_else(|| self.err(format!("op `{}` has no {what} {index}", op.name)))
+    }
+
+    /// A stored input of `op` (read from outside the group).
+    pub fn input(&self, op: &Op, index: usize) -> Result<Buf, ExecError> {
+        let t = self.tensor_at(op, &op.inputs, index, "input")?;
+        self.bind.tensor(t).ok_or_else(|| {
+            self.err(format!(
+                "input `{}` of `{}` has no storage",
+                self.bind.circuit.tensor(t).name,
+                op.name
+            ))
+        })
+    }
+
+    /// A stored output of `op`: required.
+    pub fn output(&self, op: &Op, index: usize) -> Result<Buf, ExecError> {
+        let t = self.tensor_at(op, &op.outputs, index, "output")?;
+        self.passed.borrow_mut().push(t);
+        self.bind.tensor(t).ok_or_else(|| {
+            self.err(format!(
+                "output `{}` of `{}` is fused away but the kernel must store it",
+                self.bind.circuit.tensor(t).name,
+                op.name
+            ))
+        })
+    }
+
+    /// An output of `op` that the kernel stores only when the plan keeps it.
+    pub fn output_opt(&self, op: &Op, index: usize) -> Result<Option<Buf>, ExecError> {
+        let t = self.tensor_at(op, &op.outputs, index, "output")?;
+        let buf = self.bind.tensor(t);
+        if buf.is_some() {
+            self.passed.borrow_mut().push(t);
+        }
+        Ok(buf)
+    }
+
+    /// The KV region an op's state edge (input or output) names.
+    pub fn state_of(&self, t: TensorId) -> Result<Buf, ExecError> {
+        match self.bind.circuit.tensor(t).binding {
+            Binding::State(s) => {
+                self.passed.borrow_mut().push(t);
+                Ok(self.bind.state(s))
+            }
+            _ => Err(self.err(format!(
+                "`{}` is not a state edge",
+                self.bind.circuit.tensor(t).name
+            ))),
+        }
+    }
+
+    pub fn weight(&self, op: &Op, index: usize) -> Result<Buf, ExecError> {
+        op.weights
+            .get(index)
+            .map(|w| self.bind.weight(*w))
+            .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
+    }
+
+    pub fn weight_opt(&self, op: &Op, index: usize) -> Option<Buf> {
+        op.weights.get(index).map(|w| self.bind.weight(*w))
+    }
+
+    pub fn meta(&self, field: MetaField) -> Buf {
+        self.bind.meta(field)
+    }
+
+    pub fn inv_freq(&self) -> Buf {
+        self.bind.inv_freq()
+    }
+
+    pub fn u32(&self, op: &Op, key: &str) -> Result<u32, ExecError> {
+        match op.attrs.iter().find(|(k, _)| k == key) {
+            Some((_, Attr::Int(v))) if *v >= 0 && *v <= u32::MAX as i64 => Ok(*v as u32),
+            _ => Err(self.err(format!("op `{}` has no integer attribute `{key}`", op.name))),
+        }
+    }
+
+    pub fn f32(&self, op: &Op, key: &str) -> Result<f32, ExecError> {
+        match op.attrs.iter().find(|(k, _)| k == key) {
+            Some((_, Attr::Float(v))) => Ok(*v as f32),
+            _ => Err(self.err(format!("op `{}` has no float attribute `{key}`", op.name))),
+        }
+    }
+
+    pub fn kv_block_size(&self) -> u32 {
+        self.bind.layout.kv_block_size as u32
+    }
+
+    pub fn kv_pages(&self) -> u32 {
+        self.bind.layout.kv_pages as u32
+    }
+
+    pub fn max_blocks(&self) -> u32 {
+        self.bind.layout.max_blocks as u32
+    }
+}

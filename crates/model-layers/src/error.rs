@@ -1,0 +1,94 @@
+//! Errors of model-layers: weights, builds, sessions. Each names the tensor, file, sequence
+//! or program at fault.
+
+use std::path::PathBuf;
+
+use solder_circuit::CircuitError;
+use solder_gpu_runtime::GpuError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("tensor `{tensor}` is missing from the checkpoint in {dir}")]
+    Missing { tensor: String, dir: PathBuf },
+    #[error("tensor `{tensor}` in {file}: shape {found:?}, expected {expected:?}")]
+    Shape {
+        tensor: String,
+        file: PathBuf,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    #[error("tensor `{tensor}` in {file}: dtype {found}, expected bf16, f16 or f32")]
+    Dtype {
+        tensor: String,
+        file: PathBuf,
+        found: String,
+    },
+    #[error("tensor `{tensor}` in {file} is not used by the model (an unexpected weight: the checkpoint and config disagree)")]
+    Unexpected { tensor: String, file: PathBuf },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Circuit(#[from] CircuitError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("emitting group `{rule}` ({kernel}): {message}")]
+    Emit {
+        rule: String,
+        kernel: String,
+        message: String,
+    },
+    #[error("no {mode} program at {rows} rows (the serve shape compiles {available})")]
+    NoProgram {
+        mode: String,
+        rows: usize,
+        available: String,
+    },
+    #[error("{0}")]
+    Build(String),
+    #[error(
+        "cannot free the workspace: {live} graph(s) that captured its programs are still alive"
+    )]
+    GraphsAlive { live: usize },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error("token id {token} at index {index} is out of range (vocab {vocab})")]
+    TokenOutOfRange {
+        token: u32,
+        index: usize,
+        vocab: usize,
+    },
+    #[error("sequence {seq} would reach position {position}, past the limit {limit}")]
+    PositionPastLimit {
+        seq: u64,
+        position: usize,
+        limit: usize,
+    },
+    #[error("KV cache exhausted: the step needs {needed} more page(s), {free} free")]
+    PagesExhausted { needed: usize, free: usize },
+    #[error("no live sequence {0}")]
+    UnknownSequence(u64),
+    #[error("sequence {0} appears twice in one step")]
+    DuplicateSequence(u64),
+    #[error("a step of {asked} sequences is wider than the widest program ({widest})")]
+    TooWide { asked: usize, widest: usize },
+    #[error("empty input: {0}")]
+    Empty(&'static str),
+}
+
+impl From<GpuError> for SessionError {
+    fn from(e: GpuError) -> Self {
+        SessionError::Exec(ExecError::Gpu(e))
+    }
+}

@@ -1,0 +1,326 @@
+//! `CircuitExec`: every compiled program of a model, its one workspace, its weights and its
+//! KV cache on a backend.
+//!
+//! Invariants: the workspace is allocated once, sized for every program, and never moved, so
+//! a captured graph stays valid for the exec's life; `free` refuses while a graph that
+//! captured one of its programs is alive.
+
+use std::path::PathBuf;
+
+use solder_circuit::{
+    plans_digest, Available, CircuitOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet,
+};
+use solder_config::{ModelConfig, ServeShape};
+use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, GraphExecId, GraphId, StreamId};
+
+use crate::bind::Bindings;
+use crate::checkpoint::Checkpoint;
+use crate::error::ExecError;
+use crate::layout::Layout;
+use crate::program::{compile, Program};
+use crate::weights::HostWeights;
+
+/// Where the weights come from.
+pub enum WeightSource {
+    /// A Hugging Face checkpoint folder.
+    Checkpoint(PathBuf),
+    /// Weights already on the host (converted).
+    Host(HostWeights),
+    /// Random weights from a seed (built-in models and benches).
+    Random { seed: u64 },
+}
+
+/// The KV cache's shape: pages, tokens per page, and the longest sequence served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    pub pages: usize,
+    pub block_size: usize,
+    pub max_seq_len: usize,
+}
+
+/// Everything a build needs.
+pub struct Boot {
+    pub config: ModelConfig,
+    pub serve: ServeShape,
+    pub rules: RuleSet,
+    pub policy: Policy,
+    pub weights: WeightSource,
+    pub kv: KvShape,
+}
+
+/// A graph captured from one of the exec's programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedGraph {
+    pub mode: Mode,
+    pub rows: usize,
+    graph: GraphId,
+    exec: GraphExecId,
+}
+
+pub struct CircuitExec {
+    pub config: ModelConfig,
+    pub instance: Instance,
+    pub plans: Vec<ExecutionPlan>,
+    programs: Vec<Program>,
+    pub layout: Layout,
+    workspace: DevicePtr,
+    weights: DevicePtr,
+    kv: DevicePtr,
+    streams: Vec<StreamId>,
+    events: Vec<EventId>,
+    rules_digest: String,
+    plans_digest: String,
+    live_graphs: usize,
+    freed: bool,
+}
+
+impl CircuitExec {
+    pub fn build(backend: &mut dyn GpuBackend, boot: Boot) -> Result<CircuitExec, ExecError> {
+        let Boot {
+            config,
+            serve,
+            rules,
+            policy,
+            weights,
+            kv,
+        } = boot;
+        if kv.block_size == 0 || kv.pages < 2 || kv.max_seq_len == 0 {
+            return Err(ExecError::Build(format!("KV shape {kv:?}: need block_size >= 1, pages >= 2 (one is the scratch page), max_seq_len >= 1")));
+        }
+        let options = CircuitOptions {
+            kv_block_size: kv.block_size,
+        };
+        let instance = Instance::from_config_with(&config, serve, options)?;
+        let available = Available {
+            kernels: backend.kernel_names().into_iter().collect(),
+            ..Available::default()
+        };
+        let plans = instance
+            .shapes()
+            .into_iter()
+            .map(|(mode, rows)| {
+                ExecutionPlan::build(&instance, &rules, &available, &policy, mode, rows)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let host = match weights {
+            WeightSource::Checkpoint(dir) => {
+                HostWeights::load(&instance.circuit, &Checkpoint::open(&dir)?)?
+            }
+            WeightSource::Host(w) => w,
+            WeightSource::Random { seed } => HostWeights::random(&instance.circuit, seed),
+        };
+        if host.slots.len() != instance.circuit.weights.len() {
+            return Err(ExecError::Build(format!(
+                "{} weight slots given, the circuit has {}",
+                host.slots.len(),
+                instance.circuit.weights.len()
+            )));
+        }
+        let inv_freq = config.rope.inv_freq(config.head_dim);
+        let max_blocks = kv.max_seq_len.div_ceil(kv.block_size);
+        let layout = Layout::new(
+            &instance.circuit,
+            &plans,
+            config.vocab_size,
+            inv_freq.len(),
+            kv.pages,
+            max_blocks,
+        );
+
+        let workspace = backend.alloc(layout.workspace_bytes)?;
+        let weights_ptr = backend.alloc(layout.weights_bytes)?;
+        let kv_ptr = backend.alloc(layout.kv_bytes)?;
+        for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
+            backend.copy_h2d(weights_ptr.offset(*offset), bf16_bytes(slot))?;
+        }
+        let inv_bytes: Vec<u8> = inv_freq.iter().flat_map(|f| f.to_le_bytes()).collect();
+        backend.copy_h2d(weights_ptr.offset(layout.inv_freq_offset), &inv_bytes)?;
+        drop(host);
+
+        let programs = plans
+            .iter()
+            .map(|plan| {
+                let bind = Bindings {
+                    circuit: &instance.circuit,
+                    plan,
+                    layout: &layout,
+                    workspace,
+                    weights: weights_ptr,
+                    kv: kv_ptr,
+                };
+                compile(plan, &bind, backend)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut streams = vec![backend.default_stream()];
+        for _ in 1..plans.iter().map(|p| p.num_streams).max().unwrap_or(1) {
+            streams.push(backend.create_stream()?);
+        }
+        let events = (0..plans.iter().map(|p| p.event_count).max().unwrap_or(0))
+            .map(|_| backend.create_event())
+            .collect::<Result<Vec<_>, _>>()?;
+        tracing::info!(
+            model = %instance.circuit.name, programs = programs.len(), workspace_bytes = layout.workspace_bytes,
+            weights_bytes = layout.weights_bytes, kv_bytes = layout.kv_bytes, "built circuit exec"
+        );
+        Ok(CircuitExec {
+            rules_digest: rules.digest.clone(),
+            plans_digest: plans_digest(&plans),
+            config,
+            instance,
+            plans,
+            programs,
+            layout,
+            workspace,
+            weights: weights_ptr,
+            kv: kv_ptr,
+            streams,
+            events,
+            live_graphs: 0,
+            freed: false,
+        })
+    }
+
+    pub fn rules_digest(&self) -> &str {
+        &self.rules_digest
+    }
+
+    pub fn plans_digest(&self) -> &str {
+        &self.plans_digest
+    }
+
+    pub fn workspace_bytes(&self) -> usize {
+        self.layout.workspace_bytes
+    }
+
+    pub fn workspace(&self) -> DevicePtr {
+        self.workspace
+    }
+
+    pub fn kv_cache(&self) -> DevicePtr {
+        self.kv
+    }
+
+    pub fn programs(&self) -> &[Program] {
+        &self.programs
+    }
+
+    /// The program compiled for exactly (mode, rows).
+    pub fn program(&self, mode: Mode, rows: usize) -> Result<&Program, ExecError> {
+        self.programs
+            .iter()
+            .find(|p| p.mode == mode && p.rows == rows)
+            .ok_or_else(|| {
+                let available: Vec<String> = self
+                    .programs
+                    .iter()
+                    .map(|p| format!("{}:{}", p.mode, p.rows))
+                    .collect();
+                ExecError::NoProgram {
+                    mode: mode.to_string(),
+                    rows,
+                    available: available.join(" "),
+                }
+            })
+    }
+
+    pub fn decode_program(&self) -> Result<&Program, ExecError> {
+        self.program(Mode::Decode, 1)
+    }
+
+    pub fn multi_seq_program(&self, rows: usize) -> Result<&Program, ExecError> {
+        self.program(Mode::MultiSeq, rows)
+    }
+
+    pub fn verify_program(&self, k: usize) -> Result<&Program, ExecError> {
+        self.program(Mode::Verify, k)
+    }
+
+    /// The plan a program was compiled from.
+    pub fn plan(&self, mode: Mode, rows: usize) -> Option<&ExecutionPlan> {
+        self.plans.iter().find(|p| p.mode == mode && p.rows == rows)
+    }
+
+    /// Runs `program` on the model's streams.
+    pub fn run(&self, backend: &mut dyn GpuBackend, program: &Program) -> Result<(), ExecError> {
+        if self.freed {
+            return Err(ExecError::Build("the exec was freed".into()));
+        }
+        program.run(backend, &self.streams, &self.events)
+    }
+
+    /// Captures the (mode, rows) program into a graph and instantiates it.
+    pub fn capture(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        mode: Mode,
+        rows: usize,
+    ) -> Result<CapturedGraph, ExecError> {
+        let stream = self.streams[0];
+        backend.begin_capture(stream)?;
+        let ran = self
+            .program(mode, rows)
+            .and_then(|p| p.run(backend, &self.streams, &self.events));
+        let graph = backend.end_capture(stream);
+        ran?;
+        let graph = graph?;
+        let exec = backend.instantiate(graph)?;
+        self.live_graphs += 1;
+        Ok(CapturedGraph {
+            mode,
+            rows,
+            graph,
+            exec,
+        })
+    }
+
+    pub fn replay(
+        &self,
+        backend: &mut dyn GpuBackend,
+        graph: &CapturedGraph,
+    ) -> Result<(), ExecError> {
+        Ok(backend.launch_graph(graph.exec, self.streams[0])?)
+    }
+
+    pub fn release(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        graph: CapturedGraph,
+    ) -> Result<(), ExecError> {
+        backend.destroy_graph_exec(graph.exec)?;
+        backend.destroy_graph(graph.graph)?;
+        self.live_graphs = self.live_graphs.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Frees the workspace, weights and KV cache; refused while captured graphs live.
+    pub fn free(&mut self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
+        if self.live_graphs > 0 {
+            return Err(ExecError::GraphsAlive {
+                live: self.live_graphs,
+            });
+        }
+        if !self.freed {
+            backend.synchronize()?;
+            backend.free(self.workspace)?;
+            backend.free(self.weights)?;
+            backend.free(self.kv)?;
+            self.freed = true;
+        }
+        Ok(())
+    }
+
+    pub fn default_stream(&self) -> StreamId {
+        self.streams[0]
+    }
+}
+
+/// A bf16 slice's bytes (little-endian, as the device stores them).
+pub(crate) fn bf16_bytes(values: &[half::bf16]) -> &[u8] {
+    #[cfg(not(target_endian = "little"))]
+    compile_error!("solder's hosts are little-endian");
+    // SAFETY: bf16 is a plain 2-byte value with no padding; the length covers exactly the slice.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    }
+}

@@ -1,0 +1,118 @@
+//! Where everything lives on the device: the workspace (metadata region, logits, arena), the
+//! weights (each slot, then constants such as rope's inv_freq) and the KV cache.
+//!
+//! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
+//! widest program and the largest arena of all plans, so one allocation serves every program
+//! and is never moved; per-step values live only in the metadata region.
+
+use solder_circuit::ir::{Circuit, StateKind};
+use solder_circuit::ExecutionPlan;
+
+pub const ALIGN: usize = 256;
+
+fn align(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+/// Byte offsets of the per-step metadata inside the workspace (each `i32` arrays of
+/// `max_rows`, block tables `max_rows * max_blocks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetaLayout {
+    pub tokens: usize,
+    pub positions: usize,
+    pub slot_mapping: usize,
+    pub seq_lens: usize,
+    pub block_tables: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub max_rows: usize,
+    /// Block-table entries per row: pages a sequence may hold.
+    pub max_blocks: usize,
+    pub meta: MetaLayout,
+    pub logits_offset: usize,
+    pub arena_offset: usize,
+    pub arena_bytes: usize,
+    pub workspace_bytes: usize,
+    /// Offset of each weight slot in the weights allocation, then of inv_freq.
+    pub weight_offsets: Vec<usize>,
+    pub inv_freq_offset: usize,
+    pub inv_freq_len: usize,
+    pub weights_bytes: usize,
+    /// KV cache: pages, tokens per page, bytes of one layer's region, regions by state.
+    pub kv_pages: usize,
+    pub kv_block_size: usize,
+    pub kv_layer_bytes: usize,
+    pub kv_bytes: usize,
+}
+
+impl Layout {
+    pub fn new(
+        circuit: &Circuit,
+        plans: &[ExecutionPlan],
+        vocab: usize,
+        inv_freq_len: usize,
+        kv_pages: usize,
+        max_blocks: usize,
+    ) -> Layout {
+        let max_rows = plans.iter().map(|p| p.rows).max().unwrap_or(1);
+        let row_i32 = align(max_rows * 4);
+        let meta = MetaLayout {
+            tokens: 0,
+            positions: row_i32,
+            slot_mapping: 2 * row_i32,
+            seq_lens: 3 * row_i32,
+            block_tables: 4 * row_i32,
+            bytes: 4 * row_i32 + align(max_rows * max_blocks * 4),
+        };
+        let logits_offset = meta.bytes;
+        let arena_offset = logits_offset + align(max_rows * vocab * 4);
+        let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
+
+        let mut weight_offsets = Vec::with_capacity(circuit.weights.len());
+        let mut at = 0;
+        for w in &circuit.weights {
+            weight_offsets.push(at);
+            at += align(w.shape.iter().product::<usize>() * 2);
+        }
+        let inv_freq_offset = at;
+        let weights_bytes = at + align(inv_freq_len * 4);
+
+        let (block_size, layer_bytes) = circuit
+            .states
+            .iter()
+            .map(|s| match s.kind {
+                StateKind::KvPages {
+                    block_size,
+                    num_kv_heads,
+                    head_dim,
+                    dtype,
+                    ..
+                } => (
+                    block_size,
+                    align(kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes()),
+                ),
+            })
+            .next()
+            .unwrap_or((16, 0));
+        Layout {
+            max_rows,
+            max_blocks,
+            meta,
+            logits_offset,
+            arena_offset,
+            arena_bytes,
+            workspace_bytes: arena_offset + arena_bytes,
+            weight_offsets,
+            inv_freq_offset,
+            inv_freq_len,
+            weights_bytes,
+            kv_pages,
+            kv_block_size: block_size,
+            kv_layer_bytes: layer_bytes,
+            kv_bytes: layer_bytes * circuit.states.len(),
+        }
+    }
+}

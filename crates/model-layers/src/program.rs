@@ -1,0 +1,128 @@
+//! `Program`: one plan compiled to launches with final device pointers, and its runner.
+//!
+//! Invariants: a program's launches are exactly its plan's groups' kernels in the plan's
+//! order; it reads per-step values only from the workspace's metadata region (uploaded by the
+//! session beforehand) and never allocates, synchronises or reads host memory while it runs.
+
+use solder_circuit::{ExecutionPlan, Mode, StepKind};
+use solder_gpu_runtime::{EventId, GpuBackend, KernelArg, KernelId, LaunchConfig, StreamId};
+
+use crate::bind::Bindings;
+use crate::emit::emit_group;
+use crate::error::ExecError;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProgramStep {
+    Launch {
+        stream: u8,
+        kernel: KernelId,
+        name: &'static str,
+        config: LaunchConfig,
+        args: Vec<KernelArg>,
+    },
+    Record {
+        stream: u8,
+        event: u32,
+    },
+    Wait {
+        stream: u8,
+        event: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    pub mode: Mode,
+    pub rows: usize,
+    pub plan_digest: String,
+    pub steps: Vec<ProgramStep>,
+    pub num_streams: usize,
+    pub event_count: usize,
+}
+
+impl Program {
+    pub fn launches(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, ProgramStep::Launch { .. }))
+            .count()
+    }
+
+    /// Submits every step; `streams[i]` and `events[i]` are the backend handles of the plan's
+    /// stream and event `i`.
+    pub fn run(
+        &self,
+        backend: &mut dyn GpuBackend,
+        streams: &[StreamId],
+        events: &[EventId],
+    ) -> Result<(), ExecError> {
+        for step in &self.steps {
+            match step {
+                ProgramStep::Launch {
+                    stream,
+                    kernel,
+                    config,
+                    args,
+                    ..
+                } => backend.launch(streams[*stream as usize], *kernel, config, args)?,
+                ProgramStep::Record { stream, event } => {
+                    backend.record_event(events[*event as usize], streams[*stream as usize])?
+                }
+                ProgramStep::Wait { stream, event } => {
+                    backend.wait_event(streams[*stream as usize], events[*event as usize])?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Compiles `plan` against `bind`'s device ranges, resolving kernels in `backend`.
+pub fn compile(
+    plan: &ExecutionPlan,
+    bind: &Bindings<'_>,
+    backend: &dyn GpuBackend,
+) -> Result<Program, ExecError> {
+    let mut steps = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        match step.kind {
+            StepKind::Launch(g) => {
+                for launch in emit_group(bind, plan.group(g))? {
+                    steps.push(ProgramStep::Launch {
+                        stream: step.stream,
+                        kernel: backend.kernel(launch.kernel)?,
+                        name: launch.kernel,
+                        config: launch.config,
+                        args: launch.args,
+                    });
+                }
+            }
+            StepKind::Record(e) => steps.push(ProgramStep::Record {
+                stream: step.stream,
+                event: e.0,
+            }),
+            StepKind::Wait(e) => steps.push(ProgramStep::Wait {
+                stream: step.stream,
+                event: e.0,
+            }),
+        }
+    }
+    let program = Program {
+        mode: plan.mode,
+        rows: plan.rows,
+        plan_digest: plan.digest.clone(),
+        steps,
+        num_streams: plan.num_streams,
+        event_count: plan.event_count,
+    };
+    if program.launches() != plan.kernel_count_fused {
+        return Err(ExecError::Build(format!(
+            "{} program at {} rows has {} launches, its plan {}",
+            plan.mode,
+            plan.rows,
+            program.launches(),
+            plan.kernel_count_fused
+        )));
+    }
+    Ok(program)
+}

@@ -1,0 +1,360 @@
+//! `Session`: decoding over a `CircuitExec` — a paged KV cache with block tables per
+//! sequence, prefill through verify programs in chunks, decode, multi-sequence steps with
+//! padding rows on a scratch page, and greedy sampling.
+//!
+//! Invariants: per-step values reach a program only through the workspace's metadata region,
+//! uploaded before the run; page 0 is the scratch page padding rows write to and no sequence
+//! owns it; a step that fails validation (token id, position, pages) or fails to run leaves
+//! every sequence's state as it was.
+
+use std::collections::BTreeMap;
+
+use solder_circuit::Mode;
+use solder_gpu_runtime::GpuBackend;
+
+use crate::error::SessionError;
+use crate::exec::CircuitExec;
+use crate::program::Program;
+
+pub type SeqId = u64;
+
+const SCRATCH_PAGE: u32 = 0;
+
+#[derive(Debug, Clone, Default)]
+struct Sequence {
+    /// Tokens in the cache.
+    len: usize,
+    pages: Vec<u32>,
+}
+
+/// One row of a step: which sequence (None for padding) and its token.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    seq: Option<SeqId>,
+    token: u32,
+    position: usize,
+}
+
+pub struct Session<'e> {
+    exec: &'e CircuitExec,
+    free_pages: Vec<u32>,
+    seqs: BTreeMap<SeqId, Sequence>,
+    next_id: SeqId,
+}
+
+impl<'e> Session<'e> {
+    pub fn new(exec: &'e CircuitExec) -> Session<'e> {
+        // Pop from the end: low pages first.
+        let free_pages = (1..exec.layout.kv_pages as u32).rev().collect();
+        Session {
+            exec,
+            free_pages,
+            seqs: BTreeMap::new(),
+            next_id: 1,
+        }
+    }
+
+    pub fn add_sequence(&mut self) -> SeqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.seqs.insert(id, Sequence::default());
+        id
+    }
+
+    /// Ends a sequence and returns its pages to the pool.
+    pub fn end_sequence(&mut self, id: SeqId) -> Result<(), SessionError> {
+        let seq = self
+            .seqs
+            .remove(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        self.free_pages.extend(seq.pages.into_iter().rev());
+        Ok(())
+    }
+
+    pub fn seq_len(&self, id: SeqId) -> Result<usize, SessionError> {
+        self.seqs
+            .get(&id)
+            .map(|s| s.len)
+            .ok_or(SessionError::UnknownSequence(id))
+    }
+
+    pub fn free_page_count(&self) -> usize {
+        self.free_pages.len()
+    }
+
+    /// Feeds a prompt through verify programs in chunks (the widest compiled width that fits,
+    /// then narrower; a last single token through decode); returns the logits of every
+    /// prompt position, `[tokens.len() * vocab]`.
+    pub fn prefill(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        if tokens.is_empty() {
+            return Err(SessionError::Empty("prefill of no tokens"));
+        }
+        let mut widths: Vec<usize> = self.exec.instance.serve.verify_widths.clone();
+        widths.sort_unstable();
+        let mut logits = Vec::with_capacity(tokens.len() * self.exec.config.vocab_size);
+        let mut at = 0;
+        while at < tokens.len() {
+            let left = tokens.len() - at;
+            let width = widths
+                .iter()
+                .rev()
+                .copied()
+                .find(|&w| w <= left)
+                .unwrap_or(1);
+            logits.extend(self.verify(backend, id, &tokens[at..at + width])?);
+            at += width;
+        }
+        Ok(logits)
+    }
+
+    /// K consecutive tokens of one sequence in one verify step (K = 1 runs decode).
+    pub fn verify(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        let start = self.seq_len(id)?;
+        let rows: Vec<Row> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                seq: Some(id),
+                token,
+                position: start + i,
+            })
+            .collect();
+        let program = match tokens.len() {
+            0 => return Err(SessionError::Empty("verify of no tokens")),
+            1 => self.exec.decode_program(),
+            k => self.exec.verify_program(k),
+        }?;
+        self.step(backend, program, &rows, &[(id, tokens.len())])
+    }
+
+    /// One token of one sequence.
+    pub fn decode(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        token: u32,
+    ) -> Result<Vec<f32>, SessionError> {
+        self.verify(backend, id, &[token])
+    }
+
+    /// One token for each of several sequences, on the narrowest multi-seq width that holds
+    /// them (padding rows run on the scratch page); returns each sequence's logits in order.
+    pub fn multi_seq_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32)],
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
+        let n = batch.len();
+        if n == 0 {
+            return Err(SessionError::Empty("multi-seq step of no sequences"));
+        }
+        for (i, (id, _)) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|(other, _)| other == id) {
+                return Err(SessionError::DuplicateSequence(*id));
+            }
+        }
+        let ladder = &self.exec.instance.serve.multi_seq_ladder;
+        let program = if n == 1 {
+            self.exec.decode_program()?
+        } else {
+            let width = ladder
+                .iter()
+                .copied()
+                .find(|&w| w >= n)
+                .ok_or(SessionError::TooWide {
+                    asked: n,
+                    widest: ladder.last().copied().unwrap_or(1),
+                })?;
+            self.exec.multi_seq_program(width)?
+        };
+        let mut rows = Vec::with_capacity(program.rows);
+        for &(id, token) in batch {
+            rows.push(Row {
+                seq: Some(id),
+                token,
+                position: self.seq_len(id)?,
+            });
+        }
+        rows.resize(
+            program.rows,
+            Row {
+                seq: None,
+                token: 0,
+                position: 0,
+            },
+        );
+        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
+        let logits = self.step(backend, program, &rows, &advance)?;
+        let vocab = self.exec.config.vocab_size;
+        Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Validates, takes pages, uploads the metadata, runs, reads the logits of the live rows;
+    /// on any failure gives the pages back and leaves lengths as they were.
+    fn step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+        rows: &[Row],
+        advance: &[(SeqId, usize)],
+    ) -> Result<Vec<f32>, SessionError> {
+        let vocab = self.exec.config.vocab_size;
+        let bs = self.exec.layout.kv_block_size;
+        let limit = self
+            .exec
+            .config
+            .max_position_embeddings
+            .min(self.exec.layout.max_blocks * bs);
+        for (index, row) in rows.iter().enumerate().filter(|(_, r)| r.seq.is_some()) {
+            if row.token as usize >= vocab {
+                return Err(SessionError::TokenOutOfRange {
+                    token: row.token,
+                    index,
+                    vocab,
+                });
+            }
+        }
+        let mut needed = 0;
+        for &(id, count) in advance {
+            let seq = self
+                .seqs
+                .get(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            let new_len = seq.len + count;
+            if new_len > limit {
+                return Err(SessionError::PositionPastLimit {
+                    seq: id,
+                    position: new_len - 1,
+                    limit,
+                });
+            }
+            needed += new_len.div_ceil(bs).saturating_sub(seq.pages.len());
+        }
+        if needed > self.free_pages.len() {
+            return Err(SessionError::PagesExhausted {
+                needed,
+                free: self.free_pages.len(),
+            });
+        }
+        let mut taken: Vec<(SeqId, usize)> = Vec::new();
+        for &(id, count) in advance {
+            let seq = self
+                .seqs
+                .get_mut(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            let want = (seq.len + count).div_ceil(bs);
+            let before = seq.pages.len();
+            while seq.pages.len() < want {
+                seq.pages
+                    .push(self.free_pages.pop().unwrap_or(SCRATCH_PAGE));
+            }
+            taken.push((id, seq.pages.len() - before));
+        }
+        let result = self.upload_and_run(backend, program, rows);
+        match result {
+            Ok(logits) => {
+                for &(id, count) in advance {
+                    if let Some(seq) = self.seqs.get_mut(&id) {
+                        seq.len += count;
+                    }
+                }
+                let live = rows.iter().filter(|r| r.seq.is_some()).count();
+                Ok(logits[..live.min(rows.len()) * vocab].to_vec())
+            }
+            Err(e) => {
+                for (id, count) in taken {
+                    if let Some(seq) = self.seqs.get_mut(&id) {
+                        for _ in 0..count {
+                            if let Some(page) = seq.pages.pop() {
+                                self.free_pages.push(page);
+                            }
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn upload_and_run(
+        &self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+        rows: &[Row],
+    ) -> Result<Vec<f32>, SessionError> {
+        let layout = &self.exec.layout;
+        let (bs, max_blocks) = (layout.kv_block_size, layout.max_blocks);
+        let n = rows.len();
+        let mut tokens = Vec::with_capacity(n);
+        let mut positions = Vec::with_capacity(n);
+        let mut slots = Vec::with_capacity(n);
+        let mut seq_lens = Vec::with_capacity(n);
+        let mut tables = vec![SCRATCH_PAGE as i32; n * max_blocks];
+        for (r, row) in rows.iter().enumerate() {
+            tokens.push(row.token as i32);
+            positions.push(row.position as i32);
+            seq_lens.push(row.position as i32 + 1);
+            match row.seq.and_then(|id| self.seqs.get(&id)) {
+                Some(seq) => {
+                    let page = seq.pages[row.position / bs];
+                    slots.push((page as usize * bs + row.position % bs) as i32);
+                    for (b, &p) in seq.pages.iter().enumerate().take(max_blocks) {
+                        tables[r * max_blocks + b] = p as i32;
+                    }
+                }
+                None => slots.push((SCRATCH_PAGE as usize * bs) as i32),
+            }
+        }
+        let ws = self.exec.workspace();
+        let stream = self.exec.default_stream();
+        let m = &layout.meta;
+        for (offset, values) in [
+            (m.tokens, &tokens),
+            (m.positions, &positions),
+            (m.slot_mapping, &slots),
+            (m.seq_lens, &seq_lens),
+            (m.block_tables, &tables),
+        ] {
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            backend.copy_h2d_async(stream, ws.offset(offset), &bytes)?;
+        }
+        self.exec.run(backend, program)?;
+        let vocab = self.exec.config.vocab_size;
+        let mut raw = vec![0u8; n * vocab * 4];
+        backend.copy_d2h(ws.offset(layout.logits_offset), &mut raw)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// The mode a step of `n` sequences runs in.
+    pub fn mode_for(n: usize) -> Mode {
+        if n == 1 {
+            Mode::Decode
+        } else {
+            Mode::MultiSeq
+        }
+    }
+}
+
+/// The arg-max token (the lowest index among equal maxima; NaN never wins).
+pub fn greedy(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}

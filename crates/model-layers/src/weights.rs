@@ -1,0 +1,187 @@
+//! Host copies of a circuit's weight slots, in the served format (bf16): from a checkpoint
+//! (bf16, f16 and f32 converted at load) or generated from a seed (built-in models, benches).
+//!
+//! Invariant: `HostWeights::slots[i]` holds exactly the elements of `circuit.weights[i]`'s
+//! shape; every slot was found by name with that shape, and every checkpoint tensor is used
+//! by some slot (or is a known derived buffer such as `rotary_emb.inv_freq`).
+
+use half::{bf16, f16};
+use safetensors::Dtype as StDtype;
+use solder_circuit::ir::Circuit;
+use solder_circuit::OpKind;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::WeightsError;
+
+/// Checkpoint tensors that are not weights (buffers transformers may save).
+const DERIVED_SUFFIXES: &[&str] = &["rotary_emb.inv_freq"];
+
+pub struct HostWeights {
+    pub slots: Vec<Vec<bf16>>,
+}
+
+impl HostWeights {
+    pub fn total_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.len() * 2).sum()
+    }
+
+    /// Loads every weight slot of `circuit` from `checkpoint`.
+    pub fn load(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<HostWeights, WeightsError> {
+        for name in checkpoint.names() {
+            let used = circuit.weights.iter().any(|w| w.name == name);
+            if !used && !DERIVED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+                let file = checkpoint
+                    .file_of(name)
+                    .unwrap_or(&checkpoint.dir)
+                    .to_path_buf();
+                return Err(WeightsError::Unexpected {
+                    tensor: name.to_string(),
+                    file,
+                });
+            }
+        }
+        let mut slots = Vec::with_capacity(circuit.weights.len());
+        for slot in &circuit.weights {
+            let t = checkpoint.tensor(&slot.name)?;
+            if t.shape != slot.shape {
+                return Err(WeightsError::Shape {
+                    tensor: slot.name.clone(),
+                    file: t.file.to_path_buf(),
+                    found: t.shape.clone(),
+                    expected: slot.shape.clone(),
+                });
+            }
+            let values: Vec<bf16> = match t.dtype {
+                StDtype::BF16 => t
+                    .data
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+                StDtype::F16 => t
+                    .data
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_f32(f16::from_le_bytes([b[0], b[1]]).to_f32()))
+                    .collect(),
+                StDtype::F32 => t
+                    .data
+                    .chunks_exact(4)
+                    .map(|b| bf16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect(),
+                other => {
+                    return Err(WeightsError::Dtype {
+                        tensor: slot.name.clone(),
+                        file: t.file.to_path_buf(),
+                        found: format!("{other:?}"),
+                    })
+                }
+            };
+            slots.push(values);
+        }
+        tracing::info!(slots = slots.len(), dir = %checkpoint.dir.display(), "loaded weights");
+        Ok(HostWeights { slots })
+    }
+
+    /// Random weights from `seed`: norm weights near 1, biases small, matrices scaled by
+    /// 1/sqrt(fan-in) so activations stay in range through many layers.
+    pub fn random(circuit: &Circuit, seed: u64) -> HostWeights {
+        let mut norm_slots = vec![false; circuit.weights.len()];
+        for op in &circuit.ops {
+            if matches!(op.kind, OpKind::RmsNorm | OpKind::QkNorm) {
+                for w in &op.weights {
+                    norm_slots[w.0 as usize] = true;
+                }
+            }
+        }
+        let slots = circuit
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                let mut rng = SplitMix64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let n: usize = slot.shape.iter().product();
+                let (center, half_width) = match slot.shape.as_slice() {
+                    _ if norm_slots[i] => (1.0, 0.2),
+                    [_] => (0.0, 0.05),
+                    [_, fan_in] => (0.0, (3.0 / *fan_in as f32).sqrt()),
+                    _ => (0.0, 0.05),
+                };
+                (0..n)
+                    .map(|_| bf16::from_f32(center + half_width * rng.uniform()))
+                    .collect()
+            })
+            .collect();
+        HostWeights { slots }
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64): the same seed gives the same weights on
+/// every machine.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// One bf16 tensor for `safetensors::serialize_to_file`.
+struct Bf16View<'a> {
+    shape: &'a [usize],
+    values: &'a [bf16],
+}
+
+impl safetensors::View for Bf16View<'_> {
+    fn dtype(&self) -> StDtype {
+        StDtype::BF16
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(crate::exec::bf16_bytes(self.values))
+    }
+
+    fn data_len(&self) -> usize {
+        self.values.len() * 2
+    }
+}
+
+impl HostWeights {
+    /// Writes the weights as a single-file checkpoint (`model.safetensors`, bf16), written
+    /// beside and renamed into place so a failure leaves no half-written file.
+    pub fn save(&self, circuit: &Circuit, path: &std::path::Path) -> Result<(), WeightsError> {
+        let tensors = circuit
+            .weights
+            .iter()
+            .zip(&self.slots)
+            .map(|(slot, values)| {
+                (
+                    slot.name.clone(),
+                    Bf16View {
+                        shape: &slot.shape,
+                        values,
+                    },
+                )
+            });
+        let tmp = path.with_extension("safetensors.tmp");
+        safetensors::serialize_to_file(tensors, None, &tmp).map_err(|e| WeightsError::Io {
+            path: tmp.clone(),
+            message: e.to_string(),
+        })?;
+        std::fs::rename(&tmp, path).map_err(|e| WeightsError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+}

@@ -1,0 +1,221 @@
+//! The fused per-head twins give the same bytes as qk_norm → rope → kv_write run in sequence.
+
+mod twins_support;
+
+use half::bf16;
+use solder_model_layers::ops::{kv, norm, rope};
+use twins_support::{bits_bf16, poison_bf16, rd, run, wr, Rng};
+
+const EPS: f32 = 1e-6;
+const ROWS: [usize; 3] = [1, 3, 8];
+
+// ---- per-head kernels -------------------------------------------------------------------------
+
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 24;
+const BLOCK: usize = 4;
+const PAGES: usize = 6;
+
+struct HeadInputs {
+    q: Vec<bf16>,
+    k: Vec<bf16>,
+    v: Vec<bf16>,
+    wq: Vec<bf16>,
+    wk: Vec<bf16>,
+    positions: Vec<i32>,
+    inv_freq: Vec<f32>,
+    slots: Vec<i32>,
+    cache: Vec<bf16>,
+    rows: usize,
+    rotary: usize,
+}
+
+impl HeadInputs {
+    fn new(rng: &mut Rng, rows: usize, rotary: usize) -> HeadInputs {
+        let mut slots: Vec<i32> = (0..(PAGES * BLOCK) as i32).collect();
+        for i in (1..slots.len()).rev() {
+            slots.swap(i, rng.below(i + 1));
+        }
+        slots.truncate(rows);
+        let inv_freq = (0..rotary / 2)
+            .map(|i| 10000f32.powf(-((2 * i) as f32) / rotary as f32))
+            .collect();
+        HeadInputs {
+            q: rng.bf16s(rows * HEADS * HEAD_DIM, 2.0),
+            k: rng.bf16s(rows * KV_HEADS * HEAD_DIM, 2.0),
+            v: rng.bf16s(rows * KV_HEADS * HEAD_DIM, 2.0),
+            wq: rng.bf16s(HEAD_DIM, 1.5),
+            wk: rng.bf16s(HEAD_DIM, 1.5),
+            positions: (0..rows).map(|_| rng.below(5000) as i32).collect(),
+            inv_freq,
+            slots,
+            cache: rng.bf16s(PAGES * 2 * BLOCK * KV_HEADS * HEAD_DIM, 1.0),
+            rows,
+            rotary,
+        }
+    }
+
+    fn dims(&self) -> (u32, u32, u32, u32) {
+        (
+            self.rows as u32,
+            HEADS as u32,
+            KV_HEADS as u32,
+            HEAD_DIM as u32,
+        )
+    }
+
+    fn qk_norm(&self) -> (Vec<bf16>, Vec<bf16>) {
+        let (mut qo, mut ko) = (poison_bf16(self.q.len()), poison_bf16(self.k.len()));
+        let (r, h, kvh, d) = self.dims();
+        run(norm::qk_norm(
+            rd(&self.q),
+            rd(&self.k),
+            rd(&self.wq),
+            rd(&self.wk),
+            wr(&mut qo),
+            wr(&mut ko),
+            r,
+            h,
+            kvh,
+            d,
+            EPS,
+        ));
+        (qo, ko)
+    }
+
+    fn rope(&self, q: &[bf16], k: &[bf16]) -> (Vec<bf16>, Vec<bf16>) {
+        let (mut qo, mut ko) = (poison_bf16(q.len()), poison_bf16(k.len()));
+        let (r, h, kvh, d) = self.dims();
+        run(rope::rope(
+            rd(q),
+            rd(k),
+            rd(&self.positions),
+            rd(&self.inv_freq),
+            wr(&mut qo),
+            wr(&mut ko),
+            r,
+            h,
+            kvh,
+            d,
+            self.rotary as u32,
+        ));
+        (qo, ko)
+    }
+
+    fn kv_write(&self, k: &[bf16]) -> Vec<bf16> {
+        let mut cache = self.cache.clone();
+        let (r, _, kvh, d) = self.dims();
+        run(kv::kv_write(
+            rd(k),
+            rd(&self.v),
+            rd(&self.slots),
+            wr(&mut cache),
+            r,
+            kvh,
+            d,
+            BLOCK as u32,
+            PAGES as u32,
+        ));
+        cache
+    }
+}
+
+#[test]
+fn rope_fusions_match_qk_norm_rope_and_kv_write() {
+    let mut rng = Rng::new(5);
+    for rows in ROWS {
+        for rotary in [HEAD_DIM, 16] {
+            let t = HeadInputs::new(&mut rng, rows, rotary);
+            let (r, h, kvh, d) = t.dims();
+            let (rot, bs, pages) = (rotary as u32, BLOCK as u32, PAGES as u32);
+            let what = format!("rows {rows} rotary {rotary}");
+
+            // qk_norm → rope
+            let (qn, kn) = t.qk_norm();
+            let (q_ref, k_ref) = t.rope(&qn, &kn);
+            let (mut qo, mut ko) = (poison_bf16(t.q.len()), poison_bf16(t.k.len()));
+            run(rope::qk_norm_rope(
+                rd(&t.q),
+                rd(&t.k),
+                rd(&t.wq),
+                rd(&t.wk),
+                rd(&t.positions),
+                rd(&t.inv_freq),
+                wr(&mut qo),
+                wr(&mut ko),
+                r,
+                h,
+                kvh,
+                d,
+                rot,
+                EPS,
+            ));
+            assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "qk_norm_rope q {what}");
+            assert_eq!(bits_bf16(&ko), bits_bf16(&k_ref), "qk_norm_rope k {what}");
+
+            // qk_norm → rope → kv_write
+            let cache_ref = t.kv_write(&k_ref);
+            let (mut qo, mut cache) = (poison_bf16(t.q.len()), t.cache.clone());
+            run(rope::qk_norm_rope_kv_write(
+                rd(&t.q),
+                rd(&t.k),
+                rd(&t.v),
+                rd(&t.wq),
+                rd(&t.wk),
+                rd(&t.positions),
+                rd(&t.inv_freq),
+                rd(&t.slots),
+                wr(&mut qo),
+                wr(&mut cache),
+                r,
+                h,
+                kvh,
+                d,
+                rot,
+                bs,
+                pages,
+                EPS,
+            ));
+            assert_eq!(
+                bits_bf16(&qo),
+                bits_bf16(&q_ref),
+                "qk_norm_rope_kv_write q {what}"
+            );
+            assert_eq!(
+                bits_bf16(&cache),
+                bits_bf16(&cache_ref),
+                "qk_norm_rope_kv_write cache {what}"
+            );
+
+            // rope → kv_write
+            let (q_ref, k_ref) = t.rope(&t.q, &t.k);
+            let cache_ref = t.kv_write(&k_ref);
+            let (mut qo, mut cache) = (poison_bf16(t.q.len()), t.cache.clone());
+            run(rope::rope_kv_write(
+                rd(&t.q),
+                rd(&t.k),
+                rd(&t.v),
+                rd(&t.positions),
+                rd(&t.inv_freq),
+                rd(&t.slots),
+                wr(&mut qo),
+                wr(&mut cache),
+                r,
+                h,
+                kvh,
+                d,
+                rot,
+                bs,
+                pages,
+            ));
+            assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "rope_kv_write q {what}");
+            assert_eq!(
+                bits_bf16(&cache),
+                bits_bf16(&cache_ref),
+                "rope_kv_write cache {what}"
+            );
+            assert_ne!(bits_bf16(&cache), bits_bf16(&t.cache), "the write happened");
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The twins' arithmetic against naive f64 implementations, hand-checkable attention cases,
+//! and results independent of the host thread count.
+
+mod twins_support;
+
+use half::bf16;
+use solder_model_layers::numerics::{
+    axpy_bf16, dot_bf16, dot_bf16_lanes, sum_squares_bf16, sum_squares_f32, to_f32,
+};
+use solder_model_layers::ops::{act, attn, gemv, norm, rope, Launch};
+use twins_support::{
+    bits_bf16, bits_f32, f64s, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng,
+};
+
+fn b(x: f32) -> bf16 {
+    bf16::from_f32(x)
+}
+
+/// |got − want| ≤ rel·|want| + abs for every element.
+fn assert_close(got: &[f64], want: &[f64], rel: f64, abs: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * w.abs() + abs,
+            "{what}[{i}]: got {g}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn reductions_match_f64_for_every_tail_length() {
+    let mut rng = Rng::new(10);
+    for len in [0, 1, 5, 15, 16, 17, 31, 33, 100, 257] {
+        let (a, c) = (rng.bf16s(len, 1.0), rng.bf16s(len, 1.0));
+        let want: f64 = a.iter().zip(&c).map(|(x, y)| x.to_f64() * y.to_f64()).sum();
+        assert_close(
+            &[dot_bf16(&a, &c) as f64],
+            &[want],
+            1e-5,
+            1e-5,
+            &format!("dot len {len}"),
+        );
+        // The run-time dispatched path (AVX2 where present) gives the definition's bits.
+        assert_eq!(
+            dot_bf16(&a, &c).to_bits(),
+            dot_bf16_lanes(&a, &c).to_bits(),
+            "dot len {len}"
+        );
+        let mut acc: Vec<f32> = rng.f32s(len, 1.0);
+        let expected: Vec<u32> = acc
+            .iter()
+            .zip(&a)
+            .map(|(s, x)| (s + 0.75 * to_f32(*x)).to_bits())
+            .collect();
+        axpy_bf16(&mut acc, 0.75, &a);
+        assert_eq!(
+            acc.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            expected,
+            "axpy len {len}"
+        );
+        let widened: Vec<f32> = a.iter().map(|x| to_f32(*x)).collect();
+        assert_eq!(
+            sum_squares_bf16(&a).to_bits(),
+            sum_squares_f32(&widened).to_bits()
+        );
+        let ss: f64 = a.iter().map(|x| x.to_f64() * x.to_f64()).sum();
+        assert_close(
+            &[sum_squares_f32(&widened) as f64],
+            &[ss],
+            1e-5,
+            1e-6,
+            "sum of squares",
+        );
+    }
+}
+
+#[test]
+fn rms_norm_matches_f64() {
+    let mut rng = Rng::new(11);
+    let (rows, hidden, eps) = (3, 100, 1e-5f32);
+    let (x, w) = (rng.f32s(rows * hidden, 3.0), rng.bf16s(hidden, 2.0));
+    let mut out = poison_bf16(rows * hidden);
+    run(norm::rms_norm(
+        rd(&x),
+        rd(&w),
+        wr(&mut out),
+        rows as u32,
+        hidden as u32,
+        eps,
+    ));
+    let mut want = Vec::new();
+    for row in x.chunks(hidden) {
+        let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / hidden as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        want.extend(
+            row.iter()
+                .zip(&w)
+                .map(|(v, g)| *v as f64 * inv * g.to_f64()),
+        );
+    }
+    assert_close(&f64s(&out), &want, 1.0 / 128.0, 1e-6, "rms_norm");
+}
+
+#[test]
+fn linear_and_lm_head_match_f64() {
+    let mut rng = Rng::new(12);
+    let (rows, k, n) = (3, 70, 20);
+    let (x, w, bias) = (
+        rng.bf16s(rows * k, 1.0),
+        rng.bf16s(n * k, 0.3),
+        rng.bf16s(n, 1.0),
+    );
+    let naive = |with_bias: bool| -> Vec<f64> {
+        let mut y = Vec::new();
+        for r in 0..rows {
+            for o in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|i| x[r * k + i].to_f64() * w[o * k + i].to_f64())
+                    .sum();
+                y.push(dot + if with_bias { bias[o].to_f64() } else { 0.0 });
+            }
+        }
+        y
+    };
+    let mut y = poison_bf16(rows * n);
+    run(gemv::linear(
+        rd(&x),
+        rd(&w),
+        Some(rd(&bias)),
+        wr(&mut y),
+        rows as u32,
+        k as u32,
+        n as u32,
+    ));
+    assert_close(
+        &f64s(&y),
+        &naive(true),
+        1.0 / 128.0,
+        1e-4,
+        "linear with bias",
+    );
+    let mut logits = poison_f32(rows * n);
+    run(gemv::lm_head(
+        rd(&x),
+        rd(&w),
+        wr(&mut logits),
+        rows as u32,
+        k as u32,
+        n as u32,
+    ));
+    let got: Vec<f64> = logits.iter().map(|v| *v as f64).collect();
+    assert_close(&got, &naive(false), 1e-5, 1e-5, "lm_head");
+}
+
+#[test]
+fn silu_mul_matches_f64() {
+    let mut rng = Rng::new(13);
+    let (g, u) = (rng.bf16s(64, 6.0), rng.bf16s(64, 2.0));
+    let mut out = poison_bf16(64);
+    run(act::silu_mul(rd(&g), rd(&u), wr(&mut out), 2, 32));
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| g.to_f64() / (1.0 + (-g.to_f64()).exp()) * u.to_f64())
+        .collect();
+    assert_close(&f64s(&out), &want, 1.0 / 128.0, 1e-6, "silu_mul");
+}
+
+#[test]
+fn rope_rotates_by_a_known_angle_and_copies_the_rest() {
+    // head_dim 6, rotary_dim 4: pairs (0, 2) and (1, 3) rotate; dims 4 and 5 are copied.
+    let half_pi = std::f32::consts::FRAC_PI_2;
+    let inv_freq = [half_pi, half_pi / 3.0]; // position 1: 90° and 30°
+    let q: Vec<bf16> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(b).to_vec();
+    let k: Vec<bf16> = [0.5, -1.0, 0.25, 2.0, 7.0, -7.0].map(b).to_vec();
+    let (mut qo, mut ko) = (poison_bf16(6), poison_bf16(6));
+    run(rope::rope(
+        rd(&q),
+        rd(&k),
+        rd(&[1i32]),
+        rd(&inv_freq),
+        wr(&mut qo),
+        wr(&mut ko),
+        1,
+        1,
+        1,
+        6,
+        4,
+    ));
+    let rotate = |x: &[bf16]| -> Vec<f64> {
+        let x = f64s(x);
+        let (c0, s0) = (0.0, 1.0);
+        let (c1, s1) = ((std::f64::consts::PI / 6.0).cos(), 0.5);
+        vec![
+            x[0] * c0 - x[2] * s0,
+            x[1] * c1 - x[3] * s1,
+            x[2] * c0 + x[0] * s0,
+            x[3] * c1 + x[1] * s1,
+            x[4],
+            x[5],
+        ]
+    };
+    assert_close(&f64s(&qo), &rotate(&q), 1.0 / 128.0, 1e-6, "rope q");
+    assert_close(&f64s(&ko), &rotate(&k), 1.0 / 128.0, 1e-6, "rope k");
+    assert_eq!(bits_bf16(&qo[4..]), bits_bf16(&q[4..]));
+}
+
+/// A cache `[pages][2][block][kv_heads][head_dim]` with every token's k and v given.
+fn cache_with(
+    pages: usize,
+    block: usize,
+    kv_heads: usize,
+    d: usize,
+    put: &[(usize, usize, Vec<f32>, Vec<f32>)],
+) -> Vec<bf16> {
+    let mut cache = vec![b(0.0); pages * 2 * block * kv_heads * d];
+    for (slot, kvh, k, v) in put {
+        let (page, off) = (slot / block, slot % block);
+        for (part, src) in [(0, k), (1, v)] {
+            let at = (((page * 2 + part) * block + off) * kv_heads + kvh) * d;
+            for (i, x) in src.iter().enumerate() {
+                cache[at + i] = b(*x);
+            }
+        }
+    }
+    cache
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    kernel: &str,
+    q: &[bf16],
+    cache: &[bf16],
+    tables: &[i32],
+    lens: &[i32],
+    dims: [usize; 6],
+    scale: f32,
+) -> Vec<bf16> {
+    let [rows, heads, kv_heads, d, block, max_blocks] = dims.map(|x| x as u32);
+    let pages = (cache.len() / (2 * (block * kv_heads * d) as usize)) as u32;
+    let mut out = poison_bf16(q.len());
+    let op = if kernel == "decode" {
+        attn::paged_decode
+    } else {
+        attn::paged_causal
+    };
+    run(op(
+        rd(q),
+        rd(cache),
+        rd(tables),
+        rd(lens),
+        wr(&mut out),
+        rows,
+        heads,
+        kv_heads,
+        d,
+        block,
+        max_blocks,
+        pages,
+        scale,
+    ));
+    out
+}
+
+#[test]
+fn attention_with_equal_scores_averages_the_values() {
+    // One row, one head, block_size 1: token 0 on page 3, token 1 on page 1.
+    let d = 4;
+    let cache = cache_with(
+        4,
+        1,
+        1,
+        d,
+        &[
+            (3, 0, vec![1.0, 1.0, 0.0, 0.0], vec![1.0, 2.0, -4.0, 8.0]),
+            (1, 0, vec![1.0, 1.0, 0.0, 0.0], vec![3.0, 4.0, 0.0, 0.5]),
+        ],
+    );
+    let q: Vec<bf16> = [0.5, 0.25, 9.0, 9.0].map(b).to_vec();
+    for kernel in ["decode", "causal"] {
+        let out = attention(kernel, &q, &cache, &[3, 1], &[2], [1, 1, 1, d, 1, 2], 0.5);
+        assert_eq!(f64s(&out), vec![2.0, 3.0, -2.0, 4.25], "{kernel}");
+    }
+}
+
+#[test]
+fn attention_maps_query_heads_to_their_kv_head() {
+    // heads 4, kv_heads 2: heads 0, 1 read kv head 0, heads 2, 3 read kv head 1. seq_len 1,
+    // so each output is exactly its kv head's v.
+    let d = 2;
+    let cache = cache_with(
+        2,
+        2,
+        2,
+        d,
+        &[
+            (2, 0, vec![1.0, 0.0], vec![10.0, 11.0]),
+            (2, 1, vec![0.0, 1.0], vec![20.0, 21.0]),
+        ],
+    );
+    let q: Vec<bf16> = (0..8).map(|i| b(i as f32)).collect();
+    let out = attention("decode", &q, &cache, &[1, 0], &[1], [1, 4, 2, d, 2, 2], 1.0);
+    assert_eq!(
+        f64s(&out),
+        vec![10.0, 11.0, 10.0, 11.0, 20.0, 21.0, 20.0, 21.0]
+    );
+}
+
+#[test]
+fn attention_matches_f64_on_random_pages() {
+    let mut rng = Rng::new(14);
+    let (rows, heads, kv_heads, d, block, max_blocks, pages) = (3, 4, 2, 20, 4, 5, 16);
+    let q = rng.bf16s(rows * heads * d, 1.0);
+    let cache = rng.bf16s(pages * 2 * block * kv_heads * d, 1.0);
+    let tables: Vec<i32> = (0..rows * max_blocks)
+        .map(|_| rng.below(pages) as i32)
+        .collect();
+    let lens = [1, 7, 20];
+    let scale = 1.0 / (d as f32).sqrt();
+    let out = attention(
+        "causal",
+        &q,
+        &cache,
+        &tables,
+        &lens,
+        [rows, heads, kv_heads, d, block, max_blocks],
+        scale,
+    );
+    let mut want = Vec::new();
+    for r in 0..rows {
+        for h in 0..heads {
+            let kvh = h / (heads / kv_heads);
+            let at = |j: usize, part: usize| {
+                (((tables[r * max_blocks + j / block] as usize * 2 + part) * block + j % block)
+                    * kv_heads
+                    + kvh)
+                    * d
+            };
+            let qh = &q[(r * heads + h) * d..][..d];
+            let s: Vec<f64> = (0..lens[r] as usize)
+                .map(|j| {
+                    (0..d)
+                        .map(|i| qh[i].to_f64() * cache[at(j, 0) + i].to_f64())
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let sum: f64 = p.iter().sum();
+            want.extend((0..d).map(|i| {
+                p.iter()
+                    .enumerate()
+                    .map(|(j, pj)| pj * cache[at(j, 1) + i].to_f64())
+                    .sum::<f64>()
+                    / sum
+            }));
+        }
+    }
+    assert_close(&f64s(&out), &want, 1.0 / 128.0, 1e-4, "attention");
+}
+
+// ---- thread-count independence ----------------------------------------------------------------
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let mut rng = Rng::new(15);
+    let (rows, k, n, inter, vocab) = (3, 256, 1536, 1024, 6000);
+    let x = rng.bf16s(rows * k, 1.0);
+    let h = rng.f32s(rows * k, 2.0);
+    let res = rng.f32s(rows * n, 2.0);
+    let (w, bias, wn) = (rng.bf16s(n * k, 0.2), rng.bf16s(n, 0.5), rng.bf16s(k, 1.5));
+    let (wg, wu) = (rng.bf16s(inter * k, 0.2), rng.bf16s(inter * k, 0.2));
+    let wl = rng.bf16s(vocab * k, 0.2);
+    let (r, k32) = (rows as u32, k as u32);
+    let check_bf16 =
+        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::ops::Buf) -> Launch| {
+            let runs: Vec<Vec<u16>> = [1, 2, 4]
+                .iter()
+                .map(|t| {
+                    let mut out = poison_bf16(len);
+                    run_threads(&build(wr(&mut out)), *t).unwrap();
+                    bits_bf16(&out)
+                })
+                .collect();
+            assert!(runs[0] == runs[1] && runs[0] == runs[2], "{what}");
+        };
+    let check_f32 =
+        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::ops::Buf) -> Launch| {
+            let runs: Vec<Vec<u32>> = [1, 2, 4]
+                .iter()
+                .map(|t| {
+                    let mut out = poison_f32(len);
+                    run_threads(&build(wr(&mut out)), *t).unwrap();
+                    bits_f32(&out)
+                })
+                .collect();
+            assert!(runs[0] == runs[1] && runs[0] == runs[2], "{what}");
+        };
+    check_bf16("linear", rows * n, &|y| {
+        gemv::linear(rd(&x), rd(&w), Some(rd(&bias)), y, r, k32, n as u32)
+    });
+    check_bf16("norm_linear", rows * n, &|y| {
+        gemv::norm_linear(rd(&h), rd(&wn), rd(&w), None, y, r, k32, n as u32, 1e-6)
+    });
+    check_bf16("gate_up_silu", rows * inter, &|y| {
+        gemv::gate_up_silu(rd(&x), rd(&wg), rd(&wu), y, r, k32, inter as u32)
+    });
+    check_f32("linear_residual_add", rows * n, &|y| {
+        gemv::linear_residual_add(rd(&x), rd(&w), None, rd(&res), y, r, k32, n as u32)
+    });
+    check_f32("lm_head", rows * vocab, &|y| {
+        gemv::lm_head(rd(&x), rd(&wl), y, r, k32, vocab as u32)
+    });
+    check_f32("lm_head one row", vocab, &|y| {
+        gemv::lm_head(rd(&x[..k]), rd(&wl), y, 1, k32, vocab as u32)
+    });
+    // q/k/v: one split across the three matrices.
+    let (nq, nkv) = (1024, 256);
+    let (wq, wk, wv) = (
+        rng.bf16s(nq * k, 0.2),
+        rng.bf16s(nkv * k, 0.2),
+        rng.bf16s(nkv * k, 0.2),
+    );
+    let qkv_runs: Vec<(Vec<u16>, Vec<u16>, Vec<u16>)> = [1, 2, 4]
+        .iter()
+        .map(|t| {
+            let (mut q, mut kk, mut v) = (
+                poison_bf16(rows * nq),
+                poison_bf16(rows * nkv),
+                poison_bf16(rows * nkv),
+            );
+            let launch = gemv::qkv(
+                rd(&x),
+                rd(&wq),
+                None,
+                rd(&wk),
+                None,
+                rd(&wv),
+                None,
+                wr(&mut q),
+                wr(&mut kk),
+                wr(&mut v),
+                r,
+                k32,
+                nq as u32,
+                nkv as u32,
+            );
+            run_threads(&launch, *t).unwrap();
+            (bits_bf16(&q), bits_bf16(&kk), bits_bf16(&v))
+        })
+        .collect();
+    assert!(
+        qkv_runs[0] == qkv_runs[1] && qkv_runs[0] == qkv_runs[2],
+        "qkv"
+    );
+
+    // Attention: 4 rows × 8 heads over 1000 tokens of head_dim 64.
+    let (heads, kv_heads, d, block, max_blocks, pages) = (8, 2, 64, 16, 64, 256);
+    let q = rng.bf16s(4 * heads * d, 1.0);
+    let cache = rng.bf16s(pages * 2 * block * kv_heads * d, 1.0);
+    let tables: Vec<i32> = (0..4 * max_blocks)
+        .map(|_| rng.below(pages) as i32)
+        .collect();
+    let lens = [1000, 3, 1024, 517];
+    check_bf16("paged_decode", q.len(), &|o| {
+        attn::paged_decode(
+            rd(&q),
+            rd(&cache),
+            rd(&tables),
+            rd(&lens),
+            o,
+            4,
+            heads as u32,
+            kv_heads as u32,
+            d as u32,
+            block as u32,
+            max_blocks as u32,
+            pages as u32,
+            0.125,
+        )
+    });
+}

@@ -1,0 +1,69 @@
+//! The built-in tiny models: one per supported family, generated in-process from fixed
+//! configs and seeds, so `cargo xtask parity` needs no files.
+
+use solder_config::ModelConfig;
+
+pub struct Builtin {
+    pub name: &'static str,
+    pub seed: u64,
+    pub config_json: &'static str,
+}
+
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "tiny-llama",
+        seed: 0x11a3a,
+        config_json: r#"{
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 10000.0,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+            "hidden_act": "silu", "attention_bias": false, "mlp_bias": false
+        }"#,
+    },
+    Builtin {
+        name: "tiny-mistral",
+        seed: 0x3157,
+        config_json: r#"{
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 1000000.0, "sliding_window": null, "hidden_act": "silu"
+        }"#,
+    },
+    Builtin {
+        name: "tiny-qwen2",
+        seed: 0x9e2,
+        config_json: r#"{
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+            "rope_theta": 1000000.0, "use_sliding_window": false, "sliding_window": null,
+            "hidden_act": "silu"
+        }"#,
+    },
+    Builtin {
+        name: "tiny-qwen3",
+        seed: 0x9e3,
+        config_json: r#"{
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "use_sliding_window": false, "sliding_window": null, "hidden_act": "silu",
+            "attention_bias": false
+        }"#,
+    },
+];
+
+impl Builtin {
+    pub fn config(&self) -> Result<ModelConfig, String> {
+        ModelConfig::from_json_str(self.config_json, self.name).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,159 @@
+//! `cargo xtask parity`: proves the fused programs equal to the reference routing, byte for
+//! byte, in every mode, and (with goldens) close to Hugging Face transformers.
+
+mod builtin;
+mod golden;
+mod report;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use solder_circuit::RuleSet;
+use solder_config::ModelConfig;
+
+use crate::args::Args;
+use golden::Golden;
+use run::{random_prompt, run_case, Case, Weights};
+
+const HELP: &str =
+    "usage: cargo xtask parity [--model DIR [--golden FILE] | --goldens DIR] [options]
+
+  (no model)       the built-in tiny models of every supported family (random weights)
+  --model DIR      a Hugging Face checkpoint folder (config.json, model.safetensors)
+  --golden FILE    a golden file (input_ids, logits, logits_bf16) for --model
+  --goldens DIR    every case folder under DIR holding config.json, model.safetensors and
+                   golden.safetensors (families not yet modelled are listed and skipped)
+  --json PATH      write the report as JSON
+  --rules FILE     fusion rules (default fusions/FUSIONS.toml)
+  --tokens T       prompt length without a golden (default 40: more than two KV pages)
+  --threads N      CPU backend threads (default: all)";
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    let args = Args::parse(
+        argv,
+        &[
+            "model", "golden", "goldens", "json", "rules", "tokens", "threads",
+        ],
+        &["help"],
+    )?;
+    if args.flag("help") {
+        println!("{HELP}");
+        return Ok(());
+    }
+    let rules_path = args
+        .value("rules")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
+    let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+    let tokens = args.number("tokens")?.unwrap_or(40);
+    let mut skipped = Vec::new();
+    let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
+        (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
+        (Some(dir), None) => {
+            let golden = args
+                .value("golden")
+                .map(|g| Golden::load(Path::new(g)))
+                .transpose()?;
+            vec![checkpoint_case(Path::new(dir), golden, tokens)?]
+        }
+        (None, Some(root)) => {
+            let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+                .map_err(|e| format!("{root}: {e}"))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("golden.safetensors").exists())
+                .collect();
+            dirs.sort();
+            let mut cases = Vec::new();
+            for dir in dirs {
+                match ModelConfig::from_file(&dir.join("config.json")) {
+                    Err(e) if e.to_string().contains("not yet modelled") => {
+                        skipped.push(format!("{}: {e}", dir.display()))
+                    }
+                    _ => {
+                        let golden = Golden::load(&dir.join("golden.safetensors"))?;
+                        cases.push(checkpoint_case(&dir, Some(golden), tokens)?);
+                    }
+                }
+            }
+            if cases.is_empty() {
+                return Err(format!("no modelled golden case under {root}"));
+            }
+            cases
+        }
+        (None, None) => {
+            if args.value("golden").is_some() {
+                return Err("--golden needs --model".into());
+            }
+            builtin::BUILTINS
+                .iter()
+                .map(|b| {
+                    let config = b.config()?;
+                    let prompt = random_prompt(b.seed, config.vocab_size, tokens);
+                    Ok(Case {
+                        name: b.name.to_string(),
+                        config,
+                        weights: Weights::Random { seed: b.seed },
+                        prompt,
+                        golden: None,
+                    })
+                })
+                .collect::<Result<_, String>>()?
+        }
+    };
+
+    let mut backend = solder_model_layers::kernels::cpu_backend(args.number("threads")?)
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut reports = Vec::new();
+    for case in &cases {
+        let t = Instant::now();
+        let report = run_case(case, &rules, &mut backend)?;
+        report::print_case(&report, t.elapsed().as_secs_f64());
+        reports.push(report);
+    }
+    for s in &skipped {
+        println!("SKIP {s}");
+    }
+    let pass = reports.iter().all(|r| r.passes());
+    if let Some(path) = args.value("json") {
+        report::write_json(Path::new(path), &reports, pass, &rules.digest)?;
+    }
+    println!(
+        "{}",
+        report::verdict_line(&reports, pass, started.elapsed().as_secs_f64())
+    );
+    if pass {
+        Ok(())
+    } else {
+        Err("parity failed".into())
+    }
+}
+
+fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<Case, String> {
+    let config = ModelConfig::from_file(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    let prompt = match &golden {
+        Some(g) => {
+            if g.vocab != config.vocab_size {
+                return Err(format!(
+                    "golden vocab {} but config vocab {}",
+                    g.vocab, config.vocab_size
+                ));
+            }
+            g.input_ids.clone()
+        }
+        None => random_prompt(7, config.vocab_size, tokens),
+    };
+    Ok(Case {
+        name: solder_circuit::model_name(&dir.join("config.json").display().to_string()),
+        config,
+        weights: Weights::Checkpoint(dir.to_path_buf()),
+        prompt,
+        golden,
+    })
+}
+
+/// Index of the largest value (first among equals).
+pub fn argmax(values: &[f32]) -> usize {
+    solder_model_layers::greedy(values) as usize
+}
