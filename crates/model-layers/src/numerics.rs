@@ -304,3 +304,80 @@ pub fn attend<'k>(
         *o = to_bf16(*a / sum);
     }
 }
+
+/// Four dots of one f32 row (a widened bf16 row) against four bf16 rows; each is bit-identical
+/// to `dot_f32_bf16(x, w[c])`, hence to `dot_bf16` of the bf16 row `x` came from. Four
+/// independent accumulator pairs hide the add latency that bounds a single dot.
+#[inline]
+pub fn dot_1x4(x: &[f32], w: [&[bf16]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && w.iter().all(|r| r.len() == x.len()) {
+        // SAFETY: the CPU supports AVX2 (checked above); lengths are equal.
+        return unsafe { dot_tile_avx2::<1, 4>([x], w) }[0];
+    }
+    w.map(|row| dot_f32_bf16(x, row))
+}
+
+/// Four dots of four f32 rows against one bf16 row (see `dot_1x4`).
+#[inline]
+pub fn dot_4x1(x: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && x.iter().all(|r| r.len() == w.len()) {
+        // SAFETY: the CPU supports AVX2 (checked above); lengths are equal.
+        let d = unsafe { dot_tile_avx2::<4, 1>(x, [w]) };
+        return [d[0][0], d[1][0], d[2][0], d[3][0]];
+    }
+    x.map(|row| dot_f32_bf16(row, w))
+}
+
+/// R×C dots in AVX2, each pair with the lane order of `dot_f32_bf16`: lanes 0..8 and 8..16
+/// in two registers, the same multiply then add, the same tree, the same tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_tile_avx2<const R: usize, const C: usize>(
+    x: [&[f32]; R],
+    w: [&[bf16]; C],
+) -> [[f32; C]; R] {
+    use std::arch::x86_64::*;
+    let len = x[0].len();
+    let chunks = len / LANES;
+    let widen = |p: *const u16| {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+            _mm_loadu_si128(p as *const __m128i),
+        )))
+    };
+    let mut lo = [[_mm256_setzero_ps(); C]; R];
+    let mut hi = [[_mm256_setzero_ps(); C]; R];
+    for ch in 0..chunks {
+        let at = ch * LANES;
+        let mut wl = [_mm256_setzero_ps(); C];
+        let mut wh = [_mm256_setzero_ps(); C];
+        for c in 0..C {
+            let p = (w[c].as_ptr() as *const u16).add(at);
+            wl[c] = widen(p);
+            wh[c] = widen(p.add(8));
+        }
+        for r in 0..R {
+            let p = x[r].as_ptr().add(at);
+            let (xl, xh) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+            for c in 0..C {
+                lo[r][c] = _mm256_add_ps(lo[r][c], _mm256_mul_ps(xl, wl[c]));
+                hi[r][c] = _mm256_add_ps(hi[r][c], _mm256_mul_ps(xh, wh[c]));
+            }
+        }
+    }
+    let mut out = [[0.0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            let mut acc = [0.0f32; LANES];
+            _mm256_storeu_ps(acc.as_mut_ptr(), lo[r][c]);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[r][c]);
+            let mut sum = combine(acc);
+            for i in chunks * LANES..len {
+                sum += x[r][i] * to_f32(w[c][i]);
+            }
+            out[r][c] = sum;
+        }
+    }
+    out
+}

@@ -127,29 +127,6 @@ pub(crate) fn f32_out_opt<'a>(
     Ok(s)
 }
 
-/// Fills `out` (row-major `[rows][cols]`) by columns: `f(col, values)` writes that column's
-/// value for every row, so each weight row is read once for all rows. Columns are split
-/// across `threads`; each value is computed by one call, whatever the split.
-pub(crate) fn columns_into<T: Copy + Default + Send>(
-    out: &mut [T],
-    rows: usize,
-    cols: usize,
-    threads: usize,
-    f: impl Fn(usize, &mut [T]) + Sync,
-) {
-    if rows == 1 {
-        let per_chunk = cols.div_ceil(threads * 4).max(1);
-        par_chunks_mut(out, per_chunk, threads, |ci, chunk| {
-            for (j, v) in chunk.chunks_mut(1).enumerate() {
-                f(ci * per_chunk + j, v);
-            }
-        });
-        return;
-    }
-    let by_column = columns(rows, cols, threads, f);
-    scatter(&by_column, rows, 0, out, cols);
-}
-
 /// Column-major `[cols][rows]` values of `f(col, values)` (see `columns_into`).
 pub(crate) fn columns<T: Copy + Default + Send>(
     rows: usize,

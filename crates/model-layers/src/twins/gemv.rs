@@ -7,11 +7,12 @@ use half::bf16;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::args::{
-    bf16_in, bf16_in_opt, bf16_out, columns, columns_into, dim, f32_in, f32_out, f32_out_opt, macs,
-    rows, scatter, size, threads_for,
+    bf16_in, bf16_in_opt, bf16_out, dim, f32_in, f32_out, f32_out_opt, macs, rows, size,
+    threads_for,
 };
 use super::basic::{add_rows, norm_rows};
-use crate::numerics::{dot_bf16, linear_value, residual_value, silu_mul_value};
+use super::matvec::{for_each_dot, Widened};
+use crate::numerics::{linear_value, residual_value, silu_mul_value};
 
 /// One projection's weights `[n][k]` and optional bias `[n]`.
 #[derive(Clone, Copy)]
@@ -39,24 +40,31 @@ impl Proj<'_> {
         Ok(Proj { w, bias, n })
     }
 
-    /// bf16(dot(x, w[o]) + bias[o]).
+    /// Weight row `o`.
     #[inline]
-    fn value(&self, x: &[bf16], o: usize, k: usize) -> bf16 {
-        linear_value(
-            dot_bf16(x, &self.w[o * k..(o + 1) * k]),
-            self.bias.map(|b| b[o]),
-        )
+    fn row(&self, o: usize, k: usize) -> &[bf16] {
+        &self.w[o * k..(o + 1) * k]
+    }
+
+    /// bf16(dot + bias[o]): what `linear` stores for feature `o`.
+    #[inline]
+    fn finish(&self, o: usize, dot: f32) -> bf16 {
+        linear_value(dot, self.bias.map(|b| b[o]))
     }
 }
 
 /// The linear projection of every row of `x` (`[rows][k]`) into `y` (`[rows][p.n]`).
 fn project(ctx: &TwinCtx<'_>, x: &[bf16], rows: usize, k: usize, p: Proj<'_>, y: &mut [bf16]) {
     let threads = threads_for(ctx, macs(&[rows, k, p.n]));
-    columns_into(y, rows, p.n, threads, |o, values| {
-        for (r, v) in values.iter_mut().enumerate() {
-            *v = p.value(&x[r * k..(r + 1) * k], o, k);
-        }
-    });
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        p.n,
+        |o| p.row(o, k),
+        |_, o, d| p.finish(o, d),
+        y,
+    );
 }
 
 /// q, k and v projections of the same rows, in one pass over the three weight matrices.
@@ -70,21 +78,37 @@ fn project_qkv(
 ) {
     let cols = p[0].n + p[1].n + p[2].n;
     let threads = threads_for(ctx, macs(&[rows, k, cols]));
-    let by_column = columns(rows, cols, threads, |c, values: &mut [bf16]| {
-        let (proj, o) = if c < p[0].n {
+    let which = |c: usize| {
+        if c < p[0].n {
             (&p[0], c)
         } else if c < p[0].n + p[1].n {
             (&p[1], c - p[0].n)
         } else {
             (&p[2], c - p[0].n - p[1].n)
-        };
-        for (r, v) in values.iter_mut().enumerate() {
-            *v = proj.value(&x[r * k..(r + 1) * k], o, k);
         }
-    });
+    };
+    let xs = Widened::new(x, k);
+    let mut all = vec![bf16::ZERO; rows * cols];
+    for_each_dot(
+        threads,
+        &xs,
+        cols,
+        |c| {
+            let (proj, o) = which(c);
+            proj.row(o, k)
+        },
+        |_, c, d| {
+            let (proj, o) = which(c);
+            proj.finish(o, d)
+        },
+        &mut all,
+    );
     let mut first = 0;
     for (proj, y) in p.iter().zip(out) {
-        scatter(&by_column, rows, first, y, proj.n);
+        for r in 0..rows {
+            y[r * proj.n..(r + 1) * proj.n]
+                .copy_from_slice(&all[r * cols + first..r * cols + first + proj.n]);
+        }
         first += proj.n;
     }
 }
@@ -114,12 +138,30 @@ fn gate_up(
             n: inter,
         },
     );
-    columns_into(act, rows, inter, threads, |i, values| {
-        for (r, v) in values.iter_mut().enumerate() {
-            let row = &x[r * k..(r + 1) * k];
-            *v = silu_mul_value(g.value(row, i, k), u.value(row, i, k));
+    let xs = Widened::new(x, k);
+    // Gate and up as one projection of 2·inter features, each stored bf16 as the reference does.
+    let mut both = vec![bf16::ZERO; rows * 2 * inter];
+    let pick = |c: usize| if c < inter { (&g, c) } else { (&u, c - inter) };
+    for_each_dot(
+        threads,
+        &xs,
+        2 * inter,
+        |c| {
+            let (proj, o) = pick(c);
+            proj.row(o, k)
+        },
+        |_, c, d| {
+            let (proj, o) = pick(c);
+            proj.finish(o, d)
+        },
+        &mut both,
+    );
+    for r in 0..rows {
+        let row = &both[r * 2 * inter..(r + 1) * 2 * inter];
+        for i in 0..inter {
+            act[r * inter + i] = silu_mul_value(row[i], row[inter + i]);
         }
-    });
+    }
 }
 
 /// logits[r][o] = dot(x[r], w[o]).
@@ -133,12 +175,15 @@ fn logits(
     out: &mut [f32],
 ) {
     let threads = threads_for(ctx, macs(&[rows, k, vocab]));
-    columns_into(out, rows, vocab, threads, |o, values| {
-        let wrow = &w[o * k..(o + 1) * k];
-        for (r, v) in values.iter_mut().enumerate() {
-            *v = dot_bf16(&x[r * k..(r + 1) * k], wrow);
-        }
-    });
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        vocab,
+        |o| &w[o * k..(o + 1) * k],
+        |_, _, d| d,
+        out,
+    );
 }
 
 /// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
@@ -307,11 +352,15 @@ pub(crate) fn linear_residual_add(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     let h = f32_in(ctx, 3, size(ctx, &[rows, n])?)?;
     let h_out = f32_out(ctx, 4, size(ctx, &[rows, n])?)?;
     let threads = threads_for(ctx, macs(&[rows, k, n]));
-    columns_into(h_out, rows, n, threads, |o, values| {
-        for (r, v) in values.iter_mut().enumerate() {
-            *v = residual_value(h[r * n + o], p.value(&x[r * k..(r + 1) * k], o, k));
-        }
-    });
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        n,
+        |o| p.row(o, k),
+        |r, o, d| residual_value(h[r * n + o], p.finish(o, d)),
+        h_out,
+    );
     Ok(())
 }
 

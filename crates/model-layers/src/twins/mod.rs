@@ -14,6 +14,7 @@ mod attn;
 mod basic;
 mod gemv;
 mod heads;
+mod matvec;
 
 /// Every twin with its kernel name, in `ops::KERNELS` order.
 pub fn twins() -> Vec<(&'static str, TwinFn)> {
