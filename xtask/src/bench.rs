@@ -19,7 +19,10 @@ const HELP: &str = "usage: cargo xtask bench --backend cpu (--model DIR | --synt
   --prompt-len T     prompt tokens prefilled first (default 32)
   --gen N            tokens decoded greedily and timed (default 128)
   --threads N        CPU backend threads (default: all)
-  --reference-only   run the reference routing instead of the fused plan";
+  --reference-only   run the reference routing instead of the fused plan
+  --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
+                     checkpoint, bf16 and f32, and print the ratios (a synth model is saved
+                     under target/synth/ first)";
 
 const SYNTH: &[(&str, usize)] = &[("llama-3.2-1b", 16), ("llama-3.2-1b-l4", 4)];
 
@@ -35,6 +38,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "gen",
             "threads",
             "rules",
+            "peer",
         ],
         &["reference-only", "help"],
     )?;
@@ -49,6 +53,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 "backend `{other}` is not available here (cpu; cuda comes with issue 4)"
             ))
         }
+    }
+    if let Some(peer) = args.value("peer") {
+        return crate::peer::run(peer, &args);
     }
     let (config, weights, name) = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => {
@@ -162,6 +169,14 @@ fn synth_config(name: &str) -> Result<ModelConfig, String> {
     let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     json["num_hidden_layers"] = layers.into();
     ModelConfig::from_json_str(&json.to_string(), name).map_err(|e| e.to_string())
+}
+
+pub fn synth_checkpoint(name: &str) -> Result<PathBuf, String> {
+    let dir = crate::workspace_root().join("target/synth").join(name);
+    if !dir.join("model.safetensors").exists() {
+        save_synth(&synth_config(name)?, &dir)?;
+    }
+    Ok(dir)
 }
 
 fn save_synth(config: &ModelConfig, dir: &Path) -> Result<(), String> {

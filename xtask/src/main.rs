@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod golden;
 mod parity;
+mod peer;
 mod plan;
 
 use std::path::PathBuf;

@@ -118,14 +118,13 @@ impl CircuitExec {
             )));
         }
         let inv_freq = config.rope.inv_freq(config.head_dim);
-        let max_blocks = kv.max_seq_len.div_ceil(kv.block_size);
         let layout = Layout::new(
             &instance.circuit,
             &plans,
             config.vocab_size,
             inv_freq.len(),
             kv.pages,
-            max_blocks,
+            kv.max_seq_len,
         );
 
         let workspace = backend.alloc(layout.workspace_bytes)?;
@@ -256,15 +255,25 @@ impl CircuitExec {
         mode: Mode,
         rows: usize,
     ) -> Result<CapturedGraph, ExecError> {
+        self.check_live()?;
         let stream = self.streams[0];
         backend.begin_capture(stream)?;
         let ran = self
             .program(mode, rows)
             .and_then(|p| p.run(backend, &self.streams, &self.events));
-        let graph = backend.end_capture(stream);
-        ran?;
-        let graph = graph?;
-        let exec = backend.instantiate(graph)?;
+        let graph = backend.end_capture(stream)?;
+        if let Err(e) = ran {
+            // The capture ended; its graph holds nothing worth keeping.
+            let _ = backend.destroy_graph(graph);
+            return Err(e);
+        }
+        let exec = match backend.instantiate(graph) {
+            Ok(exec) => exec,
+            Err(e) => {
+                let _ = backend.destroy_graph(graph);
+                return Err(e.into());
+            }
+        };
         self.live_graphs += 1;
         Ok(CapturedGraph {
             mode,
@@ -279,7 +288,15 @@ impl CircuitExec {
         backend: &mut dyn GpuBackend,
         graph: &CapturedGraph,
     ) -> Result<(), ExecError> {
+        self.check_live()?;
         Ok(backend.launch_graph(graph.exec, self.streams[0])?)
+    }
+
+    fn check_live(&self) -> Result<(), ExecError> {
+        if self.freed {
+            return Err(ExecError::Build("the exec's workspace was freed".into()));
+        }
+        Ok(())
     }
 
     pub fn release(

@@ -29,6 +29,8 @@ pub struct MetaLayout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub max_rows: usize,
+    /// The longest sequence served (tokens).
+    pub max_seq_len: usize,
     /// Block-table entries per row: pages a sequence may hold.
     pub max_blocks: usize,
     pub meta: MetaLayout,
@@ -55,9 +57,18 @@ impl Layout {
         vocab: usize,
         inv_freq_len: usize,
         kv_pages: usize,
-        max_blocks: usize,
+        max_seq_len: usize,
     ) -> Layout {
         let max_rows = plans.iter().map(|p| p.rows).max().unwrap_or(1);
+        let block_size = circuit
+            .states
+            .iter()
+            .map(|s| match s.kind {
+                StateKind::KvPages { block_size, .. } => block_size,
+            })
+            .next()
+            .unwrap_or(16);
+        let max_blocks = max_seq_len.div_ceil(block_size);
         let row_i32 = align(max_rows * 4);
         let meta = MetaLayout {
             tokens: 0,
@@ -99,6 +110,7 @@ impl Layout {
             .unwrap_or((16, 0));
         Layout {
             max_rows,
+            max_seq_len,
             max_blocks,
             meta,
             logits_offset,

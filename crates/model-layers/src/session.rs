@@ -94,9 +94,46 @@ impl<'e> Session<'e> {
         if tokens.is_empty() {
             return Err(SessionError::Empty("prefill of no tokens"));
         }
+        // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
+        let vocab = self.exec.config.vocab_size;
+        if let Some((index, &token)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= vocab)
+        {
+            return Err(SessionError::TokenOutOfRange {
+                token,
+                index,
+                vocab,
+            });
+        }
+        let (start, pages_before) = {
+            let seq = self
+                .seqs
+                .get(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            (seq.len, seq.pages.len())
+        };
+        let limit = self.position_limit();
+        if start + tokens.len() > limit {
+            return Err(SessionError::PositionPastLimit {
+                seq: id,
+                position: start + tokens.len() - 1,
+                limit,
+            });
+        }
+        let needed = (start + tokens.len())
+            .div_ceil(self.exec.layout.kv_block_size)
+            .saturating_sub(pages_before);
+        if needed > self.free_pages.len() {
+            return Err(SessionError::PagesExhausted {
+                needed,
+                free: self.free_pages.len(),
+            });
+        }
         let mut widths: Vec<usize> = self.exec.instance.serve.verify_widths.clone();
         widths.sort_unstable();
-        let mut logits = Vec::with_capacity(tokens.len() * self.exec.config.vocab_size);
+        let mut logits = Vec::with_capacity(tokens.len() * vocab);
         let mut at = 0;
         while at < tokens.len() {
             let left = tokens.len() - at;
@@ -106,10 +143,36 @@ impl<'e> Session<'e> {
                 .copied()
                 .find(|&w| w <= left)
                 .unwrap_or(1);
-            logits.extend(self.verify(backend, id, &tokens[at..at + width])?);
+            match self.verify(backend, id, &tokens[at..at + width]) {
+                Ok(chunk) => logits.extend(chunk),
+                Err(e) => {
+                    self.truncate(id, start, pages_before);
+                    return Err(e);
+                }
+            }
             at += width;
         }
         Ok(logits)
+    }
+
+    /// Puts a sequence back to `len` tokens and `pages` pages (the rest return to the pool).
+    fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.len = len;
+            while seq.pages.len() > pages {
+                if let Some(page) = seq.pages.pop() {
+                    self.free_pages.push(page);
+                }
+            }
+        }
+    }
+
+    /// Positions a sequence may reach: the model's limit and the KV shape's.
+    fn position_limit(&self) -> usize {
+        self.exec
+            .config
+            .max_position_embeddings
+            .min(self.exec.layout.max_seq_len)
     }
 
     /// K consecutive tokens of one sequence in one verify step (K = 1 runs decode).
@@ -210,11 +273,7 @@ impl<'e> Session<'e> {
     ) -> Result<Vec<f32>, SessionError> {
         let vocab = self.exec.config.vocab_size;
         let bs = self.exec.layout.kv_block_size;
-        let limit = self
-            .exec
-            .config
-            .max_position_embeddings
-            .min(self.exec.layout.max_blocks * bs);
+        let limit = self.position_limit();
         for (index, row) in rows.iter().enumerate().filter(|(_, r)| r.seq.is_some()) {
             if row.token as usize >= vocab {
                 return Err(SessionError::TokenOutOfRange {

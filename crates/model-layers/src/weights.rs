@@ -16,6 +16,22 @@ use crate::error::WeightsError;
 /// Checkpoint tensors that are not weights (buffers transformers may save).
 const DERIVED_SUFFIXES: &[&str] = &["rotary_emb.inv_freq"];
 
+const TIED_HEAD: &str = "lm_head.weight";
+const TIED_EMBEDDING: &str = "model.embed_tokens.weight";
+
+/// The circuit's LM head reads the embedding table (tied embeddings).
+fn tied_head(circuit: &Circuit) -> bool {
+    circuit
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::LmHead)
+        .any(|op| {
+            op.weights
+                .iter()
+                .any(|w| circuit.weights[w.0 as usize].name == TIED_EMBEDDING)
+        })
+}
+
 pub struct HostWeights {
     pub slots: Vec<Vec<bf16>>,
 }
@@ -29,16 +45,33 @@ impl HostWeights {
     pub fn load(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<HostWeights, WeightsError> {
         for name in checkpoint.names() {
             let used = circuit.weights.iter().any(|w| w.name == name);
-            if !used && !DERIVED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
-                let file = checkpoint
-                    .file_of(name)
-                    .unwrap_or(&checkpoint.dir)
-                    .to_path_buf();
-                return Err(WeightsError::Unexpected {
-                    tensor: name.to_string(),
-                    file,
+            if used || DERIVED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+                continue;
+            }
+            if name == TIED_HEAD && tied_head(circuit) {
+                // Some exporters keep the tied head as a copy: fine only if it is one.
+                let (head, embed) = (
+                    checkpoint.tensor(TIED_HEAD)?,
+                    checkpoint.tensor(TIED_EMBEDDING)?,
+                );
+                if head.data == embed.data && head.shape == embed.shape && head.dtype == embed.dtype
+                {
+                    tracing::debug!("ignoring {TIED_HEAD}: a copy of the tied embedding");
+                    continue;
+                }
+                return Err(WeightsError::Format {
+                    path: head.file.to_path_buf(),
+                    message: format!("`{TIED_HEAD}` differs from `{TIED_EMBEDDING}` but the config ties them (tie_word_embeddings)"),
                 });
             }
+            let file = checkpoint
+                .file_of(name)
+                .unwrap_or(&checkpoint.dir)
+                .to_path_buf();
+            return Err(WeightsError::Unexpected {
+                tensor: name.to_string(),
+                file,
+            });
         }
         let mut slots = Vec::with_capacity(circuit.weights.len());
         for slot in &circuit.weights {

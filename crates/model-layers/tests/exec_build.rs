@@ -1,0 +1,338 @@
+//! `CircuitExec::build`: a program for every serve shape, stable digests, one workspace sized
+//! by the layout, launch counts from the plans, fallbacks when fused kernels are absent, and
+//! the same logits from every weight source and routing.
+
+mod exec_support;
+
+use exec_support::{
+    assert_same_bytes, backend, boot, build, build_llama, config, kv, prompt, roomy_kv, rules,
+    TempDir, TINY_LLAMA, TINY_QWEN2,
+};
+use solder_circuit::{Mode, Numerics, Policy};
+use solder_gpu_runtime::{CpuBackend, GpuBackend, ModuleImage};
+use solder_model_layers::kernels::MODULES;
+use solder_model_layers::{
+    twins, CircuitExec, ExecError, HostWeights, ProgramStep, Session, WeightSource,
+};
+
+/// Teacher-forced decode of `tokens`, one per step: `[T * V]`.
+fn decode_all(exec: &CircuitExec, backend: &mut CpuBackend, tokens: &[u32]) -> Vec<f32> {
+    let mut session = Session::new(exec);
+    let id = session.add_sequence();
+    let mut logits = Vec::new();
+    for &t in tokens {
+        logits.extend(session.decode(backend, id, t).unwrap());
+    }
+    logits
+}
+
+#[test]
+fn a_program_for_every_serve_shape() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let mut expected = vec![(Mode::Decode, 1)];
+    expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
+    expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    assert_eq!(exec.instance.shapes(), expected);
+    assert_eq!(exec.programs().len(), expected.len());
+    assert_eq!(exec.plans.len(), expected.len());
+    for &(mode, rows) in &expected {
+        let program = exec.program(mode, rows).unwrap();
+        assert_eq!((program.mode, program.rows), (mode, rows));
+        assert!(program.launches() > 0);
+        assert!(exec.plan(mode, rows).is_some());
+    }
+    assert_eq!(exec.decode_program().unwrap().rows, 1);
+    assert_eq!(exec.multi_seq_program(8).unwrap().rows, 8);
+    assert_eq!(exec.verify_program(5).unwrap().rows, 5);
+    match exec.multi_seq_program(16) {
+        Err(e @ ExecError::NoProgram { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("multi_seq:8"), "{message}");
+        }
+        other => panic!("expected NoProgram, got {:?}", other.map(|p| p.rows)),
+    }
+    assert!(exec.verify_program(9).is_err());
+}
+
+#[test]
+fn digests_are_non_empty_and_stable_across_builds() {
+    let mut backend = backend();
+    let a = build_llama(&mut backend, roomy_kv());
+    let b = build_llama(&mut backend, roomy_kv());
+    assert!(!a.rules_digest().is_empty());
+    assert!(!a.plans_digest().is_empty());
+    assert_eq!(a.rules_digest(), rules().digest);
+    assert_eq!(a.rules_digest(), b.rules_digest());
+    assert_eq!(a.plans_digest(), b.plans_digest());
+    for (pa, pb) in a.programs().iter().zip(b.programs()) {
+        assert_eq!(pa.plan_digest, pb.plan_digest);
+        assert_eq!(shape_of(pa), shape_of(pb));
+    }
+    let reference = build(
+        &mut backend,
+        TINY_LLAMA,
+        Policy::reference_only(),
+        roomy_kv(),
+    );
+    assert_ne!(
+        reference.plans_digest(),
+        a.plans_digest(),
+        "the digest must see the routing"
+    );
+}
+
+/// A program's launches without device pointers: kernel, grid and block, argument count.
+fn shape_of(program: &solder_model_layers::Program) -> Vec<String> {
+    program
+        .steps
+        .iter()
+        .map(|step| match step {
+            ProgramStep::Launch {
+                stream,
+                name,
+                config,
+                args,
+                ..
+            } => format!("{stream} {name} {config:?} {}", args.len()),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn workspace_is_one_allocation_sized_by_the_layout() {
+    let mut backend = backend();
+    let allocations = backend.live_allocations();
+    let bytes = backend.live_bytes();
+    let mut exec = build_llama(&mut backend, roomy_kv());
+    let layout = exec.layout.clone();
+    assert_eq!(exec.workspace_bytes(), layout.workspace_bytes);
+    assert_eq!(layout.max_rows, 8);
+    assert_eq!(layout.max_blocks, 8);
+    assert_eq!(layout.kv_block_size, 4);
+    assert_eq!(layout.kv_pages, roomy_kv().pages);
+    for offset in [
+        layout.meta.positions,
+        layout.meta.slot_mapping,
+        layout.meta.seq_lens,
+        layout.meta.block_tables,
+        layout.logits_offset,
+        layout.arena_offset,
+        layout.inv_freq_offset,
+    ] {
+        assert_eq!(offset % 256, 0, "offset {offset} is not 256-aligned");
+    }
+    let widest_pool = exec.plans.iter().map(|p| p.pool_bytes).max().unwrap();
+    assert!(layout.arena_bytes >= widest_pool);
+    assert!(layout.logits_offset + 8 * 128 * 4 <= layout.arena_offset);
+    assert_eq!(
+        layout.workspace_bytes,
+        layout.arena_offset + layout.arena_bytes
+    );
+    // Workspace, weights and KV cache: three allocations, nothing else kept.
+    assert_eq!(backend.live_allocations(), allocations + 3);
+    assert_eq!(
+        backend.live_bytes(),
+        bytes + layout.workspace_bytes + layout.weights_bytes + layout.kv_bytes
+    );
+    exec.free(&mut backend).unwrap();
+    assert_eq!(backend.live_allocations(), allocations);
+    // Freeing twice is harmless; running after free is refused.
+    exec.free(&mut backend).unwrap();
+    let decode = exec.decode_program().unwrap().clone();
+    assert!(exec.run(&mut backend, &decode).is_err());
+}
+
+#[test]
+fn launch_counts_equal_the_plans() {
+    let mut backend = backend();
+    for policy in [Policy::default(), Policy::reference_only()] {
+        let exec = build(&mut backend, TINY_QWEN2, policy, roomy_kv());
+        for program in exec.programs() {
+            let plan = exec.plan(program.mode, program.rows).unwrap();
+            assert_eq!(program.launches(), plan.kernel_count_fused);
+            assert_eq!(program.plan_digest, plan.digest);
+            assert_eq!(program.num_streams, plan.num_streams);
+            assert_eq!(program.event_count, plan.event_count);
+        }
+    }
+}
+
+#[test]
+fn reference_only_and_all_rules_give_identical_decode_logits() {
+    let mut backend = backend();
+    let tokens = prompt(3, 128, 6);
+    for json in [TINY_LLAMA, TINY_QWEN2] {
+        let reference = build(&mut backend, json, Policy::reference_only(), roomy_kv());
+        let fused = build(&mut backend, json, Policy::default(), roomy_kv());
+        let (r, f) = (
+            reference.plan(Mode::Decode, 1).unwrap(),
+            fused.plan(Mode::Decode, 1).unwrap(),
+        );
+        assert_eq!(r.kernel_count_fused, r.kernel_count_original);
+        assert!(
+            f.kernel_count_fused < r.kernel_count_fused,
+            "all-rules must actually fuse"
+        );
+        let a = decode_all(&reference, &mut backend, &tokens);
+        let b = decode_all(&fused, &mut backend, &tokens);
+        assert_same_bytes(&a, &b, "reference vs all-rules decode");
+        assert!(a.iter().all(|v| v.is_finite()));
+    }
+}
+
+#[test]
+fn same_inputs_give_the_same_logits_run_after_run() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let tokens = prompt(9, 128, 5);
+    let a = decode_all(&exec, &mut backend, &tokens);
+    let b = decode_all(&exec, &mut backend, &tokens);
+    assert_same_bytes(&a, &b, "two sessions over one exec");
+    let mut changed = tokens.clone();
+    changed[2] = (changed[2] + 1) % 128;
+    let c = decode_all(&exec, &mut backend, &changed);
+    let v = 128;
+    assert_same_bytes(&a[..2 * v], &c[..2 * v], "before the change");
+    assert_ne!(
+        exec_support::bits(&a[2 * v..3 * v]),
+        exec_support::bits(&c[2 * v..3 * v]),
+        "a changed token must change its logits"
+    );
+}
+
+/// A CPU backend whose loaded kernels are only those of reference rules (every module is
+/// loaded; the fused twins are simply not registered).
+fn reference_kernels_backend() -> CpuBackend {
+    let reference_kernels: Vec<String> = rules()
+        .rules
+        .iter()
+        .filter(|r| r.numerics == Numerics::Reference)
+        .flat_map(|r| r.kernels.clone())
+        .collect();
+    let mut backend = CpuBackend::with_threads(2);
+    let twins: Vec<_> = twins::twins()
+        .into_iter()
+        .filter(|(name, _)| reference_kernels.iter().any(|k| k == name))
+        .collect();
+    backend.register_twins(&twins).unwrap();
+    for module in MODULES {
+        backend
+            .load_module(&ModuleImage {
+                name: module,
+                ptx: None,
+            })
+            .unwrap();
+    }
+    backend
+}
+
+#[test]
+fn backend_without_fused_kernels_falls_back_to_reference_rules() {
+    let mut bare = reference_kernels_backend();
+    assert!(!bare.kernel_names().iter().any(|k| k == "gemv::norm_qkv"));
+    let exec = build(&mut bare, TINY_QWEN2, Policy::default(), roomy_kv());
+    for plan in &exec.plans {
+        for group in &plan.fusion.groups {
+            assert_eq!(
+                group.numerics,
+                Numerics::Reference,
+                "{} at {}:{} uses rule `{}`",
+                group.kernels.join("+"),
+                plan.mode,
+                plan.rows,
+                group.rule
+            );
+        }
+        assert_eq!(plan.kernel_count_fused, plan.kernel_count_original);
+    }
+    let tokens = prompt(4, 128, 4);
+    let fallback = decode_all(&exec, &mut bare, &tokens);
+    let mut full = backend();
+    let fused = build(&mut full, TINY_QWEN2, Policy::default(), roomy_kv());
+    assert_same_bytes(
+        &fallback,
+        &decode_all(&fused, &mut full, &tokens),
+        "fallback vs fused",
+    );
+}
+
+#[test]
+fn checkpoint_weights_give_the_same_logits_as_the_seeded_weights() {
+    let dir = TempDir::new("exec-ckpt");
+    let mut backend = backend();
+    let seeded = build_llama(&mut backend, roomy_kv());
+    let host = HostWeights::random(&seeded.instance.circuit, 0x5eed);
+    host.save(
+        &seeded.instance.circuit,
+        &dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let from_disk = CircuitExec::build(
+        &mut backend,
+        boot(
+            config(TINY_LLAMA),
+            Policy::default(),
+            WeightSource::Checkpoint(dir.path().to_path_buf()),
+            roomy_kv(),
+        ),
+    )
+    .unwrap();
+    let from_host = CircuitExec::build(
+        &mut backend,
+        boot(
+            config(TINY_LLAMA),
+            Policy::default(),
+            WeightSource::Host(host),
+            roomy_kv(),
+        ),
+    )
+    .unwrap();
+    let tokens = prompt(5, 128, 4);
+    let want = decode_all(&seeded, &mut backend, &tokens);
+    assert_same_bytes(
+        &decode_all(&from_disk, &mut backend, &tokens),
+        &want,
+        "checkpoint",
+    );
+    assert_same_bytes(
+        &decode_all(&from_host, &mut backend, &tokens),
+        &want,
+        "host",
+    );
+}
+
+#[test]
+fn build_refuses_bad_kv_shapes_and_weight_counts() {
+    let mut backend = backend();
+    for bad in [kv(1, 4, 32), kv(8, 0, 32), kv(8, 4, 0)] {
+        let result = CircuitExec::build(
+            &mut backend,
+            boot(
+                config(TINY_LLAMA),
+                Policy::default(),
+                WeightSource::Random { seed: 1 },
+                bad,
+            ),
+        );
+        assert!(
+            matches!(result, Err(ExecError::Build(_))),
+            "{bad:?} was accepted"
+        );
+    }
+    let result = CircuitExec::build(
+        &mut backend,
+        boot(
+            config(TINY_LLAMA),
+            Policy::default(),
+            WeightSource::Host(HostWeights { slots: vec![] }),
+            roomy_kv(),
+        ),
+    );
+    match result {
+        Err(e @ ExecError::Build(_)) => assert!(e.to_string().contains("weight slots"), "{e}"),
+        Err(other) => panic!("expected Build, got {other}"),
+        Ok(_) => panic!("a build with no weights succeeded"),
+    }
+}

@@ -1,0 +1,276 @@
+//! `Session` decoding: prefill and verify equal token-by-token decode, sequences joining and
+//! leaving multi-seq steps keep their own logits, padding rows change nothing, pages come
+//! back, and greedy sampling.
+
+mod exec_support;
+
+use std::collections::BTreeMap;
+
+use exec_support::{assert_same_bytes, backend, bits, build_llama, prompt, roomy_kv};
+use solder_gpu_runtime::CpuBackend;
+use solder_model_layers::{greedy, CircuitExec, SeqId, Session};
+
+const VOCAB: usize = 128;
+
+/// `tokens` decoded alone, one per step, in a fresh session: `[T * V]`.
+fn alone(exec: &CircuitExec, backend: &mut CpuBackend, tokens: &[u32]) -> Vec<f32> {
+    let mut session = Session::new(exec);
+    let id = session.add_sequence();
+    let mut logits = Vec::new();
+    for &t in tokens {
+        logits.extend(session.decode(backend, id, t).unwrap());
+    }
+    logits
+}
+
+#[test]
+fn prefill_equals_token_by_token_decode() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    // 13 tokens: a verify-8 chunk and a verify-5 chunk, over page boundaries (pages of 4).
+    let tokens = prompt(1, VOCAB, 13);
+    let want = alone(&exec, &mut backend, &tokens);
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    let got = session.prefill(&mut backend, id, &tokens).unwrap();
+    assert_eq!(got.len(), tokens.len() * VOCAB);
+    assert_same_bytes(&got, &want, "prefill vs decode");
+    assert_eq!(session.seq_len(id).unwrap(), 13);
+    // Decoding on after the prefill continues the same sequence.
+    let next = session.decode(&mut backend, id, 9).unwrap();
+    let mut longer = tokens.clone();
+    longer.push(9);
+    assert_same_bytes(
+        &next,
+        &alone(&exec, &mut backend, &longer)[13 * VOCAB..],
+        "decode after prefill",
+    );
+    // A one-token prefill runs decode.
+    let single = session.add_sequence();
+    assert_same_bytes(
+        &session.prefill(&mut backend, single, &tokens[..1]).unwrap(),
+        &want[..VOCAB],
+        "one-token prefill",
+    );
+}
+
+#[test]
+fn verify_at_every_width_equals_decode() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let tokens = prompt(2, VOCAB, 11);
+    let want = alone(&exec, &mut backend, &tokens);
+    for k in 2..=8 {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let mut got = Vec::new();
+        for chunk in tokens.chunks(k) {
+            got.extend(if chunk.len() == k {
+                session.verify(&mut backend, id, chunk).unwrap()
+            } else {
+                session.prefill(&mut backend, id, chunk).unwrap()
+            });
+        }
+        assert_same_bytes(&got, &want, &format!("verify at K={k}"));
+    }
+}
+
+/// Runs a schedule of multi-seq steps; each step lists (sequence name, token). Returns each
+/// sequence's logits, concatenated over its steps.
+struct Schedule<'e> {
+    session: Session<'e>,
+    ids: BTreeMap<char, SeqId>,
+    fed: BTreeMap<char, Vec<u32>>,
+    logits: BTreeMap<char, Vec<f32>>,
+}
+
+impl<'e> Schedule<'e> {
+    fn new(exec: &'e CircuitExec) -> Schedule<'e> {
+        Schedule {
+            session: Session::new(exec),
+            ids: BTreeMap::new(),
+            fed: BTreeMap::new(),
+            logits: BTreeMap::new(),
+        }
+    }
+
+    fn join(&mut self, name: char) {
+        let id = self.session.add_sequence();
+        self.ids.insert(name, id);
+    }
+
+    fn leave(&mut self, name: char) {
+        let id = self.ids.remove(&name).unwrap();
+        self.session.end_sequence(id).unwrap();
+    }
+
+    fn step(&mut self, backend: &mut CpuBackend, batch: &[(char, u32)]) {
+        let rows: Vec<(SeqId, u32)> = batch.iter().map(|&(n, t)| (self.ids[&n], t)).collect();
+        let out = self.session.multi_seq_step(backend, &rows).unwrap();
+        assert_eq!(out.len(), batch.len());
+        for (&(name, token), logits) in batch.iter().zip(out) {
+            assert_eq!(logits.len(), VOCAB);
+            self.fed.entry(name).or_default().push(token);
+            self.logits.entry(name).or_default().extend(logits);
+        }
+    }
+}
+
+#[test]
+fn sequences_join_and_leave_between_multi_seq_steps() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let mut s = Schedule::new(&exec);
+    for name in ['a', 'b', 'c'] {
+        s.join(name);
+    }
+    s.step(&mut backend, &[('a', 1), ('b', 2), ('c', 3)]); // width 4, one padding row
+    s.step(&mut backend, &[('a', 11), ('b', 12), ('c', 13)]);
+    s.join('d');
+    s.step(&mut backend, &[('a', 21), ('b', 22), ('c', 23), ('d', 24)]); // width 4, full
+    s.leave('b');
+    s.step(&mut backend, &[('c', 33), ('a', 31), ('d', 34)]); // rows reordered
+    s.step(&mut backend, &[('d', 44)]); // one sequence: the decode program
+    s.step(&mut backend, &[('a', 51), ('d', 54)]); // width 2
+    for name in ['e', 'f', 'g'] {
+        s.join(name);
+    }
+    s.step(
+        &mut backend,
+        &[
+            ('a', 61),
+            ('c', 63),
+            ('d', 64),
+            ('e', 65),
+            ('f', 66),
+            ('g', 67),
+        ],
+    ); // width 8, two padding rows
+    for (name, tokens) in &s.fed {
+        assert_same_bytes(
+            &s.logits[name],
+            &alone(&exec, &mut backend, tokens),
+            &format!("sequence {name} vs decoded alone"),
+        );
+    }
+}
+
+#[test]
+fn padding_rows_do_not_change_live_rows() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let run = |backend: &mut CpuBackend, live: usize| -> Vec<Vec<f32>> {
+        let mut session = Session::new(&exec);
+        let ids: Vec<_> = (0..live).map(|_| session.add_sequence()).collect();
+        let mut logits = vec![Vec::new(); live];
+        for step in 0..5u32 {
+            let batch: Vec<_> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| (id, (17 * i as u32 + 5 * step + 3) % VOCAB as u32))
+                .collect();
+            for (out, l) in logits
+                .iter_mut()
+                .zip(session.multi_seq_step(backend, &batch).unwrap())
+            {
+                out.extend(l);
+            }
+        }
+        logits
+    };
+    let padded = run(&mut backend, 3); // width 4: one padding row
+    let full = run(&mut backend, 4); // width 4: none
+    let wider = run(&mut backend, 5); // width 8: three padding rows
+    for row in 0..3 {
+        assert_same_bytes(&padded[row], &full[row], &format!("row {row}, 3 vs 4 live"));
+        assert_same_bytes(
+            &padded[row],
+            &wider[row],
+            &format!("row {row}, 3 vs 5 live"),
+        );
+    }
+}
+
+#[test]
+fn end_sequence_returns_its_pages() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let mut session = Session::new(&exec);
+    let start = session.free_page_count();
+    assert_eq!(start, roomy_kv().pages - 1, "page 0 is the scratch page");
+    let a = session.add_sequence();
+    let b = session.add_sequence();
+    let tokens = prompt(8, VOCAB, 9);
+    session.prefill(&mut backend, a, &tokens).unwrap();
+    assert_eq!(
+        session.free_page_count(),
+        start - 3,
+        "9 tokens in pages of 4"
+    );
+    session.decode(&mut backend, b, 4).unwrap();
+    assert_eq!(session.free_page_count(), start - 4);
+    session.end_sequence(a).unwrap();
+    assert_eq!(session.free_page_count(), start - 1);
+    session.end_sequence(b).unwrap();
+    assert_eq!(session.free_page_count(), start);
+    assert!(session.seq_len(a).is_err());
+    assert!(session.end_sequence(a).is_err(), "ending twice");
+
+    // Reused pages hold the previous sequence's KV; a new sequence must not see it.
+    let c = session.add_sequence();
+    let other = prompt(9, VOCAB, 6);
+    let mut got = Vec::new();
+    for &t in &other {
+        got.extend(session.decode(&mut backend, c, t).unwrap());
+    }
+    assert_same_bytes(&got, &alone(&exec, &mut backend, &other), "on reused pages");
+}
+
+#[test]
+fn greedy_picks_the_first_maximum_and_never_nan() {
+    assert_eq!(greedy(&[0.5, 2.0, -1.0, 2.0]), 1);
+    assert_eq!(greedy(&[3.0, 3.0]), 0);
+    assert_eq!(greedy(&[f32::NAN, 1.0, 2.0]), 2);
+    assert_eq!(greedy(&[1.0, f32::NAN, 3.0, 3.0]), 2);
+    assert_eq!(greedy(&[2.0, f32::NAN, 1.0]), 0);
+    assert_eq!(greedy(&[f32::NAN, f32::NAN, -5.0]), 2);
+    assert_eq!(greedy(&[f32::NEG_INFINITY, -1e30]), 1);
+    assert_eq!(greedy(&[f32::NEG_INFINITY, f32::NAN]), 0);
+    assert_eq!(greedy(&[-0.0, 0.0]), 0, "equal values: the first");
+    assert_eq!(greedy(&[1.0, f32::INFINITY, f32::NAN, f32::INFINITY]), 1);
+    // Against a plain reference over random vectors with NaNs sprinkled in.
+    let mut rng = solder_model_layers::weights::SplitMix64(77);
+    for _ in 0..200 {
+        let v: Vec<f32> = (0..33)
+            .map(|_| {
+                let r = rng.uniform();
+                if r > 0.8 {
+                    f32::NAN
+                } else {
+                    (r * 8.0).round() // ties are common
+                }
+            })
+            .collect();
+        let pick = greedy(&v) as usize;
+        let best = v
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .fold(f32::NAN, f32::max);
+        if best.is_nan() {
+            continue;
+        }
+        let first = v.iter().position(|&x| x == best).unwrap();
+        assert_eq!(pick, first, "{v:?}");
+    }
+}
+
+#[test]
+fn greedy_of_real_logits_is_their_argmax() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let logits = alone(&exec, &mut backend, &[5]);
+    let pick = greedy(&logits) as usize;
+    assert!(logits.iter().all(|&v| v <= logits[pick]));
+    assert_eq!(bits(&logits).len(), VOCAB);
+}
