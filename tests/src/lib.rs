@@ -33,6 +33,9 @@ pub const DENSE_CONFIGS: &[&str] = &[
     "golden-qwen3-dense",
 ];
 
+/// The shipped mixture-of-experts configs.
+pub const MOE_CONFIGS: &[&str] = &["qwen3-30b-a3b", "golden-qwen3-moe"];
+
 pub fn load_instance(name: &str) -> Result<Instance, String> {
     let config = ModelConfig::from_file(&config_path(name)).map_err(|e| e.to_string())?;
     Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())

@@ -1,5 +1,5 @@
-//! Every shipped config either plans (the dense families) or is refused naming the family
-//! as not yet modelled (qwen3_moe, qwen3_next).
+//! Every shipped config loads; the dense families plan, and qwen3_moe / qwen3_next either
+//! plan or are refused at circuit build as not built yet (until their circuits land).
 
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ fn model_type(text: &str) -> Option<&str> {
 }
 
 #[test]
-fn every_config_plans_or_is_refused_as_not_yet_modelled() {
+fn every_config_plans_or_its_circuit_is_not_built_yet() {
     let rules = load_rules().expect("shipped rules");
     let available = Available::all_kernels(&rules);
     let (mut planned, mut refused) = (Vec::new(), Vec::new());
@@ -45,8 +45,19 @@ fn every_config_plans_or_is_refused_as_not_yet_modelled() {
             .to_string();
         match ModelConfig::from_file(path) {
             Ok(config) => {
-                let instance = Instance::from_config(&config, ServeShape::default())
-                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let instance = match Instance::from_config(&config, ServeShape::default()) {
+                    Ok(instance) => instance,
+                    Err(e) if ["qwen3_moe", "qwen3_next"].contains(&kind.as_str()) => {
+                        let m = e.to_string();
+                        assert!(
+                            m.contains("not built yet") && m.contains(&kind),
+                            "{name}: {m}"
+                        );
+                        refused.push(name);
+                        continue;
+                    }
+                    Err(e) => panic!("{name}: {e}"),
+                };
                 for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)] {
                     let plan = ExecutionPlan::build_with(
                         &instance,
@@ -62,29 +73,24 @@ fn every_config_plans_or_is_refused_as_not_yet_modelled() {
                 }
                 planned.push(name);
             }
-            Err(e) => {
-                let m = e.to_string();
-                assert!(
-                    ["qwen3_moe", "qwen3_next"].contains(&kind.as_str()),
-                    "{name} ({kind}) refused unexpectedly: {m}"
-                );
-                assert!(
-                    m.contains("not yet modelled") && m.contains(&kind),
-                    "{name}: {m}"
-                );
-                assert!(
-                    m.contains(&path.display().to_string()),
-                    "{name}: the file is named: {m}"
-                );
-                refused.push(name);
-            }
+            Err(e) => panic!("{name} ({kind}) refused unexpectedly: {e}"),
         }
     }
     let mut dense: Vec<String> = DENSE_CONFIGS.iter().map(|s| s.to_string()).collect();
     dense.sort();
-    assert_eq!(
-        planned, dense,
-        "the dense configs are exactly the ones that plan"
+    let unbuilt: Vec<&String> = planned.iter().filter(|n| !dense.contains(n)).collect();
+    assert!(
+        dense.iter().all(|n| planned.contains(n)),
+        "every dense config plans: {planned:?}"
     );
-    assert!(refused.len() >= 2, "{refused:?}");
+    assert_eq!(
+        planned.len() + refused.len(),
+        files.len(),
+        "planned {planned:?}, not built yet {refused:?}"
+    );
+    // The MoE / hybrid configs (four shipped) plan once their circuits land.
+    assert!(
+        unbuilt.len() + refused.len() >= 4,
+        "{unbuilt:?} {refused:?}"
+    );
 }

@@ -300,3 +300,34 @@ fn renaming_a_rule_changes_the_rules_digest_but_no_plan_digest() {
         assert_ne!(pa.rules_digest, pb.rules_digest);
     }
 }
+
+#[test]
+fn every_moe_plan_is_verified_and_tight() {
+    let rules = solder_tests::load_rules().expect("rules");
+    let available = solder_circuit::Available::all_kernels(&rules);
+    for name in solder_tests::MOE_CONFIGS {
+        let instance = solder_tests::load_instance(name).expect("moe config loads and builds");
+        for (mode, rows) in instance.shapes() {
+            let plan = solder_circuit::ExecutionPlan::build_with(
+                &instance,
+                &rules,
+                &available,
+                &solder_circuit::Policy::default(),
+                mode,
+                rows,
+                solder_circuit::BuildOptions { verify: true },
+            )
+            .unwrap_or_else(|e| panic!("{name} {mode} {rows}: {e}"));
+            assert!(
+                plan.pool_bytes as f64 <= 1.02 * plan.live_lower_bound as f64,
+                "{name} {mode} {rows}: pool {} vs bound {}",
+                plan.pool_bytes,
+                plan.live_lower_bound
+            );
+            assert!(plan.kernel_count_fused < plan.kernel_count_original, "{name}: nothing fused");
+            // Router and top-k always fuse; the experts stay two launches.
+            let groups: Vec<&str> = plan.fusion.groups.iter().map(|g| g.kernels[0].as_str()).collect();
+            assert!(groups.contains(&"moe::router_topk"), "{name} {mode} {rows}: {groups:?}");
+        }
+    }
+}

@@ -151,6 +151,33 @@ impl CircuitBuilder {
         self.circuit.weights.push(WeightSlot {
             name: name.to_string(),
             shape: shape.to_vec(),
+            parts: Vec::new(),
+            dtype: Dtype::Bf16,
+        });
+        self.weight_index.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// A slot stacked at load from checkpoint tensors `parts` (each of shape `part_shape`),
+    /// named `name` (not a checkpoint tensor).
+    pub fn weight_stacked(
+        &mut self,
+        name: &str,
+        parts: Vec<String>,
+        part_shape: &[usize],
+    ) -> Result<WeightId, CircuitError> {
+        if parts.is_empty() || self.weight_index.contains_key(name) {
+            return Err(CircuitError::Build(format!(
+                "stacked weight `{name}`: no parts, or the name is taken"
+            )));
+        }
+        let mut shape = vec![parts.len()];
+        shape.extend_from_slice(part_shape);
+        let id = WeightId(self.circuit.weights.len() as u32);
+        self.circuit.weights.push(WeightSlot {
+            name: name.to_string(),
+            shape,
+            parts,
             dtype: Dtype::Bf16,
         });
         self.weight_index.insert(name.to_string(), id);

@@ -183,6 +183,10 @@ impl LayerKind {
 pub struct WeightSlot {
     pub name: String,
     pub shape: Vec<usize>,
+    /// When not empty, the slot is these checkpoint tensors stacked along a new first axis
+    /// (e.g. one tensor per expert), each of shape `shape[1..]`; `name` is then the slot's
+    /// own name, not a checkpoint tensor's.
+    pub parts: Vec<String>,
     /// The served format; checkpoints in other formats are converted at load.
     pub dtype: Dtype,
 }

@@ -26,6 +26,17 @@ pub enum OpKind {
     SiluMul,
     /// bf16 rows -> f32 logits through the output head.
     LmHead,
+    /// bf16 rows -> f32 router logits, one per expert (MoE).
+    Router,
+    /// Router logits -> the top-k experts (i32 ids) and their f32 weights: softmax, top-k
+    /// (ties to the lower expert id), optional renormalisation.
+    TopkSoftmax,
+    /// Each row's chosen experts' gate/up projections and SiLU·mul: (x, ids) -> bf16
+    /// `[n, k * moe_intermediate]`.
+    MoeGateUp,
+    /// Each row's chosen experts' down projections, weighted and summed in top-k order:
+    /// (act, ids, weights) -> bf16 rows.
+    MoeDown,
 }
 
 impl OpKind {
@@ -40,6 +51,10 @@ impl OpKind {
         OpKind::ResidualAdd,
         OpKind::SiluMul,
         OpKind::LmHead,
+        OpKind::Router,
+        OpKind::TopkSoftmax,
+        OpKind::MoeGateUp,
+        OpKind::MoeDown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +69,10 @@ impl OpKind {
             OpKind::ResidualAdd => "residual_add",
             OpKind::SiluMul => "silu_mul",
             OpKind::LmHead => "lm_head",
+            OpKind::Router => "router",
+            OpKind::TopkSoftmax => "topk_softmax",
+            OpKind::MoeGateUp => "moe_gate_up",
+            OpKind::MoeDown => "moe_down",
         }
     }
 

@@ -42,13 +42,13 @@ pub enum ConfigError {
 
     #[error(
         "{file}: key `model_type` = \"{model_type}\" is not supported \
-         (solder models llama, mistral, qwen2, qwen3)"
+         (solder models llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_next)"
     )]
     UnknownModelType { file: String, model_type: String },
 
     #[error(
         "{file}: key `model_type` = \"{model_type}\": the {model_type} family not yet modelled \
-         (solder models llama, mistral, qwen2, qwen3)"
+         (solder models llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_next)"
     )]
     FamilyNotModelled { file: String, model_type: String },
 

@@ -3,17 +3,29 @@
 use crate::fields::Fields;
 use crate::ConfigError;
 
-/// A dense decoder family solder models.
+/// A decoder family solder models: the dense ones, Qwen3-MoE, and the Qwen3-Next hybrid
+/// (Gated DeltaNet + gated attention + MoE with a shared expert).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     Llama,
     Mistral,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
+    Qwen3Next,
 }
 
+const ALL: [Family; 6] = [
+    Family::Llama,
+    Family::Mistral,
+    Family::Qwen2,
+    Family::Qwen3,
+    Family::Qwen3Moe,
+    Family::Qwen3Next,
+];
+
 /// `model_type`s that are known families solder does not model yet; refused by name.
-const NOT_YET_MODELLED: &[&str] = &["qwen3_moe", "qwen3_next"];
+const NOT_YET_MODELLED: &[&str] = &[];
 
 impl Family {
     /// The `model_type` string of the family.
@@ -23,6 +35,8 @@ impl Family {
             Family::Mistral => "mistral",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Qwen3Next => "qwen3_next",
         }
     }
 
@@ -33,13 +47,13 @@ impl Family {
             Family::Mistral => "MistralForCausalLM",
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Family::Qwen3Next => "Qwen3NextForCausalLM",
         }
     }
 
     fn from_model_type(model_type: &str) -> Option<Family> {
-        [Family::Llama, Family::Mistral, Family::Qwen2, Family::Qwen3]
-            .into_iter()
-            .find(|family| family.as_str() == model_type)
+        ALL.into_iter().find(|family| family.as_str() == model_type)
     }
 }
 

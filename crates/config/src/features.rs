@@ -74,10 +74,12 @@ pub(crate) fn check_features(
             // Qwen2's q/k/v projections always carry a bias.
             Ok(true)
         }
-        Family::Qwen3 => {
+        Family::Qwen3 | Family::Qwen3Moe => {
             check_qwen_window(fields, num_hidden_layers)?;
             Ok(fields.opt_bool("attention_bias")?.unwrap_or(false))
         }
+        // No sliding window; `layer_types` is read by `hybrid`.
+        Family::Qwen3Next => Ok(fields.opt_bool("attention_bias")?.unwrap_or(false)),
     }
 }
 
@@ -111,7 +113,7 @@ fn check_mistral_window(
     }
 }
 
-/// Qwen2/Qwen3: the window is used only when `use_sliding_window` is true, which is refused;
+/// Qwen2/Qwen3/Qwen3-MoE: the window is used only when `use_sliding_window` is true, which is refused;
 /// transformers-5 `layer_types` must then be all full attention.
 fn check_qwen_window(fields: &Fields<'_>, num_hidden_layers: usize) -> Result<(), ConfigError> {
     if fields.opt_bool("use_sliding_window")? == Some(true) {

@@ -199,4 +199,24 @@ impl<'a> Fields<'a> {
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     }
+
+    /// An array of non-negative integers (`mlp_only_layers`).
+    pub(crate) fn opt_usize_array(&self, key: &str) -> Result<Option<Vec<usize>>, ConfigError> {
+        const EXPECTED: &str = "an array of non-negative integers";
+        let Some(value) = self.value(key) else {
+            return Ok(None);
+        };
+        let items = value
+            .as_array()
+            .ok_or_else(|| self.wrong_type(key, EXPECTED, value))?;
+        items
+            .iter()
+            .map(|item| {
+                item.as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| self.wrong_type(key, EXPECTED, value))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
 }

@@ -124,15 +124,52 @@ const QWEN_WINDOW: &[(&str, Rule)] = &[
 
 const QWEN3: &[(&str, Rule)] = &[("attention_bias", Rule::Used)];
 
+/// The routed-expert keys Qwen3-MoE and Qwen3-Next share; found before `COMMON`, so the
+/// router's training keys get their MoE reason here.
+const MOE: &[(&str, Rule)] = &[
+    ("num_experts", Rule::Used),
+    // transformers 5 writes `num_experts` under this name (Qwen3MoeConfig.attribute_map).
+    ("num_local_experts", Rule::Used),
+    ("num_experts_per_tok", Rule::Used),
+    ("moe_intermediate_size", Rule::Used),
+    ("norm_topk_prob", Rule::Used),
+    ("decoder_sparse_step", Rule::Used),
+    ("mlp_only_layers", Rule::Used),
+    ("router_aux_loss_coef", Rule::Ignored(TRAINING)),
+    ("output_router_logits", Rule::Ignored(TRAINING)),
+];
+
+const NO_WINDOW: &str = "transformers' Qwen3-Next never reads it: the family has no sliding window";
+
+/// Qwen3-Next: the shared expert, the per-layer attention kind and the Gated DeltaNet dims.
+const QWEN3_NEXT: &[(&str, Rule)] = &[
+    ("shared_expert_intermediate_size", Rule::Used),
+    ("layer_types", Rule::Used),
+    ("full_attention_interval", Rule::Used),
+    ("linear_conv_kernel_dim", Rule::Used),
+    ("linear_key_head_dim", Rule::Used),
+    ("linear_value_head_dim", Rule::Used),
+    ("linear_num_key_heads", Rule::Used),
+    ("linear_num_value_heads", Rule::Used),
+    ("use_sliding_window", Rule::Ignored(NO_WINDOW)),
+    ("sliding_window", Rule::Ignored(NO_WINDOW)),
+    ("max_window_layers", Rule::Ignored(NO_WINDOW)),
+];
+
 fn rule(family: Family, key: &str) -> Option<Rule> {
     let family_tables: &[&[(&str, Rule)]] = match family {
         Family::Llama => &[LLAMA],
         Family::Mistral => &[MISTRAL],
         Family::Qwen2 => &[QWEN_WINDOW],
         Family::Qwen3 => &[QWEN_WINDOW, QWEN3],
+        Family::Qwen3Moe => &[MOE, QWEN_WINDOW, QWEN3],
+        Family::Qwen3Next => &[MOE, QWEN3_NEXT, QWEN3],
     };
-    std::iter::once(COMMON)
-        .chain(family_tables.iter().copied())
+    // The family's own tables first: a family may give a shared key its own reason.
+    family_tables
+        .iter()
+        .copied()
+        .chain(std::iter::once(COMMON))
         .flat_map(|table| table.iter())
         .find(|(name, _)| *name == key)
         .map(|(_, rule)| *rule)

@@ -1,6 +1,7 @@
 //! `solder-config` owns what solder reads about a model and a serve before it compiles
 //! anything: `ModelConfig` parsed from a Hugging Face `config.json` (dense llama, mistral,
-//! qwen2, qwen3), the rope's inverse frequencies, the `Levers` a build may turn on, and the
+//! qwen2, qwen3; qwen3_moe with routed experts; qwen3_next with Gated DeltaNet layers, gated
+//! attention and a shared expert), the rope's inverse frequencies, the `Levers` a build may turn on, and the
 //! `ServeShape` whose widths get programs.
 //!
 //! Invariants:
@@ -14,16 +15,20 @@ mod error;
 mod family;
 mod features;
 mod fields;
+mod hybrid;
 mod keys;
 mod levers;
 mod model;
+mod moe;
 mod rope;
 mod serve;
 
 pub use error::ConfigError;
 pub use family::Family;
+pub use hybrid::{LayerType, LinearAttnConfig};
 pub use keys::{KeyClass, KeyReport};
 pub use levers::{Levers, KNOWN_LEVERS};
 pub use model::ModelConfig;
+pub use moe::MoeConfig;
 pub use rope::{Rope, RopeScaling};
 pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER};

@@ -1,7 +1,9 @@
-//! `ModelConfig`: the dims, rope and attention features of a dense model, parsed from a
-//! Hugging Face `config.json`. Invariant: a `ModelConfig` built by `from_json_str` has every
-//! dim non-zero, `num_key_value_heads` dividing `num_attention_heads`, an even `head_dim` and
-//! rotary dim, and `q_dim`/`kv_dim` that fit in `usize`.
+//! `ModelConfig`: the dims, rope, attention features, experts and layer kinds of a model,
+//! parsed from a Hugging Face `config.json`. Invariant: a `ModelConfig` built by
+//! `from_json_str` has every dim non-zero, `num_key_value_heads` dividing
+//! `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
+//! `usize`, one `layer_types` entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
+//! `linear_attn` exactly for Qwen3-Next.
 
 use std::path::Path;
 
@@ -10,7 +12,9 @@ use serde_json::Value;
 use crate::family::{check_architectures, family_of};
 use crate::features::check_features;
 use crate::fields::{describe, Fields};
+use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnConfig};
 use crate::keys::{classify, KeyReport};
+use crate::moe::{parse_moe, MoeConfig};
 use crate::rope::{parse_rope, Rope};
 use crate::{ConfigError, Family};
 
@@ -21,12 +25,14 @@ pub struct ModelConfig {
     /// The path it was loaded from, or the name given to `from_json_str`.
     pub source: String,
     pub hidden_size: usize,
+    /// Width of the dense MLP; in the MoE families, of the layers that are not sparse.
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     /// `num_attention_heads` when absent or null, as transformers.
     pub num_key_value_heads: usize,
-    /// Explicit `head_dim`, or `hidden_size / num_attention_heads`.
+    /// Explicit `head_dim`, or `hidden_size / num_attention_heads` (256 for Qwen3-Next, as
+    /// transformers' `Qwen3NextConfig`).
     pub head_dim: usize,
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
@@ -34,9 +40,21 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// q/k/v projections carry a bias (always for qwen2).
     pub attention_bias: bool,
-    /// Per-head RMS norm on q and k before rope (qwen3).
+    /// Per-head RMS norm on q and k before rope (qwen3, qwen3_moe, qwen3_next).
     pub qk_norm: bool,
     pub rope: Rope,
+    /// The routed experts (qwen3_moe, qwen3_next); `None` for a dense MLP in every layer.
+    pub moe: Option<MoeConfig>,
+    /// The Gated DeltaNet dims of the linear-attention layers (qwen3_next).
+    pub linear_attn: Option<LinearAttnConfig>,
+    /// The token mixer of each layer, one per layer; all `FullAttention` but for qwen3_next.
+    pub layer_types: Vec<LayerType>,
+    /// Every `Qwen3NextRMSNorm` (layer norms, final norm, q/k norms) scales by `1 + weight`
+    /// (qwen3_next); the Gated DeltaNet's own gated norm does not.
+    pub zero_centred_norms: bool,
+    /// q_proj yields `2 * q_dim()`: per head, the query then a gate whose sigmoid scales the
+    /// attention output before o_proj (qwen3_next).
+    pub attn_output_gate: bool,
     /// Every top-level key of the file with its classification, sorted by key.
     pub keys: Vec<KeyReport>,
 }
@@ -73,7 +91,8 @@ impl ModelConfig {
         self.num_key_value_heads * self.head_dim
     }
 
-    /// Width of the q projection: `num_attention_heads * head_dim`.
+    /// Width of the queries: `num_attention_heads * head_dim` (q_proj yields twice this with
+    /// `attn_output_gate`).
     pub fn q_dim(&self) -> usize {
         self.num_attention_heads * self.head_dim
     }
@@ -88,6 +107,21 @@ fn json_error(source: &str, err: &serde_json::Error) -> ConfigError {
         line: err.line(),
         column: err.column(),
         message: text.strip_suffix(&suffix).unwrap_or(&text).to_string(),
+    }
+}
+
+/// Far above any published model; bounds the per-layer tables (`layer_types`).
+const MAX_LAYERS: usize = 1 << 16;
+
+/// `head_dim` of Qwen3-Next when the key is absent (transformers' `Qwen3NextConfig`).
+const QWEN3_NEXT_DEFAULT_HEAD_DIM: usize = 256;
+
+/// The rotary share when the file gives none: `Qwen3NextConfig` sets 0.25 for compatibility
+/// with the published checkpoints; every other family rotates the whole head.
+fn default_partial_rotary_factor(family: Family) -> f64 {
+    match family {
+        Family::Qwen3Next => 0.25,
+        _ => 1.0,
     }
 }
 
@@ -106,6 +140,14 @@ fn parse_model(
     let hidden_size = positive(fields, "hidden_size")?;
     let intermediate_size = positive(fields, "intermediate_size")?;
     let num_hidden_layers = positive(fields, "num_hidden_layers")?;
+    if num_hidden_layers > MAX_LAYERS {
+        // Per-layer tables are allocated from this count; a typo must not exhaust memory.
+        return Err(fields.invalid(
+            "num_hidden_layers",
+            num_hidden_layers,
+            format!("at most {MAX_LAYERS} layers"),
+        ));
+    }
     let num_attention_heads = positive(fields, "num_attention_heads")?;
     let vocab_size = positive(fields, "vocab_size")?;
     let max_position_embeddings = positive(fields, "max_position_embeddings")?;
@@ -123,6 +165,8 @@ fn parse_model(
     };
     let head_dim = match fields.opt_usize("head_dim")? {
         Some(head_dim) => head_dim,
+        // Qwen3NextConfig declares `head_dim: int = 256`, so transformers never derives it.
+        None if family == Family::Qwen3Next => QWEN3_NEXT_DEFAULT_HEAD_DIM,
         None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
         None => {
             return Err(fields.invalid(
@@ -154,7 +198,7 @@ fn parse_model(
         return Err(fields.invalid("rms_norm_eps", rms_norm_eps, "a positive number"));
     }
 
-    let rope = parse_rope(fields)?;
+    let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
     let rotary_dim = rope.rotary_dim(head_dim);
     if rotary_dim == 0 || rotary_dim % 2 != 0 {
         return Err(fields.invalid(
@@ -168,6 +212,10 @@ fn parse_model(
         check_features(fields, family, num_hidden_layers, max_position_embeddings)?;
     // Every family solder models defaults to an untied LM head in transformers.
     let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    let moe = parse_moe(fields, family, num_hidden_layers)?;
+    let linear_attn = parse_linear_attn(fields, family)?;
+    let layer_types = parse_layer_types(fields, family, num_hidden_layers)?;
+    let qwen3_next = family == Family::Qwen3Next;
 
     Ok(ModelConfig {
         family,
@@ -183,8 +231,13 @@ fn parse_model(
         rms_norm_eps,
         tie_word_embeddings,
         attention_bias,
-        qk_norm: family == Family::Qwen3,
+        qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Next),
         rope,
+        moe,
+        linear_attn,
+        layer_types,
+        zero_centred_norms: qwen3_next,
+        attn_output_gate: qwen3_next,
         keys,
     })
 }

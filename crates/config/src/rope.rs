@@ -12,7 +12,8 @@ use crate::ConfigError;
 pub struct Rope {
     pub theta: f64,
     pub scaling: RopeScaling,
-    /// Share of `head_dim` that rotates; 1.0 for the dense families.
+    /// Share of `head_dim` that rotates; 1.0 for the dense families, 0.25 by default for
+    /// Qwen3-Next.
     pub partial_rotary_factor: f64,
 }
 
@@ -116,7 +117,12 @@ impl Llama3 {
 
 /// Reads the rope from the top level of a config: `rope_theta`, `partial_rotary_factor`, and
 /// one of `rope_scaling` (legacy) or `rope_parameters` (transformers 5).
-pub(crate) fn parse_rope(top: &Fields<'_>) -> Result<Rope, ConfigError> {
+/// `default_partial_rotary_factor` applies when neither place gives one (1.0, or 0.25 for
+/// Qwen3-Next, whose transformers config sets that default).
+pub(crate) fn parse_rope(
+    top: &Fields<'_>,
+    default_partial_rotary_factor: f64,
+) -> Result<Rope, ConfigError> {
     let scaling_block = top.opt_object("rope_scaling")?;
     let parameters_block = top.opt_object("rope_parameters")?;
     let top_theta = top.opt_f64("rope_theta")?;
@@ -144,8 +150,8 @@ pub(crate) fn parse_rope(top: &Fields<'_>) -> Result<Rope, ConfigError> {
     if theta <= 0.0 {
         return Err(top.invalid("rope_theta", theta, "a positive number"));
     }
-    let partial_rotary_factor =
-        agree(top, "partial_rotary_factor", top_partial, block_partial)?.unwrap_or(1.0);
+    let partial_rotary_factor = agree(top, "partial_rotary_factor", top_partial, block_partial)?
+        .unwrap_or(default_partial_rotary_factor);
     if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
         return Err(top.invalid(
             "partial_rotary_factor",

@@ -12,12 +12,16 @@
 
 mod backend;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod error;
 pub mod twin;
 mod types;
 
 pub use backend::GpuBackend;
 pub use cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+pub use cuda::CudaBackend;
 pub use error::GpuError;
 pub use twin::{par_chunks_mut, TwinCtx, TwinFn};
 pub use types::{

@@ -3,7 +3,9 @@
 use solder_gpu_runtime::{CpuBackend, GpuBackend, GpuError, ModuleImage};
 
 /// The kernel modules, one per `kernels/<module>.cu`.
-pub const MODULES: &[&str] = &["act", "add", "attn", "embed", "gemv", "kv", "norm", "rope"];
+pub const MODULES: &[&str] = &[
+    "act", "add", "attn", "embed", "gemv", "kv", "moe", "norm", "rope",
+];
 
 /// A CPU backend with every twin registered and every module loaded.
 pub fn cpu_backend(threads: Option<usize>) -> Result<CpuBackend, GpuError> {

@@ -44,7 +44,10 @@ impl HostWeights {
     /// Loads every weight slot of `circuit` from `checkpoint`.
     pub fn load(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<HostWeights, WeightsError> {
         for name in checkpoint.names() {
-            let used = circuit.weights.iter().any(|w| w.name == name);
+            let used = circuit
+                .weights
+                .iter()
+                .any(|w| w.name == name || w.parts.iter().any(|p| p == name));
             if used || DERIVED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
                 continue;
             }
@@ -75,38 +78,15 @@ impl HostWeights {
         }
         let mut slots = Vec::with_capacity(circuit.weights.len());
         for slot in &circuit.weights {
-            let t = checkpoint.tensor(&slot.name)?;
-            if t.shape != slot.shape {
-                return Err(WeightsError::Shape {
-                    tensor: slot.name.clone(),
-                    file: t.file.to_path_buf(),
-                    found: t.shape.clone(),
-                    expected: slot.shape.clone(),
-                });
-            }
-            let values: Vec<bf16> = match t.dtype {
-                StDtype::BF16 => t
-                    .data
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-                    .collect(),
-                StDtype::F16 => t
-                    .data
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_f32(f16::from_le_bytes([b[0], b[1]]).to_f32()))
-                    .collect(),
-                StDtype::F32 => t
-                    .data
-                    .chunks_exact(4)
-                    .map(|b| bf16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect(),
-                other => {
-                    return Err(WeightsError::Dtype {
-                        tensor: slot.name.clone(),
-                        file: t.file.to_path_buf(),
-                        found: format!("{other:?}"),
-                    })
+            let values = if slot.parts.is_empty() {
+                read_bf16(checkpoint, &slot.name, &slot.shape)?
+            } else {
+                // Stacked at load: one checkpoint tensor per part (e.g. per expert).
+                let mut values = Vec::with_capacity(slot.shape.iter().product());
+                for part in &slot.parts {
+                    values.extend(read_bf16(checkpoint, part, &slot.shape[1..])?);
                 }
+                values
             };
             slots.push(values);
         }
@@ -166,6 +146,47 @@ impl SplitMix64 {
     }
 }
 
+/// A checkpoint tensor of `shape`, converted to bf16.
+fn read_bf16(
+    checkpoint: &Checkpoint,
+    name: &str,
+    shape: &[usize],
+) -> Result<Vec<bf16>, WeightsError> {
+    let t = checkpoint.tensor(name)?;
+    if t.shape != shape {
+        return Err(WeightsError::Shape {
+            tensor: name.to_string(),
+            file: t.file.to_path_buf(),
+            found: t.shape.clone(),
+            expected: shape.to_vec(),
+        });
+    }
+    Ok(match t.dtype {
+        StDtype::BF16 => t
+            .data
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+            .collect(),
+        StDtype::F16 => t
+            .data
+            .chunks_exact(2)
+            .map(|b| bf16::from_f32(f16::from_le_bytes([b[0], b[1]]).to_f32()))
+            .collect(),
+        StDtype::F32 => t
+            .data
+            .chunks_exact(4)
+            .map(|b| bf16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect(),
+        other => {
+            return Err(WeightsError::Dtype {
+                tensor: name.to_string(),
+                file: t.file.to_path_buf(),
+                found: format!("{other:?}"),
+            })
+        }
+    })
+}
+
 /// One bf16 tensor for `safetensors::serialize_to_file`.
 struct Bf16View<'a> {
     shape: &'a [usize],
@@ -194,19 +215,38 @@ impl HostWeights {
     /// Writes the weights as a single-file checkpoint (`model.safetensors`, bf16), written
     /// beside and renamed into place so a failure leaves no half-written file.
     pub fn save(&self, circuit: &Circuit, path: &std::path::Path) -> Result<(), WeightsError> {
-        let tensors = circuit
+        // A stacked slot is written back as its parts, one tensor each, as checkpoints hold it.
+        let tensors: Vec<(String, Bf16View<'_>)> = circuit
             .weights
             .iter()
             .zip(&self.slots)
-            .map(|(slot, values)| {
-                (
-                    slot.name.clone(),
-                    Bf16View {
-                        shape: &slot.shape,
-                        values,
-                    },
-                )
-            });
+            .flat_map(|(slot, values)| {
+                if slot.parts.is_empty() {
+                    vec![(
+                        slot.name.clone(),
+                        Bf16View {
+                            shape: &slot.shape,
+                            values,
+                        },
+                    )]
+                } else {
+                    let per = slot.shape[1..].iter().product::<usize>();
+                    slot.parts
+                        .iter()
+                        .zip(values.chunks(per.max(1)))
+                        .map(|(name, part)| {
+                            (
+                                name.clone(),
+                                Bf16View {
+                                    shape: &slot.shape[1..],
+                                    values: part,
+                                },
+                            )
+                        })
+                        .collect()
+                }
+            })
+            .collect();
         let tmp = path.with_extension("safetensors.tmp");
         safetensors::serialize_to_file(tensors, None, &tmp).map_err(|e| WeightsError::Io {
             path: tmp.clone(),

@@ -60,6 +60,20 @@ pub const BUILTINS: &[Builtin] = &[
             "attention_bias": false
         }"#,
     },
+    Builtin {
+        name: "tiny-qwen3-moe",
+        seed: 0x30e,
+        config_json: r#"{
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+            "rope_theta": 1000000.0, "use_sliding_window": false, "sliding_window": null,
+            "hidden_act": "silu", "attention_bias": false,
+            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+            "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [1]
+        }"#,
+    },
 ];
 
 impl Builtin {

@@ -17,9 +17,9 @@ use crate::ir::{
 };
 use crate::ops::OpKind;
 
-const ATTN: LayerKind = LayerKind::FullAttention;
+pub(super) const ATTN: LayerKind = LayerKind::FullAttention;
 
-fn int(v: usize) -> Attr {
+pub(super) fn int(v: usize) -> Attr {
     Attr::Int(v as i64)
 }
 
@@ -78,7 +78,7 @@ fn layer(
     options: CircuitOptions,
 ) -> Result<TensorId, CircuitError> {
     let p = format!("model.layers.{l}.");
-    let (hidden, inter, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let (hidden, hd) = (cfg.hidden_size, cfg.head_dim);
     let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
     let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
 
@@ -218,43 +218,10 @@ fn layer(
         &format!("{p}post_attention_layernorm.weight"),
         h,
     )?;
-    let gate = linear(
-        b,
-        l,
-        "gate_proj",
-        &format!("{p}mlp.gate_proj"),
-        x,
-        hidden,
-        inter,
-        false,
-    )?;
-    let up = linear(
-        b,
-        l,
-        "up_proj",
-        &format!("{p}mlp.up_proj"),
-        x,
-        hidden,
-        inter,
-        false,
-    )?;
-    let act = b.op1(
-        OpSpec::new(OpKind::SiluMul, format!("l{l}.silu_mul"), "silu_mul")
-            .layer(l, ATTN)
-            .inputs(&[gate, up])
-            .attr("width", int(inter)),
-        OutSpec::rows(format!("l{l}.act"), Dtype::Bf16, inter),
-    )?;
-    let down = linear(
-        b,
-        l,
-        "down_proj",
-        &format!("{p}mlp.down_proj"),
-        act,
-        inter,
-        hidden,
-        false,
-    )?;
+    let down = match &cfg.moe {
+        Some(moe) if moe.is_sparse_layer(l as usize) => super::moe::moe_block(b, cfg, moe, l, x)?,
+        _ => dense_mlp(b, cfg, l, x)?,
+    };
     residual_add(b, l, "mlp_residual", h, down, hidden)
 }
 
@@ -286,7 +253,7 @@ fn rms_norm(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn linear(
+pub(super) fn linear(
     b: &mut CircuitBuilder,
     l: u32,
     role: &str,
@@ -338,4 +305,52 @@ fn op_name(layer: Option<u32>, role: &str) -> String {
         Some(l) => format!("l{l}.{role}"),
         None => role.to_string(),
     }
+}
+
+/// gate/up projections, SiLU·mul, down projection.
+pub(super) fn dense_mlp(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    l: u32,
+    x: TensorId,
+) -> Result<TensorId, CircuitError> {
+    let p = format!("model.layers.{l}.");
+    let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
+    let gate = linear(
+        b,
+        l,
+        "gate_proj",
+        &format!("{p}mlp.gate_proj"),
+        x,
+        hidden,
+        inter,
+        false,
+    )?;
+    let up = linear(
+        b,
+        l,
+        "up_proj",
+        &format!("{p}mlp.up_proj"),
+        x,
+        hidden,
+        inter,
+        false,
+    )?;
+    let act = b.op1(
+        OpSpec::new(OpKind::SiluMul, format!("l{l}.silu_mul"), "silu_mul")
+            .layer(l, ATTN)
+            .inputs(&[gate, up])
+            .attr("width", int(inter)),
+        OutSpec::rows(format!("l{l}.act"), Dtype::Bf16, inter),
+    )?;
+    linear(
+        b,
+        l,
+        "down_proj",
+        &format!("{p}mlp.down_proj"),
+        act,
+        inter,
+        hidden,
+        false,
+    )
 }

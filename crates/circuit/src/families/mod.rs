@@ -1,6 +1,7 @@
 //! Circuits of the model families solder models, built from a `ModelConfig`.
 
 mod dense;
+mod moe;
 
 use solder_config::{Family, ModelConfig};
 
@@ -32,9 +33,14 @@ pub fn build_circuit(
         ));
     }
     match config.family {
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
+        // qwen3_moe is the qwen3 decoder with MoE blocks where the config says so.
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
             dense::build(config, name, options)
         }
+        Family::Qwen3Next => Err(CircuitError::Unsupported {
+            source_name: config.source.clone(),
+            message: format!("the {} circuit is not built yet", config.family),
+        }),
     }
 }
 

@@ -58,3 +58,17 @@ pub fn refusal(result: Result<ModelConfig, ConfigError>, needles: &[&str]) -> Co
     }
     err
 }
+
+/// The golden Qwen3-MoE config (written by transformers 5.24, `num_local_experts`) edited.
+pub fn moe_with(
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> Result<ModelConfig, ConfigError> {
+    parse_edited("golden-qwen3-moe.json", edit)
+}
+
+/// The golden Qwen3-Next config (both `layer_types` and `full_attention_interval`) edited.
+pub fn next_with(
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> Result<ModelConfig, ConfigError> {
+    parse_edited("golden-qwen3-next.json", edit)
+}

@@ -6,7 +6,7 @@ use solder_circuit::OpKind;
 
 use super::View;
 use crate::error::ExecError;
-use crate::ops::{act, add, attn, embed, gemv, kv, norm, rope, Buf, Launch};
+use crate::ops::{act, add, attn, embed, gemv, kv, moe, norm, rope, Buf, Launch};
 
 type R = Result<Vec<Launch>, ExecError>;
 
@@ -31,6 +31,10 @@ pub(super) fn emit(v: &View<'_>, emitter: &str) -> R {
         "attn::paged_decode" | "attn::paged_causal" => attention(v, emitter),
         "add::residual_add" => residual_add(v),
         "act::silu_mul" => silu_mul(v),
+        "moe::topk_softmax" => topk_softmax(v),
+        "moe::router_topk" => router_topk(v),
+        "moe::gate_up_silu" => moe_gate_up(v),
+        "moe::down" => moe_down(v),
         other => Err(v.err(format!("no emitter for `{other}`"))),
     }
 }
@@ -107,14 +111,21 @@ fn linear(v: &View<'_>) -> R {
 }
 
 fn lm_head(v: &View<'_>) -> R {
-    let h = v.op(OpKind::LmHead, None)?;
+    // The LM head and an MoE router are the same f32-output projection.
+    let (h, width) = match v.op(OpKind::LmHead, None) {
+        Ok(h) => (h, v.u32(h, "vocab")?),
+        Err(_) => {
+            let r = v.op(OpKind::Router, None)?;
+            (r, v.u32(r, "experts")?)
+        }
+    };
     Ok(vec![gemv::lm_head(
         v.input(h, 0)?,
         v.weight(h, 0)?,
         v.output(h, 0)?,
         v.rows(),
         v.u32(h, "hidden")?,
-        v.u32(h, "vocab")?,
+        width,
     )])
 }
 
@@ -474,5 +485,87 @@ fn silu_mul(v: &View<'_>) -> R {
         v.output(s, 0)?,
         v.rows(),
         v.u32(s, "width")?,
+    )])
+}
+
+/// Top-k dims: experts, k, renormalise.
+fn topk_dims(v: &View<'_>, t: &Op) -> Result<(u32, u32, u32), ExecError> {
+    Ok((v.u32(t, "experts")?, v.u32(t, "k")?, v.u32(t, "norm_topk")?))
+}
+
+fn topk_softmax(v: &View<'_>) -> R {
+    let t = v.op(OpKind::TopkSoftmax, None)?;
+    let (experts, k, norm) = topk_dims(v, t)?;
+    Ok(vec![moe::topk_softmax(
+        v.input(t, 0)?,
+        v.output(t, 0)?,
+        v.output(t, 1)?,
+        v.rows(),
+        experts,
+        k,
+        norm,
+    )])
+}
+
+fn router_topk(v: &View<'_>) -> R {
+    let (r, t) = (
+        v.op(OpKind::Router, None)?,
+        v.op(OpKind::TopkSoftmax, None)?,
+    );
+    let (experts, k, norm) = topk_dims(v, t)?;
+    Ok(vec![moe::router_topk(
+        v.input(r, 0)?,
+        v.weight(r, 0)?,
+        v.output(t, 0)?,
+        v.output(t, 1)?,
+        v.rows(),
+        v.u32(r, "hidden")?,
+        experts,
+        k,
+        norm,
+    )])
+}
+
+/// Expert dims: hidden, intermediate, experts, k.
+fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32), ExecError> {
+    Ok((
+        v.u32(op, "hidden")?,
+        v.u32(op, "inter")?,
+        v.u32(op, "experts")?,
+        v.u32(op, "k")?,
+    ))
+}
+
+fn moe_gate_up(v: &View<'_>) -> R {
+    let g = v.op(OpKind::MoeGateUp, None)?;
+    let (hidden, inter, experts, k) = expert_dims(v, g)?;
+    Ok(vec![moe::gate_up_silu(
+        v.input(g, 0)?,
+        v.input(g, 1)?,
+        v.weight(g, 0)?,
+        v.weight(g, 1)?,
+        v.output(g, 0)?,
+        v.rows(),
+        hidden,
+        inter,
+        experts,
+        k,
+    )])
+}
+
+fn moe_down(v: &View<'_>) -> R {
+    let d = v.op(OpKind::MoeDown, None)?;
+    let (hidden, inter, experts, k) = expert_dims(v, d)?;
+    Ok(vec![moe::down(
+        v.input(d, 0)?,
+        v.input(d, 1)?,
+        v.input(d, 2)?,
+        v.weight(d, 0)?,
+        v.output(d, 0)?,
+        v.rows(),
+        hidden,
+        inter,
+        experts,
+        k,
     )])
 }

@@ -4,13 +4,21 @@ use solder_gpu_runtime::LaunchConfig;
 
 use super::{Args, Buf, Launch};
 
-/// Query rows a `paged_causal` block shares its K/V tile loads across.
-const CAUSAL_ROWS_PER_BLOCK: u32 = 4;
-/// Keys per K/V tile of `paged_causal`.
-const CAUSAL_TILE_KEYS: u32 = 64;
+/// Threads of an attention block: 8 warps split one (head, row)'s context and merge in
+/// shared memory (static, about 9 KiB).
+const ATTN_THREADS: u32 = 256;
+
+/// One block per (head, row); the kernels read `head_dim <= 256`.
+fn attn_config(rows: u32, heads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: [heads.max(1), rows.max(1), 1],
+        block: [ATTN_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
 
 /// One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
-/// seq_lens i32[rows] → out bf16[rows·heads·head_dim]. One block of 4 warps per (head, row).
+/// seq_lens i32[rows] → out bf16[rows·heads·head_dim]. One block of 8 warps per (head, row).
 #[allow(clippy::too_many_arguments)]
 pub fn paged_decode(
     q: Buf,
@@ -27,11 +35,7 @@ pub fn paged_decode(
     num_pages: u32,
     scale: f32,
 ) -> Launch {
-    let config = LaunchConfig {
-        grid: [heads.max(1), rows.max(1), 1],
-        block: [128, 1, 1],
-        shared_bytes: 0,
-    };
+    let config = attn_config(rows, heads);
     args(
         q,
         cache,
@@ -47,7 +51,8 @@ pub fn paged_decode(
 }
 
 /// Same arguments and results as `paged_decode` (row r attends to its sequence's first
-/// seq_lens[r] tokens); on the GPU one block per (kv head, group of rows) shares K/V tiles.
+/// seq_lens[r] tokens); the same launch and arithmetic as `paged_decode` for now (sharing K/V
+/// tiles across a kv head's query rows is the follow-up).
 #[allow(clippy::too_many_arguments)]
 pub fn paged_causal(
     q: Buf,
@@ -64,16 +69,7 @@ pub fn paged_causal(
     num_pages: u32,
     scale: f32,
 ) -> Launch {
-    let tile_bytes = 2 * CAUSAL_TILE_KEYS * head_dim.min(1024) * 2;
-    let config = LaunchConfig {
-        grid: [
-            kv_heads.max(1),
-            rows.div_ceil(CAUSAL_ROWS_PER_BLOCK).max(1),
-            1,
-        ],
-        block: [256, 1, 1],
-        shared_bytes: tile_bytes,
-    };
+    let config = attn_config(rows, heads);
     args(
         q,
         cache,
@@ -108,4 +104,20 @@ fn args(
         args = args.u32(d);
     }
     args.f32(scale)
+}
+
+/// Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head
+/// `[q | gate]` → q, gate bf16[rows·heads·head_dim]. Elementwise.
+pub fn gate_split(q2: Buf, q: Buf, gate: Buf, rows: u32, heads: u32, head_dim: u32) -> Launch {
+    Args::new()
+        .read(q2)
+        .write(q)
+        .write(gate)
+        .u32(rows)
+        .u32(heads)
+        .u32(head_dim)
+        .launch(
+            "attn::gate_split",
+            super::elementwise(rows as u64 * heads as u64 * head_dim as u64),
+        )
 }

@@ -1,28 +1,32 @@
 //! `gemv` module: projections (weights `[out][in]` bf16, f32 accumulation) and their fusions
 //! with the residual add, RMSNorm, SiLU·mul and the residual epilogue.
 //!
-//! Grid: one block of 256 threads (8 warps) per 8 output features; the block reads each of its
-//! weight rows once for all input rows. Fused norms keep each row's 1/rms in shared memory.
+//! Grid: one block of 256 threads (8 warps) per 8 output features (`grid.y`, at most 65535:
+//! the kernel strides over the rest) and per group of 8 input rows (`grid.x`, the fastest
+//! index, so the row groups sharing a weight tile run side by side and read it from L2). Each
+//! warp streams one feature's weight row once per block with 16-byte loads against every row of
+//! its group; fused norms recompute their rows' 1/rms per block. Static shared memory only
+//! (32 KiB of staged x rows).
 
 use solder_gpu_runtime::LaunchConfig;
 
 use super::{Args, Buf, Launch};
 
-/// Output features per block.
+/// Output features per block (one warp each).
 const FEATURES_PER_BLOCK: u32 = 8;
+/// Input rows per block.
+const ROWS_PER_BLOCK: u32 = 8;
+/// The most blocks `grid.y` may hold.
+const MAX_GRID_Y: u64 = 65_535;
 
-fn gemv_config(features: u64, rows: u32, fused_norm: bool) -> LaunchConfig {
-    let blocks = features
+fn gemv_config(features: u64, rows: u32) -> LaunchConfig {
+    let feature_blocks = features
         .div_ceil(FEATURES_PER_BLOCK as u64)
-        .min(u32::MAX as u64) as u32;
-    let shared_bytes = if fused_norm {
-        rows.saturating_mul(4)
-    } else {
-        0
-    };
+        .clamp(1, MAX_GRID_Y) as u32;
     LaunchConfig {
-        shared_bytes,
-        ..LaunchConfig::linear(blocks, 256)
+        grid: [rows.div_ceil(ROWS_PER_BLOCK).max(1), feature_blocks, 1],
+        block: [256, 1, 1],
+        shared_bytes: 0,
     }
 }
 
@@ -41,7 +45,7 @@ pub fn linear(x: Buf, w: Buf, bias: Option<Buf>, y: Buf, rows: u32, k: u32, n_ou
         .u32(rows)
         .u32(k)
         .u32(n_out)
-        .launch("gemv::linear", gemv_config(n_out as u64, rows, false))
+        .launch("gemv::linear", gemv_config(n_out as u64, rows))
 }
 
 /// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab].
@@ -53,7 +57,7 @@ pub fn lm_head(x: Buf, w: Buf, logits: Buf, rows: u32, k: u32, vocab: u32) -> La
         .u32(rows)
         .u32(k)
         .u32(vocab)
-        .launch("gemv::lm_head", gemv_config(vocab as u64, rows, false))
+        .launch("gemv::lm_head", gemv_config(vocab as u64, rows))
 }
 
 /// RMSNorm of h f32[rows·k] (weight wn bf16[k]) then `linear`.
@@ -79,7 +83,7 @@ pub fn norm_linear(
         .u32(k)
         .u32(n_out)
         .f32(eps)
-        .launch("gemv::norm_linear", gemv_config(n_out as u64, rows, true))
+        .launch("gemv::norm_linear", gemv_config(n_out as u64, rows))
 }
 
 /// The q, k and v projections of one row set: x bf16[rows·k] → q bf16[rows·nq],
@@ -116,7 +120,7 @@ pub fn qkv(
         .u32(k)
         .u32(nq)
         .u32(nkv)
-        .launch("gemv::qkv", gemv_config(qkv_features(nq, nkv), rows, false))
+        .launch("gemv::qkv", gemv_config(qkv_features(nq, nkv), rows))
 }
 
 /// RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
@@ -156,10 +160,7 @@ pub fn norm_qkv(
         .u32(nq)
         .u32(nkv)
         .f32(eps)
-        .launch(
-            "gemv::norm_qkv",
-            gemv_config(qkv_features(nq, nkv), rows, true),
-        )
+        .launch("gemv::norm_qkv", gemv_config(qkv_features(nq, nkv), rows))
 }
 
 /// h f32 + d bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `qkv`.
@@ -205,7 +206,7 @@ pub fn add_norm_qkv(
         .f32(eps)
         .launch(
             "gemv::add_norm_qkv",
-            gemv_config(qkv_features(nq, nkv), rows, true),
+            gemv_config(qkv_features(nq, nkv), rows),
         )
 }
 
@@ -221,7 +222,7 @@ pub fn gate_up_silu(x: Buf, wg: Buf, wu: Buf, act: Buf, rows: u32, k: u32, inter
         .u32(rows)
         .u32(k)
         .u32(inter)
-        .launch("gemv::gate_up_silu", gemv_config(inter as u64, rows, false))
+        .launch("gemv::gate_up_silu", gemv_config(inter as u64, rows))
 }
 
 /// RMSNorm of h f32[rows·k] (weight wn) then `gate_up_silu`.
@@ -247,10 +248,7 @@ pub fn norm_gate_up_silu(
         .u32(k)
         .u32(inter)
         .f32(eps)
-        .launch(
-            "gemv::norm_gate_up_silu",
-            gemv_config(inter as u64, rows, true),
-        )
+        .launch("gemv::norm_gate_up_silu", gemv_config(inter as u64, rows))
 }
 
 /// h f32 + o bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `gate_up_silu`.
@@ -282,7 +280,7 @@ pub fn add_norm_gate_up_silu(
         .f32(eps)
         .launch(
             "gemv::add_norm_gate_up_silu",
-            gemv_config(inter as u64, rows, true),
+            gemv_config(inter as u64, rows),
         )
 }
 
@@ -307,10 +305,7 @@ pub fn linear_residual_add(
         .u32(rows)
         .u32(k)
         .u32(n_out)
-        .launch(
-            "gemv::linear_residual_add",
-            gemv_config(n_out as u64, rows, false),
-        )
+        .launch("gemv::linear_residual_add", gemv_config(n_out as u64, rows))
 }
 
 /// h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
@@ -336,8 +331,5 @@ pub fn add_norm_lm_head(
         .u32(k)
         .u32(vocab)
         .f32(eps)
-        .launch(
-            "gemv::add_norm_lm_head",
-            gemv_config(vocab as u64, rows, true),
-        )
+        .launch("gemv::add_norm_lm_head", gemv_config(vocab as u64, rows))
 }

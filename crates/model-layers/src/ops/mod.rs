@@ -13,6 +13,7 @@ pub mod attn;
 pub mod embed;
 pub mod gemv;
 pub mod kv;
+pub mod moe;
 pub mod norm;
 pub mod rope;
 
@@ -42,6 +43,10 @@ pub const KERNELS: &[&str] = &[
     "attn::paged_causal",
     "add::residual_add",
     "act::silu_mul",
+    "moe::topk_softmax",
+    "moe::router_topk",
+    "moe::gate_up_silu",
+    "moe::down",
 ];
 
 /// A device byte range.

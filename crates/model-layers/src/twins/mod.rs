@@ -15,6 +15,7 @@ mod basic;
 mod gemv;
 mod heads;
 mod matvec;
+mod moe;
 
 /// Every twin with its kernel name, in `ops::KERNELS` order.
 pub fn twins() -> Vec<(&'static str, TwinFn)> {
@@ -43,6 +44,10 @@ pub fn twins() -> Vec<(&'static str, TwinFn)> {
         ("attn::paged_causal", attn::paged_attention),
         ("add::residual_add", basic::residual_add),
         ("act::silu_mul", basic::silu_mul),
+        ("moe::topk_softmax", moe::topk_softmax),
+        ("moe::router_topk", moe::router_topk),
+        ("moe::gate_up_silu", moe::gate_up_silu),
+        ("moe::down", moe::down),
     ]
 }
 

@@ -1,0 +1,173 @@
+//! Loaded PTX modules and their kernels, looked up by `module::func`.
+//!
+//! Invariants: a `KernelId` indexes `kernels` and stays valid while the backend lives
+//! (modules are unloaded only when it drops); every kernel listed was found in its module by
+//! `cuModuleGetFunction` when the module loaded.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::sys::{self, CUfunction, CUjit_option, CUmodule};
+
+use super::driver::{describe, driver_about};
+use super::ptx::ptx_entries;
+use crate::error::GpuError;
+use crate::types::{KernelId, ModuleImage};
+
+/// Bytes of the JIT error log kept when PTX fails to load.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
+struct Module {
+    name: String,
+    raw: CUmodule,
+}
+
+pub(super) struct Kernel {
+    pub(super) name: String,
+    pub(super) function: CUfunction,
+}
+
+#[derive(Default)]
+pub(super) struct Modules {
+    modules: Vec<Module>,
+    kernels: Vec<Kernel>,
+    by_name: HashMap<String, KernelId>,
+}
+
+// SAFETY: the module and function handles are plain driver handles, valid in the backend's
+// context from any thread that binds it; the backend binds its context before every call.
+unsafe impl Send for Modules {}
+
+impl Modules {
+    /// Loads `image`'s PTX (JIT-compiled by the driver) and finds each of its `.entry`
+    /// kernels. Loading a module already loaded does nothing, as on the CPU backend.
+    /// The backend's context must be current.
+    pub(super) fn load(&mut self, image: &ModuleImage<'_>) -> Result<(), GpuError> {
+        if self.modules.iter().any(|module| module.name == image.name) {
+            return Ok(());
+        }
+        let Some(ptx) = image.ptx else {
+            return Err(GpuError::Driver {
+                call: "load_module",
+                message: format!(
+                    "module `{}` has no PTX (the CUDA backend needs it)",
+                    image.name
+                ),
+            });
+        };
+        let entries = ptx_entries(ptx);
+        let raw = load_ptx(image.name, ptx)?;
+        let mut found = Vec::with_capacity(entries.len());
+        for func in &entries {
+            let name = format!("{}::{func}", image.name);
+            match get_function(raw, func) {
+                Ok(function) => found.push(Kernel { name, function }),
+                Err(error) => {
+                    // SAFETY: `raw` was loaded above and nothing refers to it yet.
+                    let _ = unsafe { sys::cuModuleUnload(raw) };
+                    return Err(driver_about("cuModuleGetFunction", &name, error));
+                }
+            }
+        }
+        tracing::debug!(
+            module = image.name,
+            kernels = found.len(),
+            "cuda module loaded"
+        );
+        self.modules.push(Module {
+            name: image.name.to_string(),
+            raw,
+        });
+        for kernel in found {
+            let id = KernelId(self.kernels.len() as u32);
+            self.by_name.insert(kernel.name.clone(), id);
+            self.kernels.push(kernel);
+        }
+        Ok(())
+    }
+
+    pub(super) fn kernel(&self, name: &str) -> Result<KernelId, GpuError> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| GpuError::UnknownKernel(name.to_string()))
+    }
+
+    pub(super) fn get(&self, id: KernelId) -> Result<&Kernel, GpuError> {
+        self.kernels
+            .get(id.0 as usize)
+            .ok_or(GpuError::UnknownHandle {
+                what: "kernel",
+                id: id.0,
+            })
+    }
+
+    /// Every kernel's `module::func` name, sorted.
+    pub(super) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.kernels.iter().map(|k| k.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Unloads every module. The backend's context must be current.
+    pub(super) fn unload_all(&mut self) {
+        self.by_name.clear();
+        self.kernels.clear();
+        for module in self.modules.drain(..) {
+            // SAFETY: loaded by `load`, unloaded once; no kernel of it is referenced any more.
+            if let Err(error) = unsafe { sys::cuModuleUnload(module.raw).result() } {
+                tracing::warn!(module = module.name, error = %describe(error), "cuModuleUnload");
+            }
+        }
+    }
+}
+
+/// `cuModuleLoadDataEx` on NUL-terminated PTX, with the JIT error log in the error.
+fn load_ptx(module: &str, ptx: &str) -> Result<CUmodule, GpuError> {
+    let text = CString::new(ptx).map_err(|_| GpuError::Driver {
+        call: "cuModuleLoadDataEx",
+        message: format!("module `{module}`: the PTX contains a NUL byte"),
+    })?;
+    let mut log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // The size option is passed by value in the pointer slot, as the driver API specifies.
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+    let mut raw: CUmodule = std::ptr::null_mut();
+    // SAFETY: `text` is NUL-terminated PTX; `options` and `values` hold two matching entries;
+    // `log` outlives the call and has the size given.
+    let result = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut raw,
+            text.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    }
+    .result();
+    match result {
+        Ok(()) => Ok(raw),
+        Err(error) => {
+            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
+            let jit_log = String::from_utf8_lossy(&log[..end]);
+            let jit_log = jit_log.trim();
+            Err(GpuError::Driver {
+                call: "cuModuleLoadDataEx",
+                message: if jit_log.is_empty() {
+                    format!("module `{module}`: {}", describe(error))
+                } else {
+                    format!("module `{module}`: {}; JIT log: {jit_log}", describe(error))
+                },
+            })
+        }
+    }
+}
+
+fn get_function(module: CUmodule, func: &str) -> Result<CUfunction, cudarc::driver::DriverError> {
+    let name = CString::new(func).expect("PTX identifiers hold no NUL");
+    // SAFETY: `module` is a loaded module; `name` is NUL-terminated.
+    unsafe { cudarc::driver::result::module::get_function(module, name) }
+}

@@ -1,0 +1,364 @@
+//! The CUDA backend on a real device. Each test returns early, printing
+//! "no CUDA driver: skipped", where the driver library does not load.
+#![cfg(feature = "cuda")]
+
+use std::sync::{Mutex, MutexGuard};
+
+use solder_gpu_runtime::cuda::driver_library_loads;
+use solder_gpu_runtime::{
+    CudaBackend, DevicePtr, EventId, GpuBackend, GpuError, KernelArg, KernelId, LaunchConfig,
+    ModuleImage, StreamId,
+};
+
+const ARITH_PTX: &str = include_str!("cuda_ptx/arith.ptx");
+const THREADS: u32 = 256;
+
+/// One device test at a time: they share the device's primary context.
+static DEVICE: Mutex<()> = Mutex::new(());
+
+fn device() -> Option<(MutexGuard<'static, ()>, CudaBackend)> {
+    if !driver_library_loads() {
+        println!("no CUDA driver: skipped");
+        return None;
+    }
+    let guard = DEVICE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let backend = CudaBackend::new(0).unwrap_or_else(|e| panic!("CudaBackend::new(0): {e}"));
+    Some((guard, backend))
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn read_f32s(backend: &mut CudaBackend, src: DevicePtr, len: usize) -> Vec<f32> {
+    let mut raw = vec![0u8; len * 4];
+    backend.copy_d2h(src, &mut raw).expect("copy_d2h");
+    raw.chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn upload(backend: &mut CudaBackend, values: &[f32]) -> DevicePtr {
+    let ptr = backend.alloc(values.len() * 4).expect("alloc");
+    backend.copy_h2d(ptr, &f32_bytes(values)).expect("copy_h2d");
+    ptr
+}
+
+struct Arith {
+    add: KernelId,
+    axpb: KernelId,
+}
+
+fn load_arith(backend: &mut CudaBackend) -> Arith {
+    backend
+        .load_module(&ModuleImage {
+            name: "arith",
+            ptx: Some(ARITH_PTX),
+        })
+        .expect("load arith");
+    Arith {
+        add: backend.kernel("arith::add_f32").expect("add_f32"),
+        axpb: backend.kernel("arith::axpb_f32").expect("axpb_f32"),
+    }
+}
+
+fn grid(n: usize) -> LaunchConfig {
+    LaunchConfig::linear((n as u32).div_ceil(THREADS), THREADS)
+}
+
+/// `out = a + b` on `stream`.
+fn add(
+    backend: &mut CudaBackend,
+    k: &Arith,
+    stream: StreamId,
+    [a, b, out]: [DevicePtr; 3],
+    n: usize,
+) {
+    let bytes = n * 4;
+    let args = [
+        KernelArg::read(a, bytes),
+        KernelArg::read(b, bytes),
+        KernelArg::write(out, bytes),
+        KernelArg::U32(n as u32),
+    ];
+    backend
+        .launch(stream, k.add, &grid(n), &args)
+        .expect("launch add_f32");
+}
+
+/// `x = x * scale + offset` on `stream`.
+fn axpb(
+    backend: &mut CudaBackend,
+    k: &Arith,
+    stream: StreamId,
+    x: DevicePtr,
+    n: usize,
+    scale: f32,
+    offset: i32,
+) {
+    let args = [
+        KernelArg::read_write(x, n * 4),
+        KernelArg::F32(scale),
+        KernelArg::I32(offset),
+        KernelArg::U32(n as u32),
+    ];
+    backend
+        .launch(stream, k.axpb, &grid(n), &args)
+        .expect("launch axpb_f32");
+}
+
+#[test]
+fn facts_describe_the_device() {
+    let Some((_guard, backend)) = device() else {
+        return;
+    };
+    let facts = backend.facts();
+    println!("{facts:?}");
+    assert_eq!(facts.backend, "cuda");
+    assert!(!facts.name.is_empty());
+    assert!(facts.memory_bytes > 0);
+    assert!(facts.multiprocessors > 0);
+    assert!(facts
+        .compute_capability
+        .is_some_and(|(major, _)| major >= 5));
+}
+
+#[test]
+fn alloc_copy_round_trip() {
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let a = backend.alloc(bytes.len()).expect("alloc");
+    let b = backend.alloc(bytes.len()).expect("alloc");
+    assert_eq!(a.0 % 256, 0, "allocations are 256-byte aligned");
+    backend.copy_h2d(a, &bytes).expect("copy_h2d");
+    let mut back = vec![0u8; bytes.len()];
+    backend.copy_d2h(a, &mut back).expect("copy_d2h");
+    assert_eq!(back, bytes);
+
+    backend.copy_d2d(b, a, bytes.len()).expect("copy_d2d");
+    backend.memset(a.offset(256), 0x5A, 100).expect("memset");
+    backend.copy_d2h(b, &mut back).expect("copy_d2h");
+    assert_eq!(back, bytes, "d2d copy");
+    backend.copy_d2h(a, &mut back).expect("copy_d2h");
+    assert!(back[256..356].iter().all(|x| *x == 0x5A));
+    assert_eq!(back[..256], bytes[..256]);
+    assert_eq!(back[356..], bytes[356..]);
+
+    // The source of an async copy may be reused as soon as the call returns.
+    let mut source = vec![0x11u8; 4096];
+    backend
+        .copy_h2d_async(StreamId(0), b, &source[..1000])
+        .expect("copy_h2d_async");
+    source.fill(0x22);
+    backend
+        .copy_h2d_async(StreamId(0), b.offset(512), &source[..8])
+        .expect("copy_h2d_async");
+    backend.synchronize().expect("synchronize");
+    backend.copy_d2h(b, &mut back).expect("copy_d2h");
+    assert!(back[..512].iter().all(|x| *x == 0x11));
+    assert!(back[512..520].iter().all(|x| *x == 0x22));
+    assert!(back[520..].iter().all(|x| *x == 0x11));
+
+    assert_eq!(backend.live_allocations(), 2);
+    backend.free(a).expect("free");
+    backend.free(b).expect("free");
+    assert_eq!(backend.live_allocations(), 0);
+    assert!(matches!(
+        backend.free(a),
+        Err(GpuError::NotAnAllocation { .. })
+    ));
+    let empty = backend.alloc(0).expect("a zero-byte allocation");
+    backend.free(empty).expect("free");
+}
+
+#[test]
+fn ptx_kernels_launch_with_every_argument_kind() {
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    let k = load_arith(&mut backend);
+    assert_eq!(
+        backend.kernel_names(),
+        ["arith::add_f32", "arith::axpb_f32"]
+    );
+    assert!(matches!(
+        backend.kernel("arith::missing"),
+        Err(GpuError::UnknownKernel(_))
+    ));
+    // Loading it again changes nothing.
+    let again = load_arith(&mut backend);
+    assert_eq!((again.add, again.axpb), (k.add, k.axpb));
+
+    let n = 1000; // not a multiple of the block: the bound check matters
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32 + 1.0).collect();
+    let (da, db) = (upload(&mut backend, &a), upload(&mut backend, &b));
+    let out = backend.alloc(n * 4 + 4).expect("alloc");
+    backend.memset(out, 0, n * 4 + 4).expect("memset");
+    add(&mut backend, &k, StreamId(0), [da, db, out], n);
+    axpb(&mut backend, &k, StreamId(0), out, n, 2.0, -3);
+    backend.synchronize().expect("synchronize");
+    let got = read_f32s(&mut backend, out, n + 1);
+    for i in 0..n {
+        assert_eq!(got[i], (a[i] + b[i]) * 2.0 - 3.0, "element {i}");
+    }
+    assert_eq!(got[n], 0.0, "the kernel wrote past n");
+
+    let bad = ModuleImage {
+        name: "broken",
+        ptx: Some(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(\n{\n"),
+    };
+    match backend.load_module(&bad) {
+        Err(GpuError::Driver { call, message }) => {
+            println!("{call}: {message}");
+            assert_eq!(call, "cuModuleLoadDataEx");
+            assert!(message.contains("broken"), "{message}");
+        }
+        other => panic!("broken PTX loaded: {other:?}"),
+    }
+}
+
+#[test]
+fn a_captured_graph_replays_with_the_inputs_of_the_moment() {
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    let k = load_arith(&mut backend);
+    let n = 300;
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let b = vec![1.0f32; n];
+    let (da, db) = (upload(&mut backend, &a), upload(&mut backend, &b));
+    let out = backend.alloc(n * 4).expect("alloc");
+    backend.memset(out, 0, n * 4).expect("memset");
+
+    let s0 = backend.default_stream();
+    backend.begin_capture(s0).expect("begin_capture");
+    add(&mut backend, &k, s0, [da, db, out], n);
+    axpb(&mut backend, &k, s0, out, n, 3.0, 1);
+    // Refused, not a broken capture.
+    assert!(matches!(
+        backend.copy_h2d(da, &f32_bytes(&a)),
+        Err(GpuError::Capture(_))
+    ));
+    assert!(matches!(backend.synchronize(), Err(GpuError::Capture(_))));
+    let graph = backend.end_capture(s0).expect("end_capture");
+    let exec = backend.instantiate(graph).expect("instantiate");
+    backend.synchronize().expect("synchronize");
+    assert_eq!(
+        read_f32s(&mut backend, out, n),
+        vec![0.0; n],
+        "captured work ran"
+    );
+
+    for round in 0..3 {
+        let a_now: Vec<f32> = a.iter().map(|x| x + round as f32 * 10.0).collect();
+        backend.copy_h2d(da, &f32_bytes(&a_now)).expect("copy_h2d");
+        backend.launch_graph(exec, s0).expect("launch_graph");
+        backend.synchronize().expect("synchronize");
+        let got = read_f32s(&mut backend, out, n);
+        for i in 0..n {
+            assert_eq!(
+                got[i],
+                (a_now[i] + 1.0) * 3.0 + 1.0,
+                "round {round}, element {i}"
+            );
+        }
+    }
+    backend.destroy_graph_exec(exec).expect("destroy exec");
+    backend.destroy_graph(graph).expect("destroy graph");
+    assert!(matches!(
+        backend.destroy_graph(graph),
+        Err(GpuError::UnknownHandle { .. })
+    ));
+}
+
+/// x = a + b (s0); fork to s1: y = x + b; meanwhile z = a + a (s0); join: w = y + z (s0).
+fn fork_join(
+    backend: &mut CudaBackend,
+    k: &Arith,
+    (s0, s1): (StreamId, StreamId),
+    (fork, join): (EventId, EventId),
+    [a, b, x, y, z, w]: [DevicePtr; 6],
+    n: usize,
+) {
+    add(backend, k, s0, [a, b, x], n);
+    backend.record_event(fork, s0).expect("record fork");
+    backend.wait_event(s1, fork).expect("wait fork");
+    add(backend, k, s1, [x, b, y], n);
+    add(backend, k, s0, [a, a, z], n);
+    backend.record_event(join, s1).expect("record join");
+    backend.wait_event(s0, join).expect("wait join");
+    add(backend, k, s0, [y, z, w], n);
+}
+
+#[test]
+fn events_fork_and_join_two_streams_eagerly_and_in_a_graph() {
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    let k = load_arith(&mut backend);
+    let n = 1 << 16;
+    let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+    let expected: Vec<f32> = (0..n)
+        .map(|i| (a[i] + b[i] + b[i]) + (a[i] + a[i]))
+        .collect();
+    let (da, db) = (upload(&mut backend, &a), upload(&mut backend, &b));
+    let [x, y, z, w] = [0; 4].map(|_| backend.alloc(n * 4).expect("alloc"));
+    let s0 = backend.default_stream();
+    let s1 = backend.create_stream().expect("create_stream");
+    let events = (
+        backend.create_event().expect("event"),
+        backend.create_event().expect("event"),
+    );
+    let buffers = [da, db, x, y, z, w];
+
+    fork_join(&mut backend, &k, (s0, s1), events, buffers, n);
+    backend.synchronize().expect("synchronize");
+    assert_eq!(read_f32s(&mut backend, w, n), expected, "eager");
+
+    backend.memset(w, 0, n * 4).expect("memset");
+    backend.begin_capture(s0).expect("begin_capture");
+    fork_join(&mut backend, &k, (s0, s1), events, buffers, n);
+    let graph = backend.end_capture(s0).expect("end_capture");
+    let exec = backend.instantiate(graph).expect("instantiate");
+    backend.launch_graph(exec, s0).expect("launch_graph");
+    backend.synchronize().expect("synchronize");
+    assert_eq!(read_f32s(&mut backend, w, n), expected, "replayed");
+    backend.destroy_graph_exec(exec).expect("destroy exec");
+    backend.destroy_graph(graph).expect("destroy graph");
+}
+
+#[test]
+fn a_capture_with_an_unjoined_stream_is_refused() {
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    let k = load_arith(&mut backend);
+    let n = 256;
+    let da = upload(&mut backend, &vec![1.0; n]);
+    let out = backend.alloc(n * 4).expect("alloc");
+    let s0 = backend.default_stream();
+    let s1 = backend.create_stream().expect("create_stream");
+    let fork = backend.create_event().expect("event");
+    backend.begin_capture(s0).expect("begin_capture");
+    add(&mut backend, &k, s0, [da, da, out], n);
+    backend.record_event(fork, s0).expect("record");
+    backend.wait_event(s1, fork).expect("wait");
+    add(&mut backend, &k, s1, [da, da, out], n);
+    match backend.end_capture(s0) {
+        Err(GpuError::Capture(message)) => println!("{message}"),
+        other => panic!("an unjoined capture ended with {other:?}"),
+    }
+    // Both streams are usable again.
+    add(&mut backend, &k, s1, [da, da, out], n);
+    add(&mut backend, &k, s0, [da, da, out], n);
+    backend
+        .synchronize()
+        .expect("synchronize after a refused capture");
+    assert_eq!(read_f32s(&mut backend, out, n), vec![2.0; n]);
+}

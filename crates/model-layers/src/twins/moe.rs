@@ -1,0 +1,329 @@
+//! Twins of the `moe` kernels.
+//!
+//! Routing: a row's softmax in f32 (max, exp, a sequential sum, divide), then the top k by
+//! repeated selection (descending, ties to the lower expert id); the fused router gets its
+//! logits from the driver `gemv::lm_head` uses, so its bytes equal that routing's.
+//!
+//! Expert MLP: the (row, pick) slots are grouped by expert so each chosen expert's weights are
+//! read once per launch, and each group is split into fixed tiles of output features. Every
+//! output is computed by one tile with `dot_bf16`'s arithmetic and, for `down`, summed over the
+//! picks in pick order afterwards, so results depend neither on the thread count nor on the
+//! grouping.
+
+use half::bf16;
+use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
+
+use super::args::{bf16_in, bf16_out, dim, f32_in, f32_out, i32_in, macs, rows, size, threads_for};
+use super::matvec::{for_each_dot, Widened};
+use crate::numerics::{linear_value, silu_mul_value, to_bf16};
+
+/// Output features per work tile of the expert projections (fixed, so the split never
+/// depends on the thread count).
+const TILE_FEATURES: usize = 64;
+
+/// A written i32 buffer of exactly `len` elements.
+fn i32_out<'a>(ctx: &TwinCtx<'a>, index: usize, len: usize) -> Result<&'a mut [i32], GpuError> {
+    let s = ctx.i32s_mut(index)?;
+    if s.len() != len {
+        return Err(ctx.bad(
+            index,
+            format!("buffer holds {} elements, expected {len}", s.len()),
+        ));
+    }
+    Ok(s)
+}
+
+/// The picks per row of a routing launch: 1 ≤ k ≤ experts.
+fn picks(ctx: &TwinCtx<'_>, index: usize, experts: usize) -> Result<usize, GpuError> {
+    match ctx.u32(index)? as usize {
+        k if (1..=experts).contains(&k) => Ok(k),
+        k => Err(ctx.bad(
+            index,
+            format!("k = {k} picks per row, expected 1..={experts} (the expert count)"),
+        )),
+    }
+}
+
+/// Scratch of one routing pass, reused across rows.
+#[derive(Default)]
+struct Router {
+    probs: Vec<f32>,
+    taken: Vec<bool>,
+}
+
+impl Router {
+    /// Softmax of one row of logits, then its top `ids.len()` experts and their weights.
+    fn row(&mut self, logits: &[f32], norm_topk: bool, ids: &mut [i32], weights: &mut [f32]) {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        self.probs.clear();
+        self.probs.extend(logits.iter().map(|l| (*l - max).exp()));
+        let mut sum = 0.0f32;
+        for e in &self.probs {
+            sum += *e;
+        }
+        for p in &mut self.probs {
+            *p /= sum;
+        }
+        self.taken.clear();
+        self.taken.resize(logits.len(), false);
+        for (id, weight) in ids.iter_mut().zip(weights.iter_mut()) {
+            // Strictly greater replaces, scanning upwards: a tie keeps the lower id.
+            let mut best: Option<usize> = None;
+            for (i, p) in self.probs.iter().enumerate() {
+                if !self.taken[i] && best.is_none_or(|b| *p > self.probs[b]) {
+                    best = Some(i);
+                }
+            }
+            let Some(b) = best else { break };
+            self.taken[b] = true;
+            *id = b as i32;
+            *weight = self.probs[b];
+        }
+        if norm_topk {
+            let mut picked = 0.0f32;
+            for w in weights.iter() {
+                picked += *w;
+            }
+            for w in weights.iter_mut() {
+                *w /= picked;
+            }
+        }
+    }
+
+    /// Routes every row of `logits` (`[rows][experts]`).
+    fn rows(
+        logits: &[f32],
+        experts: usize,
+        k: usize,
+        norm_topk: bool,
+        ids: &mut [i32],
+        weights: &mut [f32],
+    ) {
+        let mut router = Router::default();
+        for ((row, ids), weights) in logits
+            .chunks_exact(experts)
+            .zip(ids.chunks_exact_mut(k))
+            .zip(weights.chunks_exact_mut(k))
+        {
+            router.row(row, norm_topk, ids, weights);
+        }
+    }
+}
+
+/// `moe::topk_softmax(logits, ids, weights, rows, experts, k, norm_topk)`.
+pub(crate) fn topk_softmax(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, experts) = (rows(ctx, 3)?, dim(ctx, 4)?);
+    let (k, norm_topk) = (picks(ctx, 5, experts)?, ctx.u32(6)? != 0);
+    let logits = f32_in(ctx, 0, size(ctx, &[rows, experts])?)?;
+    let ids = i32_out(ctx, 1, size(ctx, &[rows, k])?)?;
+    let weights = f32_out(ctx, 2, size(ctx, &[rows, k])?)?;
+    Router::rows(logits, experts, k, norm_topk, ids, weights);
+    Ok(())
+}
+
+/// `moe::router_topk(x, w, ids, weights, rows, hidden, experts, k, norm_topk)` =
+/// lm_head → topk_softmax, the logits kept in a local buffer.
+pub(crate) fn router_topk(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, hidden, experts) = (rows(ctx, 4)?, dim(ctx, 5)?, dim(ctx, 6)?);
+    let (k, norm_topk) = (picks(ctx, 7, experts)?, ctx.u32(8)? != 0);
+    let x = bf16_in(ctx, 0, size(ctx, &[rows, hidden])?)?;
+    let w = bf16_in(ctx, 1, size(ctx, &[experts, hidden])?)?;
+    let ids = i32_out(ctx, 2, size(ctx, &[rows, k])?)?;
+    let weights = f32_out(ctx, 3, size(ctx, &[rows, k])?)?;
+    let mut logits = vec![0.0f32; rows * experts];
+    let threads = threads_for(ctx, macs(&[rows, hidden, experts]));
+    for_each_dot(
+        threads,
+        &Widened::new(x, hidden),
+        experts,
+        |o| &w[o * hidden..(o + 1) * hidden],
+        |_, _, d| d,
+        &mut logits,
+    );
+    Router::rows(&logits, experts, k, norm_topk, ids, weights);
+    Ok(())
+}
+
+/// The expert of every slot (r·k + j), refusing ids outside `0..experts`.
+fn expert_ids(
+    ctx: &TwinCtx<'_>,
+    ids: &[i32],
+    k: usize,
+    experts: usize,
+) -> Result<Vec<usize>, GpuError> {
+    ids.iter()
+        .enumerate()
+        .map(|(slot, id)| match usize::try_from(*id) {
+            Ok(e) if e < experts => Ok(e),
+            _ => Err(ctx.fail(format!(
+                "row {} pick {}: expert id {id} outside 0..{experts}",
+                slot / k,
+                slot % k
+            ))),
+        })
+        .collect()
+}
+
+/// The slots that chose one expert (ascending) and their input rows, widened once.
+struct Group {
+    expert: usize,
+    slots: Vec<usize>,
+    xs: Widened,
+}
+
+/// One group per chosen expert, in expert order; `input(slot)` is the slot's input row.
+fn groups<'a>(
+    slot_experts: &[usize],
+    experts: usize,
+    width: usize,
+    input: impl Fn(usize) -> &'a [bf16],
+) -> Vec<Group> {
+    let mut by_expert = vec![Vec::new(); experts];
+    for (slot, e) in slot_experts.iter().enumerate() {
+        by_expert[*e].push(slot);
+    }
+    by_expert
+        .into_iter()
+        .enumerate()
+        .filter(|(_, slots)| !slots.is_empty())
+        .map(|(expert, slots)| {
+            let rows: Vec<bf16> = slots.iter().flat_map(|s| input(*s)).copied().collect();
+            Group {
+                expert,
+                xs: Widened::new(&rows, width),
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// Output features `first..first + count` of one group: `values` is `[slots][count]`.
+struct Tile<'g, T> {
+    group: &'g Group,
+    first: usize,
+    count: usize,
+    values: Vec<T>,
+}
+
+/// Fills every tile of every group (`features` outputs each) with `fill`, on up to `threads`
+/// threads.
+fn run_tiles<'g, T: Send>(
+    groups: &'g [Group],
+    features: usize,
+    threads: usize,
+    fill: impl Fn(&Group, usize, usize) -> Vec<T> + Sync,
+) -> Vec<Tile<'g, T>> {
+    let mut tiles: Vec<Tile<'g, T>> = groups
+        .iter()
+        .flat_map(|group| {
+            (0..features).step_by(TILE_FEATURES).map(move |first| Tile {
+                group,
+                first,
+                count: TILE_FEATURES.min(features - first),
+                values: Vec::new(),
+            })
+        })
+        .collect();
+    let per_chunk = tiles.len().div_ceil(threads * 4).max(1);
+    par_chunks_mut(&mut tiles, per_chunk, threads, |_, chunk| {
+        for t in chunk {
+            t.values = fill(t.group, t.first, t.count);
+        }
+    });
+    tiles
+}
+
+/// `moe::gate_up_silu(x, ids, wg, wu, act, rows, hidden, inter, experts, k)` = per slot, the
+/// dense gate_up_silu of the chosen expert's matrices.
+pub(crate) fn gate_up_silu(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, hidden, inter) = (rows(ctx, 5)?, dim(ctx, 6)?, dim(ctx, 7)?);
+    let (experts, k) = (dim(ctx, 8)?, dim(ctx, 9)?);
+    let x = bf16_in(ctx, 0, size(ctx, &[rows, hidden])?)?;
+    let ids = i32_in(ctx, 1, size(ctx, &[rows, k])?)?;
+    let wg = bf16_in(ctx, 2, size(ctx, &[experts, inter, hidden])?)?;
+    let wu = bf16_in(ctx, 3, size(ctx, &[experts, inter, hidden])?)?;
+    let act = bf16_out(ctx, 4, size(ctx, &[rows, k, inter])?)?;
+    let slot_experts = expert_ids(ctx, ids, k, experts)?;
+    let groups = groups(&slot_experts, experts, hidden, |s| {
+        &x[(s / k) * hidden..(s / k + 1) * hidden]
+    });
+    let threads = threads_for(ctx, macs(&[rows, k, 2, inter, hidden]));
+    let tiles = run_tiles(&groups, inter, threads, |group, first, count| {
+        let matrix = group.expert * inter * hidden..(group.expert + 1) * inter * hidden;
+        let (g, u) = (&wg[matrix.clone()], &wu[matrix]);
+        // Gate then up as one projection of 2·count features, each stored bf16 as the
+        // reference does.
+        let mut both = vec![bf16::ZERO; group.slots.len() * 2 * count];
+        for_each_dot(
+            1,
+            &group.xs,
+            2 * count,
+            |c| {
+                let (w, i) = if c < count { (g, c) } else { (u, c - count) };
+                &w[(first + i) * hidden..(first + i + 1) * hidden]
+            },
+            |_, _, d| linear_value(d, None),
+            &mut both,
+        );
+        both.chunks_exact(2 * count)
+            .flat_map(|gu| (0..count).map(move |i| silu_mul_value(gu[i], gu[count + i])))
+            .collect()
+    });
+    for t in &tiles {
+        for (values, slot) in t.values.chunks_exact(t.count).zip(&t.group.slots) {
+            let at = slot * inter + t.first;
+            act[at..at + t.count].copy_from_slice(values);
+        }
+    }
+    Ok(())
+}
+
+/// `moe::down(act, ids, weights, wd, out, rows, hidden, inter, experts, k)`: per row, the
+/// f32 sum over picks in order of dot(act slot, wd[e] row) · weight, stored bf16.
+pub(crate) fn down(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, hidden, inter) = (rows(ctx, 5)?, dim(ctx, 6)?, dim(ctx, 7)?);
+    let (experts, k) = (dim(ctx, 8)?, dim(ctx, 9)?);
+    let act = bf16_in(ctx, 0, size(ctx, &[rows, k, inter])?)?;
+    let ids = i32_in(ctx, 1, size(ctx, &[rows, k])?)?;
+    let weights = f32_in(ctx, 2, size(ctx, &[rows, k])?)?;
+    let wd = bf16_in(ctx, 3, size(ctx, &[experts, hidden, inter])?)?;
+    let out = bf16_out(ctx, 4, size(ctx, &[rows, hidden])?)?;
+    let slot_experts = expert_ids(ctx, ids, k, experts)?;
+    let groups = groups(&slot_experts, experts, inter, |s| {
+        &act[s * inter..(s + 1) * inter]
+    });
+    let threads = threads_for(ctx, macs(&[rows, k, hidden, inter]));
+    let tiles = run_tiles(&groups, hidden, threads, |group, first, count| {
+        let mut dots = vec![0.0f32; group.slots.len() * count];
+        for_each_dot(
+            1,
+            &group.xs,
+            count,
+            |o| {
+                let at = (group.expert * hidden + first + o) * inter;
+                &wd[at..at + inter]
+            },
+            |_, _, d| d,
+            &mut dots,
+        );
+        dots
+    });
+    // Every slot's projection, `[rows·k][hidden]`, then each row's sum in pick order.
+    let mut dots = vec![0.0f32; rows * k * hidden];
+    for t in &tiles {
+        for (values, slot) in t.values.chunks_exact(t.count).zip(&t.group.slots) {
+            let at = slot * hidden + t.first;
+            dots[at..at + t.count].copy_from_slice(values);
+        }
+    }
+    par_chunks_mut(out, hidden, threads, |r, row| {
+        for (o, y) in row.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for j in 0..k {
+                acc += dots[(r * k + j) * hidden + o] * weights[r * k + j];
+            }
+            *y = to_bf16(acc);
+        }
+    });
+    Ok(())
+}
