@@ -34,7 +34,12 @@ pub const DENSE_CONFIGS: &[&str] = &[
 ];
 
 /// The shipped mixture-of-experts configs.
-pub const MOE_CONFIGS: &[&str] = &["qwen3-30b-a3b", "golden-qwen3-moe"];
+pub const MOE_CONFIGS: &[&str] = &[
+    "qwen3-30b-a3b",
+    "golden-qwen3-moe",
+    "qwen3-next-80b-a3b",
+    "golden-qwen3-next",
+];
 
 pub fn load_instance(name: &str) -> Result<Instance, String> {
     let config = ModelConfig::from_file(&config_path(name)).map_err(|e| e.to_string())?;

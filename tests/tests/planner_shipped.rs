@@ -324,10 +324,21 @@ fn every_moe_plan_is_verified_and_tight() {
                 plan.pool_bytes,
                 plan.live_lower_bound
             );
-            assert!(plan.kernel_count_fused < plan.kernel_count_original, "{name}: nothing fused");
+            assert!(
+                plan.kernel_count_fused < plan.kernel_count_original,
+                "{name}: nothing fused"
+            );
             // Router and top-k always fuse; the experts stay two launches.
-            let groups: Vec<&str> = plan.fusion.groups.iter().map(|g| g.kernels[0].as_str()).collect();
-            assert!(groups.contains(&"moe::router_topk"), "{name} {mode} {rows}: {groups:?}");
+            let groups: Vec<&str> = plan
+                .fusion
+                .groups
+                .iter()
+                .map(|g| g.kernels[0].as_str())
+                .collect();
+            assert!(
+                groups.contains(&"moe::router_topk"),
+                "{name} {mode} {rows}: {groups:?}"
+            );
         }
     }
 }

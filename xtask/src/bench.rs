@@ -95,6 +95,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         pages: total.div_ceil(16) + 2,
         block_size: 16,
         max_seq_len: total.next_multiple_of(16),
+        max_sequences: 2,
     };
     let serve = ServeShape::with_max_batch(1).map_err(|e| e.to_string())?;
 

@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
-//! `plan` builds and prints execution plans; `parity`, `bench`, `ptx` and `gpu-check` are the
-//! next issues' commands and say so when asked for.
+//! `plan` builds and prints execution plans; `ptx` regenerates and checks the CUDA PTX;
+//! `gpu-check` is the next issue's command and says so when asked for.
 
 mod args;
 mod bench;
@@ -9,6 +9,7 @@ mod golden;
 mod parity;
 mod peer;
 mod plan;
+mod ptx;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ commands:
   plan       build and print execution plans (cargo xtask plan --help)
   parity     reference-vs-fused and golden parity (cargo xtask parity --help)
   bench      decode benchmark (cargo xtask bench --help)
-  ptx        regenerate and check the CUDA PTX (not yet built: issue 4)
+  ptx        regenerate and check the CUDA PTX (cargo xtask ptx --help)
   gpu-check  build the device-check bundle (not yet built: issue 4)";
 
 fn main() -> ExitCode {
@@ -40,7 +41,8 @@ fn main() -> ExitCode {
         "plan" => plan::run(argv),
         "parity" => parity::run(argv),
         "bench" => bench::run(argv),
-        "ptx" | "gpu-check" => Err(format!(
+        "ptx" => ptx::run(argv),
+        "gpu-check" => Err(format!(
             "`cargo xtask {command}` is not built yet: it is part of issue 4 (the CUDA backend)"
         )),
         "help" | "--help" | "-h" => {

@@ -145,6 +145,8 @@ pub enum MetaField {
     SlotMapping,
     SeqLens,
     BlockTables,
+    /// Each row's per-sequence state slot (recurrent layers).
+    StateSlots,
 }
 
 impl MetaField {
@@ -154,6 +156,7 @@ impl MetaField {
             MetaField::SlotMapping => "slot_mapping",
             MetaField::SeqLens => "seq_lens",
             MetaField::BlockTables => "block_tables",
+            MetaField::StateSlots => "state_slots",
         }
     }
 }
@@ -162,14 +165,17 @@ impl MetaField {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LayerKind {
     FullAttention,
+    /// Gated DeltaNet (qwen3_next's linear attention).
+    LinearAttention,
 }
 
 impl LayerKind {
-    pub const ALL: &'static [LayerKind] = &[LayerKind::FullAttention];
+    pub const ALL: &'static [LayerKind] = &[LayerKind::FullAttention, LayerKind::LinearAttention];
 
     pub fn as_str(self) -> &'static str {
         match self {
             LayerKind::FullAttention => "full_attention",
+            LayerKind::LinearAttention => "linear_attention",
         }
     }
 
@@ -198,6 +204,24 @@ pub struct StateDecl {
     pub kind: StateKind,
 }
 
+impl StateKind {
+    /// Bytes of one sequence slot's state (recurrent kinds); KV pages are per page, not slot.
+    pub fn slot_bytes(&self) -> usize {
+        match *self {
+            StateKind::KvPages { .. } => 0,
+            StateKind::GdnConv {
+                channels, history, ..
+            } => channels * history * 2,
+            StateKind::GdnRecurrent {
+                heads,
+                key_dim,
+                value_dim,
+                ..
+            } => heads * key_dim * value_dim * 4,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateKind {
     /// Paged KV cache of one attention layer: pages of `block_size` tokens, each holding
@@ -208,6 +232,20 @@ pub enum StateKind {
         num_kv_heads: usize,
         head_dim: usize,
         dtype: Dtype,
+    },
+    /// Gated DeltaNet conv history per sequence slot: `[channels][history]` bf16
+    /// (history = kernel - 1).
+    GdnConv {
+        layer: u32,
+        channels: usize,
+        history: usize,
+    },
+    /// Gated DeltaNet recurrent state per sequence slot: `[heads][key_dim][value_dim]` f32.
+    GdnRecurrent {
+        layer: u32,
+        heads: usize,
+        key_dim: usize,
+        value_dim: usize,
     },
 }
 

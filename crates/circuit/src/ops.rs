@@ -37,6 +37,26 @@ pub enum OpKind {
     /// Each row's chosen experts' down projections, weighted and summed in top-k order:
     /// (act, ids, weights) -> bf16 rows.
     MoeDown,
+    /// Zero-centred RMSNorm (qwen3_next): the weight applies as `1 + w`.
+    RmsNormZc,
+    /// Zero-centred per-head RMSNorm of q and k.
+    QkNormZc,
+    /// Splits q_proj's per-head `[q | gate]` output: q2 -> (q, gate).
+    AttnGateSplit,
+    /// x · sigmoid(gate): (x, gate) -> bf16 rows.
+    SigmoidMul,
+    /// Routed experts plus the sigmoid-gated shared expert: (routed, shared, gate) -> bf16.
+    MoeCombine,
+    /// Gated DeltaNet causal conv1d update over a per-sequence conv state, with SiLU:
+    /// in_proj_qkvz rows -> mixed q/k/v channels (and the conv state edge).
+    GdnConv,
+    /// The gates from in_proj_ba, A_log and dt_bias: ba -> (beta, g), f32.
+    GdnGates,
+    /// The gated delta rule over a per-sequence f32 state: (mixed, beta, g) -> bf16 rows (and
+    /// the recurrent state edge).
+    GdnRecurrence,
+    /// RMSNorm of each value head gated by SiLU(z): (core, qkvz) -> bf16 rows.
+    GdnGatedNorm,
 }
 
 impl OpKind {
@@ -55,6 +75,15 @@ impl OpKind {
         OpKind::TopkSoftmax,
         OpKind::MoeGateUp,
         OpKind::MoeDown,
+        OpKind::RmsNormZc,
+        OpKind::QkNormZc,
+        OpKind::AttnGateSplit,
+        OpKind::SigmoidMul,
+        OpKind::MoeCombine,
+        OpKind::GdnConv,
+        OpKind::GdnGates,
+        OpKind::GdnRecurrence,
+        OpKind::GdnGatedNorm,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +102,15 @@ impl OpKind {
             OpKind::TopkSoftmax => "topk_softmax",
             OpKind::MoeGateUp => "moe_gate_up",
             OpKind::MoeDown => "moe_down",
+            OpKind::RmsNormZc => "rms_norm_zc",
+            OpKind::QkNormZc => "qk_norm_zc",
+            OpKind::AttnGateSplit => "attn_gate_split",
+            OpKind::SigmoidMul => "sigmoid_mul",
+            OpKind::MoeCombine => "moe_combine",
+            OpKind::GdnConv => "gdn_conv",
+            OpKind::GdnGates => "gdn_gates",
+            OpKind::GdnRecurrence => "gdn_recurrence",
+            OpKind::GdnGatedNorm => "gdn_gated_norm",
         }
     }
 

@@ -109,12 +109,12 @@ fn unknown_op_is_named_with_the_known_ones() {
 #[test]
 fn unknown_layer_kind_is_named() {
     let text = one_rule(
-        "pattern = [{ op = \"rms_norm\", layer_kind = \"linear_attention\" }]\nkernel = \"norm::x\"\nnumerics = \"reference\"",
+        "pattern = [{ op = \"rms_norm\", layer_kind = \"sliding_attention\" }]\nkernel = \"norm::x\"\nnumerics = \"reference\"",
     );
     assert_at(
         &refuse(&text),
         line_of(&text, "layer_kind"),
-        &["linear_attention"],
+        &["sliding_attention"],
     );
 }
 

@@ -47,13 +47,26 @@ impl Bindings<'_> {
         }
     }
 
-    /// One layer's KV region.
+    /// A state's region: a layer's KV pages, or its sequence slots.
     pub fn state(&self, state: StateId) -> Buf {
+        let r = &self.layout.states[state.0 as usize];
+        let bytes = if r.slot_bytes == 0 {
+            r.bytes
+        } else {
+            r.slot_bytes * self.layout.state_slots
+        };
         Buf {
-            ptr: self
-                .kv
-                .offset(state.0 as usize * self.layout.kv_layer_bytes),
-            bytes: self.layout.kv_layer_bytes,
+            ptr: self.kv.offset(r.offset),
+            bytes,
+        }
+    }
+
+    /// The per-row snapshots of a recurrent state (one slot's bytes per row of this plan).
+    pub fn snapshots(&self, state: StateId) -> Buf {
+        let r = &self.layout.states[state.0 as usize];
+        Buf {
+            ptr: self.kv.offset(r.snapshot_offset),
+            bytes: r.slot_bytes * self.rows(),
         }
     }
 
@@ -75,6 +88,7 @@ impl Bindings<'_> {
             MetaField::SlotMapping => (m.slot_mapping, rows * 4),
             MetaField::SeqLens => (m.seq_lens, rows * 4),
             MetaField::BlockTables => (m.block_tables, rows * self.layout.max_blocks * 4),
+            MetaField::StateSlots => (m.state_slots, rows * 4),
         };
         Buf {
             ptr: self.workspace.offset(offset),

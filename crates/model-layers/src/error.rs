@@ -77,6 +77,8 @@ pub enum SessionError {
     },
     #[error("KV cache exhausted: the step needs {needed} more page(s), {free} free")]
     PagesExhausted { needed: usize, free: usize },
+    #[error("recurrent state slots exhausted: the step needs {needed} more, {free} free (KvShape::max_sequences)")]
+    SlotsExhausted { needed: usize, free: usize },
     #[error("no live sequence {0}")]
     UnknownSequence(u64),
     #[error("sequence {0} appears twice in one step")]

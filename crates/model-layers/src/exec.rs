@@ -36,6 +36,8 @@ pub struct KvShape {
     pub pages: usize,
     pub block_size: usize,
     pub max_seq_len: usize,
+    /// Sequences alive at once (recurrent state slots; KV pages are shared from one pool).
+    pub max_sequences: usize,
 }
 
 /// Everything a build needs.
@@ -125,11 +127,12 @@ impl CircuitExec {
             inv_freq.len(),
             kv.pages,
             kv.max_seq_len,
+            kv.max_sequences,
         );
 
         let workspace = backend.alloc(layout.workspace_bytes)?;
         let weights_ptr = backend.alloc(layout.weights_bytes)?;
-        let kv_ptr = backend.alloc(layout.kv_bytes)?;
+        let kv_ptr = backend.alloc(layout.state_bytes)?;
         for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
             backend.copy_h2d(weights_ptr.offset(*offset), bf16_bytes(slot))?;
         }
@@ -160,7 +163,7 @@ impl CircuitExec {
             .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(
             model = %instance.circuit.name, programs = programs.len(), workspace_bytes = layout.workspace_bytes,
-            weights_bytes = layout.weights_bytes, kv_bytes = layout.kv_bytes, "built circuit exec"
+            weights_bytes = layout.weights_bytes, state_bytes = layout.state_bytes, "built circuit exec"
         );
         Ok(CircuitExec {
             rules_digest: rules.digest.clone(),

@@ -4,7 +4,7 @@ use solder_gpu_runtime::{CpuBackend, GpuBackend, GpuError, ModuleImage};
 
 /// The kernel modules, one per `kernels/<module>.cu`.
 pub const MODULES: &[&str] = &[
-    "act", "add", "attn", "embed", "gemv", "kv", "moe", "norm", "rope",
+    "act", "add", "attn", "embed", "gdn", "gemv", "kv", "moe", "norm", "rope",
 ];
 
 /// A CPU backend with every twin registered and every module loaded.

@@ -23,6 +23,7 @@ pub struct MetaLayout {
     pub slot_mapping: usize,
     pub seq_lens: usize,
     pub block_tables: usize,
+    pub state_slots: usize,
     pub bytes: usize,
 }
 
@@ -43,11 +44,24 @@ pub struct Layout {
     pub inv_freq_offset: usize,
     pub inv_freq_len: usize,
     pub weights_bytes: usize,
-    /// KV cache: pages, tokens per page, bytes of one layer's region, regions by state.
+    /// KV cache: pages and tokens per page.
     pub kv_pages: usize,
     pub kv_block_size: usize,
-    pub kv_layer_bytes: usize,
-    pub kv_bytes: usize,
+    /// Sequence slots of the recurrent states (the scratch slot 0 included).
+    pub state_slots: usize,
+    /// The region of each state declaration in the state allocation, by `StateId`.
+    pub states: Vec<StateRegion>,
+    pub state_bytes: usize,
+}
+
+/// One state declaration's bytes in the state allocation: KV pages, or `state_slots` slots of
+/// `slot_bytes` then one snapshot per row (the state after that row of a verify step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateRegion {
+    pub offset: usize,
+    pub bytes: usize,
+    pub slot_bytes: usize,
+    pub snapshot_offset: usize,
 }
 
 impl Layout {
@@ -58,15 +72,16 @@ impl Layout {
         inv_freq_len: usize,
         kv_pages: usize,
         max_seq_len: usize,
+        max_sequences: usize,
     ) -> Layout {
         let max_rows = plans.iter().map(|p| p.rows).max().unwrap_or(1);
         let block_size = circuit
             .states
             .iter()
-            .map(|s| match s.kind {
-                StateKind::KvPages { block_size, .. } => block_size,
+            .find_map(|s| match s.kind {
+                StateKind::KvPages { block_size, .. } => Some(block_size),
+                _ => None,
             })
-            .next()
             .unwrap_or(16);
         let max_blocks = max_seq_len.div_ceil(block_size);
         let row_i32 = align(max_rows * 4);
@@ -76,7 +91,8 @@ impl Layout {
             slot_mapping: 2 * row_i32,
             seq_lens: 3 * row_i32,
             block_tables: 4 * row_i32,
-            bytes: 4 * row_i32 + align(max_rows * max_blocks * 4),
+            state_slots: 4 * row_i32 + align(max_rows * max_blocks * 4),
+            bytes: 5 * row_i32 + align(max_rows * max_blocks * 4),
         };
         let logits_offset = meta.bytes;
         let arena_offset = logits_offset + align(max_rows * vocab * 4);
@@ -91,23 +107,39 @@ impl Layout {
         let inv_freq_offset = at;
         let weights_bytes = at + align(inv_freq_len * 4);
 
-        let (block_size, layer_bytes) = circuit
-            .states
-            .iter()
-            .map(|s| match s.kind {
+        // One region per state declaration: KV pages, or sequence slots (slot 0 is the
+        // scratch slot padding rows use) followed by one snapshot per row of the widest plan.
+        let state_slots = max_sequences + 1;
+        let mut states = Vec::with_capacity(circuit.states.len());
+        let mut state_bytes = 0;
+        for decl in &circuit.states {
+            let region = match decl.kind {
                 StateKind::KvPages {
-                    block_size,
                     num_kv_heads,
                     head_dim,
                     dtype,
                     ..
-                } => (
-                    block_size,
-                    align(kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes()),
-                ),
-            })
-            .next()
-            .unwrap_or((16, 0));
+                } => StateRegion {
+                    offset: state_bytes,
+                    bytes: align(
+                        kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
+                    ),
+                    slot_bytes: 0,
+                    snapshot_offset: state_bytes,
+                },
+                _ => {
+                    let slot = decl.kind.slot_bytes();
+                    StateRegion {
+                        offset: state_bytes,
+                        bytes: align(state_slots * slot) + align(max_rows * slot),
+                        slot_bytes: slot,
+                        snapshot_offset: state_bytes + align(state_slots * slot),
+                    }
+                }
+            };
+            state_bytes += region.bytes;
+            states.push(region);
+        }
         Layout {
             max_rows,
             max_seq_len,
@@ -123,8 +155,9 @@ impl Layout {
             weights_bytes,
             kv_pages,
             kv_block_size: block_size,
-            kv_layer_bytes: layer_bytes,
-            kv_bytes: layer_bytes * circuit.states.len(),
+            state_slots,
+            states,
+            state_bytes,
         }
     }
 }

@@ -25,6 +25,8 @@ struct Sequence {
     /// Tokens in the cache.
     len: usize,
     pages: Vec<u32>,
+    /// Recurrent-state slot (models with recurrent layers), taken at the first step.
+    slot: Option<u32>,
 }
 
 /// One row of a step: which sequence (None for padding) and its token.
@@ -38,6 +40,8 @@ struct Row {
 pub struct Session<'e> {
     exec: &'e CircuitExec,
     free_pages: Vec<u32>,
+    /// Free recurrent-state slots (slot 0 is the scratch slot of padding rows).
+    free_slots: Vec<u32>,
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
 }
@@ -46,9 +50,15 @@ impl<'e> Session<'e> {
     pub fn new(exec: &'e CircuitExec) -> Session<'e> {
         // Pop from the end: low pages first.
         let free_pages = (1..exec.layout.kv_pages as u32).rev().collect();
+        let free_slots = if recurrent(exec) {
+            (1..exec.layout.state_slots as u32).rev().collect()
+        } else {
+            Vec::new()
+        };
         Session {
             exec,
             free_pages,
+            free_slots,
             seqs: BTreeMap::new(),
             next_id: 1,
         }
@@ -305,6 +315,31 @@ impl<'e> Session<'e> {
                 free: self.free_pages.len(),
             });
         }
+        let new_slots: Vec<SeqId> = if recurrent(self.exec) {
+            advance
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| self.seqs.get(id).is_some_and(|s| s.slot.is_none()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if new_slots.len() > self.free_slots.len() {
+            return Err(SessionError::SlotsExhausted {
+                needed: new_slots.len(),
+                free: self.free_slots.len(),
+            });
+        }
+        for id in &new_slots {
+            let slot = self.free_slots.pop().unwrap_or(0);
+            if let Err(e) = self.zero_slot(backend, slot) {
+                self.free_slots.push(slot);
+                return Err(e);
+            }
+            if let Some(seq) = self.seqs.get_mut(id) {
+                seq.slot = Some(slot);
+            }
+        }
         let mut taken: Vec<(SeqId, usize)> = Vec::new();
         for &(id, count) in advance {
             let seq = self
@@ -331,6 +366,11 @@ impl<'e> Session<'e> {
                 Ok(logits[..live.min(rows.len()) * vocab].to_vec())
             }
             Err(e) => {
+                for id in new_slots {
+                    if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                        self.free_slots.push(slot);
+                    }
+                }
                 for (id, count) in taken {
                     if let Some(seq) = self.seqs.get_mut(&id) {
                         for _ in 0..count {
@@ -358,11 +398,18 @@ impl<'e> Session<'e> {
         let mut positions = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);
         let mut seq_lens = Vec::with_capacity(n);
+        let mut state_slots = Vec::with_capacity(n);
         let mut tables = vec![SCRATCH_PAGE as i32; n * max_blocks];
         for (r, row) in rows.iter().enumerate() {
             tokens.push(row.token as i32);
             positions.push(row.position as i32);
             seq_lens.push(row.position as i32 + 1);
+            state_slots.push(
+                row.seq
+                    .and_then(|id| self.seqs.get(&id))
+                    .and_then(|s| s.slot)
+                    .unwrap_or(0) as i32,
+            );
             match row.seq.and_then(|id| self.seqs.get(&id)) {
                 Some(seq) => {
                     let page = seq.pages[row.position / bs];
@@ -383,6 +430,7 @@ impl<'e> Session<'e> {
             (m.slot_mapping, &slots),
             (m.seq_lens, &seq_lens),
             (m.block_tables, &tables),
+            (m.state_slots, &state_slots),
         ] {
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             backend.copy_h2d_async(stream, ws.offset(offset), &bytes)?;
@@ -404,6 +452,25 @@ impl<'e> Session<'e> {
         } else {
             Mode::MultiSeq
         }
+    }
+}
+
+/// The model has recurrent state kept in per-sequence slots.
+fn recurrent(exec: &CircuitExec) -> bool {
+    exec.layout.states.iter().any(|r| r.slot_bytes > 0)
+}
+
+impl Session<'_> {
+    /// Zeroes a slot in every recurrent state region (a new sequence starts from zeros).
+    fn zero_slot(&self, backend: &mut dyn GpuBackend, slot: u32) -> Result<(), SessionError> {
+        for r in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
+            let at = self
+                .exec
+                .kv_cache()
+                .offset(r.offset + slot as usize * r.slot_bytes);
+            backend.memset(at, 0, r.slot_bytes)?;
+        }
+        Ok(())
     }
 }
 

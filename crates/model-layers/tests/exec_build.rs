@@ -134,7 +134,7 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     assert_eq!(backend.live_allocations(), allocations + 3);
     assert_eq!(
         backend.live_bytes(),
-        bytes + layout.workspace_bytes + layout.weights_bytes + layout.kv_bytes
+        bytes + layout.workspace_bytes + layout.weights_bytes + layout.state_bytes
     );
     exec.free(&mut backend).unwrap();
     assert_eq!(backend.live_allocations(), allocations);

@@ -61,6 +61,7 @@ fn qwen2_golden_within_one_and_a_half_times_transformers_bf16() {
         pages: tokens.div_ceil(16) + 2,
         block_size: 16,
         max_seq_len: tokens.next_multiple_of(16),
+        max_sequences: 2,
     };
     let mut backend = backend();
     let exec = CircuitExec::build(

@@ -155,6 +155,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut CpuBackend) -> R<Cas
         pages: (widest + 2) * tokens.div_ceil(block_size) + 2,
         block_size,
         max_seq_len: tokens.next_multiple_of(block_size),
+        max_sequences: widest + 2,
     };
     let build = |backend: &mut CpuBackend, policy: Policy| -> R<CircuitExec> {
         let weights = match &case.weights {

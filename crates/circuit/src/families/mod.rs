@@ -2,6 +2,7 @@
 
 mod dense;
 mod moe;
+mod next;
 
 use solder_config::{Family, ModelConfig};
 
@@ -34,13 +35,14 @@ pub fn build_circuit(
     }
     match config.family {
         // qwen3_moe is the qwen3 decoder with MoE blocks where the config says so.
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
-            dense::build(config, name, options)
-        }
-        Family::Qwen3Next => Err(CircuitError::Unsupported {
-            source_name: config.source.clone(),
-            message: format!("the {} circuit is not built yet", config.family),
-        }),
+        // One decoder builder: MoE blocks, gated attention, zero-centred norms and Gated
+        // DeltaNet layers switch on where the config has them.
+        Family::Llama
+        | Family::Mistral
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Qwen3Moe
+        | Family::Qwen3Next => dense::build(config, name, options),
     }
 }
 

@@ -85,6 +85,22 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The op of this group that writes input `index` of `op`.
+    pub fn producer_in_group(&self, op: &Op, index: usize) -> Result<&'a Op, ExecError> {
+        let t = self.tensor_at(op, &op.inputs, index, "input")?;
+        self.bind
+            .circuit
+            .producer(t)
+            .filter(|p| self.group.nodes.contains(p))
+            .map(|p| self.bind.circuit.op(p))
+            .ok_or_else(|| {
+                self.err(format!(
+                    "input {index} of `{}` is not written inside the group",
+                    op.name
+                ))
+            })
+    }
+
     fn tensor_at(
         &self,
         op: &Op,
@@ -144,6 +160,29 @@ impl<'a> View<'a> {
                 self.bind.circuit.tensor(t).name
             ))),
         }
+    }
+
+    /// The per-row snapshots of the recurrent state an op's state edge names.
+    pub fn snapshots_of(&self, t: TensorId) -> Result<Buf, ExecError> {
+        match self.bind.circuit.tensor(t).binding {
+            Binding::State(s) => Ok(self.bind.snapshots(s)),
+            _ => Err(self.err(format!(
+                "`{}` is not a state edge",
+                self.bind.circuit.tensor(t).name
+            ))),
+        }
+    }
+
+    /// Rows of this plan are consecutive tokens of one sequence (verify), not sequences.
+    pub fn chained(&self) -> bool {
+        matches!(
+            self.bind.plan.mode,
+            solder_circuit::Mode::Verify | solder_circuit::Mode::VerifyBatch
+        )
+    }
+
+    pub fn state_slots(&self) -> u32 {
+        self.bind.layout.state_slots as u32
     }
 
     pub fn weight(&self, op: &Op, index: usize) -> Result<Buf, ExecError> {

@@ -11,6 +11,7 @@ pub mod act;
 pub mod add;
 pub mod attn;
 pub mod embed;
+pub mod gdn;
 pub mod gemv;
 pub mod kv;
 pub mod moe;
@@ -47,6 +48,16 @@ pub const KERNELS: &[&str] = &[
     "moe::router_topk",
     "moe::gate_up_silu",
     "moe::down",
+    "norm::rms_norm_zc",
+    "norm::add_rms_norm_zc",
+    "norm::qk_norm_zc",
+    "attn::gate_split",
+    "act::sigmoid_mul",
+    "moe::combine_shared",
+    "gdn::conv",
+    "gdn::gates",
+    "gdn::recurrence",
+    "gdn::gated_norm",
 ];
 
 /// A device byte range.

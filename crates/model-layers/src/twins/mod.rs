@@ -12,10 +12,12 @@ use solder_gpu_runtime::{CpuBackend, GpuError, TwinFn};
 mod args;
 mod attn;
 mod basic;
+mod gdn;
 mod gemv;
 mod heads;
 mod matvec;
 mod moe;
+mod next;
 
 /// Every twin with its kernel name, in `ops::KERNELS` order.
 pub fn twins() -> Vec<(&'static str, TwinFn)> {
@@ -48,6 +50,16 @@ pub fn twins() -> Vec<(&'static str, TwinFn)> {
         ("moe::router_topk", moe::router_topk),
         ("moe::gate_up_silu", moe::gate_up_silu),
         ("moe::down", moe::down),
+        ("norm::rms_norm_zc", next::rms_norm_zc),
+        ("norm::add_rms_norm_zc", next::add_rms_norm_zc),
+        ("norm::qk_norm_zc", next::qk_norm_zc),
+        ("attn::gate_split", next::gate_split),
+        ("act::sigmoid_mul", next::sigmoid_mul),
+        ("moe::combine_shared", next::combine_shared),
+        ("gdn::conv", gdn::conv),
+        ("gdn::gates", gdn::gates),
+        ("gdn::recurrence", gdn::recurrence),
+        ("gdn::gated_norm", gdn::gated_norm),
     ]
 }
 

@@ -58,6 +58,7 @@ pub fn kv(pages: usize, block_size: usize, max_seq_len: usize) -> KvShape {
         pages,
         block_size,
         max_seq_len,
+        max_sequences: 16,
     }
 }
 

@@ -1,0 +1,276 @@
+//! qwen3_next's own parts: the Gated DeltaNet token mixer (in_proj_qkvz / in_proj_ba, causal
+//! conv1d over a per-sequence conv state with SiLU, the gates from A_log and dt_bias, the
+//! gated delta rule over a per-sequence f32 recurrent state, the gated RMSNorm with z,
+//! out_proj) and the MoE's sigmoid-gated shared expert, on a side stream (branch 1).
+//! The gated attention layers and zero-centred norms are `dense`'s, switched by the config.
+//!
+//! Invariant: recurrent state lives in per-sequence slots named by the `state_slots`
+//! metadata; the ops' state edges order each step's writes and carry no bytes.
+
+use solder_config::ModelConfig;
+
+use super::dense::int;
+use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
+use crate::error::CircuitError;
+use crate::ir::{Attr, Binding, Dtype, LayerKind, MetaField, Shape, StateKind, TensorId};
+use crate::ops::OpKind;
+
+const LINEAR: LayerKind = LayerKind::LinearAttention;
+
+/// A projection with an explicit layer kind and branch.
+#[allow(clippy::too_many_arguments)]
+fn projection(
+    b: &mut CircuitBuilder,
+    l: u32,
+    kind: LayerKind,
+    branch: u8,
+    role: &str,
+    weight: &str,
+    x: TensorId,
+    in_dim: usize,
+    out_dim: usize,
+) -> Result<TensorId, CircuitError> {
+    let w = b.weight(weight, &[out_dim, in_dim])?;
+    b.op1(
+        OpSpec::new(OpKind::Linear, format!("l{l}.{role}"), role)
+            .layer(l, kind)
+            .branch(branch)
+            .inputs(&[x])
+            .weights(&[w])
+            .attr("in", int(in_dim))
+            .attr("out", int(out_dim))
+            .attr("bias", int(0)),
+        OutSpec::rows(format!("l{l}.{role}.out"), Dtype::Bf16, out_dim),
+    )
+}
+
+/// One Gated DeltaNet layer's token mixer on the normalised rows `x`.
+pub(super) fn gdn_block(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    l: u32,
+    x: TensorId,
+) -> Result<TensorId, CircuitError> {
+    let la = cfg.linear_attn.as_ref().ok_or_else(|| {
+        CircuitError::Build(format!(
+            "layer {l} is linear attention but the config has no linear_* dims"
+        ))
+    })?;
+    let p = format!("model.layers.{l}.linear_attn.");
+    let hidden = cfg.hidden_size;
+    let (nk, nv, dk, dv, kernel) = (
+        la.num_key_heads,
+        la.num_value_heads,
+        la.key_head_dim,
+        la.value_head_dim,
+        la.conv_kernel,
+    );
+    let (key_dim, value_dim, conv_dim) = (la.key_dim(), la.value_dim(), la.conv_dim());
+    let dims = |spec: OpSpec| {
+        spec.layer(l, LINEAR)
+            .attr("key_heads", int(nk))
+            .attr("key_dim", int(dk))
+            .attr("value_heads", int(nv))
+            .attr("value_dim", int(dv))
+    };
+
+    let qkvz_width = 2 * key_dim + 2 * value_dim;
+    let qkvz = projection(
+        b,
+        l,
+        LINEAR,
+        0,
+        "in_proj_qkvz",
+        &format!("{p}in_proj_qkvz.weight"),
+        x,
+        hidden,
+        qkvz_width,
+    )?;
+    let ba = projection(
+        b,
+        l,
+        LINEAR,
+        0,
+        "in_proj_ba",
+        &format!("{p}in_proj_ba.weight"),
+        x,
+        hidden,
+        2 * nv,
+    )?;
+
+    let conv_state = b.state(
+        format!("gdn_conv.{l}"),
+        StateKind::GdnConv {
+            layer: l,
+            channels: conv_dim,
+            history: kernel - 1,
+        },
+    );
+    let conv_w = b.weight(&format!("{p}conv1d.weight"), &[conv_dim, 1, kernel])?;
+    let conv = b.op(
+        dims(OpSpec::new(OpKind::GdnConv, format!("l{l}.conv"), "conv"))
+            .inputs(&[qkvz])
+            .weights(&[conv_w])
+            .meta(&[MetaField::StateSlots])
+            .attr("kernel", int(kernel)),
+        &[
+            OutSpec::rows(format!("l{l}.mixed"), Dtype::Bf16, conv_dim),
+            OutSpec {
+                name: format!("l{l}.conv_state"),
+                dtype: Dtype::Bf16,
+                shape: Shape::rows(&[conv_dim]),
+                binding: Binding::State(conv_state),
+            },
+        ],
+    )?;
+    let a_log = b.weight(&format!("{p}A_log"), &[nv])?;
+    let dt_bias = b.weight(&format!("{p}dt_bias"), &[nv])?;
+    let gates = b.op(
+        dims(OpSpec::new(
+            OpKind::GdnGates,
+            format!("l{l}.gates"),
+            "gates",
+        ))
+        .inputs(&[ba])
+        .weights(&[a_log, dt_bias]),
+        &[
+            OutSpec::rows(format!("l{l}.beta"), Dtype::F32, nv),
+            OutSpec::rows(format!("l{l}.g"), Dtype::F32, nv),
+        ],
+    )?;
+    let rec_state = b.state(
+        format!("gdn_rec.{l}"),
+        StateKind::GdnRecurrent {
+            layer: l,
+            heads: nv,
+            key_dim: dk,
+            value_dim: dv,
+        },
+    );
+    let rec = b.op(
+        dims(OpSpec::new(
+            OpKind::GdnRecurrence,
+            format!("l{l}.recurrence"),
+            "recurrence",
+        ))
+        .inputs(&[conv[0], gates[0], gates[1]])
+        .meta(&[MetaField::StateSlots]),
+        &[
+            OutSpec::rows(format!("l{l}.core"), Dtype::Bf16, value_dim),
+            OutSpec {
+                name: format!("l{l}.rec_state"),
+                dtype: Dtype::F32,
+                shape: Shape::rows(&[value_dim]),
+                binding: Binding::State(rec_state),
+            },
+        ],
+    )?;
+    let norm_w = b.weight(&format!("{p}norm.weight"), &[dv])?;
+    let normed = b.op1(
+        dims(OpSpec::new(
+            OpKind::GdnGatedNorm,
+            format!("l{l}.gated_norm"),
+            "gated_norm",
+        ))
+        .inputs(&[rec[0], qkvz])
+        .weights(&[norm_w])
+        .attr("eps", Attr::Float(cfg.rms_norm_eps)),
+        OutSpec::rows(format!("l{l}.gdn_out"), Dtype::Bf16, value_dim),
+    )?;
+    projection(
+        b,
+        l,
+        LINEAR,
+        0,
+        "out_proj",
+        &format!("{p}out_proj.weight"),
+        normed,
+        value_dim,
+        hidden,
+    )
+}
+
+/// The routed experts' output plus the shared expert gated by sigmoid(shared_expert_gate(x)).
+/// The shared expert and its gate run on branch 1 (a side stream beside the routed experts).
+pub(super) fn with_shared_expert(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    l: u32,
+    x: TensorId,
+    routed: TensorId,
+    size: usize,
+) -> Result<TensorId, CircuitError> {
+    let p = format!("model.layers.{l}.mlp.");
+    let hidden = cfg.hidden_size;
+    let kind = match cfg.layer_types.get(l as usize) {
+        Some(solder_config::LayerType::LinearAttention) => LINEAR,
+        _ => LayerKind::FullAttention,
+    };
+    let gate = projection(
+        b,
+        l,
+        kind,
+        1,
+        "shared_gate_proj",
+        &format!("{p}shared_expert.gate_proj.weight"),
+        x,
+        hidden,
+        size,
+    )?;
+    let up = projection(
+        b,
+        l,
+        kind,
+        1,
+        "shared_up_proj",
+        &format!("{p}shared_expert.up_proj.weight"),
+        x,
+        hidden,
+        size,
+    )?;
+    let act = b.op1(
+        OpSpec::new(
+            OpKind::SiluMul,
+            format!("l{l}.shared_silu_mul"),
+            "shared_silu_mul",
+        )
+        .layer(l, kind)
+        .branch(1)
+        .inputs(&[gate, up])
+        .attr("width", int(size)),
+        OutSpec::rows(format!("l{l}.shared_act"), Dtype::Bf16, size),
+    )?;
+    let shared = projection(
+        b,
+        l,
+        kind,
+        1,
+        "shared_down_proj",
+        &format!("{p}shared_expert.down_proj.weight"),
+        act,
+        size,
+        hidden,
+    )?;
+    let shared_gate = projection(
+        b,
+        l,
+        kind,
+        1,
+        "shared_expert_gate",
+        &format!("{p}shared_expert_gate.weight"),
+        x,
+        hidden,
+        1,
+    )?;
+    b.op1(
+        OpSpec::new(
+            OpKind::MoeCombine,
+            format!("l{l}.moe_combine"),
+            "moe_combine",
+        )
+        .layer(l, kind)
+        .inputs(&[routed, shared, shared_gate])
+        .attr("hidden", int(hidden)),
+        OutSpec::rows(format!("l{l}.moe_out"), Dtype::Bf16, hidden),
+    )
+}

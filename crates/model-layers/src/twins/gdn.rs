@@ -1,0 +1,425 @@
+//! Twins of the `gdn` kernels (Qwen3-Next's gated DeltaNet): `gdn::conv`, `gdn::gates`,
+//! `gdn::recurrence`, `gdn::gated_norm`. Geometry and state layout: see `crate::ops::gdn`.
+//!
+//! Rows run in row order on their slots, so a launch equals its rows launched one at a time in
+//! sequence: with `chain` = 1 every row continues `slots[0]`; with `chain` = 0 rows sharing a
+//! slot (padding rows on a scratch slot) follow each other. The recurrence, the only heavy
+//! kernel, splits into (slot, v head) tasks that own disjoint state, output and snapshot
+//! ranges and walk their rows in order, so its bytes do not depend on the thread count.
+
+use std::collections::hash_map::{Entry, HashMap};
+
+use half::bf16;
+use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
+
+use super::args::{
+    bf16_in, bf16_out, dim, f32_in, f32_out, f32_out_opt, i32_in, macs, rows, size, threads_for,
+};
+use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
+
+/// The eps of the l2-normalisation of q and k (HF's `l2norm`).
+const L2NORM_EPS: f32 = 1e-6;
+
+/// x / (1 + exp(−x)), in f32.
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// torch's softplus (beta 1, threshold 20).
+#[inline(always)]
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The head counts at `nk`, `nv`: both at least 1, `nv` a multiple of `nk`. Returns
+/// (nk, nv, nv / nk).
+fn head_counts(ctx: &TwinCtx<'_>, nk: usize, nv: usize) -> Result<(usize, usize, usize), GpuError> {
+    let (k_heads, v_heads) = (dim(ctx, nk)?, dim(ctx, nv)?);
+    if v_heads % k_heads != 0 {
+        return Err(ctx.bad(
+            nv,
+            format!("{v_heads} value heads are not a multiple of the {k_heads} key heads"),
+        ));
+    }
+    Ok((k_heads, v_heads, v_heads / k_heads))
+}
+
+fn add(ctx: &TwinCtx<'_>, a: usize, b: usize) -> Result<usize, GpuError> {
+    a.checked_add(b)
+        .ok_or_else(|| ctx.fail(format!("{a} + {b} overflows the address space")))
+}
+
+/// The head geometry of a launch (module doc of `crate::ops::gdn`).
+#[derive(Debug, Clone, Copy)]
+struct Heads {
+    nv: usize,
+    dk: usize,
+    dv: usize,
+    /// v heads per k head.
+    ratio: usize,
+    /// Width of one k head's qkvz group: 2·dk + 2·ratio·dv.
+    group: usize,
+    /// nk·dk.
+    kd: usize,
+    /// Conv channels: 2·kd + nv·dv.
+    channels: usize,
+    /// One qkvz row: nk·group.
+    qkvz_row: usize,
+}
+
+impl Heads {
+    /// Reads nk, dk, nv, dv at `first..first + 4`.
+    fn read(ctx: &TwinCtx<'_>, first: usize) -> Result<Heads, GpuError> {
+        let (nk, nv, ratio) = head_counts(ctx, first, first + 2)?;
+        let (dk, dv) = (dim(ctx, first + 1)?, dim(ctx, first + 3)?);
+        let kd = size(ctx, &[nk, dk])?;
+        let group = add(ctx, size(ctx, &[2, dk])?, size(ctx, &[2, ratio, dv])?)?;
+        Ok(Heads {
+            nv,
+            dk,
+            dv,
+            ratio,
+            group,
+            kd,
+            channels: add(ctx, size(ctx, &[2, kd])?, size(ctx, &[nv, dv])?)?,
+            qkvz_row: size(ctx, &[nk, group])?,
+        })
+    }
+
+    /// Where conv channel `c` (HF's cat(query, key, value)) sits in a qkvz row.
+    fn channel_source(&self, c: usize) -> usize {
+        let (dk, dv, kd) = (self.dk, self.dv, self.kd);
+        if c < kd {
+            (c / dk) * self.group + c % dk
+        } else if c < 2 * kd {
+            let c = c - kd;
+            (c / dk) * self.group + dk + c % dk
+        } else {
+            let c = c - 2 * kd;
+            let vh = c / dv;
+            (vh / self.ratio) * self.group + 2 * dk + (vh % self.ratio) * dv + c % dv
+        }
+    }
+
+    /// Where v head `vh`'s z starts in a qkvz row.
+    fn z_source(&self, vh: usize) -> usize {
+        (vh / self.ratio) * self.group
+            + 2 * self.dk
+            + self.ratio * self.dv
+            + (vh % self.ratio) * self.dv
+    }
+}
+
+/// A written bf16 buffer of exactly `len` elements, or `None` when the argument is Null.
+fn bf16_out_opt<'a>(
+    ctx: &TwinCtx<'a>,
+    index: usize,
+    len: usize,
+) -> Result<Option<&'a mut [bf16]>, GpuError> {
+    let s = ctx.bf16s_mut_opt(index)?;
+    if let Some(s) = &s {
+        if s.len() != len {
+            return Err(ctx.bad(
+                index,
+                format!("buffer holds {} elements, expected {len}", s.len()),
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// The slot each row runs on (`chain` at `chain`: 0 → slots[r], 1 → slots[0]), each checked
+/// against `num_slots`.
+fn row_slots(
+    ctx: &TwinCtx<'_>,
+    slots: &[i32],
+    num_slots: usize,
+    chain: usize,
+) -> Result<Vec<usize>, GpuError> {
+    let chained = match ctx.u32(chain)? {
+        0 => false,
+        1 => true,
+        v => return Err(ctx.bad(chain, format!("chain must be 0 or 1, got {v}"))),
+    };
+    let used = if chained {
+        &slots[..slots.len().min(1)]
+    } else {
+        slots
+    };
+    for (r, s) in used.iter().enumerate() {
+        if *s < 0 || *s as usize >= num_slots {
+            return Err(ctx.fail(format!(
+                "row {r}: slot {s} outside the {num_slots} state slots"
+            )));
+        }
+    }
+    Ok((0..slots.len())
+        .map(|r| used[if chained { 0 } else { r }] as usize)
+        .collect())
+}
+
+/// One channel of the conv for one token: the SiLU of the causal dot over (history, x), then
+/// x enters the history.
+#[inline]
+fn conv_channel(w: &[bf16], hist: &mut [bf16], x: bf16) -> bf16 {
+    let k = hist.len();
+    let mut acc = 0.0f32;
+    for (w, h) in w.iter().zip(hist.iter()) {
+        acc += to_f32(*w) * to_f32(*h);
+    }
+    acc += to_f32(w[k]) * to_f32(x);
+    hist.copy_within(1.., 0);
+    hist[k - 1] = x;
+    to_bf16(silu(acc))
+}
+
+/// `gdn::conv(qkvz, w, state, slots, out, snapshots?, rows, nk, dk, nv, dv, kernel, num_slots,
+/// chain)`.
+pub(crate) fn conv(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, heads) = (rows(ctx, 6)?, Heads::read(ctx, 7)?);
+    let (kernel, num_slots) = (dim(ctx, 11)?, dim(ctx, 12)?);
+    if kernel < 2 {
+        return Err(ctx.bad(11, "the conv kernel width must be at least 2"));
+    }
+    let (channels, hist) = (heads.channels, kernel - 1);
+    let slot_elems = size(ctx, &[channels, hist])?;
+    let qkvz = bf16_in(ctx, 0, size(ctx, &[rows, heads.qkvz_row])?)?;
+    let w = bf16_in(ctx, 1, size(ctx, &[channels, kernel])?)?;
+    let state = bf16_out(ctx, 2, size(ctx, &[num_slots, slot_elems])?)?;
+    let slots = i32_in(ctx, 3, rows)?;
+    let out = bf16_out(ctx, 4, size(ctx, &[rows, channels])?)?;
+    let mut snapshots = bf16_out_opt(ctx, 5, size(ctx, &[rows, slot_elems])?)?;
+    let row_slots = row_slots(ctx, slots, num_slots, 13)?;
+    let sources: Vec<usize> = (0..channels).map(|c| heads.channel_source(c)).collect();
+    for (r, (x, o)) in qkvz
+        .chunks_exact(heads.qkvz_row)
+        .zip(out.chunks_exact_mut(channels))
+        .enumerate()
+    {
+        let slot = &mut state[row_slots[r] * slot_elems..][..slot_elems];
+        for (c, (o, h)) in o.iter_mut().zip(slot.chunks_exact_mut(hist)).enumerate() {
+            *o = conv_channel(&w[c * kernel..][..kernel], h, x[sources[c]]);
+        }
+        if let Some(s) = snapshots.as_deref_mut() {
+            s[r * slot_elems..][..slot_elems].copy_from_slice(slot);
+        }
+    }
+    Ok(())
+}
+
+/// `gdn::gates(ba, a_log, dt_bias, beta, g, rows, nk, nv)`.
+pub(crate) fn gates(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let rows = rows(ctx, 5)?;
+    let (_, nv, ratio) = head_counts(ctx, 6, 7)?;
+    let ba = bf16_in(ctx, 0, size(ctx, &[rows, 2, nv])?)?;
+    let a_log = bf16_in(ctx, 1, nv)?;
+    let dt_bias = bf16_in(ctx, 2, nv)?;
+    let beta = f32_out(ctx, 3, size(ctx, &[rows, nv])?)?;
+    let g = f32_out(ctx, 4, size(ctx, &[rows, nv])?)?;
+    for ((ba, beta), g) in ba
+        .chunks_exact(2 * nv)
+        .zip(beta.chunks_exact_mut(nv))
+        .zip(g.chunks_exact_mut(nv))
+    {
+        for vh in 0..nv {
+            // HF views ba as [nk][b r | a r].
+            let at = (vh / ratio) * 2 * ratio + vh % ratio;
+            let (b, a) = (to_f32(ba[at]), to_f32(ba[at + ratio]));
+            beta[vh] = 1.0 / (1.0 + (-b).exp());
+            g[vh] = -(to_f32(a_log[vh]).exp()) * softplus(a + to_f32(dt_bias[vh]));
+        }
+    }
+    Ok(())
+}
+
+/// The per-launch inputs of the recurrence.
+struct Recurrence<'a> {
+    heads: Heads,
+    mixed: &'a [bf16],
+    beta: &'a [f32],
+    g: &'a [f32],
+}
+
+/// Per-thread scratch of the recurrence.
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    acc: Vec<f32>,
+    delta: Vec<f32>,
+}
+
+/// x · (1 / sqrt(Σx² + eps)), widened to f32.
+fn l2norm(x: &[bf16], out: &mut [f32]) {
+    let inv = 1.0 / (sum_squares_bf16(x) + L2NORM_EPS).sqrt();
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = to_f32(*v) * inv;
+    }
+}
+
+impl Recurrence<'_> {
+    /// One token of v head `head` on its state `s` (`[dk][dv]`), output into `out` (dv).
+    fn step(&self, row: usize, head: usize, s: &mut [f32], t: &mut Scratch, out: &mut [bf16]) {
+        let Heads { dk, dv, kd, .. } = self.heads;
+        let m = &self.mixed[row * self.heads.channels..][..self.heads.channels];
+        let kh = head / self.heads.ratio;
+        l2norm(&m[kh * dk..][..dk], &mut t.q);
+        l2norm(&m[kd + kh * dk..][..dk], &mut t.k);
+        let v = &m[2 * kd + head * dv..][..dv];
+        let scale = (dk as f32).sqrt();
+        for q in t.q.iter_mut() {
+            *q /= scale;
+        }
+        let at = row * self.heads.nv + head;
+        let (decay, beta) = (self.g[at].exp(), self.beta[at]);
+        for x in s.iter_mut() {
+            *x *= decay;
+        }
+        t.acc.fill(0.0);
+        for (s_row, k) in s.chunks_exact(dv).zip(&t.k) {
+            for (a, x) in t.acc.iter_mut().zip(s_row) {
+                *a += *x * *k;
+            }
+        }
+        for ((d, a), v) in t.delta.iter_mut().zip(&t.acc).zip(v) {
+            *d = (to_f32(*v) - *a) * beta;
+        }
+        for (s_row, k) in s.chunks_exact_mut(dv).zip(&t.k) {
+            for (x, d) in s_row.iter_mut().zip(&t.delta) {
+                *x += *k * *d;
+            }
+        }
+        t.acc.fill(0.0);
+        for (s_row, q) in s.chunks_exact(dv).zip(&t.q) {
+            for (a, x) in t.acc.iter_mut().zip(s_row) {
+                *a += *x * *q;
+            }
+        }
+        for (o, a) in out.iter_mut().zip(&t.acc) {
+            *o = to_bf16(*a);
+        }
+    }
+}
+
+/// One row of a head task: its output head and, when asked, where the state goes after it.
+struct Step<'a> {
+    row: usize,
+    out: &'a mut [bf16],
+    snapshot: Option<&'a mut [f32]>,
+}
+
+/// One (slot, v head) state and the rows that advance it, in row order.
+struct HeadTask<'a> {
+    head: usize,
+    state: &'a mut [f32],
+    steps: Vec<Step<'a>>,
+}
+
+/// Splits state, outputs and snapshots into disjoint (slot, v head) tasks.
+fn head_tasks<'a>(
+    state: &'a mut [f32],
+    out: &'a mut [bf16],
+    snapshots: Option<&'a mut [f32]>,
+    row_slots: &[usize],
+    heads: &Heads,
+) -> Vec<HeadTask<'a>> {
+    let (nv, dv, head_elems) = (heads.nv, heads.dv, heads.dk * heads.dv);
+    let mut states: Vec<Option<&'a mut [f32]>> =
+        state.chunks_exact_mut(head_elems).map(Some).collect();
+    let snapshots: Vec<Option<&'a mut [f32]>> = match snapshots {
+        Some(s) => s.chunks_exact_mut(head_elems).map(Some).collect(),
+        None => (0..row_slots.len() * nv).map(|_| None).collect(),
+    };
+    let mut task_of: HashMap<usize, usize> = HashMap::new();
+    let mut tasks: Vec<HeadTask<'a>> = Vec::new();
+    for ((i, out), snapshot) in out.chunks_exact_mut(dv).enumerate().zip(snapshots) {
+        let (row, head) = (i / nv, i % nv);
+        let key = row_slots[row] * nv + head;
+        let step = Step { row, out, snapshot };
+        match task_of.entry(key) {
+            Entry::Occupied(t) => tasks[*t.get()].steps.push(step),
+            Entry::Vacant(t) => {
+                // First sight of this (slot, head): its state range is still unclaimed.
+                if let Some(state) = states[key].take() {
+                    t.insert(tasks.len());
+                    tasks.push(HeadTask {
+                        head,
+                        state,
+                        steps: vec![step],
+                    });
+                }
+            }
+        }
+    }
+    tasks
+}
+
+/// `gdn::recurrence(mixed, beta, g, state, slots, out, snapshots?, rows, nk, dk, nv, dv,
+/// num_slots, chain)`.
+pub(crate) fn recurrence(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, heads, num_slots) = (rows(ctx, 7)?, Heads::read(ctx, 8)?, dim(ctx, 12)?);
+    let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
+    let slot_elems = size(ctx, &[nv, dk, dv])?;
+    let mixed = bf16_in(ctx, 0, size(ctx, &[rows, heads.channels])?)?;
+    let beta = f32_in(ctx, 1, size(ctx, &[rows, nv])?)?;
+    let g = f32_in(ctx, 2, size(ctx, &[rows, nv])?)?;
+    let state = f32_out(ctx, 3, size(ctx, &[num_slots, slot_elems])?)?;
+    let slots = i32_in(ctx, 4, rows)?;
+    let out = bf16_out(ctx, 5, size(ctx, &[rows, nv, dv])?)?;
+    let snapshots = f32_out_opt(ctx, 6, size(ctx, &[rows, slot_elems])?)?;
+    let row_slots = row_slots(ctx, slots, num_slots, 13)?;
+    let inputs = Recurrence {
+        heads,
+        mixed,
+        beta,
+        g,
+    };
+    let mut tasks = head_tasks(state, out, snapshots, &row_slots, &heads);
+    let threads = threads_for(ctx, macs(&[rows, nv, dk, dv, 4]));
+    let per_chunk = tasks.len().div_ceil(threads).max(1);
+    par_chunks_mut(&mut tasks, per_chunk, threads, |_, chunk| {
+        let mut scratch = Scratch {
+            q: vec![0.0; dk],
+            k: vec![0.0; dk],
+            acc: vec![0.0; dv],
+            delta: vec![0.0; dv],
+        };
+        for task in chunk {
+            for step in &mut task.steps {
+                inputs.step(step.row, task.head, task.state, &mut scratch, step.out);
+                if let Some(s) = step.snapshot.as_deref_mut() {
+                    s.copy_from_slice(task.state);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `gdn::gated_norm(core, qkvz, w, out, rows, nk, dk, nv, dv, eps)`.
+pub(crate) fn gated_norm(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    let (rows, heads, eps) = (rows(ctx, 4)?, Heads::read(ctx, 5)?, ctx.f32(9)?);
+    let (nv, dv) = (heads.nv, heads.dv);
+    let n = size(ctx, &[rows, nv, dv])?;
+    let core = bf16_in(ctx, 0, n)?;
+    let qkvz = bf16_in(ctx, 1, size(ctx, &[rows, heads.qkvz_row])?)?;
+    let w = bf16_in(ctx, 2, dv)?;
+    let out = bf16_out(ctx, 3, n)?;
+    for (i, (x, o)) in core
+        .chunks_exact(dv)
+        .zip(out.chunks_exact_mut(dv))
+        .enumerate()
+    {
+        let (row, vh) = (i / nv, i % nv);
+        let z = &qkvz[row * heads.qkvz_row + heads.z_source(vh)..][..dv];
+        let inv = inv_rms(sum_squares_bf16(x), dv, eps);
+        for (((o, x), w), z) in o.iter_mut().zip(x).zip(w).zip(z) {
+            *o = to_bf16(((to_f32(*x) * inv) * to_f32(*w)) * silu(to_f32(*z)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+// `act` module: activations.
+#include "common.cuh"
+
+// out bf16[rows·width] = silu(g) · u. Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) silu_mul(const bf16* __restrict__ g,
+                                                           const bf16* __restrict__ u,
+                                                           bf16* __restrict__ out, unsigned rows,
+                                                           unsigned width) {
+    const unsigned long long n = (unsigned long long)rows * width;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * 4ull;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * 4ull; base < n;
+         base += stride) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
+            if (i < n) {
+                out[i] = silu_mul_value(g[i], u[i]);
+            }
+        }
+    }
+}

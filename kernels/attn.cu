@@ -1,0 +1,182 @@
+// `attn` module: paged attention over one layer's KV cache region
+// `[num_pages][2][block_size][kv_heads][head_dim]` bf16.
+//
+// Launch (ops/attn.rs): grid = (heads, rows), 256 threads (8 warps) per (head, row) block, for
+// both kernels. Row r attends to its sequence's first seq_lens[r] tokens (causality in verify
+// comes from the lengths), token j at page block_tables[r·max_blocks + j / block_size].
+//
+// Split-K inside the block (there is no workspace argument for a cross-block split): the
+// context is cut into 8 contiguous chunks, one per warp; each warp runs an online softmax over
+// its chunk, 32 keys at a time (lane = key for q·k, lane = dims for p·v), and the 8 partial
+// (max, sum, acc) are merged in shared memory in warp order. The split depends only on
+// seq_len, so a sequence's output is the same bytes at any row count and in any row position.
+// Requires head_dim <= 256.
+#include "common.cuh"
+
+#define ATTN_WARPS 8u
+#define ATTN_THREADS 256u
+#define ATTN_MAX_HEAD_DIM 256u
+#define ATTN_DIMS_PER_LANE 8u // ATTN_MAX_HEAD_DIM / 32
+
+__device__ __forceinline__ void paged_attention_block(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
+    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
+    __shared__ __align__(16) float q_s[ATTN_MAX_HEAD_DIM];
+    __shared__ float m_s[ATTN_WARPS];
+    __shared__ float l_s[ATTN_WARPS];
+    __shared__ float acc_s[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
+
+    const unsigned h = blockIdx.x;
+    const unsigned r = blockIdx.y;
+    if (h >= heads || r >= rows || blockDim.x != ATTN_THREADS || head_dim == 0u ||
+        head_dim > ATTN_MAX_HEAD_DIM || kv_heads == 0u || block_size == 0u) {
+        return; // the whole block (the CPU twin refuses these launches)
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned group = heads / kv_heads > 0u ? heads / kv_heads : 1u;
+    const unsigned kvh = min(h / group, kv_heads - 1u);
+    const unsigned row_elems = kv_heads * head_dim;
+    const unsigned long long q_at = ((unsigned long long)r * heads + h) * head_dim;
+
+    // Length clamped to the block table's capacity (the CPU twin refuses anything outside).
+    const long long capacity = (long long)max_blocks * block_size;
+    long long len_ll = seq_lens[r];
+    len_ll = len_ll < 0 ? 0 : (len_ll > capacity ? capacity : len_ll);
+    const unsigned len = (unsigned)len_ll;
+
+    // Zeros past head_dim: the last 8-wide step of q·k may read them (against zero keys).
+    for (unsigned d = threadIdx.x; d < ATTN_MAX_HEAD_DIM; d += ATTN_THREADS) {
+        q_s[d] = d < head_dim ? to_f32(q[q_at + d]) : 0.0f;
+    }
+    __syncthreads();
+
+    const unsigned chunk = (len + ATTN_WARPS - 1u) / ATTN_WARPS;
+    const unsigned begin = min(len, warp * chunk);
+    const unsigned end = min(len, begin + chunk);
+    const int* table = block_tables + (unsigned long long)r * max_blocks;
+    // Keys are read as 16-byte vectors when every key row is 16-byte aligned.
+    const bool vec = (head_dim % 8u == 0u) && (row_elems % 8u == 0u) && aligned16(cache);
+
+    float m = NEG_INF;
+    float l = 0.0f;
+    float acc[ATTN_DIMS_PER_LANE];
+#pragma unroll
+    for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+        acc[t] = 0.0f;
+    }
+
+    for (unsigned base = begin; base < end; base += 32u) {
+        const unsigned j = base + lane;
+        float s = NEG_INF;
+        unsigned long long v_at = 0ull;
+        if (j < end) {
+            const int page = table[j / block_size];
+            if (page >= 0 && (unsigned)page < num_pages) {
+                const unsigned long long k_at =
+                    cache_offset((unsigned)page, 0, j % block_size, block_size, row_elems) +
+                    (unsigned long long)kvh * head_dim;
+                v_at = cache_offset((unsigned)page, 1, j % block_size, block_size, row_elems) +
+                       (unsigned long long)kvh * head_dim;
+                // s = (q · k_j) · scale, fma in dim order.
+                float dot = 0.0f;
+                for (unsigned d0 = 0; d0 < head_dim; d0 += 8u) {
+                    float kf[8];
+                    widen8(load8_bits(cache + k_at + d0, min(8u, head_dim - d0), vec), kf);
+                    const float4 qa = *reinterpret_cast<const float4*>(&q_s[d0]);
+                    const float4 qb = *reinterpret_cast<const float4*>(&q_s[d0 + 4u]);
+                    dot = __fmaf_rn(qa.x, kf[0], dot);
+                    dot = __fmaf_rn(qa.y, kf[1], dot);
+                    dot = __fmaf_rn(qa.z, kf[2], dot);
+                    dot = __fmaf_rn(qa.w, kf[3], dot);
+                    dot = __fmaf_rn(qb.x, kf[4], dot);
+                    dot = __fmaf_rn(qb.y, kf[5], dot);
+                    dot = __fmaf_rn(qb.z, kf[6], dot);
+                    dot = __fmaf_rn(qb.w, kf[7], dot);
+                }
+                s = __fmul_rn(dot, scale);
+            }
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        if (m_new == NEG_INF) {
+            continue; // no valid key in this tile (uniform: every lane holds the same max)
+        }
+        const float p = s == NEG_INF ? 0.0f : expf(__fsub_rn(s, m_new));
+        const float corr = m == NEG_INF ? 0.0f : expf(__fsub_rn(m, m_new));
+        l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
+#pragma unroll
+        for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+            acc[t] = __fmul_rn(acc[t], corr);
+        }
+        for (unsigned jj = 0; jj < 32u; ++jj) {
+            const float pj = __shfl_sync(SOLDER_FULL_MASK, p, jj);
+            const unsigned long long vj = __shfl_sync(SOLDER_FULL_MASK, v_at, jj);
+            if (pj == 0.0f) {
+                continue; // invalid key or underflow (uniform across the warp)
+            }
+#pragma unroll
+            for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                const unsigned d = t * 32u + lane;
+                if (d < head_dim) {
+                    acc[t] = __fmaf_rn(pj, to_f32(cache[vj + d]), acc[t]);
+                }
+            }
+        }
+        m = m_new;
+    }
+
+    if (lane == 0u) {
+        m_s[warp] = m;
+        l_s[warp] = l;
+    }
+#pragma unroll
+    for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+        const unsigned d = t * 32u + lane;
+        if (d < head_dim) {
+            acc_s[warp][d] = acc[t];
+        }
+    }
+    __syncthreads();
+
+    // Merge the warps' partials in warp order.
+    float max_all = NEG_INF;
+    for (unsigned w = 0; w < ATTN_WARPS; ++w) {
+        max_all = fmaxf(max_all, m_s[w]);
+    }
+    for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
+        float num = 0.0f;
+        float den = 0.0f;
+        for (unsigned w = 0; w < ATTN_WARPS; ++w) {
+            if (m_s[w] != NEG_INF) {
+                const float e = expf(__fsub_rn(m_s[w], max_all));
+                num = __fmaf_rn(acc_s[w][d], e, num);
+                den = __fmaf_rn(l_s[w], e, den);
+            }
+        }
+        out[q_at + d] = to_bf16(den > 0.0f ? __fdiv_rn(num, den) : 0.0f);
+    }
+}
+
+// One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
+// seq_lens i32[rows] → out bf16[rows·heads·head_dim].
+extern "C" __global__ void __launch_bounds__(256) paged_decode(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
+    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
+    paged_attention_block(q, cache, block_tables, seq_lens, out, rows, heads, kv_heads, head_dim,
+                          block_size, max_blocks, num_pages, scale);
+}
+
+// K query rows of one sequence (or several, verify_batch), causal among themselves through
+// their lengths: the same arguments, arithmetic and launch as paged_decode.
+extern "C" __global__ void __launch_bounds__(256) paged_causal(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
+    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
+    paged_attention_block(q, cache, block_tables, seq_lens, out, rows, heads, kv_heads, head_dim,
+                          block_size, max_blocks, num_pages, scale);
+}

@@ -1,0 +1,295 @@
+// Shared device arithmetic of every solder kernel: bf16 storage, f32 arithmetic, round to
+// nearest even when a value is stored as bf16.
+//
+// Invariant: a fused kernel computes each value it shares with the reference kernels it
+// replaces through the same function here, so reference and fused routings give the same
+// bytes on the GPU. Every float operation is an explicit IEEE intrinsic (__fadd_rn, __fmul_rn,
+// __fmaf_rn, ...) and the modules are compiled with --fmad=false, so no contraction depends on
+// the surrounding code. Every reduction has a fixed order that depends only on the data's
+// length, never on the block size, the row count or which block runs it.
+#pragma once
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define SOLDER_FULL_MASK 0xffffffffu
+// -inf (NVRTC has no <cmath> INFINITY).
+#define NEG_INF __int_as_float(0xff800000)
+
+// ---- conversions ---------------------------------------------------------------------------
+
+// bf16 -> f32, exactly.
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+
+// f32 -> bf16, round to nearest even.
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+// The low and high bf16 of a 32-bit word, widened (element 2i is the low half: little endian).
+__device__ __forceinline__ float lo_f32(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_f32(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// 8 packed bf16 -> 8 f32.
+__device__ __forceinline__ void widen8(uint4 v, float out[8]) {
+    out[0] = lo_f32(v.x);
+    out[1] = hi_f32(v.x);
+    out[2] = lo_f32(v.y);
+    out[3] = hi_f32(v.y);
+    out[4] = lo_f32(v.z);
+    out[5] = hi_f32(v.z);
+    out[6] = lo_f32(v.w);
+    out[7] = hi_f32(v.w);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0ull;
+}
+
+__device__ __forceinline__ unsigned short bf16_bits(bf16 x) { return __bfloat16_as_ushort(x); }
+
+// The scalar path of load8_bits: out of line, so the unrolled callers stay small.
+__device__ __noinline__ uint4 load8_bits_scalar(const bf16* p, unsigned valid) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned lo = (unsigned)(2 * i) < valid ? bf16_bits(p[2 * i]) : 0u;
+        const unsigned hi = (unsigned)(2 * i + 1) < valid ? bf16_bits(p[2 * i + 1]) : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 8 consecutive bf16 at p as raw bits; elements at or past `valid` read as +0. With `vec`
+// (p 16-byte aligned) and a full chunk this is one 16-byte read-only load; the scalar path
+// gives the same bits, so alignment never changes a result.
+__device__ __forceinline__ uint4 load8_bits(const bf16* p, unsigned valid, bool vec) {
+    if (vec && valid >= 8) {
+        return __ldg(reinterpret_cast<const uint4*>(p));
+    }
+    return load8_bits_scalar(p, valid);
+}
+
+// ---- warp reductions -----------------------------------------------------------------------
+
+// Butterfly sum over the 32 lanes. Every lane ends with the same bits: at each step lanes i
+// and i^m add the same two values (a + b == b + a exactly).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        v = __fadd_rn(v, __shfl_xor_sync(SOLDER_FULL_MASK, v, m));
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(SOLDER_FULL_MASK, v, m));
+    }
+    return v;
+}
+
+// ---- the shared values of the reference ops ------------------------------------------------
+
+// Residual stream plus a branch output (add::residual_add).
+__device__ __forceinline__ float residual_value(float h, bf16 x) { return __fadd_rn(h, to_f32(x)); }
+
+// Σ v² of a row of `len` values `val(i)`, by one warp: lane l accumulates i = l, l+32, ... in
+// order with fma, then the butterfly. The order depends only on `len`.
+template <class Val>
+__device__ __forceinline__ float warp_sum_squares(const Val& val, unsigned len, unsigned lane) {
+    float acc = 0.0f;
+    for (unsigned i = lane; i < len; i += 32) {
+        float v = val(i);
+        acc = __fmaf_rn(v, v, acc);
+    }
+    return warp_sum(acc);
+}
+
+// 1 / sqrt(mean square + eps), IEEE division and square root.
+__device__ __forceinline__ float inv_rms(float sum_squares, unsigned len, float eps) {
+    float mean = __fdiv_rn(sum_squares, (float)len);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// RMSNorm of one value: bf16((v · inv) · w).
+__device__ __forceinline__ bf16 norm_value(float v, float inv, bf16 w) {
+    return to_bf16(__fmul_rn(__fmul_rn(v, inv), to_f32(w)));
+}
+
+// One projection output: bf16(acc + bias[o]) (bias may be null).
+__device__ __forceinline__ bf16 linear_value(float acc, const bf16* bias, unsigned o) {
+    return bias != nullptr ? to_bf16(__fadd_rn(acc, to_f32(bias[o]))) : to_bf16(acc);
+}
+
+// silu(g) · u in f32, stored bf16 (act::silu_mul).
+__device__ __forceinline__ bf16 silu_mul_value(bf16 g, bf16 u) {
+    float gf = to_f32(g);
+    float uf = to_f32(u);
+    float silu = __fdiv_rn(gf, __fadd_rn(1.0f, expf(-gf)));
+    return to_bf16(__fmul_rn(silu, uf));
+}
+
+// ---- rope ----------------------------------------------------------------------------------
+
+// cos and sin of the f32 angle position · inv_freq (the product rounded in f32, as the CPU
+// twin does). The reduction and the polynomials run in f64 (Cody-Waite reduction by π/2, Taylor
+// terms to r^16 on |r| <= π/4), so the result is the correctly rounded f32 in all but rare
+// ties, with no Payne-Hanek slow path and hence no local memory (libdevice sinf/cosf have one).
+__device__ __forceinline__ void rope_cos_sin(int position, float inv_freq, float* c, float* s) {
+    float angle = __fmul_rn((float)position, inv_freq);
+    double a = (double)angle;
+    double j = rint(__dmul_rn(a, 0.63661977236758134308)); // 2/π
+    const double pio2_hi = 1.5707963267948966192e+00;        // nearest double to π/2
+    const double pio2_lo = 6.1232339957367660359e-17;        // π/2 − pio2_hi
+    double r = fma(-j, pio2_hi, a);
+    r = fma(-j, pio2_lo, r);
+    double r2 = __dmul_rn(r, r);
+    // sin r = r (1 − r²/3! + r⁴/5! − ... − r¹⁴/15!)
+    double ps = -7.6471637318198164759e-13; // −1/15!
+    ps = fma(ps, r2, 1.6059043836821614599e-10);  // 1/13!
+    ps = fma(ps, r2, -2.5052108385441718775e-08); // −1/11!
+    ps = fma(ps, r2, 2.7557319223985890653e-06);  // 1/9!
+    ps = fma(ps, r2, -1.9841269841269841270e-04); // −1/7!
+    ps = fma(ps, r2, 8.3333333333333333333e-03);  // 1/5!
+    ps = fma(ps, r2, -1.6666666666666666667e-01); // −1/3!
+    double sn = fma(__dmul_rn(ps, r2), r, r);
+    // cos r = 1 − r²/2! + r⁴/4! − ... + r¹⁶/16!
+    double pc = 4.7794773323873852974e-14;        // 1/16!
+    pc = fma(pc, r2, -1.1470745597729724714e-11); // −1/14!
+    pc = fma(pc, r2, 2.0876756987868098979e-09);  // 1/12!
+    pc = fma(pc, r2, -2.7557319223985890653e-07); // −1/10!
+    pc = fma(pc, r2, 2.4801587301587301587e-05);  // 1/8!
+    pc = fma(pc, r2, -1.3888888888888888889e-03); // −1/6!
+    pc = fma(pc, r2, 4.1666666666666666667e-02);  // 1/4!
+    pc = fma(pc, r2, -5.0000000000000000000e-01); // −1/2!
+    double cs = fma(pc, r2, 1.0);
+    long long quadrant = (long long)j & 3ll;
+    double cos_v, sin_v;
+    if (quadrant == 0) {
+        cos_v = cs;
+        sin_v = sn;
+    } else if (quadrant == 1) {
+        cos_v = -sn;
+        sin_v = cs;
+    } else if (quadrant == 2) {
+        cos_v = -cs;
+        sin_v = -sn;
+    } else {
+        cos_v = sn;
+        sin_v = -cs;
+    }
+    *c = __double2float_rn(cos_v);
+    *s = __double2float_rn(sin_v);
+}
+
+// Rotate-half rope of one pair: (x1·c − x2·s, x2·c + x1·s), each stored bf16.
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, bf16* o1, bf16* o2) {
+    *o1 = to_bf16(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    *o2 = to_bf16(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
+
+// ---- paged KV cache ------------------------------------------------------------------------
+
+// Element offset of token `slot`'s k (part 0) or v (part 1) row in one layer's cache region
+// `[num_pages][2][block_size][kv_heads][head_dim]`.
+__device__ __forceinline__ unsigned long long cache_offset(unsigned long long page, unsigned part,
+                                                           unsigned offset, unsigned block_size,
+                                                           unsigned row_elems) {
+    return ((page * 2ull + part) * block_size + offset) * (unsigned long long)row_elems;
+}
+
+// ---- rows of the residual stream (norm::rms_norm, norm::add_rms_norm, fused gemv) ----------
+
+// Element i of a residual row: h[i], or h[i] + d[i] when the residual add is fused (d != null).
+__device__ __forceinline__ float row_value(const float* h, const bf16* d, unsigned i) {
+    return d != nullptr ? residual_value(h[i], d[i]) : h[i];
+}
+
+// 1/rms of one residual row of length k (h, plus d when d != null), by one warp. norm::rms_norm,
+// norm::add_rms_norm and every fused-norm gemv call this, so all agree on every row's bits.
+__device__ __forceinline__ float row_inv_rms(const float* h, const bf16* d, unsigned k, float eps,
+                                             unsigned lane) {
+    float ss = warp_sum_squares([&](unsigned i) { return row_value(h, d, i); }, k, lane);
+    return inv_rms(ss, k, eps);
+}
+
+// ---- heads (norm::qk_norm, rope::*) --------------------------------------------------------
+
+// One head of head_dim values, by one warp: qk-norm when w != null (the normalised values are
+// rounded to bf16, as norm::qk_norm stores them), then rotate-half rope of the first `half`
+// pairs when half > 0; the remaining dims pass through. Written to dst.
+__device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16* __restrict__ dst,
+                                               unsigned head_dim, const bf16* __restrict__ w,
+                                               float eps, int position,
+                                               const float* __restrict__ inv_freq, unsigned half,
+                                               unsigned lane) {
+    float inv = 0.0f;
+    if (w != nullptr) {
+        float ss = warp_sum_squares([&](unsigned i) { return to_f32(x[i]); }, head_dim, lane);
+        inv = inv_rms(ss, head_dim, eps);
+    }
+    auto value = [&](unsigned i) -> bf16 {
+        return w != nullptr ? norm_value(to_f32(x[i]), inv, w[i]) : x[i];
+    };
+    for (unsigned i = lane; i < half; i += 32) {
+        float c, s;
+        rope_cos_sin(position, inv_freq[i], &c, &s);
+        rope_pair(to_f32(value(i)), to_f32(value(i + half)), c, s, &dst[i], &dst[i + half]);
+    }
+    for (unsigned i = 2 * half + lane; i < head_dim; i += 32) {
+        dst[i] = value(i);
+    }
+}
+
+// The per-head pass of every head kernel: one block per row (grid-stride), one warp per head
+// (q heads then k heads, strided by the block's warp count). qk-norm when wq, wk != null; rope
+// when positions != null; k heads go to k_out, or with slot_mapping != null to their cache slot
+// together with the v head (a slot outside the cache is skipped; q_out is still written).
+__device__ __forceinline__ void head_pass(
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    const bf16* __restrict__ wq, const bf16* __restrict__ wk, float eps,
+    const int* __restrict__ positions, const float* __restrict__ inv_freq, unsigned rotary_dim,
+    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ k_out,
+    bf16* __restrict__ cache, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
+    unsigned block_size, unsigned num_pages) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned all_heads = heads + kv_heads;
+    const unsigned row_elems = kv_heads * head_dim;
+    // rotary_dim is even and at most head_dim (the CPU twin refuses anything else); clamp.
+    const unsigned half = positions != nullptr ? min(rotary_dim, head_dim) / 2u : 0u;
+    const unsigned long long slots = (unsigned long long)num_pages * block_size;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int position = positions != nullptr ? positions[r] : 0;
+        for (unsigned hh = warp; hh < all_heads; hh += warps) {
+            if (hh < heads) {
+                const unsigned long long at = ((unsigned long long)r * heads + hh) * head_dim;
+                head_transform(q + at, q_out + at, head_dim, wq, eps, position, inv_freq, half,
+                               lane);
+                continue;
+            }
+            const unsigned kvh = hh - heads;
+            const unsigned long long at = (unsigned long long)r * row_elems + (unsigned long long)kvh * head_dim;
+            if (slot_mapping == nullptr) {
+                head_transform(k + at, k_out + at, head_dim, wk, eps, position, inv_freq, half,
+                               lane);
+                continue;
+            }
+            const int slot = slot_mapping[r];
+            if (slot < 0 || (unsigned long long)slot >= slots) {
+                continue;
+            }
+            const unsigned page = (unsigned)slot / block_size;
+            const unsigned offset = (unsigned)slot % block_size;
+            const unsigned long long head_at = (unsigned long long)kvh * head_dim;
+            bf16* k_dst = cache + cache_offset(page, 0, offset, block_size, row_elems) + head_at;
+            bf16* v_dst = cache + cache_offset(page, 1, offset, block_size, row_elems) + head_at;
+            head_transform(k + at, k_dst, head_dim, wk, eps, position, inv_freq, half, lane);
+            for (unsigned i = lane; i < head_dim; i += 32) {
+                v_dst[i] = v[at + i];
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+// `gemv` module: projections (weights `[out][in]` bf16, f32 accumulation) and their fusions
+// with the residual add, RMSNorm, SiLU·mul and the residual epilogue.
+//
+// Launch (ops/gemv.rs): block = 256 threads (8 warps), one warp per output feature, 8 features
+// per block; grid.x = row groups of 8 rows (the fastest index, so the row groups that share a
+// weight tile run side by side and read it from L2), grid.y = feature blocks (grid-stride when
+// there are more than 65535). Static shared memory only.
+//
+// Every kernel is `gemv_run` with an x source and an output map:
+//  - the block stages its rows' x for one 2048-element segment of k into shared memory as bf16:
+//    copied from x (reference kernels), or recomputed from h (+ d) with `row_inv_rms` and
+//    `norm_value` (fused kernels), exactly the bytes norm::rms_norm / norm::add_rms_norm store;
+//  - each warp streams its weight row(s) once per block with 16-byte loads (lane l takes chunks
+//    of 8 elements c ≡ l mod 32), multiplies against every staged row (up to 8 in registers) and
+//    accumulates with fma in chunk order; then the butterfly `warp_sum`.
+// So a dot's order depends only on k: the same in every kernel, at every row count and in any
+// row position, which makes each fused kernel byte-identical to its reference routing.
+#include "common.cuh"
+
+#define GEMV_WARPS 8u            // output features per block, one warp each
+#define GEMV_ROWS 8u             // rows per block (grid.x covers the row groups)
+#define GEMV_SEG 2048u           // x elements staged per pass
+#define GEMV_LANE_CHUNKS 8u      // GEMV_SEG / 8 / 32: chunks of 8 per lane per pass
+
+// ---- x sources -----------------------------------------------------------------------------
+
+// bf16 rows x[rows][k] (the reference projections).
+struct XRows {
+    const bf16* x;
+    __device__ __forceinline__ void prologue(unsigned, unsigned, unsigned, float*) const {}
+    __device__ __forceinline__ bf16 value(unsigned, unsigned r, unsigned i, unsigned k, bool,
+                                          const float*) const {
+        return x[(unsigned long long)r * k + i];
+    }
+};
+
+// RMSNorm (weight wn) of h[rows][k], plus d when d != null (residual add fused), with the sum
+// optionally stored to h_out by the blocks of the first feature block.
+struct XNormRows {
+    const float* h;
+    const bf16* d;
+    const bf16* wn;
+    float* h_out;
+    float eps;
+    // 1/rms of the block's rows, one warp per row (GEMV_ROWS == GEMV_WARPS).
+    __device__ __forceinline__ void prologue(unsigned r0, unsigned nrows, unsigned k,
+                                             float* inv) const {
+        const unsigned warp = threadIdx.x >> 5;
+        if (warp < nrows) {
+            const unsigned long long at = (unsigned long long)(r0 + warp) * k;
+            const float v = row_inv_rms(h + at, d != nullptr ? d + at : nullptr, k, eps,
+                                        threadIdx.x & 31u);
+            if ((threadIdx.x & 31u) == 0) {
+                inv[warp] = v;
+            }
+        }
+    }
+    __device__ __forceinline__ bf16 value(unsigned rr, unsigned r, unsigned i, unsigned k,
+                                          bool store_sum, const float* inv) const {
+        const unsigned long long at = (unsigned long long)r * k;
+        const float v = row_value(h + at, d != nullptr ? d + at : nullptr, i);
+        if (store_sum && h_out != nullptr) {
+            h_out[at + i] = v;
+        }
+        return norm_value(v, inv[rr], wn[i]);
+    }
+};
+
+// ---- output maps: which weight row(s) feature f reads, and what it stores ------------------
+
+__device__ __forceinline__ const bf16* weight_row(const bf16* w, unsigned f, unsigned k) {
+    return w + (unsigned long long)f * k;
+}
+
+// y bf16[rows][n] = bf16(dot + bias).
+struct MapLinear {
+    const bf16* w;
+    const bf16* bias;
+    bf16* y;
+    unsigned n;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        out[0] = weight_row(w, f, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        y[(unsigned long long)r * n + f] = linear_value(s[0], bias, f);
+    }
+};
+
+// logits f32[rows][vocab] = dot.
+struct MapLogits {
+    const bf16* w;
+    float* logits;
+    unsigned vocab;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        out[0] = weight_row(w, f, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        logits[(unsigned long long)r * vocab + f] = s[0];
+    }
+};
+
+// Features [0, nq) are q, then nkv of k, then nkv of v; each stored as `linear` stores it.
+struct MapQkv {
+    const bf16* wq;
+    const bf16* bq;
+    const bf16* wk;
+    const bf16* bk;
+    const bf16* wv;
+    const bf16* bv;
+    bf16* q;
+    bf16* k_out;
+    bf16* v;
+    unsigned nq;
+    unsigned nkv;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        if (f < nq) {
+            out[0] = weight_row(wq, f, k);
+        } else if (f < nq + nkv) {
+            out[0] = weight_row(wk, f - nq, k);
+        } else {
+            out[0] = weight_row(wv, f - nq - nkv, k);
+        }
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        if (f < nq) {
+            q[(unsigned long long)r * nq + f] = linear_value(s[0], bq, f);
+        } else if (f < nq + nkv) {
+            const unsigned o = f - nq;
+            k_out[(unsigned long long)r * nkv + o] = linear_value(s[0], bk, o);
+        } else {
+            const unsigned o = f - nq - nkv;
+            v[(unsigned long long)r * nkv + o] = linear_value(s[0], bv, o);
+        }
+    }
+};
+
+// Gate and up rows of feature f; act = silu(bf16 gate) · bf16 up, as linear ×2 → silu_mul.
+struct MapGateUp {
+    const bf16* wg;
+    const bf16* wu;
+    bf16* act;
+    unsigned inter;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        out[0] = weight_row(wg, f, k);
+        out[1] = weight_row(wu, f, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        const bf16 gate = linear_value(s[0], nullptr, f);
+        const bf16 up = linear_value(s[1], nullptr, f);
+        act[(unsigned long long)r * inter + f] = silu_mul_value(gate, up);
+    }
+};
+
+// h_out f32[rows][n] = h + bf16(dot + bias), as linear → residual_add.
+struct MapResidual {
+    const bf16* w;
+    const bf16* bias;
+    const float* h;
+    float* h_out;
+    unsigned n;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        out[0] = weight_row(w, f, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        const unsigned long long at = (unsigned long long)r * n + f;
+        h_out[at] = residual_value(h[at], linear_value(s[0], bias, f));
+    }
+};
+
+// ---- the projection body -------------------------------------------------------------------
+
+// RT rows in registers (RT >= the block's row count; extra rows are staged as zeros and never
+// stored), NW weight rows per feature (2 for gate/up).
+template <unsigned RT, unsigned NW, class Src, class Map>
+__device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsigned r0,
+                                           unsigned nrows, unsigned k, unsigned features,
+                                           bf16 (*xs)[GEMV_SEG], const float* inv) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned segments = (k + GEMV_SEG - 1u) / GEMV_SEG;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (unsigned fb = blockIdx.y; fb * GEMV_WARPS < features; fb += gridDim.y) {
+        const unsigned f = fb * GEMV_WARPS + warp;
+        const bool active = f < features;
+        const bf16* wrow[NW];
+        map.rows(active ? f : 0u, k, wrow);
+        bool vec[NW];
+#pragma unroll
+        for (unsigned n = 0; n < NW; ++n) {
+            vec[n] = aligned16(wrow[n]);
+        }
+        float acc[NW][RT];
+#pragma unroll
+        for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+            for (unsigned rr = 0; rr < RT; ++rr) {
+                acc[n][rr] = 0.0f;
+            }
+        }
+        for (unsigned seg = 0; seg < segments; ++seg) {
+            const unsigned seg_base = seg * GEMV_SEG;
+            // This segment's weights, in flight while the block stages x.
+            uint4 wbits[NW][GEMV_LANE_CHUNKS];
+#pragma unroll
+            for (unsigned j = 0; j < GEMV_LANE_CHUNKS; ++j) {
+                const unsigned i0 = seg_base + (j * 32u + lane) * 8u;
+                const unsigned valid = i0 < k ? min(8u, k - i0) : 0u;
+#pragma unroll
+                for (unsigned n = 0; n < NW; ++n) {
+                    wbits[n][j] = (active && valid > 0u) ? load8_bits(wrow[n] + i0, valid, vec[n])
+                                                         : zero;
+                }
+            }
+            __syncthreads(); // the previous pass's readers are done with xs
+            for (unsigned idx = threadIdx.x; idx < RT * GEMV_SEG; idx += blockDim.x) {
+                const unsigned rr = idx / GEMV_SEG;
+                const unsigned i = seg_base + idx % GEMV_SEG;
+                xs[rr][idx % GEMV_SEG] = (rr < nrows && i < k)
+                                             ? src.value(rr, r0 + rr, i, k, fb == 0u, inv)
+                                             : __ushort_as_bfloat16((unsigned short)0);
+            }
+            __syncthreads();
+            if (active) {
+#pragma unroll
+                for (unsigned j = 0; j < GEMV_LANE_CHUNKS; ++j) {
+                    const unsigned local = (j * 32u + lane) * 8u;
+                    if (seg_base + local < k) {
+                        float wf[NW][8];
+#pragma unroll
+                        for (unsigned n = 0; n < NW; ++n) {
+                            widen8(wbits[n][j], wf[n]);
+                        }
+#pragma unroll
+                        for (unsigned rr = 0; rr < RT; ++rr) {
+                            float xf[8];
+                            widen8(*reinterpret_cast<const uint4*>(&xs[rr][local]), xf);
+#pragma unroll
+                            for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+                                for (unsigned e = 0; e < 8; ++e) {
+                                    acc[n][rr] = __fmaf_rn(xf[e], wf[n][e], acc[n][rr]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Epilogue: lane rr stores row rr (every lane holds every sum after the butterfly).
+#pragma unroll
+        for (unsigned rr = 0; rr < RT; ++rr) {
+            float s[NW];
+#pragma unroll
+            for (unsigned n = 0; n < NW; ++n) {
+                s[n] = warp_sum(acc[n][rr]);
+            }
+            if (active && lane == rr && rr < nrows) {
+                map.store(r0 + rr, f, s);
+            }
+        }
+    }
+}
+
+template <unsigned NW, class Src, class Map>
+__device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigned rows, unsigned k,
+                                         unsigned features) {
+    __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
+    __shared__ float inv[GEMV_ROWS];
+    const unsigned r0 = blockIdx.x * GEMV_ROWS;
+    if (r0 >= rows || k == 0u) {
+        return; // the whole block: nothing to do
+    }
+    const unsigned nrows = min(GEMV_ROWS, rows - r0);
+    src.prologue(r0, nrows, k, inv);
+    __syncthreads();
+    if (nrows == 1u) {
+        gemv_block<1, NW>(src, map, r0, nrows, k, features, xs, inv);
+    } else if (nrows == 2u) {
+        gemv_block<2, NW>(src, map, r0, nrows, k, features, xs, inv);
+    } else if (nrows <= 4u) {
+        gemv_block<4, NW>(src, map, r0, nrows, k, features, xs, inv);
+    } else {
+        gemv_block<8, NW>(src, map, r0, nrows, k, features, xs, inv);
+    }
+}
+
+#define GEMV_KERNEL extern "C" __global__ void __launch_bounds__(256, 1)
+
+// ---- reference kernels ---------------------------------------------------------------------
+
+// x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].
+GEMV_KERNEL linear(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                   const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows, unsigned k,
+                   unsigned n_out) {
+    gemv_run<1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
+
+// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab].
+GEMV_KERNEL lm_head(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+// ---- fused kernels -------------------------------------------------------------------------
+
+// RMSNorm of h f32[rows·k] (weight wn bf16[k]) then `linear`.
+GEMV_KERNEL norm_linear(const float* __restrict__ h, const bf16* __restrict__ wn,
+                        const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                        bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                        float eps) {
+    gemv_run<1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+// The q, k and v projections of one row set: x bf16[rows·k] → q, k_out, v.
+GEMV_KERNEL qkv(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_run<1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+// RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
+GEMV_KERNEL norm_qkv(const float* __restrict__ h, const bf16* __restrict__ wn,
+                     const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                     const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                     const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                     bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                     unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_run<1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+// h f32 + d bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `qkv`.
+GEMV_KERNEL add_norm_qkv(const float* __restrict__ h, const bf16* __restrict__ d,
+                         const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                         const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                         const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                         const bf16* __restrict__ bv, float* __restrict__ h_out,
+                         bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                         unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_run<1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+// Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then
+// act bf16[rows·inter] = silu(gate) · up.
+GEMV_KERNEL gate_up_silu(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                         const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                         unsigned k, unsigned inter) {
+    gemv_run<2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+// RMSNorm of h f32[rows·k] (weight wn) then `gate_up_silu`.
+GEMV_KERNEL norm_gate_up_silu(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                              bf16* __restrict__ act, unsigned rows, unsigned k, unsigned inter,
+                              float eps) {
+    gemv_run<2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+// h f32 + o bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `gate_up_silu`.
+GEMV_KERNEL add_norm_gate_up_silu(const float* __restrict__ h, const bf16* __restrict__ o,
+                                  const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                  const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                  bf16* __restrict__ act, unsigned rows, unsigned k,
+                                  unsigned inter, float eps) {
+    gemv_run<2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+// `linear` of x bf16[rows·k], then h_out f32[rows·n_out] = h f32 + the bf16 projection.
+GEMV_KERNEL linear_residual_add(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                const bf16* __restrict__ bias, const float* __restrict__ h,
+                                float* __restrict__ h_out, unsigned rows, unsigned k,
+                                unsigned n_out) {
+    gemv_run<1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+// h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
+GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict__ d,
+                             const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                             float* __restrict__ logits, unsigned rows, unsigned k,
+                             unsigned vocab, float eps) {
+    gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}

@@ -1,0 +1,59 @@
+// `norm` module: RMSNorm of the residual stream, its fusion with the residual add, and the
+// per-head qk-norm. Rows are normalised by one warp each (`row_inv_rms`, the same routine the
+// fused gemv kernels run), so every routing gives a row the same bits.
+#include "common.cuh"
+
+// One warp per row: the block's warps take consecutive rows (grid-stride).
+__device__ __forceinline__ void norm_rows(const float* __restrict__ h, const bf16* __restrict__ d,
+                                          const bf16* __restrict__ w, float* __restrict__ h_out,
+                                          bf16* __restrict__ out, unsigned rows, unsigned hidden,
+                                          float eps) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warps = blockDim.x >> 5;
+    for (unsigned r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {
+        const unsigned long long at = (unsigned long long)r * hidden;
+        const float* hr = h + at;
+        const bf16* dr = d != nullptr ? d + at : nullptr;
+        const float inv = row_inv_rms(hr, dr, hidden, eps, lane);
+        for (unsigned i = lane; i < hidden; i += 32) {
+            const float value = row_value(hr, dr, i);
+            if (h_out != nullptr) {
+                h_out[at + i] = value;
+            }
+            out[at + i] = norm_value(value, inv, w[i]);
+        }
+    }
+}
+
+// x f32[rows·hidden], w bf16[hidden] → out bf16[rows·hidden].
+extern "C" __global__ void __launch_bounds__(256) rms_norm(const float* __restrict__ x,
+                                                           const bf16* __restrict__ w,
+                                                           bf16* __restrict__ out, unsigned rows,
+                                                           unsigned hidden, float eps) {
+    norm_rows(x, nullptr, w, nullptr, out, rows, hidden, eps);
+}
+
+// h f32 + x bf16 → h_out f32 (optional, may be null), then RMSNorm → out bf16.
+extern "C" __global__ void __launch_bounds__(256) add_rms_norm(const float* __restrict__ h,
+                                                               const bf16* __restrict__ x,
+                                                               const bf16* __restrict__ w,
+                                                               float* __restrict__ h_out,
+                                                               bf16* __restrict__ out,
+                                                               unsigned rows, unsigned hidden,
+                                                               float eps) {
+    norm_rows(h, x, w, h_out, out, rows, hidden, eps);
+}
+
+// Per-head RMSNorm of q bf16[rows·heads·head_dim] and k bf16[rows·kv_heads·head_dim] with
+// weights wq, wk bf16[head_dim]; one block per row, one warp per head.
+extern "C" __global__ void __launch_bounds__(1024) qk_norm(const bf16* __restrict__ q,
+                                                           const bf16* __restrict__ k,
+                                                           const bf16* __restrict__ wq,
+                                                           const bf16* __restrict__ wk,
+                                                           bf16* __restrict__ q_out,
+                                                           bf16* __restrict__ k_out, unsigned rows,
+                                                           unsigned heads, unsigned kv_heads,
+                                                           unsigned head_dim, float eps) {
+    head_pass(q, k, nullptr, wq, wk, eps, nullptr, nullptr, 0, nullptr, q_out, k_out, nullptr,
+              rows, heads, kv_heads, head_dim, 0, 0);
+}

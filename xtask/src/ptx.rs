@@ -1,0 +1,244 @@
+//! `cargo xtask ptx [--check]`: compiles every `kernels/*.cu` with NVRTC for `compute_90` into
+//! `kernels/ptx/<module>.ptx` (checked in, embedded by the runtime).
+//!
+//! `--check` regenerates into a temporary folder and fails on any difference from the
+//! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
+//! `fusions/FUSIONS.toml` names but no PTX defines, and on any register spill or local-memory
+//! stack frame in `ptxas -arch=sm_90 -v`; it prints registers and shared memory per kernel.
+//!
+//! Invariants: the toolchain is exactly the pinned wheels in `target/cuda-wheels` (installed
+//! there by this command, never into the system); the same sources give the same PTX bytes.
+
+mod nvrtc;
+mod ptxas;
+mod toolchain;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::args::Args;
+use crate::workspace_root;
+
+const USAGE: &str = "usage: cargo xtask ptx [--check]
+
+  (no option)  regenerate kernels/ptx/<module>.ptx from kernels/<module>.cu
+  --check      regenerate into a temp folder, fail on any difference from the checked-in PTX,
+               assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames
+               or a FUSIONS.toml kernel missing from the PTX, and print a resource table";
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    if argv.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let args = Args::parse(argv, &[], &["check"])?;
+    let root = workspace_root();
+    let tools = toolchain::Toolchain::ensure(&root)?;
+    // The loader reads LD_LIBRARY_PATH only at start: re-run this command with it set.
+    toolchain::reexec_with_library_path(&tools)?;
+
+    let kernels_dir = root.join("kernels");
+    let sources = sources(&kernels_dir)?;
+    let ptx_dir = kernels_dir.join("ptx");
+    if args.flag("check") {
+        check(&root, &tools, &sources, &ptx_dir)
+    } else {
+        fs::create_dir_all(&ptx_dir)
+            .map_err(|e| format!("cannot create {}: {e}", ptx_dir.display()))?;
+        let written = generate(&tools, &kernels_dir, &sources, &ptx_dir)?;
+        remove_stale(&ptx_dir, &sources)?;
+        for path in written {
+            println!("wrote {}", relative(&root, &path));
+        }
+        Ok(())
+    }
+}
+
+/// Module names (file stems) of `kernels/*.cu`, sorted.
+fn sources(kernels_dir: &Path) -> Result<Vec<String>, String> {
+    let entries = fs::read_dir(kernels_dir)
+        .map_err(|e| format!("cannot read {}: {e}", kernels_dir.display()))?;
+    let mut modules = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|x| x == "cu") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                modules.push(stem.to_string());
+            }
+        }
+    }
+    modules.sort();
+    if modules.is_empty() {
+        return Err(format!("no .cu files in {}", kernels_dir.display()));
+    }
+    Ok(modules)
+}
+
+/// Compiles every module into `out_dir`; returns the written paths.
+fn generate(
+    tools: &toolchain::Toolchain,
+    kernels_dir: &Path,
+    modules: &[String],
+    out_dir: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let version = nvrtc::version()?;
+    let mut written = Vec::new();
+    for module in modules {
+        let cu = kernels_dir.join(format!("{module}.cu"));
+        let source =
+            fs::read_to_string(&cu).map_err(|e| format!("cannot read {}: {e}", cu.display()))?;
+        let ptx = nvrtc::compile(tools, kernels_dir, module, &source, version)?;
+        let path = out_dir.join(format!("{module}.ptx"));
+        fs::write(&path, ptx).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Removes `ptx/*.ptx` files whose `.cu` is gone.
+fn remove_stale(ptx_dir: &Path, modules: &[String]) -> Result<(), String> {
+    for stale in ptx_files(ptx_dir)?
+        .into_iter()
+        .filter(|m| !modules.contains(m))
+    {
+        let path = ptx_dir.join(format!("{stale}.ptx"));
+        fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+        println!("removed stale {}", path.display());
+    }
+    Ok(())
+}
+
+fn ptx_files(ptx_dir: &Path) -> Result<Vec<String>, String> {
+    let mut modules = Vec::new();
+    let Ok(entries) = fs::read_dir(ptx_dir) else {
+        return Ok(modules);
+    };
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|x| x == "ptx") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                modules.push(stem.to_string());
+            }
+        }
+    }
+    modules.sort();
+    Ok(modules)
+}
+
+fn check(
+    root: &Path,
+    tools: &toolchain::Toolchain,
+    modules: &[String],
+    ptx_dir: &Path,
+) -> Result<(), String> {
+    let temp = std::env::temp_dir().join(format!("solder-ptx-check-{}", std::process::id()));
+    fs::create_dir_all(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+    let failures = check_in(root, tools, modules, ptx_dir, &temp);
+    let _ = fs::remove_dir_all(&temp);
+    let failures = failures?;
+    if failures.is_empty() {
+        println!(
+            "ptx check passed: {} modules, NVRTC {} (nvidia-cuda-nvrtc=={}), ptxas {}",
+            modules.len(),
+            nvrtc::version_text()?,
+            toolchain::NVRTC_PIN,
+            toolchain::NVCC_PIN
+        );
+        Ok(())
+    } else {
+        Err(format!("ptx check failed:\n  {}", failures.join("\n  ")))
+    }
+}
+
+/// The check's findings, with fresh PTX and cubins written to `temp`.
+fn check_in(
+    root: &Path,
+    tools: &toolchain::Toolchain,
+    modules: &[String],
+    ptx_dir: &Path,
+    temp: &Path,
+) -> Result<Vec<String>, String> {
+    let mut failures = Vec::new();
+    generate(tools, &root.join("kernels"), modules, temp)?;
+    // 1. The checked-in PTX is what the sources give.
+    for module in modules {
+        let fresh = fs::read_to_string(temp.join(format!("{module}.ptx"))).unwrap_or_default();
+        let path = ptx_dir.join(format!("{module}.ptx"));
+        match fs::read_to_string(&path) {
+            Err(_) => failures.push(format!(
+                "{} is missing: run `cargo xtask ptx`",
+                relative(root, &path)
+            )),
+            Ok(old) if old != fresh => failures.push(format!(
+                "{} differs from kernels/{module}.cu's NVRTC output ({}): run `cargo xtask ptx`",
+                relative(root, &path),
+                first_difference(&old, &fresh)
+            )),
+            Ok(_) => {}
+        }
+    }
+    for stale in ptx_files(ptx_dir)?
+        .into_iter()
+        .filter(|m| !modules.contains(m))
+    {
+        failures.push(format!("kernels/ptx/{stale}.ptx has no kernels/{stale}.cu"));
+    }
+    // 2. Every kernel the rules name is defined; ops kernels without PTX are reported.
+    let entries = ptxas::entries(temp, modules)?;
+    for kernel in required_kernels(root)? {
+        if !entries.contains(&kernel) {
+            failures.push(format!(
+                "kernel `{kernel}` is named in fusions/FUSIONS.toml but no kernels/ptx/*.ptx defines it"
+            ));
+        }
+    }
+    for kernel in solder_model_layers::ops::KERNELS {
+        if !entries.iter().any(|e| e == kernel) {
+            eprintln!("warning: `{kernel}` has an op and a CPU twin but no CUDA kernel yet");
+        }
+    }
+    // 3. ptxas: no spills, no stack frames; the table.
+    let report = ptxas::assemble_all(tools, temp, modules)?;
+    println!("{}", ptxas::table(&report));
+    failures.extend(ptxas::violations(&report));
+    Ok(failures)
+}
+
+/// `module::func` of every kernel FUSIONS.toml names.
+fn required_kernels(root: &Path) -> Result<Vec<String>, String> {
+    let path = root.join("fusions").join("FUSIONS.toml");
+    let rules = solder_circuit::rules::RuleSet::from_file(&path).map_err(|e| e.to_string())?;
+    let mut kernels: Vec<String> = rules
+        .rules
+        .iter()
+        .flat_map(|r| r.kernels.iter().cloned())
+        .collect();
+    kernels.sort();
+    kernels.dedup();
+    Ok(kernels)
+}
+
+/// "line N: `old`  vs  `new`" of the first differing line.
+fn first_difference(old: &str, new: &str) -> String {
+    let (mut a, mut b) = (old.lines(), new.lines());
+    let mut line = 1;
+    loop {
+        match (a.next(), b.next()) {
+            (Some(x), Some(y)) if x == y => line += 1,
+            (x, y) => {
+                return format!(
+                    "first difference at line {line}: checked in `{}`, generated `{}`",
+                    x.unwrap_or("<end of file>").trim(),
+                    y.unwrap_or("<end of file>").trim()
+                )
+            }
+        }
+    }
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}

@@ -1,0 +1,200 @@
+//! ptxas from the nvcc wheel: assembles each module for sm_90 with `-v` and reads the per-kernel
+//! resource lines (registers, shared memory, stack frame, spills); also lists `.entry` names.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use super::toolchain::Toolchain;
+
+/// One kernel's resources as ptxas reports them.
+#[derive(Debug, Default, Clone)]
+pub struct KernelResources {
+    pub module: String,
+    pub name: String,
+    pub registers: u32,
+    pub smem_bytes: u32,
+    pub stack_frame: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+/// `module::func` of every `.entry` in the modules' PTX under `dir`.
+pub fn entries(dir: &Path, modules: &[String]) -> Result<Vec<String>, String> {
+    let mut all = Vec::new();
+    for module in modules {
+        let path = dir.join(format!("{module}.ptx"));
+        let text = fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        for line in text.lines() {
+            let line = line.trim_start();
+            let rest = line
+                .strip_prefix(".visible .entry ")
+                .or_else(|| line.strip_prefix(".entry "));
+            if let Some(rest) = rest {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                    .collect();
+                all.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Assembles every module; the resources of every kernel, in module then ptxas order.
+pub fn assemble_all(
+    tools: &Toolchain,
+    dir: &Path,
+    modules: &[String],
+) -> Result<Vec<KernelResources>, String> {
+    let mut report = Vec::new();
+    for module in modules {
+        let ptx = dir.join(format!("{module}.ptx"));
+        let cubin = dir.join(format!("{module}.cubin"));
+        let output = Command::new(&tools.ptxas)
+            .args(["-arch=sm_90", "-v"])
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&cubin)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", tools.ptxas.display()))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if !output.status.success() {
+            return Err(format!(
+                "ptxas failed on kernels/ptx/{module}.ptx ({}):\n{}",
+                output.status,
+                text.trim_end()
+            ));
+        }
+        report.extend(parse(module, &text));
+    }
+    Ok(report)
+}
+
+/// Reads ptxas -v output:
+/// `ptxas info    : Function properties for NAME`
+/// `    N bytes stack frame, N bytes spill stores, N bytes spill loads`
+/// `ptxas info    : Used N registers, used N barriers, N bytes smem, N bytes cmem[0]`
+fn parse(module: &str, text: &str) -> Vec<KernelResources> {
+    let mut kernels: Vec<KernelResources> = Vec::new();
+    let mut current: Option<usize> = None;
+    for line in text.lines() {
+        if let Some(name) = quoted_after(line, "Compiling entry function '") {
+            kernels.push(KernelResources {
+                module: module.to_string(),
+                name,
+                ..Default::default()
+            });
+            current = Some(kernels.len() - 1);
+        } else if let Some(name) = line
+            .split("Function properties for ")
+            .nth(1)
+            .map(|s| s.trim().to_string())
+        {
+            current = kernels.iter().position(|k| k.name == name);
+        } else if let Some(i) = current {
+            let k = &mut kernels[i];
+            if line.contains("bytes stack frame") {
+                k.stack_frame = number_before(line, "bytes stack frame");
+                k.spill_stores = number_before(line, "bytes spill stores");
+                k.spill_loads = number_before(line, "bytes spill loads");
+            } else if line.contains("Used ") && line.contains("registers") {
+                k.registers = number_before(line, "registers");
+                k.smem_bytes = number_before(line, "bytes smem");
+            }
+        }
+    }
+    kernels
+}
+
+fn quoted_after(line: &str, prefix: &str) -> Option<String> {
+    let rest = line.split(prefix).nth(1)?;
+    Some(rest.split('\'').next()?.to_string())
+}
+
+/// The integer just before `label` in `line` (0 when absent).
+fn number_before(line: &str, label: &str) -> u32 {
+    let Some(at) = line.find(label) else {
+        return 0;
+    };
+    line[..at]
+        .split(|c: char| !c.is_ascii_digit())
+        .rfind(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The table printed by `--check`.
+pub fn table(report: &[KernelResources]) -> String {
+    let mut out = format!(
+        "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7}\n",
+        "kernel (sm_90)", "regs", "smem B", "stack", "spill>", "spill<"
+    );
+    for k in report {
+        out.push_str(&format!(
+            "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7}\n",
+            format!("{}::{}", k.module, k.name),
+            k.registers,
+            k.smem_bytes,
+            k.stack_frame,
+            k.spill_stores,
+            k.spill_loads
+        ));
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// Spills and stack frames, one message each.
+pub fn violations(report: &[KernelResources]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in report {
+        if k.spill_stores != 0 || k.spill_loads != 0 {
+            out.push(format!(
+                "{}::{} spills registers ({} bytes stored, {} loaded)",
+                k.module, k.name, k.spill_stores, k.spill_loads
+            ));
+        }
+        if k.stack_frame != 0 {
+            out.push(format!(
+                "{}::{} has a {}-byte local-memory stack frame",
+                k.module, k.name, k.stack_frame
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ptxas_verbose_output() {
+        let text = "ptxas info    : 0 bytes gmem\n\
+ptxas info    : Compiling entry function 'linear' for 'sm_90'\n\
+ptxas info    : Function properties for linear\n\
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+ptxas info    : Used 96 registers, used 1 barriers, 32800 bytes smem, 400 bytes cmem[0]\n";
+        let kernels = parse("gemv", text);
+        let k = &kernels[0];
+        assert_eq!(k.name, "linear");
+        assert_eq!(
+            (
+                k.registers,
+                k.smem_bytes,
+                k.stack_frame,
+                k.spill_stores,
+                k.spill_loads
+            ),
+            (96, 32800, 8, 4, 12)
+        );
+        assert_eq!(violations(&kernels).len(), 2);
+    }
+}
