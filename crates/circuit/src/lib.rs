@@ -22,6 +22,7 @@ pub mod mode;
 pub mod ops;
 pub mod planner;
 pub mod policy;
+pub mod routes;
 pub mod rules;
 pub mod verify;
 
@@ -34,4 +35,5 @@ pub use mode::Mode;
 pub use ops::OpKind;
 pub use planner::{plans_digest, Buffer, BuildOptions, ExecutionPlan, Step, StepKind};
 pub use policy::{Available, Fusions, Policy};
+pub use routes::RouteCondition;
 pub use rules::{Numerics, Rule, RuleSet};

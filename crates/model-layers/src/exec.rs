@@ -64,6 +64,10 @@ pub struct CircuitExec {
     pub instance: Instance,
     pub plans: Vec<ExecutionPlan>,
     programs: Vec<Program>,
+    /// Runtime-route arms, beside their primary programs.
+    arms: Vec<Program>,
+    /// Bytes between consecutive state slots of each Gated DeltaNet layer's recurrent state.
+    pub gdn_pitch: Vec<usize>,
     pub layout: Layout,
     workspace: DevicePtr,
     weights: DevicePtr,
@@ -105,6 +109,18 @@ impl CircuitExec {
             })
             .collect::<Result<Vec<_>, _>>()?;
 
+        // Runtime routes: an arm plan per (mode, rows) whose route enables different rules.
+        let mut arm_plans = Vec::new();
+        for plan in &plans {
+            for condition in solder_circuit::routes::routes(&instance.circuit, plan.mode) {
+                let with = available.clone().with_capability(condition.capability());
+                let arm =
+                    ExecutionPlan::build(&instance, &rules, &with, &policy, plan.mode, plan.rows)?;
+                if arm.digest != plan.digest {
+                    arm_plans.push((condition, arm));
+                }
+            }
+        }
         let host = match weights {
             WeightSource::Checkpoint(dir) => {
                 HostWeights::load(&instance.circuit, &Checkpoint::open(&dir)?)?
@@ -154,11 +170,51 @@ impl CircuitExec {
                 compile(plan, &bind, backend)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let arms = arm_plans
+            .iter()
+            .map(|(condition, plan)| {
+                let bind = Bindings {
+                    circuit: &instance.circuit,
+                    plan,
+                    layout: &layout,
+                    workspace,
+                    weights: weights_ptr,
+                    kv: kv_ptr,
+                };
+                let mut program = compile(plan, &bind, backend)?;
+                program.arm = Some(*condition);
+                Ok(program)
+            })
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        let gdn_pitch = instance
+            .circuit
+            .states
+            .iter()
+            .zip(&layout.states)
+            .filter(|(decl, _)| {
+                matches!(
+                    decl.kind,
+                    solder_circuit::ir::StateKind::GdnRecurrent { .. }
+                )
+            })
+            .map(|(_, region)| region.slot_bytes)
+            .collect();
         let mut streams = vec![backend.default_stream()];
-        for _ in 1..plans.iter().map(|p| p.num_streams).max().unwrap_or(1) {
+        for _ in 1..plans
+            .iter()
+            .chain(arm_plans.iter().map(|(_, p)| p))
+            .map(|p| p.num_streams)
+            .max()
+            .unwrap_or(1)
+        {
             streams.push(backend.create_stream()?);
         }
-        let events = (0..plans.iter().map(|p| p.event_count).max().unwrap_or(0))
+        let events = (0..plans
+            .iter()
+            .chain(arm_plans.iter().map(|(_, p)| p))
+            .map(|p| p.event_count)
+            .max()
+            .unwrap_or(0))
             .map(|_| backend.create_event())
             .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(
@@ -172,6 +228,8 @@ impl CircuitExec {
             instance,
             plans,
             programs,
+            arms,
+            gdn_pitch,
             layout,
             workspace,
             weights: weights_ptr,
@@ -232,6 +290,23 @@ impl CircuitExec {
 
     pub fn multi_seq_program(&self, rows: usize) -> Result<&Program, ExecError> {
         self.program(Mode::MultiSeq, rows)
+    }
+
+    /// The arms of runtime routes (each with its condition in `Program::arm`).
+    pub fn arms(&self) -> &[Program] {
+        &self.arms
+    }
+
+    /// The multi-seq program for `rows` given each row's recurrent-state slot: an arm whose
+    /// condition the slots meet, else the primary program.
+    pub fn multi_seq_step(&self, rows: usize, states: &[u32]) -> Result<&Program, ExecError> {
+        let arm = self.arms.iter().find(|p| {
+            p.mode == Mode::MultiSeq && p.rows == rows && p.arm.is_some_and(|c| c.holds(states))
+        });
+        match arm {
+            Some(arm) => Ok(arm),
+            None => self.multi_seq_program(rows),
+        }
     }
 
     pub fn verify_program(&self, k: usize) -> Result<&Program, ExecError> {

@@ -38,6 +38,8 @@ pub struct Program {
     pub steps: Vec<ProgramStep>,
     pub num_streams: usize,
     pub event_count: usize,
+    /// The runtime route this program is an arm of (None: a primary program).
+    pub arm: Option<solder_circuit::RouteCondition>,
 }
 
 impl Program {
@@ -114,6 +116,7 @@ pub fn compile(
         steps,
         num_streams: plan.num_streams,
         event_count: plan.event_count,
+        arm: None,
     };
     if program.launches() != plan.kernel_count_fused {
         return Err(ExecError::Build(format!(

@@ -44,6 +44,10 @@ pub struct Session<'e> {
     free_slots: Vec<u32>,
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
+    /// Whether steps may take runtime routes (arms); on by default.
+    routes: bool,
+    /// The (mode, rows, arm) of the last step's program.
+    last_program: Option<(Mode, usize, Option<solder_circuit::RouteCondition>)>,
 }
 
 impl<'e> Session<'e> {
@@ -61,7 +65,19 @@ impl<'e> Session<'e> {
             free_slots,
             seqs: BTreeMap::new(),
             next_id: 1,
+            routes: true,
+            last_program: None,
         }
+    }
+
+    /// Lets steps take runtime routes (the default) or keeps them on primary programs.
+    pub fn set_routes(&mut self, on: bool) {
+        self.routes = on;
+    }
+
+    /// The (mode, rows, arm condition) of the program the last step ran.
+    pub fn last_program(&self) -> Option<(Mode, usize, Option<solder_circuit::RouteCondition>)> {
+        self.last_program
     }
 
     pub fn add_sequence(&mut self) -> SeqId {
@@ -78,6 +94,7 @@ impl<'e> Session<'e> {
             .remove(&id)
             .ok_or(SessionError::UnknownSequence(id))?;
         self.free_pages.extend(seq.pages.into_iter().rev());
+        self.free_slots.extend(seq.slot);
         Ok(())
     }
 
@@ -354,6 +371,24 @@ impl<'e> Session<'e> {
             }
             taken.push((id, seq.pages.len() - before));
         }
+        // A runtime route: the arm whose condition this step's state meets, else the primary.
+        let program = if self.routes && program.mode == Mode::MultiSeq {
+            let slots: Vec<u32> = rows
+                .iter()
+                .map(|r| {
+                    r.seq
+                        .and_then(|id| self.seqs.get(&id))
+                        .and_then(|s| s.slot)
+                        .unwrap_or(0)
+                })
+                .collect();
+            self.exec
+                .multi_seq_step(program.rows, &slots)
+                .unwrap_or(program)
+        } else {
+            program
+        };
+        self.last_program = Some((program.mode, program.rows, program.arm));
         let result = self.upload_and_run(backend, program, rows);
         match result {
             Ok(logits) => {

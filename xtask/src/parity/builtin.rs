@@ -74,6 +74,24 @@ pub const BUILTINS: &[Builtin] = &[
             "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [1]
         }"#,
     },
+    Builtin {
+        name: "tiny-qwen3-next",
+        seed: 0x4e7,
+        config_json: r#"{
+            "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+            "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            "hidden_act": "silu", "attention_bias": false,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4, "linear_value_head_dim": 16,
+            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48, "norm_topk_prob": true,
+            "decoder_sparse_step": 1, "mlp_only_layers": [3]
+        }"#,
+    },
 ];
 
 impl Builtin {

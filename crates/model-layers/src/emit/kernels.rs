@@ -44,6 +44,7 @@ pub(super) fn emit(v: &View<'_>, emitter: &str) -> R {
         "gdn::conv" => gdn_conv(v),
         "gdn::gates" => gdn_gates(v),
         "gdn::recurrence" => gdn_recurrence(v),
+        "gdn::recurrence_pitched" => gdn_recurrence_pitched(v),
         "gdn::gated_norm" => gdn_gated_norm(v),
         other => Err(v.err(format!("no emitter for `{other}`"))),
     }
@@ -756,5 +757,28 @@ fn gdn_gated_norm(v: &View<'_>) -> R {
         nv,
         dv,
         v.f32(n, "eps")?,
+    )])
+}
+
+fn gdn_recurrence_pitched(v: &View<'_>) -> R {
+    let r = v.op(OpKind::GdnRecurrence, None)?;
+    let (nk, dk, nv, dv) = gdn_dims(v, r)?;
+    if v.chained() {
+        return Err(v.err("the pitched route runs independent rows, not a verify chain".into()));
+    }
+    let (state, _) = gdn_state(v, r)?;
+    Ok(vec![gdn::recurrence_pitched(
+        v.input(r, 0)?,
+        v.input(r, 1)?,
+        v.input(r, 2)?,
+        state,
+        v.meta(MetaField::StateSlots),
+        v.output(r, 0)?,
+        v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        v.state_slots(),
     )])
 }

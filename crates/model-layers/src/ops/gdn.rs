@@ -180,3 +180,27 @@ pub fn gated_norm(
             LaunchConfig::linear(blocks, 32 * NORM_WARPS),
         )
 }
+
+/// The runtime route of `recurrence` for evenly pitched slots: the same arguments (`chain`
+/// 0); row r's state is `slots[0] + r * (slots[1] - slots[0])`, a strided batch.
+#[allow(clippy::too_many_arguments)]
+pub fn recurrence_pitched(
+    mixed: Buf,
+    beta: Buf,
+    g: Buf,
+    state: Buf,
+    slots: Buf,
+    out: Buf,
+    rows: u32,
+    nk: u32,
+    dk: u32,
+    nv: u32,
+    dv: u32,
+    num_slots: u32,
+) -> Launch {
+    let mut launch = recurrence(
+        mixed, beta, g, state, slots, out, None, rows, nk, dk, nv, dv, num_slots, 0,
+    );
+    launch.kernel = "gdn::recurrence_pitched";
+    launch
+}

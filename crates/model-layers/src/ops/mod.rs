@@ -57,6 +57,7 @@ pub const KERNELS: &[&str] = &[
     "gdn::conv",
     "gdn::gates",
     "gdn::recurrence",
+    "gdn::recurrence_pitched",
     "gdn::gated_norm",
 ];
 

@@ -361,6 +361,42 @@ fn head_tasks<'a>(
 /// `gdn::recurrence(mixed, beta, g, state, slots, out, snapshots?, rows, nk, dk, nv, dv,
 /// num_slots, chain)`.
 pub(crate) fn recurrence(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    recurrence_on(ctx, false)
+}
+
+/// `gdn::recurrence_pitched`: `gdn::recurrence`'s arguments and arithmetic, for the runtime
+/// route whose rows' slots are evenly pitched: row r runs on `slots[0] + r * (slots[1] -
+/// slots[0])`, addressed as one strided batch instead of gathered; `chain` must be 0.
+pub(crate) fn recurrence_pitched(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
+    recurrence_on(ctx, true)
+}
+
+/// Slots `base + r * pitch` from the first two entries, each checked.
+fn pitched_slots(
+    ctx: &TwinCtx<'_>,
+    slots: &[i32],
+    num_slots: usize,
+) -> Result<Vec<usize>, GpuError> {
+    if ctx.u32(13)? != 0 {
+        return Err(ctx.bad(13, "the pitched route runs independent rows (chain 0)"));
+    }
+    let base = i64::from(slots.first().copied().unwrap_or(0));
+    let pitch = slots.get(1).map_or(0, |s| i64::from(*s) - base);
+    (0..slots.len() as i64)
+        .map(|r| {
+            let slot = base + r * pitch;
+            if slot < 0 || slot as usize >= num_slots {
+                Err(ctx.fail(format!(
+                    "row {r}: pitched slot {slot} outside the {num_slots} state slots"
+                )))
+            } else {
+                Ok(slot as usize)
+            }
+        })
+        .collect()
+}
+
+fn recurrence_on(ctx: &TwinCtx<'_>, pitched: bool) -> Result<(), GpuError> {
     let (rows, heads, num_slots) = (rows(ctx, 7)?, Heads::read(ctx, 8)?, dim(ctx, 12)?);
     let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
     let slot_elems = size(ctx, &[nv, dk, dv])?;
@@ -371,7 +407,11 @@ pub(crate) fn recurrence(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     let slots = i32_in(ctx, 4, rows)?;
     let out = bf16_out(ctx, 5, size(ctx, &[rows, nv, dv])?)?;
     let snapshots = f32_out_opt(ctx, 6, size(ctx, &[rows, slot_elems])?)?;
-    let row_slots = row_slots(ctx, slots, num_slots, 13)?;
+    let row_slots = if pitched {
+        pitched_slots(ctx, slots, num_slots)?
+    } else {
+        row_slots(ctx, slots, num_slots, 13)?
+    };
     let inputs = Recurrence {
         heads,
         mixed,

@@ -59,6 +59,7 @@ pub fn twins() -> Vec<(&'static str, TwinFn)> {
         ("gdn::conv", gdn::conv),
         ("gdn::gates", gdn::gates),
         ("gdn::recurrence", gdn::recurrence),
+        ("gdn::recurrence_pitched", gdn::recurrence_pitched),
         ("gdn::gated_norm", gdn::gated_norm),
     ]
 }
