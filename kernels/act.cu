@@ -19,3 +19,23 @@ extern "C" __global__ void __launch_bounds__(256) silu_mul(const bf16* __restric
         }
     }
 }
+
+// out bf16[rows·width] = bf16(x · sigmoid(gate)) (Qwen3-Next's gated attention output).
+// Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) sigmoid_mul(const bf16* __restrict__ x,
+                                                              const bf16* __restrict__ gate,
+                                                              bf16* __restrict__ out,
+                                                              unsigned rows, unsigned width) {
+    const unsigned long long n = (unsigned long long)rows * width;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * 4ull;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * 4ull; base < n;
+         base += stride) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
+            if (i < n) {
+                out[i] = to_bf16(__fmul_rn(to_f32(x[i]), sigmoid_f32(to_f32(gate[i]))));
+            }
+        }
+    }
+}

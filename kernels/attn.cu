@@ -180,3 +180,31 @@ extern "C" __global__ void __launch_bounds__(256) paged_causal(
     paged_attention_block(q, cache, block_tables, seq_lens, out, rows, heads, kv_heads, head_dim,
                           block_size, max_blocks, num_pages, scale);
 }
+
+// Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head
+// `[q | gate]` → q, gate bf16[rows·heads·head_dim] (bit copies). Elementwise over the outputs:
+// 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) gate_split(const bf16* __restrict__ q2,
+                                                             bf16* __restrict__ q,
+                                                             bf16* __restrict__ gate,
+                                                             unsigned rows, unsigned heads,
+                                                             unsigned head_dim) {
+    if (head_dim == 0u) {
+        return;
+    }
+    const unsigned long long n = (unsigned long long)rows * heads * head_dim;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * 4ull;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * 4ull; base < n;
+         base += stride) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
+            if (i < n) {
+                const unsigned long long head = i / head_dim;
+                const unsigned long long src = head * 2ull * head_dim + (i - head * head_dim);
+                q[i] = q2[src];
+                gate[i] = q2[src + head_dim];
+            }
+        }
+    }
+}

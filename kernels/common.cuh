@@ -293,3 +293,53 @@ __device__ __forceinline__ void head_pass(
         }
     }
 }
+
+// ---- the projection dot (gemv::*, moe::*) --------------------------------------------------
+
+// One 8-element chunk of a dot: acc = fma(x[e], w[e], acc) for e = 0..7 in order, exactly the
+// inner step of `gemv_block`.
+__device__ __forceinline__ float dot8(uint4 xbits, uint4 wbits, float acc) {
+    float xf[8];
+    float wf[8];
+    widen8(xbits, xf);
+    widen8(wbits, wf);
+#pragma unroll
+    for (unsigned e = 0; e < 8; ++e) {
+        acc = __fmaf_rn(xf[e], wf[e], acc);
+    }
+    return acc;
+}
+
+// Lane `lane`'s part of dot(x, w) over k elements, in gemv's order: the 8-element chunks
+// c ≡ lane (mod 32) in increasing order, elements past k read as +0 (gemv stages zeros there
+// and loads zero weights), 16-byte loads when a pointer is 16-byte aligned (the scalar path
+// gives the same bits). warp_sum of it is, bit for bit, the dot `gemv::lm_head` stores for the
+// same x row and weight row.
+__device__ __forceinline__ float lane_dot(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                          unsigned k, unsigned lane) {
+    const bool xv = aligned16(x);
+    const bool wv = aligned16(w);
+    float acc = 0.0f;
+    for (unsigned i0 = lane * 8u; i0 < k; i0 += 256u) {
+        const unsigned valid = min(8u, k - i0);
+        acc = dot8(load8_bits(x + i0, valid, xv), load8_bits(w + i0, valid, wv), acc);
+    }
+    return acc;
+}
+
+// ---- Qwen3-Next values ---------------------------------------------------------------------
+
+// 1 / (1 + exp(−x)), in f32.
+__device__ __forceinline__ float sigmoid_f32(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// x / (1 + exp(−x)), in f32 (the SiLU inside `silu_mul_value`).
+__device__ __forceinline__ float silu_f32(float x) {
+    return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+}
+
+// Zero-centred RMSNorm of one value: bf16((v · inv) · (1 + w)).
+__device__ __forceinline__ bf16 norm_value_zc(float v, float inv, bf16 w) {
+    return to_bf16(__fmul_rn(__fmul_rn(v, inv), __fadd_rn(1.0f, to_f32(w))));
+}

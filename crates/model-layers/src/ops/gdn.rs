@@ -26,11 +26,12 @@ const RECURRENCE_THREADS: u32 = 128;
 const NORM_WARPS: u32 = 8;
 
 /// The conv: blocks over (channel tiles, rows); with `chain` one block row walks the rows.
+/// grid.y is capped at CUDA's 65535 (the kernel walks further rows grid-stride).
 fn conv_config(channels: u64, rows: u32, chain: u32) -> LaunchConfig {
     let tiles = channels
         .div_ceil(CONV_THREADS as u64)
         .clamp(1, u32::MAX as u64) as u32;
-    let row_blocks = if chain != 0 { 1 } else { rows.max(1) };
+    let row_blocks = if chain != 0 { 1 } else { rows.clamp(1, 65_535) };
     LaunchConfig {
         grid: [tiles, row_blocks, 1],
         block: [CONV_THREADS, 1, 1],
@@ -123,7 +124,8 @@ pub fn recurrence(
     num_slots: u32,
     chain: u32,
 ) -> Launch {
-    let row_blocks = if chain != 0 { 1 } else { rows.max(1) };
+    // grid.y is capped at CUDA's 65535; the kernel walks further rows grid-stride.
+    let row_blocks = if chain != 0 { 1 } else { rows.clamp(1, 65_535) };
     let config = LaunchConfig {
         grid: [nv.max(1), row_blocks, 1],
         block: [RECURRENCE_THREADS, 1, 1],

@@ -4,16 +4,18 @@
 //! Expert weights are stacked row-major: gate and up `[experts][inter][hidden]`, down
 //! `[experts][hidden][inter]`. Picks are `ids i32[rows·k]` and `weights f32[rows·k]`.
 //!
-//! Grid: routing runs one block per row and keeps the row's probabilities in shared memory;
-//! the expert projections run blocks of 256 threads over (8 output features, pick) for gate·up
-//! and (8 output features, row) for down, whose block sums its row's picks in order.
+//! Grid: routing runs one block of 256 threads per row and keeps the row's probabilities in
+//! dynamic shared memory; the expert projections run blocks of 256 threads (one warp per
+//! output feature) over (pick, 8 output features) for gate·up and (row, 8 output features)
+//! for down, whose warp sums its row's picks in order. Picks and rows are `grid.x` (no 65535
+//! limit); feature tiles past 65535 are walked grid-stride by the kernels.
 
 use solder_gpu_runtime::LaunchConfig;
 
 use super::{Args, Buf, Launch};
 
 /// Threads of a routing block (one row).
-const ROUTE_THREADS: u32 = 128;
+const ROUTE_THREADS: u32 = 256;
 
 /// Output features per expert-projection block (as in `gemv`).
 const FEATURES_PER_BLOCK: u32 = 8;
@@ -25,12 +27,13 @@ fn route_config(rows: u32, experts: u32) -> LaunchConfig {
     }
 }
 
-/// Blocks over (8-feature tiles, `slices`).
+/// Blocks over (`slices`, 8-feature tiles); grid.y is capped at CUDA's 65535 (the kernels
+/// walk further tiles grid-stride).
 fn expert_config(features: u32, slices: u32) -> LaunchConfig {
     LaunchConfig {
         grid: [
-            features.div_ceil(FEATURES_PER_BLOCK).max(1),
             slices.max(1),
+            features.div_ceil(FEATURES_PER_BLOCK).clamp(1, 65_535),
             1,
         ],
         block: [256, 1, 1],

@@ -1,0 +1,397 @@
+// `gdn` module: the gated DeltaNet (linear attention) layers of Qwen3-Next: the causal
+// depthwise conv over the q/k/v channels, the per-head gates, the gated delta rule recurrence
+// and the gated RMSNorm of its output.
+//
+// Geometry: nk key heads of dk, nv value heads of dv (nv a multiple of nk, ratio = nv / nk), a
+// qkvz row of nk groups `[q dk | k dk | v ratio·dv | z ratio·dv]`, a conv channel row
+// `[q kd | k kd | v vd]` (kd = nk·dk, vd = nv·dv). State lives in slots (slots i32[rows]): the
+// conv history bf16 `[num_slots][C][kernel − 1]` (oldest first), the recurrent state f32
+// `[num_slots][nv][dk][dv]`. chain = 0: row r is its own sequence on slots[r]; chain = 1: the
+// rows are consecutive tokens of one sequence on slots[0], run in order. Snapshots (optional)
+// receive the row's slot state after the row.
+//
+// Launch (ops/gdn.rs):
+//  - conv: grid (⌈C/256⌉, rows, or 1 with chain), 256 threads, one thread per channel;
+//  - gates: elementwise over rows·nv;
+//  - recurrence, recurrence_pitched: grid (nv, rows, or 1 with chain), 128 threads; thread t
+//    owns the state columns j ≡ t (mod blockDim) of the head (a column of S evolves on its own:
+//    kv_mem[j], delta[j], the update and out[j] read only column j), so no cross-thread
+//    reduction touches the state; dk <= 256;
+//  - gated_norm: one warp per (row, v head), 8 per block.
+//
+// chain = 0 with several rows on one slot (padding rows on a scratch slot): the CPU twin runs
+// them in order; here only the first row on a slot (the lowest r) advances the state, the later
+// ones write zeros to their outputs and snapshots and touch no state, so the result is
+// deterministic and no block races another on a slot. A slot outside 0..num_slots (refused by
+// the CPU twin) is treated the same way.
+#include "common.cuh"
+
+#define GDN_MAX_DK 256u
+#define GDN_L2NORM_EPS 1e-6f
+
+// Head geometry. Per-row sizes are 32-bit (the kernels refuse qkvz rows of 2^32 elements or
+// more and 2^31 channels or more), so channel maps use 32-bit division (a 64-bit one is a call with a stack frame).
+struct GdnHeads {
+    unsigned nk, dk, nv, dv, ratio;
+    unsigned group;    // 2·dk + 2·ratio·dv: one key head's qkvz group
+    unsigned kd;       // nk·dk
+    unsigned channels; // 2·kd + nv·dv
+    unsigned qkvz_row; // nk·group
+
+    // False on a geometry the CPU twin refuses, or one too wide (then the kernel does nothing).
+    __device__ __forceinline__ bool init(unsigned nk_, unsigned dk_, unsigned nv_, unsigned dv_) {
+        nk = nk_;
+        dk = dk_;
+        nv = nv_;
+        dv = dv_;
+        if (nk == 0u || dk == 0u || nv == 0u || dv == 0u || nv % nk != 0u) {
+            return false;
+        }
+        ratio = nv / nk;
+        const unsigned long long group_ll = 2ull * dk + 2ull * ratio * dv;
+        const unsigned long long kd_ll = (unsigned long long)nk * dk;
+        const unsigned long long channels_ll = 2ull * kd_ll + (unsigned long long)nv * dv;
+        const unsigned long long row_ll = (unsigned long long)nk * group_ll;
+        if (row_ll > 0xffffffffull || channels_ll > 0x7fffffffull) {
+            return false;
+        }
+        group = (unsigned)group_ll;
+        kd = (unsigned)kd_ll;
+        channels = (unsigned)channels_ll;
+        qkvz_row = (unsigned)row_ll;
+        return true;
+    }
+
+    // Where conv channel c (HF's cat(query, key, value)) sits in a qkvz row.
+    __device__ __forceinline__ unsigned channel_source(unsigned c) const {
+        if (c < kd) {
+            return (c / dk) * group + c % dk;
+        }
+        if (c < 2u * kd) {
+            const unsigned ck = c - kd;
+            return (ck / dk) * group + dk + ck % dk;
+        }
+        const unsigned cv = c - 2u * kd;
+        const unsigned vh = cv / dv;
+        return (vh / ratio) * group + 2u * dk + (vh % ratio) * dv + cv % dv;
+    }
+
+    // Where v head vh's z starts in a qkvz row.
+    __device__ __forceinline__ unsigned z_source(unsigned vh) const {
+        return (vh / ratio) * group + 2u * dk + ratio * dv + (vh % ratio) * dv;
+    }
+};
+
+// Whether row r (chain 0) is the first row on its slot, by the whole block: true when no row
+// r' < r has slots[r'] == slot. Every thread of the block must call it.
+__device__ __forceinline__ bool first_on_slot(const int* __restrict__ slots, unsigned r, int slot) {
+    int dup = 0;
+    for (unsigned i = threadIdx.x; i < r; i += blockDim.x) {
+        dup |= slots[i] == slot ? 1 : 0;
+    }
+    return __syncthreads_or(dup) == 0;
+}
+
+__device__ __forceinline__ bool slot_ok(int slot, unsigned num_slots) {
+    return slot >= 0 && (unsigned)slot < num_slots;
+}
+
+// ---- conv ----------------------------------------------------------------------------------
+
+// One row of the conv for this thread's channels (c = blockIdx.x·blockDim.x + t, grid-stride
+// over grid.x): the SiLU of the causal dot over (history, x), x entering the history. With
+// `live` false: zeros to out and the snapshot, the state untouched.
+__device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restrict__ qkvz,
+                                         const bf16* __restrict__ w, bf16* __restrict__ state,
+                                         bf16* __restrict__ out, bf16* __restrict__ snapshots,
+                                         unsigned r, int slot, bool live, unsigned kernel) {
+    const unsigned hist = kernel - 1u;
+    const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
+    const bf16 zero = to_bf16(0.0f);
+    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
+         c += gridDim.x * blockDim.x) {
+        bf16* o = out + (unsigned long long)r * g.channels + c;
+        bf16* snap = snapshots != nullptr
+                         ? snapshots + (unsigned long long)r * slot_elems + (unsigned long long)c * hist
+                         : nullptr;
+        if (!live) {
+            *o = zero;
+            if (snap != nullptr) {
+                for (unsigned i = 0; i < hist; ++i) {
+                    snap[i] = zero;
+                }
+            }
+            continue;
+        }
+        bf16* h = state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist;
+        const bf16* wc = w + (unsigned long long)c * kernel;
+        const bf16 x = qkvz[(unsigned long long)r * g.qkvz_row + g.channel_source(c)];
+        float acc = 0.0f;
+        for (unsigned i = 0; i < hist; ++i) {
+            acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[i]), to_f32(h[i])));
+        }
+        acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[hist]), to_f32(x)));
+        for (unsigned i = 0; i + 1u < hist; ++i) {
+            h[i] = h[i + 1u];
+        }
+        h[hist - 1u] = x;
+        if (snap != nullptr) {
+            for (unsigned i = 0; i < hist; ++i) {
+                snap[i] = h[i];
+            }
+        }
+        *o = to_bf16(silu_f32(acc));
+    }
+}
+
+// Depthwise causal conv (width `kernel` >= 2) + SiLU of each row's q/k/v channels, gathered
+// from qkvz bf16[rows·nk·group]; w bf16[C·kernel]; state bf16 (read-write); out bf16[rows·C];
+// snapshots bf16[rows·C·(kernel − 1)] (optional). A thread owns a channel's history, so with
+// chain the block row walks the rows in order with no synchronisation.
+extern "C" __global__ void __launch_bounds__(256) conv(
+    const bf16* __restrict__ qkvz, const bf16* __restrict__ w, bf16* __restrict__ state,
+    const int* __restrict__ slots, bf16* __restrict__ out, bf16* __restrict__ snapshots,
+    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned kernel,
+    unsigned num_slots, unsigned chain) {
+    GdnHeads g;
+    if (!g.init(nk, dk, nv, dv) || kernel < 2u || rows == 0u) {
+        return;
+    }
+    // One call site of conv_row (with chain the block row 0 walks every row in order).
+    if (chain != 0u && blockIdx.y != 0u) {
+        return;
+    }
+    const unsigned first = chain != 0u ? 0u : blockIdx.y;
+    const unsigned step = chain != 0u ? 1u : gridDim.y;
+    for (unsigned r = first; r < rows; r += step) {
+        const int slot = slots[chain != 0u ? 0u : r];
+        const bool live =
+            (chain != 0u || first_on_slot(slots, r, slot)) && slot_ok(slot, num_slots);
+        conv_row(g, qkvz, w, state, out, snapshots, r, slot, live, kernel);
+    }
+}
+
+// ---- gates ---------------------------------------------------------------------------------
+
+// torch's softplus (beta 1, threshold 20).
+__device__ __forceinline__ float softplus_f32(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// ba bf16[rows·2·nv] (HF's in_proj_ba, viewed as [nk][b ratio | a ratio]), a_log, dt_bias
+// bf16[nv] → beta = sigmoid(b), g = −exp(a_log) · softplus(a + dt_bias), f32[rows·nv].
+// Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) gates(const bf16* __restrict__ ba,
+                                                        const bf16* __restrict__ a_log,
+                                                        const bf16* __restrict__ dt_bias,
+                                                        float* __restrict__ beta,
+                                                        float* __restrict__ g, unsigned rows,
+                                                        unsigned nk, unsigned nv) {
+    if (nk == 0u || nv == 0u || nv % nk != 0u) {
+        return;
+    }
+    const unsigned ratio = nv / nk;
+    const unsigned long long n = (unsigned long long)rows * nv;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * 4ull;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * 4ull; base < n;
+         base += stride) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
+            if (i < n) {
+                const unsigned long long row = i / nv;
+                const unsigned vh = (unsigned)(i - row * nv);
+                const unsigned long long at =
+                    row * 2ull * nv + (unsigned long long)(vh / ratio) * 2ull * ratio + vh % ratio;
+                const float b = to_f32(ba[at]);
+                const float a = to_f32(ba[at + ratio]);
+                beta[i] = sigmoid_f32(b);
+                const float decay = expf(to_f32(a_log[vh]));
+                g[i] = __fmul_rn(-decay, softplus_f32(__fadd_rn(a, to_f32(dt_bias[vh]))));
+            }
+        }
+    }
+}
+
+// ---- recurrence ----------------------------------------------------------------------------
+
+// One token of v head `head` of row r on the state S (`[dk][dv]` f32 at `s`), by the whole
+// block (every thread calls it; `live` is uniform). q and k are l2-normalised (eps 1e-6, warp
+// 0 and warp 1 reduce Σx² in `warp_sum_squares` order), q scaled by 1/sqrt(dk); then per column
+// j (one thread): S ← S · exp(g); kv = Σ_i S[i][j]·k[i] (i ascending); delta = (v[j] − kv) ·
+// beta; S[i][j] += k[i]·delta; out[j] = bf16(Σ_i S[i][j]·q[i]) (i ascending), multiplies and
+// adds unfused in the CPU twin's order. The column is read twice from global memory (the
+// decayed value is recomputed in the second pass, same bits) and written once.
+__device__ __forceinline__ void recurrence_row(
+    const GdnHeads& hd, const bf16* __restrict__ mixed, const float* __restrict__ beta,
+    const float* __restrict__ g, float* __restrict__ s, bf16* __restrict__ out,
+    float* __restrict__ snap, unsigned r, unsigned head, bool live, float* q_s, float* k_s) {
+    const unsigned dk = hd.dk;
+    const unsigned dv = hd.dv;
+    bf16* o = out + ((unsigned long long)r * hd.nv + head) * dv;
+    if (!live) {
+        for (unsigned j = threadIdx.x; j < dv; j += blockDim.x) {
+            o[j] = to_bf16(0.0f);
+        }
+        if (snap != nullptr) {
+            const unsigned long long head_elems = (unsigned long long)dk * dv;
+            for (unsigned long long e = threadIdx.x; e < head_elems; e += blockDim.x) {
+                snap[e] = 0.0f;
+            }
+        }
+        return;
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const bf16* m = mixed + (unsigned long long)r * hd.channels;
+    const unsigned kh = head / hd.ratio;
+    __syncthreads(); // the previous row's readers are done with q_s, k_s
+    if (warp < 2u) {
+        const bf16* src = m + (warp == 0u ? 0ull : hd.kd) + (unsigned long long)kh * dk;
+        float* dst = warp == 0u ? q_s : k_s;
+        const float ss = warp_sum_squares([&](unsigned i) { return to_f32(src[i]); }, dk, lane);
+        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, GDN_L2NORM_EPS)));
+        const float scale = __fsqrt_rn((float)dk);
+        for (unsigned i = lane; i < dk; i += 32) {
+            const float v = __fmul_rn(to_f32(src[i]), inv);
+            dst[i] = warp == 0u ? __fdiv_rn(v, scale) : v;
+        }
+    }
+    __syncthreads();
+    const unsigned long long at = (unsigned long long)r * hd.nv + head;
+    const float decay = expf(g[at]);
+    const float b = beta[at];
+    const bf16* v = m + 2ull * hd.kd + (unsigned long long)head * dv;
+    for (unsigned j = threadIdx.x; j < dv; j += blockDim.x) {
+        float kv = 0.0f;
+        for (unsigned i = 0; i < dk; ++i) {
+            const float x = __fmul_rn(s[(unsigned long long)i * dv + j], decay);
+            kv = __fadd_rn(kv, __fmul_rn(x, k_s[i]));
+        }
+        const float delta = __fmul_rn(__fsub_rn(to_f32(v[j]), kv), b);
+        float acc = 0.0f;
+        for (unsigned i = 0; i < dk; ++i) {
+            const unsigned long long e = (unsigned long long)i * dv + j;
+            const float x = __fadd_rn(__fmul_rn(s[e], decay), __fmul_rn(k_s[i], delta));
+            s[e] = x;
+            if (snap != nullptr) {
+                snap[e] = x;
+            }
+            acc = __fadd_rn(acc, __fmul_rn(x, q_s[i]));
+        }
+        o[j] = to_bf16(acc);
+    }
+}
+
+// The body of both recurrence kernels; `pitched`: row r's slot is slots[0] + r·(slots[1] −
+// slots[0]) (chain 0 only).
+__device__ __forceinline__ void recurrence_run(
+    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
+    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+    unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
+    __shared__ float q_s[GDN_MAX_DK];
+    __shared__ float k_s[GDN_MAX_DK];
+    GdnHeads hd;
+    if (!hd.init(nk, dk, nv, dv) || dk > GDN_MAX_DK || rows == 0u || blockDim.x < 64u ||
+        (blockDim.x & 31u) != 0u) {
+        return;
+    }
+    const unsigned head = blockIdx.x;
+    if (head >= nv) {
+        return;
+    }
+    const unsigned long long head_elems = (unsigned long long)dk * dv;
+    auto head_state = [&](int slot) {
+        return state + ((unsigned long long)slot * nv + head) * head_elems;
+    };
+    auto head_snapshot = [&](unsigned r) -> float* {
+        return snapshots != nullptr ? snapshots + ((unsigned long long)r * nv + head) * head_elems
+                                    : nullptr;
+    };
+    // One call site of recurrence_row (with chain the block row 0 walks every row in order).
+    if (chain != 0u && blockIdx.y != 0u) {
+        return;
+    }
+    const unsigned first = chain != 0u ? 0u : blockIdx.y;
+    const unsigned step = chain != 0u ? 1u : gridDim.y;
+    for (unsigned r = first; r < rows; r += step) {
+        int slot;
+        bool first_row;
+        if (chain != 0u) {
+            slot = slots[0];
+            first_row = true;
+        } else if (pitched) {
+            const long long base = slots[0];
+            const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
+            const long long sl = base + (long long)r * pitch;
+            slot = (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
+            first_row = pitch != 0ll || r == 0u; // distinct slots unless the pitch is 0
+        } else {
+            slot = slots[r];
+            first_row = first_on_slot(slots, r, slot);
+        }
+        const bool live = first_row && slot_ok(slot, num_slots);
+        float* s = live ? head_state(slot) : nullptr;
+        recurrence_row(hd, mixed, beta, g, s, out, head_snapshot(r), r, head, live, q_s, k_s);
+    }
+}
+
+// The gated delta rule with l2-normalised q and k: mixed bf16[rows·C] (the conv output), beta,
+// g f32[rows·nv], state f32 (read-write), out bf16[rows·nv·dv], snapshots f32[rows·nv·dk·dv]
+// (optional).
+extern "C" __global__ void __launch_bounds__(128) recurrence(
+    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
+    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+    unsigned dv, unsigned num_slots, unsigned chain) {
+    recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+                   chain, false);
+}
+
+// `recurrence` (chain 0) on evenly pitched slots: row r's state is slot slots[0] + r·(slots[1] −
+// slots[0]). The same `recurrence_row` per (row, head), so on such slots it is byte-identical
+// to `recurrence`.
+extern "C" __global__ void __launch_bounds__(128) recurrence_pitched(
+    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
+    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+    unsigned dv, unsigned num_slots, unsigned chain) {
+    recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+                   chain, true);
+}
+
+// ---- gated norm ----------------------------------------------------------------------------
+
+// RMSNorm of each v head of core bf16[rows·nv·dv] (weight w bf16[dv]) times silu(z), z the
+// head's slice of qkvz bf16[rows·nk·group] → out bf16[rows·nv·dv] = bf16(((x · inv) · w) ·
+// silu(z)). One warp per (row, v head) (grid-stride), Σx² in `warp_sum_squares` order.
+extern "C" __global__ void __launch_bounds__(256) gated_norm(const bf16* __restrict__ core,
+                                                             const bf16* __restrict__ qkvz,
+                                                             const bf16* __restrict__ w,
+                                                             bf16* __restrict__ out,
+                                                             unsigned rows, unsigned nk,
+                                                             unsigned dk, unsigned nv,
+                                                             unsigned dv, float eps) {
+    GdnHeads hd;
+    if (!hd.init(nk, dk, nv, dv)) {
+        return;
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned long long heads = (unsigned long long)rows * nv;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * warps + (threadIdx.x >> 5);
+         i < heads; i += (unsigned long long)gridDim.x * warps) {
+        const unsigned long long row = i / nv;
+        const unsigned vh = (unsigned)(i - row * nv);
+        const bf16* x = core + i * dv;
+        const bf16* z = qkvz + row * hd.qkvz_row + hd.z_source(vh);
+        bf16* o = out + i * dv;
+        const float ss = warp_sum_squares([&](unsigned e) { return to_f32(x[e]); }, dv, lane);
+        const float inv = inv_rms(ss, dv, eps);
+        for (unsigned e = lane; e < dv; e += 32) {
+            const float y = __fmul_rn(__fmul_rn(to_f32(x[e]), inv), to_f32(w[e]));
+            o[e] = to_bf16(__fmul_rn(y, silu_f32(to_f32(z[e]))));
+        }
+    }
+}

@@ -1,0 +1,316 @@
+// `moe` module: Mixture-of-Experts routing (softmax → top-k, optionally fused with the router
+// projection), the routed expert MLP (gate·up·SiLU, then down with the weighted sum over the
+// picks) and the shared expert's gated combine.
+//
+// Expert weights are stacked row-major: gate and up `[experts][inter][hidden]`, down
+// `[experts][hidden][inter]`. Picks are ids i32[rows·k] and weights f32[rows·k].
+//
+// Launch (ops/moe.rs):
+//  - routing: one block of 256 threads per row (grid-stride), the row's probabilities in
+//    `experts · 4` bytes of dynamic shared memory;
+//  - gate_up_silu: grid (rows·k picks, ⌈inter/8⌉ feature tiles (grid-stride past 65535)),
+//    256 threads, one warp per output feature of the pick's expert;
+//  - down: grid (rows, ⌈hidden/8⌉ feature tiles), 256 threads, one warp per output feature,
+//    summing the row's picks in pick order;
+//  - combine_shared: elementwise.
+//
+// Every dot is `lane_dot` + `warp_sum` (common.cuh), gemv's order: so a router logit is
+// bit for bit what gemv::lm_head stores, and one pick's gate/up value is what gemv's
+// gate_up_silu would give on that expert's matrices.
+#include "common.cuh"
+
+// ---- routing -------------------------------------------------------------------------------
+
+#define ROUTE_NONE 0xffffffffu
+
+// The row's probabilities (softmax in place), then picks; `experts` floats.
+extern __shared__ float route_probs[];
+
+// Is candidate (p, i) ahead of (bp, bi)? Larger probability first, ties to the lower id; an
+// empty candidate (ROUTE_NONE) is behind everything.
+__device__ __forceinline__ bool route_ahead(float p, unsigned i, float bp, unsigned bi) {
+    return i != ROUTE_NONE && (bi == ROUTE_NONE || p > bp || (p == bp && i < bi));
+}
+
+// Softmax of the row's logits (in route_probs[0..experts)), then the top k by repeated
+// selection (descending, ties to the lower expert id) → ids, weights (the row's k entries),
+// renormalised to sum 1 when `norm_topk`. Called by the whole block. Orders: the max is exact;
+// the sum is warp 0's (lane l sums e ≡ l mod 32 in order, then the butterfly), depending only
+// on `experts`; each selection is exact (a strict total order); the renormalising sum is over
+// the picks in order. A pick that finds nothing (k > experts) is id −1, weight 0.
+__device__ __forceinline__ void route_row(unsigned experts, unsigned k, bool norm_topk,
+                                          int* __restrict__ ids, float* __restrict__ weights) {
+    __shared__ float red_p[32];
+    __shared__ unsigned red_i[32];
+    __shared__ float row_max;
+    __shared__ float row_sum;
+    float* probs = route_probs;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+
+    if (warp == 0) {
+        float m = NEG_INF;
+        for (unsigned e = lane; e < experts; e += 32) {
+            m = fmaxf(m, probs[e]);
+        }
+        m = warp_max(m);
+        if (lane == 0) {
+            row_max = m;
+        }
+    }
+    __syncthreads();
+    const float mx = row_max;
+    for (unsigned e = threadIdx.x; e < experts; e += blockDim.x) {
+        probs[e] = expf(__fsub_rn(probs[e], mx));
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float s = 0.0f;
+        for (unsigned e = lane; e < experts; e += 32) {
+            s = __fadd_rn(s, probs[e]);
+        }
+        s = warp_sum(s);
+        if (lane == 0) {
+            row_sum = s;
+        }
+    }
+    __syncthreads();
+    const float sum = row_sum;
+    for (unsigned e = threadIdx.x; e < experts; e += blockDim.x) {
+        probs[e] = __fdiv_rn(probs[e], sum);
+    }
+    __syncthreads();
+
+    // Taken experts are marked −1 (probabilities are >= 0).
+    float picked = 0.0f;
+    for (unsigned j = 0; j < k; ++j) {
+        float bp = 0.0f;
+        unsigned bi = ROUTE_NONE;
+        for (unsigned e = threadIdx.x; e < experts; e += blockDim.x) {
+            const float p = probs[e];
+            if (!(p < 0.0f) && route_ahead(p, e, bp, bi)) {
+                bp = p;
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) {
+            const float op = __shfl_xor_sync(SOLDER_FULL_MASK, bp, m);
+            const unsigned oi = __shfl_xor_sync(SOLDER_FULL_MASK, bi, m);
+            if (route_ahead(op, oi, bp, bi)) {
+                bp = op;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            red_p[warp] = bp;
+            red_i[warp] = bi;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (unsigned w = 1; w < warps; ++w) {
+                if (route_ahead(red_p[w], red_i[w], bp, bi)) {
+                    bp = red_p[w];
+                    bi = red_i[w];
+                }
+            }
+            const float weight = bi != ROUTE_NONE ? bp : 0.0f;
+            ids[j] = bi != ROUTE_NONE ? (int)bi : -1;
+            weights[j] = weight;
+            picked = __fadd_rn(picked, weight);
+            if (bi != ROUTE_NONE) {
+                probs[bi] = -1.0f;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && norm_topk) {
+        for (unsigned j = 0; j < k; ++j) {
+            weights[j] = __fdiv_rn(weights[j], picked);
+        }
+    }
+}
+
+// logits f32[rows·experts] → softmax → top k per row: ids i32[rows·k], weights f32[rows·k]
+// (renormalised when norm_topk != 0).
+extern "C" __global__ void __launch_bounds__(256) topk_softmax(const float* __restrict__ logits,
+                                                               int* __restrict__ ids,
+                                                               float* __restrict__ weights,
+                                                               unsigned rows, unsigned experts,
+                                                               unsigned k, unsigned norm_topk) {
+    if (experts == 0u || k == 0u || (blockDim.x & 31u) != 0u) {
+        return;
+    }
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        __syncthreads(); // the previous row's readers are done with route_probs
+        const float* row = logits + (unsigned long long)r * experts;
+        for (unsigned e = threadIdx.x; e < experts; e += blockDim.x) {
+            route_probs[e] = row[e];
+        }
+        __syncthreads();
+        const unsigned long long at = (unsigned long long)r * k;
+        route_row(experts, k, norm_topk != 0u, ids + at, weights + at);
+    }
+}
+
+// The router projection of x bf16[rows·hidden] (w bf16[experts·hidden]) then `topk_softmax`,
+// the f32 logits kept in shared memory. Each logit is warp_sum(lane_dot(x row, w row)), the
+// bits gemv::lm_head stores, and the routing is the same `route_row`: byte-identical to
+// gemv::lm_head followed by moe::topk_softmax.
+extern "C" __global__ void __launch_bounds__(256) router_topk(const bf16* __restrict__ x,
+                                                              const bf16* __restrict__ w,
+                                                              int* __restrict__ ids,
+                                                              float* __restrict__ weights,
+                                                              unsigned rows, unsigned hidden,
+                                                              unsigned experts, unsigned k,
+                                                              unsigned norm_topk) {
+    if (experts == 0u || k == 0u || hidden == 0u || (blockDim.x & 31u) != 0u) {
+        return;
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        __syncthreads(); // the previous row's readers are done with route_probs
+        const bf16* xr = x + (unsigned long long)r * hidden;
+        for (unsigned e = warp; e < experts; e += warps) {
+            const float logit =
+                warp_sum(lane_dot(xr, w + (unsigned long long)e * hidden, hidden, lane));
+            if (lane == 0) {
+                route_probs[e] = logit;
+            }
+        }
+        __syncthreads();
+        const unsigned long long at = (unsigned long long)r * k;
+        route_row(experts, k, norm_topk != 0u, ids + at, weights + at);
+    }
+}
+
+// ---- the routed expert MLP -----------------------------------------------------------------
+
+// For each row and pick j (expert e = ids[r·k + j]): act bf16[(r·k + j)·inter + f] =
+// silu(bf16(x_r · wg[e][f])) · bf16(x_r · wu[e][f]), as gemv::gate_up_silu stores it. One warp
+// per (pick, feature); the gate and up rows stream together against the same x chunks. An id
+// outside 0..experts (the CPU twin refuses it) gives zeros.
+//
+// The CPU twin groups picks by expert to read each expert once; here each (pick, feature) warp
+// reads its expert's rows with 16-byte loads and picks of one expert re-read them from L2.
+extern "C" __global__ void __launch_bounds__(256) gate_up_silu(const bf16* __restrict__ x,
+                                                               const int* __restrict__ ids,
+                                                               const bf16* __restrict__ wg,
+                                                               const bf16* __restrict__ wu,
+                                                               bf16* __restrict__ act,
+                                                               unsigned rows, unsigned hidden,
+                                                               unsigned inter, unsigned experts,
+                                                               unsigned k) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned long long picks = (unsigned long long)rows * k;
+    for (unsigned long long s = blockIdx.x; s < picks; s += gridDim.x) {
+        const unsigned long long row = s / k;
+        const int id = ids[s];
+        const bool valid = id >= 0 && (unsigned)id < experts;
+        const bf16* xr = x + row * hidden;
+        for (unsigned fb = blockIdx.y; fb * warps < inter; fb += gridDim.y) {
+            const unsigned f = fb * warps + warp;
+            if (f >= inter) {
+                continue;
+            }
+            bf16* dst = act + s * inter + f;
+            if (!valid) {
+                if (lane == 0) {
+                    *dst = to_bf16(0.0f);
+                }
+                continue;
+            }
+            const unsigned long long wat = ((unsigned long long)id * inter + f) * hidden;
+            const bf16* gr = wg + wat;
+            const bf16* ur = wu + wat;
+            const bool xv = aligned16(xr);
+            const bool gv = aligned16(gr);
+            const bool uv = aligned16(ur);
+            float ag = 0.0f;
+            float au = 0.0f;
+            for (unsigned i0 = lane * 8u; i0 < hidden; i0 += 256u) {
+                const unsigned n = min(8u, hidden - i0);
+                const uint4 xb = load8_bits(xr + i0, n, xv);
+                const uint4 gb = load8_bits(gr + i0, n, gv);
+                const uint4 ub = load8_bits(ur + i0, n, uv);
+                ag = dot8(xb, gb, ag);
+                au = dot8(xb, ub, au);
+            }
+            const float sg = warp_sum(ag);
+            const float su = warp_sum(au);
+            if (lane == 0) {
+                *dst = silu_mul_value(linear_value(sg, nullptr, f), linear_value(su, nullptr, f));
+            }
+        }
+    }
+}
+
+// out bf16[rows·hidden] = Σ_j weights[r·k + j] · (act[r·k + j] · wd[ids[r·k + j]][o]), summed
+// in f32 over the picks j in increasing order (acc + dot · weight, as the CPU twin), stored
+// bf16 once. One warp per (row, output feature). A pick with an id outside 0..experts adds
+// nothing.
+extern "C" __global__ void __launch_bounds__(256) down(const bf16* __restrict__ act,
+                                                       const int* __restrict__ ids,
+                                                       const float* __restrict__ weights,
+                                                       const bf16* __restrict__ wd,
+                                                       bf16* __restrict__ out, unsigned rows,
+                                                       unsigned hidden, unsigned inter,
+                                                       unsigned experts, unsigned k) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        for (unsigned fb = blockIdx.y; fb * warps < hidden; fb += gridDim.y) {
+            const unsigned o = fb * warps + warp;
+            if (o >= hidden) {
+                continue;
+            }
+            float acc = 0.0f;
+            for (unsigned j = 0; j < k; ++j) {
+                const unsigned long long s = (unsigned long long)r * k + j;
+                const int id = ids[s];
+                if (id < 0 || (unsigned)id >= experts) {
+                    continue;
+                }
+                const bf16* wr = wd + ((unsigned long long)id * hidden + o) * inter;
+                const float d = warp_sum(lane_dot(act + s * inter, wr, inter, lane));
+                acc = __fadd_rn(acc, __fmul_rn(d, weights[s]));
+            }
+            if (lane == 0) {
+                out[(unsigned long long)r * hidden + o] = to_bf16(acc);
+            }
+        }
+    }
+}
+
+// ---- the shared expert ---------------------------------------------------------------------
+
+// out bf16[rows·hidden] = bf16(routed + sigmoid(gate[r]) · shared), in f32 (gate bf16[rows], the
+// shared-expert gate projection). Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) combine_shared(const bf16* __restrict__ routed,
+                                                                 const bf16* __restrict__ shared,
+                                                                 const bf16* __restrict__ gate,
+                                                                 bf16* __restrict__ out,
+                                                                 unsigned rows, unsigned hidden) {
+    if (hidden == 0u) {
+        return;
+    }
+    const unsigned long long n = (unsigned long long)rows * hidden;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * 4ull;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x * 4ull; base < n;
+         base += stride) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
+            if (i < n) {
+                const float s = sigmoid_f32(to_f32(gate[i / hidden]));
+                out[i] = to_bf16(__fadd_rn(to_f32(routed[i]), __fmul_rn(s, to_f32(shared[i]))));
+            }
+        }
+    }
+}
