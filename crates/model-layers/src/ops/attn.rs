@@ -69,19 +69,23 @@ pub fn paged_causal(
     num_pages: u32,
     scale: f32,
 ) -> Launch {
-    let config = attn_config(rows, heads);
-    args(
+    let mut launch = paged_decode(
         q,
         cache,
         block_tables,
         seq_lens,
         out,
-        [
-            rows, heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
-        ],
+        rows,
+        heads,
+        kv_heads,
+        head_dim,
+        block_size,
+        max_blocks,
+        num_pages,
         scale,
-    )
-    .launch("attn::paged_causal", config)
+    );
+    launch.kernel = "attn::paged_causal";
+    launch
 }
 
 #[allow(clippy::too_many_arguments)]

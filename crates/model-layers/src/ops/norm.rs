@@ -83,17 +83,17 @@ pub(crate) fn per_head_block(rows: u32, heads: u32, kv_heads: u32) -> LaunchConf
     LaunchConfig::linear(rows, 32 * warps)
 }
 
+/// The same launch under another kernel's name: the zero-centred kernels take exactly the
+/// arguments and shape of their plain counterparts.
+fn renamed(mut launch: Launch, kernel: &'static str) -> Launch {
+    launch.kernel = kernel;
+    launch
+}
+
 /// Zero-centred RMSNorm (Qwen3-Next): x f32[rows·hidden], w bf16[hidden] → out
 /// bf16[rows·hidden] = bf16((x · inv) · (1 + w)), inv as in `rms_norm`.
 pub fn rms_norm_zc(x: Buf, w: Buf, out: Buf, rows: u32, hidden: u32, eps: f32) -> Launch {
-    Args::new()
-        .read(x)
-        .read(w)
-        .write(out)
-        .u32(rows)
-        .u32(hidden)
-        .f32(eps)
-        .launch("norm::rms_norm_zc", per_warp_row(rows))
+    renamed(rms_norm(x, w, out, rows, hidden, eps), "norm::rms_norm_zc")
 }
 
 /// h f32 + x bf16 → h_out f32 (optional), then `rms_norm_zc` → out bf16.
@@ -108,16 +108,10 @@ pub fn add_rms_norm_zc(
     hidden: u32,
     eps: f32,
 ) -> Launch {
-    Args::new()
-        .read(h)
-        .read(x)
-        .read(w)
-        .write_opt(h_out)
-        .write(out)
-        .u32(rows)
-        .u32(hidden)
-        .f32(eps)
-        .launch("norm::add_rms_norm_zc", per_warp_row(rows))
+    renamed(
+        add_rms_norm(h, x, w, h_out, out, rows, hidden, eps),
+        "norm::add_rms_norm_zc",
+    )
 }
 
 /// `qk_norm` with zero-centred weights (1 + w); one block per row, one warp per head.
@@ -135,17 +129,10 @@ pub fn qk_norm_zc(
     head_dim: u32,
     eps: f32,
 ) -> Launch {
-    Args::new()
-        .read(q)
-        .read(k)
-        .read(wq)
-        .read(wk)
-        .write(q_out)
-        .write(k_out)
-        .u32(rows)
-        .u32(heads)
-        .u32(kv_heads)
-        .u32(head_dim)
-        .f32(eps)
-        .launch("norm::qk_norm_zc", per_head_block(rows, heads, kv_heads))
+    renamed(
+        qk_norm(
+            q, k, wq, wk, q_out, k_out, rows, heads, kv_heads, head_dim, eps,
+        ),
+        "norm::qk_norm_zc",
+    )
 }
