@@ -9,7 +9,11 @@ use solder_model_layers::{greedy, Boot, CircuitExec, HostWeights, KvShape, Sessi
 
 use crate::args::Args;
 
-const HELP: &str = "usage: cargo xtask bench --backend cpu (--model DIR | --synth NAME) [options]
+const HELP: &str =
+    "usage: cargo xtask bench [--backend cpu|cuda] (--model DIR | --synth NAME) [options]
+
+  --backend B        cpu (default) or cuda (an xtask built with `--features cuda`; for graph
+                     replays and the bandwidth floor see `gpu-bench`)
 
   --model DIR        a Hugging Face checkpoint folder
   --synth NAME       a random-weight model built in memory: llama-3.2-1b (the full shape),
@@ -46,15 +50,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    match args.value("backend").unwrap_or("cpu") {
-        "cpu" => {}
-        other => {
-            return Err(format!(
-                "backend `{other}` is not available here (cpu; cuda comes with issue 4)"
-            ))
-        }
-    }
+    let backend_kind = crate::gpu::BackendKind::parse(args.value("backend"))?;
     if let Some(peer) = args.value("peer") {
+        if backend_kind != crate::gpu::BackendKind::Cpu {
+            return Err("--peer compares CPU engines: use it with --backend cpu".into());
+        }
         return crate::peer::run(peer, &args);
     }
     let (config, weights, name) = match (args.value("model"), args.value("synth")) {
@@ -99,11 +99,21 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let serve = ServeShape::with_max_batch(1).map_err(|e| e.to_string())?;
 
-    let mut backend = solder_model_layers::kernels::cpu_backend(args.number("threads")?)
-        .map_err(|e| e.to_string())?;
+    let mut cpu = None;
+    let mut device = crate::gpu::device_backend(backend_kind)?;
+    let backend: &mut dyn solder_gpu_runtime::GpuBackend = match device.as_deref_mut() {
+        Some(device) => {
+            eprintln!("{}", crate::gpu::describe(&device.facts()));
+            device
+        }
+        None => cpu.insert(
+            solder_model_layers::kernels::cpu_backend(args.number("threads")?)
+                .map_err(|e| e.to_string())?,
+        ),
+    };
     let started = Instant::now();
     let exec = CircuitExec::build(
-        &mut backend,
+        backend,
         Boot {
             config: config.clone(),
             serve,
@@ -124,7 +134,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .collect();
     let t = Instant::now();
     let logits = session
-        .prefill(&mut backend, id, &prompt)
+        .prefill(backend, id, &prompt)
         .map_err(|e| e.to_string())?;
     let prefill_s = t.elapsed().as_secs_f64();
     let vocab = config.vocab_size;
@@ -133,7 +143,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     for _ in 0..gen {
         let t = Instant::now();
         let logits = session
-            .decode(&mut backend, id, token)
+            .decode(backend, id, token)
             .map_err(|e| e.to_string())?;
         step_ms.push(t.elapsed().as_secs_f64() * 1e3);
         token = greedy(&logits);

@@ -2,9 +2,9 @@
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
 mod builtin;
-mod golden;
+pub(crate) mod golden;
 mod report;
-mod run;
+pub(crate) mod run;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -13,6 +13,7 @@ use solder_circuit::RuleSet;
 use solder_config::ModelConfig;
 
 use crate::args::Args;
+use crate::gpu::BackendKind;
 use golden::Golden;
 use run::{random_prompt, run_case, Case, Weights};
 
@@ -27,13 +28,17 @@ const HELP: &str =
   --json PATH      write the report as JSON
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
   --tokens T       prompt length without a golden (default 40: more than two KV pages)
-  --threads N      CPU backend threads (default: all)";
+  --threads N      CPU backend threads (default: all)
+  --backend B      cpu (default) or cuda (an xtask built with `--features cuda`): on cuda
+                   the same table, plus each model's all-rules decode run on the CPU backend
+                   too: max |gpu - cpu| and both golden ratios (without a golden, max |gpu -
+                   cpu| must stay within 2e-2 of the CPU logits' largest magnitude)";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
         argv,
         &[
-            "model", "golden", "goldens", "json", "rules", "tokens", "threads",
+            "model", "golden", "goldens", "json", "rules", "tokens", "threads", "backend",
         ],
         &["help"],
     )?;
@@ -41,6 +46,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
+    let backend_kind = BackendKind::parse(args.value("backend"))?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
@@ -114,20 +120,69 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
     let mut backend = solder_model_layers::kernels::cpu_backend(args.number("threads")?)
         .map_err(|e| e.to_string())?;
+    // On a device, the cases run there and the CPU backend re-runs each fused decode.
+    let mut device = crate::gpu::device_backend(backend_kind)?;
+    let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
+    if let Some(line) = &device_line {
+        println!("{line}");
+    }
     let started = Instant::now();
     let mut reports = Vec::new();
+    let mut crosses = Vec::new();
+    let mut failed_runs = Vec::new();
     for case in &cases {
         let t = Instant::now();
-        let report = run_case(case, &rules, &mut backend)?;
+        let ran = match device.as_deref_mut() {
+            Some(gpu) => run_case(case, &rules, gpu),
+            None => run_case(case, &rules, &mut backend),
+        };
+        let report = match ran {
+            Ok(report) => report,
+            // On a device one model's failure must not hide the others'.
+            Err(e) if device.is_some() => {
+                println!("== {}: ERROR {e}", case.name);
+                failed_runs.push(case.name.clone());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         report::print_case(&report, t.elapsed().as_secs_f64());
+        if device.is_some() {
+            match crate::gpu::cross::check(case, &rules, &mut backend, &report) {
+                Ok(cross) => {
+                    crate::gpu::cross::print(&cross, report.tokens);
+                    crosses.push((case.name.clone(), cross));
+                }
+                Err(e) => {
+                    println!("  gpu vs cpu: ERROR {e}");
+                    failed_runs.push(case.name.clone());
+                }
+            }
+        }
         reports.push(report);
     }
     for s in &skipped {
         println!("SKIP {s}");
     }
-    let pass = reports.iter().all(|r| r.passes());
+    let cross_failed: Vec<&str> = crosses
+        .iter()
+        .filter(|(_, c)| !c.passes())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !cross_failed.is_empty() || !failed_runs.is_empty() {
+        println!(
+            "gpu vs cpu too far: [{}]; runs that failed: [{}]",
+            cross_failed.join(", "),
+            failed_runs.join(", ")
+        );
+    }
+    let pass =
+        reports.iter().all(|r| r.passes()) && cross_failed.is_empty() && failed_runs.is_empty();
     if let Some(path) = args.value("json") {
         report::write_json(Path::new(path), &reports, pass, &rules.digest)?;
+        if let Some(line) = &device_line {
+            crate::gpu::cross::annotate_json(Path::new(path), line, &crosses)?;
+        }
     }
     println!(
         "{}",
@@ -161,6 +216,20 @@ fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<
         prompt,
         golden,
     })
+}
+
+/// One of the built-in tiny models, by name (`gpu-step`).
+pub fn builtin_named(name: &str) -> Result<&'static builtin::Builtin, String> {
+    builtin::BUILTINS
+        .iter()
+        .find(|b| b.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = builtin::BUILTINS.iter().map(|b| b.name).collect();
+            format!(
+                "unknown built-in model `{name}` (known: {})",
+                known.join(", ")
+            )
+        })
 }
 
 /// Index of the largest value (first among equals).

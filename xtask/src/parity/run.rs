@@ -3,7 +3,7 @@
 
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
-use solder_gpu_runtime::CpuBackend;
+use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
 
 use super::golden::{Golden, GoldenFigures};
@@ -112,6 +112,8 @@ pub struct CaseReport {
     pub modes: Vec<ModeRow>,
     pub detection: Detection,
     pub golden: Option<GoldenFigures>,
+    /// The all-rules decode of the first prompt, `[T * V]` (compared across backends).
+    pub decode_logits: Vec<f32>,
 }
 
 impl CaseReport {
@@ -139,7 +141,7 @@ pub fn random_prompt(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
         .collect()
 }
 
-pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut CpuBackend) -> R<CaseReport> {
+pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R<CaseReport> {
     let vocab = case.config.vocab_size;
     let tokens = case.prompt.len();
     if tokens < 2 {
@@ -150,30 +152,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut CpuBackend) -> R<Cas
     }
     let serve = ServeShape::default();
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    let block_size = 16;
-    let kv = KvShape {
-        pages: (widest + 2) * tokens.div_ceil(block_size) + 2,
-        block_size,
-        max_seq_len: tokens.next_multiple_of(block_size),
-        max_sequences: widest + 2,
-    };
-    let build = |backend: &mut CpuBackend, policy: Policy| -> R<CircuitExec> {
-        let weights = match &case.weights {
-            Weights::Random { seed } => WeightSource::Random { seed: *seed },
-            Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
-        };
-        let boot = Boot {
-            config: case.config.clone(),
-            serve: serve.clone(),
-            rules: rules.clone(),
-            policy,
-            weights,
-            kv,
-        };
-        CircuitExec::build(backend, boot).map_err(|e| format!("{}: {e}", case.name))
-    };
-    let mut reference = build(backend, Policy::reference_only())?;
-    let mut fused = build(backend, Policy::default())?;
+    let mut reference = build_exec(case, rules, backend, Policy::reference_only())?;
+    let mut fused = build_exec(case, rules, backend, Policy::default())?;
 
     let prompts: Vec<Vec<u32>> = (0..widest)
         .map(|r| {
@@ -271,11 +251,45 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut CpuBackend) -> R<Cas
         modes,
         detection,
         golden,
+        decode_logits: fused_alone,
     })
 }
 
+/// The exec of `case` under `policy` on `backend`: the default serve shape, and a KV cache
+/// for every prompt of the widest multi-seq width.
+pub fn build_exec(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+    policy: Policy,
+) -> R<CircuitExec> {
+    let serve = ServeShape::default();
+    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
+    let tokens = case.prompt.len();
+    let block_size = 16;
+    let kv = KvShape {
+        pages: (widest + 2) * tokens.div_ceil(block_size) + 2,
+        block_size,
+        max_seq_len: tokens.next_multiple_of(block_size),
+        max_sequences: widest + 2,
+    };
+    let weights = match &case.weights {
+        Weights::Random { seed } => WeightSource::Random { seed: *seed },
+        Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
+    };
+    let boot = Boot {
+        config: case.config.clone(),
+        serve,
+        rules: rules.clone(),
+        policy,
+        weights,
+        kv,
+    };
+    CircuitExec::build(backend, boot).map_err(|e| format!("{}: {e}", case.name))
+}
+
 /// Teacher-forced decode of `prompt`, one token per step: logits `[T * V]`.
-fn decode_all(exec: &CircuitExec, backend: &mut CpuBackend, prompt: &[u32]) -> R<Vec<f32>> {
+pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u32]) -> R<Vec<f32>> {
     let mut session = Session::new(exec);
     let id = session.add_sequence();
     let mut logits = Vec::with_capacity(prompt.len() * exec.config.vocab_size);
@@ -289,7 +303,7 @@ fn decode_all(exec: &CircuitExec, backend: &mut CpuBackend, prompt: &[u32]) -> R
 /// Every prompt in its own row, one token per step: each sequence's logits.
 fn multi_seq(
     exec: &CircuitExec,
-    backend: &mut CpuBackend,
+    backend: &mut dyn GpuBackend,
     prompts: &[Vec<u32>],
 ) -> R<Vec<Vec<f32>>> {
     let mut session = Session::new(exec);
@@ -313,7 +327,7 @@ fn multi_seq(
 /// `prompt` in verify steps of `k` tokens (the remainder through narrower programs).
 fn verify_chunks(
     exec: &CircuitExec,
-    backend: &mut CpuBackend,
+    backend: &mut dyn GpuBackend,
     prompt: &[u32],
     k: usize,
 ) -> R<Vec<f32>> {

@@ -1,0 +1,183 @@
+//! `gpu-bench`: a model's decode and multi-seq programs on a GPU, each timed eagerly and as a
+//! graph replay, against the weights' bandwidth floor.
+//!
+//! Per width: one real session step uploads that width's metadata; then warm-up runs, then up
+//! to `--runs` eager runs and as many graph replays, each followed by a synchronize before
+//! the clock is read (so a figure is one step's latency, launch gaps included); the median.
+//! The floor is the weight bytes one step must read over the device-to-device copy bandwidth
+//! measured here (bytes read plus bytes written per second, the median of several copies of a
+//! `--copy-mib` buffer). Last, every program of the ladder is captured once (the sum is the
+//! capture cost an engine pays at start), and a short table is printed.
+
+use crate::args::Args;
+
+const HELP: &str = "usage: cargo xtask gpu-bench [--synth NAME | --model DIR] [options]
+  (needs an xtask built with `--features cuda`; the bundle's `target/gpu-check/solder` is one)
+
+  --synth NAME       random weights in the full shape of tests/fixtures/configs/NAME.json
+                     (default llama-3.2-1b)
+  --model DIR        a Hugging Face checkpoint folder instead
+  --context T        tokens each sequence holds before the timed step (default 32)
+  --runs N           timed eager runs and graph replays per width, each (default 100)
+  --max-seconds S    stop one width's eager or graph timing after S seconds (default 2; at
+                     least 5 runs)
+  --widths LIST      rows to time, comma-separated, 1 = decode (default: 1 and every
+                     multi-seq width of the default serve ladder)
+  --copy-mib M       buffer copied device-to-device for the bandwidth (default 1024)
+  --json PATH        also write the figures as JSON
+  --rules FILE       fusion rules (default fusions/FUSIONS.toml)
+  --backend B        cuda (default; an xtask built with `--features cuda`), or cpu: a dry run
+                     of the harness on the CPU backend (for tests; its figures mean nothing)";
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    let args = Args::parse(
+        argv,
+        &[
+            "synth",
+            "model",
+            "context",
+            "runs",
+            "max-seconds",
+            "widths",
+            "copy-mib",
+            "json",
+            "rules",
+            "backend",
+        ],
+        &["help"],
+    )?;
+    if args.flag("help") {
+        println!("{HELP}");
+        return Ok(());
+    }
+    timing::run(&args)
+}
+
+/// One width's figures.
+#[derive(Debug, Clone)]
+pub struct WidthFigures {
+    pub mode: &'static str,
+    pub rows: usize,
+    pub launches: usize,
+    pub eager_us: f64,
+    pub eager_runs: usize,
+    pub graph_us: f64,
+    pub graph_runs: usize,
+}
+
+/// The whole run's figures.
+#[derive(Debug, Clone)]
+pub struct BenchFigures {
+    pub model: String,
+    pub device: String,
+    pub weights_bytes: usize,
+    pub copy_bytes_per_s: f64,
+    pub floor_us: f64,
+    pub widths: Vec<WidthFigures>,
+    pub programs_captured: usize,
+    pub capture_all_ms: f64,
+    pub build_s: f64,
+}
+
+impl BenchFigures {
+    /// The table printed last.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "gpu-bench {}: weights {:.1} MB/step, copy bandwidth {:.0} GB/s (read + write), floor {:.1} us; capture of all {} programs {:.1} ms\n",
+            self.model,
+            self.weights_bytes as f64 / 1e6,
+            self.copy_bytes_per_s / 1e9,
+            self.floor_us,
+            self.programs_captured,
+            self.capture_all_ms
+        );
+        out += &format!(
+            "{:<10} {:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+            "mode",
+            "rows",
+            "launches",
+            "eager_us",
+            "graph_us",
+            "eager/fl",
+            "graph/fl",
+            "tok/s graph"
+        );
+        for w in &self.widths {
+            let pct = |us: f64| format!("{:.0}%", 100.0 * us / self.floor_us);
+            out += &format!(
+                "{:<10} {:>5} {:>8} {:>10.1} {:>10.1} {:>10} {:>10} {:>12.0}\n",
+                w.mode,
+                w.rows,
+                w.launches,
+                w.eager_us,
+                w.graph_us,
+                pct(w.eager_us),
+                pct(w.graph_us),
+                w.rows as f64 * 1e6 / w.graph_us
+            );
+        }
+        out
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model,
+            "device": self.device,
+            "weights_bytes": self.weights_bytes,
+            "copy_bytes_per_s": self.copy_bytes_per_s,
+            "floor_us": self.floor_us,
+            "build_s": self.build_s,
+            "programs_captured": self.programs_captured,
+            "capture_all_ms": self.capture_all_ms,
+            "widths": self.widths.iter().map(|w| serde_json::json!({
+                "mode": w.mode,
+                "rows": w.rows,
+                "launches_per_step": w.launches,
+                "eager_us_median": w.eager_us,
+                "eager_runs": w.eager_runs,
+                "graph_us_median": w.graph_us,
+                "graph_runs": w.graph_runs,
+                "graph_percent_of_floor": 100.0 * w.graph_us / self.floor_us,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+mod timing;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_relates_each_width_to_the_floor() {
+        let figures = BenchFigures {
+            model: "m".into(),
+            device: "d".into(),
+            weights_bytes: 2_000_000_000,
+            copy_bytes_per_s: 4e12,
+            floor_us: 500.0,
+            widths: vec![WidthFigures {
+                mode: "decode",
+                rows: 1,
+                launches: 98,
+                eager_us: 1000.0,
+                eager_runs: 100,
+                graph_us: 750.0,
+                graph_runs: 100,
+            }],
+            programs_captured: 19,
+            capture_all_ms: 12.5,
+            build_s: 1.0,
+        };
+        let table = figures.table();
+        let last = table.lines().last().unwrap();
+        let fields: Vec<&str> = last.split_whitespace().collect();
+        assert_eq!(
+            fields,
+            ["decode", "1", "98", "1000.0", "750.0", "200%", "150%", "1333"]
+        );
+        assert!(table.starts_with("gpu-bench m: weights 2000.0 MB/step, copy bandwidth 4000 GB/s"));
+        assert_eq!(figures.json()["widths"][0]["graph_percent_of_floor"], 150.0);
+    }
+}

@@ -1,0 +1,306 @@
+//! The timed runs of `gpu-bench`, on any backend (the CPU backend only as a dry run of the
+//! harness: its figures mean nothing).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use solder_circuit::{Mode, Policy, RuleSet};
+use solder_config::{ModelConfig, ServeShape};
+use solder_gpu_runtime::GpuBackend;
+use solder_model_layers::{
+    Boot, CapturedGraph, CircuitExec, KvShape, Program, SeqId, Session, WeightSource,
+};
+
+use super::{BenchFigures, WidthFigures};
+use crate::args::Args;
+use crate::gpu::median;
+
+/// Untimed runs before each timing (module JIT, caches, clocks).
+const WARMUP: usize = 3;
+/// Fewest timed runs, whatever `--max-seconds` says.
+const MIN_RUNS: usize = 5;
+/// Timed copies for the bandwidth.
+const COPIES: usize = 8;
+
+struct Limits {
+    runs: usize,
+    max_seconds: f64,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let root = crate::workspace_root();
+    let (name, config, weights) = match (args.value("model"), args.value("synth")) {
+        (Some(_), Some(_)) => return Err("give --model or --synth, not both".into()),
+        (Some(dir), None) => {
+            let config = ModelConfig::from_file(&Path::new(dir).join("config.json"))
+                .map_err(|e| e.to_string())?;
+            (
+                dir.to_string(),
+                config,
+                WeightSource::Checkpoint(dir.into()),
+            )
+        }
+        (None, synth) => {
+            let synth = synth.unwrap_or("llama-3.2-1b");
+            let path = root.join(format!("tests/fixtures/configs/{synth}.json"));
+            let config = ModelConfig::from_file(&path).map_err(|e| e.to_string())?;
+            (synth.to_string(), config, WeightSource::Random { seed: 1 })
+        }
+    };
+    let context = args.number("context")?.unwrap_or(32);
+    let limits = Limits {
+        runs: args.number("runs")?.unwrap_or(100).max(1),
+        max_seconds: args
+            .value("max-seconds")
+            .map(|v| {
+                v.parse::<f64>()
+                    .map_err(|_| format!("`--max-seconds` wants a number, got `{v}`"))
+            })
+            .transpose()?
+            .unwrap_or(2.0),
+    };
+    let serve = ServeShape::default();
+    let widths: Vec<usize> = match args.value("widths") {
+        Some(list) => list
+            .split(',')
+            .map(|w| {
+                let w: usize = w
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`--widths`: `{w}` is not a number"))?;
+                if w == 1 || serve.multi_seq_ladder.contains(&w) {
+                    Ok(w)
+                } else {
+                    Err(format!(
+                        "`--widths`: {w} is neither 1 nor a width of the ladder {:?}",
+                        serve.multi_seq_ladder
+                    ))
+                }
+            })
+            .collect::<Result<_, String>>()?,
+        None => std::iter::once(1)
+            .chain(serve.multi_seq_ladder.iter().copied())
+            .collect(),
+    };
+    let widest = widths.iter().copied().max().unwrap_or(1);
+    let copy_bytes = args.number("copy-mib")?.unwrap_or(1024).max(1) << 20;
+    let rules_path = args
+        .value("rules")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("fusions/FUSIONS.toml"));
+    let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+
+    let kind = crate::gpu::BackendKind::parse(Some(args.value("backend").unwrap_or("cuda")))?;
+    let mut cpu = None;
+    let mut device_backend = crate::gpu::device_backend(kind)?;
+    let backend: &mut dyn GpuBackend = match device_backend.as_deref_mut() {
+        Some(device) => device,
+        None => {
+            cpu.insert(solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())?)
+        }
+    };
+    let device = crate::gpu::describe(&backend.facts());
+    println!("{device}");
+    let copy_bytes_per_s = copy_bandwidth(backend, copy_bytes)?;
+    println!(
+        "device-to-device copy: {:.0} GB/s (bytes read + written, median of {COPIES} copies of {} MiB)",
+        copy_bytes_per_s / 1e9,
+        copy_bytes >> 20
+    );
+
+    // Room for every sequence's context, one step per width, and the warm-up's rewrites.
+    let max_seq_len = (context + widths.len() + 2).next_multiple_of(16);
+    let kv = KvShape {
+        pages: (widest + 1) * (max_seq_len / 16) + 2,
+        block_size: 16,
+        max_seq_len,
+        max_sequences: widest + 1,
+    };
+    let started = Instant::now();
+    let mut exec = CircuitExec::build(
+        backend,
+        Boot {
+            config: config.clone(),
+            serve,
+            rules,
+            policy: Policy::default(),
+            weights,
+            kv,
+        },
+    )
+    .map_err(|e| format!("{name}: {e}"))?;
+    let build_s = started.elapsed().as_secs_f64();
+    let weights_bytes = exec.layout.weights_bytes;
+    let floor_us = weights_bytes as f64 / copy_bytes_per_s * 1e6;
+    println!(
+        "built {name}: {} programs, {:.1} MB of weights, in {build_s:.1} s; floor {floor_us:.1} us",
+        exec.programs().len(),
+        weights_bytes as f64 / 1e6
+    );
+
+    // Every program of the ladder captured first (the session below borrows the exec; a
+    // graph reads the metadata region when replayed, not when captured).
+    let shapes: Vec<(Mode, usize)> = exec.programs().iter().map(|p| (p.mode, p.rows)).collect();
+    let mut graphs = Vec::with_capacity(shapes.len());
+    let mut capture_all_ms = 0.0;
+    for &(mode, rows) in &shapes {
+        let t = Instant::now();
+        let graph = exec
+            .capture(backend, mode, rows)
+            .map_err(|e| format!("capture {mode}:{rows}: {e}"))?;
+        capture_all_ms += t.elapsed().as_secs_f64() * 1e3;
+        graphs.push(graph);
+    }
+    println!(
+        "captured all {} programs in {capture_all_ms:.1} ms",
+        graphs.len()
+    );
+
+    let mut rows = Vec::new();
+    {
+        let mut session = Session::new(&exec);
+        let vocab = config.vocab_size as u32;
+        let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
+        let t = Instant::now();
+        if context > 0 {
+            for (s, &id) in seqs.iter().enumerate() {
+                let prompt: Vec<u32> = (0..context as u32)
+                    .map(|i| (i * 7919 + s as u32 * 104_729 + 13) % vocab)
+                    .collect();
+                session
+                    .prefill(backend, id, &prompt)
+                    .map_err(|e| format!("{name}: prefill: {e}"))?;
+            }
+        }
+        println!(
+            "prefilled {widest} sequences of {context} tokens in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        for &width in &widths {
+            // A real step leaves this width's metadata in the workspace.
+            let batch: Vec<(SeqId, u32)> =
+                seqs[..width].iter().map(|&id| (id, 1 % vocab)).collect();
+            let logits = session
+                .multi_seq_step(backend, &batch)
+                .map_err(|e| format!("{name}: step of {width}: {e}"))?;
+            if logits.iter().flatten().any(|v| !v.is_finite()) {
+                println!("warning: width {width}: non-finite logits (timing a broken program)");
+            }
+            let (mode, program) = if width == 1 {
+                (Mode::Decode, exec.decode_program())
+            } else {
+                (Mode::MultiSeq, exec.multi_seq_program(width))
+            };
+            let program = program.map_err(|e| e.to_string())?;
+            let graph = graphs
+                .iter()
+                .find(|g| g.mode == mode && g.rows == width)
+                .ok_or_else(|| format!("no graph of {mode}:{width}"))?;
+            let row = time_width(&exec, backend, program, graph, &limits)?;
+            println!(
+                "{} {width}: {} launches, eager {:.1} us ({} runs), graph {:.1} us ({} replays)",
+                row.mode, row.launches, row.eager_us, row.eager_runs, row.graph_us, row.graph_runs
+            );
+            rows.push(row);
+        }
+    }
+    for graph in graphs {
+        exec.release(backend, graph).map_err(|e| e.to_string())?;
+    }
+    exec.free(backend).map_err(|e| e.to_string())?;
+
+    let figures = BenchFigures {
+        model: name,
+        device,
+        weights_bytes,
+        copy_bytes_per_s,
+        floor_us,
+        widths: rows,
+        programs_captured: shapes.len(),
+        capture_all_ms,
+        build_s,
+    };
+    if let Some(path) = args.value("json") {
+        let text = serde_json::to_string_pretty(&figures.json()).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+    }
+    print!("{}", figures.table());
+    Ok(())
+}
+
+/// Median bytes read + written per second of a device-to-device copy of `bytes`.
+fn copy_bandwidth(backend: &mut dyn GpuBackend, bytes: usize) -> Result<f64, String> {
+    let err = |e: solder_gpu_runtime::GpuError| format!("copy bandwidth: {e}");
+    let src = backend.alloc(bytes).map_err(err)?;
+    let dst = backend.alloc(bytes).map_err(err)?;
+    // Not zeros: a copy must not get to skip work on a pattern.
+    backend.memset(src, 0x5a, bytes).map_err(err)?;
+    let mut seconds = Vec::with_capacity(COPIES);
+    for i in 0..WARMUP + COPIES {
+        backend.synchronize().map_err(err)?;
+        let t = Instant::now();
+        // Synchronous: returns once the copy has completed.
+        backend.copy_d2d(dst, src, bytes).map_err(err)?;
+        if i >= WARMUP {
+            seconds.push(t.elapsed().as_secs_f64());
+        }
+    }
+    backend.free(src).map_err(err)?;
+    backend.free(dst).map_err(err)?;
+    Ok(2.0 * bytes as f64 / median(&mut seconds))
+}
+
+/// Eager runs, then replays of its graph, of `program` over the metadata already uploaded.
+fn time_width(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    program: &Program,
+    graph: &CapturedGraph,
+    limits: &Limits,
+) -> Result<WidthFigures, String> {
+    let (mode, width) = (program.mode, program.rows);
+    let err = |e: &dyn std::fmt::Display| format!("{mode}:{width}: {e}");
+    let mut eager = timed(backend, limits, |backend| {
+        exec.run(backend, program).map_err(|e| err(&e))
+    })?;
+    let mut replays = timed(backend, limits, |backend| {
+        exec.replay(backend, graph).map_err(|e| err(&e))
+    })?;
+    Ok(WidthFigures {
+        mode: if mode == Mode::Decode {
+            "decode"
+        } else {
+            "multi_seq"
+        },
+        rows: width,
+        launches: program.launches(),
+        eager_runs: eager.len(),
+        eager_us: median(&mut eager) * 1e6,
+        graph_runs: replays.len(),
+        graph_us: median(&mut replays) * 1e6,
+    })
+}
+
+/// Seconds of each timed call of `step` (each followed by a synchronize), after a warm-up.
+fn timed(
+    backend: &mut dyn GpuBackend,
+    limits: &Limits,
+    mut step: impl FnMut(&mut dyn GpuBackend) -> Result<(), String>,
+) -> Result<Vec<f64>, String> {
+    let sync = |backend: &mut dyn GpuBackend| backend.synchronize().map_err(|e| e.to_string());
+    for _ in 0..WARMUP {
+        step(backend)?;
+    }
+    sync(backend)?;
+    let started = Instant::now();
+    let mut seconds = Vec::with_capacity(limits.runs);
+    while seconds.len() < limits.runs
+        && (seconds.len() < MIN_RUNS || started.elapsed().as_secs_f64() < limits.max_seconds)
+    {
+        let t = Instant::now();
+        step(backend)?;
+        sync(backend)?;
+        seconds.push(t.elapsed().as_secs_f64());
+    }
+    Ok(seconds)
+}

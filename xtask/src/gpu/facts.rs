@@ -1,0 +1,40 @@
+//! `gpu-facts` (hidden): what the binary carries (its kernel modules' PTX) and what the driver
+//! makes of it (device facts, the time to load and JIT-compile every module, kernels found).
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    if !argv.is_empty() {
+        return Err("usage: solder gpu-facts".into());
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use solder_gpu_runtime::GpuBackend;
+
+        let mut total = 0;
+        for (module, ptx) in solder_model_layers::kernels::PTX {
+            let entries = solder_gpu_runtime::cuda::ptx_entries(ptx).len();
+            total += ptx.len();
+            println!(
+                "embedded {module}.ptx: {} bytes, {entries} kernels",
+                ptx.len()
+            );
+        }
+        println!(
+            "embedded PTX: {} modules, {total} bytes; cuda driver library loads: {}",
+            solder_model_layers::kernels::PTX.len(),
+            solder_gpu_runtime::cuda::driver_library_loads()
+        );
+        let started = std::time::Instant::now();
+        let backend = super::cuda_backend()?;
+        println!("{}", super::describe(&backend.facts()));
+        println!(
+            "modules loaded (driver JIT): {} kernels in {:.2} s",
+            backend.kernel_names().len(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        super::needs_cuda("gpu-facts")
+    }
+}
