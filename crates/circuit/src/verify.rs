@@ -279,8 +279,8 @@ pub fn verify_plan(
             "the steps do not launch every group once, in order".to_string(),
         );
     }
-    for s in 1..streams {
-        if now[0][s] < now[s][s] {
+    for (s, clock) in now.iter().enumerate().skip(1) {
+        if now[0][s] < clock[s] {
             return fail(
                 PASS,
                 format!("stream {s} never joins stream 0 before the step ends"),

@@ -32,10 +32,7 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             v.live_lower_bound
         );
     }
-    println!(
-        "  {:<10} {:>5} {:>5}  {:<36} {}",
-        "mode", "rows", "live", "reference vs all rules", "vs each sequence decoded alone"
-    );
+    println!("  mode        rows  live  reference vs all rules               vs each sequence decoded alone");
     for m in &r.modes {
         println!(
             "  {:<10} {:>5} {:>5}  {:<36} {}",
