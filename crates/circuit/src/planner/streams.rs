@@ -62,6 +62,10 @@ pub fn assign_streams(
         .collect();
     let num_streams = used.len();
 
+    let mut position = vec![0usize; fusion.groups.len()];
+    for (pos, g) in order.iter().enumerate() {
+        position[g.0 as usize] = pos;
+    }
     let mut now = vec![vec![0u32; num_streams]; num_streams];
     let mut clocks = vec![Vec::new(); fusion.groups.len()];
     let mut syncs = Vec::new();
@@ -77,6 +81,8 @@ pub fn assign_streams(
             .collect();
         producers.sort();
         producers.dedup();
+        // Latest first: one wait on a stream's last producer orders its earlier ones too.
+        producers.sort_by_key(|p| std::cmp::Reverse(position[p.0 as usize]));
         for p in producers {
             let ps = stream_of[p.0 as usize] as usize;
             if ps != s && now[s][ps] < clocks[p.0 as usize][ps] {
