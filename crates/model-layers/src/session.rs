@@ -134,12 +134,12 @@ impl<'e> Session<'e> {
                 vocab,
             });
         }
-        let (start, pages_before) = {
+        let (start, pages_before, had_slot) = {
             let seq = self
                 .seqs
                 .get(&id)
                 .ok_or(SessionError::UnknownSequence(id))?;
-            (seq.len, seq.pages.len())
+            (seq.len, seq.pages.len(), seq.slot.is_some())
         };
         let limit = self.position_limit();
         if start + tokens.len() > limit {
@@ -174,6 +174,13 @@ impl<'e> Session<'e> {
                 Ok(chunk) => logits.extend(chunk),
                 Err(e) => {
                     self.truncate(id, start, pages_before);
+                    // A slot taken by this prefill goes back (re-zeroed when next taken); a
+                    // slot the sequence already had may have advanced with earlier chunks.
+                    if !had_slot {
+                        if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                            self.free_slots.push(slot);
+                        }
+                    }
                     return Err(e);
                 }
             }
