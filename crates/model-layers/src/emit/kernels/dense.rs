@@ -7,7 +7,7 @@ use solder_circuit::OpKind;
 use super::super::View;
 use super::R;
 use crate::error::ExecError;
-use crate::ops::{act, add, attn, embed, gemv, kv, norm, rope, Buf};
+use crate::ops::{act, add, attn, embed, gemv, kv, norm, rope, Buf, Launch};
 
 pub(super) fn embedding(v: &View<'_>) -> R {
     let e = v.op(OpKind::Embedding, None)?;
@@ -22,8 +22,18 @@ pub(super) fn embedding(v: &View<'_>) -> R {
 }
 
 pub(super) fn rms_norm(v: &View<'_>) -> R {
-    let n = v.op(OpKind::RmsNorm, None)?;
-    Ok(vec![norm::rms_norm(
+    rms_norm_of(v, OpKind::RmsNorm, norm::rms_norm)
+}
+
+/// The launch of a norm op of `kind` through `build`, an `ops::norm` function of
+/// `rms_norm`'s arguments (the zero-centred kernel takes the same ones).
+pub(super) fn rms_norm_of(
+    v: &View<'_>,
+    kind: OpKind,
+    build: fn(Buf, Buf, Buf, u32, u32, f32) -> Launch,
+) -> R {
+    let n = v.op(kind, None)?;
+    Ok(vec![build(
         v.input(n, 0)?,
         v.weight(n, 0)?,
         v.output(n, 0)?,
@@ -34,11 +44,14 @@ pub(super) fn rms_norm(v: &View<'_>) -> R {
 }
 
 pub(super) fn add_rms_norm(v: &View<'_>) -> R {
-    let (a, n) = (
-        v.op(OpKind::ResidualAdd, None)?,
-        v.op(OpKind::RmsNorm, None)?,
-    );
-    Ok(vec![norm::add_rms_norm(
+    add_rms_norm_of(v, OpKind::RmsNorm, norm::add_rms_norm)
+}
+
+type AddNorm = fn(Buf, Buf, Buf, Option<Buf>, Buf, u32, u32, f32) -> Launch;
+
+pub(super) fn add_rms_norm_of(v: &View<'_>, kind: OpKind, build: AddNorm) -> R {
+    let (a, n) = (v.op(OpKind::ResidualAdd, None)?, v.op(kind, None)?);
+    Ok(vec![build(
         v.input(a, 0)?,
         v.input(a, 1)?,
         v.weight(n, 0)?,
@@ -51,8 +64,14 @@ pub(super) fn add_rms_norm(v: &View<'_>) -> R {
 }
 
 pub(super) fn qk_norm(v: &View<'_>) -> R {
-    let q = v.op(OpKind::QkNorm, None)?;
-    Ok(vec![norm::qk_norm(
+    qk_norm_of(v, OpKind::QkNorm, norm::qk_norm)
+}
+
+type QkNorm = fn(Buf, Buf, Buf, Buf, Buf, Buf, u32, u32, u32, u32, f32) -> Launch;
+
+pub(super) fn qk_norm_of(v: &View<'_>, kind: OpKind, build: QkNorm) -> R {
+    let q = v.op(kind, None)?;
+    Ok(vec![build(
         v.input(q, 0)?,
         v.input(q, 1)?,
         v.weight(q, 0)?,

@@ -9,49 +9,15 @@ use crate::error::ExecError;
 use crate::ops::{act, attn, gdn, norm, Buf};
 
 pub(super) fn rms_norm_zc(v: &View<'_>) -> R {
-    let n = v.op(OpKind::RmsNormZc, None)?;
-    Ok(vec![norm::rms_norm_zc(
-        v.input(n, 0)?,
-        v.weight(n, 0)?,
-        v.output(n, 0)?,
-        v.rows(),
-        v.u32(n, "hidden")?,
-        v.f32(n, "eps")?,
-    )])
+    super::dense::rms_norm_of(v, OpKind::RmsNormZc, norm::rms_norm_zc)
 }
 
 pub(super) fn add_rms_norm_zc(v: &View<'_>) -> R {
-    let (a, n) = (
-        v.op(OpKind::ResidualAdd, None)?,
-        v.op(OpKind::RmsNormZc, None)?,
-    );
-    Ok(vec![norm::add_rms_norm_zc(
-        v.input(a, 0)?,
-        v.input(a, 1)?,
-        v.weight(n, 0)?,
-        v.output_opt(a, 0)?,
-        v.output(n, 0)?,
-        v.rows(),
-        v.u32(n, "hidden")?,
-        v.f32(n, "eps")?,
-    )])
+    super::dense::add_rms_norm_of(v, OpKind::RmsNormZc, norm::add_rms_norm_zc)
 }
 
 pub(super) fn qk_norm_zc(v: &View<'_>) -> R {
-    let q = v.op(OpKind::QkNormZc, None)?;
-    Ok(vec![norm::qk_norm_zc(
-        v.input(q, 0)?,
-        v.input(q, 1)?,
-        v.weight(q, 0)?,
-        v.weight(q, 1)?,
-        v.output(q, 0)?,
-        v.output(q, 1)?,
-        v.rows(),
-        v.u32(q, "heads")?,
-        v.u32(q, "kv_heads")?,
-        v.u32(q, "head_dim")?,
-        v.f32(q, "eps")?,
-    )])
+    super::dense::qk_norm_of(v, OpKind::QkNormZc, norm::qk_norm_zc)
 }
 
 pub(super) fn gate_split(v: &View<'_>) -> R {
