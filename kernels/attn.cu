@@ -1,37 +1,62 @@
 // `attn` module: paged attention over one layer's KV cache region
 // `[num_pages][2][block_size][kv_heads][head_dim]` bf16.
 //
-// Launch (ops/attn.rs): grid = (heads, rows), 256 threads (8 warps) per (head, row) block, for
+// Launch (ops/attn.rs): grid = (heads, rows, ATTN_SPLITS), 256 threads (8 warps) per block, for
 // both kernels. Row r attends to its sequence's first seq_lens[r] tokens (causality in verify
 // comes from the lengths), token j at page block_tables[r·max_blocks + j / block_size].
 //
-// Split-K inside the block (there is no workspace argument for a cross-block split): the
-// context is cut into 8 contiguous chunks, one per warp; each warp runs an online softmax over
-// its chunk, 32 keys at a time (lane = key for q·k, lane = dims for p·v), and the 8 partial
-// (max, sum, acc) are merged in shared memory in warp order. The split depends only on
-// seq_len, so a sequence's output is the same bytes at any row count and in any row position.
-// Requires head_dim <= 256.
+// Flash-decoding: a context of n tokens is cut into S = min(ATTN_SPLITS, ⌈n / 256⌉) contiguous
+// chunks of ⌈n / S⌉ tokens, block (h, r, s) taking chunk s (blocks s >= S return at once).
+// Inside a block the chunk is cut into 8 contiguous pieces, one per warp; each warp runs an
+// online softmax over its piece, 32 keys at a time (lane = key for q·k, lane = dims for p·v),
+// and the 8 partial (max, sum, acc) are merged in shared memory in warp order. With S = 1
+// (n <= 256) block 0 stores the result itself, with today's single-block arithmetic. With
+// S > 1 each block writes its partial to its slot of `scratch`, fences, and counts itself in
+// on the (head, row)'s counter; the block that arrives last merges the S partials in split
+// order s = 0..S-1 (M = max m_s, L = Σ l_s·e^(m_s−M), out = Σ acc_s·e^(m_s−M) / L), stores
+// out and resets the counter to zero. Every partial is computed in a fixed order from the
+// inputs alone, and the merge reads them in a fixed order, so the result does not depend on
+// which block arrives last; the split depends only on seq_len, so a sequence's output is the
+// same bytes at any row count and in any row position. Requires head_dim <= 256.
+//
+// scratch (ops::attn::scratch_bytes): per (head, row), at slot (r·heads + h) of
+// 1 + ATTN_SPLITS·(head_dim + 2) words, a u32 counter (zero between launches) and then
+// ATTN_SPLITS partials [max, sum, acc[head_dim]] f32.
 #include "common.cuh"
 
 #define ATTN_WARPS 8u
 #define ATTN_THREADS 256u
 #define ATTN_MAX_HEAD_DIM 256u
 #define ATTN_DIMS_PER_LANE 8u // ATTN_MAX_HEAD_DIM / 32
+#define ATTN_SPLITS 16u       // ops::attn::ATTN_SPLITS
+#define ATTN_SPLIT_MIN_TOKENS 256u
+
+// Chunks a context of `len` tokens is cut into: a function of len alone (batch invariance).
+__device__ __forceinline__ unsigned attn_splits(unsigned len) {
+    const unsigned wanted = (len + ATTN_SPLIT_MIN_TOKENS - 1u) / ATTN_SPLIT_MIN_TOKENS;
+    return wanted < 1u ? 1u : (wanted > ATTN_SPLITS ? ATTN_SPLITS : wanted);
+}
 
 __device__ __forceinline__ void paged_attention_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
-    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
+    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    float scale) {
     __shared__ __align__(16) float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float m_s[ATTN_WARPS];
     __shared__ float l_s[ATTN_WARPS];
     __shared__ float acc_s[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
+    __shared__ float split_e[ATTN_SPLITS];
+    __shared__ float split_l[ATTN_SPLITS];
+    __shared__ float den_s;
+    __shared__ unsigned last_s;
 
     const unsigned h = blockIdx.x;
     const unsigned r = blockIdx.y;
-    if (h >= heads || r >= rows || blockDim.x != ATTN_THREADS || head_dim == 0u ||
-        head_dim > ATTN_MAX_HEAD_DIM || kv_heads == 0u || block_size == 0u) {
+    const unsigned split = blockIdx.z;
+    if (h >= heads || r >= rows || blockDim.x != ATTN_THREADS || gridDim.z != ATTN_SPLITS ||
+        head_dim == 0u || head_dim > ATTN_MAX_HEAD_DIM || kv_heads == 0u || block_size == 0u) {
         return; // the whole block (the CPU twin refuses these launches)
     }
     const unsigned lane = threadIdx.x & 31u;
@@ -47,15 +72,23 @@ __device__ __forceinline__ void paged_attention_block(
     len_ll = len_ll < 0 ? 0 : (len_ll > capacity ? capacity : len_ll);
     const unsigned len = (unsigned)len_ll;
 
+    const unsigned splits = attn_splits(len);
+    if (split >= splits) {
+        return; // an idle block: shorter contexts use fewer chunks (uniform across the block)
+    }
+    const unsigned split_chunk = (len + splits - 1u) / splits;
+    const unsigned split_begin = min(len, split * split_chunk);
+    const unsigned split_end = min(len, split_begin + split_chunk);
+
     // Zeros past head_dim: the last 8-wide step of q·k may read them (against zero keys).
     for (unsigned d = threadIdx.x; d < ATTN_MAX_HEAD_DIM; d += ATTN_THREADS) {
         q_s[d] = d < head_dim ? to_f32(q[q_at + d]) : 0.0f;
     }
     __syncthreads();
 
-    const unsigned chunk = (len + ATTN_WARPS - 1u) / ATTN_WARPS;
-    const unsigned begin = min(len, warp * chunk);
-    const unsigned end = min(len, begin + chunk);
+    const unsigned chunk = (split_end - split_begin + ATTN_WARPS - 1u) / ATTN_WARPS;
+    const unsigned begin = min(split_end, split_begin + warp * chunk);
+    const unsigned end = min(split_end, begin + chunk);
     const int* table = block_tables + (unsigned long long)r * max_blocks;
     // Keys are read as 16-byte vectors when every key row is 16-byte aligned.
     const bool vec = (head_dim % 8u == 0u) && (row_elems % 8u == 0u) && aligned16(cache);
@@ -140,34 +173,104 @@ __device__ __forceinline__ void paged_attention_block(
     }
     __syncthreads();
 
-    // Merge the warps' partials in warp order.
+    // Merge the warps' partials in warp order: the block's (max_all, den, num[d]), num kept in
+    // acc_s[0][d] (thread d is the only reader and writer of column d from here on).
     float max_all = NEG_INF;
     for (unsigned w = 0; w < ATTN_WARPS; ++w) {
         max_all = fmaxf(max_all, m_s[w]);
     }
+    float den = 0.0f;
+    for (unsigned w = 0; w < ATTN_WARPS; ++w) {
+        if (m_s[w] != NEG_INF) {
+            den = __fmaf_rn(l_s[w], expf(__fsub_rn(m_s[w], max_all)), den);
+        }
+    }
     for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
         float num = 0.0f;
-        float den = 0.0f;
         for (unsigned w = 0; w < ATTN_WARPS; ++w) {
             if (m_s[w] != NEG_INF) {
-                const float e = expf(__fsub_rn(m_s[w], max_all));
-                num = __fmaf_rn(acc_s[w][d], e, num);
-                den = __fmaf_rn(l_s[w], e, den);
+                num = __fmaf_rn(acc_s[w][d], expf(__fsub_rn(m_s[w], max_all)), num);
             }
         }
+        acc_s[0][d] = num;
+    }
+
+    if (splits > 1u) {
+        const unsigned split_words = head_dim + 2u;
+        float* slot = scratch + ((unsigned long long)r * heads + h) *
+                                    (1ull + (unsigned long long)ATTN_SPLITS * split_words);
+        unsigned* counter = reinterpret_cast<unsigned*>(slot);
+        float* partial = slot + 1u + split * split_words;
+        if (threadIdx.x == 0u) {
+            partial[0] = max_all;
+            partial[1] = den;
+        }
+        for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
+            partial[2u + d] = acc_s[0][d];
+        }
+        __threadfence(); // this block's partial is visible device-wide before it counts in
+        __syncthreads();
+        if (threadIdx.x == 0u) {
+            const unsigned arrived = atomicAdd(counter, 1u);
+            last_s = arrived == splits - 1u ? 1u : 0u;
+        }
+        __syncthreads();
+        if (last_s == 0u) {
+            return; // another block merges (uniform across the block)
+        }
+        __threadfence();
+        // The last block: every partial is written. Merge them in split order (L2 reads).
+        if (threadIdx.x < splits) {
+            split_e[threadIdx.x] = __ldcg(slot + 1u + threadIdx.x * split_words);
+            split_l[threadIdx.x] = __ldcg(slot + 2u + threadIdx.x * split_words);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0u) {
+            float max_split = NEG_INF;
+            for (unsigned t = 0; t < splits; ++t) {
+                max_split = fmaxf(max_split, split_e[t]);
+            }
+            float total = 0.0f;
+            for (unsigned t = 0; t < splits; ++t) {
+                // e_t = e^(m_t − M), 0 for an empty chunk.
+                const float e =
+                    split_e[t] == NEG_INF ? 0.0f : expf(__fsub_rn(split_e[t], max_split));
+                split_e[t] = e;
+                total = __fmaf_rn(split_l[t], e, total);
+            }
+            den_s = total;
+            *counter = 0u; // all S blocks have counted in: zero again for the next launch
+        }
+        __syncthreads();
+        den = den_s;
+        for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
+            float num = 0.0f;
+            for (unsigned t = 0; t < splits; ++t) {
+                if (split_e[t] != 0.0f) {
+                    num = __fmaf_rn(__ldcg(slot + 3u + t * split_words + d), split_e[t], num);
+                }
+            }
+            acc_s[0][d] = num;
+        }
+    }
+
+    for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
+        const float num = acc_s[0][d];
         out[q_at + d] = to_bf16(den > 0.0f ? __fdiv_rn(num, den) : 0.0f);
     }
 }
 
 // One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
-// seq_lens i32[rows] → out bf16[rows·heads·head_dim].
+// seq_lens i32[rows] → out bf16[rows·heads·head_dim]; scratch: cross-block partials and
+// counters (see above).
 extern "C" __global__ void __launch_bounds__(256) paged_decode(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
-    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
-    paged_attention_block(q, cache, block_tables, seq_lens, out, rows, heads, kv_heads, head_dim,
-                          block_size, max_blocks, num_pages, scale);
+    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    float scale) {
+    paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
+                          head_dim, block_size, max_blocks, num_pages, scale);
 }
 
 // K query rows of one sequence (or several, verify_batch), causal among themselves through
@@ -175,10 +278,11 @@ extern "C" __global__ void __launch_bounds__(256) paged_decode(
 extern "C" __global__ void __launch_bounds__(256) paged_causal(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
-    unsigned block_size, unsigned max_blocks, unsigned num_pages, float scale) {
-    paged_attention_block(q, cache, block_tables, seq_lens, out, rows, heads, kv_heads, head_dim,
-                          block_size, max_blocks, num_pages, scale);
+    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    float scale) {
+    paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
+                          head_dim, block_size, max_blocks, num_pages, scale);
 }
 
 // Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head

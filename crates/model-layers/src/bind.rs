@@ -96,6 +96,22 @@ impl Bindings<'_> {
         }
     }
 
+    /// The attention scratch of an attention op with `heads` and `head_dim` at this plan's
+    /// rows (`ops::attn::scratch_bytes`): the start of the workspace's scratch region, whose
+    /// (head, row) slots lie where every plan puts them.
+    pub fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf {
+        let bytes = crate::ops::attn::scratch_bytes(self.rows(), heads, head_dim);
+        debug_assert!(
+            bytes <= self.layout.attn_scratch_bytes,
+            "attention scratch of {bytes} bytes exceeds the layout's {}",
+            self.layout.attn_scratch_bytes
+        );
+        Buf {
+            ptr: self.workspace.offset(self.layout.attn_scratch_offset),
+            bytes,
+        }
+    }
+
     pub fn inv_freq(&self) -> Buf {
         Buf {
             ptr: self.weights.offset(self.layout.inv_freq_offset),

@@ -147,6 +147,14 @@ impl CircuitExec {
         );
 
         let workspace = backend.alloc(layout.workspace_bytes)?;
+        // The attention kernels' arrival counters start at zero; each launch leaves them so.
+        if layout.attn_scratch_bytes > 0 {
+            backend.memset(
+                workspace.offset(layout.attn_scratch_offset),
+                0,
+                layout.attn_scratch_bytes,
+            )?;
+        }
         let weights_ptr = backend.alloc(layout.weights_bytes)?;
         let kv_ptr = backend.alloc(layout.state_bytes)?;
         for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {

@@ -1,12 +1,18 @@
-//! Where everything lives on the device: the workspace (metadata region, logits, arena), the
-//! weights (each slot, then constants such as rope's inv_freq) and the KV cache.
+//! Where everything lives on the device: the workspace (metadata region, logits, arena,
+//! attention scratch), the weights (each slot, then constants such as rope's inv_freq) and the
+//! KV cache.
 //!
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
-//! and is never moved; per-step values live only in the metadata region.
+//! and is never moved; per-step values live only in the metadata region. The attention
+//! scratch's counters are zero between launches (zeroed once at build, reset by each
+//! attention launch's merging blocks).
 
-use solder_circuit::ir::{Circuit, StateKind};
+use solder_circuit::ir::{Attr, Circuit, StateKind};
+use solder_circuit::ops::OpKind;
 use solder_circuit::ExecutionPlan;
+
+use crate::ops::attn;
 
 pub const ALIGN: usize = 256;
 
@@ -38,6 +44,10 @@ pub struct Layout {
     pub logits_offset: usize,
     pub arena_offset: usize,
     pub arena_bytes: usize,
+    /// Cross-block attention partials and arrival counters (`ops::attn::scratch_bytes` for the
+    /// widest plan and the largest attention op); zero bytes without attention.
+    pub attn_scratch_offset: usize,
+    pub attn_scratch_bytes: usize,
     pub workspace_bytes: usize,
     /// Offset of each weight slot in the weights allocation, then of inv_freq.
     pub weight_offsets: Vec<usize>,
@@ -97,6 +107,8 @@ impl Layout {
         let logits_offset = meta.bytes;
         let arena_offset = logits_offset + align(max_rows * vocab * 4);
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
+        let attn_scratch_offset = arena_offset + arena_bytes;
+        let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
 
         let mut weight_offsets = Vec::with_capacity(circuit.weights.len());
         let mut at = 0;
@@ -148,7 +160,9 @@ impl Layout {
             logits_offset,
             arena_offset,
             arena_bytes,
-            workspace_bytes: arena_offset + arena_bytes,
+            attn_scratch_offset,
+            attn_scratch_bytes,
+            workspace_bytes: attn_scratch_offset + attn_scratch_bytes,
             weight_offsets,
             inv_freq_offset,
             inv_freq_len,
@@ -160,4 +174,30 @@ impl Layout {
             state_bytes,
         }
     }
+}
+
+/// Scratch bytes of the circuit's attention ops at `max_rows` (largest heads and head_dim;
+/// zero without attention). Every attention op of a circuit has the model's heads and
+/// head_dim, so all of them agree on where each (head, row)'s counter lies.
+fn attn_scratch_max(circuit: &Circuit, max_rows: usize) -> usize {
+    let attr = |op: &solder_circuit::ir::Op, key: &str| {
+        op.attrs.iter().find_map(|(k, v)| match v {
+            Attr::Int(v) if k == key && *v > 0 => Some(*v as usize),
+            _ => None,
+        })
+    };
+    let (heads, head_dim) = circuit
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Attention)
+        .fold((0, 0), |(heads, head_dim), op| {
+            (
+                heads.max(attr(op, "heads").unwrap_or(0)),
+                head_dim.max(attr(op, "head_dim").unwrap_or(0)),
+            )
+        });
+    if heads == 0 || head_dim == 0 {
+        return 0;
+    }
+    attn::scratch_bytes(max_rows, heads, head_dim)
 }

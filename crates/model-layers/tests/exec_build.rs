@@ -119,6 +119,7 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
         layout.meta.block_tables,
         layout.logits_offset,
         layout.arena_offset,
+        layout.attn_scratch_offset,
         layout.inv_freq_offset,
     ] {
         assert_eq!(offset % 256, 0, "offset {offset} is not 256-aligned");
@@ -126,10 +127,21 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     let widest_pool = exec.plans.iter().map(|p| p.pool_bytes).max().unwrap();
     assert!(layout.arena_bytes >= widest_pool);
     assert!(layout.logits_offset + 8 * 128 * 4 <= layout.arena_offset);
+    // The attention scratch follows the arena and starts zeroed (its counters' invariant).
+    assert!(layout.attn_scratch_offset >= layout.arena_offset + layout.arena_bytes);
+    assert!(layout.attn_scratch_bytes > 0);
     assert_eq!(
         layout.workspace_bytes,
-        layout.arena_offset + layout.arena_bytes
+        layout.attn_scratch_offset + layout.attn_scratch_bytes
     );
+    let mut scratch = vec![0xAAu8; layout.attn_scratch_bytes];
+    backend
+        .copy_d2h(
+            exec.workspace().offset(layout.attn_scratch_offset),
+            &mut scratch,
+        )
+        .unwrap();
+    assert!(scratch.iter().all(|b| *b == 0), "attention scratch zeroed");
     // Workspace, weights and KV cache: three allocations, nothing else kept.
     assert_eq!(backend.live_allocations(), allocations + 3);
     assert_eq!(

@@ -9,7 +9,7 @@ use half::bf16;
 use solder_gpu_runtime::GpuError;
 use solder_model_layers::ops::{attn, embed, gemv, kv, rope, Launch, KERNELS};
 use solder_model_layers::twins;
-use twins_support::{bits_bf16, poison_bf16, poison_f32, rd, run_threads, wr, Rng};
+use twins_support::{attn_scratch, bits_bf16, poison_bf16, poison_f32, rd, run_threads, wr, Rng};
 
 /// Runs `launch`, expecting an error whose message names its kernel and contains `needle`.
 fn refused(launch: Launch, needle: &str) -> GpuError {
@@ -196,6 +196,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
     let q = vec![bf16::ONE; (2 * heads * d) as usize];
     let cache = vec![bf16::ONE; (pages * 2 * block * kv_heads * d) as usize];
     let tables = [0i32, 1, 2, 3, 0, 1];
+    let mut scratch = attn_scratch(2, heads, d);
     for (lens, tables, needle) in [
         ([0i32, 1], tables, "seq_len 0"),
         ([1, 7], tables, "seq_len 7"),
@@ -212,6 +213,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
                     rd(&tables),
                     rd(&lens),
                     wr(&mut out),
+                    wr(&mut scratch),
                     2,
                     heads,
                     kv_heads,
@@ -235,6 +237,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
             rd(&tables),
             rd(&[1i32, 1]),
             wr(&mut out),
+            wr(&mut scratch),
             2,
             heads,
             3,
@@ -254,6 +257,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
         rd(&[0i32, 99, 99, 1, 2, -7]),
         rd(&[2i32, 4]),
         wr(&mut out),
+        wr(&mut scratch),
         2,
         heads,
         kv_heads,

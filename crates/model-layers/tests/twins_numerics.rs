@@ -9,7 +9,7 @@ use solder_model_layers::numerics::{
 };
 use solder_model_layers::ops::{act, attn, gemv, norm, rope, Launch};
 use twins_support::{
-    bits_bf16, bits_f32, f64s, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng,
+    attn_scratch, bits_bf16, bits_f32, f64s, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng,
 };
 
 fn b(x: f32) -> bf16 {
@@ -239,6 +239,7 @@ fn attention(
     let [rows, heads, kv_heads, d, block, max_blocks] = dims.map(|x| x as u32);
     let pages = (cache.len() / (2 * (block * kv_heads * d) as usize)) as u32;
     let mut out = poison_bf16(q.len());
+    let mut scratch = attn_scratch(rows, heads, d);
     let op = if kernel == "decode" {
         attn::paged_decode
     } else {
@@ -250,6 +251,7 @@ fn attention(
         rd(tables),
         rd(lens),
         wr(&mut out),
+        wr(&mut scratch),
         rows,
         heads,
         kv_heads,
@@ -463,6 +465,8 @@ fn results_do_not_depend_on_the_thread_count() {
         .map(|_| rng.below(pages) as i32)
         .collect();
     let lens = [1000, 3, 1024, 517];
+    let mut scratch = attn_scratch(4, heads as u32, d as u32);
+    let scratch = wr(&mut scratch);
     check_bf16("paged_decode", q.len(), &|o| {
         attn::paged_decode(
             rd(&q),
@@ -470,6 +474,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rd(&tables),
             rd(&lens),
             o,
+            scratch,
             4,
             heads as u32,
             kv_heads as u32,

@@ -4,21 +4,37 @@ use solder_gpu_runtime::LaunchConfig;
 
 use super::{Args, Buf, Launch};
 
-/// Threads of an attention block: 8 warps split one (head, row)'s context and merge in
-/// shared memory (static, about 9 KiB).
+/// Threads of an attention block: 8 warps split one block's share of a (head, row)'s context
+/// and merge in shared memory (static, about 9 KiB).
 const ATTN_THREADS: u32 = 256;
 
-/// One block per (head, row); the kernels read `head_dim <= 256`.
+/// Blocks per (head, row) (flash-decoding): a long context is cut into at most this many
+/// chunks, one per block, whose partials the last block to finish merges. Must equal
+/// `ATTN_SPLITS` in `kernels/attn.cu`.
+pub const ATTN_SPLITS: u32 = 16;
+
+/// Bytes of the attention scratch for `rows · heads` (head, row) pairs: per pair, in
+/// `(r · heads + h)` order, one u32 arrival counter, then `ATTN_SPLITS` partials of
+/// `head_dim + 2` f32 (max, sum, acc[head_dim]). The counter sits inside its pair's slot so
+/// its address does not depend on the row count: every plan of an exec shares the region and
+/// no plan's partials ever cover another plan's counter.
+pub fn scratch_bytes(rows: usize, heads: usize, head_dim: usize) -> usize {
+    rows * heads * (1 + ATTN_SPLITS as usize * (head_dim + 2)) * 4
+}
+
+/// `ATTN_SPLITS` blocks per (head, row); the kernels read `head_dim <= 256`.
 fn attn_config(rows: u32, heads: u32) -> LaunchConfig {
     LaunchConfig {
-        grid: [heads.max(1), rows.max(1), 1],
+        grid: [heads.max(1), rows.max(1), ATTN_SPLITS],
         block: [ATTN_THREADS, 1, 1],
         shared_bytes: 0,
     }
 }
 
 /// One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
-/// seq_lens i32[rows] → out bf16[rows·heads·head_dim]. One block of 8 warps per (head, row).
+/// seq_lens i32[rows] → out bf16[rows·heads·head_dim], through `scratch` (`scratch_bytes`,
+/// counters zero before the launch and left zero after it). `ATTN_SPLITS` blocks of 8 warps per
+/// (head, row).
 #[allow(clippy::too_many_arguments)]
 pub fn paged_decode(
     q: Buf,
@@ -26,6 +42,7 @@ pub fn paged_decode(
     block_tables: Buf,
     seq_lens: Buf,
     out: Buf,
+    scratch: Buf,
     rows: u32,
     heads: u32,
     kv_heads: u32,
@@ -42,6 +59,7 @@ pub fn paged_decode(
         block_tables,
         seq_lens,
         out,
+        scratch,
         [
             rows, heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
         ],
@@ -60,6 +78,7 @@ pub fn paged_causal(
     block_tables: Buf,
     seq_lens: Buf,
     out: Buf,
+    scratch: Buf,
     rows: u32,
     heads: u32,
     kv_heads: u32,
@@ -75,6 +94,7 @@ pub fn paged_causal(
         block_tables,
         seq_lens,
         out,
+        scratch,
         rows,
         heads,
         kv_heads,
@@ -95,6 +115,7 @@ fn args(
     block_tables: Buf,
     seq_lens: Buf,
     out: Buf,
+    scratch: Buf,
     dims: [u32; 7],
     scale: f32,
 ) -> Args {
@@ -103,7 +124,8 @@ fn args(
         .read(cache)
         .read(block_tables)
         .read(seq_lens)
-        .write(out);
+        .write(out)
+        .read_write(scratch);
     for d in dims {
         args = args.u32(d);
     }

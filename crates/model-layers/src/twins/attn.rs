@@ -1,21 +1,24 @@
 //! Twins of `attn::paged_decode` and `attn::paged_causal`: the same arithmetic (`attend`),
-//! row r over its sequence's first seq_lens[r] tokens; causality comes from the lengths.
+//! row r over its sequence's first seq_lens[r] tokens; causality comes from the lengths. The
+//! GPU's cross-block scratch is checked for its length and otherwise left alone: the twin
+//! attends in one pass.
 
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
-use super::args::{bf16_in, bf16_out, dim, i32_in, macs, rows, size, threads_for};
+use super::args::{bf16_in, bf16_out, dim, f32_out, i32_in, macs, rows, size, threads_for};
 use crate::numerics::attend;
+use crate::ops::attn::ATTN_SPLITS;
 
-/// `attn::paged_decode` / `attn::paged_causal(q, cache, block_tables, seq_lens, out, rows,
-/// heads, kv_heads, head_dim, block_size, max_blocks, num_pages, scale)`.
+/// `attn::paged_decode` / `attn::paged_causal(q, cache, block_tables, seq_lens, out, scratch,
+/// rows, heads, kv_heads, head_dim, block_size, max_blocks, num_pages, scale)`.
 pub(crate) fn paged_attention(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let rows = rows(ctx, 5)?;
-    let (heads, kv_heads, head_dim) = (dim(ctx, 6)?, dim(ctx, 7)?, dim(ctx, 8)?);
-    let (block_size, max_blocks, num_pages) = (dim(ctx, 9)?, dim(ctx, 10)?, dim(ctx, 11)?);
-    let scale = ctx.f32(12)?;
+    let rows = rows(ctx, 6)?;
+    let (heads, kv_heads, head_dim) = (dim(ctx, 7)?, dim(ctx, 8)?, dim(ctx, 9)?);
+    let (block_size, max_blocks, num_pages) = (dim(ctx, 10)?, dim(ctx, 11)?, dim(ctx, 12)?);
+    let scale = ctx.f32(13)?;
     if heads % kv_heads != 0 {
         return Err(ctx.bad(
-            7,
+            8,
             format!("kv_heads {kv_heads} does not divide heads {heads}"),
         ));
     }
@@ -25,6 +28,9 @@ pub(crate) fn paged_attention(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     let block_tables = i32_in(ctx, 2, size(ctx, &[rows, max_blocks])?)?;
     let seq_lens = i32_in(ctx, 3, rows)?;
     let out = bf16_out(ctx, 4, q.len())?;
+    // Per (head, row): a u32 counter, then ATTN_SPLITS partials of head_dim + 2 f32.
+    let slot_words = size(ctx, &[ATTN_SPLITS as usize, head_dim + 2])? + 1;
+    f32_out(ctx, 5, size(ctx, &[rows, heads, slot_words])?)?;
 
     let capacity = size(ctx, &[max_blocks, block_size])?;
     let mut work = 0usize;

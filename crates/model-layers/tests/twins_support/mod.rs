@@ -94,6 +94,17 @@ pub fn poison_bf16(n: usize) -> Vec<bf16> {
     vec![bf16::NAN; n]
 }
 
+/// The attention kernels' cross-block scratch (`ops::attn::scratch_bytes`; the twins only
+/// check its length).
+pub fn attn_scratch(rows: u32, heads: u32, head_dim: u32) -> Vec<f32> {
+    let bytes = solder_model_layers::ops::attn::scratch_bytes(
+        rows as usize,
+        heads as usize,
+        head_dim as usize,
+    );
+    vec![0.0; bytes / 4]
+}
+
 pub fn poison_f32(n: usize) -> Vec<f32> {
     vec![f32::NAN; n]
 }

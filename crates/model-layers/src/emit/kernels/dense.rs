@@ -445,14 +445,15 @@ pub(super) fn attention(v: &View<'_>, emitter: &str) -> R {
         v.kv_pages(),
         v.f32(a, "scale")?,
     );
+    let scratch = v.bind.attn_scratch(dims.1 as usize, dims.3 as usize);
     let f = if emitter == "attn::paged_decode" {
         attn::paged_decode
     } else {
         attn::paged_causal
     };
     Ok(vec![f(
-        args.0, args.1, args.2, args.3, args.4, dims.0, dims.1, dims.2, dims.3, bs, blocks, pages,
-        scale,
+        args.0, args.1, args.2, args.3, args.4, scratch, dims.0, dims.1, dims.2, dims.3, bs,
+        blocks, pages, scale,
     )])
 }
 
