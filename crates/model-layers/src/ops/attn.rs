@@ -13,6 +13,9 @@ const ATTN_THREADS: u32 = 256;
 /// `ATTN_SPLITS` in `kernels/attn.cu`.
 pub const ATTN_SPLITS: u32 = 16;
 
+/// The largest head_dim the attention kernels take (kernels/attn.cu `ATTN_MAX_HEAD_DIM`).
+pub const ATTN_MAX_HEAD_DIM: u32 = 256;
+
 /// Bytes of the attention scratch for `rows · heads` (head, row) pairs: per pair, in
 /// `(r · heads + h)` order, one u32 arrival counter, then `ATTN_SPLITS` partials of
 /// `head_dim + 2` f32 (max, sum, acc[head_dim]). The counter sits inside its pair's slot so

@@ -206,3 +206,6 @@ pub fn recurrence_pitched(
     launch.kernel = "gdn::recurrence_pitched";
     launch
 }
+
+/// The largest key head dim the recurrence kernels take (kernels/gdn.cu `GDN_MAX_DK`).
+pub const GDN_MAX_DK: u32 = 256;

@@ -14,6 +14,16 @@ use crate::ops::attn::ATTN_SPLITS;
 pub(crate) fn paged_attention(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     let rows = rows(ctx, 6)?;
     let (heads, kv_heads, head_dim) = (dim(ctx, 7)?, dim(ctx, 8)?, dim(ctx, 9)?);
+    // The CUDA kernel keeps a head's accumulators on chip: refuse what it could not run.
+    if head_dim > crate::ops::attn::ATTN_MAX_HEAD_DIM as usize {
+        return Err(ctx.bad(
+            9,
+            format!(
+                "head_dim {head_dim} above the kernels' {}",
+                crate::ops::attn::ATTN_MAX_HEAD_DIM
+            ),
+        ));
+    }
     let (block_size, max_blocks, num_pages) = (dim(ctx, 10)?, dim(ctx, 11)?, dim(ctx, 12)?);
     let scale = ctx.f32(13)?;
     if heads % kv_heads != 0 {

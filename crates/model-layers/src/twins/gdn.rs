@@ -398,6 +398,17 @@ fn pitched_slots(
 
 fn recurrence_on(ctx: &TwinCtx<'_>, pitched: bool) -> Result<(), GpuError> {
     let (rows, heads, num_slots) = (rows(ctx, 7)?, Heads::read(ctx, 8)?, dim(ctx, 12)?);
+    // The CUDA kernel keeps q and k of a head in shared memory: refuse what it could not run.
+    if heads.dk > crate::ops::gdn::GDN_MAX_DK as usize {
+        return Err(ctx.bad(
+            9,
+            format!(
+                "key head dim {} above the kernels' {}",
+                heads.dk,
+                crate::ops::gdn::GDN_MAX_DK
+            ),
+        ));
+    }
     let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
     let slot_elems = size(ctx, &[nv, dk, dv])?;
     let mixed = bf16_in(ctx, 0, size(ctx, &[rows, heads.channels])?)?;

@@ -1,0 +1,37 @@
+//! Constants the CUDA sources and the Rust launch builders share must agree: a drift would
+//! make a kernel silently skip work the CPU twin does.
+
+fn cuda_define(file: &str, name: &str) -> u32 {
+    let path = format!("{}/../../kernels/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("#define {name} ")))
+        .unwrap_or_else(|| panic!("{path}: no #define {name}"));
+    let value = line
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("")
+        .trim_end_matches('u');
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{path}: `{line}` is not a number"))
+}
+
+#[test]
+fn attention_constants_match_attn_cu() {
+    use solder_model_layers::ops::attn::{ATTN_MAX_HEAD_DIM, ATTN_SPLITS};
+    assert_eq!(cuda_define("attn.cu", "ATTN_SPLITS"), ATTN_SPLITS);
+    assert_eq!(
+        cuda_define("attn.cu", "ATTN_MAX_HEAD_DIM"),
+        ATTN_MAX_HEAD_DIM
+    );
+}
+
+#[test]
+fn recurrence_constants_match_gdn_cu() {
+    assert_eq!(
+        cuda_define("gdn.cu", "GDN_MAX_DK"),
+        solder_model_layers::ops::gdn::GDN_MAX_DK
+    );
+}
