@@ -6,8 +6,6 @@
 //! none does, `max |gpu - cpu|` over the CPU logits' largest magnitude must stay within
 //! `TOLERANCE`. NaN or infinity never passes.
 
-use std::path::Path;
-
 use solder_circuit::{Policy, RuleSet};
 use solder_gpu_runtime::CpuBackend;
 
@@ -115,15 +113,8 @@ pub fn print(cross: &CrossCheck, tokens: usize) {
     }
 }
 
-/// Adds the backend and each model's cross-check to the JSON report `write_json` wrote.
-pub fn annotate_json(
-    path: &Path,
-    device: &str,
-    checks: &[(String, CrossCheck)],
-) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Adds the backend and each model's cross-check to the JSON report.
+pub fn annotate(doc: &mut serde_json::Value, device: &str, checks: &[(String, CrossCheck)]) {
     let finite = |v: f32| {
         if v.is_finite() {
             serde_json::json!(v)
@@ -149,10 +140,6 @@ pub fn annotate_json(
             });
         }
     }
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -179,10 +179,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let pass =
         reports.iter().all(|r| r.passes()) && cross_failed.is_empty() && failed_runs.is_empty();
     if let Some(path) = args.value("json") {
-        report::write_json(Path::new(path), &reports, pass, &rules.digest)?;
-        if let Some(line) = &device_line {
-            crate::gpu::cross::annotate_json(Path::new(path), line, &crosses)?;
-        }
+        report::write_json(Path::new(path), &reports, pass, &rules.digest, |doc| {
+            if let Some(line) = &device_line {
+                crate::gpu::cross::annotate(doc, line, &crosses);
+            }
+        })?;
     }
     println!(
         "{}",

@@ -123,11 +123,13 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
 }
 
 /// Writes beside the target, then renames: a failed write never leaves half a report.
+/// `annotate` adds backend-specific figures (the GPU's cross-check) before the write.
 pub fn write_json(
     path: &Path,
     reports: &[CaseReport],
     pass: bool,
     rules_digest: &str,
+    annotate: impl FnOnce(&mut serde_json::Value),
 ) -> Result<(), String> {
     let mut doc = json!({
         "verdict": if pass { "pass" } else { "fail" },
@@ -140,6 +142,7 @@ pub fn write_json(
         doc["golden"] = case["golden"].clone();
         doc["modes"] = case["modes"].clone();
     }
+    annotate(&mut doc);
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
