@@ -1,8 +1,8 @@
 //! `solder-config` owns what solder reads about a model and a serve before it compiles
 //! anything: `ModelConfig` parsed from a Hugging Face `config.json` (dense llama, mistral,
 //! qwen2, qwen3; qwen3_moe with routed experts; qwen3_next with Gated DeltaNet layers, gated
-//! attention and a shared expert), the rope's inverse frequencies, the `Levers` a build may turn on, and the
-//! `ServeShape` whose widths get programs.
+//! attention and a shared expert), the rope's inverse frequencies, the `Levers` a build may
+//! turn on, and the `ServeShape` whose widths get programs.
 //!
 //! Invariants:
 //! - No GPU and no I/O beyond reading the one file `ModelConfig::from_file` is handed.

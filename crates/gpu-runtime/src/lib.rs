@@ -6,6 +6,10 @@
 //!   launch range outside a live allocation, reports unordered cross-stream accesses to
 //!   overlapping bytes (vector clocks advanced by events), and refuses to free memory a live
 //!   graph captured.
+//! - `cuda::CudaBackend` (feature `cuda`): cudarc with dynamic loading, so it builds with no
+//!   CUDA present; construction checks that a driver library loads and returns
+//!   `GpuError::NoDriver` otherwise, never panicking. Kernels are listed from each module's
+//!   PTX; every driver call's result is checked and named.
 //!
 //! Invariant: backends add no logic of their own beyond executing and checking what they are
 //! handed; results of a twin never depend on the number of host threads.
