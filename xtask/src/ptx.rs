@@ -1,5 +1,5 @@
-//! `cargo xtask ptx [--check]`: compiles every `kernels/*.cu` with NVRTC for `compute_90` into
-//! `kernels/ptx/<module>.ptx` (checked in, embedded by the runtime).
+//! `cargo xtask ptx [--check]`: compiles every `crates/kernels/cuda/*.cu` with NVRTC for `compute_90` into
+//! `crates/kernels/ptx/<module>.ptx` (checked in, embedded by the runtime).
 //!
 //! `--check` regenerates into a temporary folder and fails on any difference from the
 //! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
@@ -21,7 +21,7 @@ use crate::workspace_root;
 
 const USAGE: &str = "usage: cargo xtask ptx [--check]
 
-  (no option)  regenerate kernels/ptx/<module>.ptx from kernels/<module>.cu
+  (no option)  regenerate crates/kernels/ptx/<module>.ptx from crates/kernels/cuda/<module>.cu
   --check      regenerate into a temp folder, fail on any difference from the checked-in PTX,
                assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames
                or a FUSIONS.toml kernel missing from the PTX, and print a resource table";
@@ -37,9 +37,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     // The loader reads LD_LIBRARY_PATH only at start: re-run this command with it set.
     toolchain::reexec_with_library_path(&tools)?;
 
-    let kernels_dir = root.join("kernels");
+    let kernels_dir = root.join(solder_kernels::CUDA_DIR);
     let sources = sources(&kernels_dir)?;
-    let ptx_dir = kernels_dir.join("ptx");
+    let ptx_dir = root.join(solder_kernels::PTX_DIR);
     if args.flag("check") {
         check(&root, &tools, &sources, &ptx_dir)
     } else {
@@ -54,7 +54,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
 }
 
-/// Module names (file stems) of `kernels/*.cu`, sorted.
+/// Module names (file stems) of `crates/kernels/cuda/*.cu`, sorted.
 fn sources(kernels_dir: &Path) -> Result<Vec<String>, String> {
     let entries = fs::read_dir(kernels_dir)
         .map_err(|e| format!("cannot read {}: {e}", kernels_dir.display()))?;
@@ -159,7 +159,7 @@ fn check_in(
     temp: &Path,
 ) -> Result<Vec<String>, String> {
     let mut failures = Vec::new();
-    generate(tools, &root.join("kernels"), modules, temp)?;
+    generate(tools, &root.join(solder_kernels::CUDA_DIR), modules, temp)?;
     // 1. The checked-in PTX is what the sources give.
     for module in modules {
         let fresh = fs::read_to_string(temp.join(format!("{module}.ptx"))).unwrap_or_default();
@@ -170,7 +170,7 @@ fn check_in(
                 relative(root, &path)
             )),
             Ok(old) if old != fresh => failures.push(format!(
-                "{} differs from kernels/{module}.cu's NVRTC output ({}): run `cargo xtask ptx`",
+                "{} differs from crates/kernels/cuda/{module}.cu's NVRTC output ({}): run `cargo xtask ptx`",
                 relative(root, &path),
                 first_difference(&old, &fresh)
             )),
@@ -181,14 +181,16 @@ fn check_in(
         .into_iter()
         .filter(|m| !modules.contains(m))
     {
-        failures.push(format!("kernels/ptx/{stale}.ptx has no kernels/{stale}.cu"));
+        failures.push(format!(
+            "crates/kernels/ptx/{stale}.ptx has no crates/kernels/cuda/{stale}.cu"
+        ));
     }
     // 2. Every kernel the rules name is defined; ops kernels without PTX are reported.
     let entries = ptxas::entries(temp, modules)?;
     for kernel in required_kernels(root)? {
         if !entries.contains(&kernel) {
             failures.push(format!(
-                "kernel `{kernel}` is named in fusions/FUSIONS.toml but no kernels/ptx/*.ptx defines it"
+                "kernel `{kernel}` is named in fusions/FUSIONS.toml but no crates/kernels/ptx/*.ptx defines it"
             ));
         }
     }

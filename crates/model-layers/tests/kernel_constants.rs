@@ -2,8 +2,9 @@
 //! make a kernel silently skip work the CPU twin does.
 
 fn cuda_define(file: &str, name: &str) -> u32 {
-    let path = format!("{}/../../kernels/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let module = file.trim_end_matches(".cu");
+    let path = format!("crates/kernels/cuda/{file}");
+    let text = solder_kernels::source(module).unwrap_or_else(|| panic!("{path}: not embedded"));
     let line = text
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("#define {name} ")))

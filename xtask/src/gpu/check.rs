@@ -33,7 +33,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let root = crate::workspace_root();
     for module in solder_model_layers::kernels::MODULES {
-        let ptx = root.join(format!("kernels/ptx/{module}.ptx"));
+        let ptx = root.join(format!("{}/{module}.ptx", solder_kernels::PTX_DIR));
         if !ptx.is_file() {
             return Err(format!(
                 "{} is missing: the bundle embeds every kernel module (`cargo xtask ptx` writes it)",

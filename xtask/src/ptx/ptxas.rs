@@ -67,7 +67,7 @@ pub fn assemble_all(
         );
         if !output.status.success() {
             return Err(format!(
-                "ptxas failed on kernels/ptx/{module}.ptx ({}):\n{}",
+                "ptxas failed on crates/kernels/ptx/{module}.ptx ({}):\n{}",
                 output.status,
                 text.trim_end()
             ));
