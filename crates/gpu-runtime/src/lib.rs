@@ -27,7 +27,7 @@ pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaBackend;
 pub use error::GpuError;
-pub use twin::{par_chunks_mut, TwinCtx, TwinFn};
+pub use twin::{par_chunks_mut, Element, TwinCtx, TwinFn};
 pub use types::{
     Access, DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId,
     LaunchConfig, ModuleImage, StreamId,

@@ -11,6 +11,34 @@ use half::bf16;
 use crate::error::GpuError;
 use crate::types::{Access, LaunchConfig};
 
+/// An element type a twin may view a buffer as: every bit pattern is a valid value, so any
+/// live, aligned, whole byte range can be read as a slice of it.
+pub trait Element: Copy + sealed::Sealed {
+    /// The element's name as the kernels' declarations and CUDA sources spell it.
+    const NAME: &'static str;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for f32 {}
+    impl Sealed for i32 {}
+    impl Sealed for u32 {}
+}
+
+impl Element for bf16 {
+    const NAME: &'static str = "bf16";
+}
+impl Element for f32 {
+    const NAME: &'static str = "f32";
+}
+impl Element for i32 {
+    const NAME: &'static str = "i32";
+}
+impl Element for u32 {
+    const NAME: &'static str = "u32";
+}
+
 /// A twin: reads its inputs and writes its outputs through the context.
 pub type TwinFn = fn(&TwinCtx<'_>) -> Result<(), GpuError>;
 
@@ -127,7 +155,7 @@ impl<'a> TwinCtx<'a> {
     }
 
     /// A read-only buffer as `[T]`; `None` when the argument is `Null`.
-    fn slice_opt<T: Copy>(&self, index: usize) -> Result<Option<&'a [T]>, GpuError> {
+    pub fn slice_opt<T: Element>(&self, index: usize) -> Result<Option<&'a [T]>, GpuError> {
         match self.arg(index)? {
             HostArg::Null => Ok(None),
             HostArg::Buffer {
@@ -150,7 +178,7 @@ impl<'a> TwinCtx<'a> {
     }
 
     /// A writable buffer as `[T]`, once per argument; `None` when the argument is `Null`.
-    fn slice_mut_opt<T: Copy>(&self, index: usize) -> Result<Option<&'a mut [T]>, GpuError> {
+    pub fn slice_mut_opt<T: Element>(&self, index: usize) -> Result<Option<&'a mut [T]>, GpuError> {
         match self.arg(index)? {
             HostArg::Null => Ok(None),
             HostArg::Buffer { access, ptr, bytes } if access.writes() => {

@@ -1,9 +1,10 @@
 // `act` module: activations.
 #include "common.cuh"
 
-// out bf16[rows·width] = silu(g) · u. Elementwise: 256 threads, 4 elements each, grid-stride.
-extern "C" __global__ void __launch_bounds__(256) silu_mul(const bf16* __restrict__ g,
-                                                           const bf16* __restrict__ u,
+// out bf16[rows·width] = silu(a) · b (a: the gate projection, b: the up projection).
+// Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) silu_mul(const bf16* __restrict__ a,
+                                                           const bf16* __restrict__ b,
                                                            bf16* __restrict__ out, unsigned rows,
                                                            unsigned width) {
     const unsigned long long n = (unsigned long long)rows * width;
@@ -14,16 +15,16 @@ extern "C" __global__ void __launch_bounds__(256) silu_mul(const bf16* __restric
         for (unsigned e = 0; e < 4; ++e) {
             unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
             if (i < n) {
-                out[i] = silu_mul_value(g[i], u[i]);
+                out[i] = silu_mul_value(a[i], b[i]);
             }
         }
     }
 }
 
-// out bf16[rows·width] = bf16(x · sigmoid(gate)) (Qwen3-Next's gated attention output).
-// Elementwise: 256 threads, 4 elements each, grid-stride.
-extern "C" __global__ void __launch_bounds__(256) sigmoid_mul(const bf16* __restrict__ x,
-                                                              const bf16* __restrict__ gate,
+// out bf16[rows·width] = bf16(a · sigmoid(b)) (Qwen3-Next's gated attention output: a the
+// attention output, b its gate). Elementwise: 256 threads, 4 elements each, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) sigmoid_mul(const bf16* __restrict__ a,
+                                                              const bf16* __restrict__ b,
                                                               bf16* __restrict__ out,
                                                               unsigned rows, unsigned width) {
     const unsigned long long n = (unsigned long long)rows * width;
@@ -34,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(256) sigmoid_mul(const bf16* __rest
         for (unsigned e = 0; e < 4; ++e) {
             unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
             if (i < n) {
-                out[i] = to_bf16(__fmul_rn(to_f32(x[i]), sigmoid_f32(to_f32(gate[i]))));
+                out[i] = to_bf16(__fmul_rn(to_f32(a[i]), sigmoid_f32(to_f32(b[i]))));
             }
         }
     }

@@ -8,8 +8,8 @@ use solder_circuit::ir::{
 use solder_circuit::ExecutionPlan;
 use solder_gpu_runtime::DevicePtr;
 
+use crate::kernels::Buf;
 use crate::layout::Layout;
-use crate::ops::Buf;
 
 pub struct Bindings<'a> {
     pub circuit: &'a Circuit,
@@ -100,7 +100,7 @@ impl Bindings<'_> {
     /// rows (`ops::attn::scratch_bytes`): the start of the workspace's scratch region, whose
     /// (head, row) slots lie where every plan puts them.
     pub fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf {
-        let bytes = crate::ops::attn::scratch_bytes(self.rows(), heads, head_dim);
+        let bytes = crate::kernels::attn::scratch_bytes(self.rows(), heads, head_dim);
         debug_assert!(
             bytes <= self.layout.attn_scratch_bytes,
             "attention scratch of {bytes} bytes exceeds the layout's {}",

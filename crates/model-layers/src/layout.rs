@@ -12,7 +12,7 @@ use solder_circuit::ir::{Attr, Circuit, StateKind};
 use solder_circuit::ops::OpKind;
 use solder_circuit::ExecutionPlan;
 
-use crate::ops::attn;
+use crate::kernels::attn;
 
 pub const ALIGN: usize = 256;
 

@@ -1,8 +1,10 @@
 //! solder's model layers: weights (`checkpoint`, `weights`), the host side of the kernels
-//! (`ops`: one function per kernel; `twins`: their CPU implementations; `numerics`: the shared
-//! arithmetic), `emit` (plan group → launches), `program` (plan → `Program` with final
-//! pointers), `exec` (`CircuitExec`: every program of a model in one workspace) and
-//! `session` (`Session`: paged KV cache, prefill, decode, multi-sequence steps).
+//! (`kernels`: one declaration per kernel — its typed arguments and grid, CPU twin and
+//! emitter side by side, one file or folder per kernel module; `numerics`: the shared
+//! arithmetic), `emit` (plan group → launches through the kernels' emitters), `program`
+//! (plan → `Program` with final pointers), `exec` (`CircuitExec`: every program of a model in
+//! one workspace) and `session` (`Session`: paged KV cache, prefill, decode, multi-sequence
+//! steps).
 //!
 //! Invariants: a program reads per-step values only from the workspace's metadata region;
 //! the workspace is allocated once per `CircuitExec` and freed only after every graph that
@@ -11,16 +13,14 @@
 
 mod bind;
 pub mod checkpoint;
-mod emit;
+pub mod emit;
 pub mod error;
 pub mod exec;
 pub mod kernels;
 pub mod layout;
 pub mod numerics;
-pub mod ops;
 pub mod program;
 pub mod session;
-pub mod twins;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;

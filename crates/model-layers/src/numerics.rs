@@ -276,13 +276,11 @@ fn axpy_bf16_plain(acc: &mut [f32], p: f32, x: &[bf16]) {
 ///
 /// s_j = dot(q, k_j) · scale; p_j = exp(s_j − max); out[d] = (Σ_j p_j · v_j[d]) / Σ_j p_j, every
 /// sum sequential over j. `scores` and `acc` are scratch (resized here).
-#[allow(clippy::too_many_arguments)]
 pub fn attend<'k>(
     q: &[bf16],
     seq_len: usize,
     scale: f32,
-    key: impl Fn(usize) -> &'k [bf16],
-    value: impl Fn(usize) -> &'k [bf16],
+    (key, value): (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
     scores: &mut Vec<f32>,
     acc: &mut Vec<f32>,
     out: &mut [bf16],

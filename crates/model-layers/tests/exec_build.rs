@@ -10,9 +10,9 @@ use exec_support::{
 };
 use solder_circuit::{Mode, Numerics, Policy};
 use solder_gpu_runtime::{CpuBackend, GpuBackend, ModuleImage};
-use solder_model_layers::kernels::MODULES;
+use solder_model_layers::kernels::{self, MODULES};
 use solder_model_layers::{
-    twins, CircuitExec, ExecError, HostWeights, ProgramStep, Session, WeightSource,
+    CircuitExec, ExecError, HostWeights, ProgramStep, Session, WeightSource,
 };
 
 /// Teacher-forced decode of `tokens`, one per step: `[T * V]`.
@@ -224,7 +224,7 @@ fn reference_kernels_backend() -> CpuBackend {
         .flat_map(|r| r.kernels.clone())
         .collect();
     let mut backend = CpuBackend::with_threads(2);
-    let twins: Vec<_> = twins::twins()
+    let twins: Vec<_> = kernels::twins()
         .into_iter()
         .filter(|(name, _)| reference_kernels.iter().any(|k| k == name))
         .collect();

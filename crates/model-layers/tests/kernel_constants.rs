@@ -21,7 +21,7 @@ fn cuda_define(file: &str, name: &str) -> u32 {
 
 #[test]
 fn attention_constants_match_attn_cu() {
-    use solder_model_layers::ops::attn::{ATTN_MAX_HEAD_DIM, ATTN_SPLITS};
+    use solder_model_layers::kernels::attn::{ATTN_MAX_HEAD_DIM, ATTN_SPLITS};
     assert_eq!(cuda_define("attn.cu", "ATTN_SPLITS"), ATTN_SPLITS);
     assert_eq!(
         cuda_define("attn.cu", "ATTN_MAX_HEAD_DIM"),
@@ -33,6 +33,6 @@ fn attention_constants_match_attn_cu() {
 fn recurrence_constants_match_gdn_cu() {
     assert_eq!(
         cuda_define("gdn.cu", "GDN_MAX_DK"),
-        solder_model_layers::ops::gdn::GDN_MAX_DK
+        solder_model_layers::kernels::gdn::GDN_MAX_DK
     );
 }

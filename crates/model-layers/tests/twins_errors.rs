@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 
 use half::bf16;
 use solder_gpu_runtime::GpuError;
-use solder_model_layers::ops::{attn, embed, gemv, kv, rope, Launch, KERNELS};
-use solder_model_layers::twins;
+use solder_model_layers::kernels::{self, attn, embed, gemv, kv, rope, Launch};
 use twins_support::{attn_scratch, bits_bf16, poison_bf16, poison_f32, rd, run_threads, wr, Rng};
 
 /// Runs `launch`, expecting an error whose message names its kernel and contains `needle`.
@@ -37,7 +36,16 @@ fn wrong_buffer_lengths_are_refused() {
     );
     let mut y = poison_bf16(2 * 8);
     let err = refused(
-        gemv::linear(rd(&x), rd(&short_w), None, wr(&mut y), 2, 32, 8),
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&short_w),
+            bias: None,
+            y: wr(&mut y),
+            rows: 2,
+            k: 32,
+            n_out: 8,
+        }
+        .launch(gemv::LINEAR),
         "expected 256",
     );
     assert!(
@@ -46,7 +54,16 @@ fn wrong_buffer_lengths_are_refused() {
     );
     let short_bias = rng.bf16s(7, 1.0);
     let err = refused(
-        gemv::linear(rd(&x), rd(&w), Some(rd(&short_bias)), wr(&mut y), 2, 32, 8),
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&w),
+            bias: Some(rd(&short_bias)),
+            y: wr(&mut y),
+            rows: 2,
+            k: 32,
+            n_out: 8,
+        }
+        .launch(gemv::LINEAR),
         "expected 8",
     );
     assert!(
@@ -55,7 +72,16 @@ fn wrong_buffer_lengths_are_refused() {
     );
     let mut short_y = poison_bf16(2 * 8 - 1);
     let err = refused(
-        gemv::linear(rd(&x), rd(&w), None, wr(&mut short_y), 2, 32, 8),
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&w),
+            bias: None,
+            y: wr(&mut short_y),
+            rows: 2,
+            k: 32,
+            n_out: 8,
+        }
+        .launch(gemv::LINEAR),
         "expected 16",
     );
     assert!(
@@ -64,19 +90,29 @@ fn wrong_buffer_lengths_are_refused() {
     );
     // A zero dimension and dimensions whose product overflows.
     refused(
-        gemv::linear(rd(&x), rd(&w), None, wr(&mut y), 2, 0, 8),
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&w),
+            bias: None,
+            y: wr(&mut y),
+            rows: 2,
+            k: 0,
+            n_out: 8,
+        }
+        .launch(gemv::LINEAR),
         "at least 1",
     );
     refused(
-        gemv::linear(
-            rd(&x),
-            rd(&w),
-            None,
-            wr(&mut y),
-            u32::MAX,
-            u32::MAX,
-            u32::MAX,
-        ),
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&w),
+            bias: None,
+            y: wr(&mut y),
+            rows: u32::MAX,
+            k: u32::MAX,
+            n_out: u32::MAX,
+        }
+        .launch(gemv::LINEAR),
         "",
     );
     assert!(y.iter().all(|v| v.is_nan()), "nothing written");
@@ -86,13 +122,36 @@ fn wrong_buffer_lengths_are_refused() {
 fn wrong_argument_kinds_are_refused() {
     let (x, w) = (vec![bf16::ONE; 32], vec![bf16::ONE; 32]);
     let mut y = poison_bf16(1);
-    let mut launch = gemv::linear(rd(&x), rd(&w), None, wr(&mut y), 1, 32, 1);
+    let mut launch = gemv::Linear {
+        x: rd(&x),
+        w: rd(&w),
+        bias: None,
+        y: wr(&mut y),
+        rows: 1,
+        k: 32,
+        n_out: 1,
+    }
+    .launch(gemv::LINEAR);
     launch.args.pop();
-    refused(launch.clone(), "missing");
+    refused(
+        launch.clone(),
+        "launched with 6 arguments, the declaration has 7",
+    );
     launch.args.push(solder_gpu_runtime::KernelArg::F32(1.0));
     refused(launch.clone(), "expected u32");
+    let mut extra = launch.clone();
+    extra.args.push(solder_gpu_runtime::KernelArg::U32(1));
+    refused(extra, "launched with 8 arguments");
     // A required buffer passed as null.
-    let launch = gemv::lm_head(rd(&x), rd(&w), wr(&mut poison_f32(1)), 1, 32, 1);
+    let launch = gemv::LmHead {
+        x: rd(&x),
+        w: rd(&w),
+        logits: wr(&mut poison_f32(1)),
+        rows: 1,
+        k: 32,
+        vocab: 1,
+    }
+    .launch(gemv::LM_HEAD);
     let mut nulled = launch.clone();
     nulled.args[1] = solder_gpu_runtime::KernelArg::Null;
     refused(nulled, "null");
@@ -103,11 +162,27 @@ fn token_out_of_range_is_refused() {
     let table = vec![bf16::ONE; 10 * 4];
     let mut out = poison_f32(2 * 4);
     refused(
-        embed::embedding(rd(&[3i32, 10]), rd(&table), wr(&mut out), 2, 4, 10),
+        embed::Embedding {
+            tokens: rd(&[3i32, 10]),
+            table: rd(&table),
+            out: wr(&mut out),
+            rows: 2,
+            hidden: 4,
+            vocab: 10,
+        }
+        .launch(embed::EMBEDDING),
         "token id 10",
     );
     refused(
-        embed::embedding(rd(&[-1i32, 0]), rd(&table), wr(&mut out), 2, 4, 10),
+        embed::Embedding {
+            tokens: rd(&[-1i32, 0]),
+            table: rd(&table),
+            out: wr(&mut out),
+            rows: 2,
+            hidden: 4,
+            vocab: 10,
+        }
+        .launch(embed::EMBEDDING),
         "token id -1",
     );
     assert!(out.iter().all(|v| v.is_nan()), "nothing written");
@@ -124,39 +199,41 @@ fn slots_out_of_range_are_refused_and_the_cache_is_untouched() {
         let mut cache = original.clone();
         let slots = [0, bad];
         refused(
-            kv::kv_write(
-                rd(&k),
-                rd(&v),
-                rd(&slots),
-                wr(&mut cache),
-                2,
+            kv::KvWrite {
+                k: rd(&k),
+                v: rd(&v),
+                slot_mapping: rd(&slots),
+                cache: wr(&mut cache),
+                rows: 2,
                 kv_heads,
-                d,
-                block,
-                pages,
-            ),
+                head_dim: d,
+                block_size: block,
+                num_pages: pages,
+            }
+            .launch(kv::KV_WRITE),
             &format!("slot {bad}"),
         );
         let (q, pos, inv_freq) = (rng.bf16s(2 * 2 * row, 1.0), [0i32, 1], vec![1.0f32; 4]);
         let mut q_out = poison_bf16(q.len());
         refused(
-            rope::rope_kv_write(
-                rd(&q),
-                rd(&k),
-                rd(&v),
-                rd(&pos),
-                rd(&inv_freq),
-                rd(&slots),
-                wr(&mut q_out),
-                wr(&mut cache),
-                2,
-                4,
+            rope::RopeKvWrite {
+                q: rd(&q),
+                k: rd(&k),
+                v: rd(&v),
+                positions: rd(&pos),
+                inv_freq: rd(&inv_freq),
+                slot_mapping: rd(&slots),
+                q_out: wr(&mut q_out),
+                cache: wr(&mut cache),
+                rows: 2,
+                heads: 4,
                 kv_heads,
-                d,
-                d,
-                block,
-                pages,
-            ),
+                head_dim: d,
+                rotary_dim: d,
+                block_size: block,
+                num_pages: pages,
+            }
+            .launch(rope::ROPE_KV_WRITE),
             &format!("slot {bad}"),
         );
         assert_eq!(bits_bf16(&cache), bits_bf16(&original), "cache untouched");
@@ -169,23 +246,24 @@ fn slots_out_of_range_are_refused_and_the_cache_is_untouched() {
         original.clone(),
     );
     refused(
-        rope::rope_kv_write(
-            rd(&q),
-            rd(&k),
-            rd(&v),
-            rd(&[0i32, 1]),
-            rd(&[1.0f32; 3]),
-            rd(&[0i32, 1]),
-            wr(&mut q_out),
-            wr(&mut cache),
-            2,
-            4,
+        rope::RopeKvWrite {
+            q: rd(&q),
+            k: rd(&k),
+            v: rd(&v),
+            positions: rd(&[0i32, 1]),
+            inv_freq: rd(&[1.0f32; 3]),
+            slot_mapping: rd(&[0i32, 1]),
+            q_out: wr(&mut q_out),
+            cache: wr(&mut cache),
+            rows: 2,
+            heads: 4,
             kv_heads,
-            d,
-            7,
-            block,
-            pages,
-        ),
+            head_dim: d,
+            rotary_dim: 7,
+            block_size: block,
+            num_pages: pages,
+        }
+        .launch(rope::ROPE_KV_WRITE),
         "rotary_dim 7",
     );
 }
@@ -204,25 +282,26 @@ fn bad_sequence_lengths_and_pages_are_refused() {
         ([1, 3], [0, 1, 2, 3, 4, 1], "page 4"),
         ([5, 1], [0, 1, -1, 3, 0, 1], "page -1"),
     ] {
-        for op in [attn::paged_decode, attn::paged_causal] {
+        for op in [attn::PAGED_DECODE, attn::PAGED_CAUSAL] {
             let mut out = poison_bf16(q.len());
             refused(
-                op(
-                    rd(&q),
-                    rd(&cache),
-                    rd(&tables),
-                    rd(&lens),
-                    wr(&mut out),
-                    wr(&mut scratch),
-                    2,
+                attn::PagedAttention {
+                    q: rd(&q),
+                    cache: rd(&cache),
+                    block_tables: rd(&tables),
+                    seq_lens: rd(&lens),
+                    out: wr(&mut out),
+                    scratch: wr(&mut scratch),
+                    rows: 2,
                     heads,
                     kv_heads,
-                    d,
-                    block,
+                    head_dim: d,
+                    block_size: block,
                     max_blocks,
-                    pages,
-                    1.0,
-                ),
+                    num_pages: pages,
+                    scale: 1.0,
+                }
+                .launch(op),
                 needle,
             );
             assert!(out.iter().all(|v| v.is_nan()), "nothing written");
@@ -231,42 +310,44 @@ fn bad_sequence_lengths_and_pages_are_refused() {
     // kv_heads must divide heads.
     let mut out = poison_bf16(q.len());
     refused(
-        attn::paged_decode(
-            rd(&q),
-            rd(&cache),
-            rd(&tables),
-            rd(&[1i32, 1]),
-            wr(&mut out),
-            wr(&mut scratch),
-            2,
+        attn::PagedAttention {
+            q: rd(&q),
+            cache: rd(&cache),
+            block_tables: rd(&tables),
+            seq_lens: rd(&[1i32, 1]),
+            out: wr(&mut out),
+            scratch: wr(&mut scratch),
+            rows: 2,
             heads,
-            3,
-            d,
-            block,
+            kv_heads: 3,
+            head_dim: d,
+            block_size: block,
             max_blocks,
-            pages,
-            1.0,
-        ),
+            num_pages: pages,
+            scale: 1.0,
+        }
+        .launch(attn::PAGED_DECODE),
         "does not divide",
     );
     // A page beyond a row's length is not read, so it may hold anything.
     let mut out = poison_bf16(q.len());
-    let launch = attn::paged_decode(
-        rd(&q),
-        rd(&cache),
-        rd(&[0i32, 99, 99, 1, 2, -7]),
-        rd(&[2i32, 4]),
-        wr(&mut out),
-        wr(&mut scratch),
-        2,
+    let launch = attn::PagedAttention {
+        q: rd(&q),
+        cache: rd(&cache),
+        block_tables: rd(&[0i32, 99, 99, 1, 2, -7]),
+        seq_lens: rd(&[2i32, 4]),
+        out: wr(&mut out),
+        scratch: wr(&mut scratch),
+        rows: 2,
         heads,
         kv_heads,
-        d,
-        block,
+        head_dim: d,
+        block_size: block,
         max_blocks,
-        pages,
-        1.0,
-    );
+        num_pages: pages,
+        scale: 1.0,
+    }
+    .launch(attn::PAGED_DECODE);
     run_threads(&launch, 1).expect("unused table entries are ignored");
 }
 
@@ -288,13 +369,14 @@ fn kernels_in_rules() -> BTreeSet<String> {
 
 #[test]
 fn kernel_list_matches_the_rules_and_the_twins() {
-    let listed: BTreeSet<String> = KERNELS.iter().map(|k| k.to_string()).collect();
-    assert_eq!(listed.len(), KERNELS.len(), "KERNELS has duplicates");
+    let names = kernels::kernel_names();
+    let listed: BTreeSet<String> = names.iter().map(|k| k.to_string()).collect();
+    assert_eq!(listed.len(), names.len(), "a kernel is declared twice");
     assert_eq!(
         listed,
         kernels_in_rules(),
-        "ops::KERNELS vs fusions/FUSIONS.toml"
+        "kernels::registry() vs fusions/FUSIONS.toml"
     );
-    let twin_names: Vec<&str> = twins::twins().iter().map(|(name, _)| *name).collect();
-    assert_eq!(twin_names, KERNELS, "twins() vs ops::KERNELS");
+    let twin_names: Vec<&str> = kernels::twins().iter().map(|(name, _)| *name).collect();
+    assert_eq!(twin_names, names, "twins() vs kernels::registry()");
 }

@@ -4,7 +4,7 @@
 mod twins_support;
 
 use half::bf16;
-use solder_model_layers::ops::{act, add, gemv, norm};
+use solder_model_layers::kernels::{act, add, gemv, norm};
 use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, wr, Rng};
 
 const EPS: f32 = 1e-6;
@@ -19,67 +19,72 @@ const ROWS: [usize; 3] = [1, 3, 8];
 
 fn ref_residual_add(h: &[f32], x: &[bf16], rows: usize, hidden: usize) -> Vec<f32> {
     let mut out = poison_f32(rows * hidden);
-    run(add::residual_add(
-        rd(h),
-        rd(x),
-        wr(&mut out),
-        rows as u32,
-        hidden as u32,
-    ));
+    run(add::ResidualAdd {
+        h: rd(h),
+        x: rd(x),
+        out: wr(&mut out),
+        rows: rows as u32,
+        hidden: hidden as u32,
+    }
+    .launch(add::RESIDUAL_ADD));
     out
 }
 
 fn ref_rms_norm(x: &[f32], w: &[bf16], rows: usize, hidden: usize) -> Vec<bf16> {
     let mut out = poison_bf16(rows * hidden);
-    run(norm::rms_norm(
-        rd(x),
-        rd(w),
-        wr(&mut out),
-        rows as u32,
-        hidden as u32,
-        EPS,
-    ));
+    run(norm::RmsNorm {
+        x: rd(x),
+        w: rd(w),
+        out: wr(&mut out),
+        rows: rows as u32,
+        hidden: hidden as u32,
+        eps: EPS,
+    }
+    .launch(norm::RMS_NORM));
     out
 }
 
 fn ref_linear(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, rows: usize, n: usize) -> Vec<bf16> {
     let mut y = poison_bf16(rows * n);
     let k = x.len() / rows;
-    run(gemv::linear(
-        rd(x),
-        rd(w),
-        bias.map(rd),
-        wr(&mut y),
-        rows as u32,
-        k as u32,
-        n as u32,
-    ));
+    run(gemv::Linear {
+        x: rd(x),
+        w: rd(w),
+        bias: bias.map(rd),
+        y: wr(&mut y),
+        rows: rows as u32,
+        k: k as u32,
+        n_out: n as u32,
+    }
+    .launch(gemv::LINEAR));
     y
 }
 
 fn ref_lm_head(x: &[bf16], w: &[bf16], rows: usize, vocab: usize) -> Vec<f32> {
     let mut y = poison_f32(rows * vocab);
     let k = x.len() / rows;
-    run(gemv::lm_head(
-        rd(x),
-        rd(w),
-        wr(&mut y),
-        rows as u32,
-        k as u32,
-        vocab as u32,
-    ));
+    run(gemv::LmHead {
+        x: rd(x),
+        w: rd(w),
+        logits: wr(&mut y),
+        rows: rows as u32,
+        k: k as u32,
+        vocab: vocab as u32,
+    }
+    .launch(gemv::LM_HEAD));
     y
 }
 
 fn ref_silu_mul(g: &[bf16], u: &[bf16], rows: usize) -> Vec<bf16> {
     let mut out = poison_bf16(g.len());
-    run(act::silu_mul(
-        rd(g),
-        rd(u),
-        wr(&mut out),
-        rows as u32,
-        (g.len() / rows) as u32,
-    ));
+    run(act::Gated {
+        a: rd(g),
+        b: rd(u),
+        out: wr(&mut out),
+        rows: rows as u32,
+        width: (g.len() / rows) as u32,
+    }
+    .launch(act::SILU_MUL));
     out
 }
 
@@ -153,44 +158,46 @@ fn qkv_family_matches_add_norm_and_three_linears() {
 
             let mut o = outputs(rows);
             let [q, k, v] = &mut o;
-            run(gemv::qkv(
-                rd(&x),
-                rd(&p.wq),
-                rb(&p.bq),
-                rd(&p.wk),
-                rb(&p.bk),
-                rd(&p.wv),
-                rb(&p.bv),
-                wr(q),
-                wr(k),
-                wr(v),
-                r32,
-                K as u32,
-                NQ as u32,
-                NKV as u32,
-            ));
+            run(gemv::Qkv {
+                x: rd(&x),
+                wq: rd(&p.wq),
+                bq: rb(&p.bq),
+                wk: rd(&p.wk),
+                bk: rb(&p.bk),
+                wv: rd(&p.wv),
+                bv: rb(&p.bv),
+                q: wr(q),
+                k_out: wr(k),
+                v: wr(v),
+                rows: r32,
+                k: K as u32,
+                nq: NQ as u32,
+                nkv: NKV as u32,
+            }
+            .launch(gemv::QKV));
             assert_same(&o, &p.reference(&x, rows), &format!("qkv {what}"));
 
             let mut o = outputs(rows);
             let [q, k, v] = &mut o;
-            run(gemv::norm_qkv(
-                rd(&h),
-                rd(&wn),
-                rd(&p.wq),
-                rb(&p.bq),
-                rd(&p.wk),
-                rb(&p.bk),
-                rd(&p.wv),
-                rb(&p.bv),
-                wr(q),
-                wr(k),
-                wr(v),
-                r32,
-                K as u32,
-                NQ as u32,
-                NKV as u32,
-                EPS,
-            ));
+            run(gemv::NormQkv {
+                h: rd(&h),
+                wn: rd(&wn),
+                wq: rd(&p.wq),
+                bq: rb(&p.bq),
+                wk: rd(&p.wk),
+                bk: rb(&p.bk),
+                wv: rd(&p.wv),
+                bv: rb(&p.bv),
+                q: wr(q),
+                k_out: wr(k),
+                v: wr(v),
+                rows: r32,
+                k: K as u32,
+                nq: NQ as u32,
+                nkv: NKV as u32,
+                eps: EPS,
+            }
+            .launch(gemv::NORM_QKV));
             assert_same(
                 &o,
                 &p.reference(&ref_rms_norm(&h, &wn, rows, K), rows),
@@ -204,26 +211,27 @@ fn qkv_family_matches_add_norm_and_three_linears() {
                 let mut o = outputs(rows);
                 let [q, k, v] = &mut o;
                 let h_out_buf = if keep { Some(wr(&mut h_out)) } else { None };
-                run(gemv::add_norm_qkv(
-                    rd(&h),
-                    rd(&d),
-                    rd(&wn),
-                    rd(&p.wq),
-                    rb(&p.bq),
-                    rd(&p.wk),
-                    rb(&p.bk),
-                    rd(&p.wv),
-                    rb(&p.bv),
-                    h_out_buf,
-                    wr(q),
-                    wr(k),
-                    wr(v),
-                    r32,
-                    K as u32,
-                    NQ as u32,
-                    NKV as u32,
-                    EPS,
-                ));
+                run(gemv::AddNormQkv {
+                    h: rd(&h),
+                    d: rd(&d),
+                    wn: rd(&wn),
+                    wq: rd(&p.wq),
+                    bq: rb(&p.bq),
+                    wk: rd(&p.wk),
+                    bk: rb(&p.bk),
+                    wv: rd(&p.wv),
+                    bv: rb(&p.bv),
+                    h_out: h_out_buf,
+                    q: wr(q),
+                    k_out: wr(k),
+                    v: wr(v),
+                    rows: r32,
+                    k: K as u32,
+                    nq: NQ as u32,
+                    nkv: NKV as u32,
+                    eps: EPS,
+                }
+                .launch(gemv::ADD_NORM_QKV));
                 assert_same(&o, &reference, &format!("add_norm_qkv {what} keep {keep}"));
                 if keep {
                     assert_eq!(
@@ -261,15 +269,16 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
         let (r32, k32, i32_) = (rows as u32, K as u32, INTER as u32);
 
         let mut act = poison_bf16(rows * INTER);
-        run(gemv::gate_up_silu(
-            rd(&x),
-            rd(&wg),
-            rd(&wu),
-            wr(&mut act),
-            r32,
-            k32,
-            i32_,
-        ));
+        run(gemv::GateUpSilu {
+            x: rd(&x),
+            wg: rd(&wg),
+            wu: rd(&wu),
+            act: wr(&mut act),
+            rows: r32,
+            k: k32,
+            inter: i32_,
+        }
+        .launch(gemv::GATE_UP_SILU));
         assert_eq!(
             bits_bf16(&act),
             bits_bf16(&reference(&x)),
@@ -277,17 +286,18 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
         );
 
         let mut act = poison_bf16(rows * INTER);
-        run(gemv::norm_gate_up_silu(
-            rd(&h),
-            rd(&wn),
-            rd(&wg),
-            rd(&wu),
-            wr(&mut act),
-            r32,
-            k32,
-            i32_,
-            EPS,
-        ));
+        run(gemv::NormGateUpSilu {
+            h: rd(&h),
+            wn: rd(&wn),
+            wg: rd(&wg),
+            wu: rd(&wu),
+            act: wr(&mut act),
+            rows: r32,
+            k: k32,
+            inter: i32_,
+            eps: EPS,
+        }
+        .launch(gemv::NORM_GATE_UP_SILU));
         assert_eq!(
             bits_bf16(&act),
             bits_bf16(&reference(&ref_rms_norm(&h, &wn, rows, K))),
@@ -299,19 +309,20 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
         for keep in [false, true] {
             let (mut act, mut h_out) = (poison_bf16(rows * INTER), poison_f32(rows * K));
             let h_out_buf = if keep { Some(wr(&mut h_out)) } else { None };
-            run(gemv::add_norm_gate_up_silu(
-                rd(&h),
-                rd(&o),
-                rd(&wn),
-                rd(&wg),
-                rd(&wu),
-                h_out_buf,
-                wr(&mut act),
-                r32,
-                k32,
-                i32_,
-                EPS,
-            ));
+            run(gemv::AddNormGateUpSilu {
+                h: rd(&h),
+                o: rd(&o),
+                wn: rd(&wn),
+                wg: rd(&wg),
+                wu: rd(&wu),
+                h_out: h_out_buf,
+                act: wr(&mut act),
+                rows: r32,
+                k: k32,
+                inter: i32_,
+                eps: EPS,
+            }
+            .launch(gemv::ADD_NORM_GATE_UP_SILU));
             assert_eq!(
                 bits_bf16(&act),
                 bits_bf16(&expected),
@@ -343,16 +354,17 @@ fn linear_epilogues_and_norm_prologues_match() {
             let (r32, k32, n32) = (rows as u32, K as u32, NQ as u32);
 
             let mut h_out = poison_f32(rows * NQ);
-            run(gemv::linear_residual_add(
-                rd(&x),
-                rd(&w),
-                bias.as_deref().map(rd),
-                rd(&res),
-                wr(&mut h_out),
-                r32,
-                k32,
-                n32,
-            ));
+            run(gemv::LinearResidualAdd {
+                x: rd(&x),
+                w: rd(&w),
+                bias: bias.as_deref().map(rd),
+                h: rd(&res),
+                h_out: wr(&mut h_out),
+                rows: r32,
+                k: k32,
+                n_out: n32,
+            }
+            .launch(gemv::LINEAR_RESIDUAL_ADD));
             let expected = ref_residual_add(
                 &res,
                 &ref_linear(&x, &w, bias.as_deref(), rows, NQ),
@@ -366,17 +378,18 @@ fn linear_epilogues_and_norm_prologues_match() {
             );
 
             let mut y = poison_bf16(rows * NQ);
-            run(gemv::norm_linear(
-                rd(&h),
-                rd(&wn),
-                rd(&w),
-                bias.as_deref().map(rd),
-                wr(&mut y),
-                r32,
-                k32,
-                n32,
-                EPS,
-            ));
+            run(gemv::NormLinear {
+                h: rd(&h),
+                wn: rd(&wn),
+                w: rd(&w),
+                bias: bias.as_deref().map(rd),
+                y: wr(&mut y),
+                rows: r32,
+                k: k32,
+                n_out: n32,
+                eps: EPS,
+            }
+            .launch(gemv::NORM_LINEAR));
             let expected = ref_linear(
                 &ref_rms_norm(&h, &wn, rows, K),
                 &w,
@@ -403,17 +416,18 @@ fn add_norm_lm_head_and_add_rms_norm_match() {
         let normed = ref_rms_norm(&sum, &wn, rows, K);
 
         let mut logits = poison_f32(rows * VOCAB);
-        run(gemv::add_norm_lm_head(
-            rd(&h),
-            rd(&d),
-            rd(&wn),
-            rd(&w),
-            wr(&mut logits),
-            rows as u32,
-            K as u32,
-            VOCAB as u32,
-            EPS,
-        ));
+        run(gemv::AddNormLmHead {
+            h: rd(&h),
+            d: rd(&d),
+            wn: rd(&wn),
+            w: rd(&w),
+            logits: wr(&mut logits),
+            rows: rows as u32,
+            k: K as u32,
+            vocab: VOCAB as u32,
+            eps: EPS,
+        }
+        .launch(gemv::ADD_NORM_LM_HEAD));
         assert_eq!(
             bits_f32(&logits),
             bits_f32(&ref_lm_head(&normed, &w, rows, VOCAB)),
@@ -423,16 +437,17 @@ fn add_norm_lm_head_and_add_rms_norm_match() {
         for keep in [false, true] {
             let (mut out, mut h_out) = (poison_bf16(rows * K), poison_f32(rows * K));
             let h_out_buf = if keep { Some(wr(&mut h_out)) } else { None };
-            run(norm::add_rms_norm(
-                rd(&h),
-                rd(&d),
-                rd(&wn),
-                h_out_buf,
-                wr(&mut out),
-                rows as u32,
-                K as u32,
-                EPS,
-            ));
+            run(norm::AddRmsNorm {
+                h: rd(&h),
+                x: rd(&d),
+                w: rd(&wn),
+                h_out: h_out_buf,
+                out: wr(&mut out),
+                rows: rows as u32,
+                hidden: K as u32,
+                eps: EPS,
+            }
+            .launch(norm::ADD_RMS_NORM));
             assert_eq!(
                 bits_bf16(&out),
                 bits_bf16(&normed),

@@ -3,7 +3,7 @@
 mod twins_support;
 
 use half::bf16;
-use solder_model_layers::ops::{kv, norm, rope};
+use solder_model_layers::kernels::{kv, norm, rope};
 use twins_support::{bits_bf16, poison_bf16, rd, run, wr, Rng};
 
 const EPS: f32 = 1e-6;
@@ -68,55 +68,58 @@ impl HeadInputs {
     fn qk_norm(&self) -> (Vec<bf16>, Vec<bf16>) {
         let (mut qo, mut ko) = (poison_bf16(self.q.len()), poison_bf16(self.k.len()));
         let (r, h, kvh, d) = self.dims();
-        run(norm::qk_norm(
-            rd(&self.q),
-            rd(&self.k),
-            rd(&self.wq),
-            rd(&self.wk),
-            wr(&mut qo),
-            wr(&mut ko),
-            r,
-            h,
-            kvh,
-            d,
-            EPS,
-        ));
+        run(norm::QkNorm {
+            q: rd(&self.q),
+            k: rd(&self.k),
+            wq: rd(&self.wq),
+            wk: rd(&self.wk),
+            q_out: wr(&mut qo),
+            k_out: wr(&mut ko),
+            rows: r,
+            heads: h,
+            kv_heads: kvh,
+            head_dim: d,
+            eps: EPS,
+        }
+        .launch(norm::QK_NORM));
         (qo, ko)
     }
 
     fn rope(&self, q: &[bf16], k: &[bf16]) -> (Vec<bf16>, Vec<bf16>) {
         let (mut qo, mut ko) = (poison_bf16(q.len()), poison_bf16(k.len()));
         let (r, h, kvh, d) = self.dims();
-        run(rope::rope(
-            rd(q),
-            rd(k),
-            rd(&self.positions),
-            rd(&self.inv_freq),
-            wr(&mut qo),
-            wr(&mut ko),
-            r,
-            h,
-            kvh,
-            d,
-            self.rotary as u32,
-        ));
+        run(rope::Rope {
+            q: rd(q),
+            k: rd(k),
+            positions: rd(&self.positions),
+            inv_freq: rd(&self.inv_freq),
+            q_out: wr(&mut qo),
+            k_out: wr(&mut ko),
+            rows: r,
+            heads: h,
+            kv_heads: kvh,
+            head_dim: d,
+            rotary_dim: self.rotary as u32,
+        }
+        .launch(rope::ROPE));
         (qo, ko)
     }
 
     fn kv_write(&self, k: &[bf16]) -> Vec<bf16> {
         let mut cache = self.cache.clone();
         let (r, _, kvh, d) = self.dims();
-        run(kv::kv_write(
-            rd(k),
-            rd(&self.v),
-            rd(&self.slots),
-            wr(&mut cache),
-            r,
-            kvh,
-            d,
-            BLOCK as u32,
-            PAGES as u32,
-        ));
+        run(kv::KvWrite {
+            k: rd(k),
+            v: rd(&self.v),
+            slot_mapping: rd(&self.slots),
+            cache: wr(&mut cache),
+            rows: r,
+            kv_heads: kvh,
+            head_dim: d,
+            block_size: BLOCK as u32,
+            num_pages: PAGES as u32,
+        }
+        .launch(kv::KV_WRITE));
         cache
     }
 }
@@ -135,48 +138,50 @@ fn rope_fusions_match_qk_norm_rope_and_kv_write() {
             let (qn, kn) = t.qk_norm();
             let (q_ref, k_ref) = t.rope(&qn, &kn);
             let (mut qo, mut ko) = (poison_bf16(t.q.len()), poison_bf16(t.k.len()));
-            run(rope::qk_norm_rope(
-                rd(&t.q),
-                rd(&t.k),
-                rd(&t.wq),
-                rd(&t.wk),
-                rd(&t.positions),
-                rd(&t.inv_freq),
-                wr(&mut qo),
-                wr(&mut ko),
-                r,
-                h,
-                kvh,
-                d,
-                rot,
-                EPS,
-            ));
+            run(rope::QkNormRope {
+                q: rd(&t.q),
+                k: rd(&t.k),
+                wq: rd(&t.wq),
+                wk: rd(&t.wk),
+                positions: rd(&t.positions),
+                inv_freq: rd(&t.inv_freq),
+                q_out: wr(&mut qo),
+                k_out: wr(&mut ko),
+                rows: r,
+                heads: h,
+                kv_heads: kvh,
+                head_dim: d,
+                rotary_dim: rot,
+                eps: EPS,
+            }
+            .launch(rope::QK_NORM_ROPE));
             assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "qk_norm_rope q {what}");
             assert_eq!(bits_bf16(&ko), bits_bf16(&k_ref), "qk_norm_rope k {what}");
 
             // qk_norm → rope → kv_write
             let cache_ref = t.kv_write(&k_ref);
             let (mut qo, mut cache) = (poison_bf16(t.q.len()), t.cache.clone());
-            run(rope::qk_norm_rope_kv_write(
-                rd(&t.q),
-                rd(&t.k),
-                rd(&t.v),
-                rd(&t.wq),
-                rd(&t.wk),
-                rd(&t.positions),
-                rd(&t.inv_freq),
-                rd(&t.slots),
-                wr(&mut qo),
-                wr(&mut cache),
-                r,
-                h,
-                kvh,
-                d,
-                rot,
-                bs,
-                pages,
-                EPS,
-            ));
+            run(rope::QkNormRopeKvWrite {
+                q: rd(&t.q),
+                k: rd(&t.k),
+                v: rd(&t.v),
+                wq: rd(&t.wq),
+                wk: rd(&t.wk),
+                positions: rd(&t.positions),
+                inv_freq: rd(&t.inv_freq),
+                slot_mapping: rd(&t.slots),
+                q_out: wr(&mut qo),
+                cache: wr(&mut cache),
+                rows: r,
+                heads: h,
+                kv_heads: kvh,
+                head_dim: d,
+                rotary_dim: rot,
+                block_size: bs,
+                num_pages: pages,
+                eps: EPS,
+            }
+            .launch(rope::QK_NORM_ROPE_KV_WRITE));
             assert_eq!(
                 bits_bf16(&qo),
                 bits_bf16(&q_ref),
@@ -192,23 +197,24 @@ fn rope_fusions_match_qk_norm_rope_and_kv_write() {
             let (q_ref, k_ref) = t.rope(&t.q, &t.k);
             let cache_ref = t.kv_write(&k_ref);
             let (mut qo, mut cache) = (poison_bf16(t.q.len()), t.cache.clone());
-            run(rope::rope_kv_write(
-                rd(&t.q),
-                rd(&t.k),
-                rd(&t.v),
-                rd(&t.positions),
-                rd(&t.inv_freq),
-                rd(&t.slots),
-                wr(&mut qo),
-                wr(&mut cache),
-                r,
-                h,
-                kvh,
-                d,
-                rot,
-                bs,
-                pages,
-            ));
+            run(rope::RopeKvWrite {
+                q: rd(&t.q),
+                k: rd(&t.k),
+                v: rd(&t.v),
+                positions: rd(&t.positions),
+                inv_freq: rd(&t.inv_freq),
+                slot_mapping: rd(&t.slots),
+                q_out: wr(&mut qo),
+                cache: wr(&mut cache),
+                rows: r,
+                heads: h,
+                kv_heads: kvh,
+                head_dim: d,
+                rotary_dim: rot,
+                block_size: bs,
+                num_pages: pages,
+            }
+            .launch(rope::ROPE_KV_WRITE));
             assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "rope_kv_write q {what}");
             assert_eq!(
                 bits_bf16(&cache),

@@ -8,7 +8,7 @@ mod twins_support;
 
 use half::bf16;
 use solder_gpu_runtime::GpuError;
-use solder_model_layers::ops::{gdn, Launch};
+use solder_model_layers::kernels::{gdn, Launch};
 use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng};
 
 const EPS: f32 = 1e-6;
@@ -146,22 +146,23 @@ impl Conv {
         let mut out = poison_bf16(n * SMALL.c());
         let mut snaps = poison_bf16(n * self.slot_elems());
         let [nk, dk, nv, dv] = SMALL.u();
-        let launch = gdn::conv(
-            rd(qkvz),
-            rd(&self.w),
-            wr(state),
-            rd(slots),
-            wr(&mut out),
-            snapshots.then(|| wr(&mut snaps)),
-            n as u32,
+        let launch = gdn::Conv {
+            qkvz: rd(qkvz),
+            w: rd(&self.w),
+            state: wr(state),
+            slots: rd(slots),
+            out: wr(&mut out),
+            snapshots: snapshots.then(|| wr(&mut snaps)),
+            rows: n as u32,
             nk,
             dk,
             nv,
             dv,
-            KERNEL as u32,
-            self.num_slots as u32,
+            kernel: KERNEL as u32,
+            num_slots: self.num_slots as u32,
             chain,
-        );
+        }
+        .launch(gdn::CONV);
         run_threads(&launch, 2)?;
         Ok((out, snaps))
     }
@@ -230,16 +231,17 @@ fn gates_split_ba_like_hf_and_match_f64() {
     ba[r] = bf16::from_f32(25.0); // row 0, v head 0's a: softplus past its threshold
     let (a_log, dt_bias) = (rng.bf16s(nv, 1.0), rng.bf16s(nv, 1.0));
     let (mut beta, mut g) = (poison_f32(rows * nv), poison_f32(rows * nv));
-    run(gdn::gates(
-        rd(&ba),
-        rd(&a_log),
-        rd(&dt_bias),
-        wr(&mut beta),
-        wr(&mut g),
-        rows as u32,
-        nk as u32,
-        nv as u32,
-    ));
+    run(gdn::Gates {
+        ba: rd(&ba),
+        a_log: rd(&a_log),
+        dt_bias: rd(&dt_bias),
+        beta: wr(&mut beta),
+        g: wr(&mut g),
+        rows: rows as u32,
+        nk: nk as u32,
+        nv: nv as u32,
+    }
+    .launch(gdn::GATES));
     for row in 0..rows {
         // HF: view [nk][2r], split [r | r], reshape to nv.
         let (mut b, mut a) = (vec![], vec![]);
@@ -336,22 +338,23 @@ impl Rec {
         let mut out = poison_bf16(n * g.nv * g.dv);
         let mut snaps = poison_f32(n * g.state());
         let [nk, dk, nv, dv] = g.u();
-        let launch = gdn::recurrence(
-            rd(mixed),
-            rd(beta),
-            rd(gate),
-            wr(state),
-            rd(slots),
-            wr(&mut out),
-            snapshots.then(|| wr(&mut snaps)),
-            n as u32,
+        let launch = gdn::Recurrence {
+            mixed: rd(mixed),
+            beta: rd(beta),
+            g: rd(gate),
+            state: wr(state),
+            slots: rd(slots),
+            out: wr(&mut out),
+            snapshots: snapshots.then(|| wr(&mut snaps)),
+            rows: n as u32,
             nk,
             dk,
             nv,
             dv,
-            self.num_slots as u32,
+            num_slots: self.num_slots as u32,
             chain,
-        );
+        }
+        .launch(gdn::RECURRENCE);
         run_threads(&launch, threads)?;
         Ok((out, snaps))
     }
@@ -498,18 +501,19 @@ fn gated_norm_matches_rms_norm_gated() {
     );
     let mut out = poison_bf16(core.len());
     let [nk, dk, nv, dv] = g.u();
-    run(gdn::gated_norm(
-        rd(&core),
-        rd(&qkvz),
-        rd(&w),
-        wr(&mut out),
-        rows as u32,
+    run(gdn::GatedNorm {
+        core: rd(&core),
+        qkvz: rd(&qkvz),
+        w: rd(&w),
+        out: wr(&mut out),
+        rows: rows as u32,
         nk,
         dk,
         nv,
         dv,
-        EPS,
-    ));
+        eps: EPS,
+    }
+    .launch(gdn::GATED_NORM));
     let mut want = vec![];
     for r in 0..rows {
         let (_, z) = hf_split(g, &qkvz[r * g.p()..(r + 1) * g.p()]);
@@ -574,42 +578,44 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
 
     // 3 value heads over 2 key heads; a short state buffer.
     let mut out = poison_bf16(2 * 3 * SMALL.dv);
-    let launch: Launch = gdn::recurrence(
-        rd(&rec.mixed),
-        rd(&rec.beta),
-        rd(&rec.gate),
-        wr(&mut state),
-        rd(&[0i32, 1]),
-        wr(&mut out),
-        None,
-        2,
-        2,
-        SMALL.dk as u32,
-        3,
-        SMALL.dv as u32,
-        2,
-        0,
-    );
+    let launch: Launch = gdn::Recurrence {
+        mixed: rd(&rec.mixed),
+        beta: rd(&rec.beta),
+        g: rd(&rec.gate),
+        state: wr(&mut state),
+        slots: rd(&[0i32, 1]),
+        out: wr(&mut out),
+        snapshots: None,
+        rows: 2,
+        nk: 2,
+        dk: SMALL.dk as u32,
+        nv: 3,
+        dv: SMALL.dv as u32,
+        num_slots: 2,
+        chain: 0,
+    }
+    .launch(gdn::RECURRENCE);
     refused_arg(run_threads(&launch, 1), 10);
     let mut short = rec.state[1..].to_vec();
     let mut out = poison_bf16(2 * SMALL.nv * SMALL.dv);
     let [nk, dk, nv, dv] = SMALL.u();
-    let launch = gdn::recurrence(
-        rd(&rec.mixed),
-        rd(&rec.beta),
-        rd(&rec.gate),
-        wr(&mut short),
-        rd(&[0i32, 1]),
-        wr(&mut out),
-        None,
-        2,
+    let launch = gdn::Recurrence {
+        mixed: rd(&rec.mixed),
+        beta: rd(&rec.beta),
+        g: rd(&rec.gate),
+        state: wr(&mut short),
+        slots: rd(&[0i32, 1]),
+        out: wr(&mut out),
+        snapshots: None,
+        rows: 2,
         nk,
         dk,
         nv,
         dv,
-        2,
-        0,
-    );
+        num_slots: 2,
+        chain: 0,
+    }
+    .launch(gdn::RECURRENCE);
     refused_arg(run_threads(&launch, 1), 3);
     assert!(out.iter().all(|v| v.is_nan()), "a refused launch wrote");
 }

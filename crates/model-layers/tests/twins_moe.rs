@@ -5,8 +5,8 @@ mod twins_support;
 
 use half::bf16;
 use solder_gpu_runtime::GpuError;
+use solder_model_layers::kernels::{gemv, moe, Launch};
 use solder_model_layers::numerics::{dot_bf16, to_bf16};
-use solder_model_layers::ops::{gemv, moe, Launch};
 use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng};
 
 const ROWS: [usize; 3] = [1, 3, 8];
@@ -18,41 +18,39 @@ const INTER: usize = 136; // two full 64-feature tiles and a partial one
 
 fn topk(logits: &[f32], rows: usize, experts: usize, k: usize, norm: bool) -> (Vec<i32>, Vec<f32>) {
     let (mut ids, mut weights) = (vec![-7; rows * k], poison_f32(rows * k));
-    run(moe::topk_softmax(
-        rd(logits),
-        wr(&mut ids),
-        wr(&mut weights),
-        rows as u32,
-        experts as u32,
-        k as u32,
-        norm as u32,
-    ));
+    run(moe::TopkSoftmax {
+        logits: rd(logits),
+        ids: wr(&mut ids),
+        weights: wr(&mut weights),
+        rows: rows as u32,
+        experts: experts as u32,
+        k: k as u32,
+        norm_topk: norm as u32,
+    }
+    .launch(moe::TOPK_SOFTMAX));
     (ids, weights)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn router_launch(
     x: &[bf16],
     w: &[bf16],
     ids: &mut [i32],
     weights: &mut [f32],
-    rows: usize,
-    hidden: usize,
-    experts: usize,
-    k: usize,
+    [rows, hidden, experts, k]: [usize; 4],
     norm: bool,
 ) -> Launch {
-    moe::router_topk(
-        rd(x),
-        rd(w),
-        wr(ids),
-        wr(weights),
-        rows as u32,
-        hidden as u32,
-        experts as u32,
-        k as u32,
-        norm as u32,
-    )
+    moe::RouterTopk {
+        x: rd(x),
+        w: rd(w),
+        ids: wr(ids),
+        weights: wr(weights),
+        rows: rows as u32,
+        hidden: hidden as u32,
+        experts: experts as u32,
+        k: k as u32,
+        norm_topk: norm as u32,
+    }
+    .launch(moe::ROUTER_TOPK)
 }
 
 /// `k` distinct expert ids per row, in random order.
@@ -100,33 +98,35 @@ impl Mlp {
     }
 
     fn gate_up(&self, act: &mut [bf16]) -> Launch {
-        moe::gate_up_silu(
-            rd(&self.x),
-            rd(&self.ids),
-            rd(&self.wg),
-            rd(&self.wu),
-            wr(act),
-            self.rows as u32,
-            self.hidden as u32,
-            self.inter as u32,
-            EXPERTS as u32,
-            self.k as u32,
-        )
+        moe::GateUpSilu {
+            x: rd(&self.x),
+            ids: rd(&self.ids),
+            wg: rd(&self.wg),
+            wu: rd(&self.wu),
+            act: wr(act),
+            rows: self.rows as u32,
+            hidden: self.hidden as u32,
+            inter: self.inter as u32,
+            experts: EXPERTS as u32,
+            k: self.k as u32,
+        }
+        .launch(moe::GATE_UP_SILU)
     }
 
     fn down(&self, out: &mut [bf16]) -> Launch {
-        moe::down(
-            rd(&self.act),
-            rd(&self.ids),
-            rd(&self.weights),
-            rd(&self.wd),
-            wr(out),
-            self.rows as u32,
-            self.hidden as u32,
-            self.inter as u32,
-            EXPERTS as u32,
-            self.k as u32,
-        )
+        moe::Down {
+            act: rd(&self.act),
+            ids: rd(&self.ids),
+            weights: rd(&self.weights),
+            wd: rd(&self.wd),
+            out: wr(out),
+            rows: self.rows as u32,
+            hidden: self.hidden as u32,
+            inter: self.inter as u32,
+            experts: EXPERTS as u32,
+            k: self.k as u32,
+        }
+        .launch(moe::DOWN)
     }
 }
 
@@ -188,14 +188,15 @@ fn router_topk_equals_lm_head_then_topk_softmax() {
         let x = rng.bf16s(rows * hidden, 1.0);
         let w = rng.bf16s(experts * hidden, 0.5);
         let mut logits = poison_f32(rows * experts);
-        run(gemv::lm_head(
-            rd(&x),
-            rd(&w),
-            wr(&mut logits),
-            rows as u32,
-            hidden as u32,
-            experts as u32,
-        ));
+        run(gemv::LmHead {
+            x: rd(&x),
+            w: rd(&w),
+            logits: wr(&mut logits),
+            rows: rows as u32,
+            k: hidden as u32,
+            vocab: experts as u32,
+        }
+        .launch(gemv::LM_HEAD));
         for norm in [false, true] {
             let (want_ids, want_weights) = topk(&logits, rows, experts, k, norm);
             let (mut ids, mut weights) = (vec![-7; rows * k], poison_f32(rows * k));
@@ -204,10 +205,7 @@ fn router_topk_equals_lm_head_then_topk_softmax() {
                 &w,
                 &mut ids,
                 &mut weights,
-                rows,
-                hidden,
-                experts,
-                k,
+                [rows, hidden, experts, k],
                 norm,
             ));
             assert_eq!(ids, want_ids, "rows {rows} norm {norm}");
@@ -233,15 +231,16 @@ fn gate_up_silu_equals_the_dense_twin_per_pick() {
             for j in 0..m.k {
                 let e = m.ids[r * m.k + j] as usize;
                 let mut want = poison_bf16(INTER);
-                run(gemv::gate_up_silu(
-                    rd(&m.x[r * HIDDEN..(r + 1) * HIDDEN]),
-                    rd(&m.wg[e * matrix..(e + 1) * matrix]),
-                    rd(&m.wu[e * matrix..(e + 1) * matrix]),
-                    wr(&mut want),
-                    1,
-                    HIDDEN as u32,
-                    INTER as u32,
-                ));
+                run(gemv::GateUpSilu {
+                    x: rd(&m.x[r * HIDDEN..(r + 1) * HIDDEN]),
+                    wg: rd(&m.wg[e * matrix..(e + 1) * matrix]),
+                    wu: rd(&m.wu[e * matrix..(e + 1) * matrix]),
+                    act: wr(&mut want),
+                    rows: 1,
+                    k: HIDDEN as u32,
+                    inter: INTER as u32,
+                }
+                .launch(gemv::GATE_UP_SILU));
                 let slot = r * m.k + j;
                 assert_eq!(
                     bits_bf16(&act[slot * INTER..(slot + 1) * INTER]),
@@ -293,7 +292,14 @@ fn results_do_not_depend_on_the_thread_count() {
         let mut out = poison_bf16(8 * 264);
         run_threads(&m.down(&mut out), threads).expect("down");
         let (mut ids, mut weights) = (vec![-7; 8 * k], poison_f32(8 * k));
-        let launch = router_launch(&x, &w, &mut ids, &mut weights, 8, hidden, experts, k, true);
+        let launch = router_launch(
+            &x,
+            &w,
+            &mut ids,
+            &mut weights,
+            [8, hidden, experts, k],
+            true,
+        );
         run_threads(&launch, threads).expect("router_topk");
         let got = (bits_bf16(&act), bits_bf16(&out), ids, bits_f32(&weights));
         match &first {
@@ -371,23 +377,57 @@ fn wrong_lengths_and_picks_are_refused() {
     let logits = Rng::new(601).f32s(2 * 4, 1.0);
     for k in [0u32, 5] {
         let (mut ids, mut weights) = (vec![0; 2 * 5], poison_f32(2 * 5));
-        let launch = moe::topk_softmax(rd(&logits), wr(&mut ids), wr(&mut weights), 2, 4, k, 1);
+        let launch = moe::TopkSoftmax {
+            logits: rd(&logits),
+            ids: wr(&mut ids),
+            weights: wr(&mut weights),
+            rows: 2,
+            experts: 4,
+            k,
+            norm_topk: 1,
+        }
+        .launch(moe::TOPK_SOFTMAX);
         assert_eq!(bad_index(&refused(launch)), 5, "k = {k}");
     }
     let (mut ids, mut weights) = (vec![0; 2 * 2 - 1], poison_f32(2 * 2));
-    let launch = moe::topk_softmax(rd(&logits), wr(&mut ids), wr(&mut weights), 2, 4, 2, 0);
+    let launch = moe::TopkSoftmax {
+        logits: rd(&logits),
+        ids: wr(&mut ids),
+        weights: wr(&mut weights),
+        rows: 2,
+        experts: 4,
+        k: 2,
+        norm_topk: 0,
+    }
+    .launch(moe::TOPK_SOFTMAX);
     assert_eq!(bad_index(&refused(launch)), 1);
     let (mut ids, mut weights) = (vec![0; 2 * 2], poison_f32(2 * 2 - 1));
-    let launch = moe::topk_softmax(rd(&logits), wr(&mut ids), wr(&mut weights), 2, 4, 2, 0);
+    let launch = moe::TopkSoftmax {
+        logits: rd(&logits),
+        ids: wr(&mut ids),
+        weights: wr(&mut weights),
+        rows: 2,
+        experts: 4,
+        k: 2,
+        norm_topk: 0,
+    }
+    .launch(moe::TOPK_SOFTMAX);
     assert_eq!(bad_index(&refused(launch)), 2);
 
     let mut rng = Rng::new(602);
     let (x, short_w) = (rng.bf16s(2 * HIDDEN, 1.0), rng.bf16s(4 * HIDDEN - 1, 1.0));
     let (mut ids, mut weights) = (vec![0; 2 * 2], poison_f32(2 * 2));
-    let launch = router_launch(&x, &short_w, &mut ids, &mut weights, 2, HIDDEN, 4, 2, true);
+    let launch = router_launch(
+        &x,
+        &short_w,
+        &mut ids,
+        &mut weights,
+        [2, HIDDEN, 4, 2],
+        true,
+    );
     assert_eq!(bad_index(&refused(launch)), 1);
     let w = rng.bf16s(4 * HIDDEN, 1.0);
-    let launch = router_launch(&x, &w, &mut ids, &mut weights, 2, HIDDEN, 4, 9, true);
+    let launch = router_launch(&x, &w, &mut ids, &mut weights, [2, HIDDEN, 4, 9], true);
     assert_eq!(bad_index(&refused(launch)), 7);
     assert!(weights.iter().all(|v| v.is_nan()), "a refused launch wrote");
 }

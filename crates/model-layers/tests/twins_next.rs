@@ -5,7 +5,7 @@ mod twins_support;
 
 use half::bf16;
 use solder_gpu_runtime::GpuError;
-use solder_model_layers::ops::{act, add, attn, moe, norm, Launch};
+use solder_model_layers::kernels::{act, add, attn, moe, norm, Launch};
 use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng};
 
 const EPS: f32 = 1e-6;
@@ -39,14 +39,15 @@ fn naive_norm_zc(x: &[f64], w: &[bf16], eps: f64) -> Vec<f64> {
 
 fn rms_norm_zc(x: &[f32], w: &[bf16], rows: usize) -> Vec<bf16> {
     let mut out = poison_bf16(x.len());
-    run(norm::rms_norm_zc(
-        rd(x),
-        rd(w),
-        wr(&mut out),
-        rows as u32,
-        HIDDEN as u32,
-        EPS,
-    ));
+    run(norm::RmsNorm {
+        x: rd(x),
+        w: rd(w),
+        out: wr(&mut out),
+        rows: rows as u32,
+        hidden: HIDDEN as u32,
+        eps: EPS,
+    }
+    .launch(norm::RMS_NORM_ZC));
     out
 }
 
@@ -69,14 +70,15 @@ fn rms_norm_zc_matches_f64() {
     let unit = rms_norm_zc(&x, &zero, rows);
     let mut plain = poison_bf16(x.len());
     let ones = vec![bf16::ONE; HIDDEN];
-    run(norm::rms_norm(
-        rd(&x),
-        rd(&ones),
-        wr(&mut plain),
-        rows as u32,
-        HIDDEN as u32,
-        EPS,
-    ));
+    run(norm::RmsNorm {
+        x: rd(&x),
+        w: rd(&ones),
+        out: wr(&mut plain),
+        rows: rows as u32,
+        hidden: HIDDEN as u32,
+        eps: EPS,
+    }
+    .launch(norm::RMS_NORM));
     assert_eq!(bits_bf16(&unit), bits_bf16(&plain));
 }
 
@@ -87,27 +89,29 @@ fn add_rms_norm_zc_equals_residual_add_then_rms_norm_zc() {
         let n = rows * HIDDEN;
         let (h, x, w) = (rng.f32s(n, 2.0), rng.bf16s(n, 1.0), rng.bf16s(HIDDEN, 0.5));
         let mut sum = poison_f32(n);
-        run(add::residual_add(
-            rd(&h),
-            rd(&x),
-            wr(&mut sum),
-            rows as u32,
-            HIDDEN as u32,
-        ));
+        run(add::ResidualAdd {
+            h: rd(&h),
+            x: rd(&x),
+            out: wr(&mut sum),
+            rows: rows as u32,
+            hidden: HIDDEN as u32,
+        }
+        .launch(add::RESIDUAL_ADD));
         let want = rms_norm_zc(&sum, &w, rows);
         for keep_sum in [false, true] {
             let (mut h_out, mut out) = (poison_f32(n), poison_bf16(n));
             let h_out_buf = if keep_sum { Some(wr(&mut h_out)) } else { None };
-            run(norm::add_rms_norm_zc(
-                rd(&h),
-                rd(&x),
-                rd(&w),
-                h_out_buf,
-                wr(&mut out),
-                rows as u32,
-                HIDDEN as u32,
-                EPS,
-            ));
+            run(norm::AddRmsNorm {
+                h: rd(&h),
+                x: rd(&x),
+                w: rd(&w),
+                h_out: h_out_buf,
+                out: wr(&mut out),
+                rows: rows as u32,
+                hidden: HIDDEN as u32,
+                eps: EPS,
+            }
+            .launch(norm::ADD_RMS_NORM_ZC));
             let what = format!("rows {rows} h_out {keep_sum}");
             assert_eq!(bits_bf16(&out), bits_bf16(&want), "{what}: out");
             if keep_sum {
@@ -125,19 +129,20 @@ fn qk_norm_zc_matches_f64_per_head() {
     let k = rng.bf16s(rows * kv_heads * d, 2.0);
     let (wq, wk) = (rng.bf16s(d, 0.5), rng.bf16s(d, 0.5));
     let (mut q_out, mut k_out) = (poison_bf16(q.len()), poison_bf16(k.len()));
-    run(norm::qk_norm_zc(
-        rd(&q),
-        rd(&k),
-        rd(&wq),
-        rd(&wk),
-        wr(&mut q_out),
-        wr(&mut k_out),
-        rows as u32,
-        heads as u32,
-        kv_heads as u32,
-        d as u32,
-        EPS,
-    ));
+    run(norm::QkNorm {
+        q: rd(&q),
+        k: rd(&k),
+        wq: rd(&wq),
+        wk: rd(&wk),
+        q_out: wr(&mut q_out),
+        k_out: wr(&mut k_out),
+        rows: rows as u32,
+        heads: heads as u32,
+        kv_heads: kv_heads as u32,
+        head_dim: d as u32,
+        eps: EPS,
+    }
+    .launch(norm::QK_NORM_ZC));
     let naive = |x: &[bf16], w: &[bf16]| -> Vec<f64> {
         x.chunks_exact(d)
             .flat_map(|head| {
@@ -161,14 +166,15 @@ fn gate_split_takes_each_heads_halves() {
         })
         .collect();
     let (mut q, mut gate) = (poison_bf16(rows * heads * d), poison_bf16(rows * heads * d));
-    run(attn::gate_split(
-        rd(&q2),
-        wr(&mut q),
-        wr(&mut gate),
-        rows as u32,
-        heads as u32,
-        d as u32,
-    ));
+    run(attn::GateSplit {
+        q2: rd(&q2),
+        q: wr(&mut q),
+        gate: wr(&mut gate),
+        rows: rows as u32,
+        heads: heads as u32,
+        head_dim: d as u32,
+    }
+    .launch(attn::GATE_SPLIT));
     for r in 0..rows {
         for h in 0..heads {
             for j in 0..d {
@@ -194,13 +200,14 @@ fn sigmoid_mul_values() {
     x[0] = bf16::from_f32(3.0);
     gate[0] = bf16::ZERO;
     let mut out = poison_bf16(x.len());
-    run(act::sigmoid_mul(
-        rd(&x),
-        rd(&gate),
-        wr(&mut out),
-        rows as u32,
-        width as u32,
-    ));
+    run(act::Gated {
+        a: rd(&x),
+        b: rd(&gate),
+        out: wr(&mut out),
+        rows: rows as u32,
+        width: width as u32,
+    }
+    .launch(act::SIGMOID_MUL));
     assert_eq!(out[0].to_f32(), 1.5);
     let want: Vec<f64> = x
         .iter()
@@ -218,14 +225,15 @@ fn combine_shared_values() {
     let mut gate = rng.bf16s(rows, 4.0);
     gate[1] = bf16::ZERO;
     let mut out = poison_bf16(routed.len());
-    run(moe::combine_shared(
-        rd(&routed),
-        rd(&shared),
-        rd(&gate),
-        wr(&mut out),
-        rows as u32,
-        hidden as u32,
-    ));
+    run(moe::CombineShared {
+        routed: rd(&routed),
+        shared: rd(&shared),
+        gate: rd(&gate),
+        out: wr(&mut out),
+        rows: rows as u32,
+        hidden: hidden as u32,
+    }
+    .launch(moe::COMBINE_SHARED));
     let want: Vec<f64> = (0..rows * hidden)
         .map(|i| routed[i].to_f64() + sigmoid(gate[i / hidden].to_f64()) * shared[i].to_f64())
         .collect();
@@ -267,40 +275,58 @@ fn wrong_lengths_are_refused() {
     );
     let mut out = poison_bf16(2 * HIDDEN);
     refused(
-        norm::rms_norm_zc(rd(&x), rd(&short_w), wr(&mut out), 2, HIDDEN as u32, EPS),
+        norm::RmsNorm {
+            x: rd(&x),
+            w: rd(&short_w),
+            out: wr(&mut out),
+            rows: 2,
+            hidden: HIDDEN as u32,
+            eps: EPS,
+        }
+        .launch(norm::RMS_NORM_ZC),
         1,
     );
     let xb = rng.bf16s(2 * HIDDEN, 1.0);
     let mut h_out = poison_f32(2 * HIDDEN - 1);
     refused(
-        norm::add_rms_norm_zc(
-            rd(&x),
-            rd(&xb),
-            rd(&w),
-            Some(wr(&mut h_out)),
-            wr(&mut out),
-            2,
-            HIDDEN as u32,
-            EPS,
-        ),
+        norm::AddRmsNorm {
+            h: rd(&x),
+            x: rd(&xb),
+            w: rd(&w),
+            h_out: Some(wr(&mut h_out)),
+            out: wr(&mut out),
+            rows: 2,
+            hidden: HIDDEN as u32,
+            eps: EPS,
+        }
+        .launch(norm::ADD_RMS_NORM_ZC),
         3,
     );
     let q2 = rng.bf16s(2 * 3 * 8 - 1, 1.0);
     let (mut q, mut gate) = (poison_bf16(2 * 3 * 4), poison_bf16(2 * 3 * 4));
     refused(
-        attn::gate_split(rd(&q2), wr(&mut q), wr(&mut gate), 2, 3, 4),
+        attn::GateSplit {
+            q2: rd(&q2),
+            q: wr(&mut q),
+            gate: wr(&mut gate),
+            rows: 2,
+            heads: 3,
+            head_dim: 4,
+        }
+        .launch(attn::GATE_SPLIT),
         0,
     );
     let short_gate = rng.bf16s(1, 1.0);
     refused(
-        moe::combine_shared(
-            rd(&xb),
-            rd(&xb),
-            rd(&short_gate),
-            wr(&mut out),
-            2,
-            HIDDEN as u32,
-        ),
+        moe::CombineShared {
+            routed: rd(&xb),
+            shared: rd(&xb),
+            gate: rd(&short_gate),
+            out: wr(&mut out),
+            rows: 2,
+            hidden: HIDDEN as u32,
+        }
+        .launch(moe::COMBINE_SHARED),
         2,
     );
     assert!(out.iter().all(|v| v.is_nan()), "a refused launch wrote");

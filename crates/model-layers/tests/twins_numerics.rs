@@ -4,10 +4,10 @@
 mod twins_support;
 
 use half::bf16;
+use solder_model_layers::kernels::{act, attn, gemv, norm, rope, Launch};
 use solder_model_layers::numerics::{
     axpy_bf16, dot_bf16, dot_bf16_lanes, sum_squares_bf16, sum_squares_f32, to_f32,
 };
-use solder_model_layers::ops::{act, attn, gemv, norm, rope, Launch};
 use twins_support::{
     attn_scratch, bits_bf16, bits_f32, f64s, poison_bf16, poison_f32, rd, run, run_threads, wr, Rng,
 };
@@ -80,14 +80,15 @@ fn rms_norm_matches_f64() {
     let (rows, hidden, eps) = (3, 100, 1e-5f32);
     let (x, w) = (rng.f32s(rows * hidden, 3.0), rng.bf16s(hidden, 2.0));
     let mut out = poison_bf16(rows * hidden);
-    run(norm::rms_norm(
-        rd(&x),
-        rd(&w),
-        wr(&mut out),
-        rows as u32,
-        hidden as u32,
+    run(norm::RmsNorm {
+        x: rd(&x),
+        w: rd(&w),
+        out: wr(&mut out),
+        rows: rows as u32,
+        hidden: hidden as u32,
         eps,
-    ));
+    }
+    .launch(norm::RMS_NORM));
     let mut want = Vec::new();
     for row in x.chunks(hidden) {
         let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / hidden as f64;
@@ -123,15 +124,16 @@ fn linear_and_lm_head_match_f64() {
         y
     };
     let mut y = poison_bf16(rows * n);
-    run(gemv::linear(
-        rd(&x),
-        rd(&w),
-        Some(rd(&bias)),
-        wr(&mut y),
-        rows as u32,
-        k as u32,
-        n as u32,
-    ));
+    run(gemv::Linear {
+        x: rd(&x),
+        w: rd(&w),
+        bias: Some(rd(&bias)),
+        y: wr(&mut y),
+        rows: rows as u32,
+        k: k as u32,
+        n_out: n as u32,
+    }
+    .launch(gemv::LINEAR));
     assert_close(
         &f64s(&y),
         &naive(true),
@@ -140,14 +142,15 @@ fn linear_and_lm_head_match_f64() {
         "linear with bias",
     );
     let mut logits = poison_f32(rows * n);
-    run(gemv::lm_head(
-        rd(&x),
-        rd(&w),
-        wr(&mut logits),
-        rows as u32,
-        k as u32,
-        n as u32,
-    ));
+    run(gemv::LmHead {
+        x: rd(&x),
+        w: rd(&w),
+        logits: wr(&mut logits),
+        rows: rows as u32,
+        k: k as u32,
+        vocab: n as u32,
+    }
+    .launch(gemv::LM_HEAD));
     let got: Vec<f64> = logits.iter().map(|v| *v as f64).collect();
     assert_close(&got, &naive(false), 1e-5, 1e-5, "lm_head");
 }
@@ -157,7 +160,14 @@ fn silu_mul_matches_f64() {
     let mut rng = Rng::new(13);
     let (g, u) = (rng.bf16s(64, 6.0), rng.bf16s(64, 2.0));
     let mut out = poison_bf16(64);
-    run(act::silu_mul(rd(&g), rd(&u), wr(&mut out), 2, 32));
+    run(act::Gated {
+        a: rd(&g),
+        b: rd(&u),
+        out: wr(&mut out),
+        rows: 2,
+        width: 32,
+    }
+    .launch(act::SILU_MUL));
     let want: Vec<f64> = g
         .iter()
         .zip(&u)
@@ -174,19 +184,20 @@ fn rope_rotates_by_a_known_angle_and_copies_the_rest() {
     let q: Vec<bf16> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(b).to_vec();
     let k: Vec<bf16> = [0.5, -1.0, 0.25, 2.0, 7.0, -7.0].map(b).to_vec();
     let (mut qo, mut ko) = (poison_bf16(6), poison_bf16(6));
-    run(rope::rope(
-        rd(&q),
-        rd(&k),
-        rd(&[1i32]),
-        rd(&inv_freq),
-        wr(&mut qo),
-        wr(&mut ko),
-        1,
-        1,
-        1,
-        6,
-        4,
-    ));
+    run(rope::Rope {
+        q: rd(&q),
+        k: rd(&k),
+        positions: rd(&[1i32]),
+        inv_freq: rd(&inv_freq),
+        q_out: wr(&mut qo),
+        k_out: wr(&mut ko),
+        rows: 1,
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 6,
+        rotary_dim: 4,
+    }
+    .launch(rope::ROPE));
     let rotate = |x: &[bf16]| -> Vec<f64> {
         let x = f64s(x);
         let (c0, s0) = (0.0, 1.0);
@@ -226,7 +237,6 @@ fn cache_with(
     cache
 }
 
-#[allow(clippy::too_many_arguments)]
 fn attention(
     kernel: &str,
     q: &[bf16],
@@ -241,26 +251,27 @@ fn attention(
     let mut out = poison_bf16(q.len());
     let mut scratch = attn_scratch(rows, heads, d);
     let op = if kernel == "decode" {
-        attn::paged_decode
+        attn::PAGED_DECODE
     } else {
-        attn::paged_causal
+        attn::PAGED_CAUSAL
     };
-    run(op(
-        rd(q),
-        rd(cache),
-        rd(tables),
-        rd(lens),
-        wr(&mut out),
-        wr(&mut scratch),
+    run(attn::PagedAttention {
+        q: rd(q),
+        cache: rd(cache),
+        block_tables: rd(tables),
+        seq_lens: rd(lens),
+        out: wr(&mut out),
+        scratch: wr(&mut scratch),
         rows,
         heads,
         kv_heads,
-        d,
-        block,
+        head_dim: d,
+        block_size: block,
         max_blocks,
-        pages,
+        num_pages: pages,
         scale,
-    ));
+    }
+    .launch(op));
     out
 }
 
@@ -376,7 +387,7 @@ fn results_do_not_depend_on_the_thread_count() {
     let wl = rng.bf16s(vocab * k, 0.2);
     let (r, k32) = (rows as u32, k as u32);
     let check_bf16 =
-        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::ops::Buf) -> Launch| {
+        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::kernels::Buf) -> Launch| {
             let runs: Vec<Vec<u16>> = [1, 2, 4]
                 .iter()
                 .map(|t| {
@@ -388,7 +399,7 @@ fn results_do_not_depend_on_the_thread_count() {
             assert!(runs[0] == runs[1] && runs[0] == runs[2], "{what}");
         };
     let check_f32 =
-        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::ops::Buf) -> Launch| {
+        |what: &str, len: usize, build: &dyn Fn(solder_model_layers::kernels::Buf) -> Launch| {
             let runs: Vec<Vec<u32>> = [1, 2, 4]
                 .iter()
                 .map(|t| {
@@ -400,22 +411,77 @@ fn results_do_not_depend_on_the_thread_count() {
             assert!(runs[0] == runs[1] && runs[0] == runs[2], "{what}");
         };
     check_bf16("linear", rows * n, &|y| {
-        gemv::linear(rd(&x), rd(&w), Some(rd(&bias)), y, r, k32, n as u32)
+        gemv::Linear {
+            x: rd(&x),
+            w: rd(&w),
+            bias: Some(rd(&bias)),
+            y,
+            rows: r,
+            k: k32,
+            n_out: n as u32,
+        }
+        .launch(gemv::LINEAR)
     });
     check_bf16("norm_linear", rows * n, &|y| {
-        gemv::norm_linear(rd(&h), rd(&wn), rd(&w), None, y, r, k32, n as u32, 1e-6)
+        gemv::NormLinear {
+            h: rd(&h),
+            wn: rd(&wn),
+            w: rd(&w),
+            bias: None,
+            y,
+            rows: r,
+            k: k32,
+            n_out: n as u32,
+            eps: 1e-6,
+        }
+        .launch(gemv::NORM_LINEAR)
     });
     check_bf16("gate_up_silu", rows * inter, &|y| {
-        gemv::gate_up_silu(rd(&x), rd(&wg), rd(&wu), y, r, k32, inter as u32)
+        gemv::GateUpSilu {
+            x: rd(&x),
+            wg: rd(&wg),
+            wu: rd(&wu),
+            act: y,
+            rows: r,
+            k: k32,
+            inter: inter as u32,
+        }
+        .launch(gemv::GATE_UP_SILU)
     });
     check_f32("linear_residual_add", rows * n, &|y| {
-        gemv::linear_residual_add(rd(&x), rd(&w), None, rd(&res), y, r, k32, n as u32)
+        gemv::LinearResidualAdd {
+            x: rd(&x),
+            w: rd(&w),
+            bias: None,
+            h: rd(&res),
+            h_out: y,
+            rows: r,
+            k: k32,
+            n_out: n as u32,
+        }
+        .launch(gemv::LINEAR_RESIDUAL_ADD)
     });
     check_f32("lm_head", rows * vocab, &|y| {
-        gemv::lm_head(rd(&x), rd(&wl), y, r, k32, vocab as u32)
+        gemv::LmHead {
+            x: rd(&x),
+            w: rd(&wl),
+            logits: y,
+            rows: r,
+            k: k32,
+            vocab: vocab as u32,
+        }
+        .launch(gemv::LM_HEAD)
     });
     check_f32("lm_head one row", vocab, &|y| {
-        gemv::lm_head(rd(&x[..k]), rd(&wl), y, 1, k32, vocab as u32)
+        gemv::LmHead {
+            x: rd(&x[..k]),
+            w: rd(&wl),
+            logits: y,
+            rows: 1,
+            k: k32,
+            vocab: vocab as u32,
+        }
+        .launch(gemv::LM_HEAD)
     });
     // q/k/v: one split across the three matrices.
     let (nq, nkv) = (1024, 256);
@@ -432,22 +498,23 @@ fn results_do_not_depend_on_the_thread_count() {
                 poison_bf16(rows * nkv),
                 poison_bf16(rows * nkv),
             );
-            let launch = gemv::qkv(
-                rd(&x),
-                rd(&wq),
-                None,
-                rd(&wk),
-                None,
-                rd(&wv),
-                None,
-                wr(&mut q),
-                wr(&mut kk),
-                wr(&mut v),
-                r,
-                k32,
-                nq as u32,
-                nkv as u32,
-            );
+            let launch = gemv::Qkv {
+                x: rd(&x),
+                wq: rd(&wq),
+                bq: None,
+                wk: rd(&wk),
+                bk: None,
+                wv: rd(&wv),
+                bv: None,
+                q: wr(&mut q),
+                k_out: wr(&mut kk),
+                v: wr(&mut v),
+                rows: r,
+                k: k32,
+                nq: nq as u32,
+                nkv: nkv as u32,
+            }
+            .launch(gemv::QKV);
             run_threads(&launch, *t).unwrap();
             (bits_bf16(&q), bits_bf16(&kk), bits_bf16(&v))
         })
@@ -468,21 +535,22 @@ fn results_do_not_depend_on_the_thread_count() {
     let mut scratch = attn_scratch(4, heads as u32, d as u32);
     let scratch = wr(&mut scratch);
     check_bf16("paged_decode", q.len(), &|o| {
-        attn::paged_decode(
-            rd(&q),
-            rd(&cache),
-            rd(&tables),
-            rd(&lens),
-            o,
+        attn::PagedAttention {
+            q: rd(&q),
+            cache: rd(&cache),
+            block_tables: rd(&tables),
+            seq_lens: rd(&lens),
+            out: o,
             scratch,
-            4,
-            heads as u32,
-            kv_heads as u32,
-            d as u32,
-            block as u32,
-            max_blocks as u32,
-            pages as u32,
-            0.125,
-        )
+            rows: 4,
+            heads: heads as u32,
+            kv_heads: kv_heads as u32,
+            head_dim: d as u32,
+            block_size: block as u32,
+            max_blocks: max_blocks as u32,
+            num_pages: pages as u32,
+            scale: 0.125,
+        }
+        .launch(attn::PAGED_DECODE)
     });
 }

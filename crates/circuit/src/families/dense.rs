@@ -147,15 +147,14 @@ fn rms_norm(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A projection `[in_dim, out_dim]` of `x`, with a bias when `bias`.
 pub(super) fn linear(
     b: &mut CircuitBuilder,
     l: u32,
     role: &str,
     prefix: &str,
     x: TensorId,
-    in_dim: usize,
-    out_dim: usize,
+    [in_dim, out_dim]: [usize; 2],
     bias: bool,
 ) -> Result<TensorId, CircuitError> {
     let mut weights = vec![b.weight(&format!("{prefix}.weight"), &[out_dim, in_dim])?];
@@ -217,8 +216,7 @@ pub(super) fn dense_mlp(
         "gate_proj",
         &format!("{p}mlp.gate_proj"),
         x,
-        hidden,
-        inter,
+        [hidden, inter],
         false,
     )?;
     let up = linear(
@@ -227,8 +225,7 @@ pub(super) fn dense_mlp(
         "up_proj",
         &format!("{p}mlp.up_proj"),
         x,
-        hidden,
-        inter,
+        [hidden, inter],
         false,
     )?;
     let act = b.op1(
@@ -244,8 +241,7 @@ pub(super) fn dense_mlp(
         "down_proj",
         &format!("{p}mlp.down_proj"),
         act,
-        inter,
-        hidden,
+        [inter, hidden],
         false,
     )
 }
@@ -276,8 +272,7 @@ fn attention(
         "q_proj",
         &format!("{p}self_attn.q_proj"),
         x,
-        hidden,
-        q_out,
+        [hidden, q_out],
         bias,
     )?;
     let (q, gate) = if cfg.attn_output_gate {
@@ -306,8 +301,7 @@ fn attention(
         "k_proj",
         &format!("{p}self_attn.k_proj"),
         x,
-        hidden,
-        kv_dim,
+        [hidden, kv_dim],
         bias,
     )?;
     let v = linear(
@@ -316,8 +310,7 @@ fn attention(
         "v_proj",
         &format!("{p}self_attn.v_proj"),
         x,
-        hidden,
-        kv_dim,
+        [hidden, kv_dim],
         bias,
     )?;
 
@@ -425,8 +418,7 @@ fn attention(
         "o_proj",
         &format!("{p}self_attn.o_proj"),
         attn,
-        q_dim,
-        hidden,
+        [q_dim, hidden],
         false,
     )
 }

@@ -17,18 +17,15 @@ use crate::ops::OpKind;
 
 const LINEAR: LayerKind = LayerKind::LinearAttention;
 
-/// A projection with an explicit layer kind and branch.
-#[allow(clippy::too_many_arguments)]
+/// A projection `[in_dim, out_dim]` with an explicit layer kind and branch.
 fn projection(
     b: &mut CircuitBuilder,
     l: u32,
-    kind: LayerKind,
-    branch: u8,
+    (kind, branch): (LayerKind, u8),
     role: &str,
     weight: &str,
     x: TensorId,
-    in_dim: usize,
-    out_dim: usize,
+    [in_dim, out_dim]: [usize; 2],
 ) -> Result<TensorId, CircuitError> {
     let w = b.weight(weight, &[out_dim, in_dim])?;
     b.op1(
@@ -78,24 +75,20 @@ pub(super) fn gdn_block(
     let qkvz = projection(
         b,
         l,
-        LINEAR,
-        0,
+        (LINEAR, 0),
         "in_proj_qkvz",
         &format!("{p}in_proj_qkvz.weight"),
         x,
-        hidden,
-        qkvz_width,
+        [hidden, qkvz_width],
     )?;
     let ba = projection(
         b,
         l,
-        LINEAR,
-        0,
+        (LINEAR, 0),
         "in_proj_ba",
         &format!("{p}in_proj_ba.weight"),
         x,
-        hidden,
-        2 * nv,
+        [hidden, 2 * nv],
     )?;
 
     let conv_state = b.state(
@@ -180,13 +173,11 @@ pub(super) fn gdn_block(
     projection(
         b,
         l,
-        LINEAR,
-        0,
+        (LINEAR, 0),
         "out_proj",
         &format!("{p}out_proj.weight"),
         normed,
-        value_dim,
-        hidden,
+        [value_dim, hidden],
     )
 }
 
@@ -209,24 +200,20 @@ pub(super) fn with_shared_expert(
     let gate = projection(
         b,
         l,
-        kind,
-        1,
+        (kind, 1),
         "shared_gate_proj",
         &format!("{p}shared_expert.gate_proj.weight"),
         x,
-        hidden,
-        size,
+        [hidden, size],
     )?;
     let up = projection(
         b,
         l,
-        kind,
-        1,
+        (kind, 1),
         "shared_up_proj",
         &format!("{p}shared_expert.up_proj.weight"),
         x,
-        hidden,
-        size,
+        [hidden, size],
     )?;
     let act = b.op1(
         OpSpec::new(
@@ -243,24 +230,20 @@ pub(super) fn with_shared_expert(
     let shared = projection(
         b,
         l,
-        kind,
-        1,
+        (kind, 1),
         "shared_down_proj",
         &format!("{p}shared_expert.down_proj.weight"),
         act,
-        size,
-        hidden,
+        [size, hidden],
     )?;
     let shared_gate = projection(
         b,
         l,
-        kind,
-        1,
+        (kind, 1),
         "shared_expert_gate",
         &format!("{p}shared_expert_gate.weight"),
         x,
-        hidden,
-        1,
+        [hidden, 1],
     )?;
     b.op1(
         OpSpec::new(

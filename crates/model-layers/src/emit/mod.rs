@@ -1,10 +1,10 @@
-//! Emitters: one plan group → its launches, through the `ops::` functions.
+//! Emitters: one plan group → its launches. `View` is what a kernel's emitter (declared beside
+//! the kernel in `crate::kernels`) sees of its group; `emit_group` finds the emitter by the
+//! group's emitter kernel name in the registry and checks what it emitted.
 //!
 //! Invariants: a group emits exactly the kernels its rule names, in order (checked here);
 //! every tensor the group keeps is passed to some launch (a kernel that cannot store a kept
 //! intermediate is an error naming it, never a silently dropped output).
-
-mod kernels;
 
 use std::cell::RefCell;
 
@@ -13,7 +13,10 @@ use solder_circuit::{Group, OpKind};
 
 use crate::bind::Bindings;
 use crate::error::ExecError;
-use crate::ops::{Buf, Launch};
+use crate::kernels::{Buf, Launch};
+
+/// What an emitter returns.
+pub type R = Result<Vec<Launch>, ExecError>;
 
 /// The launches of `group`, checked against its rule's kernel list.
 pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, ExecError> {
@@ -26,7 +29,9 @@ pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, Exe
         .emitter
         .as_deref()
         .unwrap_or(group.kernels[0].as_str());
-    let launches = kernels::emit(&view, emitter)?;
+    let decl = crate::kernels::decl(emitter)
+        .ok_or_else(|| view.err(format!("no emitter for `{emitter}`")))?;
+    let launches = (decl.emit)(&view)?;
     let names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
     if names != group.kernels.iter().map(String::as_str).collect::<Vec<_>>() {
         return Err(view.err(format!(
@@ -47,7 +52,7 @@ pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, Exe
 }
 
 /// A group seen by an emitter: its ops by kind and role, and their buffers.
-pub(crate) struct View<'a> {
+pub struct View<'a> {
     bind: &'a Bindings<'a>,
     group: &'a Group,
     passed: RefCell<Vec<TensorId>>,
@@ -202,6 +207,11 @@ impl<'a> View<'a> {
 
     pub fn inv_freq(&self) -> Buf {
         self.bind.inv_freq()
+    }
+
+    /// The attention scratch of an attention op with `heads` and `head_dim` at this rows.
+    pub fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf {
+        self.bind.attn_scratch(heads, head_dim)
     }
 
     pub fn u32(&self, op: &Op, key: &str) -> Result<u32, ExecError> {

@@ -5,8 +5,8 @@
 use half::bf16;
 use solder_gpu_runtime::twin::HostArg;
 use solder_gpu_runtime::{DevicePtr, GpuError, KernelArg, TwinCtx};
-use solder_model_layers::ops::{Buf, Launch};
-use solder_model_layers::twins;
+use solder_model_layers::kernels;
+use solder_model_layers::kernels::{Buf, Launch};
 
 /// A read-only buffer over `v`.
 pub fn rd<T>(v: &[T]) -> Buf {
@@ -43,7 +43,7 @@ pub fn run_threads(launch: &Launch, threads: usize) -> Result<(), GpuError> {
         })
         .collect();
     let twin =
-        twins::twin(launch.kernel).unwrap_or_else(|| panic!("no twin for {}", launch.kernel));
+        kernels::twin(launch.kernel).unwrap_or_else(|| panic!("no twin for {}", launch.kernel));
     // SAFETY: the tests build every buffer from a live Vec and never alias a written one.
     let ctx = unsafe { TwinCtx::new(launch.kernel, &launch.config, args, threads) };
     twin(&ctx)
@@ -97,7 +97,7 @@ pub fn poison_bf16(n: usize) -> Vec<bf16> {
 /// The attention kernels' cross-block scratch (`ops::attn::scratch_bytes`; the twins only
 /// check its length).
 pub fn attn_scratch(rows: u32, heads: u32, head_dim: u32) -> Vec<f32> {
-    let bytes = solder_model_layers::ops::attn::scratch_bytes(
+    let bytes = solder_model_layers::kernels::attn::scratch_bytes(
         rows as usize,
         heads as usize,
         head_dim as usize,

@@ -1,4 +1,4 @@
-//! Twins of the `moe` kernels.
+//! CPU twins of the `moe` kernels.
 //!
 //! Routing: a row's softmax in f32 (max, exp, a sequential sum, divide), then the top k by
 //! repeated selection (descending, ties to the lower expert id); the fused router gets its
@@ -13,34 +13,23 @@
 use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
-use super::args::{bf16_in, bf16_out, dim, f32_in, f32_out, i32_in, macs, rows, size, threads_for};
-use super::matvec::{for_each_dot, Widened};
-use crate::numerics::{linear_value, silu_mul_value, to_bf16};
+use super::{CombineSharedArgs, DownArgs, GateUpSiluArgs, RouterTopkArgs, TopkSoftmaxArgs};
+use crate::kernels::act::sigmoid;
+use crate::kernels::gemv::matvec::{for_each_dot, Widened};
+use crate::kernels::view::{macs, size, threads_for, Dim};
+use crate::numerics::{linear_value, silu_mul_value, to_bf16, to_f32};
 
 /// Output features per work tile of the expert projections (fixed, so the split never
 /// depends on the thread count).
 const TILE_FEATURES: usize = 64;
 
-/// A written i32 buffer of exactly `len` elements.
-fn i32_out<'a>(ctx: &TwinCtx<'a>, index: usize, len: usize) -> Result<&'a mut [i32], GpuError> {
-    let s = ctx.i32s_mut(index)?;
-    if s.len() != len {
-        return Err(ctx.bad(
-            index,
-            format!("buffer holds {} elements, expected {len}", s.len()),
-        ));
-    }
-    Ok(s)
-}
-
 /// The picks per row of a routing launch: 1 ≤ k ≤ experts.
-fn picks(ctx: &TwinCtx<'_>, index: usize, experts: usize) -> Result<usize, GpuError> {
-    match ctx.u32(index)? as usize {
-        k if (1..=experts).contains(&k) => Ok(k),
-        k => Err(ctx.bad(
-            index,
-            format!("k = {k} picks per row, expected 1..={experts} (the expert count)"),
-        )),
+fn picks(k: Dim<'_>, experts: usize) -> Result<usize, GpuError> {
+    match k.count() {
+        n if (1..=experts).contains(&n) => Ok(n),
+        n => Err(k.bad(format!(
+            "k = {n} picks per row, expected 1..={experts} (the expert count)"
+        ))),
     }
 }
 
@@ -110,26 +99,26 @@ impl Router {
     }
 }
 
-/// `moe::topk_softmax(logits, ids, weights, rows, experts, k, norm_topk)`.
-pub(crate) fn topk_softmax(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, experts) = (rows(ctx, 3)?, dim(ctx, 4)?);
-    let (k, norm_topk) = (picks(ctx, 5, experts)?, ctx.u32(6)? != 0);
-    let logits = f32_in(ctx, 0, size(ctx, &[rows, experts])?)?;
-    let ids = i32_out(ctx, 1, size(ctx, &[rows, k])?)?;
-    let weights = f32_out(ctx, 2, size(ctx, &[rows, k])?)?;
+pub(super) fn topk_softmax(a: TopkSoftmaxArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, experts) = (a.rows.count(), a.experts.dim()?);
+    let (k, norm_topk) = (picks(a.k, experts)?, a.norm_topk.get() != 0);
+    let logits = a.logits.len(size(ctx, &[rows, experts])?)?;
+    let ids = a.ids.len(size(ctx, &[rows, k])?)?;
+    let weights = a.weights.len(size(ctx, &[rows, k])?)?;
     Router::rows(logits, experts, k, norm_topk, ids, weights);
     Ok(())
 }
 
-/// `moe::router_topk(x, w, ids, weights, rows, hidden, experts, k, norm_topk)` =
 /// lm_head → topk_softmax, the logits kept in a local buffer.
-pub(crate) fn router_topk(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, hidden, experts) = (rows(ctx, 4)?, dim(ctx, 5)?, dim(ctx, 6)?);
-    let (k, norm_topk) = (picks(ctx, 7, experts)?, ctx.u32(8)? != 0);
-    let x = bf16_in(ctx, 0, size(ctx, &[rows, hidden])?)?;
-    let w = bf16_in(ctx, 1, size(ctx, &[experts, hidden])?)?;
-    let ids = i32_out(ctx, 2, size(ctx, &[rows, k])?)?;
-    let weights = f32_out(ctx, 3, size(ctx, &[rows, k])?)?;
+pub(super) fn router_topk(a: RouterTopkArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, hidden, experts) = (a.rows.count(), a.hidden.dim()?, a.experts.dim()?);
+    let (k, norm_topk) = (picks(a.k, experts)?, a.norm_topk.get() != 0);
+    let x = a.x.len(size(ctx, &[rows, hidden])?)?;
+    let w = a.w.len(size(ctx, &[experts, hidden])?)?;
+    let ids = a.ids.len(size(ctx, &[rows, k])?)?;
+    let weights = a.weights.len(size(ctx, &[rows, k])?)?;
     let mut logits = vec![0.0f32; rows * experts];
     let threads = threads_for(ctx, macs(&[rows, hidden, experts]));
     for_each_dot(
@@ -233,16 +222,16 @@ fn run_tiles<'g, T: Send>(
     tiles
 }
 
-/// `moe::gate_up_silu(x, ids, wg, wu, act, rows, hidden, inter, experts, k)` = per slot, the
-/// dense gate_up_silu of the chosen expert's matrices.
-pub(crate) fn gate_up_silu(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, hidden, inter) = (rows(ctx, 5)?, dim(ctx, 6)?, dim(ctx, 7)?);
-    let (experts, k) = (dim(ctx, 8)?, dim(ctx, 9)?);
-    let x = bf16_in(ctx, 0, size(ctx, &[rows, hidden])?)?;
-    let ids = i32_in(ctx, 1, size(ctx, &[rows, k])?)?;
-    let wg = bf16_in(ctx, 2, size(ctx, &[experts, inter, hidden])?)?;
-    let wu = bf16_in(ctx, 3, size(ctx, &[experts, inter, hidden])?)?;
-    let act = bf16_out(ctx, 4, size(ctx, &[rows, k, inter])?)?;
+/// Per slot, the dense gate_up_silu of the chosen expert's matrices.
+pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, hidden, inter) = (a.rows.count(), a.hidden.dim()?, a.inter.dim()?);
+    let (experts, k) = (a.experts.dim()?, a.k.dim()?);
+    let x = a.x.len(size(ctx, &[rows, hidden])?)?;
+    let ids = a.ids.len(size(ctx, &[rows, k])?)?;
+    let wg = a.wg.len(size(ctx, &[experts, inter, hidden])?)?;
+    let wu = a.wu.len(size(ctx, &[experts, inter, hidden])?)?;
+    let act = a.act.len(size(ctx, &[rows, k, inter])?)?;
     let slot_experts = expert_ids(ctx, ids, k, experts)?;
     let groups = groups(&slot_experts, experts, hidden, |s| {
         &x[(s / k) * hidden..(s / k + 1) * hidden]
@@ -278,16 +267,16 @@ pub(crate) fn gate_up_silu(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// `moe::down(act, ids, weights, wd, out, rows, hidden, inter, experts, k)`: per row, the
-/// f32 sum over picks in order of dot(act slot, wd[e] row) · weight, stored bf16.
-pub(crate) fn down(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, hidden, inter) = (rows(ctx, 5)?, dim(ctx, 6)?, dim(ctx, 7)?);
-    let (experts, k) = (dim(ctx, 8)?, dim(ctx, 9)?);
-    let act = bf16_in(ctx, 0, size(ctx, &[rows, k, inter])?)?;
-    let ids = i32_in(ctx, 1, size(ctx, &[rows, k])?)?;
-    let weights = f32_in(ctx, 2, size(ctx, &[rows, k])?)?;
-    let wd = bf16_in(ctx, 3, size(ctx, &[experts, hidden, inter])?)?;
-    let out = bf16_out(ctx, 4, size(ctx, &[rows, hidden])?)?;
+/// Per row, the f32 sum over picks in order of dot(act slot, wd[e] row) · weight, stored bf16.
+pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, hidden, inter) = (a.rows.count(), a.hidden.dim()?, a.inter.dim()?);
+    let (experts, k) = (a.experts.dim()?, a.k.dim()?);
+    let act = a.act.len(size(ctx, &[rows, k, inter])?)?;
+    let ids = a.ids.len(size(ctx, &[rows, k])?)?;
+    let weights = a.weights.len(size(ctx, &[rows, k])?)?;
+    let wd = a.wd.len(size(ctx, &[experts, hidden, inter])?)?;
+    let out = a.out.len(size(ctx, &[rows, hidden])?)?;
     let slot_experts = expert_ids(ctx, ids, k, experts)?;
     let groups = groups(&slot_experts, experts, inter, |s| {
         &act[s * inter..(s + 1) * inter]
@@ -325,5 +314,27 @@ pub(crate) fn down(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
             *y = to_bf16(acc);
         }
     });
+    Ok(())
+}
+
+/// out = bf16(routed + sigmoid(gate[r]) · shared).
+pub(super) fn combine_shared(a: CombineSharedArgs<'_>) -> Result<(), GpuError> {
+    let (rows, hidden) = (a.rows.count(), a.hidden.dim()?);
+    let n = size(a.ctx, &[rows, hidden])?;
+    let routed = a.routed.len(n)?;
+    let shared = a.shared.len(n)?;
+    let gate = a.gate.len(rows)?;
+    let out = a.out.len(n)?;
+    for (((o, a), b), g) in out
+        .chunks_exact_mut(hidden)
+        .zip(routed.chunks_exact(hidden))
+        .zip(shared.chunks_exact(hidden))
+        .zip(gate)
+    {
+        let s = sigmoid(to_f32(*g));
+        for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+            *o = to_bf16(to_f32(*a) + s * to_f32(*b));
+        }
+    }
     Ok(())
 }

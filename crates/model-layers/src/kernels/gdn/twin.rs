@@ -1,5 +1,5 @@
-//! Twins of the `gdn` kernels (Qwen3-Next's gated DeltaNet): `gdn::conv`, `gdn::gates`,
-//! `gdn::recurrence`, `gdn::gated_norm`. Geometry and state layout: see `crate::ops::gdn`.
+//! CPU twins of the `gdn` kernels (Qwen3-Next's gated DeltaNet): `gdn::conv`, `gdn::gates`,
+//! `gdn::recurrence`, `gdn::gated_norm`. Geometry and state layout: see the module doc.
 //!
 //! Rows run in row order on their slots, so a launch equals its rows launched one at a time in
 //! sequence: with `chain` = 1 every row continues `slots[0]`; with `chain` = 0 rows sharing a
@@ -12,9 +12,8 @@ use std::collections::hash_map::{Entry, HashMap};
 use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
-use super::args::{
-    bf16_in, bf16_out, dim, f32_in, f32_out, f32_out_opt, i32_in, macs, rows, size, threads_for,
-};
+use super::{ConvArgs, GatedNormArgs, GatesArgs, RecurrenceArgs, GDN_MAX_DK};
+use crate::kernels::view::{macs, size, threads_for, Dim};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
@@ -36,15 +35,13 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-/// The head counts at `nk`, `nv`: both at least 1, `nv` a multiple of `nk`. Returns
-/// (nk, nv, nv / nk).
-fn head_counts(ctx: &TwinCtx<'_>, nk: usize, nv: usize) -> Result<(usize, usize, usize), GpuError> {
-    let (k_heads, v_heads) = (dim(ctx, nk)?, dim(ctx, nv)?);
+/// The head counts: both at least 1, `nv` a multiple of `nk`. Returns (nk, nv, nv / nk).
+fn head_counts(nk: Dim<'_>, nv: Dim<'_>) -> Result<(usize, usize, usize), GpuError> {
+    let (k_heads, v_heads) = (nk.dim()?, nv.dim()?);
     if v_heads % k_heads != 0 {
-        return Err(ctx.bad(
-            nv,
-            format!("{v_heads} value heads are not a multiple of the {k_heads} key heads"),
-        ));
+        return Err(nv.bad(format!(
+            "{v_heads} value heads are not a multiple of the {k_heads} key heads"
+        )));
     }
     Ok((k_heads, v_heads, v_heads / k_heads))
 }
@@ -54,7 +51,7 @@ fn add(ctx: &TwinCtx<'_>, a: usize, b: usize) -> Result<usize, GpuError> {
         .ok_or_else(|| ctx.fail(format!("{a} + {b} overflows the address space")))
 }
 
-/// The head geometry of a launch (module doc of `crate::ops::gdn`).
+/// The head geometry of a launch (the module doc).
 #[derive(Debug, Clone, Copy)]
 struct Heads {
     nv: usize,
@@ -73,10 +70,10 @@ struct Heads {
 }
 
 impl Heads {
-    /// Reads nk, dk, nv, dv at `first..first + 4`.
-    fn read(ctx: &TwinCtx<'_>, first: usize) -> Result<Heads, GpuError> {
-        let (nk, nv, ratio) = head_counts(ctx, first, first + 2)?;
-        let (dk, dv) = (dim(ctx, first + 1)?, dim(ctx, first + 3)?);
+    /// The geometry of nk key heads of dk and nv value heads of dv.
+    fn read(ctx: &TwinCtx<'_>, [nk, dk, nv, dv]: [Dim<'_>; 4]) -> Result<Heads, GpuError> {
+        let (nk, nv, ratio) = head_counts(nk, nv)?;
+        let (dk, dv) = (dk.dim()?, dv.dim()?);
         let kd = size(ctx, &[nk, dk])?;
         let group = add(ctx, size(ctx, &[2, dk])?, size(ctx, &[2, ratio, dv])?)?;
         Ok(Heads {
@@ -115,36 +112,18 @@ impl Heads {
     }
 }
 
-/// A written bf16 buffer of exactly `len` elements, or `None` when the argument is Null.
-fn bf16_out_opt<'a>(
-    ctx: &TwinCtx<'a>,
-    index: usize,
-    len: usize,
-) -> Result<Option<&'a mut [bf16]>, GpuError> {
-    let s = ctx.bf16s_mut_opt(index)?;
-    if let Some(s) = &s {
-        if s.len() != len {
-            return Err(ctx.bad(
-                index,
-                format!("buffer holds {} elements, expected {len}", s.len()),
-            ));
-        }
-    }
-    Ok(s)
-}
-
-/// The slot each row runs on (`chain` at `chain`: 0 → slots[r], 1 → slots[0]), each checked
-/// against `num_slots`.
+/// The slot each row runs on (`chain` 0 → slots[r], 1 → slots[0]), each checked against
+/// `num_slots`.
 fn row_slots(
     ctx: &TwinCtx<'_>,
     slots: &[i32],
     num_slots: usize,
-    chain: usize,
+    chain: Dim<'_>,
 ) -> Result<Vec<usize>, GpuError> {
-    let chained = match ctx.u32(chain)? {
+    let chained = match chain.get() {
         0 => false,
         1 => true,
-        v => return Err(ctx.bad(chain, format!("chain must be 0 or 1, got {v}"))),
+        v => return Err(chain.bad(format!("chain must be 0 or 1, got {v}"))),
     };
     let used = if chained {
         &slots[..slots.len().min(1)]
@@ -178,23 +157,22 @@ fn conv_channel(w: &[bf16], hist: &mut [bf16], x: bf16) -> bf16 {
     to_bf16(silu(acc))
 }
 
-/// `gdn::conv(qkvz, w, state, slots, out, snapshots?, rows, nk, dk, nv, dv, kernel, num_slots,
-/// chain)`.
-pub(crate) fn conv(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, heads) = (rows(ctx, 6)?, Heads::read(ctx, 7)?);
-    let (kernel, num_slots) = (dim(ctx, 11)?, dim(ctx, 12)?);
+pub(super) fn conv(a: ConvArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, heads) = (a.rows.count(), Heads::read(ctx, [a.nk, a.dk, a.nv, a.dv])?);
+    let (kernel, num_slots) = (a.kernel.dim()?, a.num_slots.dim()?);
     if kernel < 2 {
-        return Err(ctx.bad(11, "the conv kernel width must be at least 2"));
+        return Err(a.kernel.bad("the conv kernel width must be at least 2"));
     }
     let (channels, hist) = (heads.channels, kernel - 1);
     let slot_elems = size(ctx, &[channels, hist])?;
-    let qkvz = bf16_in(ctx, 0, size(ctx, &[rows, heads.qkvz_row])?)?;
-    let w = bf16_in(ctx, 1, size(ctx, &[channels, kernel])?)?;
-    let state = bf16_out(ctx, 2, size(ctx, &[num_slots, slot_elems])?)?;
-    let slots = i32_in(ctx, 3, rows)?;
-    let out = bf16_out(ctx, 4, size(ctx, &[rows, channels])?)?;
-    let mut snapshots = bf16_out_opt(ctx, 5, size(ctx, &[rows, slot_elems])?)?;
-    let row_slots = row_slots(ctx, slots, num_slots, 13)?;
+    let qkvz = a.qkvz.len(size(ctx, &[rows, heads.qkvz_row])?)?;
+    let w = a.w.len(size(ctx, &[channels, kernel])?)?;
+    let state = a.state.len(size(ctx, &[num_slots, slot_elems])?)?;
+    let slots = a.slots.len(rows)?;
+    let out = a.out.len(size(ctx, &[rows, channels])?)?;
+    let mut snapshots = a.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
+    let row_slots = row_slots(ctx, slots, num_slots, a.chain)?;
     let sources: Vec<usize> = (0..channels).map(|c| heads.channel_source(c)).collect();
     for (r, (x, o)) in qkvz
         .chunks_exact(heads.qkvz_row)
@@ -212,15 +190,15 @@ pub(crate) fn conv(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// `gdn::gates(ba, a_log, dt_bias, beta, g, rows, nk, nv)`.
-pub(crate) fn gates(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let rows = rows(ctx, 5)?;
-    let (_, nv, ratio) = head_counts(ctx, 6, 7)?;
-    let ba = bf16_in(ctx, 0, size(ctx, &[rows, 2, nv])?)?;
-    let a_log = bf16_in(ctx, 1, nv)?;
-    let dt_bias = bf16_in(ctx, 2, nv)?;
-    let beta = f32_out(ctx, 3, size(ctx, &[rows, nv])?)?;
-    let g = f32_out(ctx, 4, size(ctx, &[rows, nv])?)?;
+pub(super) fn gates(a: GatesArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let rows = a.rows.count();
+    let (_, nv, ratio) = head_counts(a.nk, a.nv)?;
+    let ba = a.ba.len(size(ctx, &[rows, 2, nv])?)?;
+    let a_log = a.a_log.len(nv)?;
+    let dt_bias = a.dt_bias.len(nv)?;
+    let beta = a.beta.len(size(ctx, &[rows, nv])?)?;
+    let g = a.g.len(size(ctx, &[rows, nv])?)?;
     for ((ba, beta), g) in ba
         .chunks_exact(2 * nv)
         .zip(beta.chunks_exact_mut(nv))
@@ -358,17 +336,15 @@ fn head_tasks<'a>(
     tasks
 }
 
-/// `gdn::recurrence(mixed, beta, g, state, slots, out, snapshots?, rows, nk, dk, nv, dv,
-/// num_slots, chain)`.
-pub(crate) fn recurrence(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    recurrence_on(ctx, false)
+pub(super) fn recurrence(a: RecurrenceArgs<'_>) -> Result<(), GpuError> {
+    recurrence_on(a, false)
 }
 
-/// `gdn::recurrence_pitched`: `gdn::recurrence`'s arguments and arithmetic, for the runtime
-/// route whose rows' slots are evenly pitched: row r runs on `slots[0] + r * (slots[1] -
-/// slots[0])`, addressed as one strided batch instead of gathered; `chain` must be 0.
-pub(crate) fn recurrence_pitched(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    recurrence_on(ctx, true)
+/// `gdn::recurrence`'s arguments and arithmetic, for the runtime route whose rows' slots are
+/// evenly pitched: row r runs on `slots[0] + r * (slots[1] - slots[0])`, addressed as one
+/// strided batch instead of gathered; `chain` must be 0.
+pub(super) fn recurrence_pitched(a: RecurrenceArgs<'_>) -> Result<(), GpuError> {
+    recurrence_on(a, true)
 }
 
 /// Slots `base + r * pitch` from the first two entries, each checked.
@@ -376,9 +352,10 @@ fn pitched_slots(
     ctx: &TwinCtx<'_>,
     slots: &[i32],
     num_slots: usize,
+    chain: Dim<'_>,
 ) -> Result<Vec<usize>, GpuError> {
-    if ctx.u32(13)? != 0 {
-        return Err(ctx.bad(13, "the pitched route runs independent rows (chain 0)"));
+    if chain.get() != 0 {
+        return Err(chain.bad("the pitched route runs independent rows (chain 0)"));
     }
     let base = i64::from(slots.first().copied().unwrap_or(0));
     let pitch = slots.get(1).map_or(0, |s| i64::from(*s) - base);
@@ -396,32 +373,30 @@ fn pitched_slots(
         .collect()
 }
 
-fn recurrence_on(ctx: &TwinCtx<'_>, pitched: bool) -> Result<(), GpuError> {
-    let (rows, heads, num_slots) = (rows(ctx, 7)?, Heads::read(ctx, 8)?, dim(ctx, 12)?);
+fn recurrence_on(a: RecurrenceArgs<'_>, pitched: bool) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let heads = Heads::read(ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let (rows, num_slots) = (a.rows.count(), a.num_slots.dim()?);
     // The CUDA kernel keeps q and k of a head in shared memory: refuse what it could not run.
-    if heads.dk > crate::ops::gdn::GDN_MAX_DK as usize {
-        return Err(ctx.bad(
-            9,
-            format!(
-                "key head dim {} above the kernels' {}",
-                heads.dk,
-                crate::ops::gdn::GDN_MAX_DK
-            ),
-        ));
+    if heads.dk > GDN_MAX_DK as usize {
+        return Err(a.dk.bad(format!(
+            "key head dim {} above the kernels' {GDN_MAX_DK}",
+            heads.dk
+        )));
     }
     let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
     let slot_elems = size(ctx, &[nv, dk, dv])?;
-    let mixed = bf16_in(ctx, 0, size(ctx, &[rows, heads.channels])?)?;
-    let beta = f32_in(ctx, 1, size(ctx, &[rows, nv])?)?;
-    let g = f32_in(ctx, 2, size(ctx, &[rows, nv])?)?;
-    let state = f32_out(ctx, 3, size(ctx, &[num_slots, slot_elems])?)?;
-    let slots = i32_in(ctx, 4, rows)?;
-    let out = bf16_out(ctx, 5, size(ctx, &[rows, nv, dv])?)?;
-    let snapshots = f32_out_opt(ctx, 6, size(ctx, &[rows, slot_elems])?)?;
+    let mixed = a.mixed.len(size(ctx, &[rows, heads.channels])?)?;
+    let beta = a.beta.len(size(ctx, &[rows, nv])?)?;
+    let g = a.g.len(size(ctx, &[rows, nv])?)?;
+    let state = a.state.len(size(ctx, &[num_slots, slot_elems])?)?;
+    let slots = a.slots.len(rows)?;
+    let out = a.out.len(size(ctx, &[rows, nv, dv])?)?;
+    let snapshots = a.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
     let row_slots = if pitched {
-        pitched_slots(ctx, slots, num_slots)?
+        pitched_slots(ctx, slots, num_slots, a.chain)?
     } else {
-        row_slots(ctx, slots, num_slots, 13)?
+        row_slots(ctx, slots, num_slots, a.chain)?
     };
     let inputs = Recurrence {
         heads,
@@ -451,15 +426,16 @@ fn recurrence_on(ctx: &TwinCtx<'_>, pitched: bool) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// `gdn::gated_norm(core, qkvz, w, out, rows, nk, dk, nv, dv, eps)`.
-pub(crate) fn gated_norm(ctx: &TwinCtx<'_>) -> Result<(), GpuError> {
-    let (rows, heads, eps) = (rows(ctx, 4)?, Heads::read(ctx, 5)?, ctx.f32(9)?);
+pub(super) fn gated_norm(a: GatedNormArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let heads = Heads::read(ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let (rows, eps) = (a.rows.count(), a.eps);
     let (nv, dv) = (heads.nv, heads.dv);
     let n = size(ctx, &[rows, nv, dv])?;
-    let core = bf16_in(ctx, 0, n)?;
-    let qkvz = bf16_in(ctx, 1, size(ctx, &[rows, heads.qkvz_row])?)?;
-    let w = bf16_in(ctx, 2, dv)?;
-    let out = bf16_out(ctx, 3, n)?;
+    let core = a.core.len(n)?;
+    let qkvz = a.qkvz.len(size(ctx, &[rows, heads.qkvz_row])?)?;
+    let w = a.w.len(dv)?;
+    let out = a.out.len(n)?;
     for (i, (x, o)) in core
         .chunks_exact(dv)
         .zip(out.chunks_exact_mut(dv))

@@ -1,0 +1,240 @@
+//! `attn` module (`crates/kernels/cuda/attn.cu`): paged attention over one layer's KV cache
+//! region, and the gate split of Qwen3-Next's gated attention.
+//!
+//! Twins of `paged_decode` and `paged_causal`: the same arithmetic (`attend`), row r over its
+//! sequence's first seq_lens[r] tokens; causality comes from the lengths. The GPU's
+//! cross-block scratch is checked for its length and otherwise left alone: the twin attends in
+//! one pass.
+
+use half::bf16;
+use solder_circuit::ir::MetaField;
+use solder_circuit::OpKind;
+use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
+
+use super::decl::{kernel, Name};
+use super::grid::elementwise;
+use super::view::{macs, size, threads_for};
+use crate::emit::{View, R};
+use crate::numerics::attend;
+
+/// Threads of an attention block: 8 warps split one block's share of a (head, row)'s context
+/// and merge in shared memory (static, about 9 KiB).
+const ATTN_THREADS: u32 = 256;
+
+/// Blocks per (head, row) (flash-decoding): a long context is cut into at most this many
+/// chunks, one per block, whose partials the last block to finish merges. Must equal
+/// `ATTN_SPLITS` in `crates/kernels/cuda/attn.cu`.
+pub const ATTN_SPLITS: u32 = 16;
+
+/// The largest head_dim the attention kernels take (`crates/kernels/cuda/attn.cu`
+/// `ATTN_MAX_HEAD_DIM`).
+pub const ATTN_MAX_HEAD_DIM: u32 = 256;
+
+/// Bytes of the attention scratch for `rows · heads` (head, row) pairs: per pair, in
+/// `(r · heads + h)` order, one u32 arrival counter, then `ATTN_SPLITS` partials of
+/// `head_dim + 2` f32 (max, sum, acc[head_dim]). The counter sits inside its pair's slot so
+/// its address does not depend on the row count: every plan of an exec shares the region and
+/// no plan's partials ever cover another plan's counter.
+pub fn scratch_bytes(rows: usize, heads: usize, head_dim: usize) -> usize {
+    rows * heads * (1 + ATTN_SPLITS as usize * (head_dim + 2)) * 4
+}
+
+/// `ATTN_SPLITS` blocks per (head, row); the kernels read `head_dim <= 256`.
+fn attn_config(rows: u32, heads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: [heads.max(1), rows.max(1), ATTN_SPLITS],
+        block: [ATTN_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+kernel! {
+    /// Paged attention: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
+    /// seq_lens i32[rows] → out bf16[rows·heads·head_dim], through `scratch`
+    /// (`scratch_bytes`, counters zero before the launch and left zero after it).
+    /// `ATTN_SPLITS` blocks of 8 warps per (head, row). `paged_decode` takes one query row per
+    /// sequence; `paged_causal` (verify: row r attends to its sequence's first seq_lens[r]
+    /// tokens) runs the same launch and arithmetic for now (sharing K/V tiles across a kv
+    /// head's query rows is the follow-up).
+    pub struct PagedAttention / PagedAttentionArgs {
+        q: In<bf16>,
+        cache: In<bf16>,
+        block_tables: In<i32>,
+        seq_lens: In<i32>,
+        out: Out<bf16>,
+        scratch: InOut<f32>,
+        rows: U32,
+        heads: U32,
+        kv_heads: U32,
+        head_dim: U32,
+        block_size: U32,
+        max_blocks: U32,
+        num_pages: U32,
+        scale: F32,
+    }
+    grid(a) = attn_config(a.rows, a.heads);
+    PAGED_DECODE = "attn::paged_decode" => twin paged_attention, emit emit_paged_decode;
+    PAGED_CAUSAL = "attn::paged_causal" => twin paged_attention, emit emit_paged_causal;
+}
+
+kernel! {
+    /// Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head
+    /// `[q | gate]` → q, gate bf16[rows·heads·head_dim]. Elementwise.
+    pub struct GateSplit / GateSplitArgs {
+        q2: In<bf16>,
+        q: Out<bf16>,
+        gate: Out<bf16>,
+        rows: U32,
+        heads: U32,
+        head_dim: U32,
+    }
+    grid(a) = elementwise(a.rows as u64 * a.heads as u64 * a.head_dim as u64);
+    GATE_SPLIT = "attn::gate_split" => twin gate_split, emit emit_gate_split;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[PagedAttention::DECLS, GateSplit::DECLS];
+
+// ---- twins ---------------------------------------------------------------------------------
+
+fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let rows = a.rows.count();
+    let (heads, kv_heads, head_dim) = (a.heads.dim()?, a.kv_heads.dim()?, a.head_dim.dim()?);
+    // The CUDA kernel keeps a head's accumulators on chip: refuse what it could not run.
+    if head_dim > ATTN_MAX_HEAD_DIM as usize {
+        return Err(a.head_dim.bad(format!(
+            "head_dim {head_dim} above the kernels' {ATTN_MAX_HEAD_DIM}"
+        )));
+    }
+    let (block_size, max_blocks, num_pages) =
+        (a.block_size.dim()?, a.max_blocks.dim()?, a.num_pages.dim()?);
+    let scale = a.scale;
+    if heads % kv_heads != 0 {
+        return Err(a
+            .kv_heads
+            .bad(format!("kv_heads {kv_heads} does not divide heads {heads}")));
+    }
+    let q = a.q.len(size(ctx, &[rows, heads, head_dim])?)?;
+    let row_elems = kv_heads * head_dim;
+    let cache = a
+        .cache
+        .len(size(ctx, &[num_pages, 2, block_size, row_elems])?)?;
+    let block_tables = a.block_tables.len(size(ctx, &[rows, max_blocks])?)?;
+    let seq_lens = a.seq_lens.len(rows)?;
+    let out = a.out.len(q.len())?;
+    // Per (head, row): a u32 counter, then ATTN_SPLITS partials of head_dim + 2 f32.
+    let slot_words = size(ctx, &[ATTN_SPLITS as usize, head_dim + 2])? + 1;
+    a.scratch.len(size(ctx, &[rows, heads, slot_words])?)?;
+
+    let capacity = size(ctx, &[max_blocks, block_size])?;
+    let mut work = 0usize;
+    for (r, len) in seq_lens.iter().enumerate() {
+        if *len < 1 || *len as usize > capacity {
+            return Err(ctx.fail(format!("row {r}: seq_len {len} outside 1..={capacity}")));
+        }
+        let blocks = &block_tables[r * max_blocks..][..(*len as usize).div_ceil(block_size)];
+        if let Some((b, page)) = blocks
+            .iter()
+            .enumerate()
+            .find(|(_, p)| **p < 0 || **p as usize >= num_pages)
+        {
+            return Err(ctx.fail(format!(
+                "row {r}: block {b} names page {page}, the cache has {num_pages}"
+            )));
+        }
+        work = work.saturating_add(macs(&[2, *len as usize, heads, head_dim]));
+    }
+
+    let group = heads / kv_heads;
+    let threads = threads_for(ctx, work);
+    // Where token j of row r keeps its k (part 0) or v (part 1) for kv head `kvh`.
+    let at = move |r: usize, j: usize, part: usize, kvh: usize| {
+        let page = block_tables[r * max_blocks + j / block_size] as usize;
+        let start = ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
+        &cache[start..start + head_dim]
+    };
+    par_chunks_mut(out, head_dim, threads, |index, out_head| {
+        let (r, h) = (index / heads, index % heads);
+        let kvh = h / group;
+        let q_head = &q[index * head_dim..(index + 1) * head_dim];
+        let (mut scores, mut acc) = (Vec::new(), Vec::new());
+        let len = seq_lens[r] as usize;
+        attend(
+            q_head,
+            len,
+            scale,
+            (|j| at(r, j, 0, kvh), |j| at(r, j, 1, kvh)),
+            &mut scores,
+            &mut acc,
+            out_head,
+        );
+    });
+    Ok(())
+}
+
+/// Each head of q2 is `[q | gate]`.
+fn gate_split(a: GateSplitArgs<'_>) -> Result<(), GpuError> {
+    let (rows, heads, head_dim) = (a.rows.count(), a.heads.dim()?, a.head_dim.dim()?);
+    let n = size(a.ctx, &[rows, heads, head_dim])?;
+    let q2 = a.q2.len(size(a.ctx, &[n, 2])?)?;
+    let q = a.q.len(n)?;
+    let gate = a.gate.len(n)?;
+    for ((pair, q), g) in q2
+        .chunks_exact(2 * head_dim)
+        .zip(q.chunks_exact_mut(head_dim))
+        .zip(gate.chunks_exact_mut(head_dim))
+    {
+        q.copy_from_slice(&pair[..head_dim]);
+        g.copy_from_slice(&pair[head_dim..]);
+    }
+    Ok(())
+}
+
+// ---- emitters ------------------------------------------------------------------------------
+
+fn emit_paged_decode(v: &View<'_>) -> R {
+    attention_of(v, PAGED_DECODE)
+}
+
+fn emit_paged_causal(v: &View<'_>) -> R {
+    attention_of(v, PAGED_CAUSAL)
+}
+
+fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
+    let a = v.op(OpKind::Attention, None)?;
+    let kv_edge = *a
+        .inputs
+        .get(1)
+        .ok_or_else(|| v.err(format!("`{}` reads no KV state", a.name)))?;
+    let (heads, head_dim) = (v.u32(a, "heads")?, v.u32(a, "head_dim")?);
+    Ok(vec![PagedAttention {
+        q: v.input(a, 0)?,
+        cache: v.state_of(kv_edge)?,
+        block_tables: v.meta(MetaField::BlockTables),
+        seq_lens: v.meta(MetaField::SeqLens),
+        out: v.output(a, 0)?,
+        scratch: v.attn_scratch(heads as usize, head_dim as usize),
+        rows: v.rows(),
+        heads,
+        kv_heads: v.u32(a, "kv_heads")?,
+        head_dim,
+        block_size: v.kv_block_size(),
+        max_blocks: v.max_blocks(),
+        num_pages: v.kv_pages(),
+        scale: v.f32(a, "scale")?,
+    }
+    .launch(kernel)])
+}
+
+fn emit_gate_split(v: &View<'_>) -> R {
+    let g = v.op(OpKind::AttnGateSplit, None)?;
+    Ok(vec![GateSplit {
+        q2: v.input(g, 0)?,
+        q: v.output(g, 0)?,
+        gate: v.output(g, 1)?,
+        rows: v.rows(),
+        heads: v.u32(g, "heads")?,
+        head_dim: v.u32(g, "head_dim")?,
+    }
+    .launch(GATE_SPLIT)])
+}

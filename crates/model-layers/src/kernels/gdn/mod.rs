@@ -1,0 +1,292 @@
+//! `gdn` module (`crates/kernels/cuda/gdn.cu`): the gated DeltaNet (linear attention) layers
+//! of Qwen3-Next — the causal depthwise conv over the q/k/v channels, the per-head gates, the
+//! gated delta rule recurrence (and its runtime route for evenly pitched slots) and the gated
+//! RMSNorm of its output.
+//!
+//! Geometry: `nk` key heads of `dk`, `nv` value heads of `dv` (`nv` a multiple of `nk`, r =
+//! nv / nk), a qkvz row of `nk` groups `[q dk | k dk | v r·dv | z r·dv]` (HF's
+//! `in_proj_qkvz` before `fix_query_key_value_ordering`), a conv channel row `[q kd | k kd |
+//! v vd]` (kd = nk·dk, vd = nv·dv).
+//!
+//! State lives in per-sequence slots (`slots i32[rows]`): the conv history bf16
+//! `[num_slots][C][kernel − 1]` (oldest first) and the recurrent state f32
+//! `[num_slots][nv][dk][dv]`. `chain` = 0: each row is its own sequence on `slots[r]`;
+//! `chain` = 1: the rows are consecutive tokens of one sequence on `slots[0]`. The optional
+//! `snapshots` receive row r's slot state after row r (in either mode; with `chain` = 1 they
+//! let the session roll back rejected draft tokens).
+
+mod twin;
+
+use half::bf16;
+use solder_circuit::ir::{MetaField, Op};
+use solder_circuit::OpKind;
+use solder_gpu_runtime::LaunchConfig;
+
+use super::decl::kernel;
+use super::grid::elementwise;
+use super::Buf;
+use crate::emit::{View, R};
+use crate::error::ExecError;
+
+/// Channels per conv block (one thread each).
+const CONV_THREADS: u32 = 256;
+/// Threads of a recurrence block: each owns state columns j of one head.
+const RECURRENCE_THREADS: u32 = 128;
+/// Heads per gated-norm block (one warp each).
+const NORM_WARPS: u32 = 8;
+
+/// The largest key head dim the recurrence kernels take (`crates/kernels/cuda/gdn.cu`
+/// `GDN_MAX_DK`).
+pub const GDN_MAX_DK: u32 = 256;
+
+/// Blocks over rows, one per row, or one walking them all when they chain; grid.y is capped
+/// at CUDA's 65535 (the kernels walk further rows grid-stride).
+fn row_blocks(rows: u32, chain: u32) -> u32 {
+    if chain != 0 {
+        1
+    } else {
+        rows.clamp(1, 65_535)
+    }
+}
+
+/// The conv: blocks over (channel tiles, rows).
+fn conv_config(a: &Conv) -> LaunchConfig {
+    let channels = 2 * a.nk as u64 * a.dk as u64 + a.nv as u64 * a.dv as u64;
+    let tiles = channels
+        .div_ceil(CONV_THREADS as u64)
+        .clamp(1, u32::MAX as u64) as u32;
+    LaunchConfig {
+        grid: [tiles, row_blocks(a.rows, a.chain), 1],
+        block: [CONV_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// One block per (v head, row); with `chain` one per v head, walking the rows.
+fn recurrence_config(a: &Recurrence) -> LaunchConfig {
+    LaunchConfig {
+        grid: [a.nv.max(1), row_blocks(a.rows, a.chain), 1],
+        block: [RECURRENCE_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// One warp per (row, v head).
+fn gated_norm_config(a: &GatedNorm) -> LaunchConfig {
+    let heads = a.rows as u64 * a.nv as u64;
+    let blocks = heads.div_ceil(NORM_WARPS as u64).clamp(1, u32::MAX as u64) as u32;
+    LaunchConfig::linear(blocks, 32 * NORM_WARPS)
+}
+
+kernel! {
+    /// Depthwise causal conv (width `kernel`) + SiLU of each row's q/k/v channels, gathered
+    /// from qkvz bf16[rows·nk·G]; w bf16[C·kernel] (`kernel` ≥ 2); state bf16 (read-write);
+    /// out bf16[rows·C]; snapshots bf16[rows·C·(kernel − 1)] (optional).
+    pub struct Conv / ConvArgs {
+        qkvz: In<bf16>,
+        w: In<bf16>,
+        state: InOut<bf16>,
+        slots: In<i32>,
+        out: Out<bf16>,
+        snapshots: OutOpt<bf16>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        kernel: U32,
+        num_slots: U32,
+        chain: U32,
+    }
+    grid(a) = conv_config(a);
+    CONV = "gdn::conv" => twin twin::conv, emit emit_conv;
+}
+
+kernel! {
+    /// ba bf16[rows·2·nv] (HF's `in_proj_ba`), a_log, dt_bias bf16[nv] → beta = sigmoid(b)
+    /// and g = −exp(a_log) · softplus(a + dt_bias), both f32[rows·nv]. Elementwise.
+    pub struct Gates / GatesArgs {
+        ba: In<bf16>,
+        a_log: In<bf16>,
+        dt_bias: In<bf16>,
+        beta: Out<f32>,
+        g: Out<f32>,
+        rows: U32,
+        nk: U32,
+        nv: U32,
+    }
+    grid(a) = elementwise(a.rows as u64 * a.nv as u64);
+    GATES = "gdn::gates" => twin twin::gates, emit emit_gates;
+}
+
+kernel! {
+    /// The gated delta rule with l2-normalised q and k: mixed bf16[rows·C] (the conv output),
+    /// beta, g f32[rows·nv], state f32 (read-write), out bf16[rows·nv·dv], snapshots
+    /// f32[rows·nv·dk·dv] (optional). `recurrence_pitched` is the runtime route for evenly
+    /// pitched slots: the same arguments (`chain` 0, no snapshots); row r's state is
+    /// `slots[0] + r * (slots[1] - slots[0])`, a strided batch.
+    pub struct Recurrence / RecurrenceArgs {
+        mixed: In<bf16>,
+        beta: In<f32>,
+        g: In<f32>,
+        state: InOut<f32>,
+        slots: In<i32>,
+        out: Out<bf16>,
+        snapshots: OutOpt<f32>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        num_slots: U32,
+        chain: U32,
+    }
+    grid(a) = recurrence_config(a);
+    RECURRENCE = "gdn::recurrence" => twin twin::recurrence, emit emit_recurrence;
+    RECURRENCE_PITCHED = "gdn::recurrence_pitched" =>
+        twin twin::recurrence_pitched, emit emit_recurrence_pitched;
+}
+
+kernel! {
+    /// RMSNorm of each v head of core bf16[rows·nv·dv] (weight w bf16[dv]) times silu(z), z
+    /// from qkvz bf16[rows·nk·G] → out bf16[rows·nv·dv]. One warp per (row, v head).
+    pub struct GatedNorm / GatedNormArgs {
+        core: In<bf16>,
+        qkvz: In<bf16>,
+        w: In<bf16>,
+        out: Out<bf16>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        eps: F32,
+    }
+    grid(a) = gated_norm_config(a);
+    GATED_NORM = "gdn::gated_norm" => twin twin::gated_norm, emit emit_gated_norm;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    Conv::DECLS,
+    Gates::DECLS,
+    Recurrence::DECLS,
+    GatedNorm::DECLS,
+];
+
+// ---- emitters ------------------------------------------------------------------------------
+
+/// Gated DeltaNet dims: key heads, key dim, value heads, value dim.
+fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
+    Ok([
+        v.u32(op, "key_heads")?,
+        v.u32(op, "key_dim")?,
+        v.u32(op, "value_heads")?,
+        v.u32(op, "value_dim")?,
+    ])
+}
+
+/// A recurrent op's state region, and its per-row snapshots when rows chain (verify).
+fn gdn_state(v: &View<'_>, op: &Op) -> Result<(Buf, Option<Buf>), ExecError> {
+    let edge = *op
+        .outputs
+        .get(1)
+        .ok_or_else(|| v.err(format!("`{}` has no state edge", op.name)))?;
+    let snapshots = if v.chained() {
+        Some(v.snapshots_of(edge)?)
+    } else {
+        None
+    };
+    Ok((v.state_of(edge)?, snapshots))
+}
+
+fn emit_conv(v: &View<'_>) -> R {
+    let c = v.op(OpKind::GdnConv, None)?;
+    let [nk, dk, nv, dv] = gdn_dims(v, c)?;
+    let (state, snapshots) = gdn_state(v, c)?;
+    Ok(vec![Conv {
+        qkvz: v.input(c, 0)?,
+        w: v.weight(c, 0)?,
+        state,
+        slots: v.meta(MetaField::StateSlots),
+        out: v.output(c, 0)?,
+        snapshots,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        kernel: v.u32(c, "kernel")?,
+        num_slots: v.state_slots(),
+        chain: v.chained() as u32,
+    }
+    .launch(CONV)])
+}
+
+fn emit_gates(v: &View<'_>) -> R {
+    let g = v.op(OpKind::GdnGates, None)?;
+    let [nk, _, nv, _] = gdn_dims(v, g)?;
+    Ok(vec![Gates {
+        ba: v.input(g, 0)?,
+        a_log: v.weight(g, 0)?,
+        dt_bias: v.weight(g, 1)?,
+        beta: v.output(g, 0)?,
+        g: v.output(g, 1)?,
+        rows: v.rows(),
+        nk,
+        nv,
+    }
+    .launch(GATES)])
+}
+
+/// The recurrence's arguments: with the state's snapshots when rows chain, unless `pitched`
+/// (the route runs independent rows only).
+fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
+    let r = v.op(OpKind::GdnRecurrence, None)?;
+    let [nk, dk, nv, dv] = gdn_dims(v, r)?;
+    if pitched && v.chained() {
+        return Err(v.err("the pitched route runs independent rows, not a verify chain".into()));
+    }
+    let (state, snapshots) = gdn_state(v, r)?;
+    Ok(Recurrence {
+        mixed: v.input(r, 0)?,
+        beta: v.input(r, 1)?,
+        g: v.input(r, 2)?,
+        state,
+        slots: v.meta(MetaField::StateSlots),
+        out: v.output(r, 0)?,
+        snapshots,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        num_slots: v.state_slots(),
+        chain: v.chained() as u32,
+    })
+}
+
+fn emit_recurrence(v: &View<'_>) -> R {
+    Ok(vec![recurrence_of(v, false)?.launch(RECURRENCE)])
+}
+
+fn emit_recurrence_pitched(v: &View<'_>) -> R {
+    Ok(vec![recurrence_of(v, true)?.launch(RECURRENCE_PITCHED)])
+}
+
+fn emit_gated_norm(v: &View<'_>) -> R {
+    let n = v.op(OpKind::GdnGatedNorm, None)?;
+    let [nk, dk, nv, dv] = gdn_dims(v, n)?;
+    Ok(vec![GatedNorm {
+        core: v.input(n, 0)?,
+        qkvz: v.input(n, 1)?,
+        w: v.weight(n, 0)?,
+        out: v.output(n, 0)?,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        eps: v.f32(n, "eps")?,
+    }
+    .launch(GATED_NORM)])
+}

@@ -1,0 +1,575 @@
+//! `gemv` module (`crates/kernels/cuda/gemv.cu`): projections (weights `[out][in]` bf16, f32
+//! accumulation) and their fusions with the residual add, RMSNorm, SiLU·mul and the residual
+//! epilogue.
+//!
+//! Grid: one block of 256 threads (8 warps) per 8 output features (`grid.y`, at most 65535:
+//! the kernel strides over the rest) and per group of 8 input rows (`grid.x`, the fastest
+//! index, so the row groups sharing a weight tile run side by side and read it from L2). Each
+//! warp streams one feature's weight row once per block with 16-byte loads against every row of
+//! its group; fused norms recompute their rows' 1/rms per block. Static shared memory only
+//! (32 KiB of staged x rows).
+
+pub(crate) mod matvec;
+mod twin;
+
+use half::bf16;
+use solder_circuit::ir::Op;
+use solder_circuit::OpKind;
+use solder_gpu_runtime::LaunchConfig;
+
+use super::decl::kernel;
+use super::Buf;
+use crate::emit::{View, R};
+use crate::error::ExecError;
+
+/// Output features per block (one warp each).
+const FEATURES_PER_BLOCK: u32 = 8;
+/// Input rows per block.
+const ROWS_PER_BLOCK: u32 = 8;
+/// The most blocks `grid.y` may hold.
+const MAX_GRID_Y: u64 = 65_535;
+
+fn gemv_config(features: u64, rows: u32) -> LaunchConfig {
+    let feature_blocks = features
+        .div_ceil(FEATURES_PER_BLOCK as u64)
+        .clamp(1, MAX_GRID_Y) as u32;
+    LaunchConfig {
+        grid: [rows.div_ceil(ROWS_PER_BLOCK).max(1), feature_blocks, 1],
+        block: [256, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+fn qkv_features(nq: u32, nkv: u32) -> u64 {
+    nq as u64 + 2 * nkv as u64
+}
+
+kernel! {
+    /// x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].
+    pub struct Linear / LinearArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        bias: InOpt<bf16>,
+        y: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    LINEAR = "gemv::linear" => twin twin::linear, emit emit_linear;
+}
+
+kernel! {
+    /// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (also an MoE router's
+    /// logits: the same f32-output projection).
+    pub struct LmHead / LmHeadArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        logits: Out<f32>,
+        rows: U32,
+        k: U32,
+        vocab: U32,
+    }
+    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    LM_HEAD = "gemv::lm_head" => twin twin::lm_head, emit emit_lm_head;
+}
+
+kernel! {
+    /// RMSNorm of h f32[rows·k] (weight wn bf16[k]) then `linear`.
+    pub struct NormLinear / NormLinearArgs {
+        h: In<f32>,
+        wn: In<bf16>,
+        w: In<bf16>,
+        bias: InOpt<bf16>,
+        y: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    NORM_LINEAR = "gemv::norm_linear" => twin twin::norm_linear, emit emit_norm_linear;
+}
+
+kernel! {
+    /// The q, k and v projections of one row set: x bf16[rows·k] → q bf16[rows·nq],
+    /// k_out bf16[rows·nkv], v bf16[rows·nkv].
+    pub struct Qkv / QkvArgs {
+        x: In<bf16>,
+        wq: In<bf16>,
+        bq: InOpt<bf16>,
+        wk: In<bf16>,
+        bk: InOpt<bf16>,
+        wv: In<bf16>,
+        bv: InOpt<bf16>,
+        q: Out<bf16>,
+        k_out: Out<bf16>,
+        v: Out<bf16>,
+        rows: U32,
+        k: U32,
+        nq: U32,
+        nkv: U32,
+    }
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    QKV = "gemv::qkv" => twin twin::qkv, emit emit_qkv;
+}
+
+kernel! {
+    /// RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
+    pub struct NormQkv / NormQkvArgs {
+        h: In<f32>,
+        wn: In<bf16>,
+        wq: In<bf16>,
+        bq: InOpt<bf16>,
+        wk: In<bf16>,
+        bk: InOpt<bf16>,
+        wv: In<bf16>,
+        bv: InOpt<bf16>,
+        q: Out<bf16>,
+        k_out: Out<bf16>,
+        v: Out<bf16>,
+        rows: U32,
+        k: U32,
+        nq: U32,
+        nkv: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    NORM_QKV = "gemv::norm_qkv" => twin twin::norm_qkv, emit emit_norm_qkv;
+}
+
+kernel! {
+    /// h f32 + d bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `qkv`.
+    pub struct AddNormQkv / AddNormQkvArgs {
+        h: In<f32>,
+        d: In<bf16>,
+        wn: In<bf16>,
+        wq: In<bf16>,
+        bq: InOpt<bf16>,
+        wk: In<bf16>,
+        bk: InOpt<bf16>,
+        wv: In<bf16>,
+        bv: InOpt<bf16>,
+        h_out: OutOpt<f32>,
+        q: Out<bf16>,
+        k_out: Out<bf16>,
+        v: Out<bf16>,
+        rows: U32,
+        k: U32,
+        nq: U32,
+        nkv: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    ADD_NORM_QKV = "gemv::add_norm_qkv" => twin twin::add_norm_qkv, emit emit_add_norm_qkv;
+}
+
+kernel! {
+    /// Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then
+    /// act bf16[rows·inter] = silu(gate) · up.
+    pub struct GateUpSilu / GateUpSiluArgs {
+        x: In<bf16>,
+        wg: In<bf16>,
+        wu: In<bf16>,
+        act: Out<bf16>,
+        rows: U32,
+        k: U32,
+        inter: U32,
+    }
+    grid(a) = gemv_config(a.inter as u64, a.rows);
+    GATE_UP_SILU = "gemv::gate_up_silu" => twin twin::gate_up_silu, emit emit_gate_up_silu;
+}
+
+kernel! {
+    /// RMSNorm of h f32[rows·k] (weight wn) then `gate_up_silu`.
+    pub struct NormGateUpSilu / NormGateUpSiluArgs {
+        h: In<f32>,
+        wn: In<bf16>,
+        wg: In<bf16>,
+        wu: In<bf16>,
+        act: Out<bf16>,
+        rows: U32,
+        k: U32,
+        inter: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(a.inter as u64, a.rows);
+    NORM_GATE_UP_SILU = "gemv::norm_gate_up_silu" =>
+        twin twin::norm_gate_up_silu, emit emit_norm_gate_up_silu;
+}
+
+kernel! {
+    /// h f32 + o bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `gate_up_silu`.
+    pub struct AddNormGateUpSilu / AddNormGateUpSiluArgs {
+        h: In<f32>,
+        o: In<bf16>,
+        wn: In<bf16>,
+        wg: In<bf16>,
+        wu: In<bf16>,
+        h_out: OutOpt<f32>,
+        act: Out<bf16>,
+        rows: U32,
+        k: U32,
+        inter: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(a.inter as u64, a.rows);
+    ADD_NORM_GATE_UP_SILU = "gemv::add_norm_gate_up_silu" =>
+        twin twin::add_norm_gate_up_silu, emit emit_add_norm_gate_up_silu;
+}
+
+kernel! {
+    /// `linear` of x bf16[rows·k], then h_out f32[rows·n_out] = h f32 + the bf16 projection.
+    pub struct LinearResidualAdd / LinearResidualAddArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        bias: InOpt<bf16>,
+        h: In<f32>,
+        h_out: Out<f32>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    LINEAR_RESIDUAL_ADD = "gemv::linear_residual_add" =>
+        twin twin::linear_residual_add, emit emit_linear_residual_add;
+}
+
+kernel! {
+    /// h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
+    pub struct AddNormLmHead / AddNormLmHeadArgs {
+        h: In<f32>,
+        d: In<bf16>,
+        wn: In<bf16>,
+        w: In<bf16>,
+        logits: Out<f32>,
+        rows: U32,
+        k: U32,
+        vocab: U32,
+        eps: F32,
+    }
+    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    ADD_NORM_LM_HEAD = "gemv::add_norm_lm_head" =>
+        twin twin::add_norm_lm_head, emit emit_add_norm_lm_head;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    Linear::DECLS,
+    LmHead::DECLS,
+    NormLinear::DECLS,
+    Qkv::DECLS,
+    NormQkv::DECLS,
+    AddNormQkv::DECLS,
+    GateUpSilu::DECLS,
+    NormGateUpSilu::DECLS,
+    AddNormGateUpSilu::DECLS,
+    LinearResidualAdd::DECLS,
+    AddNormLmHead::DECLS,
+];
+
+// ---- emitters ------------------------------------------------------------------------------
+
+fn emit_linear(v: &View<'_>) -> R {
+    let l = v.op(OpKind::Linear, None)?;
+    Ok(vec![Linear {
+        x: v.input(l, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        y: v.output(l, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+    }
+    .launch(LINEAR)])
+}
+
+fn emit_lm_head(v: &View<'_>) -> R {
+    // The LM head and an MoE router are the same f32-output projection.
+    let (h, vocab) = match v.op(OpKind::LmHead, None) {
+        Ok(h) => (h, v.u32(h, "vocab")?),
+        Err(_) => {
+            let r = v.op(OpKind::Router, None)?;
+            (r, v.u32(r, "experts")?)
+        }
+    };
+    Ok(vec![LmHead {
+        x: v.input(h, 0)?,
+        w: v.weight(h, 0)?,
+        logits: v.output(h, 0)?,
+        rows: v.rows(),
+        k: v.u32(h, "hidden")?,
+        vocab,
+    }
+    .launch(LM_HEAD)])
+}
+
+fn emit_norm_linear(v: &View<'_>) -> R {
+    let (n, l) = (v.op(OpKind::RmsNorm, None)?, v.op(OpKind::Linear, None)?);
+    Ok(vec![NormLinear {
+        h: v.input(n, 0)?,
+        wn: v.weight(n, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        y: v.output(l, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+        eps: v.f32(n, "eps")?,
+    }
+    .launch(NORM_LINEAR)])
+}
+
+/// The q/k/v projections of a group (`q_proj`, `k_proj`, `v_proj` linears): the arguments
+/// every qkv kernel takes after its input.
+struct Projections<'a> {
+    q_op: &'a Op,
+    w: [Buf; 3],
+    bias: [Option<Buf>; 3],
+    out: [Buf; 3],
+    k: u32,
+    nq: u32,
+    nkv: u32,
+}
+
+fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
+    let mut ops = Vec::with_capacity(3);
+    for role in ["q_proj", "k_proj", "v_proj"] {
+        ops.push(v.op(OpKind::Linear, Some(role))?);
+    }
+    let (q, k, vp) = (ops[0], ops[1], ops[2]);
+    Ok(Projections {
+        q_op: q,
+        w: [v.weight(q, 0)?, v.weight(k, 0)?, v.weight(vp, 0)?],
+        bias: [v.weight_opt(q, 1), v.weight_opt(k, 1), v.weight_opt(vp, 1)],
+        out: [v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?],
+        k: v.u32(q, "in")?,
+        nq: v.u32(q, "out")?,
+        nkv: v.u32(k, "out")?,
+    })
+}
+
+fn emit_qkv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let x = v.input(p.q_op, 0)?;
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let a = Qkv {
+        x,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+    };
+    Ok(vec![a.launch(QKV)])
+}
+
+fn emit_norm_qkv(v: &View<'_>) -> R {
+    let (p, n) = (projections(v)?, v.op(OpKind::RmsNorm, None)?);
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let a = NormQkv {
+        h,
+        wn,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+        eps,
+    };
+    Ok(vec![a.launch(NORM_QKV)])
+}
+
+fn emit_add_norm_qkv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let (a, n) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+    );
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let (h, d, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
+    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let args = AddNormQkv {
+        h,
+        d,
+        wn,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        h_out,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+        eps,
+    };
+    Ok(vec![args.launch(ADD_NORM_QKV)])
+}
+
+/// Gate and up are the projections feeding SiLU·mul's first and second input: their weights,
+/// the activation output, the input width and the intermediate width.
+struct GateUp<'a> {
+    gate: &'a Op,
+    wg: Buf,
+    wu: Buf,
+    act: Buf,
+    k: u32,
+    inter: u32,
+}
+
+fn gate_up<'a>(v: &View<'a>) -> Result<GateUp<'a>, ExecError> {
+    let s = v.op(OpKind::SiluMul, None)?;
+    let (g, u) = (v.producer_in_group(s, 0)?, v.producer_in_group(s, 1)?);
+    Ok(GateUp {
+        gate: g,
+        wg: v.weight(g, 0)?,
+        wu: v.weight(u, 0)?,
+        act: v.output(s, 0)?,
+        k: v.u32(g, "in")?,
+        inter: v.u32(g, "out")?,
+    })
+}
+
+fn emit_gate_up_silu(v: &View<'_>) -> R {
+    let GateUp {
+        gate,
+        wg,
+        wu,
+        act,
+        k,
+        inter,
+    } = gate_up(v)?;
+    let x = v.input(gate, 0)?;
+    let a = GateUpSilu {
+        x,
+        wg,
+        wu,
+        act,
+        rows: v.rows(),
+        k,
+        inter,
+    };
+    Ok(vec![a.launch(GATE_UP_SILU)])
+}
+
+fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
+    let (
+        GateUp {
+            wg,
+            wu,
+            act,
+            k,
+            inter,
+            ..
+        },
+        n,
+    ) = (gate_up(v)?, v.op(OpKind::RmsNorm, None)?);
+    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
+    let a = NormGateUpSilu {
+        h,
+        wn,
+        wg,
+        wu,
+        act,
+        rows: v.rows(),
+        k,
+        inter,
+        eps,
+    };
+    Ok(vec![a.launch(NORM_GATE_UP_SILU)])
+}
+
+fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
+    let GateUp {
+        wg,
+        wu,
+        act,
+        k,
+        inter,
+        ..
+    } = gate_up(v)?;
+    let (a, n) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+    );
+    let (h, o, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
+    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
+    let rows = v.rows();
+    let args = AddNormGateUpSilu {
+        h,
+        o,
+        wn,
+        wg,
+        wu,
+        h_out,
+        act,
+        rows,
+        k,
+        inter,
+        eps,
+    };
+    Ok(vec![args.launch(ADD_NORM_GATE_UP_SILU)])
+}
+
+fn emit_linear_residual_add(v: &View<'_>) -> R {
+    let (l, a) = (
+        v.op(OpKind::Linear, None)?,
+        v.op(OpKind::ResidualAdd, None)?,
+    );
+    Ok(vec![LinearResidualAdd {
+        x: v.input(l, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        h: v.input(a, 0)?,
+        h_out: v.output(a, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+    }
+    .launch(LINEAR_RESIDUAL_ADD)])
+}
+
+fn emit_add_norm_lm_head(v: &View<'_>) -> R {
+    let (a, n, h) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+        v.op(OpKind::LmHead, None)?,
+    );
+    Ok(vec![AddNormLmHead {
+        h: v.input(a, 0)?,
+        d: v.input(a, 1)?,
+        wn: v.weight(n, 0)?,
+        w: v.weight(h, 0)?,
+        logits: v.output(h, 0)?,
+        rows: v.rows(),
+        k: v.u32(h, "hidden")?,
+        vocab: v.u32(h, "vocab")?,
+        eps: v.f32(n, "eps")?,
+    }
+    .launch(ADD_NORM_LM_HEAD)])
+}

@@ -1,0 +1,385 @@
+//! CPU twins of the `gemv` kernels. Each fused twin runs the reference twins' steps in order on
+//! the same primitives: residual add (`residual_row`) → RMSNorm (`rms_norm_row`) → projections
+//! (`dot_bf16` + `linear_value`) → epilogue (`silu_mul_value`, `residual_value`), keeping
+//! intermediates in local buffers where the reference routing would have stored them.
+
+use half::bf16;
+use solder_gpu_runtime::{GpuError, TwinCtx};
+
+use super::matvec::{for_each_dot, Widened};
+use super::{
+    AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs, LinearArgs,
+    LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs,
+};
+use crate::kernels::norm::{add_rows, norm_rows};
+use crate::kernels::view::{macs, size, threads_for, In, InOpt, Out};
+use crate::numerics::{linear_value, residual_value, silu_mul_value};
+
+/// One projection's weights `[n][k]` and optional bias `[n]`.
+#[derive(Clone, Copy)]
+struct Proj<'a> {
+    w: &'a [bf16],
+    bias: Option<&'a [bf16]>,
+    n: usize,
+}
+
+impl Proj<'_> {
+    /// Weights `[n][k]` and the optional bias `[n]`.
+    fn read<'a>(
+        ctx: &TwinCtx<'_>,
+        w: In<'a, bf16>,
+        bias: InOpt<'a, bf16>,
+        n: usize,
+        k: usize,
+    ) -> Result<Proj<'a>, GpuError> {
+        let w = w.len(size(ctx, &[n, k])?)?;
+        let bias = bias.len(n)?;
+        Ok(Proj { w, bias, n })
+    }
+
+    /// Weight row `o`.
+    #[inline]
+    fn row(&self, o: usize, k: usize) -> &[bf16] {
+        &self.w[o * k..(o + 1) * k]
+    }
+
+    /// bf16(dot + bias[o]): what `linear` stores for feature `o`.
+    #[inline]
+    fn finish(&self, o: usize, dot: f32) -> bf16 {
+        linear_value(dot, self.bias.map(|b| b[o]))
+    }
+}
+
+/// The linear projection of every row of `x` (`[rows][k]`) into `y` (`[rows][p.n]`).
+fn project(ctx: &TwinCtx<'_>, x: &[bf16], rows: usize, k: usize, p: Proj<'_>, y: &mut [bf16]) {
+    let threads = threads_for(ctx, macs(&[rows, k, p.n]));
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        p.n,
+        |o| p.row(o, k),
+        |_, o, d| p.finish(o, d),
+        y,
+    );
+}
+
+/// q, k and v projections of the same rows, in one pass over the three weight matrices.
+fn project_qkv(
+    ctx: &TwinCtx<'_>,
+    x: &[bf16],
+    rows: usize,
+    k: usize,
+    p: [Proj<'_>; 3],
+    out: [&mut [bf16]; 3],
+) {
+    let cols = p[0].n + p[1].n + p[2].n;
+    let threads = threads_for(ctx, macs(&[rows, k, cols]));
+    let which = |c: usize| {
+        if c < p[0].n {
+            (&p[0], c)
+        } else if c < p[0].n + p[1].n {
+            (&p[1], c - p[0].n)
+        } else {
+            (&p[2], c - p[0].n - p[1].n)
+        }
+    };
+    let xs = Widened::new(x, k);
+    let mut all = vec![bf16::ZERO; rows * cols];
+    for_each_dot(
+        threads,
+        &xs,
+        cols,
+        |c| {
+            let (proj, o) = which(c);
+            proj.row(o, k)
+        },
+        |_, c, d| {
+            let (proj, o) = which(c);
+            proj.finish(o, d)
+        },
+        &mut all,
+    );
+    let mut first = 0;
+    for (proj, y) in p.iter().zip(out) {
+        for r in 0..rows {
+            y[r * proj.n..(r + 1) * proj.n]
+                .copy_from_slice(&all[r * cols + first..r * cols + first + proj.n]);
+        }
+        first += proj.n;
+    }
+}
+
+/// Gate and up projections (no bias) then silu(gate) · up, each stored bf16 on the way.
+fn gate_up(
+    ctx: &TwinCtx<'_>,
+    x: &[bf16],
+    rows: usize,
+    k: usize,
+    (wg, wu): (&[bf16], &[bf16]),
+    inter: usize,
+    act: &mut [bf16],
+) {
+    let threads = threads_for(ctx, macs(&[2, rows, k, inter]));
+    let (g, u) = (
+        Proj {
+            w: wg,
+            bias: None,
+            n: inter,
+        },
+        Proj {
+            w: wu,
+            bias: None,
+            n: inter,
+        },
+    );
+    let xs = Widened::new(x, k);
+    // Gate and up as one projection of 2·inter features, each stored bf16 as the reference does.
+    let mut both = vec![bf16::ZERO; rows * 2 * inter];
+    let pick = |c: usize| if c < inter { (&g, c) } else { (&u, c - inter) };
+    for_each_dot(
+        threads,
+        &xs,
+        2 * inter,
+        |c| {
+            let (proj, o) = pick(c);
+            proj.row(o, k)
+        },
+        |_, c, d| {
+            let (proj, o) = pick(c);
+            proj.finish(o, d)
+        },
+        &mut both,
+    );
+    for r in 0..rows {
+        let row = &both[r * 2 * inter..(r + 1) * 2 * inter];
+        for i in 0..inter {
+            act[r * inter + i] = silu_mul_value(row[i], row[inter + i]);
+        }
+    }
+}
+
+/// logits[r][o] = dot(x[r], w[o]).
+fn logits(
+    ctx: &TwinCtx<'_>,
+    x: &[bf16],
+    rows: usize,
+    k: usize,
+    w: &[bf16],
+    vocab: usize,
+    out: &mut [f32],
+) {
+    let threads = threads_for(ctx, macs(&[rows, k, vocab]));
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        vocab,
+        |o| &w[o * k..(o + 1) * k],
+        |_, _, d| d,
+        out,
+    );
+}
+
+/// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
+fn normed(h: &[f32], wn: &[bf16], k: usize, eps: f32) -> Vec<bf16> {
+    let mut x = vec![bf16::ZERO; h.len()];
+    norm_rows(h, wn, k, eps, &mut x);
+    x
+}
+
+pub(super) fn linear(a: LinearArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let p = Proj::read(ctx, a.w, a.bias, n, k)?;
+    let y = a.y.len(size(ctx, &[rows, n])?)?;
+    project(ctx, x, rows, k, p, y);
+    Ok(())
+}
+
+pub(super) fn lm_head(a: LmHeadArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, vocab) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let w = a.w.len(size(ctx, &[vocab, k])?)?;
+    let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    logits(ctx, x, rows, k, w, vocab, out);
+    Ok(())
+}
+
+/// rms_norm → linear.
+pub(super) fn norm_linear(a: NormLinearArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n, eps) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?, a.eps);
+    let h = a.h.len(size(ctx, &[rows, k])?)?;
+    let wn = a.wn.len(k)?;
+    let p = Proj::read(ctx, a.w, a.bias, n, k)?;
+    let y = a.y.len(size(ctx, &[rows, n])?)?;
+    project(ctx, &normed(h, wn, k, eps), rows, k, p, y);
+    Ok(())
+}
+
+/// The q, k and v projections' weights and biases.
+type QkvWeights<'a> = [(In<'a, bf16>, InOpt<'a, bf16>); 3];
+
+fn qkv_weights<'a>(
+    ctx: &TwinCtx<'_>,
+    [(wq, bq), (wk, bk), (wv, bv)]: QkvWeights<'a>,
+    k: usize,
+    nq: usize,
+    nkv: usize,
+) -> Result<[Proj<'a>; 3], GpuError> {
+    Ok([
+        Proj::read(ctx, wq, bq, nq, k)?,
+        Proj::read(ctx, wk, bk, nkv, k)?,
+        Proj::read(ctx, wv, bv, nkv, k)?,
+    ])
+}
+
+/// The q, k and v outputs.
+fn qkv_outputs<'a>(
+    ctx: &TwinCtx<'_>,
+    [q, k, v]: [Out<'a, bf16>; 3],
+    rows: usize,
+    nq: usize,
+    nkv: usize,
+) -> Result<[&'a mut [bf16]; 3], GpuError> {
+    Ok([
+        q.len(size(ctx, &[rows, nq])?)?,
+        k.len(size(ctx, &[rows, nkv])?)?,
+        v.len(size(ctx, &[rows, nkv])?)?,
+    ])
+}
+
+/// linear ×3.
+pub(super) fn qkv(a: QkvArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, nq, nkv) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
+    let p = qkv_weights(ctx, weights, k, nq, nkv)?;
+    let out = qkv_outputs(ctx, [a.q, a.k_out, a.v], rows, nq, nkv)?;
+    project_qkv(ctx, x, rows, k, p, out);
+    Ok(())
+}
+
+/// rms_norm → linear ×3.
+pub(super) fn norm_qkv(a: NormQkvArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, nq, nkv, eps) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?, a.eps);
+    let h = a.h.len(size(ctx, &[rows, k])?)?;
+    let wn = a.wn.len(k)?;
+    let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
+    let p = qkv_weights(ctx, weights, k, nq, nkv)?;
+    let out = qkv_outputs(ctx, [a.q, a.k_out, a.v], rows, nq, nkv)?;
+    project_qkv(ctx, &normed(h, wn, k, eps), rows, k, p, out);
+    Ok(())
+}
+
+/// residual_add → rms_norm → linear ×3.
+pub(super) fn add_norm_qkv(a: AddNormQkvArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, nq, nkv, eps) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?, a.eps);
+    let n = size(ctx, &[rows, k])?;
+    let h = a.h.len(n)?;
+    let d = a.d.len(n)?;
+    let wn = a.wn.len(k)?;
+    let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
+    let p = qkv_weights(ctx, weights, k, nq, nkv)?;
+    let h_out = a.h_out.len(n)?;
+    let out = qkv_outputs(ctx, [a.q, a.k_out, a.v], rows, nq, nkv)?;
+    let mut local = Vec::new();
+    let sum = add_rows(h, d, h_out, &mut local);
+    project_qkv(ctx, &normed(sum, wn, k, eps), rows, k, p, out);
+    Ok(())
+}
+
+/// Gate and up weights `[inter][k]` each.
+fn gate_up_weights<'a>(
+    ctx: &TwinCtx<'_>,
+    wg: In<'a, bf16>,
+    wu: In<'a, bf16>,
+    inter: usize,
+    k: usize,
+) -> Result<(&'a [bf16], &'a [bf16]), GpuError> {
+    let n = size(ctx, &[inter, k])?;
+    Ok((wg.len(n)?, wu.len(n)?))
+}
+
+/// linear ×2 → silu_mul.
+pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, inter) = (a.rows.count(), a.k.dim()?, a.inter.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let (wg, wu) = gate_up_weights(ctx, a.wg, a.wu, inter, k)?;
+    let act = a.act.len(size(ctx, &[rows, inter])?)?;
+    gate_up(ctx, x, rows, k, (wg, wu), inter, act);
+    Ok(())
+}
+
+/// rms_norm → linear ×2 → silu_mul.
+pub(super) fn norm_gate_up_silu(a: NormGateUpSiluArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, inter, eps) = (a.rows.count(), a.k.dim()?, a.inter.dim()?, a.eps);
+    let h = a.h.len(size(ctx, &[rows, k])?)?;
+    let wn = a.wn.len(k)?;
+    let (wg, wu) = gate_up_weights(ctx, a.wg, a.wu, inter, k)?;
+    let act = a.act.len(size(ctx, &[rows, inter])?)?;
+    gate_up(ctx, &normed(h, wn, k, eps), rows, k, (wg, wu), inter, act);
+    Ok(())
+}
+
+/// residual_add → rms_norm → linear ×2 → silu_mul.
+pub(super) fn add_norm_gate_up_silu(a: AddNormGateUpSiluArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, inter, eps) = (a.rows.count(), a.k.dim()?, a.inter.dim()?, a.eps);
+    let n = size(ctx, &[rows, k])?;
+    let h = a.h.len(n)?;
+    let o = a.o.len(n)?;
+    let wn = a.wn.len(k)?;
+    let (wg, wu) = gate_up_weights(ctx, a.wg, a.wu, inter, k)?;
+    let h_out = a.h_out.len(n)?;
+    let act = a.act.len(size(ctx, &[rows, inter])?)?;
+    let mut local = Vec::new();
+    let sum = add_rows(h, o, h_out, &mut local);
+    gate_up(ctx, &normed(sum, wn, k, eps), rows, k, (wg, wu), inter, act);
+    Ok(())
+}
+
+/// linear → residual_add.
+pub(super) fn linear_residual_add(a: LinearResidualAddArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let p = Proj::read(ctx, a.w, a.bias, n, k)?;
+    let h = a.h.len(size(ctx, &[rows, n])?)?;
+    let h_out = a.h_out.len(size(ctx, &[rows, n])?)?;
+    let threads = threads_for(ctx, macs(&[rows, k, n]));
+    let xs = Widened::new(x, k);
+    for_each_dot(
+        threads,
+        &xs,
+        n,
+        |o| p.row(o, k),
+        |r, o, d| residual_value(h[r * n + o], p.finish(o, d)),
+        h_out,
+    );
+    Ok(())
+}
+
+/// residual_add → rms_norm → lm_head.
+pub(super) fn add_norm_lm_head(a: AddNormLmHeadArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, vocab, eps) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?, a.eps);
+    let n = size(ctx, &[rows, k])?;
+    let h = a.h.len(n)?;
+    let d = a.d.len(n)?;
+    let wn = a.wn.len(k)?;
+    let w = a.w.len(size(ctx, &[vocab, k])?)?;
+    let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    let mut local = Vec::new();
+    let sum = add_rows(h, d, None, &mut local);
+    logits(ctx, &normed(sum, wn, k, eps), rows, k, w, vocab, out);
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! The host side of every kernel, one module per CUDA module (`crates/kernels/cuda/<m>.cu`,
+//! in the `solder-kernels` crate): each kernel is declared once with `kernel!` (`decl`), its
+//! typed argument struct beside its CPU twin (reading the struct's typed view, `view`) and its
+//! emitter (plan group → launch). `registry()` lists every declaration; from it come the
+//! twins a CPU backend registers, the emitter of each rule's kernel, and the kernel names
+//! FUSIONS.toml and the PTX are checked against. Also: loading a backend (the CPU twins, or
+//! with feature `cuda` the embedded PTX of every module).
+//!
+//! Adding a kernel touches three places: its `.cu` function, its declaration (with twin and
+//! emitter) in this module's file for its CUDA module, and its rule in FUSIONS.toml.
+//!
+//! Invariants (each checked by a test): every declaration's parameters match its CUDA
+//! signature in order, type and access; names are unique; every CPU twin is registered under
+//! its declaration's name; twins check every dimension, buffer length and index before they
+//! write and return an error naming the kernel instead of panicking; a fused twin runs the
+//! reference twins' primitives (`crate::numerics`) in the same order, so its bytes equal the
+//! reference routing's; results never depend on the number of host threads.
+
+pub(crate) mod decl;
+mod grid;
+mod heads;
+pub mod view;
+
+pub mod act;
+pub mod add;
+pub mod attn;
+pub mod embed;
+pub mod gdn;
+pub mod gemv;
+pub mod kv;
+pub mod moe;
+pub mod norm;
+pub mod rope;
+
+#[cfg(test)]
+mod signature;
+
+use solder_gpu_runtime::{CpuBackend, GpuBackend, GpuError, ModuleImage, TwinFn};
+
+pub use decl::{Buf, EmitFn, KernelDecl, Launch, Name, Param, ParamKind};
+
+/// Every module's declarations, in `MODULES` order.
+const BY_MODULE: &[&[&[KernelDecl]]] = &[
+    act::DECLS,
+    add::DECLS,
+    attn::DECLS,
+    embed::DECLS,
+    gdn::DECLS,
+    gemv::DECLS,
+    kv::DECLS,
+    moe::DECLS,
+    norm::DECLS,
+    rope::DECLS,
+];
+
+/// Every kernel declaration, by module.
+pub fn registry() -> impl Iterator<Item = &'static KernelDecl> {
+    BY_MODULE
+        .iter()
+        .flat_map(|module| module.iter())
+        .flat_map(|decls| decls.iter())
+}
+
+/// The declaration of `kernel` (`module::func`), if there is one.
+pub fn decl(kernel: &str) -> Option<&'static KernelDecl> {
+    registry().find(|d| d.name == kernel)
+}
+
+/// Every declared kernel's `module::func` name.
+pub fn kernel_names() -> Vec<&'static str> {
+    registry().map(|d| d.name).collect()
+}
+
+/// The CPU twin of `kernel`, if there is one.
+pub fn twin(kernel: &str) -> Option<TwinFn> {
+    decl(kernel).map(|d| d.twin)
+}
+
+/// Every twin with its kernel name, in registry order.
+pub fn twins() -> Vec<(&'static str, TwinFn)> {
+    registry().map(|d| (d.name, d.twin)).collect()
+}
+
+/// Registers every twin with the CPU backend.
+pub fn register_twins(backend: &mut CpuBackend) -> Result<(), GpuError> {
+    for d in registry() {
+        backend.register_twin(d.name, d.twin)?;
+    }
+    Ok(())
+}
+
+/// The kernel modules, one per `crates/kernels/cuda/<module>.cu`.
+pub use solder_kernels::MODULES;
+
+/// A CPU backend with every twin registered and every module loaded.
+pub fn cpu_backend(threads: Option<usize>) -> Result<CpuBackend, GpuError> {
+    let mut backend = match threads {
+        Some(n) => CpuBackend::with_threads(n),
+        None => CpuBackend::new(),
+    };
+    register_twins(&mut backend)?;
+    for module in MODULES {
+        backend.load_module(&ModuleImage {
+            name: module,
+            ptx: None,
+        })?;
+    }
+    Ok(backend)
+}
+
+#[cfg(feature = "cuda")]
+pub use cuda::{cuda_backend, module_ptx, PTX};
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use solder_gpu_runtime::{CudaBackend, GpuBackend, GpuError, ModuleImage};
+
+    pub use solder_kernels::{ptx as module_ptx, PTX};
+
+    /// A CUDA backend on device `device` with every module loaded (the driver JIT-compiles
+    /// the PTX for the device). `GpuError::NoDriver` where no CUDA driver is installed.
+    pub fn cuda_backend(device: usize) -> Result<CudaBackend, GpuError> {
+        let mut backend = CudaBackend::new(device)?;
+        for module in super::MODULES {
+            let ptx = module_ptx(module).ok_or_else(|| GpuError::Driver {
+                call: "load_module",
+                message: format!("module `{module}` has no embedded PTX"),
+            })?;
+            backend.load_module(&ModuleImage {
+                name: module,
+                ptx: Some(ptx),
+            })?;
+        }
+        Ok(backend)
+    }
+}

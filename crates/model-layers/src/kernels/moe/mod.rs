@@ -1,0 +1,248 @@
+//! `moe` module (`crates/kernels/cuda/moe.cu`): Mixture-of-Experts routing (softmax → top-k,
+//! optionally fused with the router projection), the routed expert MLP (gate·up·SiLU, then
+//! down with the weighted sum), and the shared expert's gated combine (Qwen3-Next).
+//!
+//! Expert weights are stacked row-major: gate and up `[experts][inter][hidden]`, down
+//! `[experts][hidden][inter]`. Picks are `ids i32[rows·k]` and `weights f32[rows·k]`.
+//!
+//! Grid: routing runs one block of 256 threads per row and keeps the row's probabilities in
+//! dynamic shared memory; the expert projections run blocks of 256 threads (one warp per
+//! output feature) over (pick, 8 output features) for gate·up and (row, 8 output features)
+//! for down, whose warp sums its row's picks in order. Picks and rows are `grid.x` (no 65535
+//! limit); feature tiles past 65535 are walked grid-stride by the kernels.
+
+mod twin;
+
+use half::bf16;
+use solder_circuit::ir::Op;
+use solder_circuit::OpKind;
+use solder_gpu_runtime::LaunchConfig;
+
+use super::decl::kernel;
+use super::grid::elementwise;
+use crate::emit::{View, R};
+use crate::error::ExecError;
+
+/// Threads of a routing block (one row).
+const ROUTE_THREADS: u32 = 256;
+/// Output features per expert-projection block (as in `gemv`).
+const FEATURES_PER_BLOCK: u32 = 8;
+
+fn route_config(rows: u32, experts: u32) -> LaunchConfig {
+    LaunchConfig {
+        shared_bytes: experts.saturating_mul(4),
+        ..LaunchConfig::linear(rows, ROUTE_THREADS)
+    }
+}
+
+/// Blocks over (`slices`, 8-feature tiles); grid.y is capped at CUDA's 65535 (the kernels
+/// walk further tiles grid-stride).
+fn expert_config(features: u32, slices: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: [
+            slices.max(1),
+            features.div_ceil(FEATURES_PER_BLOCK).clamp(1, 65_535),
+            1,
+        ],
+        block: [256, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+kernel! {
+    /// logits f32[rows·experts] → softmax → the `k` largest probabilities per row (descending,
+    /// ties to the lower expert id): ids i32[rows·k], weights f32[rows·k], renormalised to sum 1
+    /// when `norm_topk` != 0.
+    pub struct TopkSoftmax / TopkSoftmaxArgs {
+        logits: In<f32>,
+        ids: Out<i32>,
+        weights: Out<f32>,
+        rows: U32,
+        experts: U32,
+        k: U32,
+        norm_topk: U32,
+    }
+    grid(a) = route_config(a.rows, a.experts);
+    TOPK_SOFTMAX = "moe::topk_softmax" => twin twin::topk_softmax, emit emit_topk_softmax;
+}
+
+kernel! {
+    /// The router projection of x bf16[rows·hidden] (w bf16[experts·hidden], f32 logits kept
+    /// on chip) then `topk_softmax`.
+    pub struct RouterTopk / RouterTopkArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        ids: Out<i32>,
+        weights: Out<f32>,
+        rows: U32,
+        hidden: U32,
+        experts: U32,
+        k: U32,
+        norm_topk: U32,
+    }
+    grid(a) = route_config(a.rows, a.experts);
+    ROUTER_TOPK = "moe::router_topk" => twin twin::router_topk, emit emit_router_topk;
+}
+
+kernel! {
+    /// For each row and pick j (expert ids[r·k + j]): act bf16[(r·k + j)·inter ..] =
+    /// silu(x_r · wg[e]ᵀ) · (x_r · wu[e]ᵀ), each projection stored bf16 first.
+    pub struct GateUpSilu / GateUpSiluArgs {
+        x: In<bf16>,
+        ids: In<i32>,
+        wg: In<bf16>,
+        wu: In<bf16>,
+        act: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+    }
+    grid(a) = expert_config(a.inter, a.rows.saturating_mul(a.k));
+    GATE_UP_SILU = "moe::gate_up_silu" => twin twin::gate_up_silu, emit emit_gate_up_silu;
+}
+
+kernel! {
+    /// out bf16[rows·hidden] = Σ_j weights[r·k + j] · (act[r·k + j] · wd[ids[r·k + j]]ᵀ),
+    /// summed in f32 over the picks in order, stored bf16 once.
+    pub struct Down / DownArgs {
+        act: In<bf16>,
+        ids: In<i32>,
+        weights: In<f32>,
+        wd: In<bf16>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+    }
+    grid(a) = expert_config(a.hidden, a.rows);
+    DOWN = "moe::down" => twin twin::down, emit emit_down;
+}
+
+kernel! {
+    /// out bf16[rows·hidden] = routed + sigmoid(gate[r]) · shared, in f32, stored bf16 once:
+    /// the shared expert's gated contribution (gate bf16[rows], the shared-expert gate
+    /// projection).
+    pub struct CombineShared / CombineSharedArgs {
+        routed: In<bf16>,
+        shared: In<bf16>,
+        gate: In<bf16>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+    }
+    grid(a) = elementwise(a.rows as u64 * a.hidden as u64);
+    COMBINE_SHARED = "moe::combine_shared" => twin twin::combine_shared, emit emit_combine_shared;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    TopkSoftmax::DECLS,
+    RouterTopk::DECLS,
+    GateUpSilu::DECLS,
+    Down::DECLS,
+    CombineShared::DECLS,
+];
+
+// ---- emitters ------------------------------------------------------------------------------
+
+/// Top-k dims: experts, k, renormalise.
+fn topk_dims(v: &View<'_>, t: &Op) -> Result<(u32, u32, u32), ExecError> {
+    Ok((v.u32(t, "experts")?, v.u32(t, "k")?, v.u32(t, "norm_topk")?))
+}
+
+fn emit_topk_softmax(v: &View<'_>) -> R {
+    let t = v.op(OpKind::TopkSoftmax, None)?;
+    let (experts, k, norm_topk) = topk_dims(v, t)?;
+    Ok(vec![TopkSoftmax {
+        logits: v.input(t, 0)?,
+        ids: v.output(t, 0)?,
+        weights: v.output(t, 1)?,
+        rows: v.rows(),
+        experts,
+        k,
+        norm_topk,
+    }
+    .launch(TOPK_SOFTMAX)])
+}
+
+fn emit_router_topk(v: &View<'_>) -> R {
+    let (r, t) = (
+        v.op(OpKind::Router, None)?,
+        v.op(OpKind::TopkSoftmax, None)?,
+    );
+    let (experts, k, norm_topk) = topk_dims(v, t)?;
+    Ok(vec![RouterTopk {
+        x: v.input(r, 0)?,
+        w: v.weight(r, 0)?,
+        ids: v.output(t, 0)?,
+        weights: v.output(t, 1)?,
+        rows: v.rows(),
+        hidden: v.u32(r, "hidden")?,
+        experts,
+        k,
+        norm_topk,
+    }
+    .launch(ROUTER_TOPK)])
+}
+
+/// Expert dims: hidden, intermediate, experts, k.
+fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32), ExecError> {
+    Ok((
+        v.u32(op, "hidden")?,
+        v.u32(op, "inter")?,
+        v.u32(op, "experts")?,
+        v.u32(op, "k")?,
+    ))
+}
+
+fn emit_gate_up_silu(v: &View<'_>) -> R {
+    let g = v.op(OpKind::MoeGateUp, None)?;
+    let (hidden, inter, experts, k) = expert_dims(v, g)?;
+    Ok(vec![GateUpSilu {
+        x: v.input(g, 0)?,
+        ids: v.input(g, 1)?,
+        wg: v.weight(g, 0)?,
+        wu: v.weight(g, 1)?,
+        act: v.output(g, 0)?,
+        rows: v.rows(),
+        hidden,
+        inter,
+        experts,
+        k,
+    }
+    .launch(GATE_UP_SILU)])
+}
+
+fn emit_down(v: &View<'_>) -> R {
+    let d = v.op(OpKind::MoeDown, None)?;
+    let (hidden, inter, experts, k) = expert_dims(v, d)?;
+    Ok(vec![Down {
+        act: v.input(d, 0)?,
+        ids: v.input(d, 1)?,
+        weights: v.input(d, 2)?,
+        wd: v.weight(d, 0)?,
+        out: v.output(d, 0)?,
+        rows: v.rows(),
+        hidden,
+        inter,
+        experts,
+        k,
+    }
+    .launch(DOWN)])
+}
+
+fn emit_combine_shared(v: &View<'_>) -> R {
+    let c = v.op(OpKind::MoeCombine, None)?;
+    Ok(vec![CombineShared {
+        routed: v.input(c, 0)?,
+        shared: v.input(c, 1)?,
+        gate: v.input(c, 2)?,
+        out: v.output(c, 0)?,
+        rows: v.rows(),
+        hidden: v.u32(c, "hidden")?,
+    }
+    .launch(COMBINE_SHARED)])
+}
