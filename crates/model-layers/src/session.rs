@@ -158,18 +158,13 @@ impl<'e> Session<'e> {
                 free: self.free_pages.len(),
             });
         }
-        let mut widths: Vec<usize> = self.exec.instance.serve.verify_widths.clone();
-        widths.sort_unstable();
+        let shapes = self.exec.instance.program_shapes();
         let mut logits = Vec::with_capacity(tokens.len() * vocab);
         let mut at = 0;
         while at < tokens.len() {
             let left = tokens.len() - at;
-            let width = widths
-                .iter()
-                .rev()
-                .copied()
-                .find(|&w| w <= left)
-                .unwrap_or(1);
+            // The widest verify program the rest fills; a last single token runs decode.
+            let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
             match self.verify(backend, id, &tokens[at..at + width]) {
                 Ok(chunk) => logits.extend(chunk),
                 Err(e) => {
@@ -260,17 +255,15 @@ impl<'e> Session<'e> {
                 return Err(SessionError::DuplicateSequence(*id));
             }
         }
-        let ladder = &self.exec.instance.serve.multi_seq_ladder;
+        let shapes = self.exec.instance.program_shapes();
         let program = if n == 1 {
             self.exec.decode_program()?
         } else {
-            let width = ladder
-                .iter()
-                .copied()
-                .find(|&w| w >= n)
+            let width = shapes
+                .narrowest(Mode::MultiSeq, n)
                 .ok_or(SessionError::TooWide {
                     asked: n,
-                    widest: ladder.last().copied().unwrap_or(1),
+                    widest: shapes.widest(Mode::MultiSeq).unwrap_or(1),
                 })?;
             self.exec.multi_seq_program(width)?
         };
