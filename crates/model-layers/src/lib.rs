@@ -10,6 +10,7 @@
 //! `bit_identical` performs the same arithmetic in the same order as the reference twins.
 
 mod bind;
+mod bytes;
 pub mod checkpoint;
 mod emit;
 pub mod error;

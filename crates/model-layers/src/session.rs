@@ -474,10 +474,7 @@ impl<'e> Session<'e> {
         let vocab = self.exec.config.vocab_size;
         let mut raw = vec![0u8; n * vocab * 4];
         backend.copy_d2h(ws.offset(layout.logits_offset), &mut raw)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        Ok(crate::bytes::f32s_from_bytes(&raw))
     }
 
     /// The mode a step of `n` sequences runs in.
