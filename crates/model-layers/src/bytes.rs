@@ -29,6 +29,20 @@ pub(crate) fn f32s_from_bytes(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Writes i32 values little-endian at the start of `out`, which holds at least
+/// `4 * values.len()` bytes.
+pub(crate) fn put_i32s(out: &mut [u8], values: &[i32]) {
+    debug_assert!(
+        out.len() >= 4 * values.len(),
+        "{} bytes for {} i32s",
+        out.len(),
+        values.len()
+    );
+    for (slot, value) in out.chunks_exact_mut(4).zip(values) {
+        slot.copy_from_slice(&value.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +53,11 @@ mod tests {
         assert_eq!(bf16_bytes(&values), [0xc0, 0x3f, 0x00, 0xc0]);
         let floats = [0.25f32, -7.0, f32::MAX];
         assert_eq!(f32s_from_bytes(&f32_bytes(&floats)), floats);
+        let mut out = [0xffu8; 12];
+        put_i32s(&mut out, &[1, -2]);
+        assert_eq!(
+            out,
+            [1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! solder's model layers: weights (`checkpoint`, `weights`), the host side of the kernels
 //! (`ops`: one function per kernel; `twins`: their CPU implementations; `numerics`: the shared
 //! arithmetic), `emit` (plan group → launches), `program` (plan → `Program` with final
-//! pointers), `exec` (`CircuitExec`: every program of a model in one workspace) and
-//! `session` (`Session`: paged KV cache, prefill, decode, multi-sequence steps).
+//! pointers), `exec` (`CircuitExec`: every program of a model in one workspace), `meta`
+//! (the per-step metadata: its region's layout, a step's values, their encoding and upload)
+//! and `session` (`Session`: paged KV cache, state slots, prefill, decode, multi-sequence
+//! steps).
 //!
 //! Invariants: a program reads per-step values only from the workspace's metadata region;
 //! the workspace is allocated once per `CircuitExec` and freed only after every graph that
@@ -17,6 +19,7 @@ pub mod error;
 pub mod exec;
 pub mod kernels;
 pub mod layout;
+pub mod meta;
 pub mod numerics;
 pub mod ops;
 pub mod program;
@@ -25,7 +28,7 @@ pub mod twins;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
-pub use error::{ExecError, SessionError, WeightsError};
+pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use program::{Program, ProgramStep};
 pub use session::{greedy, SeqId, Session};

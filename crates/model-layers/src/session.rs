@@ -14,11 +14,10 @@ use solder_gpu_runtime::GpuBackend;
 
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::meta::{MetaRow, StepMeta, SCRATCH_PAGE, SCRATCH_SLOT};
 use crate::program::Program;
 
 pub type SeqId = u64;
-
-const SCRATCH_PAGE: u32 = 0;
 
 #[derive(Debug, Clone, Default)]
 struct Sequence {
@@ -426,54 +425,33 @@ impl<'e> Session<'e> {
         program: &Program,
         rows: &[Row],
     ) -> Result<Vec<f32>, SessionError> {
-        let layout = &self.exec.layout;
-        let (bs, max_blocks) = (layout.kv_block_size, layout.max_blocks);
-        let n = rows.len();
-        let mut tokens = Vec::with_capacity(n);
-        let mut positions = Vec::with_capacity(n);
-        let mut slots = Vec::with_capacity(n);
-        let mut seq_lens = Vec::with_capacity(n);
-        let mut state_slots = Vec::with_capacity(n);
-        let mut tables = vec![SCRATCH_PAGE as i32; n * max_blocks];
-        for (r, row) in rows.iter().enumerate() {
-            tokens.push(row.token as i32);
-            positions.push(row.position as i32);
-            seq_lens.push(row.position as i32 + 1);
-            state_slots.push(
-                row.seq
-                    .and_then(|id| self.seqs.get(&id))
-                    .and_then(|s| s.slot)
-                    .unwrap_or(0) as i32,
-            );
-            match row.seq.and_then(|id| self.seqs.get(&id)) {
-                Some(seq) => {
-                    let page = seq.pages[row.position / bs];
-                    slots.push((page as usize * bs + row.position % bs) as i32);
-                    for (b, &p) in seq.pages.iter().enumerate().take(max_blocks) {
-                        tables[r * max_blocks + b] = p as i32;
-                    }
+        let meta_rows = rows
+            .iter()
+            .map(|row| match row.seq {
+                None => Ok(MetaRow::Padding),
+                Some(id) => {
+                    let seq = self
+                        .seqs
+                        .get(&id)
+                        .ok_or(SessionError::UnknownSequence(id))?;
+                    Ok(MetaRow::Live {
+                        token: row.token,
+                        position: row.position,
+                        pages: &seq.pages,
+                        state_slot: seq.slot.unwrap_or(SCRATCH_SLOT),
+                    })
                 }
-                None => slots.push((SCRATCH_PAGE as usize * bs) as i32),
-            }
-        }
-        let ws = self.exec.workspace();
-        let stream = self.exec.default_stream();
-        let m = &layout.meta;
-        for (offset, values) in [
-            (m.tokens, &tokens),
-            (m.positions, &positions),
-            (m.slot_mapping, &slots),
-            (m.seq_lens, &seq_lens),
-            (m.block_tables, &tables),
-            (m.state_slots, &state_slots),
-        ] {
-            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            backend.copy_h2d_async(stream, ws.offset(offset), &bytes)?;
-        }
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
+        let meta = StepMeta::new(&self.exec.layout.meta, &meta_rows)?;
+        meta.upload(backend, self.exec.default_stream(), self.exec.workspace())?;
         self.exec.run(backend, program)?;
         let vocab = self.exec.config.vocab_size;
-        let mut raw = vec![0u8; n * vocab * 4];
-        backend.copy_d2h(ws.offset(layout.logits_offset), &mut raw)?;
+        let mut raw = vec![0u8; rows.len() * vocab * 4];
+        backend.copy_d2h(
+            self.exec.workspace().offset(self.exec.layout.logits_offset),
+            &mut raw,
+        )?;
         Ok(crate::bytes::f32s_from_bytes(&raw))
     }
 
