@@ -17,7 +17,8 @@ use crate::ops::attn;
 
 pub const ALIGN: usize = 256;
 
-fn align(bytes: usize) -> usize {
+/// `bytes` rounded up to the next `ALIGN` boundary.
+pub(crate) fn align(bytes: usize) -> usize {
     bytes.div_ceil(ALIGN) * ALIGN
 }
 

@@ -18,16 +18,12 @@ use solder_gpu_runtime::{DevicePtr, GpuBackend, GpuError, StreamId};
 
 use crate::bytes::put_i32s;
 use crate::error::MetaError;
-use crate::layout::ALIGN;
+use crate::layout::align;
 
 /// The KV page padding rows and unused block-table entries name; the page pool never lends it.
 pub const SCRATCH_PAGE: u32 = 0;
 /// The recurrent-state slot padding rows use; the slot pool never lends it.
 pub const SCRATCH_SLOT: u32 = 0;
-
-fn align(bytes: usize) -> usize {
-    bytes.div_ceil(ALIGN) * ALIGN
-}
 
 /// Where each field of the metadata region lies, for programs of up to `max_rows` rows with
 /// block tables of `max_blocks` pages of `block_size` tokens.
