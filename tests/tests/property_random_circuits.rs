@@ -295,7 +295,7 @@ fn run_case(seed: u64, seen: &mut Seen) {
         (Mode::MultiSeq, 2 + rng.below(127)),
         (Mode::Verify, 2 + rng.below(7)),
     ];
-    let instance = Instance::new(circuit, ServeShape::default());
+    let instance = Instance::new(circuit, ServeShape::default()).unwrap();
     for (mode, rows) in shapes {
         for max_streams in [1, 2, 4] {
             let at = format!("seed {seed} {mode} rows={rows} max_streams={max_streams}");

@@ -40,6 +40,13 @@ pub enum CircuitError {
         rows: usize,
         why: String,
     },
+    #[error(transparent)]
+    Config(#[from] solder_config::ConfigError),
+    #[error("serve shape: `{field}` {problem}")]
+    ServeShape {
+        field: &'static str,
+        problem: String,
+    },
     #[error("plan verifier failed after the {pass} pass: {message}")]
     Verify { pass: &'static str, message: String },
 }

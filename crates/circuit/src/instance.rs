@@ -1,4 +1,5 @@
-//! `Instance`: a circuit with the shape it is served at and its precision.
+//! `Instance`: a circuit with the programs it is served with (`ProgramShapes`) and its
+//! precision. Invariant: an instance's serve shape passed `ProgramShapes::new`.
 
 use solder_config::{ModelConfig, ServeShape};
 
@@ -6,6 +7,7 @@ use crate::error::CircuitError;
 use crate::families::{build_circuit, model_name, CircuitOptions};
 use crate::ir::{Circuit, Dtype};
 use crate::mode::Mode;
+use crate::shapes::ProgramShapes;
 
 /// Storage formats of a served model (DESIGN.md, "Numerics and parity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,20 +29,26 @@ impl Default for Precision {
     }
 }
 
+/// A circuit and the programs it is served with. The serve shape is checked when the instance
+/// is made (`ProgramShapes::new`), so every instance's `shapes()` can be compiled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Instance {
     pub circuit: Circuit,
-    pub serve: ServeShape,
     pub precision: Precision,
+    serve: ServeShape,
+    shapes: ProgramShapes,
 }
 
 impl Instance {
-    pub fn new(circuit: Circuit, serve: ServeShape) -> Instance {
-        Instance {
+    /// `circuit` served at `serve`; refuses a serve shape `ProgramShapes::new` refuses.
+    pub fn new(circuit: Circuit, serve: ServeShape) -> Result<Instance, CircuitError> {
+        let shapes = ProgramShapes::new(&serve)?;
+        Ok(Instance {
             circuit,
-            serve,
             precision: Precision::default(),
-        }
+            serve,
+            shapes,
+        })
     }
 
     /// The family's circuit for `config`, served at `serve`.
@@ -54,26 +62,29 @@ impl Instance {
         serve: ServeShape,
         options: CircuitOptions,
     ) -> Result<Instance, CircuitError> {
-        serve.validate().map_err(|e| CircuitError::Unsupported {
+        // The serve shape first: a refused shape is named before any circuit is built.
+        ProgramShapes::new(&serve).map_err(|e| CircuitError::Unsupported {
             source_name: config.source.clone(),
             message: e.to_string(),
         })?;
         let circuit = build_circuit(config, &model_name(&config.source), options)?;
-        Ok(Instance::new(circuit, serve))
+        Instance::new(circuit, serve)
     }
 
-    /// Every (mode, rows) the serve shape asks a program for: decode; multi_seq over the
-    /// ladder; verify at each width. (`verify_batch` row tables and the draft head come with
-    /// the families and sessions that use them.)
+    /// The serve shape the instance was made with.
+    pub fn serve(&self) -> &ServeShape {
+        &self.serve
+    }
+
+    /// The programs the serve shape asks for (`ProgramShapes`).
+    pub fn program_shapes(&self) -> &ProgramShapes {
+        &self.shapes
+    }
+
+    /// Every (mode, rows) the serve shape asks a program for, in canonical order: decode;
+    /// multi_seq over the ladder; verify at each width. (`verify_batch` row tables and the
+    /// draft head come with the families and sessions that use them.)
     pub fn shapes(&self) -> Vec<(Mode, usize)> {
-        let mut shapes = vec![(Mode::Decode, 1)];
-        shapes.extend(
-            self.serve
-                .multi_seq_ladder
-                .iter()
-                .map(|&w| (Mode::MultiSeq, w)),
-        );
-        shapes.extend(self.serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
-        shapes
+        self.shapes.all().to_vec()
     }
 }

@@ -24,6 +24,7 @@ pub mod planner;
 pub mod policy;
 pub mod routes;
 pub mod rules;
+pub mod shapes;
 pub mod verify;
 
 pub use display::PlanDisplay;
@@ -37,3 +38,4 @@ pub use planner::{plans_digest, Buffer, BuildOptions, ExecutionPlan, Step, StepK
 pub use policy::{Available, Fusions, Policy};
 pub use routes::RouteCondition;
 pub use rules::{Numerics, Rule, RuleSet};
+pub use shapes::ProgramShapes;

@@ -90,7 +90,7 @@ fn qwen2_attention_bias_builds_q_k_v_bias_slots() {
         slot_names(&llama).iter().all(|n| !n.ends_with(".bias")),
         "control: llama has no bias"
     );
-    let instance = Instance::new(c, ServeShape::default());
+    let instance = Instance::new(c, ServeShape::default()).unwrap();
     let rules = shipped_rules();
     for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 3)] {
         build(&instance, &rules, &Policy::default(), mode, rows);
@@ -128,7 +128,8 @@ fn decode_with_two_rows_is_an_error() {
     let instance = Instance::new(
         build_circuit(&config("llama", ""), "t", CircuitOptions::default()).unwrap(),
         ServeShape::default(),
-    );
+    )
+    .unwrap();
     let rules = shipped_rules();
     let err = ExecutionPlan::build(
         &instance,
@@ -178,7 +179,7 @@ fn forked(side: u8) -> Instance {
     let d = op(OpKind::Linear, "d", &[n], side, 1000);
     let s = op(OpKind::ResidualAdd, "s", &[a, bb], 0, 64);
     op(OpKind::ResidualAdd, "t", &[s, d], 0, 64);
-    Instance::new(b.finish().unwrap(), ServeShape::default())
+    Instance::new(b.finish().unwrap(), ServeShape::default()).unwrap()
 }
 
 fn count(plan: &ExecutionPlan, want: fn(&StepKind) -> bool) -> usize {
@@ -295,7 +296,8 @@ fn dot_and_display_name_every_group_and_the_pool() {
         )
         .unwrap(),
         ServeShape::default(),
-    );
+    )
+    .unwrap();
     let plan = build(&instance, &rules, &Policy::default(), Mode::Verify, 4);
     let dot = plan.to_dot(&instance.circuit);
     assert!(dot.starts_with("digraph") && dot.ends_with("}\n"), "{dot}");

@@ -36,7 +36,9 @@ impl Bindings<'_> {
                 bytes: b.bytes,
             }),
             Binding::Input(ModelInput::Tokens) => Some(Buf {
-                ptr: self.workspace.offset(self.layout.meta.tokens),
+                ptr: self
+                    .workspace
+                    .offset(self.layout.meta.tokens(self.rows()).offset),
                 bytes,
             }),
             Binding::Output(ModelOutput::Logits) => Some(Buf {
@@ -80,24 +82,17 @@ impl Bindings<'_> {
         }
     }
 
+    /// A metadata field's bytes at this plan's rows (`MetaLayout::field`).
     pub fn meta(&self, field: MetaField) -> Buf {
-        let m = &self.layout.meta;
-        let rows = self.rows();
-        let (offset, bytes) = match field {
-            MetaField::Positions => (m.positions, rows * 4),
-            MetaField::SlotMapping => (m.slot_mapping, rows * 4),
-            MetaField::SeqLens => (m.seq_lens, rows * 4),
-            MetaField::BlockTables => (m.block_tables, rows * self.layout.max_blocks * 4),
-            MetaField::StateSlots => (m.state_slots, rows * 4),
-        };
+        let range = self.layout.meta.field(field, self.rows());
         Buf {
-            ptr: self.workspace.offset(offset),
-            bytes,
+            ptr: self.workspace.offset(range.offset),
+            bytes: range.bytes,
         }
     }
 
     /// The attention scratch of an attention op with `heads` and `head_dim` at this plan's
-    /// rows (`ops::attn::scratch_bytes`): the start of the workspace's scratch region, whose
+    /// rows (`kernels::attn::scratch_bytes`): the start of the workspace's scratch region, whose
     /// (head, row) slots lie where every plan puts them.
     pub fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf {
         let bytes = crate::kernels::attn::scratch_bytes(self.rows(), heads, head_dim);

@@ -1,5 +1,5 @@
-//! Errors of model-layers: weights, builds, sessions. Each names the tensor, file, sequence
-//! or program at fault.
+//! Errors of model-layers: weights, builds, step metadata, sessions. Each names the tensor,
+//! file, row, sequence or program at fault.
 
 use std::path::PathBuf;
 
@@ -59,10 +59,37 @@ pub enum ExecError {
     GraphsAlive { live: usize },
 }
 
+/// A step's metadata that the region cannot carry (`meta::StepMeta::new`).
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("a step of {rows} rows is wider than the metadata region's {max_rows}")]
+    TooManyRows { rows: usize, max_rows: usize },
+    #[error("row {row}: position {position} lies past the {pages} page(s) its sequence holds")]
+    NoPage {
+        row: usize,
+        position: usize,
+        pages: usize,
+    },
+    #[error("row {row}: a block table of {pages} pages is longer than the region's {max_blocks}")]
+    TooManyPages {
+        row: usize,
+        pages: usize,
+        max_blocks: usize,
+    },
+    #[error("row {row}: {field} {value} does not fit the i32 the kernels read")]
+    DoesNotFit {
+        row: usize,
+        field: &'static str,
+        value: usize,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(transparent)]
     Exec(#[from] ExecError),
+    #[error("step metadata: {0}")]
+    Meta(#[from] MetaError),
     #[error("token id {token} at index {index} is out of range (vocab {vocab})")]
     TokenOutOfRange {
         token: u32,

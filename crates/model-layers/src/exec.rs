@@ -14,6 +14,7 @@ use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, GraphExecId, GraphId, StreamId};
 
 use crate::bind::Bindings;
+use crate::bytes;
 use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
 use crate::layout::Layout;
@@ -158,10 +159,12 @@ impl CircuitExec {
         let weights_ptr = backend.alloc(layout.weights_bytes)?;
         let kv_ptr = backend.alloc(layout.state_bytes)?;
         for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
-            backend.copy_h2d(weights_ptr.offset(*offset), bf16_bytes(slot))?;
+            backend.copy_h2d(weights_ptr.offset(*offset), bytes::bf16_bytes(slot))?;
         }
-        let inv_bytes: Vec<u8> = inv_freq.iter().flat_map(|f| f.to_le_bytes()).collect();
-        backend.copy_h2d(weights_ptr.offset(layout.inv_freq_offset), &inv_bytes)?;
+        backend.copy_h2d(
+            weights_ptr.offset(layout.inv_freq_offset),
+            &bytes::f32_bytes(&inv_freq),
+        )?;
         drop(host);
 
         let programs = plans
@@ -415,15 +418,5 @@ impl CircuitExec {
 
     pub fn default_stream(&self) -> StreamId {
         self.streams[0]
-    }
-}
-
-/// A bf16 slice's bytes (little-endian, as the device stores them).
-pub(crate) fn bf16_bytes(values: &[half::bf16]) -> &[u8] {
-    #[cfg(not(target_endian = "little"))]
-    compile_error!("solder's hosts are little-endian");
-    // SAFETY: bf16 is a plain 2-byte value with no padding; the length covers exactly the slice.
-    unsafe {
-        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
     }
 }

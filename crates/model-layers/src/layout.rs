@@ -1,6 +1,6 @@
-//! Where everything lives on the device: the workspace (metadata region, logits, arena,
-//! attention scratch), the weights (each slot, then constants such as rope's inv_freq) and the
-//! KV cache.
+//! Where everything lives on the device: the workspace (metadata region — its fields are
+//! `meta::MetaLayout`'s —, logits, arena, attention scratch), the weights (each slot, then
+//! constants such as rope's inv_freq) and the KV cache.
 //!
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
@@ -13,24 +13,13 @@ use solder_circuit::ops::OpKind;
 use solder_circuit::ExecutionPlan;
 
 use crate::kernels::attn;
+pub use crate::meta::MetaLayout;
 
 pub const ALIGN: usize = 256;
 
-fn align(bytes: usize) -> usize {
+/// `bytes` rounded up to the next `ALIGN` boundary.
+pub(crate) fn align(bytes: usize) -> usize {
     bytes.div_ceil(ALIGN) * ALIGN
-}
-
-/// Byte offsets of the per-step metadata inside the workspace (each `i32` arrays of
-/// `max_rows`, block tables `max_rows * max_blocks`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetaLayout {
-    pub tokens: usize,
-    pub positions: usize,
-    pub slot_mapping: usize,
-    pub seq_lens: usize,
-    pub block_tables: usize,
-    pub state_slots: usize,
-    pub bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +29,12 @@ pub struct Layout {
     pub max_seq_len: usize,
     /// Block-table entries per row: pages a sequence may hold.
     pub max_blocks: usize,
+    /// The per-step metadata region (`meta`), at the workspace's start.
     pub meta: MetaLayout,
     pub logits_offset: usize,
     pub arena_offset: usize,
     pub arena_bytes: usize,
-    /// Cross-block attention partials and arrival counters (`ops::attn::scratch_bytes` for the
+    /// Cross-block attention partials and arrival counters (`kernels::attn::scratch_bytes` for the
     /// widest plan and the largest attention op); zero bytes without attention.
     pub attn_scratch_offset: usize,
     pub attn_scratch_bytes: usize,
@@ -94,16 +84,7 @@ impl Layout {
             })
             .unwrap_or(16);
         let max_blocks = max_seq_len.div_ceil(block_size);
-        let row_i32 = align(max_rows * 4);
-        let meta = MetaLayout {
-            tokens: 0,
-            positions: row_i32,
-            slot_mapping: 2 * row_i32,
-            seq_lens: 3 * row_i32,
-            block_tables: 4 * row_i32,
-            state_slots: 4 * row_i32 + align(max_rows * max_blocks * 4),
-            bytes: 5 * row_i32 + align(max_rows * max_blocks * 4),
-        };
+        let meta = MetaLayout::new(max_rows, max_blocks, block_size);
         let logits_offset = meta.bytes;
         let arena_offset = logits_offset + align(max_rows * vocab * 4);
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));

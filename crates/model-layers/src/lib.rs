@@ -3,7 +3,9 @@
 //! emitter side by side, one file or folder per kernel module; `numerics`: the shared
 //! arithmetic), `emit` (plan group → launches through the kernels' emitters), `program`
 //! (plan → `Program` with final pointers), `exec` (`CircuitExec`: every program of a model in
-//! one workspace) and `session` (`Session`: paged KV cache, prefill, decode, multi-sequence
+//! one workspace), `meta` (the per-step metadata: its region's layout, a step's values, their
+//! encoding and upload) and `session` (`Session`: paged KV cache, state slots, prefill,
+//! decode, multi-sequence
 //! steps).
 //!
 //! Invariants: a program reads per-step values only from the workspace's metadata region;
@@ -12,19 +14,21 @@
 //! `bit_identical` performs the same arithmetic in the same order as the reference twins.
 
 mod bind;
+mod bytes;
 pub mod checkpoint;
 pub mod emit;
 pub mod error;
 pub mod exec;
 pub mod kernels;
 pub mod layout;
+pub mod meta;
 pub mod numerics;
 pub mod program;
 pub mod session;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
-pub use error::{ExecError, SessionError, WeightsError};
+pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use program::{Program, ProgramStep};
 pub use session::{greedy, SeqId, Session};

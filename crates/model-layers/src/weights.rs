@@ -203,7 +203,7 @@ impl safetensors::View for Bf16View<'_> {
     }
 
     fn data(&self) -> std::borrow::Cow<'_, [u8]> {
-        std::borrow::Cow::Borrowed(crate::exec::bf16_bytes(self.values))
+        std::borrow::Cow::Borrowed(crate::bytes::bf16_bytes(self.values))
     }
 
     fn data_len(&self) -> usize {

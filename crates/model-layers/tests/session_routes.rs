@@ -1,6 +1,6 @@
 //! Qwen3-Next on the CPU: the runtime route (evenly pitched state slots take the arm), state
-//! slots freed with their sequence, and weights refused by name (a missing expert, a wrong
-//! Gated DeltaNet shape).
+//! slots freed with their sequence and never lent by a failed step, and weights refused by
+//! name (a missing expert, a wrong Gated DeltaNet shape).
 
 mod exec_support;
 
@@ -151,6 +151,33 @@ fn slots_return_with_their_sequences_and_run_out_cleanly() {
         &alone(&mut backend, &exec, &[3]),
         "reused slot starts from zeros",
     );
+}
+
+#[test]
+fn a_failed_step_lends_no_slot() {
+    let mut backend = backend();
+    let mut small = roomy_kv();
+    small.max_sequences = 2;
+    let exec = build(&mut backend, TINY_NEXT, Policy::default(), small);
+    let mut session = Session::new(&exec);
+    let (a, b) = (session.add_sequence(), session.add_sequence());
+    let free = session.free_page_count();
+    // A backend that does not hold the exec's state: zeroing the first slot fails.
+    let mut stranger = exec_support::backend();
+    assert!(session
+        .multi_seq_step(&mut stranger, &[(a, 1), (b, 2)])
+        .is_err());
+    assert_eq!(session.free_page_count(), free);
+    assert_eq!(
+        (session.seq_len(a).unwrap(), session.seq_len(b).unwrap()),
+        (0, 0)
+    );
+    // Both slots are still free, and each sequence starts from zeros.
+    let logits = session
+        .multi_seq_step(&mut backend, &[(a, 1), (b, 2)])
+        .expect("two slots for two sequences");
+    assert_same_bytes(&logits[0], &alone(&mut backend, &exec, &[1]), "a");
+    assert_same_bytes(&logits[1], &alone(&mut backend, &exec, &[2]), "b");
 }
 
 /// The tiny model's weights as raw tensors, one per checkpoint name.

@@ -1,0 +1,105 @@
+//! `ProgramShapes`: the canonical order of a serve's programs, the narrowest width for n rows,
+//! and the refusal of serve shapes asking for programs nothing compiles.
+
+use solder_circuit::{CircuitError, Instance, Mode, ProgramShapes};
+use solder_config::{ModelConfig, ServeShape};
+
+fn served_at(max_batch: usize) -> ProgramShapes {
+    ProgramShapes::new(&ServeShape::with_max_batch(max_batch).expect("valid")).expect("compiles")
+}
+
+#[test]
+fn programs_are_listed_decode_then_multi_seq_then_verify_ascending() {
+    let shapes = served_at(8);
+    let mut expected = vec![(Mode::Decode, 1)];
+    expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
+    expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    assert_eq!(shapes.all(), expected.as_slice());
+    assert_eq!(shapes.widths(Mode::MultiSeq).collect::<Vec<_>>(), [2, 4, 8]);
+    assert!(shapes.contains(Mode::Verify, 5));
+    assert!(!shapes.contains(Mode::MultiSeq, 3));
+    // One sequence at a time: decode only, no multi-seq program.
+    assert_eq!(served_at(1).all()[..1], [(Mode::Decode, 1)]);
+    assert_eq!(served_at(1).widths(Mode::MultiSeq).count(), 0);
+}
+
+#[test]
+fn narrowest_is_the_first_width_that_holds_n_rows() {
+    let shapes = served_at(128);
+    assert_eq!(shapes.narrowest(Mode::Decode, 1), Some(1));
+    assert_eq!(shapes.narrowest(Mode::Decode, 2), None);
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 1), Some(2));
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 2), Some(2));
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 3), Some(4));
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 9), Some(12));
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 97), Some(128));
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 128), Some(128));
+    // Above the widest program, and no rows at all: nothing runs it.
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 129), None);
+    assert_eq!(shapes.narrowest(Mode::MultiSeq, 0), None);
+    assert_eq!(shapes.narrowest(Mode::Draft, 1), None);
+    assert_eq!(shapes.widest(Mode::MultiSeq), Some(128));
+    assert_eq!(shapes.widest(Mode::VerifyBatch), None);
+}
+
+#[test]
+fn widest_within_is_the_last_width_that_n_rows_fill() {
+    let shapes = served_at(8);
+    assert_eq!(shapes.widest_within(Mode::Verify, 1), None);
+    assert_eq!(shapes.widest_within(Mode::Verify, 5), Some(5));
+    assert_eq!(shapes.widest_within(Mode::Verify, 100), Some(8));
+    assert_eq!(shapes.widest_within(Mode::MultiSeq, 7), Some(4));
+}
+
+#[test]
+fn draft_widths_are_refused_until_draft_programs_compile() {
+    let serve = ServeShape {
+        draft_widths: vec![1, 2],
+        ..ServeShape::default()
+    };
+    serve
+        .validate()
+        .expect("the widths themselves are in range");
+    let err = ProgramShapes::new(&serve).expect_err("no draft program compiles");
+    assert!(
+        matches!(
+            err,
+            CircuitError::ServeShape {
+                field: "draft_widths",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("draft_widths") && message.contains("not compiled yet"),
+        "{message}"
+    );
+
+    // Through an instance too, named with the config it was asked for.
+    let config = ModelConfig::from_json_str(
+        r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "hidden_act": "silu"}"#,
+        "llama-tiny.json",
+    )
+    .expect("a tiny config");
+    let err = Instance::from_config(&config, serve).expect_err("refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("llama-tiny.json") && message.contains("draft_widths"),
+        "{message}"
+    );
+}
+
+#[test]
+fn invalid_serve_shapes_are_refused_by_name() {
+    let serve = ServeShape {
+        multi_seq_ladder: vec![4, 2],
+        ..ServeShape::default()
+    };
+    let err = ProgramShapes::new(&serve).expect_err("unsorted ladder");
+    assert!(err.to_string().contains("multi_seq_ladder"), "{err}");
+}

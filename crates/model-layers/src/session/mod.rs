@@ -1,0 +1,287 @@
+//! `Session`: decoding over a `CircuitExec` — live sequences with their block tables and
+//! state slots, prefill through verify programs in chunks, decode, multi-sequence steps on the
+//! narrowest compiled width, and greedy sampling.
+//!
+//! Parts: `pages` (the KV page pool; page 0 is the scratch page), `slots` (the recurrent-state
+//! slot pool; a slot is zeroed when taken), `step` (one all-or-nothing step: check, take pages
+//! and slots, pick the route, upload the step's `meta::StepMeta`, run, read the logits).
+//!
+//! Invariants: per-step values reach a program only through the workspace's metadata region,
+//! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
+//! position, pages, slots) or fails to run leaves every sequence as it was.
+
+mod pages;
+mod slots;
+mod step;
+
+use std::collections::BTreeMap;
+
+use solder_circuit::{Mode, RouteCondition};
+use solder_gpu_runtime::GpuBackend;
+
+use crate::error::SessionError;
+use crate::exec::CircuitExec;
+use pages::PagePool;
+use slots::SlotPool;
+use step::Row;
+
+pub type SeqId = u64;
+
+#[derive(Debug, Clone, Default)]
+struct Sequence {
+    /// Tokens in the cache.
+    len: usize,
+    /// The sequence's block table: the pages holding its tokens, in order.
+    pages: Vec<u32>,
+    /// Recurrent-state slot (models with recurrent layers), taken at the first step.
+    slot: Option<u32>,
+}
+
+pub struct Session<'e> {
+    exec: &'e CircuitExec,
+    pages: PagePool,
+    slots: SlotPool,
+    seqs: BTreeMap<SeqId, Sequence>,
+    next_id: SeqId,
+    /// Whether steps may take runtime routes (arms); on by default.
+    routes: bool,
+    /// The (mode, rows, arm) of the last step's program.
+    last_program: Option<(Mode, usize, Option<RouteCondition>)>,
+}
+
+impl<'e> Session<'e> {
+    pub fn new(exec: &'e CircuitExec) -> Session<'e> {
+        Session {
+            exec,
+            pages: PagePool::new(exec.layout.kv_pages, exec.layout.kv_block_size),
+            slots: SlotPool::new(exec),
+            seqs: BTreeMap::new(),
+            next_id: 1,
+            routes: true,
+            last_program: None,
+        }
+    }
+
+    /// Lets steps take runtime routes (the default) or keeps them on primary programs.
+    pub fn set_routes(&mut self, on: bool) {
+        self.routes = on;
+    }
+
+    /// The (mode, rows, arm condition) of the program the last step ran.
+    pub fn last_program(&self) -> Option<(Mode, usize, Option<RouteCondition>)> {
+        self.last_program
+    }
+
+    pub fn add_sequence(&mut self) -> SeqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.seqs.insert(id, Sequence::default());
+        id
+    }
+
+    /// Ends a sequence and returns its pages and slot to the pools.
+    pub fn end_sequence(&mut self, id: SeqId) -> Result<(), SessionError> {
+        let mut seq = self
+            .seqs
+            .remove(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        self.pages.shrink(&mut seq.pages, 0);
+        if let Some(slot) = seq.slot {
+            self.slots.give_back(slot);
+        }
+        Ok(())
+    }
+
+    pub fn seq_len(&self, id: SeqId) -> Result<usize, SessionError> {
+        self.seqs
+            .get(&id)
+            .map(|s| s.len)
+            .ok_or(SessionError::UnknownSequence(id))
+    }
+
+    pub fn free_page_count(&self) -> usize {
+        self.pages.free_count()
+    }
+
+    /// Feeds a prompt through verify programs in chunks (the widest compiled width that fits,
+    /// then narrower; a last single token through decode); returns the logits of every
+    /// prompt position, `[tokens.len() * vocab]`.
+    pub fn prefill(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        if tokens.is_empty() {
+            return Err(SessionError::Empty("prefill of no tokens"));
+        }
+        // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
+        let vocab = self.exec.config.vocab_size;
+        if let Some((index, &token)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= vocab)
+        {
+            return Err(SessionError::TokenOutOfRange {
+                token,
+                index,
+                vocab,
+            });
+        }
+        let (start, pages_before, had_slot) = {
+            let seq = self
+                .seqs
+                .get(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            (seq.len, seq.pages.len(), seq.slot.is_some())
+        };
+        let limit = self.position_limit();
+        if start + tokens.len() > limit {
+            return Err(SessionError::PositionPastLimit {
+                seq: id,
+                position: start + tokens.len() - 1,
+                limit,
+            });
+        }
+        self.pages
+            .check(self.pages.needed(start + tokens.len(), pages_before))?;
+        let shapes = self.exec.instance.program_shapes();
+        let mut logits = Vec::with_capacity(tokens.len() * vocab);
+        let mut at = 0;
+        while at < tokens.len() {
+            let left = tokens.len() - at;
+            // The widest verify program the rest fills; a last single token runs decode.
+            let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
+            match self.verify(backend, id, &tokens[at..at + width]) {
+                Ok(chunk) => logits.extend(chunk),
+                Err(e) => {
+                    self.truncate(id, start, pages_before);
+                    // A slot taken by this prefill goes back (re-zeroed when next taken); a
+                    // slot the sequence already had may have advanced with earlier chunks.
+                    if !had_slot {
+                        if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                            self.slots.give_back(slot);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+            at += width;
+        }
+        Ok(logits)
+    }
+
+    /// Puts a sequence back to `len` tokens and `pages` pages (the rest return to the pool).
+    fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.len = len;
+            self.pages.shrink(&mut seq.pages, pages);
+        }
+    }
+
+    /// Positions a sequence may reach: the model's limit and the KV shape's.
+    fn position_limit(&self) -> usize {
+        self.exec
+            .config
+            .max_position_embeddings
+            .min(self.exec.layout.max_seq_len)
+    }
+
+    /// K consecutive tokens of one sequence in one verify step (K = 1 runs decode).
+    pub fn verify(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        let start = self.seq_len(id)?;
+        let rows: Vec<Row> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                seq: Some(id),
+                token,
+                position: start + i,
+            })
+            .collect();
+        let program = match tokens.len() {
+            0 => return Err(SessionError::Empty("verify of no tokens")),
+            1 => self.exec.decode_program(),
+            k => self.exec.verify_program(k),
+        }?;
+        self.step(backend, program, &rows, &[(id, tokens.len())])
+    }
+
+    /// One token of one sequence.
+    pub fn decode(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        token: u32,
+    ) -> Result<Vec<f32>, SessionError> {
+        self.verify(backend, id, &[token])
+    }
+
+    /// One token for each of several sequences, on the narrowest multi-seq width that holds
+    /// them (padding rows run on the scratch page); returns each sequence's logits in order.
+    pub fn multi_seq_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32)],
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
+        let n = batch.len();
+        if n == 0 {
+            return Err(SessionError::Empty("multi-seq step of no sequences"));
+        }
+        for (i, (id, _)) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|(other, _)| other == id) {
+                return Err(SessionError::DuplicateSequence(*id));
+            }
+        }
+        let shapes = self.exec.instance.program_shapes();
+        let program = if n == 1 {
+            self.exec.decode_program()?
+        } else {
+            let width = shapes
+                .narrowest(Mode::MultiSeq, n)
+                .ok_or(SessionError::TooWide {
+                    asked: n,
+                    widest: shapes.widest(Mode::MultiSeq).unwrap_or(1),
+                })?;
+            self.exec.multi_seq_program(width)?
+        };
+        let mut rows = Vec::with_capacity(program.rows);
+        for &(id, token) in batch {
+            rows.push(Row {
+                seq: Some(id),
+                token,
+                position: self.seq_len(id)?,
+            });
+        }
+        rows.resize(program.rows, Row::PADDING);
+        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
+        let logits = self.step(backend, program, &rows, &advance)?;
+        let vocab = self.exec.config.vocab_size;
+        Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+    }
+
+    /// The mode a step of `n` sequences runs in.
+    pub fn mode_for(n: usize) -> Mode {
+        if n == 1 {
+            Mode::Decode
+        } else {
+            Mode::MultiSeq
+        }
+    }
+}
+
+/// The arg-max token (the lowest index among equal maxima; NaN never wins).
+pub fn greedy(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}

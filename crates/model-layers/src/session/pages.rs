@@ -1,0 +1,100 @@
+//! `PagePool`: the KV cache's pages of `block_size` tokens, lent to sequences as they grow and
+//! returned when they shrink or end.
+//!
+//! Invariants: the scratch page (`meta::SCRATCH_PAGE`, page 0) is never lent — padding rows
+//! write there; every other page is either free or held by exactly one sequence; the lowest
+//! free page is lent first, and pages come back last-held first, so the same steps lend the
+//! same pages.
+
+use crate::error::SessionError;
+use crate::meta::SCRATCH_PAGE;
+
+#[derive(Debug, Clone)]
+pub(super) struct PagePool {
+    /// Free pages, the next to lend last.
+    free: Vec<u32>,
+    block_size: usize,
+}
+
+impl PagePool {
+    /// A pool of `pages` pages (the scratch page among them) of `block_size` tokens.
+    pub(super) fn new(pages: usize, block_size: usize) -> PagePool {
+        PagePool {
+            free: (SCRATCH_PAGE + 1..pages as u32).rev().collect(),
+            block_size,
+        }
+    }
+
+    pub(super) fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Pages a sequence holding `held` pages needs to hold `tokens` tokens.
+    pub(super) fn needed(&self, tokens: usize, held: usize) -> usize {
+        tokens.div_ceil(self.block_size).saturating_sub(held)
+    }
+
+    /// Checks that `needed` more pages are free.
+    pub(super) fn check(&self, needed: usize) -> Result<(), SessionError> {
+        if needed > self.free.len() {
+            return Err(SessionError::PagesExhausted {
+                needed,
+                free: self.free.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Grows `held` until it holds `tokens` tokens; returns the pages lent. All or nothing:
+    /// refused, with `held` unchanged, when too few pages are free.
+    pub(super) fn grow(
+        &mut self,
+        held: &mut Vec<u32>,
+        tokens: usize,
+    ) -> Result<usize, SessionError> {
+        let needed = self.needed(tokens, held.len());
+        self.check(needed)?;
+        let at = self.free.len() - needed;
+        held.extend(self.free.drain(at..).rev());
+        Ok(needed)
+    }
+
+    /// Shrinks `held` to its first `keep` pages; the rest come back to the pool.
+    pub(super) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
+        while held.len() > keep {
+            if let Some(page) = held.pop() {
+                self.free.push(page);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_lent_lowest_first_and_come_back_last_held_first() {
+        let mut pool = PagePool::new(6, 4);
+        assert_eq!(pool.free_count(), 5, "page 0 is the scratch page");
+        let mut held = Vec::new();
+        assert_eq!(pool.grow(&mut held, 9).unwrap(), 3);
+        assert_eq!(held, [1, 2, 3]);
+        assert_eq!(pool.grow(&mut held, 12).unwrap(), 0);
+        pool.shrink(&mut held, 1);
+        assert_eq!(held, [1]);
+        let mut other = Vec::new();
+        pool.grow(&mut other, 5).unwrap();
+        assert_eq!(other, [2, 3]);
+        match pool.grow(&mut other, 100) {
+            Err(SessionError::PagesExhausted { needed, free }) => {
+                assert_eq!((needed, free), (23, 2))
+            }
+            other => panic!("expected PagesExhausted, got {other:?}"),
+        }
+        assert_eq!(other, [2, 3], "a refused grow lends nothing");
+        pool.shrink(&mut other, 0);
+        pool.shrink(&mut held, 0);
+        assert_eq!(pool.free_count(), 5);
+    }
+}

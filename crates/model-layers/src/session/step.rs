@@ -1,0 +1,214 @@
+//! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
+//! slots enough), lend the slots and pages the step needs, pick the route its slots allow,
+//! upload its metadata (`meta::StepMeta`), run, and read the live rows' logits; sequences
+//! advance only when all of that succeeded.
+//!
+//! Invariant: a step that fails — at any point — gives back every page and slot it lent and
+//! advances no sequence, so every sequence is as it was before the step.
+
+use solder_circuit::Mode;
+use solder_gpu_runtime::GpuBackend;
+
+use super::{SeqId, Session};
+use crate::bytes::f32s_from_bytes;
+use crate::error::SessionError;
+use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
+use crate::program::Program;
+
+/// One row of a step: which sequence (None for padding) and its token.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Row {
+    pub seq: Option<SeqId>,
+    pub token: u32,
+    pub position: usize,
+}
+
+impl Row {
+    /// A row that fills a program wider than the step.
+    pub const PADDING: Row = Row {
+        seq: None,
+        token: 0,
+        position: 0,
+    };
+}
+
+/// What a step lent, given back if it fails: sequences that took a slot, and each advancing
+/// sequence's page count before the step.
+#[derive(Debug, Default)]
+struct Lent {
+    slots: Vec<SeqId>,
+    pages: Vec<(SeqId, usize)>,
+}
+
+impl Session<'_> {
+    /// Runs `program` over `rows`, then advances each `(sequence, tokens)` of `advance`;
+    /// returns the live rows' logits, `[live rows * vocab]`.
+    pub(super) fn step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+        rows: &[Row],
+        advance: &[(SeqId, usize)],
+    ) -> Result<Vec<f32>, SessionError> {
+        let new_slots = self.check_step(rows, advance)?;
+        let mut lent = Lent::default();
+        match self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent) {
+            Ok(logits) => {
+                for &(id, count) in advance {
+                    if let Some(seq) = self.seqs.get_mut(&id) {
+                        seq.len += count;
+                    }
+                }
+                Ok(logits)
+            }
+            Err(e) => {
+                self.give_back(lent);
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything a step can be refused for before it lends anything; returns the advancing
+    /// sequences that need a recurrent-state slot.
+    fn check_step(
+        &self,
+        rows: &[Row],
+        advance: &[(SeqId, usize)],
+    ) -> Result<Vec<SeqId>, SessionError> {
+        let vocab = self.exec.config.vocab_size;
+        for (index, row) in rows.iter().enumerate().filter(|(_, r)| r.seq.is_some()) {
+            if row.token as usize >= vocab {
+                return Err(SessionError::TokenOutOfRange {
+                    token: row.token,
+                    index,
+                    vocab,
+                });
+            }
+        }
+        let limit = self.position_limit();
+        let mut needed = 0;
+        for &(id, count) in advance {
+            let seq = self
+                .seqs
+                .get(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            let new_len = seq.len + count;
+            if new_len > limit {
+                return Err(SessionError::PositionPastLimit {
+                    seq: id,
+                    position: new_len - 1,
+                    limit,
+                });
+            }
+            needed += self.pages.needed(new_len, seq.pages.len());
+        }
+        self.pages.check(needed)?;
+        let new_slots: Vec<SeqId> = if self.slots.recurrent() {
+            advance
+                .iter()
+                .map(|&(id, _)| id)
+                .filter(|id| self.seqs.get(id).is_some_and(|s| s.slot.is_none()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.slots.check(new_slots.len())?;
+        Ok(new_slots)
+    }
+
+    /// Lends slots and pages (recording them in `lent`), uploads the metadata and runs.
+    fn lend_and_run(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+        rows: &[Row],
+        advance: &[(SeqId, usize)],
+        new_slots: &[SeqId],
+        lent: &mut Lent,
+    ) -> Result<Vec<f32>, SessionError> {
+        for &id in new_slots {
+            let slot = self.slots.take(backend)?;
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                self.slots.give_back(slot);
+                return Err(SessionError::UnknownSequence(id));
+            };
+            seq.slot = Some(slot);
+            lent.slots.push(id);
+        }
+        for &(id, count) in advance {
+            let seq = self
+                .seqs
+                .get_mut(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            let before = seq.pages.len();
+            self.pages.grow(&mut seq.pages, seq.len + count)?;
+            lent.pages.push((id, before));
+        }
+        let slots: Vec<u32> = rows
+            .iter()
+            .map(|r| {
+                r.seq
+                    .and_then(|id| self.seqs.get(&id))
+                    .and_then(|s| s.slot)
+                    .unwrap_or(SCRATCH_SLOT)
+            })
+            .collect();
+        // A runtime route: the arm whose condition this step's slots meet, else the primary.
+        let program = if self.routes && program.mode == Mode::MultiSeq {
+            self.exec
+                .multi_seq_step(program.rows, &slots)
+                .unwrap_or(program)
+        } else {
+            program
+        };
+        self.last_program = Some((program.mode, program.rows, program.arm));
+
+        let meta_rows = rows
+            .iter()
+            .zip(&slots)
+            .map(|(row, &state_slot)| match row.seq {
+                None => Ok(MetaRow::Padding),
+                Some(id) => {
+                    let seq = self
+                        .seqs
+                        .get(&id)
+                        .ok_or(SessionError::UnknownSequence(id))?;
+                    Ok(MetaRow::Live {
+                        token: row.token,
+                        position: row.position,
+                        pages: &seq.pages,
+                        state_slot,
+                    })
+                }
+            })
+            .collect::<Result<Vec<_>, SessionError>>()?;
+        let meta = StepMeta::new(&self.exec.layout.meta, &meta_rows)?;
+        meta.upload(backend, self.exec.default_stream(), self.exec.workspace())?;
+        self.exec.run(backend, program)?;
+
+        let vocab = self.exec.config.vocab_size;
+        let mut raw = vec![0u8; rows.len() * vocab * 4];
+        backend.copy_d2h(
+            self.exec.workspace().offset(self.exec.layout.logits_offset),
+            &mut raw,
+        )?;
+        let live = rows.iter().filter(|r| r.seq.is_some()).count();
+        let mut logits = f32s_from_bytes(&raw);
+        logits.truncate(live * vocab);
+        Ok(logits)
+    }
+
+    /// Gives back what a failed step lent, last lent first, so the pools are as they were.
+    fn give_back(&mut self, lent: Lent) {
+        for (id, before) in lent.pages.into_iter().rev() {
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                self.pages.shrink(&mut seq.pages, before);
+            }
+        }
+        for id in lent.slots.into_iter().rev() {
+            if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                self.slots.give_back(slot);
+            }
+        }
+    }
+}
