@@ -14,7 +14,7 @@ use solder_circuit::planner::memory::ALIGN;
 use solder_circuit::verify::verify_plan;
 use solder_circuit::{
     Available, BuildOptions, ExecutionPlan, GroupId, Instance, Mode, OpKind, Policy, RuleSet,
-    StepKind,
+    StepKind, Vocabulary,
 };
 use solder_config::ServeShape;
 
@@ -282,7 +282,8 @@ fn run_case(seed: u64, seen: &mut Seen) {
     let mut rng = Rng(seed);
     let circuit = random_circuit(&mut rng, seed);
     let text = random_rules(&mut rng, &circuit);
-    let rules = RuleSet::from_toml_str(&text, "random.toml")
+    let vocabulary = Vocabulary::solder().with_roles(ROLES.iter().copied());
+    let rules = RuleSet::from_toml_str_in(&text, "random.toml", &vocabulary)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
     let available = Available::all_kernels(&rules);
     let mut policy = Policy::default();

@@ -47,6 +47,16 @@ pub enum CircuitError {
         field: &'static str,
         problem: String,
     },
+    #[error(
+        "{source_name}:{line}: rule `{rule}` names kernel `{kernel}`, which the backend does not \
+         have (load its module, remove the rule, or build with `Policy::skip_missing_kernels`)"
+    )]
+    MissingKernel {
+        source_name: String,
+        line: usize,
+        rule: String,
+        kernel: String,
+    },
     #[error("plan verifier failed after the {pass} pass: {message}")]
     Verify { pass: &'static str, message: String },
 }

@@ -109,15 +109,17 @@ impl FusionPlan {
 }
 
 /// The rules a build may apply in this mode, at these rows, under this policy and kernel
-/// set, in the order the fuser tries them: priority (high first), then id.
+/// set, in the order the fuser tries them: priority (high first), then id. A rule allowed in
+/// every other respect whose kernel the backend lacks is an error unless the policy skips
+/// such rules.
 pub fn allowed_rules<'r>(
     rules: &'r RuleSet,
     available: &Available,
     policy: &Policy,
     mode: Mode,
     rows: usize,
-) -> Vec<&'r Rule> {
-    let mut allowed: Vec<&Rule> = rules
+) -> Result<Vec<&'r Rule>, CircuitError> {
+    let allowed: Vec<&Rule> = rules
         .rules
         .iter()
         .filter(|r| r.allows_mode(mode) && r.allows_rows(rows))
@@ -131,7 +133,6 @@ pub fn allowed_rules<'r>(
                 .iter()
                 .all(|(lever, on)| policy.levers.is_on(lever) == *on)
         })
-        .filter(|r| r.kernels.iter().all(|k| available.kernels.contains(k)))
         .filter(|r| match (&r.numerics, policy.fusions) {
             (Numerics::Reference, _) => true,
             (_, Fusions::ReferenceOnly) => false,
@@ -139,8 +140,29 @@ pub fn allowed_rules<'r>(
             (Numerics::Differs { lever, .. }, Fusions::All) => policy.levers.is_on(lever),
         })
         .collect();
-    allowed.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
-    allowed
+    let mut kept = Vec::with_capacity(allowed.len());
+    for rule in allowed {
+        match rule
+            .kernels
+            .iter()
+            .find(|k| !available.kernels.contains(*k))
+        {
+            None => kept.push(rule),
+            Some(kernel) if policy.skip_missing_kernels => {
+                tracing::debug!(rule = %rule.id, %kernel, "rule skipped: kernel missing");
+            }
+            Some(kernel) => {
+                return Err(CircuitError::MissingKernel {
+                    source_name: rules.source.clone(),
+                    line: rule.line,
+                    rule: rule.id.clone(),
+                    kernel: kernel.clone(),
+                })
+            }
+        }
+    }
+    kept.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
+    Ok(kept)
 }
 
 /// Covers every node of `circuit` with exactly one group of an allowed rule.
@@ -153,7 +175,7 @@ pub fn fuse(
     rows: usize,
 ) -> Result<FusionPlan, CircuitError> {
     mode.check_rows(rows)?;
-    let allowed = allowed_rules(rules, available, policy, mode, rows);
+    let allowed = allowed_rules(rules, available, policy, mode, rows)?;
     let mut cover = Cover::new(circuit);
     for rule in &allowed {
         for start in circuit.node_ids() {

@@ -37,5 +37,5 @@ pub use ops::OpKind;
 pub use planner::{plans_digest, Buffer, BuildOptions, ExecutionPlan, Step, StepKind};
 pub use policy::{Available, Fusions, Policy};
 pub use routes::RouteCondition;
-pub use rules::{Numerics, Rule, RuleSet};
+pub use rules::{Numerics, Rule, RuleSet, Vocabulary};
 pub use shapes::ProgramShapes;

@@ -22,6 +22,10 @@ pub struct Policy {
     pub levers: Levers,
     /// Streams a plan may use; 1 puts everything on the model's stream.
     pub max_streams: usize,
+    /// A rule the build would apply but whose kernel the backend lacks is skipped (logged)
+    /// instead of refused (`CircuitError::MissingKernel`). Off by default: a missing kernel
+    /// silently costs launches otherwise.
+    pub skip_missing_kernels: bool,
 }
 
 impl Default for Policy {
@@ -30,6 +34,7 @@ impl Default for Policy {
             fusions: Fusions::All,
             levers: Levers::default(),
             max_streams: 2,
+            skip_missing_kernels: false,
         }
     }
 }

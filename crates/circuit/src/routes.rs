@@ -10,6 +10,14 @@ use crate::ir::Circuit;
 use crate::mode::Mode;
 use crate::ops::OpKind;
 
+/// Every route condition, in declaration order.
+pub const ALL_CONDITIONS: &[RouteCondition] = &[RouteCondition::GdnEvenPitch];
+
+/// The capabilities of every route (what a rule's `requires` may name).
+pub fn capabilities() -> Vec<&'static str> {
+    ALL_CONDITIONS.iter().map(|c| c.capability()).collect()
+}
+
 /// A condition a step's state can meet, enabling an arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RouteCondition {

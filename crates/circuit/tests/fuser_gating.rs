@@ -67,20 +67,61 @@ fn reference_only_applies_only_reference_rules() {
 }
 
 #[test]
-fn rule_whose_kernel_is_missing_is_skipped() {
+fn rule_whose_kernel_is_missing_is_refused_unless_the_policy_skips_it() {
     let c = chain(false);
     let r = rules(NORM_LINEAR);
     let mut available = Available::all_kernels(&r);
     assert!(available.kernels.remove("fz::norm_linear"));
-    let plan = fuse(&c, &r, &available, &Policy::default(), Mode::Decode, 1).expect("fuse");
+    // Refused by default, naming the rule and the kernel: a dropped fusion costs launches.
+    let err = fuse(&c, &r, &available, &Policy::default(), Mode::Decode, 1).expect_err("missing");
+    assert!(
+        matches!(&err, CircuitError::MissingKernel { rule, kernel, .. }
+            if kernel == "fz::norm_linear" && !rule.is_empty()),
+        "{err}"
+    );
+    assert!(err.to_string().contains("fz::norm_linear"), "{err}");
+    let skip = Policy {
+        skip_missing_kernels: true,
+        ..Policy::default()
+    };
+    let plan = fuse(&c, &r, &available, &skip, Mode::Decode, 1).expect("fuse");
     assert!(multi(&plan, &c).is_empty());
+    // A rule that does not apply (reference-only build) needs no kernel.
+    let reference = Policy::reference_only();
+    fuse(&c, &r, &available, &reference, Mode::Decode, 1).expect("reference routing");
     // Without the reference kernel of an op, nothing covers it.
     assert!(available.kernels.remove("ref::linear"));
-    let err = fuse(&c, &r, &available, &Policy::default(), Mode::Decode, 1).expect_err("uncovered");
+    let err = fuse(&c, &r, &available, &skip, Mode::Decode, 1).expect_err("uncovered");
     assert!(
         matches!(&err, CircuitError::Uncovered { node, .. } if node == "b"),
         "{err}"
     );
+}
+
+#[test]
+fn unknown_capability_or_role_is_refused_by_name() {
+    let typo = with_line(NORM_LINEAR, "requires = [\"route:gdn_even_pich\"]");
+    let err = RuleSet::from_toml_str(&format!("schema = 1\n{typo}"), "inline.toml")
+        .expect_err("a misspelled capability");
+    let message = err.to_string();
+    assert!(
+        message.contains("route:gdn_even_pich") && message.contains("capability"),
+        "{message}"
+    );
+    assert!(
+        message.contains("route:gdn_even_pitch"),
+        "lists the known: {message}"
+    );
+    let role = "schema = 1\n[[rule]]\nid = \"r\"\npattern = [{ op = \"linear\", role = \"q_prj\" }]\nkernel = \"gemv::linear\"\nnumerics = \"reference\"\n";
+    let err = RuleSet::from_toml_str(role, "inline.toml").expect_err("a misspelled role");
+    let message = err.to_string();
+    assert!(
+        message.contains("`q_prj`") && message.contains("inline.toml:3"),
+        "{message}"
+    );
+    // The shipped vocabulary knows the real words.
+    let fine = role.replace("q_prj", "q_proj");
+    RuleSet::from_toml_str(&fine, "inline.toml").expect("a known role");
 }
 
 #[test]

@@ -242,10 +242,30 @@ fn reference_kernels_backend() -> CpuBackend {
 }
 
 #[test]
-fn backend_without_fused_kernels_falls_back_to_reference_rules() {
+fn backend_without_fused_kernels_falls_back_to_reference_rules_only_when_asked() {
     let mut bare = reference_kernels_backend();
     assert!(!bare.kernel_names().iter().any(|k| k == "gemv::norm_qkv"));
-    let exec = build(&mut bare, TINY_QWEN2, Policy::default(), roomy_kv());
+    // By default a rule whose kernel the backend lacks is refused, naming it.
+    let boot = exec_support::boot(
+        exec_support::config(TINY_QWEN2),
+        Policy::default(),
+        WeightSource::Random { seed: 0x5eed },
+        roomy_kv(),
+    );
+    let refused = CircuitExec::build(&mut bare, boot)
+        .err()
+        .expect("a fused kernel is missing");
+    assert!(
+        refused
+            .to_string()
+            .contains("which the backend does not have"),
+        "{refused}"
+    );
+    let skip = Policy {
+        skip_missing_kernels: true,
+        ..Policy::default()
+    };
+    let exec = build(&mut bare, TINY_QWEN2, skip, roomy_kv());
     for plan in &exec.plans {
         for group in &plan.fusion.groups {
             assert_eq!(

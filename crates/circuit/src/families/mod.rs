@@ -1,5 +1,47 @@
 //! Circuits of the model families solder models, built from a `ModelConfig`.
 
+/// Every role the families' circuits give their ops (what a rule's `role` may name; a test
+/// builds every shipped config and checks both ways).
+pub const ROLES: &[&str] = &[
+    "attention",
+    "attn_gate",
+    "attn_residual",
+    "conv",
+    "down_proj",
+    "embed_tokens",
+    "experts",
+    "final_norm",
+    "gate_proj",
+    "gate_split",
+    "gated_norm",
+    "gates",
+    "in_proj_ba",
+    "in_proj_qkvz",
+    "input_layernorm",
+    "k_proj",
+    "kv_write",
+    "lm_head",
+    "mlp_residual",
+    "moe_combine",
+    "o_proj",
+    "out_proj",
+    "post_attention_layernorm",
+    "q_proj",
+    "qk_norm",
+    "recurrence",
+    "rope",
+    "router",
+    "shared_down_proj",
+    "shared_expert_gate",
+    "shared_gate_proj",
+    "shared_silu_mul",
+    "shared_up_proj",
+    "silu_mul",
+    "topk",
+    "up_proj",
+    "v_proj",
+];
+
 mod dense;
 mod moe;
 mod next;

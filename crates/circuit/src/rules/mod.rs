@@ -1,11 +1,15 @@
 //! Fusion rules: `fusions/FUSIONS.toml` parsed, checked and digested.
 //!
 //! Invariants: rule ids are unique; every kernel name is `module::func`; a `reference` rule
-//! covers exactly one op with one kernel; a `differs` rule names a known lever;
+//! covers exactly one op with one kernel; a `differs` rule names a known lever; every
+//! capability and role is in the vocabulary the rules are parsed in (`Vocabulary`);
 //! `RuleSet::digest` is SHA-256 over a canonical text of the rules (not the file's bytes, so
 //! comments, order and `why` do not change it).
 
 mod parse;
+mod vocabulary;
+
+pub use vocabulary::Vocabulary;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -110,8 +114,19 @@ impl RuleSet {
         RuleSet::from_toml_str(&text, &path.display().to_string())
     }
 
+    /// Parses rules, refusing any capability or role outside solder's vocabulary.
     pub fn from_toml_str(text: &str, source: &str) -> Result<RuleSet, CircuitError> {
+        RuleSet::from_toml_str_in(text, source, &Vocabulary::solder())
+    }
+
+    /// Parses rules whose capabilities and roles must lie in `vocabulary`.
+    pub fn from_toml_str_in(
+        text: &str,
+        source: &str,
+        vocabulary: &Vocabulary,
+    ) -> Result<RuleSet, CircuitError> {
         let rules = parse::parse_rules(text, source)?;
+        vocabulary.check(&rules, source)?;
         let digest = digest_rules(&rules);
         tracing::debug!(source, rules = rules.len(), %digest, "loaded fusion rules");
         Ok(RuleSet {

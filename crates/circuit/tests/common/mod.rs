@@ -4,7 +4,9 @@
 
 use solder_circuit::builder::{CircuitBuilder, OpSpec, OutSpec};
 use solder_circuit::ir::{Binding, Circuit, Dtype, ModelInput, NodeId, TensorId};
-use solder_circuit::{fuse, Available, FusionPlan, Group, Mode, OpKind, Policy, RuleSet};
+use solder_circuit::{
+    fuse, Available, FusionPlan, Group, Mode, OpKind, Policy, RuleSet, Vocabulary,
+};
 
 /// A circuit under construction: one input, single-output ops of width 64.
 pub struct Net {
@@ -36,6 +38,13 @@ impl Net {
 }
 
 /// A reference rule `ref_<op>` (kernel `ref::<op>`) for every op kind, then `extra`.
+/// solder's vocabulary plus the roles and capabilities the synthetic tests use.
+pub fn test_vocabulary() -> Vocabulary {
+    Vocabulary::solder()
+        .with_roles(["p", "q"])
+        .with_capabilities(["tma"])
+}
+
 pub fn rules(extra: &str) -> RuleSet {
     let mut text = String::from("schema = 1\n");
     for k in OpKind::ALL {
@@ -45,7 +54,7 @@ pub fn rules(extra: &str) -> RuleSet {
         );
     }
     text += extra;
-    RuleSet::from_toml_str(&text, "inline.toml").expect("inline rules")
+    RuleSet::from_toml_str_in(&text, "inline.toml", &test_vocabulary()).expect("inline rules")
 }
 
 pub fn fuse_with(c: &Circuit, r: &RuleSet, policy: &Policy, mode: Mode, rows: usize) -> FusionPlan {
