@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::ir::{Binding, Circuit, TensorId};
-use crate::planner::{ExecutionPlan, StepKind};
+use crate::plan::{ExecutionPlan, StepKind};
 
 /// `ExecutionPlan` with its circuit, for names in the printout.
 pub struct PlanDisplay<'a> {
