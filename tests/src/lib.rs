@@ -104,6 +104,8 @@ impl GoldenPlan {
     }
 
     /// The plan's printout with the shipped rules, all fusions, default policy; verified.
+    /// Without the rules digest (`RULES_DIGEST` holds it), so a rules edit that changes no plan
+    /// rewrites no plan file.
     pub fn render(&self) -> Result<String, String> {
         let instance = load_instance(self.model)?;
         let rules = load_rules()?;
@@ -118,6 +120,35 @@ impl GoldenPlan {
             BuildOptions { verify: true },
         )
         .map_err(|e| e.to_string())?;
-        Ok(plan.display(&instance.circuit).to_string())
+        Ok(plan
+            .display(&instance.circuit)
+            .without_rules_digest()
+            .to_string())
     }
+}
+
+/// `tests/golden/plans/RULES_DIGEST`: the digest of the rules the golden plans were blessed
+/// with, in one place, so a rules change always shows in review as a one-line diff here.
+pub fn rules_digest_path() -> PathBuf {
+    workspace_root().join("tests/golden/plans/RULES_DIGEST")
+}
+
+/// The text `RULES_DIGEST` holds for the shipped rules.
+pub fn render_rules_digest() -> Result<String, String> {
+    Ok(format!(
+        "# rules_digest of fusions/FUSIONS.toml for the plans here (cargo xtask plan --bless)\n{}\n",
+        load_rules()?.digest
+    ))
+}
+
+/// Every golden file and the text it must hold: each printed plan, then `RULES_DIGEST`.
+pub fn golden_files() -> Vec<(PathBuf, Result<String, String>)> {
+    GOLDEN_PLANS
+        .iter()
+        .map(|golden| (golden.path(), golden.render()))
+        .chain(std::iter::once((
+            rules_digest_path(),
+            render_rules_digest(),
+        )))
+        .collect()
 }
