@@ -58,6 +58,8 @@ pub struct GoldenPlan {
     pub rows: usize,
 }
 
+/// Dense llama and qwen3, then MoE (qwen3_moe) and Next (qwen3_next: Gated DeltaNet, the shared
+/// expert on a side stream).
 pub const GOLDEN_PLANS: &[GoldenPlan] = &[
     GoldenPlan {
         model: "llama-3.2-1b",
@@ -93,6 +95,36 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
         model: "golden-qwen3-dense",
         mode: Mode::Verify,
         rows: 3,
+    },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::MultiSeq,
+        rows: 8,
+    },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::Verify,
+        rows: 4,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::MultiSeq,
+        rows: 8,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Verify,
+        rows: 4,
     },
 ];
 
