@@ -1,6 +1,8 @@
 //! Shared helpers of solder's cross-crate tests (in `tests/`), also used by `cargo xtask plan
 //! --bless`: where fixtures live, the list of golden printed plans and how each is rendered.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet};

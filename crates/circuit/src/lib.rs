@@ -12,6 +12,8 @@
 //! available modules lack; no two buffers that may be live at the same time overlap; same
 //! inputs give the same plan digests, run after run.
 
+#![forbid(unsafe_code)]
+
 pub mod builder;
 mod display;
 pub mod error;
