@@ -11,6 +11,8 @@
 //!   window, quantization, another rope type, another activation, a bias) refuses the load.
 //! - No input panics: every refusal is a `ConfigError` naming the file and the key.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod family;
 mod features;
