@@ -138,10 +138,7 @@ fn module_names_are_read_from_paths_and_backticks() {
     assert_eq!(crate_heading("xtask/src/a.rs"), "xtask");
 }
 
-// Fails today on crates/model-layers' `ops`, `twins` and `emit` modules (and its `error`),
-// which the kernel restructure is moving; their map is written after it lands.
 #[test]
-#[ignore = "enabled by the lead after the kernel restructure"]
 fn every_source_module_is_named_in_the_architecture_doc() {
     let root = workspace_root();
     let doc_path = root.join("docs/ARCHITECTURE.md");

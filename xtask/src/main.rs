@@ -15,9 +15,8 @@ mod gpu;
 mod parity;
 mod peer;
 mod plan;
-// NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code. Two of its blocks still lack a
-// SAFETY comment: once they have one, this allows `unsafe_code` only.
-#[allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
+// NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
+#[allow(unsafe_code)]
 mod ptx;
 
 use std::path::PathBuf;
