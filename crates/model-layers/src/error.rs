@@ -54,6 +54,11 @@ pub enum ExecError {
     #[error("{0}")]
     Build(String),
     #[error(
+        "this exec was built on the {built_on} and was handed the {given}: its workspace, \
+         weights, state, streams and events live on the first"
+    )]
+    WrongBackend { built_on: String, given: String },
+    #[error(
         "cannot free the workspace: {live} graph(s) that captured its programs are still alive"
     )]
     GraphsAlive { live: usize },

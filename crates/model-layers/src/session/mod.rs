@@ -6,9 +6,15 @@
 //! slot pool; a slot is zeroed when taken), `step` (one all-or-nothing step: check, take pages
 //! and slots, pick the route, upload the step's `meta::StepMeta`, run, read the logits).
 //!
+//! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
+//! to a session. Several sessions may run on one exec, one step at a time (each step takes
+//! the one backend mutably); they share its pages and slots, never the same one, and a
+//! session gives back everything its sequences hold when it is dropped.
+//!
 //! Invariants: per-step values reach a program only through the workspace's metadata region,
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
-//! position, pages, slots) or fails to run leaves every sequence as it was.
+//! position, pages, slots, backend) or fails to run leaves every sequence as it was; every page and slot a session's sequences hold is held by no
+//! other sequence of any session.
 
 mod pages;
 mod slots;
@@ -17,13 +23,32 @@ mod step;
 use std::collections::BTreeMap;
 
 use solder_circuit::{Mode, RouteCondition};
-use solder_gpu_runtime::GpuBackend;
+use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::layout::Layout;
 use pages::PagePool;
 use slots::SlotPool;
 use step::Row;
+
+/// The KV page pool and the recurrent-state slot pool of one `CircuitExec`, which every
+/// session on it lends from.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    pages: PagePool,
+    slots: SlotPool,
+}
+
+impl Pools {
+    /// The pools of `layout`'s pages and slots in the state allocation at `states`.
+    pub(crate) fn new(layout: &Layout, states: DevicePtr) -> Pools {
+        Pools {
+            pages: PagePool::new(layout.kv_pages, layout.kv_block_size),
+            slots: SlotPool::new(layout, states),
+        }
+    }
+}
 
 pub type SeqId = u64;
 
@@ -39,8 +64,6 @@ struct Sequence {
 
 pub struct Session<'e> {
     exec: &'e CircuitExec,
-    pages: PagePool,
-    slots: SlotPool,
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
     /// Whether steps may take runtime routes (arms); on by default.
@@ -50,11 +73,11 @@ pub struct Session<'e> {
 }
 
 impl<'e> Session<'e> {
+    /// A session on `exec`, lending pages and slots from the exec's pools (shared with every
+    /// other session on it).
     pub fn new(exec: &'e CircuitExec) -> Session<'e> {
         Session {
             exec,
-            pages: PagePool::new(exec.layout.kv_pages, exec.layout.kv_block_size),
-            slots: SlotPool::new(exec),
             seqs: BTreeMap::new(),
             next_id: 1,
             routes: true,
@@ -85,9 +108,10 @@ impl<'e> Session<'e> {
             .seqs
             .remove(&id)
             .ok_or(SessionError::UnknownSequence(id))?;
-        self.pages.shrink(&mut seq.pages, 0);
+        let mut pools = self.exec.pools();
+        pools.pages.shrink(&mut seq.pages, 0);
         if let Some(slot) = seq.slot {
-            self.slots.give_back(slot);
+            pools.slots.give_back(slot);
         }
         Ok(())
     }
@@ -99,8 +123,9 @@ impl<'e> Session<'e> {
             .ok_or(SessionError::UnknownSequence(id))
     }
 
+    /// Pages free in the exec's pool (shared with every session on the exec).
     pub fn free_page_count(&self) -> usize {
-        self.pages.free_count()
+        self.exec.pools().pages.free_count()
     }
 
     /// Feeds a prompt through verify programs in chunks (the widest compiled width that fits,
@@ -128,6 +153,7 @@ impl<'e> Session<'e> {
                 vocab,
             });
         }
+        self.exec.check_backend(backend)?;
         let (start, pages_before, had_slot) = {
             let seq = self
                 .seqs
@@ -143,8 +169,12 @@ impl<'e> Session<'e> {
                 limit,
             });
         }
-        self.pages
-            .check(self.pages.needed(start + tokens.len(), pages_before))?;
+        {
+            let pools = self.exec.pools();
+            pools
+                .pages
+                .check(pools.pages.needed(start + tokens.len(), pages_before))?;
+        }
         let shapes = self.exec.instance.program_shapes();
         let mut logits = Vec::with_capacity(tokens.len() * vocab);
         let mut at = 0;
@@ -160,7 +190,7 @@ impl<'e> Session<'e> {
                     // slot the sequence already had may have advanced with earlier chunks.
                     if !had_slot {
                         if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                            self.slots.give_back(slot);
+                            self.exec.pools().slots.give_back(slot);
                         }
                     }
                     return Err(e);
@@ -175,7 +205,7 @@ impl<'e> Session<'e> {
     fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             seq.len = len;
-            self.pages.shrink(&mut seq.pages, pages);
+            self.exec.pools().pages.shrink(&mut seq.pages, pages);
         }
     }
 
@@ -271,6 +301,19 @@ impl<'e> Session<'e> {
             Mode::Decode
         } else {
             Mode::MultiSeq
+        }
+    }
+}
+
+impl Drop for Session<'_> {
+    /// Gives every page and slot the session's sequences hold back to the exec's pools.
+    fn drop(&mut self) {
+        let mut pools = self.exec.pools();
+        for seq in self.seqs.values_mut() {
+            pools.pages.shrink(&mut seq.pages, 0);
+            if let Some(slot) = seq.slot.take() {
+                pools.slots.give_back(slot);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
-//! slots enough), lend the slots and pages the step needs, pick the route its slots allow,
-//! upload its metadata (`meta::StepMeta`), run, and read the live rows' logits; sequences
-//! advance only when all of that succeeded.
+//! slots enough, the exec's backend), lend the slots and pages the step needs, pick the route
+//! its slots allow, upload its metadata (`meta::StepMeta`), run, and read the live rows'
+//! logits; sequences advance only when all of that succeeded.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent and
 //! advances no sequence, so every sequence is as it was before the step.
@@ -50,6 +50,7 @@ impl Session<'_> {
         rows: &[Row],
         advance: &[(SeqId, usize)],
     ) -> Result<Vec<f32>, SessionError> {
+        self.exec.check_backend(backend)?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
         match self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent) {
@@ -87,6 +88,7 @@ impl Session<'_> {
         }
         let limit = self.position_limit();
         let mut needed = 0;
+        let pools = self.exec.pools();
         for &(id, count) in advance {
             let seq = self
                 .seqs
@@ -100,10 +102,10 @@ impl Session<'_> {
                     limit,
                 });
             }
-            needed += self.pages.needed(new_len, seq.pages.len());
+            needed += pools.pages.needed(new_len, seq.pages.len());
         }
-        self.pages.check(needed)?;
-        let new_slots: Vec<SeqId> = if self.slots.recurrent() {
+        pools.pages.check(needed)?;
+        let new_slots: Vec<SeqId> = if pools.slots.recurrent() {
             advance
                 .iter()
                 .map(|&(id, _)| id)
@@ -112,7 +114,7 @@ impl Session<'_> {
         } else {
             Vec::new()
         };
-        self.slots.check(new_slots.len())?;
+        pools.slots.check(new_slots.len())?;
         Ok(new_slots)
     }
 
@@ -126,10 +128,12 @@ impl Session<'_> {
         new_slots: &[SeqId],
         lent: &mut Lent,
     ) -> Result<Vec<f32>, SessionError> {
+        let exec = self.exec;
+        let mut pools = exec.pools();
         for &id in new_slots {
-            let slot = self.slots.take(backend)?;
+            let slot = pools.slots.take(backend)?;
             let Some(seq) = self.seqs.get_mut(&id) else {
-                self.slots.give_back(slot);
+                pools.slots.give_back(slot);
                 return Err(SessionError::UnknownSequence(id));
             };
             seq.slot = Some(slot);
@@ -141,9 +145,10 @@ impl Session<'_> {
                 .get_mut(&id)
                 .ok_or(SessionError::UnknownSequence(id))?;
             let before = seq.pages.len();
-            self.pages.grow(&mut seq.pages, seq.len + count)?;
+            pools.pages.grow(&mut seq.pages, seq.len + count)?;
             lent.pages.push((id, before));
         }
+        drop(pools);
         let slots: Vec<u32> = rows
             .iter()
             .map(|r| {
@@ -200,14 +205,15 @@ impl Session<'_> {
 
     /// Gives back what a failed step lent, last lent first, so the pools are as they were.
     fn give_back(&mut self, lent: Lent) {
+        let mut pools = self.exec.pools();
         for (id, before) in lent.pages.into_iter().rev() {
             if let Some(seq) = self.seqs.get_mut(&id) {
-                self.pages.shrink(&mut seq.pages, before);
+                pools.pages.shrink(&mut seq.pages, before);
             }
         }
         for id in lent.slots.into_iter().rev() {
             if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                self.slots.give_back(slot);
+                pools.slots.give_back(slot);
             }
         }
     }
