@@ -119,6 +119,15 @@ pub enum SessionError {
     TooWide { asked: usize, widest: usize },
     #[error("empty input: {0}")]
     Empty(&'static str),
+    #[error(
+        "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
+         their state is lost, end them"
+    )]
+    StateLost {
+        step: Box<SessionError>,
+        seqs: Vec<u64>,
+        restore: GpuError,
+    },
 }
 
 impl From<GpuError> for SessionError {
