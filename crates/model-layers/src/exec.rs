@@ -123,10 +123,10 @@ impl Owned {
     }
 
     /// Waits for the device, then destroys events and streams and frees allocations, last
-    /// made first; returns the first failure (what failed stays owned).
+    /// made first; returns the first failure (what failed stays owned). A failed wait does
+    /// not stop the rest: a backend that cannot wait is not going to run the work either.
     fn release(&mut self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
-        backend.synchronize()?;
-        let mut first: Option<ExecError> = None;
+        let mut first: Option<ExecError> = backend.synchronize().err().map(ExecError::from);
         let mut keep = |result: Result<(), solder_gpu_runtime::GpuError>| match result {
             Ok(()) => false,
             Err(e) => {

@@ -5,7 +5,7 @@
 //! Parts: `pages` (the KV page pool; page 0 is the scratch page), `slots` (the recurrent-state
 //! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
 //! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
-//! step: check, take pages and slots, save the state, pick the route, upload the step's
+//! step: check, save the state, take pages and slots, pick the route, upload the step's
 //! `meta::StepMeta`, run, read the logits).
 //!
 //! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not

@@ -1,7 +1,7 @@
 //! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
-//! slots enough, the exec's backend), lend the slots and pages the step needs, save the
-//! recurrent state of the sequences that already hold a slot (`backup`), pick the route its
-//! slots allow, upload its metadata (`meta::StepMeta`), run, and read the live rows' logits;
+//! slots enough, the exec's backend), save the recurrent state of the sequences that already
+//! hold a slot (`backup`), lend the slots and pages the step needs, pick the route its slots
+//! allow, upload its metadata (`meta::StepMeta`), run, and read the live rows' logits;
 //! sequences advance only when all of that succeeded.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
