@@ -1,5 +1,7 @@
 //! The `GpuBackend` trait: the whole surface solder needs from a device.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
@@ -12,6 +14,11 @@ use crate::types::{
 /// stream runs in submission order; across streams only events order it.
 pub trait GpuBackend {
     fn facts(&self) -> DeviceFacts;
+
+    /// This backend's identity, unique among the backends of the process
+    /// (`fresh_instance_id`): device pointers, streams and events are only meaningful to the
+    /// backend whose id they were made under, so an owner of such handles records it.
+    fn instance_id(&self) -> u64;
 
     /// Allocates `bytes` (256-byte aligned). New memory holds no meaningful value (the CPU
     /// backend fills it with a poison pattern: 0xFF, NaN as bf16 and f32).
@@ -50,6 +57,11 @@ pub trait GpuBackend {
     }
     fn create_stream(&mut self) -> Result<StreamId, GpuError>;
     fn create_event(&mut self) -> Result<EventId, GpuError>;
+    /// Destroys a stream `create_stream` made (stream 0 lives as long as the backend); work
+    /// already submitted to it still completes. Refused while it captures.
+    fn destroy_stream(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    /// Destroys an event `create_event` made; later records and waits on it are refused.
+    fn destroy_event(&mut self, event: EventId) -> Result<(), GpuError>;
     fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<(), GpuError>;
     fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), GpuError>;
     /// Waits for all work on all streams.
@@ -62,4 +74,10 @@ pub trait GpuBackend {
     fn launch_graph(&mut self, exec: GraphExecId, stream: StreamId) -> Result<(), GpuError>;
     fn destroy_graph(&mut self, graph: GraphId) -> Result<(), GpuError>;
     fn destroy_graph_exec(&mut self, exec: GraphExecId) -> Result<(), GpuError>;
+}
+
+/// A new backend identity, never handed out before in this process (`instance_id`).
+pub fn fresh_instance_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }

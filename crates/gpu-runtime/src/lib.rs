@@ -22,7 +22,7 @@ mod error;
 pub mod twin;
 mod types;
 
-pub use backend::GpuBackend;
+pub use backend::{fresh_instance_id, GpuBackend};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaBackend;

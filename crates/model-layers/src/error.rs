@@ -54,6 +54,11 @@ pub enum ExecError {
     #[error("{0}")]
     Build(String),
     #[error(
+        "this exec was built on the {built_on} and was handed the {given}: its workspace, \
+         weights, state, streams and events live on the first"
+    )]
+    WrongBackend { built_on: String, given: String },
+    #[error(
         "cannot free the workspace: {live} graph(s) that captured its programs are still alive"
     )]
     GraphsAlive { live: usize },
@@ -114,6 +119,15 @@ pub enum SessionError {
     TooWide { asked: usize, widest: usize },
     #[error("empty input: {0}")]
     Empty(&'static str),
+    #[error(
+        "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
+         their state is lost, end them"
+    )]
+    StateLost {
+        step: Box<SessionError>,
+        seqs: Vec<u64>,
+        restore: GpuError,
+    },
 }
 
 impl From<GpuError> for SessionError {

@@ -3,9 +3,15 @@
 //!
 //! Invariants: the workspace is allocated once, sized for every program, and never moved, so
 //! a captured graph stays valid for the exec's life; `free` refuses while a graph that
-//! captured one of its programs is alive.
+//! captured one of its programs is alive. An exec is bound to the backend it was built on
+//! (`GpuBackend::instance_id`): every call handed another backend is refused, naming both. A
+//! build that fails frees everything it allocated and destroys every stream and event it
+//! made; `free` frees and destroys them all. The KV pages and state slots are pooled here,
+//! once: every `Session` on the exec lends from the same pools, so no page or slot is ever
+//! held by two sequences.
 
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use solder_circuit::{
     plans_digest, Available, CircuitOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet,
@@ -19,6 +25,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
 use crate::layout::Layout;
 use crate::program::{compile, Program};
+use crate::session::Pools;
 use crate::weights::HostWeights;
 
 /// Where the weights come from.
@@ -60,6 +67,89 @@ pub struct CapturedGraph {
     exec: GraphExecId,
 }
 
+/// The backend an exec was built on: its `instance_id`, and words naming it in errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BoundBackend {
+    id: u64,
+    name: String,
+}
+
+impl BoundBackend {
+    fn of(backend: &dyn GpuBackend) -> BoundBackend {
+        let facts = backend.facts();
+        BoundBackend {
+            id: backend.instance_id(),
+            name: format!(
+                "{} backend #{} ({})",
+                facts.backend,
+                backend.instance_id(),
+                facts.name
+            ),
+        }
+    }
+}
+
+/// Device resources an exec (or a build in progress) owns and must give back: allocations,
+/// streams other than stream 0, and events. `release` gives back what is left and forgets
+/// each as it goes, so a second call after a failure retries only what failed.
+#[derive(Debug, Default)]
+struct Owned {
+    allocations: Vec<DevicePtr>,
+    streams: Vec<StreamId>,
+    events: Vec<EventId>,
+}
+
+impl Owned {
+    fn alloc(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        bytes: usize,
+    ) -> Result<DevicePtr, ExecError> {
+        let ptr = backend.alloc(bytes)?;
+        self.allocations.push(ptr);
+        Ok(ptr)
+    }
+
+    fn create_stream(&mut self, backend: &mut dyn GpuBackend) -> Result<StreamId, ExecError> {
+        let stream = backend.create_stream()?;
+        self.streams.push(stream);
+        Ok(stream)
+    }
+
+    fn create_event(&mut self, backend: &mut dyn GpuBackend) -> Result<EventId, ExecError> {
+        let event = backend.create_event()?;
+        self.events.push(event);
+        Ok(event)
+    }
+
+    /// Waits for the device, then destroys events and streams and frees allocations, last
+    /// made first; returns the first failure (what failed stays owned). A failed wait does
+    /// not stop the rest: a backend that cannot wait is not going to run the work either.
+    fn release(&mut self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
+        let mut first: Option<ExecError> = backend.synchronize().err().map(ExecError::from);
+        let mut keep = |result: Result<(), solder_gpu_runtime::GpuError>| match result {
+            Ok(()) => false,
+            Err(e) => {
+                first.get_or_insert(e.into());
+                true
+            }
+        };
+        let mut events = std::mem::take(&mut self.events);
+        events.reverse();
+        events.retain(|&e| keep(backend.destroy_event(e)));
+        let mut streams = std::mem::take(&mut self.streams);
+        streams.reverse();
+        streams.retain(|&s| keep(backend.destroy_stream(s)));
+        let mut allocations = std::mem::take(&mut self.allocations);
+        allocations.reverse();
+        allocations.retain(|&p| keep(backend.free(p)));
+        self.events = events;
+        self.streams = streams;
+        self.allocations = allocations;
+        first.map_or(Ok(()), Err)
+    }
+}
+
 pub struct CircuitExec {
     pub config: ModelConfig,
     pub instance: Instance,
@@ -71,10 +161,14 @@ pub struct CircuitExec {
     pub gdn_pitch: Vec<usize>,
     pub layout: Layout,
     workspace: DevicePtr,
-    weights: DevicePtr,
     kv: DevicePtr,
     streams: Vec<StreamId>,
     events: Vec<EventId>,
+    /// What `free` gives back: the three allocations, the side streams and the events.
+    owned: Owned,
+    backend: BoundBackend,
+    /// The KV page pool and the state-slot pool every session lends from.
+    pools: Mutex<Pools>,
     rules_digest: String,
     plans_digest: String,
     live_graphs: usize,
@@ -82,7 +176,28 @@ pub struct CircuitExec {
 }
 
 impl CircuitExec {
+    /// Builds every program of `boot` on `backend`, which the exec is bound to from then on.
+    /// On failure nothing stays allocated: every allocation, stream and event made is given
+    /// back before the error returns.
     pub fn build(backend: &mut dyn GpuBackend, boot: Boot) -> Result<CircuitExec, ExecError> {
+        let mut owned = Owned::default();
+        match CircuitExec::build_owning(backend, boot, &mut owned) {
+            Ok(exec) => Ok(exec),
+            Err(e) => {
+                if let Err(cleanup) = owned.release(backend) {
+                    tracing::warn!(%cleanup, build = %e, "a failed build could not give everything back");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `build`, recording in `owned` every device resource it makes.
+    fn build_owning(
+        backend: &mut dyn GpuBackend,
+        boot: Boot,
+        owned: &mut Owned,
+    ) -> Result<CircuitExec, ExecError> {
         let Boot {
             config,
             serve,
@@ -147,7 +262,7 @@ impl CircuitExec {
             kv.max_sequences,
         );
 
-        let workspace = backend.alloc(layout.workspace_bytes)?;
+        let workspace = owned.alloc(backend, layout.workspace_bytes)?;
         // The attention kernels' arrival counters start at zero; each launch leaves them so.
         if layout.attn_scratch_bytes > 0 {
             backend.memset(
@@ -156,8 +271,8 @@ impl CircuitExec {
                 layout.attn_scratch_bytes,
             )?;
         }
-        let weights_ptr = backend.alloc(layout.weights_bytes)?;
-        let kv_ptr = backend.alloc(layout.state_bytes)?;
+        let weights_ptr = owned.alloc(backend, layout.weights_bytes)?;
+        let kv_ptr = owned.alloc(backend, layout.state_bytes)?;
         for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
             backend.copy_h2d(weights_ptr.offset(*offset), bytes::bf16_bytes(slot))?;
         }
@@ -218,7 +333,7 @@ impl CircuitExec {
             .max()
             .unwrap_or(1)
         {
-            streams.push(backend.create_stream()?);
+            streams.push(owned.create_stream(backend)?);
         }
         let events = (0..plans
             .iter()
@@ -226,13 +341,17 @@ impl CircuitExec {
             .map(|p| p.event_count)
             .max()
             .unwrap_or(0))
-            .map(|_| backend.create_event())
+            .map(|_| owned.create_event(backend))
             .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(
             model = %instance.circuit.name, programs = programs.len(), workspace_bytes = layout.workspace_bytes,
             weights_bytes = layout.weights_bytes, state_bytes = layout.state_bytes, "built circuit exec"
         );
+        let pools = Mutex::new(Pools::new(&layout, kv_ptr));
         Ok(CircuitExec {
+            owned: std::mem::take(owned),
+            backend: BoundBackend::of(backend),
+            pools,
             rules_digest: rules.digest.clone(),
             plans_digest: plans_digest(&plans),
             config,
@@ -243,7 +362,6 @@ impl CircuitExec {
             gdn_pitch,
             layout,
             workspace,
-            weights: weights_ptr,
             kv: kv_ptr,
             streams,
             events,
@@ -329,11 +447,28 @@ impl CircuitExec {
         self.plans.iter().find(|p| p.mode == mode && p.rows == rows)
     }
 
+    /// Refuses a backend other than the one the exec was built on (its memory, streams and
+    /// events are not this exec's).
+    pub fn check_backend(&self, backend: &dyn GpuBackend) -> Result<(), ExecError> {
+        if backend.instance_id() == self.backend.id {
+            return Ok(());
+        }
+        Err(ExecError::WrongBackend {
+            built_on: self.backend.name.clone(),
+            given: BoundBackend::of(backend).name,
+        })
+    }
+
+    /// The page and slot pools, locked (a panic while they were held poisons nothing they
+    /// keep: every pool operation leaves them consistent).
+    pub(crate) fn pools(&self) -> MutexGuard<'_, Pools> {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Runs `program` on the model's streams.
     pub fn run(&self, backend: &mut dyn GpuBackend, program: &Program) -> Result<(), ExecError> {
-        if self.freed {
-            return Err(ExecError::Build("the exec was freed".into()));
-        }
+        self.check_live()?;
+        self.check_backend(backend)?;
         program.run(backend, &self.streams, &self.events)
     }
 
@@ -345,6 +480,7 @@ impl CircuitExec {
         rows: usize,
     ) -> Result<CapturedGraph, ExecError> {
         self.check_live()?;
+        self.check_backend(backend)?;
         let stream = self.streams[0];
         backend.begin_capture(stream)?;
         let ran = self
@@ -378,6 +514,7 @@ impl CircuitExec {
         graph: &CapturedGraph,
     ) -> Result<(), ExecError> {
         self.check_live()?;
+        self.check_backend(backend)?;
         Ok(backend.launch_graph(graph.exec, self.streams[0])?)
     }
 
@@ -393,27 +530,26 @@ impl CircuitExec {
         backend: &mut dyn GpuBackend,
         graph: CapturedGraph,
     ) -> Result<(), ExecError> {
+        self.check_backend(backend)?;
         backend.destroy_graph_exec(graph.exec)?;
         backend.destroy_graph(graph.graph)?;
         self.live_graphs = self.live_graphs.saturating_sub(1);
         Ok(())
     }
 
-    /// Frees the workspace, weights and KV cache; refused while captured graphs live.
+    /// Frees the workspace, weights and KV cache and destroys the exec's side streams and
+    /// events; refused while captured graphs live. A free that fails part-way keeps what it
+    /// could not give back, and a second call retries only that.
     pub fn free(&mut self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
+        self.check_backend(backend)?;
         if self.live_graphs > 0 {
             return Err(ExecError::GraphsAlive {
                 live: self.live_graphs,
             });
         }
-        if !self.freed {
-            backend.synchronize()?;
-            backend.free(self.workspace)?;
-            backend.free(self.weights)?;
-            backend.free(self.kv)?;
-            self.freed = true;
-        }
-        Ok(())
+        // Runs and captures are refused from here on, even if a part of the release fails.
+        self.freed = true;
+        self.owned.release(backend)
     }
 
     pub fn default_stream(&self) -> StreamId {

@@ -1,6 +1,7 @@
 //! Where everything lives on the device: the workspace (metadata region — its fields are
 //! `meta::MetaLayout`'s —, logits, arena, attention scratch), the weights (each slot, then
-//! constants such as rope's inv_freq) and the KV cache.
+//! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, their
+//! per-row snapshots and the backup a step saves them to).
 //!
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
@@ -55,13 +56,16 @@ pub struct Layout {
 }
 
 /// One state declaration's bytes in the state allocation: KV pages, or `state_slots` slots of
-/// `slot_bytes` then one snapshot per row (the state after that row of a verify step).
+/// `slot_bytes`, then one snapshot per row (the state after that row of a verify step), then
+/// one backup slot per row (where a session saves the slots a step advances, to restore them
+/// if it fails; no program reads or writes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateRegion {
     pub offset: usize,
     pub bytes: usize,
     pub slot_bytes: usize,
     pub snapshot_offset: usize,
+    pub backup_offset: usize,
 }
 
 impl Layout {
@@ -101,7 +105,8 @@ impl Layout {
         let weights_bytes = at + align(inv_freq_len * 4);
 
         // One region per state declaration: KV pages, or sequence slots (slot 0 is the
-        // scratch slot padding rows use) followed by one snapshot per row of the widest plan.
+        // scratch slot padding rows use) followed by one snapshot and one backup slot per row
+        // of the widest plan.
         let state_slots = max_sequences + 1;
         let mut states = Vec::with_capacity(circuit.states.len());
         let mut state_bytes = 0;
@@ -119,14 +124,18 @@ impl Layout {
                     ),
                     slot_bytes: 0,
                     snapshot_offset: state_bytes,
+                    backup_offset: state_bytes,
                 },
                 _ => {
                     let slot = decl.kind.slot_bytes();
+                    let snapshot_offset = state_bytes + align(state_slots * slot);
+                    let backup_offset = snapshot_offset + align(max_rows * slot);
                     StateRegion {
                         offset: state_bytes,
-                        bytes: align(state_slots * slot) + align(max_rows * slot),
+                        bytes: backup_offset + align(max_rows * slot) - state_bytes,
                         slot_bytes: slot,
-                        snapshot_offset: state_bytes + align(state_slots * slot),
+                        snapshot_offset,
+                        backup_offset,
                     }
                 }
             };

@@ -126,6 +126,8 @@ fn slots_return_with_their_sequences_and_run_out_cleanly() {
     let mut small = roomy_kv();
     small.max_sequences = 2;
     let exec = build(&mut backend, TINY_NEXT, Policy::default(), small);
+    // Before the session: the exec's two slots are shared by every session on it.
+    let c_alone = alone(&mut backend, &exec, &[3]);
     let mut session = Session::new(&exec);
     let (a, b, c) = (
         session.add_sequence(),
@@ -146,11 +148,7 @@ fn slots_return_with_their_sequences_and_run_out_cleanly() {
     session.end_sequence(a).expect("end a");
     // c reuses a's slot, zeroed: its logits equal c decoded alone in a fresh session.
     let reused = session.decode(&mut backend, c, 3).expect("c after a left");
-    assert_same_bytes(
-        &reused,
-        &alone(&mut backend, &exec, &[3]),
-        "reused slot starts from zeros",
-    );
+    assert_same_bytes(&reused, &c_alone, "reused slot starts from zeros");
 }
 
 #[test]
@@ -159,10 +157,14 @@ fn a_failed_step_lends_no_slot() {
     let mut small = roomy_kv();
     small.max_sequences = 2;
     let exec = build(&mut backend, TINY_NEXT, Policy::default(), small);
+    let (a_alone, b_alone) = (
+        alone(&mut backend, &exec, &[1]),
+        alone(&mut backend, &exec, &[2]),
+    );
     let mut session = Session::new(&exec);
     let (a, b) = (session.add_sequence(), session.add_sequence());
     let free = session.free_page_count();
-    // A backend that does not hold the exec's state: zeroing the first slot fails.
+    // A backend that does not hold the exec's state: refused before anything is lent.
     let mut stranger = exec_support::backend();
     assert!(session
         .multi_seq_step(&mut stranger, &[(a, 1), (b, 2)])
@@ -176,8 +178,8 @@ fn a_failed_step_lends_no_slot() {
     let logits = session
         .multi_seq_step(&mut backend, &[(a, 1), (b, 2)])
         .expect("two slots for two sequences");
-    assert_same_bytes(&logits[0], &alone(&mut backend, &exec, &[1]), "a");
-    assert_same_bytes(&logits[1], &alone(&mut backend, &exec, &[2]), "b");
+    assert_same_bytes(&logits[0], &a_alone, "a");
+    assert_same_bytes(&logits[1], &b_alone, "b");
 }
 
 /// The tiny model's weights as raw tensors, one per checkpoint name.

@@ -8,6 +8,9 @@
 //! unordered cross-stream accesses to overlapping bytes (`hb`). Graph capture records and
 //! replays through the same checks (`graph`).
 //!
+//! A test hook (`fail_call`) makes the n-th next call of a given name fail before it does
+//! anything, so callers' recovery from a device failure can be tested.
+//!
 //! Invariant: a refused operation has no effect on memory; a twin only runs after every
 //! check of its launch passed.
 
@@ -17,6 +20,7 @@ mod launch;
 mod memory;
 mod registry;
 
+use std::collections::BTreeSet;
 use std::ptr;
 
 use graph::{Event, GraphState};
@@ -24,7 +28,7 @@ use hb::{Label, Touch};
 use memory::Memory;
 use registry::Registry;
 
-use crate::backend::GpuBackend;
+use crate::backend::{fresh_instance_id, GpuBackend};
 use crate::error::GpuError;
 use crate::twin::TwinFn;
 use crate::types::{
@@ -38,11 +42,25 @@ pub use memory::POISON;
 const MAX_HOST_THREADS: usize = 16;
 
 pub struct CpuBackend {
+    instance_id: u64,
     threads: usize,
     memory: Memory,
     registry: Registry,
     tracker: hb::Tracker,
     graphs: GraphState,
+    /// Streams and events destroyed (their ids are never reused).
+    destroyed_streams: BTreeSet<u32>,
+    destroyed_events: BTreeSet<u32>,
+    /// The failure `fail_call` armed.
+    injected: Option<InjectedFailure>,
+}
+
+/// A failure armed by `CpuBackend::fail_call`: the call named `call` fails once `skip` more
+/// of them have succeeded.
+#[derive(Debug, Clone, Copy)]
+struct InjectedFailure {
+    call: &'static str,
+    skip: usize,
 }
 
 impl Default for CpuBackend {
@@ -60,11 +78,15 @@ impl CpuBackend {
 
     pub fn with_threads(threads: usize) -> CpuBackend {
         CpuBackend {
+            instance_id: fresh_instance_id(),
             threads: threads.max(1),
             memory: Memory::new(),
             registry: Registry::default(),
             tracker: hb::Tracker::new(),
             graphs: GraphState::new(),
+            destroyed_streams: BTreeSet::new(),
+            destroyed_events: BTreeSet::new(),
+            injected: None,
         }
     }
 
@@ -96,13 +118,51 @@ impl CpuBackend {
         self.memory.live_bytes()
     }
 
+    /// Streams alive, stream 0 included.
+    pub fn live_streams(&self) -> usize {
+        self.tracker.streams() - self.destroyed_streams.len()
+    }
+
+    /// Events created and not destroyed.
+    pub fn live_events(&self) -> usize {
+        self.graphs.events.len() - self.destroyed_events.len()
+    }
+
+    /// Test hook: the call named `call` (`alloc`, `copy_h2d`, `copy_d2h`, `copy_d2d`,
+    /// `memset`, `launch`, `create_stream` or `create_event`) fails with a `Driver` error,
+    /// having done nothing, once `skip` more of them have succeeded. One failure at a time: a
+    /// new call replaces one armed before; it disarms once it fired.
+    pub fn fail_call(&mut self, call: &'static str, skip: usize) {
+        self.injected = Some(InjectedFailure { call, skip });
+    }
+
+    /// Fails `call` if the armed failure is due.
+    fn injected(&mut self, call: &'static str) -> Result<(), GpuError> {
+        match &mut self.injected {
+            Some(armed) if armed.call == call => {
+                if armed.skip == 0 {
+                    self.injected = None;
+                    return Err(GpuError::Driver {
+                        call,
+                        message: "failure injected by CpuBackend::fail_call".into(),
+                    });
+                }
+                armed.skip -= 1;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Accesses the race tracker still holds (zero while only one stream exists).
     pub fn pending_accesses(&self) -> usize {
         self.tracker.pending()
     }
 
     fn check_stream(&self, stream: StreamId) -> Result<(), GpuError> {
-        if (stream.0 as usize) < self.tracker.streams() {
+        if (stream.0 as usize) < self.tracker.streams()
+            && !self.destroyed_streams.contains(&stream.0)
+        {
             Ok(())
         } else {
             Err(GpuError::UnknownHandle {
@@ -113,7 +173,9 @@ impl CpuBackend {
     }
 
     fn check_event(&self, event: EventId) -> Result<(), GpuError> {
-        if (event.0 as usize) < self.graphs.events.len() {
+        if (event.0 as usize) < self.graphs.events.len()
+            && !self.destroyed_events.contains(&event.0)
+        {
             Ok(())
         } else {
             Err(GpuError::UnknownHandle {
@@ -155,7 +217,12 @@ impl GpuBackend for CpuBackend {
         }
     }
 
+    fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<DevicePtr, GpuError> {
+        self.injected("alloc")?;
         self.memory.alloc(bytes)
     }
 
@@ -167,6 +234,7 @@ impl GpuBackend for CpuBackend {
     }
 
     fn copy_h2d(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
+        self.injected("copy_h2d")?;
         self.full_sync("copy_h2d")?;
         let to = self.memory.host_range("copy_h2d", dst, src.len())?;
         // SAFETY: `to..to + len` lies inside a live allocation; `src` is a distinct host slice.
@@ -175,6 +243,7 @@ impl GpuBackend for CpuBackend {
     }
 
     fn copy_d2h(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError> {
+        self.injected("copy_d2h")?;
         self.full_sync("copy_d2h")?;
         let from = self.memory.host_range("copy_d2h", src, dst.len())?;
         // SAFETY: `from..from + len` lies inside a live allocation; `dst` is a distinct slice.
@@ -183,6 +252,7 @@ impl GpuBackend for CpuBackend {
     }
 
     fn copy_d2d(&mut self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), GpuError> {
+        self.injected("copy_d2d")?;
         self.full_sync("copy_d2d")?;
         let from = self.memory.host_range("copy_d2d (source)", src, bytes)?;
         let to = self
@@ -222,6 +292,7 @@ impl GpuBackend for CpuBackend {
     }
 
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {
+        self.injected("memset")?;
         self.full_sync("memset")?;
         let to = self.memory.host_range("memset", dst, bytes)?;
         // SAFETY: `to..to + bytes` lies inside a live allocation.
@@ -250,6 +321,7 @@ impl GpuBackend for CpuBackend {
         config: &LaunchConfig,
         args: &[KernelArg],
     ) -> Result<(), GpuError> {
+        self.injected("launch")?;
         self.check_stream(stream)?;
         let touches = self.check_args(kernel, args)?;
         match self.graphs.capturing(stream) {
@@ -262,14 +334,41 @@ impl GpuBackend for CpuBackend {
     }
 
     fn create_stream(&mut self) -> Result<StreamId, GpuError> {
+        self.injected("create_stream")?;
         let id = self.tracker.add_stream();
         self.graphs.stream_capture.push(None);
         Ok(StreamId(id))
     }
 
     fn create_event(&mut self) -> Result<EventId, GpuError> {
+        self.injected("create_event")?;
         self.graphs.events.push(Event::default());
         Ok(EventId(self.graphs.events.len() as u32 - 1))
+    }
+
+    fn destroy_stream(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.check_stream(stream)?;
+        if stream == self.default_stream() {
+            return Err(GpuError::UnknownHandle {
+                what: "destroyable stream (stream 0 lives as long as the backend)",
+                id: stream.0,
+            });
+        }
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "destroy_stream of stream {} while it is capturing",
+                stream.0
+            )));
+        }
+        // Its clock stays in the tracker: work it ran still orders (or races with) later work.
+        self.destroyed_streams.insert(stream.0);
+        Ok(())
+    }
+
+    fn destroy_event(&mut self, event: EventId) -> Result<(), GpuError> {
+        self.check_event(event)?;
+        self.destroyed_events.insert(event.0);
+        Ok(())
     }
 
     fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<(), GpuError> {

@@ -112,9 +112,11 @@ impl CudaBackend {
     }
 
     fn wait_stream0(&self, call: &'static str) -> Result<(), GpuError> {
-        self.streams[0].synchronize().map_err(|e| GpuError::Driver {
-            call: "cuStreamSynchronize",
-            message: format!("after {call}: {}", super::driver::describe(e)),
-        })
+        self.stream(StreamId(0))?
+            .synchronize()
+            .map_err(|e| GpuError::Driver {
+                call: "cuStreamSynchronize",
+                message: format!("after {call}: {}", super::driver::describe(e)),
+            })
     }
 }

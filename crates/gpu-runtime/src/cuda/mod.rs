@@ -33,7 +33,7 @@ use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 pub use driver::{driver_library_loads, driver_library_names};
 pub use ptx::ptx_entries;
 
-use crate::backend::GpuBackend;
+use crate::backend::{fresh_instance_id, GpuBackend};
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
@@ -42,15 +42,17 @@ use crate::types::{
 use driver::{describe, driver, no_driver};
 
 pub struct CudaBackend {
+    instance_id: u64,
     facts: DeviceFacts,
     /// Live allocations: base address → bytes.
     allocations: HashMap<u64, usize>,
     staging: staging::Staging,
     graphs: graph::Graphs,
     modules: module::Modules,
-    events: Vec<CudaEvent>,
-    /// Index = `StreamId`; stream 0 is created with the backend.
-    streams: Vec<Arc<CudaStream>>,
+    /// Index = `EventId`; `None` once destroyed (ids are never reused).
+    events: Vec<Option<CudaEvent>>,
+    /// Index = `StreamId`; stream 0 is created with the backend; `None` once destroyed.
+    streams: Vec<Option<Arc<CudaStream>>>,
     /// Dropped last: everything above belongs to it.
     ctx: Arc<CudaContext>,
 }
@@ -85,13 +87,14 @@ impl CudaBackend {
             "cuda backend ready"
         );
         Ok(CudaBackend {
+            instance_id: fresh_instance_id(),
             facts,
             allocations: HashMap::new(),
             staging: staging::Staging::default(),
             graphs: graph::Graphs::default(),
             modules: module::Modules::default(),
             events: Vec::new(),
-            streams: vec![stream0],
+            streams: vec![Some(stream0)],
             ctx,
         })
     }
@@ -121,6 +124,7 @@ impl CudaBackend {
         let found = self
             .streams
             .get(stream.0 as usize)
+            .and_then(Option::as_ref)
             .ok_or(GpuError::UnknownHandle {
                 what: "stream",
                 id: stream.0,
@@ -132,6 +136,7 @@ impl CudaBackend {
     fn event(&self, event: EventId) -> Result<&CudaEvent, GpuError> {
         self.events
             .get(event.0 as usize)
+            .and_then(Option::as_ref)
             .ok_or(GpuError::UnknownHandle {
                 what: "event",
                 id: event.0,
@@ -150,7 +155,8 @@ impl CudaBackend {
     /// Waits for every stream of this backend. Not `cuCtxSynchronize`: the primary context
     /// may be shared with other backends, whose captures a context-wide wait would break.
     fn wait_streams(&self) -> Result<(), GpuError> {
-        for (index, stream) in self.streams.iter().enumerate() {
+        let live = self.streams.iter().enumerate();
+        for (index, stream) in live.filter_map(|(i, s)| s.as_ref().map(|s| (i, s))) {
             stream.synchronize().map_err(|e| GpuError::Driver {
                 call: "cuStreamSynchronize",
                 message: format!("stream {index}: {}", describe(e)),
@@ -188,7 +194,10 @@ impl Drop for CudaBackend {
         }
         // A capture left open would keep its streams busy: end it and drop its graph.
         for origin in std::mem::take(&mut self.graphs.capturing) {
-            let cu_stream = self.streams[origin.0 as usize].cu_stream();
+            let Some(Some(stream)) = self.streams.get(origin.0 as usize) else {
+                continue;
+            };
+            let cu_stream = stream.cu_stream();
             // SAFETY: a live stream of this context that was capturing.
             if let Ok(graph) = unsafe { result::stream::end_capture(cu_stream) } {
                 if !graph.is_null() {
@@ -216,6 +225,10 @@ impl Drop for CudaBackend {
 impl GpuBackend for CudaBackend {
     fn facts(&self) -> DeviceFacts {
         self.facts.clone()
+    }
+
+    fn instance_id(&self) -> u64 {
+        self.instance_id
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<DevicePtr, GpuError> {
@@ -280,7 +293,7 @@ impl GpuBackend for CudaBackend {
             .ctx
             .new_stream()
             .map_err(|e| driver("cuStreamCreate", e))?;
-        self.streams.push(stream);
+        self.streams.push(Some(stream));
         Ok(StreamId(self.streams.len() as u32 - 1))
     }
 
@@ -291,8 +304,35 @@ impl GpuBackend for CudaBackend {
             .ctx
             .new_event(None)
             .map_err(|e| driver("cuEventCreate", e))?;
-        self.events.push(event);
+        self.events.push(Some(event));
         Ok(EventId(self.events.len() as u32 - 1))
+    }
+
+    fn destroy_stream(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.stream(stream)?;
+        if stream.0 == 0 {
+            return Err(GpuError::UnknownHandle {
+                what: "destroyable stream (stream 0 lives as long as the backend)",
+                id: stream.0,
+            });
+        }
+        if self.graphs.capturing.contains(&stream) {
+            return Err(GpuError::Capture(format!(
+                "destroy_stream of stream {} while it is capturing",
+                stream.0
+            )));
+        }
+        // cudarc's drop calls cuStreamDestroy; submitted work still completes.
+        self.streams[stream.0 as usize] = None;
+        Ok(())
+    }
+
+    fn destroy_event(&mut self, event: EventId) -> Result<(), GpuError> {
+        self.event(event)?;
+        self.bind()?;
+        // cudarc's drop calls cuEventDestroy.
+        self.events[event.0 as usize] = None;
+        Ok(())
     }
 
     fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<(), GpuError> {

@@ -3,13 +3,23 @@
 //! narrowest compiled width, and greedy sampling.
 //!
 //! Parts: `pages` (the KV page pool; page 0 is the scratch page), `slots` (the recurrent-state
-//! slot pool; a slot is zeroed when taken), `step` (one all-or-nothing step: check, take pages
-//! and slots, pick the route, upload the step's `meta::StepMeta`, run, read the logits).
+//! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
+//! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
+//! step: check, save the state, take pages and slots, pick the route, upload the step's
+//! `meta::StepMeta`, run, read the logits).
+//!
+//! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
+//! to a session. Several sessions may run on one exec, one step at a time (each step takes
+//! the one backend mutably); they share its pages and slots, never the same one, and a
+//! session gives back everything its sequences hold when it is dropped.
 //!
 //! Invariants: per-step values reach a program only through the workspace's metadata region,
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
-//! position, pages, slots) or fails to run leaves every sequence as it was.
+//! position, pages, slots, backend) or fails to run leaves every sequence as it was, its
+//! recurrent state included; every page and slot a session's sequences hold is held by no
+//! other sequence of any session.
 
+mod backup;
 mod pages;
 mod slots;
 mod step;
@@ -17,13 +27,33 @@ mod step;
 use std::collections::BTreeMap;
 
 use solder_circuit::{Mode, RouteCondition};
-use solder_gpu_runtime::GpuBackend;
+use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::layout::Layout;
+use backup::StateBackup;
 use pages::PagePool;
 use slots::SlotPool;
-use step::Row;
+use step::{Row, SaveState};
+
+/// The KV page pool and the recurrent-state slot pool of one `CircuitExec`, which every
+/// session on it lends from.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    pages: PagePool,
+    slots: SlotPool,
+}
+
+impl Pools {
+    /// The pools of `layout`'s pages and slots in the state allocation at `states`.
+    pub(crate) fn new(layout: &Layout, states: DevicePtr) -> Pools {
+        Pools {
+            pages: PagePool::new(layout.kv_pages, layout.kv_block_size),
+            slots: SlotPool::new(layout, states),
+        }
+    }
+}
 
 pub type SeqId = u64;
 
@@ -39,8 +69,6 @@ struct Sequence {
 
 pub struct Session<'e> {
     exec: &'e CircuitExec,
-    pages: PagePool,
-    slots: SlotPool,
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
     /// Whether steps may take runtime routes (arms); on by default.
@@ -50,11 +78,11 @@ pub struct Session<'e> {
 }
 
 impl<'e> Session<'e> {
+    /// A session on `exec`, lending pages and slots from the exec's pools (shared with every
+    /// other session on it).
     pub fn new(exec: &'e CircuitExec) -> Session<'e> {
         Session {
             exec,
-            pages: PagePool::new(exec.layout.kv_pages, exec.layout.kv_block_size),
-            slots: SlotPool::new(exec),
             seqs: BTreeMap::new(),
             next_id: 1,
             routes: true,
@@ -85,9 +113,10 @@ impl<'e> Session<'e> {
             .seqs
             .remove(&id)
             .ok_or(SessionError::UnknownSequence(id))?;
-        self.pages.shrink(&mut seq.pages, 0);
+        let mut pools = self.exec.pools();
+        pools.pages.shrink(&mut seq.pages, 0);
         if let Some(slot) = seq.slot {
-            self.slots.give_back(slot);
+            pools.slots.give_back(slot);
         }
         Ok(())
     }
@@ -99,8 +128,9 @@ impl<'e> Session<'e> {
             .ok_or(SessionError::UnknownSequence(id))
     }
 
+    /// Pages free in the exec's pool (shared with every session on the exec).
     pub fn free_page_count(&self) -> usize {
-        self.pages.free_count()
+        self.exec.pools().pages.free_count()
     }
 
     /// Feeds a prompt through verify programs in chunks (the widest compiled width that fits,
@@ -128,12 +158,13 @@ impl<'e> Session<'e> {
                 vocab,
             });
         }
-        let (start, pages_before, had_slot) = {
+        self.exec.check_backend(backend)?;
+        let (start, pages_before, slot_before) = {
             let seq = self
                 .seqs
                 .get(&id)
                 .ok_or(SessionError::UnknownSequence(id))?;
-            (seq.len, seq.pages.len(), seq.slot.is_some())
+            (seq.len, seq.pages.len(), seq.slot)
         };
         let limit = self.position_limit();
         if start + tokens.len() > limit {
@@ -143,8 +174,17 @@ impl<'e> Session<'e> {
                 limit,
             });
         }
-        self.pages
-            .check(self.pages.needed(start + tokens.len(), pages_before))?;
+        {
+            let pools = self.exec.pools();
+            pools
+                .pages
+                .check(pools.pages.needed(start + tokens.len(), pages_before))?;
+        }
+        // A slot the sequence holds advances with every chunk: saved once, for all of them.
+        let backup = match slot_before {
+            Some(slot) => Some(StateBackup::save(self.exec, backend, &[slot])?),
+            None => None,
+        };
         let shapes = self.exec.instance.program_shapes();
         let mut logits = Vec::with_capacity(tokens.len() * vocab);
         let mut at = 0;
@@ -152,15 +192,26 @@ impl<'e> Session<'e> {
             let left = tokens.len() - at;
             // The widest verify program the rest fills; a last single token runs decode.
             let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
-            match self.verify(backend, id, &tokens[at..at + width]) {
+            // The prefill saved the slot it had, or the slot is new and goes back on failure.
+            let save = SaveState::SavedByCaller;
+            match self.verify_saving(backend, id, &tokens[at..at + width], save) {
                 Ok(chunk) => logits.extend(chunk),
                 Err(e) => {
                     self.truncate(id, start, pages_before);
                     // A slot taken by this prefill goes back (re-zeroed when next taken); a
-                    // slot the sequence already had may have advanced with earlier chunks.
-                    if !had_slot {
+                    // slot the sequence already had is restored to its state before.
+                    if slot_before.is_none() {
                         if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                            self.slots.give_back(slot);
+                            self.exec.pools().slots.give_back(slot);
+                        }
+                    }
+                    if let Some(backup) = &backup {
+                        if let Err(restore) = backup.restore(self.exec, backend) {
+                            return Err(SessionError::StateLost {
+                                step: Box::new(e),
+                                seqs: vec![id],
+                                restore,
+                            });
                         }
                     }
                     return Err(e);
@@ -175,7 +226,7 @@ impl<'e> Session<'e> {
     fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             seq.len = len;
-            self.pages.shrink(&mut seq.pages, pages);
+            self.exec.pools().pages.shrink(&mut seq.pages, pages);
         }
     }
 
@@ -194,6 +245,17 @@ impl<'e> Session<'e> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
+        self.verify_saving(backend, id, tokens, SaveState::PerStep)
+    }
+
+    /// `verify`, with the recurrent state saved by the step or already by the caller.
+    fn verify_saving(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+        save: SaveState,
+    ) -> Result<Vec<f32>, SessionError> {
         let start = self.seq_len(id)?;
         let rows: Vec<Row> = tokens
             .iter()
@@ -209,7 +271,7 @@ impl<'e> Session<'e> {
             1 => self.exec.decode_program(),
             k => self.exec.verify_program(k),
         }?;
-        self.step(backend, program, &rows, &[(id, tokens.len())])
+        self.step(backend, program, &rows, &[(id, tokens.len())], save)
     }
 
     /// One token of one sequence.
@@ -260,7 +322,7 @@ impl<'e> Session<'e> {
         }
         rows.resize(program.rows, Row::PADDING);
         let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
-        let logits = self.step(backend, program, &rows, &advance)?;
+        let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
         let vocab = self.exec.config.vocab_size;
         Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
     }
@@ -271,6 +333,19 @@ impl<'e> Session<'e> {
             Mode::Decode
         } else {
             Mode::MultiSeq
+        }
+    }
+}
+
+impl Drop for Session<'_> {
+    /// Gives every page and slot the session's sequences hold back to the exec's pools.
+    fn drop(&mut self) {
+        let mut pools = self.exec.pools();
+        for seq in self.seqs.values_mut() {
+            pools.pages.shrink(&mut seq.pages, 0);
+            if let Some(slot) = seq.slot.take() {
+                pools.slots.give_back(slot);
+            }
         }
     }
 }

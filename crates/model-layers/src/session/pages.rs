@@ -1,26 +1,28 @@
 //! `PagePool`: the KV cache's pages of `block_size` tokens, lent to sequences as they grow and
-//! returned when they shrink or end.
+//! returned when they shrink or end. One pool per `CircuitExec` (it owns the KV memory); every
+//! `Session` on the exec lends from it.
 //!
 //! Invariants: the scratch page (`meta::SCRATCH_PAGE`, page 0) is never lent — padding rows
-//! write there; every other page is either free or held by exactly one sequence; the lowest
-//! free page is lent first, and pages come back last-held first, so the same steps lend the
-//! same pages.
+//! write there; every other page is either free or held by exactly one sequence of one
+//! session; the lowest free pages are lent first, so the same steps from the same free set
+//! lend the same pages.
+
+use std::collections::BTreeSet;
 
 use crate::error::SessionError;
 use crate::meta::SCRATCH_PAGE;
 
 #[derive(Debug, Clone)]
-pub(super) struct PagePool {
-    /// Free pages, the next to lend last.
-    free: Vec<u32>,
+pub(crate) struct PagePool {
+    free: BTreeSet<u32>,
     block_size: usize,
 }
 
 impl PagePool {
     /// A pool of `pages` pages (the scratch page among them) of `block_size` tokens.
-    pub(super) fn new(pages: usize, block_size: usize) -> PagePool {
+    pub(crate) fn new(pages: usize, block_size: usize) -> PagePool {
         PagePool {
-            free: (SCRATCH_PAGE + 1..pages as u32).rev().collect(),
+            free: (SCRATCH_PAGE + 1..pages as u32).collect(),
             block_size,
         }
     }
@@ -54,8 +56,7 @@ impl PagePool {
     ) -> Result<usize, SessionError> {
         let needed = self.needed(tokens, held.len());
         self.check(needed)?;
-        let at = self.free.len() - needed;
-        held.extend(self.free.drain(at..).rev());
+        held.extend((0..needed).filter_map(|_| self.free.pop_first()));
         Ok(needed)
     }
 
@@ -63,7 +64,7 @@ impl PagePool {
     pub(super) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
         while held.len() > keep {
             if let Some(page) = held.pop() {
-                self.free.push(page);
+                self.free.insert(page);
             }
         }
     }
@@ -74,7 +75,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pages_are_lent_lowest_first_and_come_back_last_held_first() {
+    fn pages_are_lent_lowest_first() {
         let mut pool = PagePool::new(6, 4);
         assert_eq!(pool.free_count(), 5, "page 0 is the scratch page");
         let mut held = Vec::new();

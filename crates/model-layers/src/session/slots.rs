@@ -1,21 +1,24 @@
 //! `SlotPool`: the recurrent-state slots of a model with recurrent layers (Gated DeltaNet),
-//! one per live sequence, lent at a sequence's first step and returned when it ends.
+//! one per live sequence, lent at a sequence's first step and returned when it ends. One pool
+//! per `CircuitExec`; every `Session` on the exec lends from it.
 //!
 //! Invariants: the scratch slot (`meta::SCRATCH_SLOT`, slot 0) is never lent — padding rows
-//! use it; a lent slot is zeroed in every recurrent state region before it is handed out, so a
+//! use it; every other slot is free or held by exactly one sequence of one session; the
+//! lowest free slot is lent first; a lent slot is zeroed in every recurrent state region before it is handed out, so a
 //! sequence starts from zeros whoever held the slot before; a model without recurrent state
 //! has no slots and its sequences never take one.
+
+use std::collections::BTreeSet;
 
 use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use crate::error::SessionError;
-use crate::exec::CircuitExec;
+use crate::layout::Layout;
 use crate::meta::SCRATCH_SLOT;
 
 #[derive(Debug, Clone)]
-pub(super) struct SlotPool {
-    /// Free slots, the next to lend last.
-    free: Vec<u32>,
+pub(crate) struct SlotPool {
+    free: BTreeSet<u32>,
     /// The state allocation and, per recurrent state, the offset of its slots and one slot's
     /// bytes.
     states: DevicePtr,
@@ -23,24 +26,22 @@ pub(super) struct SlotPool {
 }
 
 impl SlotPool {
-    pub(super) fn new(exec: &CircuitExec) -> SlotPool {
-        let regions: Vec<(usize, usize)> = exec
-            .layout
+    /// The slots of `layout`'s recurrent states in the state allocation at `states`.
+    pub(crate) fn new(layout: &Layout, states: DevicePtr) -> SlotPool {
+        let regions: Vec<(usize, usize)> = layout
             .states
             .iter()
             .filter(|r| r.slot_bytes > 0)
             .map(|r| (r.offset, r.slot_bytes))
             .collect();
         let free = if regions.is_empty() {
-            Vec::new()
+            BTreeSet::new()
         } else {
-            (SCRATCH_SLOT + 1..exec.layout.state_slots as u32)
-                .rev()
-                .collect()
+            (SCRATCH_SLOT + 1..layout.state_slots as u32).collect()
         };
         SlotPool {
             free,
-            states: exec.kv_cache(),
+            states,
             regions,
         }
     }
@@ -63,13 +64,13 @@ impl SlotPool {
 
     /// Lends the lowest free slot, zeroed; a slot that fails to zero stays free.
     pub(super) fn take(&mut self, backend: &mut dyn GpuBackend) -> Result<u32, SessionError> {
-        let Some(slot) = self.free.pop() else {
+        let Some(slot) = self.free.pop_first() else {
             return Err(SessionError::SlotsExhausted { needed: 1, free: 0 });
         };
         for &(offset, slot_bytes) in &self.regions {
             let at = self.states.offset(offset + slot as usize * slot_bytes);
             if let Err(e) = backend.memset(at, 0, slot_bytes) {
-                self.free.push(slot);
+                self.free.insert(slot);
                 return Err(e.into());
             }
         }
@@ -78,6 +79,6 @@ impl SlotPool {
 
     /// Returns a slot (zeroed again when next lent).
     pub(super) fn give_back(&mut self, slot: u32) {
-        self.free.push(slot);
+        self.free.insert(slot);
     }
 }

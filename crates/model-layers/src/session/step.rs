@@ -1,15 +1,17 @@
 //! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
-//! slots enough), lend the slots and pages the step needs, pick the route its slots allow,
-//! upload its metadata (`meta::StepMeta`), run, and read the live rows' logits; sequences
-//! advance only when all of that succeeded.
+//! slots enough, the exec's backend), save the recurrent state of the sequences that already
+//! hold a slot (`backup`), lend the slots and pages the step needs, pick the route its slots
+//! allow, upload its metadata (`meta::StepMeta`), run, and read the live rows' logits;
+//! sequences advance only when all of that succeeded.
 //!
-//! Invariant: a step that fails — at any point — gives back every page and slot it lent and
-//! advances no sequence, so every sequence is as it was before the step.
+//! Invariant: a step that fails — at any point — gives back every page and slot it lent,
+//! restores the recurrent state it saved and advances no sequence, so every sequence is as it
+//! was before the step (KV cells it wrote lie past every sequence's length: never read).
 
 use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
-use super::{SeqId, Session};
+use super::{SeqId, Session, StateBackup};
 use crate::bytes::f32s_from_bytes;
 use crate::error::SessionError;
 use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
@@ -32,12 +34,22 @@ impl Row {
     };
 }
 
+/// Who saves the recurrent state a step advances, to restore it if the step fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SaveState {
+    /// The step saves its sequences' slots and restores them on failure.
+    PerStep,
+    /// The caller (a prefill, around all its chunks) saved them and restores them.
+    SavedByCaller,
+}
+
 /// What a step lent, given back if it fails: sequences that took a slot, and each advancing
-/// sequence's page count before the step.
+/// sequence's page count before the step; and the state it saved.
 #[derive(Debug, Default)]
 struct Lent {
     slots: Vec<SeqId>,
     pages: Vec<(SeqId, usize)>,
+    saved: Option<(StateBackup, Vec<SeqId>)>,
 }
 
 impl Session<'_> {
@@ -49,9 +61,14 @@ impl Session<'_> {
         program: &Program,
         rows: &[Row],
         advance: &[(SeqId, usize)],
+        save: SaveState,
     ) -> Result<Vec<f32>, SessionError> {
+        self.exec.check_backend(backend)?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
+        if save == SaveState::PerStep {
+            lent.saved = self.save_state(backend, advance)?;
+        }
         match self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent) {
             Ok(logits) => {
                 for &(id, count) in advance {
@@ -61,10 +78,7 @@ impl Session<'_> {
                 }
                 Ok(logits)
             }
-            Err(e) => {
-                self.give_back(lent);
-                Err(e)
-            }
+            Err(e) => self.give_back(backend, lent, e),
         }
     }
 
@@ -87,6 +101,7 @@ impl Session<'_> {
         }
         let limit = self.position_limit();
         let mut needed = 0;
+        let pools = self.exec.pools();
         for &(id, count) in advance {
             let seq = self
                 .seqs
@@ -100,10 +115,10 @@ impl Session<'_> {
                     limit,
                 });
             }
-            needed += self.pages.needed(new_len, seq.pages.len());
+            needed += pools.pages.needed(new_len, seq.pages.len());
         }
-        self.pages.check(needed)?;
-        let new_slots: Vec<SeqId> = if self.slots.recurrent() {
+        pools.pages.check(needed)?;
+        let new_slots: Vec<SeqId> = if pools.slots.recurrent() {
             advance
                 .iter()
                 .map(|&(id, _)| id)
@@ -112,8 +127,27 @@ impl Session<'_> {
         } else {
             Vec::new()
         };
-        self.slots.check(new_slots.len())?;
+        pools.slots.check(new_slots.len())?;
         Ok(new_slots)
+    }
+
+    /// Saves the state of the slots the advancing sequences already hold (the ones a step
+    /// advances in place); None when there are none.
+    fn save_state(
+        &self,
+        backend: &mut dyn GpuBackend,
+        advance: &[(SeqId, usize)],
+    ) -> Result<Option<(StateBackup, Vec<SeqId>)>, SessionError> {
+        let held: Vec<(SeqId, u32)> = advance
+            .iter()
+            .filter_map(|&(id, _)| self.seqs.get(&id).and_then(|s| s.slot).map(|s| (id, s)))
+            .collect();
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let slots: Vec<u32> = held.iter().map(|&(_, slot)| slot).collect();
+        let backup = StateBackup::save(self.exec, backend, &slots)?;
+        Ok(Some((backup, held.into_iter().map(|(id, _)| id).collect())))
     }
 
     /// Lends slots and pages (recording them in `lent`), uploads the metadata and runs.
@@ -126,10 +160,12 @@ impl Session<'_> {
         new_slots: &[SeqId],
         lent: &mut Lent,
     ) -> Result<Vec<f32>, SessionError> {
+        let exec = self.exec;
+        let mut pools = exec.pools();
         for &id in new_slots {
-            let slot = self.slots.take(backend)?;
+            let slot = pools.slots.take(backend)?;
             let Some(seq) = self.seqs.get_mut(&id) else {
-                self.slots.give_back(slot);
+                pools.slots.give_back(slot);
                 return Err(SessionError::UnknownSequence(id));
             };
             seq.slot = Some(slot);
@@ -141,9 +177,10 @@ impl Session<'_> {
                 .get_mut(&id)
                 .ok_or(SessionError::UnknownSequence(id))?;
             let before = seq.pages.len();
-            self.pages.grow(&mut seq.pages, seq.len + count)?;
+            pools.pages.grow(&mut seq.pages, seq.len + count)?;
             lent.pages.push((id, before));
         }
+        drop(pools);
         let slots: Vec<u32> = rows
             .iter()
             .map(|r| {
@@ -198,17 +235,37 @@ impl Session<'_> {
         Ok(logits)
     }
 
-    /// Gives back what a failed step lent, last lent first, so the pools are as they were.
-    fn give_back(&mut self, lent: Lent) {
-        for (id, before) in lent.pages.into_iter().rev() {
-            if let Some(seq) = self.seqs.get_mut(&id) {
-                self.pages.shrink(&mut seq.pages, before);
+    /// Gives back what a failed step lent, last lent first, so the pools are as they were,
+    /// and restores the state it saved; returns the step's error (or, if the state cannot be
+    /// restored, an error saying so).
+    fn give_back(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        lent: Lent,
+        error: SessionError,
+    ) -> Result<Vec<f32>, SessionError> {
+        {
+            let mut pools = self.exec.pools();
+            for (id, before) in lent.pages.into_iter().rev() {
+                if let Some(seq) = self.seqs.get_mut(&id) {
+                    pools.pages.shrink(&mut seq.pages, before);
+                }
+            }
+            for id in lent.slots.into_iter().rev() {
+                if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                    pools.slots.give_back(slot);
+                }
             }
         }
-        for id in lent.slots.into_iter().rev() {
-            if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                self.slots.give_back(slot);
+        if let Some((backup, seqs)) = lent.saved {
+            if let Err(restore) = backup.restore(self.exec, backend) {
+                return Err(SessionError::StateLost {
+                    step: Box::new(error),
+                    seqs,
+                    restore,
+                });
             }
         }
+        Err(error)
     }
 }

@@ -191,3 +191,30 @@ pub fn f16_le(values: &[half::f16]) -> Vec<u8> {
 pub fn f32_le(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
+
+/// A qwen3_next: one Gated DeltaNet layer then one full-attention layer, MoE with a shared
+/// expert (a side stream), hidden 64, vocab 128.
+pub const TINY_NEXT: &str = r#"{
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 128,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    "hidden_act": "silu", "attention_bias": false,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4, "linear_value_head_dim": 8,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 24, "norm_topk_prob": true
+}"#;
+
+/// Logits of `prompt` decoded token by token in a fresh session (dropped before returning).
+pub fn decode_alone(backend: &mut CpuBackend, exec: &CircuitExec, prompt: &[u32]) -> Vec<f32> {
+    let mut session = solder_model_layers::Session::new(exec);
+    let id = session.add_sequence();
+    let mut out = Vec::new();
+    for &t in prompt {
+        out.extend(session.decode(backend, id, t).expect("decode"));
+    }
+    out
+}

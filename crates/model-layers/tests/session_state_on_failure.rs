@@ -1,0 +1,114 @@
+//! A backend failure in the middle of a step leaves a recurrent sequence's state as it was
+//! (issue 9, class 8): the sequence's next logits equal those of a run that never took the
+//! failed step. Failures are injected with `CpuBackend::fail_call`.
+
+mod exec_support;
+
+use exec_support::*;
+use solder_circuit::Policy;
+use solder_gpu_runtime::CpuBackend;
+use solder_model_layers::{CircuitExec, Session, SessionError};
+
+fn next_exec(backend: &mut CpuBackend) -> CircuitExec {
+    build(backend, TINY_NEXT, Policy::default(), roomy_kv())
+}
+
+/// Where a step fails: part-way through its launches, at its last launch (every state
+/// written), or reading the logits after the whole program ran.
+fn failures(launches: usize) -> Vec<(&'static str, usize)> {
+    vec![
+        ("launch", launches / 2),
+        ("launch", launches - 1),
+        ("copy_d2h", 0),
+    ]
+}
+
+#[test]
+fn a_decode_that_fails_mid_step_leaves_the_state_as_it_was() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend);
+    let tokens = prompt(41, 128, 6);
+    let expected = decode_alone(&mut backend, &exec, &tokens);
+    let launches = exec.decode_program().expect("decode").launches();
+    for (call, skip) in failures(launches) {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let mut got = Vec::new();
+        for (i, &t) in tokens.iter().enumerate() {
+            if i == 3 {
+                backend.fail_call(call, skip);
+                match session.decode(&mut backend, id, t) {
+                    Err(SessionError::Exec(_)) => {}
+                    other => panic!("{call} #{skip}: expected the injected failure, got {other:?}"),
+                }
+                assert_eq!(session.seq_len(id).expect("seq"), 3);
+            }
+            got.extend(session.decode(&mut backend, id, t).expect("decode"));
+        }
+        assert_same_bytes(&got, &expected, &format!("after a failed {call} #{skip}"));
+    }
+}
+
+#[test]
+fn a_multi_seq_step_that_fails_mid_step_leaves_every_state_as_it_was() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend);
+    let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(50 + s, 128, 5)).collect();
+    let expected: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| decode_alone(&mut backend, &exec, p))
+        .collect();
+    let launches = exec.multi_seq_program(4).expect("width 4").launches();
+    for (call, skip) in failures(launches) {
+        let mut session = Session::new(&exec);
+        let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
+        let mut got = vec![Vec::new(); prompts.len()];
+        for t in 0..5 {
+            let batch: Vec<_> = ids
+                .iter()
+                .zip(&prompts)
+                .map(|(&id, p)| (id, p[t]))
+                .collect();
+            if t == 2 {
+                backend.fail_call(call, skip);
+                assert!(
+                    session.multi_seq_step(&mut backend, &batch).is_err(),
+                    "{call} #{skip} did not fail the step"
+                );
+            }
+            let step = session.multi_seq_step(&mut backend, &batch).expect("step");
+            for (g, l) in got.iter_mut().zip(step) {
+                g.extend(l);
+            }
+        }
+        for (s, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_same_bytes(g, e, &format!("sequence {s} after a failed {call} #{skip}"));
+        }
+    }
+}
+
+#[test]
+fn a_prefill_that_fails_in_a_later_chunk_leaves_the_state_as_it_was() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend);
+    let head = prompt(61, 128, 3);
+    let tail = prompt(62, 128, 11); // verify 8, then verify 3: two chunks
+    let next = 9;
+    let expected = {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        session.prefill(&mut backend, id, &head).expect("head");
+        session.decode(&mut backend, id, next).expect("next")
+    };
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    session.prefill(&mut backend, id, &head).expect("head");
+    // The first chunk (8 rows) runs whole; the second fails at its last launch.
+    let first_chunk = exec.verify_program(8).expect("verify 8").launches();
+    let second_chunk = exec.verify_program(3).expect("verify 3").launches();
+    backend.fail_call("launch", first_chunk + second_chunk - 1);
+    assert!(session.prefill(&mut backend, id, &tail).is_err());
+    assert_eq!(session.seq_len(id).expect("seq"), head.len());
+    let got = session.decode(&mut backend, id, next).expect("next");
+    assert_same_bytes(&got, &expected, "the sequence after a failed prefill");
+}
