@@ -54,6 +54,15 @@ pub enum WeightsError {
         shard: PathBuf,
         index: PathBuf,
     },
+    #[error(
+        "host weight slot `{tensor}` holds {found} elements, its shape {shape:?} needs {expected}"
+    )]
+    SlotLength {
+        tensor: String,
+        shape: Vec<usize>,
+        found: usize,
+        expected: usize,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

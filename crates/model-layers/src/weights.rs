@@ -166,6 +166,28 @@ impl HostWeights {
         Ok(HostWeights { slots })
     }
 
+    /// Every slot holds exactly the elements its declared shape needs (checked before an
+    /// upload: a longer slot would overwrite its neighbour). The slot count is the caller's.
+    pub fn check_lengths(&self, circuit: &Circuit) -> Result<(), WeightsError> {
+        for (slot, values) in circuit.weights.iter().zip(&self.slots) {
+            // A shape whose product overflows matches no length.
+            let expected = slot
+                .shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .unwrap_or(usize::MAX);
+            if values.len() != expected {
+                return Err(WeightsError::SlotLength {
+                    tensor: slot.name.clone(),
+                    shape: slot.shape.clone(),
+                    found: values.len(),
+                    expected,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Random weights from `seed`: norm weights near 1, biases small, matrices scaled by
     /// 1/sqrt(fan-in) so activations stay in range through many layers.
     pub fn random(circuit: &Circuit, seed: u64) -> HostWeights {

@@ -1,17 +1,21 @@
 //! Which unused checkpoint tensors loading tolerates, by whole name (issue 9): rotary
 //! `inv_freq` buffers only at the names transformers writes, qwen3_next's `mtp.*` only for
-//! that family.
+//! that family; and host weight slots length-checked before upload.
 
 mod exec_support;
 
 use exec_support::{
-    bf16_le, config, f32_le, instance, write_safetensors, RawTensor, TempDir, TINY_LLAMA,
+    backend, bf16_le, boot, config, f32_le, instance, roomy_kv, write_safetensors, RawTensor,
+    TempDir, TINY_LLAMA,
 };
 use half::bf16;
 use safetensors::Dtype;
 use solder_circuit::ir::Circuit;
+use solder_circuit::Policy;
 use solder_model_layers::weights::Unused;
-use solder_model_layers::{Checkpoint, HostWeights, WeightsError};
+use solder_model_layers::{
+    Checkpoint, CircuitExec, ExecError, HostWeights, WeightSource, WeightsError,
+};
 
 /// A two-layer Qwen3-Next (one Gated DeltaNet layer, one attention layer, MoE MLPs).
 const TINY_NEXT: &str = r#"{
@@ -152,4 +156,47 @@ fn qwen3_next_ignores_its_mtp_tensors_and_counts_them() {
 fn other_families_refuse_mtp_tensors_by_name() {
     let (circuit, tensors) = model(TINY_LLAMA);
     assert_refused(classify(&circuit, &tensors, &MTP[..1]), MTP[0]);
+}
+
+fn build_with(slots: Vec<Vec<bf16>>) -> Result<CircuitExec, ExecError> {
+    let mut backend = backend();
+    CircuitExec::build(
+        &mut backend,
+        boot(
+            config(TINY_LLAMA),
+            Policy::default(),
+            WeightSource::Host(HostWeights { slots }),
+            roomy_kv(),
+        ),
+    )
+}
+
+#[test]
+fn host_slots_of_the_wrong_length_are_refused_before_upload() {
+    let circuit = instance(&config(TINY_LLAMA)).circuit;
+    let good = HostWeights::random(&circuit, 6);
+    good.check_lengths(&circuit).expect("random weights fit");
+    for delta in [1isize, -1] {
+        let mut slots = good.slots.clone();
+        let expected = slots[0].len();
+        if delta > 0 {
+            slots[0].push(bf16::ONE); // would spill into the next slot
+        } else {
+            slots[0].pop();
+        }
+        match build_with(slots) {
+            Err(ExecError::Weights(WeightsError::SlotLength {
+                tensor,
+                found,
+                expected: want,
+                ..
+            })) => {
+                assert_eq!(tensor, circuit.weights[0].name);
+                assert_eq!(found, expected.wrapping_add_signed(delta));
+                assert_eq!(want, expected);
+            }
+            Err(other) => panic!("expected SlotLength, got {other}"),
+            Ok(_) => panic!("a slot {delta:+} elements long was uploaded"),
+        }
+    }
 }
