@@ -29,6 +29,40 @@ pub enum WeightsError {
     },
     #[error("tensor `{tensor}` in {file} is not used by the model (an unexpected weight: the checkpoint and config disagree)")]
     Unexpected { tensor: String, file: PathBuf },
+    #[error("tensor `{tensor}` appears in two shards: {first} and {second}")]
+    TwoShards {
+        tensor: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("{index} maps tensor `{tensor}` to {shard}, whose header does not list it")]
+    NotInShard {
+        tensor: String,
+        index: PathBuf,
+        shard: PathBuf,
+    },
+    #[error("{index} maps tensor `{tensor}` to {mapped}, but it is in {found}")]
+    WrongShard {
+        tensor: String,
+        index: PathBuf,
+        mapped: PathBuf,
+        found: PathBuf,
+    },
+    #[error("tensor `{tensor}` in {shard} is not in the weight_map of {index}")]
+    NotInIndex {
+        tensor: String,
+        shard: PathBuf,
+        index: PathBuf,
+    },
+    #[error(
+        "host weight slot `{tensor}` holds {found} elements, its shape {shape:?} needs {expected}"
+    )]
+    SlotLength {
+        tensor: String,
+        shape: Vec<usize>,
+        found: usize,
+        expected: usize,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -251,6 +251,7 @@ impl CircuitExec {
                 instance.circuit.weights.len()
             )));
         }
+        host.check_lengths(&instance.circuit)?;
         let inv_freq = config.rope.inv_freq(config.head_dim);
         let layout = Layout::new(
             &instance.circuit,

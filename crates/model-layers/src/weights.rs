@@ -3,7 +3,10 @@
 //!
 //! Invariant: `HostWeights::slots[i]` holds exactly the elements of `circuit.weights[i]`'s
 //! shape; every slot was found by name with that shape, and every checkpoint tensor is used
-//! by some slot (or is a known derived buffer such as `rotary_emb.inv_freq`).
+//! by some slot or is tolerated by name (`Unused`: a `rotary_emb.inv_freq` at a name
+//! transformers writes, qwen3_next's `mtp.*`, a tied head that is a copy of the embedding).
+
+use std::collections::HashSet;
 
 use half::{bf16, f16};
 use safetensors::Dtype as StDtype;
@@ -13,11 +16,18 @@ use solder_circuit::OpKind;
 use crate::checkpoint::Checkpoint;
 use crate::error::WeightsError;
 
-/// Checkpoint tensors that are not weights (buffers transformers may save).
-const DERIVED_SUFFIXES: &[&str] = &["rotary_emb.inv_freq"];
-
 const TIED_HEAD: &str = "lm_head.weight";
 const TIED_EMBEDDING: &str = "model.embed_tokens.weight";
+
+/// The model-level rotary buffer transformers may save (not a weight).
+const MODEL_INV_FREQ: &str = "model.rotary_emb.inv_freq";
+/// Per layer, older transformers save `model.layers.{i}.self_attn.rotary_emb.inv_freq`.
+const LAYER_INV_FREQ: (&str, &str) = ("model.layers.", ".self_attn.rotary_emb.inv_freq");
+
+/// Qwen3-Next checkpoints carry a multi-token-prediction head that transformers ignores
+/// (`_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]`); so does solder until it serves it.
+const MTP_FAMILY: &str = "qwen3_next";
+const MTP_PREFIX: &str = "mtp.";
 
 /// The circuit's LM head reads the embedding table (tied embeddings).
 fn tied_head(circuit: &Circuit) -> bool {
@@ -26,29 +36,66 @@ fn tied_head(circuit: &Circuit) -> bool {
         .iter()
         .filter(|op| op.kind == OpKind::LmHead)
         .any(|op| {
-            op.weights
-                .iter()
-                .any(|w| circuit.weights[w.0 as usize].name == TIED_EMBEDDING)
+            op.weights.iter().any(|w| {
+                circuit
+                    .weights
+                    .get(w.0 as usize)
+                    .is_some_and(|slot| slot.name == TIED_EMBEDDING)
+            })
         })
 }
 
-pub struct HostWeights {
-    pub slots: Vec<Vec<bf16>>,
+/// A rotary `inv_freq` buffer at a name transformers writes: the model's, or a layer's
+/// (`i` written as transformers writes it, below `num_layers`).
+fn is_derived(name: &str, num_layers: u32) -> bool {
+    if name == MODEL_INV_FREQ {
+        return true;
+    }
+    let (prefix, suffix) = LAYER_INV_FREQ;
+    let Some(layer) = name
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(suffix))
+    else {
+        return false;
+    };
+    layer
+        .parse::<u32>()
+        .is_ok_and(|i| i < num_layers && i.to_string() == layer)
 }
 
-impl HostWeights {
-    pub fn total_bytes(&self) -> usize {
-        self.slots.iter().map(|s| s.len() * 2).sum()
-    }
+/// Checkpoint tensors no weight slot reads that loading tolerates, by kind.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Unused {
+    /// `rotary_emb.inv_freq` buffers at the names transformers writes.
+    pub derived: usize,
+    /// qwen3_next's multi-token-prediction tensors (`mtp.*`), ignored as transformers does.
+    pub mtp: usize,
+    /// A tied head saved as a copy of the embedding.
+    pub tied_head_copy: bool,
+}
 
-    /// Loads every weight slot of `circuit` from `checkpoint`.
-    pub fn load(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<HostWeights, WeightsError> {
+impl Unused {
+    /// Classifies every checkpoint tensor no slot of `circuit` reads; any other is refused
+    /// by name (`WeightsError::Unexpected`).
+    pub fn of(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<Unused, WeightsError> {
+        let used: HashSet<&str> = circuit
+            .weights
+            .iter()
+            .flat_map(|w| std::iter::once(&w.name).chain(&w.parts))
+            .map(String::as_str)
+            .collect();
+        let mtp_ignored = circuit.family == MTP_FAMILY;
+        let mut unused = Unused::default();
         for name in checkpoint.names() {
-            let used = circuit
-                .weights
-                .iter()
-                .any(|w| w.name == name || w.parts.iter().any(|p| p == name));
-            if used || DERIVED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+            if used.contains(name) {
+                continue;
+            }
+            if is_derived(name, circuit.num_layers) {
+                unused.derived += 1;
+                continue;
+            }
+            if mtp_ignored && name.starts_with(MTP_PREFIX) {
+                unused.mtp += 1;
                 continue;
             }
             if name == TIED_HEAD && tied_head(circuit) {
@@ -60,6 +107,7 @@ impl HostWeights {
                 if head.data == embed.data && head.shape == embed.shape && head.dtype == embed.dtype
                 {
                     tracing::debug!("ignoring {TIED_HEAD}: a copy of the tied embedding");
+                    unused.tied_head_copy = true;
                     continue;
                 }
                 return Err(WeightsError::Format {
@@ -76,15 +124,39 @@ impl HostWeights {
                 file,
             });
         }
+        Ok(unused)
+    }
+}
+
+pub struct HostWeights {
+    pub slots: Vec<Vec<bf16>>,
+}
+
+impl HostWeights {
+    pub fn total_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.len() * 2).sum()
+    }
+
+    /// Loads every weight slot of `circuit` from `checkpoint`.
+    pub fn load(circuit: &Circuit, checkpoint: &Checkpoint) -> Result<HostWeights, WeightsError> {
+        let unused = Unused::of(circuit, checkpoint)?;
+        if unused.mtp > 0 {
+            tracing::info!(
+                tensors = unused.mtp,
+                dir = %checkpoint.dir.display(),
+                "ignoring {MTP_FAMILY}'s multi-token-prediction tensors ({MTP_PREFIX}*), as transformers does"
+            );
+        }
         let mut slots = Vec::with_capacity(circuit.weights.len());
         for slot in &circuit.weights {
             let values = if slot.parts.is_empty() {
                 read_bf16(checkpoint, &slot.name, &slot.shape)?
             } else {
                 // Stacked at load: one checkpoint tensor per part (e.g. per expert).
+                let part_shape = slot.shape.get(1..).unwrap_or_default();
                 let mut values = Vec::with_capacity(slot.shape.iter().product());
                 for part in &slot.parts {
-                    values.extend(read_bf16(checkpoint, part, &slot.shape[1..])?);
+                    values.extend(read_bf16(checkpoint, part, part_shape)?);
                 }
                 values
             };
@@ -92,6 +164,28 @@ impl HostWeights {
         }
         tracing::info!(slots = slots.len(), dir = %checkpoint.dir.display(), "loaded weights");
         Ok(HostWeights { slots })
+    }
+
+    /// Every slot holds exactly the elements its declared shape needs (checked before an
+    /// upload: a longer slot would overwrite its neighbour). The slot count is the caller's.
+    pub fn check_lengths(&self, circuit: &Circuit) -> Result<(), WeightsError> {
+        for (slot, values) in circuit.weights.iter().zip(&self.slots) {
+            // A shape whose product overflows matches no length.
+            let expected = slot
+                .shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .unwrap_or(usize::MAX);
+            if values.len() != expected {
+                return Err(WeightsError::SlotLength {
+                    tensor: slot.name.clone(),
+                    shape: slot.shape.clone(),
+                    found: values.len(),
+                    expected,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Random weights from `seed`: norm weights near 1, biases small, matrices scaled by
@@ -230,7 +324,8 @@ impl HostWeights {
                         },
                     )]
                 } else {
-                    let per = slot.shape[1..].iter().product::<usize>();
+                    let part_shape = slot.shape.get(1..).unwrap_or_default();
+                    let per = part_shape.iter().product::<usize>();
                     slot.parts
                         .iter()
                         .zip(values.chunks(per.max(1)))
@@ -238,7 +333,7 @@ impl HostWeights {
                             (
                                 name.clone(),
                                 Bf16View {
-                                    shape: &slot.shape[1..],
+                                    shape: part_shape,
                                     values: part,
                                 },
                             )

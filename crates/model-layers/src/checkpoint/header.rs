@@ -1,0 +1,79 @@
+//! One safetensors file, mapped, its header parsed once into a table of its tensors.
+//!
+//! Invariant: every entry's byte range lies inside the mapping (the header's offsets were
+//! checked against the file's length when it was parsed).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::{Dtype as StDtype, SafeTensors};
+
+use crate::error::WeightsError;
+
+/// Where one tensor's bytes are in its file.
+pub struct TensorEntry {
+    pub dtype: StDtype,
+    pub shape: Vec<usize>,
+    /// Byte range in the whole file (header included).
+    pub bytes: Range<usize>,
+}
+
+/// A mapped safetensors file and its parsed header.
+pub struct ShardFile {
+    pub path: PathBuf,
+    pub mmap: Mmap,
+    pub tensors: BTreeMap<String, TensorEntry>,
+}
+
+impl ShardFile {
+    /// Maps `path` and parses its header (the only parse of it a checkpoint makes).
+    pub fn open(path: &Path) -> Result<ShardFile, WeightsError> {
+        let io = |e: std::io::Error| WeightsError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the mapping is read-only; a file changed under us while mapped is outside
+        // what solder promises (as for every engine that maps checkpoints).
+        let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let (header_len, metadata) =
+            SafeTensors::read_metadata(&mmap).map_err(|e| WeightsError::Format {
+                path: path.to_path_buf(),
+                message: format!("not a valid safetensors file (truncated?): {e}"),
+            })?;
+        // The 8-byte length prefix, then the header, then the data the offsets index.
+        let data_start = 8usize.saturating_add(header_len);
+        let mut tensors = BTreeMap::new();
+        for (name, info) in metadata.tensors() {
+            let (start, end) = info.data_offsets;
+            let bytes = data_start.saturating_add(start)..data_start.saturating_add(end);
+            if bytes.start > bytes.end || bytes.end > mmap.len() {
+                return Err(WeightsError::Format {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "tensor `{name}`: data offsets {start}..{end} lie outside the file"
+                    ),
+                });
+            }
+            let entry = TensorEntry {
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                bytes,
+            };
+            tensors.insert(name, entry);
+        }
+        Ok(ShardFile {
+            path: path.to_path_buf(),
+            mmap,
+            tensors,
+        })
+    }
+
+    /// The bytes of `entry` (a range `open` checked).
+    pub fn data(&self, entry: &TensorEntry) -> Option<&[u8]> {
+        self.mmap.get(entry.bytes.clone())
+    }
+}
