@@ -77,6 +77,11 @@ pub const STEPS: &[Step] = &[
             "target/parity-goldens.json",
         ],
     },
+    // A bounded fuzz run: every case seeded, so a finding reproduces from its number.
+    Step {
+        name: "fuzz (bounded)",
+        cargo: &["xtask", "fuzz", "--cases", "3000"],
+    },
     Step {
         name: "gpu-step on the cpu backend",
         cargo: &["xtask", "gpu-step", "--backend", "cpu"],

@@ -10,6 +10,9 @@
 mod args;
 mod bench;
 mod ci;
+// The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
+#[allow(unsafe_code)]
+mod fuzz;
 mod golden;
 mod gpu;
 mod parity;
@@ -20,6 +23,9 @@ mod plan;
 mod ptx;
 
 use std::path::PathBuf;
+
+#[global_allocator]
+static ALLOCATOR: fuzz::alloc::CappedAlloc = fuzz::alloc::CappedAlloc;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <command> [options]
@@ -31,7 +37,8 @@ commands:
   ptx        regenerate and check the CUDA PTX (cargo xtask ptx --help)
   gpu-bench  time programs, graph replays and the bandwidth floor on a GPU (feature cuda)
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
-  ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)";
+  ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
+  fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)";
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -55,6 +62,7 @@ fn main() -> ExitCode {
         "gpu-bench" => gpu::bench::run(argv),
         "gpu-check" => gpu::check::run(argv),
         "ci" => ci::run(argv),
+        "fuzz" => fuzz::run(argv),
         // Hidden: one small exec's decode step, for compute-sanitizer to wrap (run.sh).
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).

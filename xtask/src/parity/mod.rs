@@ -1,7 +1,7 @@
 //! `cargo xtask parity`: proves the fused programs equal to the reference routing, byte for
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
-mod builtin;
+pub(crate) mod builtin;
 pub(crate) mod golden;
 mod report;
 pub(crate) mod run;
