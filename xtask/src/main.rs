@@ -10,6 +10,7 @@
 mod args;
 mod bench;
 mod ci;
+mod files;
 mod golden;
 mod gpu;
 mod parity;

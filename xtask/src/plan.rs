@@ -7,7 +7,7 @@ use serde_json::json;
 use solder_circuit::{
     plans_digest, Available, BuildOptions, ExecutionPlan, Fusions, Instance, Mode, Policy, RuleSet,
 };
-use solder_config::{ModelConfig, ServeShape};
+use solder_config::ServeShape;
 
 use crate::args::Args;
 
@@ -15,17 +15,17 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
 
   --config FILE       a Hugging Face config.json
   --mode M            decode | multi_seq | verify | verify_batch | draft (default decode)
-  --rows R            rows of the plan (default 1)
+  --rows R            rows of the plan, 1..=4096 (default 1)
   --all               every (mode, rows) of the serve shape: decode, multi_seq over the
                       ladder, verify 2..8; one line per plan and the total build time
-  --max-batch N       widest batch of the serve shape (default 128)
+  --max-batch N       widest batch of the serve shape, 1..=4096 (default 128)
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
                       streams, events, pool_bytes, live_lower_bound
   --dot               Graphviz DOT of the plan (one plan only)
   --rules FILE        fusion rules (default fusions/FUSIONS.toml)
   --reference-only    apply only `reference` rules
-  --max-streams N     streams a plan may use (default 2)
-  --repeat N          with --all: build the ladder N times, report the median time
+  --max-streams N     streams a plan may use, 1..=8 (default 2)
+  --repeat N          with --all: build the ladder N times, 1..=1000; report the median
   --verify            run the plan verifier after every pass (on in debug builds)
   --bless             rewrite the golden printed plans in tests/golden/plans/";
 
@@ -65,7 +65,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
-    let serve = match args.number("max-batch")? {
+    let serve = match args.number_in("max-batch", 1..=4096)? {
         Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
         None => ServeShape::default(),
     };
@@ -73,7 +73,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if args.flag("reference-only") {
         policy.fusions = Fusions::ReferenceOnly;
     }
-    if let Some(n) = args.number("max-streams")? {
+    if let Some(n) = args.number_in("max-streams", 1..=8)? {
         policy.max_streams = n;
     }
     let options = BuildOptions {
@@ -81,8 +81,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
 
     let started = Instant::now();
-    let config =
-        ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+    let config = crate::files::model_config(std::path::Path::new(config_path))?;
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let instance = Instance::from_config(&config, serve).map_err(|e| e.to_string())?;
     let available = Available::all_kernels(&rules);
@@ -94,7 +93,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             .unwrap_or("decode")
             .parse()
             .map_err(|e: solder_circuit::CircuitError| e.to_string())?;
-        vec![(mode, args.number("rows")?.unwrap_or(1))]
+        vec![(mode, args.number_in("rows", 1..=4096)?.unwrap_or(1))]
     };
     let build_all = || -> Result<Vec<ExecutionPlan>, String> {
         shapes
@@ -151,7 +150,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         "worst pool_bytes/live_lower_bound {worst:.4} (target <= 1.02: {})",
         if worst <= 1.02 { "met" } else { "MISSED" }
     );
-    let repeat = args.number("repeat")?.unwrap_or(1).max(1);
+    let repeat = args.number_in("repeat", 1..=1000)?.unwrap_or(1);
     if repeat == 1 {
         println!(
             "built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)",
@@ -163,8 +162,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let mut times = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let t = Instant::now();
-        let config =
-            ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+        let config = crate::files::model_config(std::path::Path::new(config_path))?;
         let _ = Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())?;
         build_all()?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
