@@ -4,13 +4,31 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::run::{CaseReport, Diff};
+use super::run::{CaseReport, Diff, RouteLog};
 
 fn diff_text(d: &Diff) -> String {
     match d.first_position {
         None => "identical".to_string(),
+        // `{:e}` of NaN prints `NaN`: a NaN is reported as one.
         Some(p) => format!("first diff at {p}, max {:.3e}", d.max_abs),
     }
+}
+
+/// "route:gdn_even_pitch (all): multi_seq rows 2 x39, rows 4 x39" per arm and routing.
+pub fn routes_text(routes: &RouteLog) -> Vec<String> {
+    let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+    for (&(fusions, arm, mode, rows), &steps) in &routes.steps {
+        let head = format!("{arm} ({fusions})");
+        let item = format!("{} rows {rows} x{steps}", mode.as_str());
+        match lines.last_mut() {
+            Some((h, items)) if *h == head => items.push(item),
+            _ => lines.push((head, vec![item])),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(head, items)| format!("{head}: {} steps", items.join(", ")))
+        .collect()
 }
 
 pub fn print_case(r: &CaseReport, seconds: f64) {
@@ -47,6 +65,16 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
         "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
         r.verified_plans
     );
+    let arms = routes_text(&r.routes);
+    if arms.is_empty() {
+        println!("  route arms: none ran");
+    }
+    for line in arms {
+        println!("  route arm {line}");
+    }
+    for line in &r.non_finite {
+        println!("  NOT FINITE {line}");
+    }
     let d = &r.detection;
     println!(
         "  detection: token {} changed, logits first differ at {} ({})",
@@ -97,8 +125,19 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
     )
 }
 
+/// JSON has no NaN or infinity: those go in as the strings `"NaN"` and `"inf"`.
+fn float_json(x: f32) -> serde_json::Value {
+    if x.is_finite() {
+        json!(x)
+    } else if x.is_nan() {
+        json!("NaN")
+    } else {
+        json!("inf")
+    }
+}
+
 fn diff_json(d: &Diff) -> serde_json::Value {
-    json!({ "first_diff_position": d.first_position, "max_diff": if d.max_abs.is_finite() { json!(d.max_abs) } else { json!("inf") } })
+    json!({ "first_diff_position": d.first_position, "max_diff": float_json(d.max_abs) })
 }
 
 fn case_json(r: &CaseReport) -> serde_json::Value {
@@ -124,7 +163,21 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "vs_decode_alone": diff_json(&m.vs_decode),
         })).collect::<Vec<_>>(),
         "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok() },
-        "golden": r.golden.map(|g| json!({ "e": g.e, "e_hf": g.e_hf, "ratio": g.ratio, "top1": g.top1 })),
+        "golden": r.golden.map(|g| json!({
+            "e": float_json(g.e),
+            "e_hf": float_json(g.e_hf),
+            "ratio": float_json(g.ratio),
+            "top1": g.top1,
+            "ok": g.passes(),
+        })),
+        "non_finite": r.non_finite,
+        "route_arms": r.routes.steps.iter().map(|(&(fusions, arm, mode, rows), &steps)| json!({
+            "arm": arm,
+            "fusions": fusions,
+            "mode": mode.as_str(),
+            "rows": rows,
+            "steps": steps,
+        })).collect::<Vec<_>>(),
     })
 }
 
