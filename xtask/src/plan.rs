@@ -27,6 +27,8 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --max-streams N     streams a plan may use, 1..=8 (default 2)
   --repeat N          with --all: build the ladder N times, 1..=1000; report the median
   --verify            run the plan verifier after every pass (on in debug builds)
+  --no-ptx-check      skip the check that every kernel the plans launch is defined in the
+                      embedded PTX (crates/kernels/ptx/*.ptx, what a device loads)
   --bless             rewrite the golden printed plans in tests/golden/plans/";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
@@ -48,6 +50,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "bless",
             "reference-only",
             "verify",
+            "no-ptx-check",
             "help",
         ],
     )?;
@@ -108,6 +111,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let plans = build_all()?;
     let first_ms = started.elapsed().as_secs_f64() * 1e3;
+    let ptx_kernels = if args.flag("no-ptx-check") {
+        None
+    } else {
+        Some(check_kernels_in_ptx(
+            &plans,
+            &crate::ptx::embedded_entries(),
+        )?)
+    };
 
     if args.flag("dot") {
         if plans.len() != 1 {
@@ -146,6 +157,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let worst = plans.iter().map(ratio).fold(1.0f64, f64::max);
     println!("plans_digest {}", plans_digest(&plans));
+    if let Some(kernels) = ptx_kernels {
+        println!(
+            "ptx: the {kernels} kernels these plans launch are all defined in the embedded PTX"
+        );
+    }
     println!(
         "worst pool_bytes/live_lower_bound {worst:.4} (target <= 1.02: {})",
         if worst <= 1.02 { "met" } else { "MISSED" }
@@ -179,6 +195,44 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
+/// Every kernel a group of `plans` launches must be an `.entry` of `entries` (`module::func`);
+/// otherwise the error names each missing kernel, the rule that launches it and a plan where.
+/// Returns how many distinct kernels the plans launch.
+pub fn check_kernels_in_ptx(
+    plans: &[ExecutionPlan],
+    entries: &std::collections::BTreeSet<String>,
+) -> Result<usize, String> {
+    let mut launched = std::collections::BTreeSet::new();
+    let mut missing = std::collections::BTreeMap::new();
+    for plan in plans {
+        for &group in &plan.order {
+            let group = plan.group(group);
+            for kernel in &group.kernels {
+                launched.insert(kernel.as_str());
+                if !entries.contains(kernel) {
+                    missing
+                        .entry((kernel.as_str(), group.rule.as_str()))
+                        .or_insert_with(|| format!("{} rows={}", plan.mode.as_str(), plan.rows));
+                }
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(launched.len());
+    }
+    let lines: Vec<String> = missing
+        .iter()
+        .map(|((kernel, rule), at)| {
+            format!("kernel `{kernel}` of rule `{rule}` (first in the {at} plan)")
+        })
+        .collect();
+    Err(format!(
+        "the plans launch kernels no embedded PTX (crates/kernels/ptx/*.ptx) defines:\n  {}\n\
+         (run `cargo xtask ptx` after adding the kernel, or --no-ptx-check)",
+        lines.join("\n  ")
+    ))
+}
+
 fn ratio(p: &ExecutionPlan) -> f64 {
     if p.live_lower_bound == 0 {
         1.0
@@ -201,4 +255,77 @@ fn plan_json(p: &ExecutionPlan) -> serde_json::Value {
         "pool_bytes": p.pool_bytes,
         "live_lower_bound": p.live_lower_bound,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ladder() -> Vec<ExecutionPlan> {
+        let root = crate::workspace_root();
+        let config =
+            crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
+                .unwrap();
+        let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).unwrap();
+        let instance = Instance::from_config(&config, ServeShape::default()).unwrap();
+        let available = Available::all_kernels(&rules);
+        [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 4)]
+            .into_iter()
+            .map(|(mode, rows)| {
+                ExecutionPlan::build_with(
+                    &instance,
+                    &rules,
+                    &available,
+                    &Policy::default(),
+                    mode,
+                    rows,
+                    BuildOptions::default(),
+                )
+                .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_plans_launch_only_kernels_of_the_embedded_ptx() {
+        let kernels = check_kernels_in_ptx(&ladder(), &crate::ptx::embedded_entries()).unwrap();
+        assert!(kernels > 5, "{kernels}");
+    }
+
+    #[test]
+    fn a_kernel_missing_from_the_ptx_is_named_with_its_rule() {
+        let plans = ladder();
+        let group = plans[0].group(plans[0].order[0]);
+        let (kernel, rule) = (group.kernels[0].clone(), group.rule.clone());
+        let mut entries = crate::ptx::embedded_entries();
+        assert!(entries.remove(&kernel), "{kernel} is in the PTX");
+        let e = check_kernels_in_ptx(&plans, &entries).unwrap_err();
+        assert!(
+            e.contains(&format!("kernel `{kernel}` of rule `{rule}`")),
+            "{e}"
+        );
+        assert!(e.contains("decode rows=1"), "{e}");
+    }
+
+    #[test]
+    fn plan_refuses_a_device_as_config_and_out_of_range_counts() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = run(argv(&["--config", "/dev/zero"])).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let config = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
+        let config = config.display().to_string();
+        let e = run(argv(&[
+            "--config",
+            &config,
+            "--rows",
+            "18446744073709551615",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("--rows"), "{e}");
+        let e = run(argv(&["--config", &config, "--rules", "/dev/zero"])).unwrap_err();
+        assert!(e.contains("/dev/zero"), "{e}");
+    }
 }
