@@ -52,19 +52,22 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    let backend_kind = crate::gpu::BackendKind::parse(args.value("backend"))?;
-    if let Some(peer) = args.value("peer") {
-        if backend_kind != crate::gpu::BackendKind::Cpu {
-            return Err("--peer compares CPU engines: use it with --backend cpu".into());
-        }
-        return crate::peer::run(peer, &args);
-    }
     if args.value("save").is_some() && args.value("synth").is_none() {
         return Err(
             "`--save DIR` writes a --synth model's random weights; it never rewrites a checkpoint \
              (give --synth NAME, not --model)"
                 .into(),
         );
+    }
+    if args.value("save").is_some() && args.value("peer").is_some() {
+        return Err("`--save` writes a model and stops: it does not go with --peer".into());
+    }
+    let backend_kind = crate::gpu::BackendKind::parse(args.value("backend"))?;
+    if let Some(peer) = args.value("peer") {
+        if backend_kind != crate::gpu::BackendKind::Cpu {
+            return Err("--peer compares CPU engines: use it with --backend cpu".into());
+        }
+        return crate::peer::run(peer, &args);
     }
     let (config, weights, name) = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => {
@@ -365,5 +368,8 @@ mod tests {
         let d = dir.display().to_string();
         let e = bench(&["--model", &d, "--prompt-len", "500", "--gen", "13"]).unwrap_err();
         assert!(e.contains("513 positions") && e.contains("512"), "{e}");
+        // The peer run checks the same ranges before it saves or builds anything.
+        let e = bench(&["--synth", "llama-3.2-1b", "--peer", "candle", "--gen", "0"]).unwrap_err();
+        assert!(e.contains("--gen") && e.contains("1..=65536"), "{e}");
     }
 }

@@ -58,6 +58,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let tokens = args.number_in("tokens", TOKENS)?.unwrap_or(40);
+    let threads = args.number_in("threads", crate::args::THREADS)?;
     let mut skipped = Vec::new();
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
@@ -124,8 +125,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
 
     let mut backend =
-        solder_model_layers::kernels::cpu_backend(args.number_in("threads", crate::args::THREADS)?)
-            .map_err(|e| e.to_string())?;
+        solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
     // On a device, the cases run there and the CPU backend re-runs each fused decode.
     let mut device = crate::gpu::device_backend(backend_kind)?;
     let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
@@ -212,6 +212,18 @@ fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<
                     g.vocab, config.vocab_size
                 ));
             }
+            if let Some(at) = g
+                .input_ids
+                .iter()
+                .position(|&t| t as usize >= config.vocab_size)
+            {
+                return Err(format!(
+                    "{}: golden input_ids[{at}] = {} is outside the vocabulary of {}",
+                    dir.display(),
+                    g.input_ids[at],
+                    config.vocab_size
+                ));
+            }
             g.input_ids.clone()
         }
         None => random_prompt(7, config.vocab_size, tokens),
@@ -242,4 +254,37 @@ pub fn builtin_named(name: &str) -> Result<&'static builtin::Builtin, String> {
 /// Index of the largest value (first among equals).
 pub fn argmax(values: &[f32]) -> usize {
     solder_model_layers::greedy(values) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    fn parity(args: &[&str]) -> Result<(), String> {
+        super::run(args.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn token_and_thread_counts_out_of_range_are_refused_before_any_model_runs() {
+        let e = parity(&["--tokens", "18446744073709551615"]).unwrap_err();
+        assert!(e.contains("--tokens") && e.contains("2..=4096"), "{e}");
+        let e = parity(&["--tokens", "60000"]).unwrap_err();
+        assert!(e.contains("--tokens"), "{e}");
+        let e = parity(&["--threads", "0"]).unwrap_err();
+        assert!(e.contains("--threads"), "{e}");
+    }
+
+    #[test]
+    fn a_device_as_rules_or_golden_is_refused_by_path() {
+        let e = parity(&["--rules", "/dev/zero"]).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let model = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let model = model.display().to_string();
+        let e = parity(&["--model", &model, "--golden", "/dev/zero"]).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+    }
 }

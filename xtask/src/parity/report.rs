@@ -14,12 +14,16 @@ fn diff_text(d: &Diff) -> String {
     }
 }
 
-/// "route:gdn_even_pitch (all): multi_seq rows 2 x39, rows 4 x39" per arm and routing.
+/// "route:gdn_even_pitch (all): multi_seq rows 2 (40 of 40 steps), rows 4 (40 of 40 steps)",
+/// one line per arm, routing and mode.
 pub fn routes_text(routes: &RouteLog) -> Vec<String> {
     let mut lines: Vec<(String, Vec<String>)> = Vec::new();
     for (&(fusions, arm, mode, rows), &steps) in &routes.steps {
-        let head = format!("{arm} ({fusions})");
-        let item = format!("{} rows {rows} x{steps}", mode.as_str());
+        let head = format!("{arm} ({fusions}): {}", mode.as_str());
+        let item = format!(
+            "rows {rows} ({steps} of {} steps)",
+            routes.of(fusions, mode, rows)
+        );
         match lines.last_mut() {
             Some((h, items)) if *h == head => items.push(item),
             _ => lines.push((head, vec![item])),
@@ -27,7 +31,7 @@ pub fn routes_text(routes: &RouteLog) -> Vec<String> {
     }
     lines
         .into_iter()
-        .map(|(head, items)| format!("{head}: {} steps", items.join(", ")))
+        .map(|(head, items)| format!("{head} {}", items.join(", ")))
         .collect()
 }
 
@@ -177,6 +181,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "mode": mode.as_str(),
             "rows": rows,
             "steps": steps,
+            "of_steps": r.routes.of(fusions, mode, rows),
         })).collect::<Vec<_>>(),
     })
 }

@@ -130,21 +130,35 @@ pub struct CaseReport {
     pub routes: RouteLog,
 }
 
-/// Steps per (routing, arm capability, mode, rows) that took a runtime route arm.
+/// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
+/// steps per (routing, mode, rows), arm or not.
 #[derive(Debug, Default, Clone)]
 pub struct RouteLog {
     pub steps: BTreeMap<(&'static str, &'static str, Mode, usize), usize>,
+    pub all_steps: BTreeMap<(&'static str, Mode, usize), usize>,
 }
 
 impl RouteLog {
-    /// Counts the step `session` just ran, if it ran on an arm.
+    /// Counts the step `session` just ran, and its arm if it ran on one.
     fn record(&mut self, fusions: &'static str, session: &Session) {
-        if let Some((mode, rows, Some(condition))) = session.last_program() {
+        let Some((mode, rows, arm)) = session.last_program() else {
+            return;
+        };
+        *self.all_steps.entry((fusions, mode, rows)).or_default() += 1;
+        if let Some(condition) = arm {
             *self
                 .steps
                 .entry((fusions, condition.capability(), mode, rows))
                 .or_default() += 1;
         }
+    }
+
+    /// All steps the routing ran at (mode, rows).
+    pub fn of(&self, fusions: &'static str, mode: Mode, rows: usize) -> usize {
+        self.all_steps
+            .get(&(fusions, mode, rows))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
