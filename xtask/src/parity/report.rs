@@ -85,7 +85,7 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
         d.changed_at,
         d.first_difference
             .map_or("no position".to_string(), |p| p.to_string()),
-        if d.ok() { "ok" } else { "HARNESS BROKEN" }
+        detection_verdict(r)
     );
     if let Some(g) = &r.golden {
         println!(
@@ -96,6 +96,18 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             g.top1 * 100.0,
             if g.passes() { "ok" } else { "TOO FAR" }
         );
+    }
+}
+
+/// A detection run over non-finite logits says nothing of the harness: those are named in
+/// their own `NOT FINITE` lines, so it is not called broken.
+pub(super) fn detection_verdict(r: &CaseReport) -> &'static str {
+    if r.detection.ok() {
+        "ok"
+    } else if !r.non_finite.is_empty() {
+        "not judged: logits not finite"
+    } else {
+        "HARNESS BROKEN"
     }
 }
 
@@ -166,7 +178,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "vs_decode_alone": diff_json(&m.vs_decode),
         })).collect::<Vec<_>>(),
-        "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok() },
+        "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok(), "verdict": detection_verdict(r) },
         "golden": r.golden.map(|g| json!({
             "e": float_json(g.e),
             "e_hf": float_json(g.e_hf),

@@ -560,6 +560,8 @@ mod tests {
                 assert!(first.contains("tiny-llama"), "{first}");
                 assert!(first.contains("decode rows 1"), "{first}");
                 assert!(first.contains("position 0, vocab index 17: NaN"), "{first}");
+                let detection = super::super::report::detection_verdict(&report);
+                assert_ne!(detection, "HARNESS BROKEN", "a NaN is reported as one");
             }
             // A checkpoint loader that refuses non-finite weights is as good, if it names them.
             Err(e) => assert!(e.contains("lm_head"), "{e}"),
