@@ -18,11 +18,13 @@ const HELP: &str =
   --model DIR        a Hugging Face checkpoint folder
   --synth NAME       a random-weight model built in memory: llama-3.2-1b (the full shape),
                      llama-3.2-1b-l4 (its layer shape, 4 layers)
-  --save DIR         with --synth: write it as a checkpoint (config.json, model.safetensors)
-                     and stop, so another engine can run the same weights
-  --prompt-len T     prompt tokens prefilled first (default 32)
-  --gen N            tokens decoded greedily and timed (default 128)
-  --threads N        CPU backend threads (default: all)
+  --save DIR         with --synth only: write it as a checkpoint (config.json,
+                     model.safetensors) and stop, so another engine can run the same weights;
+                     DIR must not exist or be empty (a checkpoint is never overwritten)
+  --prompt-len T     prompt tokens prefilled first, 1..=65536 (default 32)
+  --gen N            tokens decoded greedily and timed, 1..=65536 (default 128); T + N must
+                     fit the model's max_position_embeddings
+  --threads N        CPU backend threads, 1..=1024 (default: all)
   --reference-only   run the reference routing instead of the fused plan
   --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
                      checkpoint, bf16 and f32, and print the ratios (a synth model is saved
@@ -50,6 +52,16 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
+    if args.value("save").is_some() && args.value("synth").is_none() {
+        return Err(
+            "`--save DIR` writes a --synth model's random weights; it never rewrites a checkpoint \
+             (give --synth NAME, not --model)"
+                .into(),
+        );
+    }
+    if args.value("save").is_some() && args.value("peer").is_some() {
+        return Err("`--save` writes a model and stops: it does not go with --peer".into());
+    }
     let backend_kind = crate::gpu::BackendKind::parse(args.value("backend"))?;
     if let Some(peer) = args.value("peer") {
         if backend_kind != crate::gpu::BackendKind::Cpu {
@@ -60,8 +72,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let (config, weights, name) = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => {
             let dir = PathBuf::from(dir);
-            let config =
-                ModelConfig::from_file(&dir.join("config.json")).map_err(|e| e.to_string())?;
+            let config = crate::files::model_config(&dir.join("config.json"))?;
             let name = dir
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -78,8 +89,17 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if let Some(out) = args.value("save") {
         return save_synth(&config, Path::new(out));
     }
-    let prompt_len = args.number("prompt-len")?.unwrap_or(32).max(1);
-    let gen = args.number("gen")?.unwrap_or(128).max(1);
+    let prompt_len = args.number_in("prompt-len", 1..=65536)?.unwrap_or(32);
+    let gen = args.number_in("gen", 1..=65536)?.unwrap_or(128);
+    // Before the KV cache is allocated: every position must be one the model has.
+    let total = prompt_len + gen;
+    if total > config.max_position_embeddings {
+        return Err(format!(
+            "`--prompt-len {prompt_len}` + `--gen {gen}` = {total} positions, more than {name}'s \
+             max_position_embeddings {}",
+            config.max_position_embeddings
+        ));
+    }
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
@@ -90,7 +110,6 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     } else {
         Policy::default()
     };
-    let total = prompt_len + gen;
     let kv = KvShape {
         pages: total.div_ceil(16) + 2,
         block_size: 16,
@@ -107,8 +126,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             device
         }
         None => cpu.insert(
-            solder_model_layers::kernels::cpu_backend(args.number("threads")?)
-                .map_err(|e| e.to_string())?,
+            solder_model_layers::kernels::cpu_backend(
+                args.number_in("threads", crate::args::THREADS)?,
+            )
+            .map_err(|e| e.to_string())?,
         ),
     };
     let started = Instant::now();
@@ -175,11 +196,16 @@ fn synth_config(name: &str) -> Result<ModelConfig, String> {
                 SYNTH.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
             )
         })?;
-    let path = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let mut json = synth_base_config()?;
     json["num_hidden_layers"] = layers.into();
     ModelConfig::from_json_str(&json.to_string(), name).map_err(|e| e.to_string())
+}
+
+/// The config every synth model starts from (Llama-3.2-1B's).
+fn synth_base_config() -> Result<serde_json::Value, String> {
+    let path = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
+    let text = crate::files::read_text(&path)?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn synth_checkpoint(name: &str) -> Result<PathBuf, String> {
@@ -190,27 +216,160 @@ pub fn synth_checkpoint(name: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// Whether `dir` may receive a saved model: absent, or an empty folder. Anything else (a
+/// file, a checkpoint, any folder with contents) is refused by path.
+fn check_save_target(dir: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("--save {}: {e}", dir.display())),
+        Ok(meta) if !meta.is_dir() => Err(format!(
+            "--save {}: exists and is not a folder; refusing to replace it",
+            dir.display()
+        )),
+        Ok(_) => {
+            let mut entries =
+                std::fs::read_dir(dir).map_err(|e| format!("--save {}: {e}", dir.display()))?;
+            match entries.next() {
+                None => Ok(()),
+                Some(entry) => Err(format!(
+                    "--save {}: the folder is not empty (it holds {}); refusing to write a \
+                     model over it",
+                    dir.display(),
+                    entry
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .unwrap_or_else(|e| e.to_string())
+                )),
+            }
+        }
+    }
+}
+
+/// Writes `config` with random weights as a checkpoint at `dir`: into a sibling temporary
+/// folder first, renamed to `dir` only once complete, so a failure leaves nothing behind.
 fn save_synth(config: &ModelConfig, dir: &Path) -> Result<(), String> {
+    check_save_target(dir)?;
     let instance = solder_circuit::Instance::from_config(config, ServeShape::default())
         .map_err(|e| e.to_string())?;
     let weights = HostWeights::random(&instance.circuit, 1);
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let mut json = synth_base_config()?;
     json["num_hidden_layers"] = config.num_hidden_layers.into();
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| format!("{}: {e}", dir.display()))?;
-    weights
-        .save(&instance.circuit, &dir.join("model.safetensors"))
-        .map_err(|e| e.to_string())?;
+    let config_text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let leaf = dir
+        .file_name()
+        .ok_or_else(|| format!("--save {}: names no folder", dir.display()))?;
+    let tmp = parent.join(format!(
+        ".{}.partial-{}",
+        leaf.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let config_path = tmp.join("config.json");
+        std::fs::write(&config_path, &config_text)
+            .map_err(|e| format!("{}: {e}", config_path.display()))?;
+        weights
+            .save(&instance.circuit, &tmp.join("model.safetensors"))
+            .map_err(|e| e.to_string())?;
+        // An empty target folder (allowed above) goes first: rename needs the name free.
+        if dir.is_dir() {
+            std::fs::remove_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        std::fs::rename(&tmp, dir).map_err(|e| format!("{}: {e}", dir.display()))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    written?;
     println!(
         "wrote {} ({} bytes of weights)",
         dir.display(),
         weights.total_bytes()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir()
+            .join(format!("xtask-bench-{}", std::process::id()))
+            .join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn bench(args: &[&str]) -> Result<(), String> {
+        run(args.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn save_without_synth_is_refused_and_the_checkpoint_untouched() {
+        let dir = scratch("checkpoint");
+        std::fs::write(dir.join("config.json"), "{}").unwrap();
+        let d = dir.display().to_string();
+        let e = bench(&["--model", &d, "--save", &d]).unwrap_err();
+        assert!(e.contains("--save") && e.contains("--synth"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("config.json")).unwrap(),
+            "{}"
+        );
+    }
+
+    #[test]
+    fn save_over_a_folder_with_contents_is_refused() {
+        let dir = scratch("full");
+        std::fs::write(dir.join("model.safetensors"), "weights").unwrap();
+        let e = bench(&[
+            "--synth",
+            "llama-3.2-1b-l4",
+            "--save",
+            &dir.display().to_string(),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("not empty") && e.contains("model.safetensors"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("model.safetensors")).unwrap(),
+            "weights"
+        );
+        let file = dir.join("model.safetensors");
+        let e = check_save_target(&file).unwrap_err();
+        assert!(e.contains("not a folder"), "{e}");
+    }
+
+    #[test]
+    fn an_absent_or_empty_target_is_accepted() {
+        let dir = scratch("empty");
+        check_save_target(&dir).unwrap();
+        check_save_target(&dir.join("new")).unwrap();
+    }
+
+    #[test]
+    fn counts_past_the_position_limit_are_refused_before_allocating() {
+        let e = bench(&["--synth", "llama-3.2-1b", "--gen", "18446744073709551615"]).unwrap_err();
+        assert!(e.contains("--gen"), "{e}");
+        // A config of 512 positions and no weights: refused before the weights are read.
+        let dir = scratch("positions");
+        let tiny = crate::parity::builtin_named("tiny-llama")
+            .unwrap()
+            .config_json;
+        std::fs::write(dir.join("config.json"), tiny).unwrap();
+        let d = dir.display().to_string();
+        let e = bench(&["--model", &d, "--prompt-len", "500", "--gen", "13"]).unwrap_err();
+        assert!(e.contains("513 positions") && e.contains("512"), "{e}");
+        // The peer run checks the same ranges before it saves or builds anything.
+        let e = bench(&["--synth", "llama-3.2-1b", "--peer", "candle", "--gen", "0"]).unwrap_err();
+        assert!(e.contains("--gen") && e.contains("1..=65536"), "{e}");
+    }
 }

@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod ci;
 // The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
+mod files;
 #[allow(unsafe_code)]
 mod fuzz;
 mod golden;

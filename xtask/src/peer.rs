@@ -10,14 +10,21 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
     if peer != "candle" {
         return Err(format!("unknown peer `{peer}` (known: candle)"));
     }
+    // The ranges of `bench`'s own flags, checked here before either engine is started.
+    let prompt = args
+        .number_in("prompt-len", 1..=65536)?
+        .unwrap_or(32)
+        .to_string();
+    let gen = args.number_in("gen", 1..=65536)?.unwrap_or(128).to_string();
+    let threads = args
+        .number_in("threads", crate::args::THREADS)?
+        .map(|t| t.to_string());
     let dir: PathBuf = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => PathBuf::from(dir),
         (None, Some(synth)) => crate::bench::synth_checkpoint(synth)?,
         _ => return Err("give one of --model DIR or --synth NAME".into()),
     };
     let root = crate::workspace_root();
-    let prompt = args.value("prompt-len").unwrap_or("32").to_string();
-    let gen = args.value("gen").unwrap_or("128").to_string();
     eprintln!("building the candle peer (first time: several minutes)");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--quiet", "--manifest-path"])
@@ -45,7 +52,7 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
         .args(["bench", "--backend", "cpu", "--model"])
         .arg(&dir)
         .args(["--prompt-len", &prompt, "--gen", &gen]);
-    if let Some(t) = args.value("threads") {
+    if let Some(t) = &threads {
         solder.args(["--threads", t]);
     }
     let solder_line = capture(&mut solder)?;

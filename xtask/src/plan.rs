@@ -7,7 +7,7 @@ use serde_json::json;
 use solder_circuit::{
     plans_digest, Available, BuildOptions, ExecutionPlan, Fusions, Instance, Mode, Policy, RuleSet,
 };
-use solder_config::{ModelConfig, ServeShape};
+use solder_config::ServeShape;
 
 use crate::args::Args;
 
@@ -15,18 +15,20 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
 
   --config FILE       a Hugging Face config.json
   --mode M            decode | multi_seq | verify | verify_batch | draft (default decode)
-  --rows R            rows of the plan (default 1)
+  --rows R            rows of the plan, 1..=4096 (default 1)
   --all               every (mode, rows) of the serve shape: decode, multi_seq over the
                       ladder, verify 2..8; one line per plan and the total build time
-  --max-batch N       widest batch of the serve shape (default 128)
+  --max-batch N       widest batch of the serve shape, 1..=4096 (default 128)
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
                       streams, events, pool_bytes, live_lower_bound
   --dot               Graphviz DOT of the plan (one plan only)
   --rules FILE        fusion rules (default fusions/FUSIONS.toml)
   --reference-only    apply only `reference` rules
-  --max-streams N     streams a plan may use (default 2)
-  --repeat N          with --all: build the ladder N times, report the median time
+  --max-streams N     streams a plan may use, 1..=8 (default 2)
+  --repeat N          with --all: build the ladder N times, 1..=1000; report the median
   --verify            run the plan verifier after every pass (on in debug builds)
+  --no-ptx-check      skip the check that every kernel the plans launch is defined in the
+                      embedded PTX (crates/kernels/ptx/*.ptx, what a device loads)
   --bless             rewrite the golden printed plans in tests/golden/plans/";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
@@ -48,6 +50,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "bless",
             "reference-only",
             "verify",
+            "no-ptx-check",
             "help",
         ],
     )?;
@@ -65,7 +68,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
-    let serve = match args.number("max-batch")? {
+    let serve = match args.number_in("max-batch", 1..=4096)? {
         Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
         None => ServeShape::default(),
     };
@@ -73,7 +76,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if args.flag("reference-only") {
         policy.fusions = Fusions::ReferenceOnly;
     }
-    if let Some(n) = args.number("max-streams")? {
+    if let Some(n) = args.number_in("max-streams", 1..=8)? {
         policy.max_streams = n;
     }
     let options = BuildOptions {
@@ -81,8 +84,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
 
     let started = Instant::now();
-    let config =
-        ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+    let config = crate::files::model_config(std::path::Path::new(config_path))?;
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let instance = Instance::from_config(&config, serve).map_err(|e| e.to_string())?;
     let available = Available::all_kernels(&rules);
@@ -94,7 +96,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             .unwrap_or("decode")
             .parse()
             .map_err(|e: solder_circuit::CircuitError| e.to_string())?;
-        vec![(mode, args.number("rows")?.unwrap_or(1))]
+        vec![(mode, args.number_in("rows", 1..=4096)?.unwrap_or(1))]
     };
     let build_all = || -> Result<Vec<ExecutionPlan>, String> {
         shapes
@@ -109,6 +111,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let plans = build_all()?;
     let first_ms = started.elapsed().as_secs_f64() * 1e3;
+    let ptx_kernels = if args.flag("no-ptx-check") {
+        None
+    } else {
+        Some(check_kernels_in_ptx(
+            &plans,
+            &crate::ptx::embedded_entries(),
+        )?)
+    };
 
     if args.flag("dot") {
         if plans.len() != 1 {
@@ -147,11 +157,16 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let worst = plans.iter().map(ratio).fold(1.0f64, f64::max);
     println!("plans_digest {}", plans_digest(&plans));
+    if let Some(kernels) = ptx_kernels {
+        println!(
+            "ptx: the {kernels} kernels these plans launch are all defined in the embedded PTX"
+        );
+    }
     println!(
         "worst pool_bytes/live_lower_bound {worst:.4} (target <= 1.02: {})",
         if worst <= 1.02 { "met" } else { "MISSED" }
     );
-    let repeat = args.number("repeat")?.unwrap_or(1).max(1);
+    let repeat = args.number_in("repeat", 1..=1000)?.unwrap_or(1);
     if repeat == 1 {
         println!(
             "built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)",
@@ -163,8 +178,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let mut times = Vec::with_capacity(repeat);
     for _ in 0..repeat {
         let t = Instant::now();
-        let config =
-            ModelConfig::from_file(std::path::Path::new(config_path)).map_err(|e| e.to_string())?;
+        let config = crate::files::model_config(std::path::Path::new(config_path))?;
         let _ = Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())?;
         build_all()?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -179,6 +193,44 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         times[repeat - 1]
     );
     Ok(())
+}
+
+/// Every kernel a group of `plans` launches must be an `.entry` of `entries` (`module::func`);
+/// otherwise the error names each missing kernel, the rule that launches it and a plan where.
+/// Returns how many distinct kernels the plans launch.
+pub fn check_kernels_in_ptx(
+    plans: &[ExecutionPlan],
+    entries: &std::collections::BTreeSet<String>,
+) -> Result<usize, String> {
+    let mut launched = std::collections::BTreeSet::new();
+    let mut missing = std::collections::BTreeMap::new();
+    for plan in plans {
+        for &group in &plan.order {
+            let group = plan.group(group);
+            for kernel in &group.kernels {
+                launched.insert(kernel.as_str());
+                if !entries.contains(kernel) {
+                    missing
+                        .entry((kernel.as_str(), group.rule.as_str()))
+                        .or_insert_with(|| format!("{} rows={}", plan.mode.as_str(), plan.rows));
+                }
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(launched.len());
+    }
+    let lines: Vec<String> = missing
+        .iter()
+        .map(|((kernel, rule), at)| {
+            format!("kernel `{kernel}` of rule `{rule}` (first in the {at} plan)")
+        })
+        .collect();
+    Err(format!(
+        "the plans launch kernels no embedded PTX (crates/kernels/ptx/*.ptx) defines:\n  {}\n\
+         (run `cargo xtask ptx` after adding the kernel, or --no-ptx-check)",
+        lines.join("\n  ")
+    ))
 }
 
 fn ratio(p: &ExecutionPlan) -> f64 {
@@ -203,4 +255,77 @@ fn plan_json(p: &ExecutionPlan) -> serde_json::Value {
         "pool_bytes": p.pool_bytes,
         "live_lower_bound": p.live_lower_bound,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ladder() -> Vec<ExecutionPlan> {
+        let root = crate::workspace_root();
+        let config =
+            crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
+                .unwrap();
+        let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).unwrap();
+        let instance = Instance::from_config(&config, ServeShape::default()).unwrap();
+        let available = Available::all_kernels(&rules);
+        [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 4)]
+            .into_iter()
+            .map(|(mode, rows)| {
+                ExecutionPlan::build_with(
+                    &instance,
+                    &rules,
+                    &available,
+                    &Policy::default(),
+                    mode,
+                    rows,
+                    BuildOptions::default(),
+                )
+                .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_plans_launch_only_kernels_of_the_embedded_ptx() {
+        let kernels = check_kernels_in_ptx(&ladder(), &crate::ptx::embedded_entries()).unwrap();
+        assert!(kernels > 5, "{kernels}");
+    }
+
+    #[test]
+    fn a_kernel_missing_from_the_ptx_is_named_with_its_rule() {
+        let plans = ladder();
+        let group = plans[0].group(plans[0].order[0]);
+        let (kernel, rule) = (group.kernels[0].clone(), group.rule.clone());
+        let mut entries = crate::ptx::embedded_entries();
+        assert!(entries.remove(&kernel), "{kernel} is in the PTX");
+        let e = check_kernels_in_ptx(&plans, &entries).unwrap_err();
+        assert!(
+            e.contains(&format!("kernel `{kernel}` of rule `{rule}`")),
+            "{e}"
+        );
+        assert!(e.contains("decode rows=1"), "{e}");
+    }
+
+    #[test]
+    fn plan_refuses_a_device_as_config_and_out_of_range_counts() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = run(argv(&["--config", "/dev/zero"])).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let config = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
+        let config = config.display().to_string();
+        let e = run(argv(&[
+            "--config",
+            &config,
+            "--rows",
+            "18446744073709551615",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("--rows"), "{e}");
+        let e = run(argv(&["--config", &config, "--rules", "/dev/zero"])).unwrap_err();
+        assert!(e.contains("/dev/zero"), "{e}");
+    }
 }

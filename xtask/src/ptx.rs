@@ -208,6 +208,15 @@ fn check_in(
     Ok(failures)
 }
 
+/// `module::func` of every `.entry` in the PTX embedded in this binary (`solder_kernels::PTX`),
+/// which is what a device loads.
+pub fn embedded_entries() -> std::collections::BTreeSet<String> {
+    solder_kernels::PTX
+        .iter()
+        .flat_map(|(module, text)| ptxas::entries_of(module, text))
+        .collect()
+}
+
 /// `module::func` of every kernel FUSIONS.toml names.
 fn required_kernels(root: &Path) -> Result<Vec<String>, String> {
     let path = root.join("fusions").join("FUSIONS.toml");

@@ -54,30 +54,15 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     let args = Args::parse(argv, &["cases", "seconds", "target", "seed"], &[])?;
-    let parse = |name: &str, max: u64| -> Result<Option<u64>, String> {
-        args.value(name)
-            .map(|v| match v.parse::<u64>() {
-                Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => Err(format!(
-                    "`--{name} {v}`: expected a whole number in 1..={max}"
-                )),
-            })
-            .transpose()
-    };
-    let budget = match (parse("cases", 10_000_000)?, parse("seconds", 86_400)?) {
+    let cases = args.number_in("cases", 1..=10_000_000)?;
+    let seconds = args.number_in("seconds", 1..=86_400)?;
+    let budget = match (cases, seconds) {
         (Some(_), Some(_)) => return Err("give `--cases` or `--seconds`, not both".into()),
-        (_, Some(s)) => Budget::Time(Duration::from_secs(s)),
-        (Some(n), None) => Budget::Cases(n),
+        (_, Some(s)) => Budget::Time(Duration::from_secs(s as u64)),
+        (Some(n), None) => Budget::Cases(n as u64),
         (None, None) => Budget::Cases(2000),
     };
-    let seed = args
-        .value("seed")
-        .map(|v| {
-            v.parse::<u64>()
-                .map_err(|_| format!("`--seed {v}`: expected a whole number"))
-        })
-        .transpose()?
-        .unwrap_or(1);
+    let seed = args.number_in("seed", 0..=usize::MAX)?.unwrap_or(1) as u64;
     let chosen: Vec<&str> = match args.value("target").unwrap_or("all") {
         "all" => TARGETS.to_vec(),
         t if TARGETS.contains(&t) => vec![t],

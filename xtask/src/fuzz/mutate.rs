@@ -252,7 +252,7 @@ pub fn mutate_bytes(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
                     b"]]]]",
                     b"-",
                 ];
-                let token: &[u8] = rng.pick(TOKENS);
+                let token = *rng.pick(TOKENS);
                 let at = at.min(b.len());
                 b.splice(at..at, token.iter().copied());
             }

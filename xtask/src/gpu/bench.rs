@@ -17,13 +17,17 @@ const HELP: &str = "usage: cargo xtask gpu-bench [--synth NAME | --model DIR] [o
   --synth NAME       random weights in the full shape of tests/fixtures/configs/NAME.json
                      (default llama-3.2-1b)
   --model DIR        a Hugging Face checkpoint folder instead
-  --context T        tokens each sequence holds before the timed step (default 32)
-  --runs N           timed eager runs and graph replays per width, each (default 100)
-  --max-seconds S    stop one width's eager or graph timing after S seconds (default 2; at
+  --context T        tokens each sequence holds before the timed step, 0..=65536 and
+                     within the model's max_position_embeddings (default 32)
+  --runs N           timed eager runs and graph replays per width, each, 1..=100000
+                     (default 100)
+  --max-seconds S    stop one width's eager or graph timing after S seconds, 0.001..=3600
+                     (default 2; at
                      least 5 runs)
   --widths LIST      rows to time, comma-separated, 1 = decode (default: 1 and every
                      multi-seq width of the default serve ladder)
-  --copy-mib M       buffer copied device-to-device for the bandwidth (default 1024)
+  --copy-mib M       buffer copied device-to-device for the bandwidth, 1..=16384
+                     (default 1024)
   --json PATH        also write the figures as JSON
   --rules FILE       fusion rules (default fusions/FUSIONS.toml)
   --backend B        cuda (default; an xtask built with `--features cuda`), or cpu: a dry run

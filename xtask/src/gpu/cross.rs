@@ -44,6 +44,12 @@ pub fn check(
     let mut exec = build_exec(case, rules, cpu, Policy::default())?;
     let cpu_logits = decode_all(&exec, cpu, &case.prompt)?;
     exec.free(cpu).map_err(|e| e.to_string())?;
+    if let Some(at) = crate::parity::golden::non_finite(&cpu_logits, case.config.vocab_size) {
+        return Err(format!(
+            "{}: the CPU backend's decode logits are not finite {at}",
+            case.name
+        ));
+    }
     let gpu_logits = &gpu_report.decode_logits;
     if gpu_logits.len() != cpu_logits.len() {
         return Err(format!(
@@ -59,7 +65,12 @@ pub fn check(
         cpu_max_magnitude,
         relative,
         golden_gpu: gpu_report.golden,
-        golden_cpu: case.golden.as_ref().map(|g| g.compare(&cpu_logits)),
+        golden_cpu: case
+            .golden
+            .as_ref()
+            .map(|g| g.compare(&cpu_logits))
+            .transpose()
+            .map_err(|e| format!("{}: {e}", case.name))?,
     })
 }
 

@@ -14,7 +14,8 @@ const HELP: &str =
 
   --model DIR      a Hugging Face checkpoint folder
   --builtin NAME   one of parity's built-in tiny models (default tiny-llama)
-  --steps K        decode steps after a 3-token prefill (default 1)
+  --steps K        decode steps after a 3-token prefill, 1..=4096 and within the
+                   model's max_position_embeddings (default 1)
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
   --backend B      cuda (default), or cpu: a dry run on the CPU backend (for tests)";
 
@@ -43,19 +44,18 @@ mod imp {
     use std::time::Instant;
 
     use solder_circuit::{Mode, Policy, RuleSet};
-    use solder_config::{ModelConfig, ServeShape};
+    use solder_config::ServeShape;
     use solder_gpu_runtime::GpuBackend;
     use solder_model_layers::{greedy, Boot, CircuitExec, KvShape, Session, WeightSource};
 
     use crate::args::Args;
 
     pub fn run(args: &Args) -> Result<(), String> {
-        let steps = args.number("steps")?.unwrap_or(1).max(1);
+        let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
         let (name, config, weights) = match (args.value("model"), args.value("builtin")) {
             (Some(_), Some(_)) => return Err("give --model or --builtin, not both".into()),
             (Some(dir), None) => {
-                let config = ModelConfig::from_file(&Path::new(dir).join("config.json"))
-                    .map_err(|e| e.to_string())?;
+                let config = crate::files::model_config(&Path::new(dir).join("config.json"))?;
                 (
                     dir.to_string(),
                     config,
@@ -86,6 +86,12 @@ mod imp {
         println!("{}", super::super::describe(&backend.facts()));
         let prefill = 3;
         let tokens = prefill + steps + 1;
+        if tokens > config.max_position_embeddings {
+            return Err(format!(
+                "`--steps {steps}`: {tokens} positions, more than {name}'s max_position_embeddings {}",
+                config.max_position_embeddings
+            ));
+        }
         let kv = KvShape {
             pages: 4 * tokens.div_ceil(16) + 2,
             block_size: 16,

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors};
 
+#[derive(Debug)]
 pub struct Golden {
     pub input_ids: Vec<u32>,
     pub logits: Vec<f32>,
@@ -15,7 +16,7 @@ pub struct Golden {
 
 impl Golden {
     pub fn load(path: &Path) -> Result<Golden, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = crate::files::read_capped(path, crate::files::GOLDEN_CAP)?;
         let file = SafeTensors::deserialize(&bytes)
             .map_err(|e| format!("{}: not a safetensors file: {e}", path.display()))?;
         let get = |name: &str, dtype: Dtype| -> Result<(Vec<usize>, Vec<u8>), String> {
@@ -47,6 +48,13 @@ impl Golden {
                 path.display()
             ));
         }
+        let vocab = logits_shape[1];
+        if tokens == 0 || vocab == 0 {
+            return Err(format!(
+                "{}: an empty golden (input_ids {ids_shape:?}, logits {logits_shape:?})",
+                path.display()
+            ));
+        }
         let input_ids = ids
             .chunks_exact(8)
             .map(|b| {
@@ -60,27 +68,60 @@ impl Golden {
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect::<Vec<_>>()
         };
-        Ok(Golden {
+        let golden = Golden {
             input_ids,
             logits: floats(logits),
             logits_bf16: floats(logits_bf16),
-            vocab: logits_shape[1],
-        })
+            vocab,
+        };
+        golden
+            .validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(golden)
     }
 
-    /// `e`, `e_hf`, and the share of positions whose argmax matches the reference.
-    pub fn compare(&self, ours: &[f32]) -> GoldenFigures {
-        let max_abs = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(
-                    0.0f32,
-                    |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-                )
-        };
-        let e = max_abs(ours, &self.logits);
-        let e_hf = max_abs(&self.logits_bf16, &self.logits);
+    /// Refuses a golden that cannot judge anything: a non-finite value in either tensor, or
+    /// an `e_hf` that is zero (`logits_bf16` is not a bf16 run) or implausible: larger than
+    /// the largest |logit| (`E_HF_PLAUSIBLE`), which a `logits_bf16` shifted or scaled by
+    /// anything like its own size is.
+    fn validate(&self) -> Result<(), String> {
+        for (name, values) in [("logits", &self.logits), ("logits_bf16", &self.logits_bf16)] {
+            if let Some(at) = non_finite(values, self.vocab) {
+                return Err(format!("`{name}` {at}"));
+            }
+        }
+        let scale = self.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        if scale <= 0.0 {
+            return Err("`logits` are all zero".into());
+        }
+        let e_hf = max_abs_diff(&self.logits_bf16, &self.logits);
+        if e_hf.is_nan() || e_hf <= 0.0 {
+            return Err(format!(
+                "e_hf = max |logits_bf16 - logits| is {e_hf}: `logits_bf16` must be a bf16 run,                  not a copy of `logits`"
+            ));
+        }
+        if e_hf > E_HF_PLAUSIBLE * scale {
+            return Err(format!(
+                "e_hf = max |logits_bf16 - logits| is {e_hf:.4e}, more than {E_HF_PLAUSIBLE} x the                  largest |logit| ({scale:.4e}): `logits_bf16` is not a bf16 run of this model"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `e`, `e_hf`, and the share of positions whose argmax matches the reference; `ours`
+    /// must be `[T * V]` like the golden.
+    pub fn compare(&self, ours: &[f32]) -> Result<GoldenFigures, String> {
+        if ours.len() != self.logits.len() {
+            return Err(format!(
+                "{} logits to compare with a golden of {} ({} positions x vocab {})",
+                ours.len(),
+                self.logits.len(),
+                self.input_ids.len(),
+                self.vocab
+            ));
+        }
+        let e = max_abs_diff(ours, &self.logits);
+        let e_hf = max_abs_diff(&self.logits_bf16, &self.logits);
         let positions = self.input_ids.len();
         let top1 = (0..positions)
             .filter(|&t| {
@@ -90,13 +131,43 @@ impl Golden {
             })
             .count() as f64
             / positions.max(1) as f64;
-        GoldenFigures {
+        Ok(GoldenFigures {
             e,
             e_hf,
-            ratio: if e_hf > 0.0 { e / e_hf } else { f32::INFINITY },
+            // NaN when either is NaN or e_hf is zero; `passes` refuses those by name.
+            ratio: e / e_hf,
             top1,
-        }
+        })
     }
+}
+
+/// How far transformers' bf16 forward may drift, relative to the largest |logit|, before a
+/// golden is refused. The shipped goldens lie between 0.008 (qwen2) and 0.45 (qwen3_next,
+/// whose gated delta net drifts most in bf16).
+pub const E_HF_PLAUSIBLE: f32 = 1.0;
+
+/// `max |a - b|`, NaN if any difference is NaN (a NaN is never dropped by `max`).
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    let mut max = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y).abs();
+        if d.is_nan() {
+            return f32::NAN;
+        }
+        max = max.max(d);
+    }
+    max
+}
+
+/// "at position P, vocab index I: VALUE" of the first non-finite value of `[T * V]` logits.
+pub fn non_finite(values: &[f32], vocab: usize) -> Option<String> {
+    let i = values.iter().position(|x| !x.is_finite())?;
+    Some(format!(
+        "at position {}, vocab index {}: {}",
+        i / vocab.max(1),
+        i % vocab.max(1),
+        values[i]
+    ))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +179,145 @@ pub struct GoldenFigures {
 }
 
 impl GoldenFigures {
+    /// Within `1.5 * e_hf`, with both finite and `e_hf` positive: a NaN fails here by name,
+    /// never through a comparison that happens to hold.
     pub fn passes(&self) -> bool {
-        self.e <= 1.5 * self.e_hf
+        self.e.is_finite() && self.e_hf.is_finite() && self.e_hf > 0.0 && self.e <= 1.5 * self.e_hf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+    use std::path::PathBuf;
+
+    const T: usize = 3;
+    const V: usize = 4;
+
+    /// Plausible logits (largest |logit| 2.0) and a bf16 run 0.01 from them.
+    fn logits() -> (Vec<f32>, Vec<f32>) {
+        let reference: Vec<f32> = (0..T * V).map(|i| (i as f32 - 5.0) * 0.3).collect();
+        let bf16 = reference.iter().map(|x| x + 0.01).collect();
+        (reference, bf16)
+    }
+
+    fn write(name: &str, ids: &[i64], logits: &[f32], logits_bf16: &[f32]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-golden-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.safetensors"));
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let ids_bytes: Vec<u8> = ids.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let (l, b) = (bytes(logits), bytes(logits_bf16));
+        let tensors = [
+            (
+                "input_ids",
+                TensorView::new(Dtype::I64, vec![ids.len()], &ids_bytes).unwrap(),
+            ),
+            (
+                "logits",
+                TensorView::new(Dtype::F32, vec![logits.len() / V, V], &l).unwrap(),
+            ),
+            (
+                "logits_bf16",
+                TensorView::new(Dtype::F32, vec![logits_bf16.len() / V, V], &b).unwrap(),
+            ),
+        ];
+        safetensors::serialize_to_file(tensors, None, &path).unwrap();
+        path
+    }
+
+    fn load_with(name: &str, logits: &[f32], logits_bf16: &[f32]) -> Result<Golden, String> {
+        Golden::load(&write(name, &[1, 2, 3], logits, logits_bf16))
+    }
+
+    #[test]
+    fn a_good_golden_loads_and_its_own_logits_pass() {
+        let (reference, bf16) = logits();
+        let golden = load_with("good", &reference, &bf16).unwrap();
+        let figures = golden.compare(&reference).unwrap();
+        assert_eq!(figures.e, 0.0);
+        assert!(figures.passes(), "{figures:?}");
+    }
+
+    #[test]
+    fn a_nan_in_logits_is_refused_at_load_by_position_and_index() {
+        let (mut reference, bf16) = logits();
+        reference[V + 2] = f32::NAN;
+        let e = load_with("nan-logits", &reference, &bf16).unwrap_err();
+        assert!(e.contains("nan-logits.safetensors"), "{e}");
+        assert!(
+            e.contains("`logits` at position 1, vocab index 2: NaN"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nan_or_infinity_in_logits_bf16_is_refused() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let (reference, mut bf16) = logits();
+            bf16[2 * V] = bad;
+            let e = load_with("bad-bf16", &reference, &bf16).unwrap_err();
+            assert!(
+                e.contains("`logits_bf16` at position 2, vocab index 0"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_logits_bf16_equal_to_logits_is_refused() {
+        let (reference, _) = logits();
+        let e = load_with("copy", &reference, &reference).unwrap_err();
+        assert!(e.contains("e_hf") && e.contains("not a copy"), "{e}");
+    }
+
+    #[test]
+    fn a_logits_bf16_off_by_1000_is_refused() {
+        let (reference, _) = logits();
+        let off: Vec<f32> = reference.iter().map(|x| x + 1000.0).collect();
+        let e = load_with("off", &reference, &off).unwrap_err();
+        assert!(e.contains("e_hf") && e.contains("not a bf16 run"), "{e}");
+    }
+
+    #[test]
+    fn a_shape_mismatch_is_refused() {
+        let (reference, bf16) = logits();
+        let e = load_with("short", &reference, &bf16[..2 * V]).unwrap_err();
+        assert!(e.contains("do not fit"), "{e}");
+    }
+
+    #[test]
+    fn a_nan_in_ours_fails_by_name_not_by_ordering() {
+        let (reference, bf16) = logits();
+        let golden = load_with("ours-nan", &reference, &bf16).unwrap();
+        let mut ours = reference.clone();
+        ours[5] = f32::NAN;
+        let figures = golden.compare(&ours).unwrap();
+        assert!(figures.e.is_nan() && figures.ratio.is_nan(), "{figures:?}");
+        assert!(!figures.passes());
+        ours[5] = f32::INFINITY;
+        assert!(!golden.compare(&ours).unwrap().passes());
+        assert!(golden.compare(&ours[..V]).is_err());
+    }
+
+    #[test]
+    fn a_golden_file_must_be_a_regular_file() {
+        let e = Golden::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn non_finite_names_position_and_index() {
+        assert_eq!(non_finite(&[0.0, 1.0, 2.0], 2), None);
+        assert_eq!(
+            non_finite(&[0.0, 1.0, f32::NEG_INFINITY], 2).as_deref(),
+            Some("at position 1, vocab index 0: -inf")
+        );
+        assert!(max_abs_diff(&[1.0, f32::NAN], &[1.0, 0.0]).is_nan());
+        assert!(max_abs_diff(&[f32::NAN, 9.0], &[0.0, 0.0]).is_nan());
     }
 }

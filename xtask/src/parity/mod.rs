@@ -11,12 +11,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::RuleSet;
-use solder_config::ModelConfig;
 
 use crate::args::Args;
 use crate::gpu::BackendKind;
 use golden::Golden;
 use run::{random_prompt, run_case, Case, Weights};
+
+/// `--tokens`: at least two (the detection run changes one halfway), and a bound that keeps
+/// the widest width's KV cache (130 sequences) small on the CPU backend.
+const TOKENS: std::ops::RangeInclusive<usize> = 2..=4096;
 
 const HELP: &str =
     "usage: cargo xtask parity [--model DIR [--golden FILE] | --goldens DIR] [options]
@@ -28,8 +31,9 @@ const HELP: &str =
                    golden.safetensors (families not yet modelled are listed and skipped)
   --json PATH      write the report as JSON
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
-  --tokens T       prompt length without a golden (default 40: more than two KV pages)
-  --threads N      CPU backend threads (default: all)
+  --tokens T       prompt length without a golden, 2..=4096 and at most the model's
+                   max_position_embeddings (default 40: more than two KV pages)
+  --threads N      CPU backend threads, 1..=1024 (default: all)
   --backend B      cpu (default) or cuda (an xtask built with `--features cuda`): on cuda
                    the same table, plus each model's all-rules decode run on the CPU backend
                    too: max |gpu - cpu| and both golden ratios (without a golden, max |gpu -
@@ -53,7 +57,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-    let tokens = args.number("tokens")?.unwrap_or(40);
+    let tokens = args.number_in("tokens", TOKENS)?.unwrap_or(40);
+    let threads = args.number_in("threads", crate::args::THREADS)?;
     let mut skipped = Vec::new();
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
@@ -74,9 +79,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             let mut cases = Vec::new();
             for dir in dirs {
                 // A family solder does not model yet is listed and skipped, not failed.
-                let config = ModelConfig::from_file(&dir.join("config.json"));
+                let config = crate::files::model_config(&dir.join("config.json"));
                 let unsupported = match &config {
-                    Err(e) if e.to_string().contains("not yet modelled") => Some(e.to_string()),
+                    Err(e) if e.contains("not yet modelled") => Some(e.clone()),
                     Ok(c) => match solder_circuit::build_circuit(c, "probe", Default::default()) {
                         Err(e @ solder_circuit::CircuitError::Unsupported { .. }) => {
                             Some(e.to_string())
@@ -119,8 +124,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
     };
 
-    let mut backend = solder_model_layers::kernels::cpu_backend(args.number("threads")?)
-        .map_err(|e| e.to_string())?;
+    let mut backend =
+        solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
     // On a device, the cases run there and the CPU backend re-runs each fused decode.
     let mut device = crate::gpu::device_backend(backend_kind)?;
     let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
@@ -198,13 +203,25 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 }
 
 fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<Case, String> {
-    let config = ModelConfig::from_file(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    let config = crate::files::model_config(&dir.join("config.json"))?;
     let prompt = match &golden {
         Some(g) => {
             if g.vocab != config.vocab_size {
                 return Err(format!(
                     "golden vocab {} but config vocab {}",
                     g.vocab, config.vocab_size
+                ));
+            }
+            if let Some(at) = g
+                .input_ids
+                .iter()
+                .position(|&t| t as usize >= config.vocab_size)
+            {
+                return Err(format!(
+                    "{}: golden input_ids[{at}] = {} is outside the vocabulary of {}",
+                    dir.display(),
+                    g.input_ids[at],
+                    config.vocab_size
                 ));
             }
             g.input_ids.clone()
@@ -237,4 +254,37 @@ pub fn builtin_named(name: &str) -> Result<&'static builtin::Builtin, String> {
 /// Index of the largest value (first among equals).
 pub fn argmax(values: &[f32]) -> usize {
     solder_model_layers::greedy(values) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    fn parity(args: &[&str]) -> Result<(), String> {
+        super::run(args.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn token_and_thread_counts_out_of_range_are_refused_before_any_model_runs() {
+        let e = parity(&["--tokens", "18446744073709551615"]).unwrap_err();
+        assert!(e.contains("--tokens") && e.contains("2..=4096"), "{e}");
+        let e = parity(&["--tokens", "60000"]).unwrap_err();
+        assert!(e.contains("--tokens"), "{e}");
+        let e = parity(&["--threads", "0"]).unwrap_err();
+        assert!(e.contains("--threads"), "{e}");
+    }
+
+    #[test]
+    fn a_device_as_rules_or_golden_is_refused_by_path() {
+        let e = parity(&["--rules", "/dev/zero"]).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let model = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let model = model.display().to_string();
+        let e = parity(&["--model", &model, "--golden", "/dev/zero"]).unwrap_err();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+    }
 }

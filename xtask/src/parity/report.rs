@@ -4,13 +4,35 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::run::{CaseReport, Diff};
+use super::run::{CaseReport, Diff, RouteLog};
 
 fn diff_text(d: &Diff) -> String {
     match d.first_position {
         None => "identical".to_string(),
+        // `{:e}` of NaN prints `NaN`: a NaN is reported as one.
         Some(p) => format!("first diff at {p}, max {:.3e}", d.max_abs),
     }
+}
+
+/// "route:gdn_even_pitch (all): multi_seq rows 2 (40 of 40 steps), rows 4 (40 of 40 steps)",
+/// one line per arm, routing and mode.
+pub fn routes_text(routes: &RouteLog) -> Vec<String> {
+    let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+    for (&(fusions, arm, mode, rows), &steps) in &routes.steps {
+        let head = format!("{arm} ({fusions}): {}", mode.as_str());
+        let item = format!(
+            "rows {rows} ({steps} of {} steps)",
+            routes.of(fusions, mode, rows)
+        );
+        match lines.last_mut() {
+            Some((h, items)) if *h == head => items.push(item),
+            _ => lines.push((head, vec![item])),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(head, items)| format!("{head} {}", items.join(", ")))
+        .collect()
 }
 
 pub fn print_case(r: &CaseReport, seconds: f64) {
@@ -47,13 +69,23 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
         "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
         r.verified_plans
     );
+    let arms = routes_text(&r.routes);
+    if arms.is_empty() {
+        println!("  route arms: none ran");
+    }
+    for line in arms {
+        println!("  route arm {line}");
+    }
+    for line in &r.non_finite {
+        println!("  NOT FINITE {line}");
+    }
     let d = &r.detection;
     println!(
         "  detection: token {} changed, logits first differ at {} ({})",
         d.changed_at,
         d.first_difference
             .map_or("no position".to_string(), |p| p.to_string()),
-        if d.ok() { "ok" } else { "HARNESS BROKEN" }
+        detection_verdict(r)
     );
     if let Some(g) = &r.golden {
         println!(
@@ -64,6 +96,18 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             g.top1 * 100.0,
             if g.passes() { "ok" } else { "TOO FAR" }
         );
+    }
+}
+
+/// A detection run over non-finite logits says nothing of the harness: those are named in
+/// their own `NOT FINITE` lines, so it is not called broken.
+pub(super) fn detection_verdict(r: &CaseReport) -> &'static str {
+    if r.detection.ok() {
+        "ok"
+    } else if !r.non_finite.is_empty() {
+        "not judged: logits not finite"
+    } else {
+        "HARNESS BROKEN"
     }
 }
 
@@ -97,8 +141,19 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
     )
 }
 
+/// JSON has no NaN or infinity: those go in as the strings `"NaN"` and `"inf"`.
+fn float_json(x: f32) -> serde_json::Value {
+    if x.is_finite() {
+        json!(x)
+    } else if x.is_nan() {
+        json!("NaN")
+    } else {
+        json!("inf")
+    }
+}
+
 fn diff_json(d: &Diff) -> serde_json::Value {
-    json!({ "first_diff_position": d.first_position, "max_diff": if d.max_abs.is_finite() { json!(d.max_abs) } else { json!("inf") } })
+    json!({ "first_diff_position": d.first_position, "max_diff": float_json(d.max_abs) })
 }
 
 fn case_json(r: &CaseReport) -> serde_json::Value {
@@ -123,8 +178,23 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "vs_decode_alone": diff_json(&m.vs_decode),
         })).collect::<Vec<_>>(),
-        "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok() },
-        "golden": r.golden.map(|g| json!({ "e": g.e, "e_hf": g.e_hf, "ratio": g.ratio, "top1": g.top1 })),
+        "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok(), "verdict": detection_verdict(r) },
+        "golden": r.golden.map(|g| json!({
+            "e": float_json(g.e),
+            "e_hf": float_json(g.e_hf),
+            "ratio": float_json(g.ratio),
+            "top1": g.top1,
+            "ok": g.passes(),
+        })),
+        "non_finite": r.non_finite,
+        "route_arms": r.routes.steps.iter().map(|(&(fusions, arm, mode, rows), &steps)| json!({
+            "arm": arm,
+            "fusions": fusions,
+            "mode": mode.as_str(),
+            "rows": rows,
+            "steps": steps,
+            "of_steps": r.routes.of(fusions, mode, rows),
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -1,12 +1,14 @@
 //! The parity runs of one model: reference-only and all-rules programs over the same
 //! prompts, teacher-forced, in every mode; the detection run; the golden comparison.
 
+use std::collections::BTreeMap;
+
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
 
-use super::golden::{Golden, GoldenFigures};
+use super::golden::{non_finite, Golden, GoldenFigures};
 use super::verified::verify_exec_plans;
 
 pub enum Weights {
@@ -45,9 +47,10 @@ impl Diff {
         }
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
             if x.to_bits() != y.to_bits() {
+                // A NaN stays NaN (reported as such), never dropped by `max`.
                 let d = (x - y).abs();
-                diff.max_abs = if d.is_nan() {
-                    f32::INFINITY
+                diff.max_abs = if d.is_nan() || diff.max_abs.is_nan() {
+                    f32::NAN
                 } else {
                     diff.max_abs.max(d)
                 };
@@ -65,7 +68,11 @@ impl Diff {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
-            max_abs: self.max_abs.max(other.max_abs),
+            max_abs: if self.max_abs.is_nan() || other.max_abs.is_nan() {
+                f32::NAN
+            } else {
+                self.max_abs.max(other.max_abs)
+            },
         }
     }
 
@@ -117,6 +124,65 @@ pub struct CaseReport {
     pub verified_plans: usize,
     /// The all-rules decode of the first prompt, `[T * V]` (compared across backends).
     pub decode_logits: Vec<f32>,
+    /// Every run whose logits held a NaN or infinity: which, and where the first one was.
+    pub non_finite: Vec<String>,
+    /// Steps that ran on a runtime route arm.
+    pub routes: RouteLog,
+}
+
+/// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
+/// steps per (routing, mode, rows), arm or not.
+#[derive(Debug, Default, Clone)]
+pub struct RouteLog {
+    pub steps: BTreeMap<(&'static str, &'static str, Mode, usize), usize>,
+    pub all_steps: BTreeMap<(&'static str, Mode, usize), usize>,
+}
+
+impl RouteLog {
+    /// Counts the step `session` just ran, and its arm if it ran on one.
+    fn record(&mut self, fusions: &'static str, session: &Session) {
+        let Some((mode, rows, arm)) = session.last_program() else {
+            return;
+        };
+        *self.all_steps.entry((fusions, mode, rows)).or_default() += 1;
+        if let Some(condition) = arm {
+            *self
+                .steps
+                .entry((fusions, condition.capability(), mode, rows))
+                .or_default() += 1;
+        }
+    }
+
+    /// All steps the routing ran at (mode, rows).
+    pub fn of(&self, fusions: &'static str, mode: Mode, rows: usize) -> usize {
+        self.all_steps
+            .get(&(fusions, mode, rows))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Which exec a run used, and so which routing its arms belong to.
+#[derive(Clone, Copy)]
+pub struct Routing<'a> {
+    pub exec: &'a CircuitExec,
+    pub fusions: &'static str,
+}
+
+/// Collects the first non-finite logit of each run, named by model, mode and rows.
+struct FiniteCheck<'a> {
+    model: &'a str,
+    vocab: usize,
+    found: Vec<String>,
+}
+
+impl FiniteCheck<'_> {
+    fn check(&mut self, run: &str, logits: &[f32]) {
+        if let Some(at) = non_finite(logits, self.vocab) {
+            self.found
+                .push(format!("{}: {run}: logits not finite {at}", self.model));
+        }
+    }
 }
 
 impl CaseReport {
@@ -126,6 +192,7 @@ impl CaseReport {
             .all(|m| m.ref_vs_fused.identical() && m.vs_decode.identical())
             && self.detection.ok()
             && self.golden.is_none_or(|g| g.passes())
+            && self.non_finite.is_empty()
     }
 }
 
@@ -153,12 +220,35 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             case.name
         ));
     }
+    // Before any KV cache is allocated: the prompt must fit the model's positions.
+    if tokens > case.config.max_position_embeddings {
+        return Err(format!(
+            "{}: a prompt of {tokens} tokens is longer than the model's \
+             max_position_embeddings {}",
+            case.name, case.config.max_position_embeddings
+        ));
+    }
     let serve = ServeShape::default();
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    let mut reference = build_exec(case, rules, backend, Policy::reference_only())?;
-    let mut fused = build_exec(case, rules, backend, Policy::default())?;
-    let verified_plans = verify_exec_plans(&reference, rules, &Policy::reference_only(), backend)?
-        + verify_exec_plans(&fused, rules, &Policy::default(), backend)?;
+    let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
+    let mut fused_exec = build_exec(case, rules, backend, Policy::default())?;
+    let verified_plans =
+        verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
+            + verify_exec_plans(&fused_exec, rules, &Policy::default(), backend)?;
+    let reference = Routing {
+        exec: &reference_exec,
+        fusions: "reference",
+    };
+    let fused = Routing {
+        exec: &fused_exec,
+        fusions: "all",
+    };
+    let mut routes = RouteLog::default();
+    let mut finite = FiniteCheck {
+        model: &case.name,
+        vocab,
+        found: Vec::new(),
+    };
 
     let prompts: Vec<Vec<u32>> = (0..widest)
         .map(|r| {
@@ -172,9 +262,13 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     tracing::info!(model = %case.name, "decoding {} prompts alone (reference routing)", prompts.len());
     let alone: Vec<Vec<f32>> = prompts
         .iter()
-        .map(|p| decode_all(&reference, backend, p))
+        .map(|p| decode_logged(reference, backend, p, &mut routes))
         .collect::<R<_>>()?;
-    let fused_alone = decode_all(&fused, backend, &prompts[0])?;
+    for (s, logits) in alone.iter().enumerate() {
+        finite.check(&format!("reference decode rows 1, sequence {s}"), logits);
+    }
+    let fused_alone = decode_logged(fused, backend, &prompts[0], &mut routes)?;
+    finite.check("all-rules decode rows 1", &fused_alone);
 
     let mut modes = vec![ModeRow {
         mode: Mode::Decode,
@@ -191,8 +285,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     }
     for (width, live) in widths {
         tracing::info!(model = %case.name, width, live, "multi_seq");
-        let r = multi_seq(&reference, backend, &prompts[..live])?;
-        let f = multi_seq(&fused, backend, &prompts[..live])?;
+        let r = multi_seq(reference, backend, &prompts[..live], &mut routes)?;
+        let f = multi_seq(fused, backend, &prompts[..live], &mut routes)?;
         let mut row = ModeRow {
             mode: Mode::MultiSeq,
             rows: width,
@@ -201,6 +295,12 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             vs_decode: Diff::NONE,
         };
         for s in 0..live {
+            for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
+                finite.check(
+                    &format!("{routing} multi_seq rows {width} ({live} live), sequence {s}"),
+                    logits,
+                );
+            }
             row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
             row.vs_decode = row
                 .vs_decode
@@ -210,8 +310,10 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         modes.push(row);
     }
     for &k in &serve.verify_widths {
-        let r = verify_chunks(&reference, backend, &prompts[0], k)?;
-        let f = verify_chunks(&fused, backend, &prompts[0], k)?;
+        let r = verify_chunks(reference, backend, &prompts[0], k, &mut routes)?;
+        let f = verify_chunks(fused, backend, &prompts[0], k, &mut routes)?;
+        finite.check(&format!("reference verify rows {k}"), &r);
+        finite.check(&format!("all-rules verify rows {k}"), &f);
         modes.push(ModeRow {
             mode: Mode::Verify,
             rows: k,
@@ -224,19 +326,26 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     let changed_at = tokens / 2;
     let mut changed = prompts[0].clone();
     changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
+    let changed_logits = decode_logged(fused, backend, &changed, &mut routes)?;
+    finite.check("all-rules decode rows 1 (detection run)", &changed_logits);
     let detection = Detection {
         changed_at,
-        first_difference: Diff::of(&decode_all(&fused, backend, &changed)?, &fused_alone, vocab)
-            .first_position,
+        first_difference: Diff::of(&changed_logits, &fused_alone, vocab).first_position,
     };
-    let golden = case.golden.as_ref().map(|g| g.compare(&fused_alone));
+    let golden = case
+        .golden
+        .as_ref()
+        .map(|g| g.compare(&fused_alone))
+        .transpose()
+        .map_err(|e| format!("{}: {e}", case.name))?;
 
-    let variants = [(&reference, "reference"), (&fused, "all")]
+    let variants = [&reference, &fused]
         .into_iter()
-        .map(|(exec, fusions)| {
+        .map(|routing| {
+            let exec = routing.exec;
             let plan = exec.plan(Mode::Decode, 1).ok_or("no decode plan")?;
             Ok(VariantFigures {
-                fusions,
+                fusions: routing.fusions,
                 plan_digest: plan.digest.clone(),
                 plans_digest: exec.plans_digest().to_string(),
                 launches_per_step: plan.compute_steps(),
@@ -245,8 +354,9 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             })
         })
         .collect::<R<Vec<_>>>()?;
-    reference.free(backend).map_err(err)?;
-    fused.free(backend).map_err(err)?;
+    let non_finite = finite.found;
+    reference_exec.free(backend).map_err(err)?;
+    fused_exec.free(backend).map_err(err)?;
     Ok(CaseReport {
         name: case.name.clone(),
         family: case.config.family.as_str().to_string(),
@@ -258,6 +368,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         golden,
         verified_plans,
         decode_logits: fused_alone,
+        non_finite,
+        routes,
     })
 }
 
@@ -296,11 +408,23 @@ pub fn build_exec(
 
 /// Teacher-forced decode of `prompt`, one token per step: logits `[T * V]`.
 pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u32]) -> R<Vec<f32>> {
-    let mut session = Session::new(exec);
+    let routing = Routing { exec, fusions: "" };
+    decode_logged(routing, backend, prompt, &mut RouteLog::default())
+}
+
+/// `decode_all`, counting the steps that ran on route arms.
+fn decode_logged(
+    routing: Routing,
+    backend: &mut dyn GpuBackend,
+    prompt: &[u32],
+    routes: &mut RouteLog,
+) -> R<Vec<f32>> {
+    let mut session = Session::new(routing.exec);
     let id = session.add_sequence();
-    let mut logits = Vec::with_capacity(prompt.len() * exec.config.vocab_size);
+    let mut logits = Vec::with_capacity(prompt.len() * routing.exec.config.vocab_size);
     for &token in prompt {
         logits.extend(session.decode(backend, id, token).map_err(err)?);
+        routes.record(routing.fusions, &session);
     }
     session.end_sequence(id).map_err(err)?;
     Ok(logits)
@@ -308,19 +432,19 @@ pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u3
 
 /// Every prompt in its own row, one token per step: each sequence's logits.
 fn multi_seq(
-    exec: &CircuitExec,
+    routing: Routing,
     backend: &mut dyn GpuBackend,
     prompts: &[Vec<u32>],
+    routes: &mut RouteLog,
 ) -> R<Vec<Vec<f32>>> {
-    let mut session = Session::new(exec);
+    let mut session = Session::new(routing.exec);
     let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
     let mut logits = vec![Vec::new(); prompts.len()];
     for t in 0..prompts[0].len() {
         let batch: Vec<_> = ids.iter().zip(prompts).map(|(&id, p)| (id, p[t])).collect();
-        for (out, l) in logits
-            .iter_mut()
-            .zip(session.multi_seq_step(backend, &batch).map_err(err)?)
-        {
+        let step = session.multi_seq_step(backend, &batch).map_err(err)?;
+        routes.record(routing.fusions, &session);
+        for (out, l) in logits.iter_mut().zip(step) {
             out.extend(l);
         }
     }
@@ -332,12 +456,13 @@ fn multi_seq(
 
 /// `prompt` in verify steps of `k` tokens (the remainder through narrower programs).
 fn verify_chunks(
-    exec: &CircuitExec,
+    routing: Routing,
     backend: &mut dyn GpuBackend,
     prompt: &[u32],
     k: usize,
+    routes: &mut RouteLog,
 ) -> R<Vec<f32>> {
-    let mut session = Session::new(exec);
+    let mut session = Session::new(routing.exec);
     let id = session.add_sequence();
     let mut logits = Vec::new();
     for chunk in prompt.chunks(k) {
@@ -347,7 +472,146 @@ fn verify_chunks(
             session.prefill(backend, id, chunk)
         };
         logits.extend(out.map_err(err)?);
+        routes.record(routing.fusions, &session);
     }
     session.end_sequence(id).map_err(err)?;
     Ok(logits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parity::builtin_named;
+    use safetensors::tensor::TensorView;
+    use safetensors::SafeTensors;
+
+    fn rules() -> RuleSet {
+        RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
+    }
+
+    fn builtin_case(name: &str, weights: Option<Weights>) -> Case {
+        let builtin = builtin_named(name).unwrap();
+        let config = builtin.config().unwrap();
+        Case {
+            name: builtin.name.to_string(),
+            prompt: random_prompt(builtin.seed, config.vocab_size, 3),
+            config,
+            weights: weights.unwrap_or(Weights::Random { seed: builtin.seed }),
+            golden: None,
+        }
+    }
+
+    /// tiny-llama saved as a checkpoint whose `lm_head` row `row` is NaN.
+    fn nan_lm_head_checkpoint(row: usize) -> std::path::PathBuf {
+        let builtin = builtin_named("tiny-llama").unwrap();
+        let config = builtin.config().unwrap();
+        let dir = std::env::temp_dir().join(format!("xtask-nan-lm-head-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), builtin.config_json).unwrap();
+        let instance =
+            solder_circuit::Instance::from_config(&config, ServeShape::default()).unwrap();
+        let path = dir.join("model.safetensors");
+        solder_model_layers::HostWeights::random(&instance.circuit, builtin.seed)
+            .save(&instance.circuit, &path)
+            .unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = file
+            .tensors()
+            .into_iter()
+            .map(|(name, t)| (name, t.dtype(), t.shape().to_vec(), t.data().to_vec()))
+            .collect();
+        let (_, _, shape, data) = tensors
+            .iter_mut()
+            .find(|(name, ..)| name == "lm_head.weight")
+            .expect("tiny-llama has an untied lm_head");
+        let hidden = shape[1];
+        for bf16 in data[row * hidden * 2..(row + 1) * hidden * 2].chunks_exact_mut(2) {
+            bf16.copy_from_slice(&0x7fc0u16.to_le_bytes());
+        }
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(name, dtype, shape, data)| {
+                (
+                    name.clone(),
+                    TensorView::new(*dtype, shape.clone(), data).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &path).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_nan_row_of_lm_head_fails_the_case_by_vocab_index() {
+        let dir = nan_lm_head_checkpoint(17);
+        let case = builtin_case("tiny-llama", Some(Weights::Checkpoint(dir.clone())));
+        let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
+        let ran = run_case(&case, &rules(), &mut backend);
+        let _ = std::fs::remove_dir_all(&dir);
+        match ran {
+            Ok(report) => {
+                assert!(!report.passes(), "a NaN vocabulary column passed parity");
+                let first = report
+                    .non_finite
+                    .first()
+                    .expect("non-finite logits reported");
+                assert!(first.contains("tiny-llama"), "{first}");
+                assert!(first.contains("decode rows 1"), "{first}");
+                assert!(first.contains("position 0, vocab index 17: NaN"), "{first}");
+                let detection = super::super::report::detection_verdict(&report);
+                assert_ne!(detection, "HARNESS BROKEN", "a NaN is reported as one");
+            }
+            // A checkpoint loader that refuses non-finite weights is as good, if it names them.
+            Err(e) => assert!(e.contains("lm_head"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn the_route_arms_that_ran_are_counted() {
+        let case = builtin_case("tiny-qwen3-next", None);
+        let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
+        let report = run_case(&case, &rules(), &mut backend).unwrap();
+        assert!(report.passes());
+        let arms: Vec<_> = report
+            .routes
+            .steps
+            .iter()
+            .filter(|((fusions, arm, mode, _), _)| {
+                *fusions == "all" && *arm == "route:gdn_even_pitch" && *mode == Mode::MultiSeq
+            })
+            .collect();
+        assert!(!arms.is_empty(), "{:?}", report.routes);
+        // Each multi-seq run is one step per prompt token.
+        assert!(
+            arms.iter()
+                .all(|(_, &steps)| steps % case.prompt.len() == 0),
+            "{arms:?}"
+        );
+        let text = super::super::report::routes_text(&report.routes);
+        assert!(
+            text.iter()
+                .any(|l| l.starts_with("route:gdn_even_pitch (all): multi_seq rows")),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn a_prompt_past_the_position_limit_is_refused_before_building() {
+        let mut case = builtin_case("tiny-llama", None);
+        case.prompt = random_prompt(1, case.config.vocab_size, 600);
+        let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+        let e = run_case(&case, &rules(), &mut backend).err().unwrap();
+        assert!(e.contains("max_position_embeddings 512"), "{e}");
+    }
+
+    #[test]
+    fn diffs_keep_nan() {
+        let d = Diff::of(&[0.0, 1.0], &[0.0, f32::NAN], 2);
+        assert!(d.max_abs.is_nan() && d.first_position == Some(0));
+        let merged = d.merge(Diff::of(&[2.0], &[1.0], 1));
+        assert!(merged.max_abs.is_nan());
+        assert!(Diff::of(&[2.0], &[1.0], 1).merge(d).max_abs.is_nan());
+    }
 }

@@ -26,21 +26,28 @@ pub fn entries(dir: &Path, modules: &[String]) -> Result<Vec<String>, String> {
         let path = dir.join(format!("{module}.ptx"));
         let text = fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        for line in text.lines() {
-            let line = line.trim_start();
-            let rest = line
-                .strip_prefix(".visible .entry ")
-                .or_else(|| line.strip_prefix(".entry "));
-            if let Some(rest) = rest {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
-                    .collect();
-                all.push(format!("{module}::{name}"));
-            }
-        }
+        all.extend(entries_of(module, &text));
     }
     Ok(all)
+}
+
+/// `module::func` of every `.entry` in one module's PTX text.
+pub fn entries_of(module: &str, text: &str) -> Vec<String> {
+    let mut all = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        let rest = line
+            .strip_prefix(".visible .entry ")
+            .or_else(|| line.strip_prefix(".entry "));
+        if let Some(rest) = rest {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                .collect();
+            all.push(format!("{module}::{name}"));
+        }
+    }
+    all
 }
 
 /// Assembles every module; the resources of every kernel, in module then ptxas order.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::{Mode, Policy, RuleSet};
-use solder_config::{ModelConfig, ServeShape};
+use solder_config::ServeShape;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{
     Boot, CapturedGraph, CircuitExec, KvShape, Program, SeqId, Session, WeightSource,
@@ -32,8 +32,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let (name, config, weights) = match (args.value("model"), args.value("synth")) {
         (Some(_), Some(_)) => return Err("give --model or --synth, not both".into()),
         (Some(dir), None) => {
-            let config = ModelConfig::from_file(&Path::new(dir).join("config.json"))
-                .map_err(|e| e.to_string())?;
+            let config = crate::files::model_config(&Path::new(dir).join("config.json"))?;
             (
                 dir.to_string(),
                 config,
@@ -43,21 +42,14 @@ pub fn run(args: &Args) -> Result<(), String> {
         (None, synth) => {
             let synth = synth.unwrap_or("llama-3.2-1b");
             let path = root.join(format!("tests/fixtures/configs/{synth}.json"));
-            let config = ModelConfig::from_file(&path).map_err(|e| e.to_string())?;
+            let config = crate::files::model_config(&path)?;
             (synth.to_string(), config, WeightSource::Random { seed: 1 })
         }
     };
-    let context = args.number("context")?.unwrap_or(32);
+    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
     let limits = Limits {
-        runs: args.number("runs")?.unwrap_or(100).max(1),
-        max_seconds: args
-            .value("max-seconds")
-            .map(|v| {
-                v.parse::<f64>()
-                    .map_err(|_| format!("`--max-seconds` wants a number, got `{v}`"))
-            })
-            .transpose()?
-            .unwrap_or(2.0),
+        runs: args.number_in("runs", 1..=100_000)?.unwrap_or(100),
+        max_seconds: args.real_in("max-seconds", 0.001..=3600.0)?.unwrap_or(2.0),
     };
     let serve = ServeShape::default();
     let widths: Vec<usize> = match args.value("widths") {
@@ -83,7 +75,16 @@ pub fn run(args: &Args) -> Result<(), String> {
             .collect(),
     };
     let widest = widths.iter().copied().max().unwrap_or(1);
-    let copy_bytes = args.number("copy-mib")?.unwrap_or(1024).max(1) << 20;
+    // Before any buffer is allocated: the context must fit the model's positions.
+    let positions = context + widths.len() + 2;
+    if positions > config.max_position_embeddings {
+        return Err(format!(
+            "`--context {context}`: {positions} positions, more than {name}'s \
+             max_position_embeddings {}",
+            config.max_position_embeddings
+        ));
+    }
+    let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
