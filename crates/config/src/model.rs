@@ -2,13 +2,15 @@
 //! parsed from a Hugging Face `config.json`. Invariant: a `ModelConfig` built by
 //! `from_json_str` has every dim non-zero, `num_key_value_heads` dividing
 //! `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
-//! `usize`, one `layer_types` entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
+//! `usize`, every dim within `DIM_BOUNDS`, `rms_norm_eps` a normal f32, one `layer_types`
+//! entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
 //! `linear_attn` exactly for Qwen3-Next.
 
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::bounds::positive_f32;
 use crate::family::{check_architectures, family_of};
 use crate::features::check_features;
 use crate::fields::{describe, Fields};
@@ -110,9 +112,6 @@ fn json_error(source: &str, err: &serde_json::Error) -> ConfigError {
     }
 }
 
-/// Far above any published model; bounds the per-layer tables (`layer_types`).
-const MAX_LAYERS: usize = 1 << 16;
-
 /// `head_dim` of Qwen3-Next when the key is absent (transformers' `Qwen3NextConfig`).
 const QWEN3_NEXT_DEFAULT_HEAD_DIM: usize = 256;
 
@@ -139,15 +138,8 @@ fn parse_model(
 ) -> Result<ModelConfig, ConfigError> {
     let hidden_size = positive(fields, "hidden_size")?;
     let intermediate_size = positive(fields, "intermediate_size")?;
+    // Bounded (`DIM_BOUNDS`) as it is read: per-layer tables are allocated from this count.
     let num_hidden_layers = positive(fields, "num_hidden_layers")?;
-    if num_hidden_layers > MAX_LAYERS {
-        // Per-layer tables are allocated from this count; a typo must not exhaust memory.
-        return Err(fields.invalid(
-            "num_hidden_layers",
-            num_hidden_layers,
-            format!("at most {MAX_LAYERS} layers"),
-        ));
-    }
     let num_attention_heads = positive(fields, "num_attention_heads")?;
     let vocab_size = positive(fields, "vocab_size")?;
     let max_position_embeddings = positive(fields, "max_position_embeddings")?;
@@ -193,10 +185,7 @@ fn parse_model(
         ));
     }
 
-    let rms_norm_eps = fields.req_f64("rms_norm_eps")?;
-    if rms_norm_eps <= 0.0 {
-        return Err(fields.invalid("rms_norm_eps", rms_norm_eps, "a positive number"));
-    }
+    let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
 
     let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
     let rotary_dim = rope.rotary_dim(head_dim);
