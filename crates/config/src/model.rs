@@ -10,14 +10,14 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::bounds::positive_f32;
+use crate::bounds::{bounded, positive_f32};
 use crate::family::{check_architectures, family_of};
 use crate::features::check_features;
 use crate::fields::{describe, Fields};
 use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnConfig};
 use crate::keys::{classify, KeyReport};
 use crate::moe::{parse_moe, MoeConfig};
-use crate::rope::{parse_rope, Rope};
+use crate::rope::{parse_rope, Rope, RopeScaling};
 use crate::{ConfigError, Family};
 
 /// What solder needs to know about a model to build its decode step.
@@ -88,15 +88,76 @@ impl ModelConfig {
         parse_model(&fields, family, keys)
     }
 
-    /// Width of the k (or v) projection: `num_key_value_heads * head_dim`.
+    /// Width of the k (or v) projection: `num_key_value_heads * head_dim`. Saturates rather
+    /// than wraps on a hand-built config outside `DIM_BOUNDS` (`check_bounds` refuses it).
     pub fn kv_dim(&self) -> usize {
-        self.num_key_value_heads * self.head_dim
+        self.num_key_value_heads.saturating_mul(self.head_dim)
     }
 
     /// Width of the queries: `num_attention_heads * head_dim` (q_proj yields twice this with
-    /// `attn_output_gate`).
+    /// `attn_output_gate`). Saturates as `kv_dim`.
     pub fn q_dim(&self) -> usize {
-        self.num_attention_heads * self.head_dim
+        self.num_attention_heads.saturating_mul(self.head_dim)
+    }
+
+    /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
+    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32. Compilers
+    /// call it before computing any size from the config.
+    pub fn check_bounds(&self) -> Result<(), ConfigError> {
+        let empty = serde_json::Map::new();
+        let fields = Fields::new(&self.source, "", &empty);
+        let mut dims = vec![
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("num_hidden_layers", self.layer_types.len()),
+        ];
+        if let Some(moe) = &self.moe {
+            dims.extend([
+                ("num_experts", moe.num_experts),
+                ("num_experts_per_tok", moe.experts_per_token),
+                ("moe_intermediate_size", moe.moe_intermediate_size),
+                (
+                    "shared_expert_intermediate_size",
+                    moe.shared_expert_intermediate_size.unwrap_or(0),
+                ),
+            ]);
+        }
+        if let Some(la) = &self.linear_attn {
+            dims.extend([
+                ("linear_num_key_heads", la.num_key_heads),
+                ("linear_num_value_heads", la.num_value_heads),
+                ("linear_key_head_dim", la.key_head_dim),
+                ("linear_value_head_dim", la.value_head_dim),
+                ("linear_conv_kernel_dim", la.conv_kernel),
+            ]);
+        }
+        if let RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } = &self.rope.scaling
+        {
+            dims.push((
+                "original_max_position_embeddings",
+                *original_max_position_embeddings,
+            ));
+            positive_f32(&fields, "rope_scaling.factor", *factor)?;
+            positive_f32(&fields, "rope_scaling.low_freq_factor", *low_freq_factor)?;
+            positive_f32(&fields, "rope_scaling.high_freq_factor", *high_freq_factor)?;
+        }
+        for (key, value) in dims {
+            bounded(&fields, key, value)?;
+        }
+        positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
+        positive_f32(&fields, "rope_theta", self.rope.theta)?;
+        Ok(())
     }
 }
 
