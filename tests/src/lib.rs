@@ -1,6 +1,8 @@
 //! Shared helpers of solder's cross-crate tests (in `tests/`), also used by `cargo xtask plan
 //! --bless`: where fixtures live, the list of golden printed plans and how each is rendered.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet};
@@ -58,6 +60,8 @@ pub struct GoldenPlan {
     pub rows: usize,
 }
 
+/// Dense llama and qwen3, then MoE (qwen3_moe) and Next (qwen3_next: Gated DeltaNet, the shared
+/// expert on a side stream).
 pub const GOLDEN_PLANS: &[GoldenPlan] = &[
     GoldenPlan {
         model: "llama-3.2-1b",
@@ -94,6 +98,36 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
         mode: Mode::Verify,
         rows: 3,
     },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::MultiSeq,
+        rows: 8,
+    },
+    GoldenPlan {
+        model: "qwen3-30b-a3b",
+        mode: Mode::Verify,
+        rows: 4,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Decode,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::MultiSeq,
+        rows: 8,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Verify,
+        rows: 4,
+    },
 ];
 
 impl GoldenPlan {
@@ -104,6 +138,8 @@ impl GoldenPlan {
     }
 
     /// The plan's printout with the shipped rules, all fusions, default policy; verified.
+    /// Without the rules digest (`RULES_DIGEST` holds it), so a rules edit that changes no plan
+    /// rewrites no plan file.
     pub fn render(&self) -> Result<String, String> {
         let instance = load_instance(self.model)?;
         let rules = load_rules()?;
@@ -118,6 +154,35 @@ impl GoldenPlan {
             BuildOptions { verify: true },
         )
         .map_err(|e| e.to_string())?;
-        Ok(plan.display(&instance.circuit).to_string())
+        Ok(plan
+            .display(&instance.circuit)
+            .without_rules_digest()
+            .to_string())
     }
+}
+
+/// `tests/golden/plans/RULES_DIGEST`: the digest of the rules the golden plans were blessed
+/// with, in one place, so a rules change always shows in review as a one-line diff here.
+pub fn rules_digest_path() -> PathBuf {
+    workspace_root().join("tests/golden/plans/RULES_DIGEST")
+}
+
+/// The text `RULES_DIGEST` holds for the shipped rules.
+pub fn render_rules_digest() -> Result<String, String> {
+    Ok(format!(
+        "# rules_digest of fusions/FUSIONS.toml for the plans here (cargo xtask plan --bless)\n{}\n",
+        load_rules()?.digest
+    ))
+}
+
+/// Every golden file and the text it must hold: each printed plan, then `RULES_DIGEST`.
+pub fn golden_files() -> Vec<(PathBuf, Result<String, String>)> {
+    GOLDEN_PLANS
+        .iter()
+        .map(|golden| (golden.path(), golden.render()))
+        .chain(std::iter::once((
+            rules_digest_path(),
+            render_rules_digest(),
+        )))
+        .collect()
 }

@@ -1,7 +1,8 @@
-//! The printed plan of each shipped circuit at a few widths equals its golden file exactly;
-//! `cargo xtask plan --bless` rewrites them after a reviewed change.
+//! The printed plan of each shipped circuit at a few widths equals its golden file exactly,
+//! and `RULES_DIGEST` names the rules they were blessed with; `cargo xtask plan --bless`
+//! rewrites them after a reviewed change.
 
-use solder_tests::GOLDEN_PLANS;
+use solder_tests::{golden_files, GOLDEN_PLANS};
 
 /// The first line where `want` and `got` differ, 1-based, with both versions.
 fn first_difference(want: &str, got: &str) -> Option<(usize, String, String)> {
@@ -36,12 +37,15 @@ fn first_difference_finds_the_line() {
 #[test]
 fn printed_plans_match_their_golden_files() {
     assert!(!GOLDEN_PLANS.is_empty());
+    let files = golden_files();
+    assert_eq!(
+        files.len(),
+        GOLDEN_PLANS.len() + 1,
+        "every plan and RULES_DIGEST"
+    );
     let mut failures = Vec::new();
-    for golden in GOLDEN_PLANS {
-        let path = golden.path();
-        let got = golden
-            .render()
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for (path, got) in files {
+        let got = got.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let want = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) => {
@@ -54,7 +58,7 @@ fn printed_plans_match_their_golden_files() {
         };
         if let Some((line, w, g)) = first_difference(&want, &got) {
             failures.push(format!(
-                "{} differs from the printed plan at line {line}:\n  golden:  {w}\n  printed: {g}\n\
+                "{} differs from what is rendered now at line {line}:\n  golden:  {w}\n  now:     {g}\n\
                  if the change is intended, run `cargo xtask plan --bless` and review the diff",
                 path.display()
             ));

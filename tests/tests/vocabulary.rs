@@ -18,8 +18,14 @@ fn roles_are_exactly_those_the_shipped_circuits_use() {
     let listed: BTreeSet<String> = ROLES.iter().map(|r| r.to_string()).collect();
     let unlisted: Vec<_> = used.difference(&listed).collect();
     let unused: Vec<_> = listed.difference(&used).collect();
-    assert!(unlisted.is_empty(), "roles missing from families::ROLES: {unlisted:?}");
-    assert!(unused.is_empty(), "families::ROLES lists roles no circuit uses: {unused:?}");
+    assert!(
+        unlisted.is_empty(),
+        "roles missing from families::ROLES: {unlisted:?}"
+    );
+    assert!(
+        unused.is_empty(),
+        "families::ROLES lists roles no circuit uses: {unused:?}"
+    );
 }
 
 #[test]

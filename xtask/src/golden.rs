@@ -1,11 +1,11 @@
-//! `cargo xtask plan --bless`: rewrites the golden printed plans under `tests/golden/plans/`.
+//! `cargo xtask plan --bless`: rewrites the golden printed plans under `tests/golden/plans/`
+//! and their `RULES_DIGEST`.
 
-use solder_tests::GOLDEN_PLANS;
+use solder_tests::golden_files;
 
 pub fn bless() -> Result<(), String> {
-    for golden in GOLDEN_PLANS {
-        let text = golden.render()?;
-        let path = golden.path();
+    for (path, text) in golden_files() {
+        let text = text?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
@@ -15,7 +15,7 @@ pub fn bless() -> Result<(), String> {
             continue;
         }
         // Write beside, then rename: a failed bless never leaves a half-written golden.
-        let tmp = path.with_extension("txt.tmp");
+        let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
         println!(

@@ -3,15 +3,20 @@
 //! `plan` builds and prints execution plans; `ptx` regenerates and checks the CUDA PTX;
 //! `parity` and `bench` run on the CPU backend or (feature `cuda`, `--backend cuda`) a GPU;
 //! `gpu-bench` times the programs and their graphs on a GPU; `gpu-check` builds the bundle
-//! a GPU machine runs (`gpu`).
+//! a GPU machine runs (`gpu`); `ci` runs the CI job's steps (`.ci/run` calls it).
+
+#![deny(unsafe_code)]
 
 mod args;
 mod bench;
+mod ci;
 mod golden;
 mod gpu;
 mod parity;
 mod peer;
 mod plan;
+// NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
+#[allow(unsafe_code)]
 mod ptx;
 
 use std::path::PathBuf;
@@ -25,7 +30,8 @@ commands:
   bench      decode benchmark (cargo xtask bench --help)
   ptx        regenerate and check the CUDA PTX (cargo xtask ptx --help)
   gpu-bench  time programs, graph replays and the bandwidth floor on a GPU (feature cuda)
-  gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine";
+  gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
+  ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)";
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -48,6 +54,7 @@ fn main() -> ExitCode {
         "ptx" => ptx::run(argv),
         "gpu-bench" => gpu::bench::run(argv),
         "gpu-check" => gpu::check::run(argv),
+        "ci" => ci::run(argv),
         // Hidden: one small exec's decode step, for compute-sanitizer to wrap (run.sh).
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).

@@ -6,16 +6,18 @@
 //! data flow; every cross-stream use ordered by an event; side streams join stream 0; every
 //! kept arena edge has one aligned buffer inside the pool; no two buffers that may be live at
 //! the same time overlap.
+//!
+//! It reads `plan` and the passes' results, never the driver (`planner::driver`) that calls it.
 
 use std::collections::HashSet;
 
 use crate::error::CircuitError;
 use crate::fuser::{FusionPlan, GroupId};
 use crate::ir::{Binding, Circuit};
+use crate::plan::{Buffer, ExecutionPlan, StepKind};
 use crate::planner::liveness::Lifetime;
 use crate::planner::memory::{align_up, Placement, ALIGN};
 use crate::planner::streams::{happens_before, StreamPlan};
-use crate::planner::{ExecutionPlan, StepKind};
 use crate::policy::Available;
 
 fn fail(pass: &'static str, message: String) -> Result<(), CircuitError> {
@@ -313,7 +315,7 @@ pub fn verify_plan(
         }
         for b in &plan.buffers[i + 1..] {
             let overlap = a.offset < b.offset + align_up(b.bytes) && b.offset < end;
-            let uses = |x: &crate::planner::Buffer| -> Vec<GroupId> {
+            let uses = |x: &Buffer| -> Vec<GroupId> {
                 if x.readers.is_empty() {
                     vec![x.writer]
                 } else {

@@ -318,4 +318,12 @@ fn dot_and_display_name_every_group_and_the_pool() {
     assert!(head.iter().any(|l| l.contains(&pool)), "{head:#?}");
     assert!(head.iter().any(|l| l.contains(&plan.digest)), "{head:#?}");
     assert!(plan.pool_bytes >= plan.live_lower_bound && plan.live_lower_bound > 0);
+    // The golden files' form drops the rules digest line and nothing else.
+    let rules_line = format!("  rules_digest {}\n", plan.rules_digest);
+    assert!(text.contains(&rules_line), "{head:#?}");
+    let golden_form = plan
+        .display(&instance.circuit)
+        .without_rules_digest()
+        .to_string();
+    assert_eq!(golden_form, text.replacen(&rules_line, "", 1));
 }

@@ -13,6 +13,8 @@
 //! - Every dimension is at most its `DIM_BOUNDS` entry and every float a normal f32, so no
 //!   size computed from a config overflows.
 
+#![forbid(unsafe_code)]
+
 mod bounds;
 mod error;
 mod family;

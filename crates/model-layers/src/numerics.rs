@@ -53,6 +53,8 @@ pub fn dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
 
 /// `dot_bf16_lanes` in AVX2 intrinsics: lanes 0..8 and 8..16 of the accumulator are two
 /// 8-wide registers; the same multiplies and adds per lane, then the same tree and tail.
+///
+/// Safety: the CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn dot_bf16_avx2(a: &[bf16], b: &[bf16]) -> f32 {
@@ -60,21 +62,30 @@ unsafe fn dot_bf16_avx2(a: &[bf16], b: &[bf16]) -> f32 {
     let len = a.len().min(b.len());
     let chunks = len / LANES;
     let (pa, pb) = (a.as_ptr() as *const u16, b.as_ptr() as *const u16);
-    // bf16 → f32: zero-extend 8 u16 to u32, shift into the high half.
+    // bf16 → f32: zero-extend 8 u16 to u32, shift into the high half. `p` must have 8 bf16
+    // of one slice behind it.
     let widen = |p: *const u16| {
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-            _mm_loadu_si128(p as *const __m128i),
-        )))
+        // SAFETY: 8 readable u16 at `p` (every call below); the load takes unaligned addresses.
+        let eight = unsafe { _mm_loadu_si128(p as *const __m128i) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(eight)))
     };
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for c in 0..chunks {
-        let (xa, xb) = (pa.add(c * LANES), pb.add(c * LANES));
+        // SAFETY: c < chunks, so the LANES (16) elements from c * LANES lie inside both
+        // slices: these are the chunk's two halves of 8.
+        let (xa, xb, xa8, xb8) = unsafe {
+            let (xa, xb) = (pa.add(c * LANES), pb.add(c * LANES));
+            (xa, xb, xa.add(8), xb.add(8))
+        };
         lo = _mm256_add_ps(lo, _mm256_mul_ps(widen(xa), widen(xb)));
-        hi = _mm256_add_ps(hi, _mm256_mul_ps(widen(xa.add(8)), widen(xb.add(8))));
+        hi = _mm256_add_ps(hi, _mm256_mul_ps(widen(xa8), widen(xb8)));
     }
     let mut acc = [0.0f32; LANES];
-    _mm256_storeu_ps(acc.as_mut_ptr(), lo);
-    _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+    // SAFETY: `acc` holds LANES (16) f32; the unaligned stores write 0..8 and 8..16.
+    unsafe {
+        _mm256_storeu_ps(acc.as_mut_ptr(), lo);
+        _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+    }
     let mut sum = combine(acc);
     for i in chunks * LANES..len {
         sum += to_f32(a[i]) * to_f32(b[i]);
@@ -330,6 +341,8 @@ pub fn dot_4x1(x: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
 
 /// R×C dots in AVX2, each pair with the lane order of `dot_f32_bf16`: lanes 0..8 and 8..16
 /// in two registers, the same multiply then add, the same tree, the same tail.
+///
+/// Safety: the CPU must support AVX2, and every row of `x` and `w` must be `x[0].len()` long.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn dot_tile_avx2<const R: usize, const C: usize>(
@@ -339,10 +352,11 @@ unsafe fn dot_tile_avx2<const R: usize, const C: usize>(
     use std::arch::x86_64::*;
     let len = x[0].len();
     let chunks = len / LANES;
+    // `p` must have 8 bf16 of one row behind it.
     let widen = |p: *const u16| {
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-            _mm_loadu_si128(p as *const __m128i),
-        )))
+        // SAFETY: 8 readable u16 at `p` (every call below); the load takes unaligned addresses.
+        let eight = unsafe { _mm_loadu_si128(p as *const __m128i) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(eight)))
     };
     let mut lo = [[_mm256_setzero_ps(); C]; R];
     let mut hi = [[_mm256_setzero_ps(); C]; R];
@@ -351,13 +365,21 @@ unsafe fn dot_tile_avx2<const R: usize, const C: usize>(
         let mut wl = [_mm256_setzero_ps(); C];
         let mut wh = [_mm256_setzero_ps(); C];
         for c in 0..C {
-            let p = (w[c].as_ptr() as *const u16).add(at);
+            // SAFETY: every row is `len` long (the caller's promise) and at + LANES <= len, so
+            // both halves of 8 from `at` lie inside the row.
+            let (p, p8) = unsafe {
+                let p = (w[c].as_ptr() as *const u16).add(at);
+                (p, p.add(8))
+            };
             wl[c] = widen(p);
-            wh[c] = widen(p.add(8));
+            wh[c] = widen(p8);
         }
         for r in 0..R {
-            let p = x[r].as_ptr().add(at);
-            let (xl, xh) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+            // SAFETY: as for `w`: the 16 f32 from `at` lie inside the row; unaligned loads.
+            let (xl, xh) = unsafe {
+                let p = x[r].as_ptr().add(at);
+                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+            };
             for c in 0..C {
                 lo[r][c] = _mm256_add_ps(lo[r][c], _mm256_mul_ps(xl, wl[c]));
                 hi[r][c] = _mm256_add_ps(hi[r][c], _mm256_mul_ps(xh, wh[c]));
@@ -368,8 +390,11 @@ unsafe fn dot_tile_avx2<const R: usize, const C: usize>(
     for r in 0..R {
         for c in 0..C {
             let mut acc = [0.0f32; LANES];
-            _mm256_storeu_ps(acc.as_mut_ptr(), lo[r][c]);
-            _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[r][c]);
+            // SAFETY: `acc` holds LANES (16) f32; the unaligned stores write 0..8 and 8..16.
+            unsafe {
+                _mm256_storeu_ps(acc.as_mut_ptr(), lo[r][c]);
+                _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[r][c]);
+            }
             let mut sum = combine(acc);
             for i in chunks * LANES..len {
                 sum += x[r][i] * to_f32(w[c][i]);

@@ -5,6 +5,7 @@ mod builtin;
 pub(crate) mod golden;
 mod report;
 pub(crate) mod run;
+mod verified;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -43,6 +43,10 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             diff_text(&m.vs_decode)
         );
     }
+    println!(
+        "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
+        r.verified_plans
+    );
     let d = &r.detection;
     println!(
         "  detection: token {} changed, logits first differ at {} ({})",
@@ -65,6 +69,7 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
 
 pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String {
     let modes: usize = reports.iter().map(|r| r.modes.len()).sum();
+    let verified: usize = reports.iter().map(|r| r.verified_plans).sum();
     let goldens: Vec<String> = reports
         .iter()
         .filter_map(|r| r.golden.map(|g| format!("{} ratio {:.3}", r.name, g.ratio)))
@@ -75,7 +80,8 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
         .map(|r| r.name.as_str())
         .collect();
     format!(
-        "{} {} models, {modes} mode runs byte-identical{}{}, {seconds:.1} s",
+        "{} {} models, {modes} mode runs byte-identical, {verified} plans verified{}{}, \
+         {seconds:.1} s",
         if pass { "PASS" } else { "FAIL" },
         reports.len(),
         if goldens.is_empty() {

@@ -7,6 +7,7 @@ use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
 
 use super::golden::{Golden, GoldenFigures};
+use super::verified::verify_exec_plans;
 
 pub enum Weights {
     Random { seed: u64 },
@@ -112,6 +113,8 @@ pub struct CaseReport {
     pub modes: Vec<ModeRow>,
     pub detection: Detection,
     pub golden: Option<GoldenFigures>,
+    /// Plans of both execs (every program and route arm) rebuilt with the verifier on.
+    pub verified_plans: usize,
     /// The all-rules decode of the first prompt, `[T * V]` (compared across backends).
     pub decode_logits: Vec<f32>,
 }
@@ -154,6 +157,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference = build_exec(case, rules, backend, Policy::reference_only())?;
     let mut fused = build_exec(case, rules, backend, Policy::default())?;
+    let verified_plans = verify_exec_plans(&reference, rules, &Policy::reference_only(), backend)?
+        + verify_exec_plans(&fused, rules, &Policy::default(), backend)?;
 
     let prompts: Vec<Vec<u32>> = (0..widest)
         .map(|r| {
@@ -251,6 +256,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         modes,
         detection,
         golden,
+        verified_plans,
         decode_logits: fused_alone,
     })
 }

@@ -65,10 +65,12 @@ pub fn compile(
         .map_err(|e| format!("nvrtcCreateProgram({module}.cu): {e:?}"))?;
     // SAFETY: `prog` is live until destroy_program below; src and name outlive it.
     let compiled = unsafe { result::compile_program(prog, &options) };
+    // SAFETY: `prog` is live (destroyed below); the log is copied out before that.
     let log = unsafe { result::get_program_log(prog) }
         .map(|chars| c_chars_to_string(&chars))
         .unwrap_or_default();
     let ptx = match compiled {
+        // SAFETY: `prog` compiled and is still live; the PTX is copied out before destroy.
         Ok(()) => unsafe { result::get_ptx(prog) }
             .map(|chars| c_chars_to_string(&chars))
             .map_err(|e| format!("nvrtcGetPTX({module}.cu): {e:?}")),

@@ -5,8 +5,8 @@
 //! right before their consumer (or at the step's end, on stream 0).
 
 use super::streams::StreamPlan;
-use super::{EventId, Step, StepKind};
 use crate::fuser::GroupId;
+use crate::plan::{EventId, Step, StepKind};
 
 /// Returns the steps and the number of events.
 pub fn linearise(order: &[GroupId], streams: &StreamPlan) -> (Vec<Step>, usize) {

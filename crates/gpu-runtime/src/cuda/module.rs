@@ -55,12 +55,16 @@ impl Modules {
                 ),
             });
         };
-        let entries = ptx_entries(ptx);
+        // Names are checked before the module loads, so a bad one leaves nothing to unload.
+        let entries = ptx_entries(ptx)
+            .into_iter()
+            .map(|func| kernel_c_name(image.name, &func).map(|c_name| (func, c_name)))
+            .collect::<Result<Vec<_>, _>>()?;
         let raw = load_ptx(image.name, ptx)?;
         let mut found = Vec::with_capacity(entries.len());
-        for func in &entries {
+        for (func, c_name) in entries {
             let name = format!("{}::{func}", image.name);
-            match get_function(raw, func) {
+            match get_function(raw, c_name) {
                 Ok(function) => found.push(Kernel { name, function }),
                 Err(error) => {
                     // SAFETY: `raw` was loaded above and nothing refers to it yet.
@@ -166,8 +170,42 @@ fn load_ptx(module: &str, ptx: &str) -> Result<CUmodule, GpuError> {
     }
 }
 
-fn get_function(module: CUmodule, func: &str) -> Result<CUfunction, cudarc::driver::DriverError> {
-    let name = CString::new(func).expect("PTX identifiers hold no NUL");
+/// A kernel's name as `cuModuleGetFunction` takes it; a NUL byte in it is an error naming the
+/// kernel, not a panic (the name comes from the caller's PTX).
+fn kernel_c_name(module: &str, func: &str) -> Result<CString, GpuError> {
+    CString::new(func).map_err(|_| GpuError::Driver {
+        call: "cuModuleGetFunction",
+        message: format!(
+            "kernel `{module}::{}`: the name contains a NUL byte",
+            func.escape_debug()
+        ),
+    })
+}
+
+fn get_function(
+    module: CUmodule,
+    name: CString,
+) -> Result<CUfunction, cudarc::driver::DriverError> {
     // SAFETY: `module` is a loaded module; `name` is NUL-terminated.
     unsafe { cudarc::driver::result::module::get_function(module, name) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_name_with_a_nul_is_an_error_naming_the_kernel() {
+        let error = kernel_c_name("gemv", "lin\0ear").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "cuModuleGetFunction: kernel `gemv::lin\\0ear`: the name contains a NUL byte"
+        );
+    }
+
+    #[test]
+    fn a_plain_kernel_name_converts() {
+        let name = kernel_c_name("gemv", "linear").unwrap();
+        assert_eq!(name.as_bytes(), b"linear");
+    }
 }

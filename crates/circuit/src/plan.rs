@@ -1,0 +1,122 @@
+//! The plan types: `ExecutionPlan` (one (mode, rows) of a model: launch order, streams,
+//! events and the arena), its `Step`s and `Buffer`s, and `plans_digest`.
+//!
+//! Data only, with what can be read off it: the planner (`planner`) builds it, the verifier
+//! (`verify`) checks it, `display` prints it. Invariant: this module depends on neither, so
+//! the verifier never depends on the passes' driver.
+
+use std::fmt::Write as _;
+
+use crate::fuser::{FusionPlan, Group, GroupId};
+use crate::ir::{Circuit, Dtype, Shape, TensorId};
+use crate::mode::Mode;
+use crate::rules::hex_sha256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    Launch(GroupId),
+    Record(EventId),
+    Wait(EventId),
+}
+
+/// One entry of the submission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub stream: u8,
+    pub kind: StepKind,
+}
+
+/// An arena buffer: one kept edge at its offset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    pub tensor: TensorId,
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Shape,
+    pub bytes: usize,
+    pub offset: usize,
+    pub writer: GroupId,
+    pub readers: Vec<GroupId>,
+    /// Positions (in launch order) of its writer and last reader.
+    pub first: usize,
+    pub last: usize,
+}
+
+/// One (mode, rows) of a model, ready to compile into a program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionPlan {
+    pub circuit: String,
+    pub mode: Mode,
+    pub rows: usize,
+    pub fusion: FusionPlan,
+    /// Groups in launch order.
+    pub order: Vec<GroupId>,
+    /// Stream of each group, indexed by `GroupId`.
+    pub stream_of: Vec<u8>,
+    pub steps: Vec<Step>,
+    pub buffers: Vec<Buffer>,
+    pub num_streams: usize,
+    pub event_count: usize,
+    pub pool_bytes: usize,
+    pub live_lower_bound: usize,
+    pub placement: &'static str,
+    pub kernel_count_original: usize,
+    pub kernel_count_fused: usize,
+    /// Fused launches in one decoder layer (the middle one).
+    pub launches_per_layer: usize,
+    pub rules_digest: String,
+    /// SHA-256 over `canonical_text`: the fusion, the steps and the arena.
+    pub digest: String,
+}
+
+impl ExecutionPlan {
+    pub fn group(&self, id: GroupId) -> &Group {
+        self.fusion.group(id)
+    }
+
+    pub fn steps_on(&self, stream: u8) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(move |s| s.stream == stream)
+    }
+
+    pub fn total_steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Kernel launches per step (a group may launch several kernels).
+    pub fn compute_steps(&self) -> usize {
+        self.kernel_count_fused
+    }
+
+    pub fn buffer_of(&self, tensor: TensorId) -> Option<&Buffer> {
+        self.buffers.iter().find(|b| b.tensor == tensor)
+    }
+
+    /// The fusion's text, then the steps and the arena: what the plan digest covers.
+    pub fn canonical_text(&self, circuit: &Circuit) -> String {
+        let mut out = self.fusion.canonical_text(circuit);
+        for step in &self.steps {
+            let _ = match step.kind {
+                StepKind::Launch(g) => writeln!(out, "s{} launch {}", step.stream, g.0),
+                StepKind::Record(e) => writeln!(out, "s{} record {}", step.stream, e.0),
+                StepKind::Wait(e) => writeln!(out, "s{} wait {}", step.stream, e.0),
+            };
+        }
+        for b in &self.buffers {
+            let _ = writeln!(out, "buffer {} {}+{}", b.name, b.offset, b.bytes);
+        }
+        let _ = writeln!(out, "pool {}", self.pool_bytes);
+        out
+    }
+}
+
+/// SHA-256 over the digests of `plans`, in order: one name for a model's whole ladder.
+pub fn plans_digest<'a>(plans: impl IntoIterator<Item = &'a ExecutionPlan>) -> String {
+    let mut text = String::new();
+    for p in plans {
+        let _ = writeln!(text, "{} {} {}", p.mode, p.rows, p.digest);
+    }
+    hex_sha256(text.as_bytes())
+}

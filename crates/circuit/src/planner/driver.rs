@@ -1,0 +1,143 @@
+//! The pass driver: `ExecutionPlan::build` runs topo → liveness → streams → memory →
+//! linearise and, when `BuildOptions::verify` is on, the verifier after each pass and on the
+//! finished plan.
+//!
+//! Invariant: with verification on, `build` returns only plans `verify::verify_plan` accepts
+//! (a failure is a compiler bug reported as `CircuitError::Verify`).
+
+use super::{linearise, liveness, memory, streams, topo};
+use crate::error::CircuitError;
+use crate::fuser::fuse;
+use crate::instance::Instance;
+use crate::mode::Mode;
+use crate::plan::{Buffer, ExecutionPlan};
+use crate::policy::{Available, Policy};
+use crate::rules::{hex_sha256, RuleSet};
+use crate::verify;
+
+/// Whether `build` runs the verifier after each pass: by default in debug builds only;
+/// release callers that want it (`cargo xtask plan --verify`, parity) say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildOptions {
+    pub verify: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            verify: cfg!(debug_assertions),
+        }
+    }
+}
+
+impl ExecutionPlan {
+    pub fn build(
+        instance: &Instance,
+        rules: &RuleSet,
+        available: &Available,
+        policy: &Policy,
+        mode: Mode,
+        rows: usize,
+    ) -> Result<ExecutionPlan, CircuitError> {
+        Self::build_with(
+            instance,
+            rules,
+            available,
+            policy,
+            mode,
+            rows,
+            BuildOptions::default(),
+        )
+    }
+
+    pub fn build_with(
+        instance: &Instance,
+        rules: &RuleSet,
+        available: &Available,
+        policy: &Policy,
+        mode: Mode,
+        rows: usize,
+        options: BuildOptions,
+    ) -> Result<ExecutionPlan, CircuitError> {
+        let circuit = &instance.circuit;
+        let check = options.verify;
+        let fusion = fuse(circuit, rules, available, policy, mode, rows)?;
+        if check {
+            verify::check_cover(circuit, &fusion, available)?;
+        }
+        let graph = topo::group_graph(circuit, &fusion);
+        let order = topo::topo_order(&graph)?;
+        if check {
+            verify::check_order(circuit, &fusion, &order)?;
+        }
+        let lifetimes = liveness::liveness(circuit, &fusion, &order);
+        if check {
+            verify::check_liveness(circuit, &fusion, &order, &lifetimes)?;
+        }
+        let streams = streams::assign_streams(circuit, &fusion, &order, policy.max_streams);
+        if check {
+            verify::check_streams(circuit, &fusion, &streams)?;
+        }
+        let adjacency = memory::conflicts(&lifetimes, |a, b| streams.happens_before(a, b));
+        let placement = memory::place(&lifetimes, &adjacency);
+        let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
+        if check {
+            verify::check_memory(&lifetimes, &adjacency, &placement, live_lower_bound)?;
+        }
+        let (steps, event_count) = linearise::linearise(&order, &streams);
+
+        let buffers = lifetimes
+            .iter()
+            .zip(&placement.offsets)
+            .map(|(l, &offset)| {
+                let t = circuit.tensor(l.tensor);
+                Buffer {
+                    tensor: l.tensor,
+                    name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    bytes: l.bytes,
+                    offset,
+                    writer: l.writer,
+                    readers: l.readers.clone(),
+                    first: l.first,
+                    last: l.last,
+                }
+            })
+            .collect();
+        let middle = circuit.num_layers / 2;
+        let mut plan = ExecutionPlan {
+            circuit: circuit.name.clone(),
+            mode,
+            rows,
+            order,
+            stream_of: streams.stream_of,
+            steps,
+            buffers,
+            num_streams: streams.num_streams,
+            event_count,
+            pool_bytes: placement.pool_bytes,
+            live_lower_bound,
+            placement: placement.strategy,
+            kernel_count_original: fusion.kernel_count_original,
+            kernel_count_fused: fusion.kernel_count_fused,
+            launches_per_layer: if circuit.num_layers > 0 {
+                fusion.launches_in_layer(middle)
+            } else {
+                0
+            },
+            rules_digest: fusion.rules_digest.clone(),
+            fusion,
+            digest: String::new(),
+        };
+        plan.digest = hex_sha256(plan.canonical_text(circuit).as_bytes());
+        if check {
+            verify::verify_plan(circuit, &plan, available)?;
+        }
+        tracing::debug!(
+            circuit = %plan.circuit, mode = %mode, rows, launches = plan.compute_steps(),
+            pool_bytes = plan.pool_bytes, bound = plan.live_lower_bound, "built plan"
+        );
+        Ok(plan)
+    }
+}

@@ -1,0 +1,165 @@
+//! Every source module of the workspace is named in `docs/ARCHITECTURE.md`, the code map: in
+//! its crate's section (`## crates/<dir>`, `## xtask`) as an identifier inside backticks
+//! (`name`, `parent::name`, `{a, name}`), or anywhere by its path.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use solder_tests::workspace_root;
+
+/// The identifiers inside the text's backtick spans.
+fn backticked_identifiers(text: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|span| {
+            span.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| !word.is_empty())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// The module a source file is: its stem, or its folder's name for `mod.rs`; `lib.rs` and
+/// `main.rs` are crate roots, not modules.
+fn module_name(file: &Path) -> Option<String> {
+    let stem = file.file_stem()?.to_str()?;
+    match stem {
+        "lib" | "main" => None,
+        "mod" => Some(file.parent()?.file_name()?.to_str()?.to_string()),
+        _ => Some(stem.to_string()),
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The doc's section whose heading starts with the word `heading` (`## crates/circuit — ...`),
+/// up to the next `## `.
+fn section<'a>(doc: &'a str, heading: &str) -> Option<&'a str> {
+    let is_heading = |at: usize| {
+        let line_start = at == 0 || doc[..at].ends_with('\n');
+        let rest = &doc[at + 3..];
+        line_start
+            && rest.starts_with(heading)
+            && rest[heading.len()..].starts_with(|c: char| c.is_whitespace())
+    };
+    let start = doc
+        .match_indices("## ")
+        .map(|(at, _)| at)
+        .find(|&at| is_heading(at))?;
+    let body = &doc[start + 3..];
+    let end = body.find("\n## ").map_or(body.len(), |at| at + 1);
+    Some(&body[..end])
+}
+
+/// The section a source file's crate is described in: `crates/<dir>` or `xtask`.
+fn crate_heading(relative: &str) -> String {
+    match relative.strip_prefix("crates/") {
+        Some(rest) => format!("crates/{}", rest.split('/').next().unwrap_or(rest)),
+        None => relative.split('/').next().unwrap_or(relative).to_string(),
+    }
+}
+
+/// `(path relative to the root, module name)` of every module under `crates/*/src` and
+/// `xtask/src`.
+fn source_modules(root: &Path) -> Vec<(String, String)> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|src| src.is_dir())
+        .collect();
+    dirs.sort();
+    dirs.push(root.join("xtask/src"));
+    let mut files = Vec::new();
+    for dir in &dirs {
+        rust_files(dir, &mut files);
+    }
+    files
+        .iter()
+        .filter_map(|file| {
+            let relative = file.strip_prefix(root).ok()?.to_str()?.to_string();
+            Some((relative, module_name(file)?))
+        })
+        .collect()
+}
+
+/// The modules `doc` names neither in their crate's section nor by path.
+fn missing<'a>(modules: &'a [(String, String)], doc: &str) -> Vec<&'a (String, String)> {
+    modules
+        .iter()
+        .filter(|(path, name)| {
+            let named = section(doc, &crate_heading(path))
+                .is_some_and(|text| backticked_identifiers(text).contains(name));
+            !named && !doc.contains(path.as_str())
+        })
+        .collect()
+}
+
+#[test]
+fn module_names_are_read_from_paths_and_backticks() {
+    assert_eq!(module_name(Path::new("a/src/lib.rs")), None);
+    assert_eq!(module_name(Path::new("a/src/main.rs")), None);
+    assert_eq!(
+        module_name(Path::new("a/src/planner/mod.rs")).as_deref(),
+        Some("planner")
+    );
+    assert_eq!(
+        module_name(Path::new("a/src/planner/topo.rs")).as_deref(),
+        Some("topo")
+    );
+    let doc = "# Map\n\n## crates/xy\n\n`memory`\n\n## crates/x — `x`\n\n`parity::builtin`, \
+               `planner::{topo, liveness}` and plain memory; see crates/x/src/bare.rs\n\n\
+               ## crates/y\n\n`other`\n";
+    let modules: Vec<(String, String)> = ["builtin", "topo", "liveness", "memory", "bare", "other"]
+        .iter()
+        .map(|name| (format!("crates/x/src/{name}.rs"), name.to_string()))
+        .collect();
+    let absent: Vec<&str> = missing(&modules, doc)
+        .iter()
+        .map(|(_, name)| name.as_str())
+        .collect();
+    // Outside backticks a word does not count, nor does a name in another crate's section
+    // (`crates/xy` is not `crates/x`).
+    assert_eq!(absent, ["memory", "other"]);
+    assert_eq!(crate_heading("crates/x/src/a/b.rs"), "crates/x");
+    assert_eq!(crate_heading("xtask/src/a.rs"), "xtask");
+}
+
+#[test]
+fn every_source_module_is_named_in_the_architecture_doc() {
+    let root = workspace_root();
+    let doc_path = root.join("docs/ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
+    let modules = source_modules(&root);
+    assert!(
+        modules.len() > 50,
+        "found only {} modules under {}",
+        modules.len(),
+        root.display()
+    );
+    let absent: Vec<String> = missing(&modules, &doc)
+        .iter()
+        .map(|(path, name)| format!("  `{name}` ({path})"))
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "{} modules are not named in docs/ARCHITECTURE.md (in their crate's section as \
+         `name` in backticks, or by path):\n{}",
+        absent.len(),
+        absent.join("\n")
+    );
+}

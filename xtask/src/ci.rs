@@ -1,0 +1,173 @@
+//! `cargo xtask ci`: the CI job beside the README's test command (`.ci/run` runs the two).
+//!
+//! Invariant: `STEPS` is the one list of what CI runs besides `cargo test --workspace`; each
+//! step is a `cargo` subprocess from the workspace root, run in order under a header, and the
+//! first that fails stops the job with an error naming it.
+
+use std::process::Command;
+use std::time::Instant;
+
+use crate::args::Args;
+
+/// One CI step: a name for the header and the failure, and `cargo`'s arguments.
+pub struct Step {
+    pub name: &'static str,
+    pub cargo: &'static [&'static str],
+}
+
+pub const STEPS: &[Step] = &[
+    Step {
+        name: "format",
+        cargo: &["fmt", "--all", "--", "--check"],
+    },
+    // The GPU code compiles without a GPU (cudarc loads the driver at run time).
+    Step {
+        name: "cuda build",
+        cargo: &["build", "-p", "xtask", "--features", "cuda"],
+    },
+    Step {
+        name: "gpu-runtime cuda unit tests",
+        cargo: &[
+            "test",
+            "-p",
+            "solder-gpu-runtime",
+            "--features",
+            "cuda",
+            "--lib",
+        ],
+    },
+    Step {
+        name: "model-layers cuda unit tests",
+        cargo: &[
+            "test",
+            "-p",
+            "solder-model-layers",
+            "--features",
+            "cuda",
+            "--lib",
+        ],
+    },
+    Step {
+        name: "ptx check",
+        cargo: &["xtask", "ptx", "--check"],
+    },
+    Step {
+        name: "plans (verified)",
+        cargo: &[
+            "xtask",
+            "plan",
+            "--config",
+            "tests/fixtures/configs/llama-3.1-8b.json",
+            "--all",
+            "--verify",
+        ],
+    },
+    Step {
+        name: "parity",
+        cargo: &["xtask", "parity"],
+    },
+    Step {
+        name: "parity goldens",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--goldens",
+            "tests/fixtures/golden",
+            "--json",
+            "target/parity-goldens.json",
+        ],
+    },
+    Step {
+        name: "gpu-step on the cpu backend",
+        cargo: &["xtask", "gpu-step", "--backend", "cpu"],
+    },
+];
+
+const HELP: &str = "usage: cargo xtask ci [--list]
+
+  runs every CI step but the README's test command (`cargo test --workspace`), in order,
+  each as a cargo subprocess; stops at the first failure and names it
+  --list    print the steps and their commands, run nothing";
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    let args = Args::parse(argv, &[], &["list", "help"])?;
+    if args.flag("help") {
+        println!("{HELP}");
+        return Ok(());
+    }
+    if args.flag("list") {
+        for (i, step) in STEPS.iter().enumerate() {
+            println!("{:>2}. {:<30} {}", i + 1, step.name, command_line(step));
+        }
+        return Ok(());
+    }
+    // The cargo that runs xtask, so nested runs use the same toolchain.
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = crate::workspace_root();
+    let started = Instant::now();
+    let mut times = Vec::with_capacity(STEPS.len());
+    for (i, step) in STEPS.iter().enumerate() {
+        println!(
+            "\n==== ci {}/{}: {} ({})",
+            i + 1,
+            STEPS.len(),
+            step.name,
+            command_line(step)
+        );
+        let t = Instant::now();
+        let status = Command::new(&cargo)
+            .args(step.cargo)
+            .current_dir(&root)
+            .status()
+            .map_err(|e| format!("ci step `{}`: cannot start cargo: {e}", step.name))?;
+        if !status.success() {
+            return Err(format!(
+                "ci step {}/{} `{}` failed ({status}): {}",
+                i + 1,
+                STEPS.len(),
+                step.name,
+                command_line(step)
+            ));
+        }
+        times.push(t.elapsed().as_secs_f64());
+    }
+    println!("\n==== ci: all {} steps passed", STEPS.len());
+    for (step, seconds) in STEPS.iter().zip(&times) {
+        println!("  {:<30} {seconds:>7.1} s", step.name);
+    }
+    println!(
+        "  {:<30} {:>7.1} s",
+        "total",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn command_line(step: &Step) -> String {
+    format!("cargo {}", step.cargo.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_names_are_unique_and_every_step_is_a_cargo_command() {
+        let mut names: Vec<&str> = STEPS.iter().map(|s| s.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), STEPS.len(), "two steps share a name");
+        assert!(STEPS.iter().all(|s| !s.cargo.is_empty()));
+    }
+
+    #[test]
+    fn ci_run_calls_the_test_command_and_this_job_only() {
+        let script = std::fs::read_to_string(crate::workspace_root().join(".ci/run")).unwrap();
+        let commands: Vec<&str> = script
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("cargo "))
+            .collect();
+        assert_eq!(commands, ["cargo test --workspace", "cargo xtask ci"]);
+    }
+}
