@@ -78,7 +78,7 @@ impl ExecutionPlan {
         if check {
             verify::check_streams(circuit, &fusion, &streams)?;
         }
-        let adjacency = memory::conflicts(&lifetimes, |a, b| streams.happens_before(a, b));
+        let adjacency = memory::conflicts(&lifetimes, &streams);
         let placement = memory::place(&lifetimes, &adjacency);
         let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
         if check {
