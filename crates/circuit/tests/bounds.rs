@@ -217,3 +217,39 @@ fn a_config_at_the_bounds_plans_without_overflow() {
         assert!(bytes <= MAX_TENSOR_BYTES, "{}", slot.name);
     }
 }
+
+/// A circuit's fields are public: one edited past the builder's checks is refused by the
+/// planner by name (it used to plan 0-byte buffers, or overflow in the placement).
+#[test]
+fn planner_refuses_a_hand_edited_tensor_too_large() {
+    let config = llama(TINY);
+    let rules = RuleSet::from_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml"),
+    )
+    .expect("shipped rules");
+    let available = Available::all_kernels(&rules);
+    for dims in [vec![1usize << 63], vec![1 << 40, 1 << 30], vec![1 << 47]] {
+        let mut instance =
+            Instance::from_config_with(&config, ServeShape::default(), CircuitOptions::default())
+                .expect("instance");
+        let index = instance
+            .circuit
+            .tensors
+            .iter()
+            .position(|t| t.binding == Binding::Arena && t.shape.per_row)
+            .expect("an arena tensor");
+        instance.circuit.tensors[index].shape.dims = dims.clone();
+        let name = instance.circuit.tensors[index].name.clone();
+        let err = ExecutionPlan::build_with(
+            &instance,
+            &rules,
+            &available,
+            &Policy::default(),
+            Mode::MultiSeq,
+            8,
+            BuildOptions { verify: true },
+        )
+        .expect_err("too large");
+        too_large(err, &name);
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! Invariants: offsets are multiples of `ALIGN`; two buffers that may be live at the same
 //! time (neither's uses all happen before the other's writer) never share a byte;
-//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes.
+//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes. Sizes
+//! saturate, never wrap: `usize::MAX` marks an arena too large, which the driver refuses.
 
 use std::collections::BTreeSet;
 
@@ -13,8 +14,10 @@ use crate::fuser::GroupId;
 /// Every buffer starts on a 256-byte boundary (vector loads, TMA and cp.async want it).
 pub const ALIGN: usize = 256;
 
+/// `bytes` rounded up to `ALIGN`; saturates rather than wrap (the driver refuses a buffer
+/// above `MAX_TENSOR_BYTES` before placing anything).
 pub fn align_up(bytes: usize) -> usize {
-    bytes.div_ceil(ALIGN) * ALIGN
+    bytes.div_ceil(ALIGN).saturating_mul(ALIGN)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,18 +121,19 @@ pub fn conflicts_pairwise(
 
 /// Peak over positions of the sum of aligned bytes live there (linear order).
 pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
-    let mut delta = vec![0isize; positions + 1];
+    // i128: the sums of usize sizes neither wrap nor change sign.
+    let mut delta = vec![0i128; positions + 1];
     for l in lifetimes {
-        delta[l.first] += align_up(l.bytes) as isize;
-        delta[l.last + 1] -= align_up(l.bytes) as isize;
+        delta[l.first] += align_up(l.bytes) as i128;
+        delta[l.last + 1] -= align_up(l.bytes) as i128;
     }
-    let mut live = 0isize;
-    let mut peak = 0isize;
+    let mut live = 0i128;
+    let mut peak = 0i128;
     for d in delta {
         live += d;
         peak = peak.max(live);
     }
-    peak as usize
+    usize::try_from(peak).unwrap_or(usize::MAX)
 }
 
 /// Greedy first-fit under several orderings, keeping the smallest arena (ties keep the
@@ -192,21 +196,19 @@ fn first_fit(
     for &i in order {
         let size = align_up(lifetimes[i].bytes);
         taken.clear();
-        taken.extend(
-            adjacency[i]
-                .iter()
-                .filter_map(|&j| offsets[j].map(|o| (o, o + align_up(lifetimes[j].bytes)))),
-        );
+        taken.extend(adjacency[i].iter().filter_map(|&j| {
+            offsets[j].map(|o| (o, o.saturating_add(align_up(lifetimes[j].bytes))))
+        }));
         taken.sort_unstable();
-        let mut offset = 0;
+        let mut offset: usize = 0;
         for &(start, end) in &taken {
-            if start >= offset + size {
+            if start >= offset.saturating_add(size) {
                 break;
             }
             offset = offset.max(end);
         }
         offsets[i] = Some(offset);
-        pool_bytes = pool_bytes.max(offset + size);
+        pool_bytes = pool_bytes.max(offset.saturating_add(size));
     }
     Placement {
         offsets: offsets.into_iter().map(|o| o.unwrap_or(0)).collect(),
