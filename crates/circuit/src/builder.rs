@@ -2,15 +2,17 @@
 //! for engines that describe their models themselves.
 //!
 //! Invariant: what `finish` returns satisfies `ir`'s invariants (topological op order, one
-//! writer per tensor, unique op names, unique weight slots); violations are errors naming the
-//! op or tensor, never panics.
+//! writer per tensor, unique op names, unique weight slots) and every size in it fits: each
+//! tensor at `MAX_ROWS` rows, each weight slot and each state slot or page takes at most
+//! `MAX_TENSOR_BYTES`, computed with checked arithmetic; violations are errors naming the op,
+//! tensor, weight or state, never panics.
 
 use std::collections::HashMap;
 
 use crate::error::CircuitError;
 use crate::ir::{
     Attr, Binding, Circuit, Dtype, LayerKind, MetaField, NodeId, Op, Shape, StateDecl, StateId,
-    StateKind, Tensor, TensorId, WeightId, WeightSlot,
+    StateKind, Tensor, TensorId, WeightId, WeightSlot, MAX_ROWS, MAX_TENSOR_BYTES,
 };
 use crate::ops::OpKind;
 
@@ -108,6 +110,55 @@ pub struct CircuitBuilder {
     circuit: Circuit,
     weight_index: HashMap<String, WeightId>,
     op_names: HashMap<String, NodeId>,
+    /// The first refusal of a call that returns no `Result` (`input`, `state`); `finish`
+    /// returns it.
+    refused: Option<CircuitError>,
+}
+
+/// Refuses a size that overflowed (`None`) or exceeds `MAX_TENSOR_BYTES`.
+fn check_size(
+    what: &str,
+    name: &str,
+    shape: &str,
+    bytes: Option<usize>,
+) -> Result<(), CircuitError> {
+    match bytes {
+        Some(bytes) if bytes <= MAX_TENSOR_BYTES => Ok(()),
+        _ => Err(CircuitError::TooLarge {
+            what: what.to_string(),
+            name: name.to_string(),
+            shape: shape.to_string(),
+            max: MAX_TENSOR_BYTES,
+        }),
+    }
+}
+
+/// A tensor is checked at the widest plan (`MAX_ROWS`), so `Tensor::bytes` is exact at
+/// every rows a plan may have.
+fn check_tensor(spec: &OutSpec) -> Result<(), CircuitError> {
+    let tensor = Tensor {
+        name: String::new(),
+        dtype: spec.dtype,
+        shape: spec.shape.clone(),
+        binding: spec.binding,
+    };
+    let shape = format!("{} {} at {MAX_ROWS} rows", spec.dtype.as_str(), spec.shape);
+    check_size("tensor", &spec.name, &shape, tensor.checked_bytes(MAX_ROWS))
+}
+
+fn check_weight(name: &str, shape: &[usize], dtype: Dtype) -> Result<(), CircuitError> {
+    let bytes = shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |acc, &d| acc.checked_mul(d));
+    check_size("weight", name, &format!("{shape:?}"), bytes)
+}
+
+fn check_state(name: &str, kind: &StateKind) -> Result<(), CircuitError> {
+    let bytes = match kind {
+        StateKind::KvPages { .. } => kind.checked_page_bytes(),
+        _ => kind.checked_slot_bytes(),
+    };
+    check_size("state", name, &format!("{kind:?}"), bytes)
 }
 
 impl CircuitBuilder {
@@ -126,11 +177,16 @@ impl CircuitBuilder {
             },
             weight_index: HashMap::new(),
             op_names: HashMap::new(),
+            refused: None,
         }
     }
 
-    /// A model input (written by the session, not by an op).
+    /// A model input (written by the session, not by an op). One too large is refused by
+    /// `finish`.
     pub fn input(&mut self, spec: OutSpec) -> TensorId {
+        if let Err(err) = check_tensor(&spec) {
+            self.refused.get_or_insert(err);
+        }
         self.push_tensor(spec, None)
     }
 
@@ -147,6 +203,7 @@ impl CircuitBuilder {
             }
             return Ok(id);
         }
+        check_weight(name, shape, Dtype::Bf16)?;
         let id = WeightId(self.circuit.weights.len() as u32);
         self.circuit.weights.push(WeightSlot {
             name: name.to_string(),
@@ -173,6 +230,7 @@ impl CircuitBuilder {
         }
         let mut shape = vec![parts.len()];
         shape.extend_from_slice(part_shape);
+        check_weight(name, &shape, Dtype::Bf16)?;
         let id = WeightId(self.circuit.weights.len() as u32);
         self.circuit.weights.push(WeightSlot {
             name: name.to_string(),
@@ -184,12 +242,14 @@ impl CircuitBuilder {
         Ok(id)
     }
 
+    /// A persistent state; one whose slot (or page) is too large is refused by `finish`.
     pub fn state(&mut self, name: impl Into<String>, kind: StateKind) -> StateId {
+        let name = name.into();
+        if let Err(err) = check_state(&name, &kind) {
+            self.refused.get_or_insert(err);
+        }
         let id = StateId(self.circuit.states.len() as u32);
-        self.circuit.states.push(StateDecl {
-            name: name.into(),
-            kind,
-        });
+        self.circuit.states.push(StateDecl { name, kind });
         id
     }
 
@@ -216,6 +276,9 @@ impl CircuitBuilder {
                     spec.name, w.0
                 )));
             }
+        }
+        for output in outputs {
+            check_tensor(output)?;
         }
         let node = NodeId(self.circuit.ops.len() as u32);
         for input in &spec.inputs {
@@ -248,6 +311,9 @@ impl CircuitBuilder {
     }
 
     pub fn finish(self) -> Result<Circuit, CircuitError> {
+        if let Some(err) = self.refused {
+            return Err(err);
+        }
         let c = self.circuit;
         for (i, t) in c.tensors.iter().enumerate() {
             let written = c.producers[i].is_some();

@@ -57,6 +57,16 @@ pub enum CircuitError {
         rule: String,
         kernel: String,
     },
+    #[error(
+        "{what} `{name}` ({shape}) is too large: its bytes overflow or exceed {max} \
+         (a dimension above solder_config::DIM_BOUNDS?)"
+    )]
+    TooLarge {
+        what: String,
+        name: String,
+        shape: String,
+        max: usize,
+    },
     #[error("plan verifier failed after the {pass} pass: {message}")]
     Verify { pass: &'static str, message: String },
 }

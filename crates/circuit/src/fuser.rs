@@ -217,7 +217,42 @@ struct Cover<'c> {
     /// Smallest and largest node index of each group, to bound the cycle search.
     group_min: Vec<u32>,
     group_max: Vec<u32>,
+    /// The largest `group_max` of the groups whose `group_min` is at most a node index.
+    reach: PrefixMax,
     rules: Vec<Rule>,
+}
+
+/// A Fenwick tree of maxima over node indices: raise one entry, read the maximum of a
+/// prefix, both in O(log n), so the cycle search's bound costs no pass over every group.
+struct PrefixMax {
+    tree: Vec<u32>,
+}
+
+impl PrefixMax {
+    fn new(len: usize) -> Self {
+        PrefixMax {
+            tree: vec![0; len + 1],
+        }
+    }
+
+    fn raise(&mut self, index: u32, value: u32) {
+        let mut i = index as usize + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].max(value);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The maximum raised at indices `0..=index` (0 when none).
+    fn max_upto(&self, index: u32) -> u32 {
+        let mut i = (index as usize + 1).min(self.tree.len() - 1);
+        let mut best = 0;
+        while i > 0 {
+            best = best.max(self.tree[i]);
+            i -= i & i.wrapping_neg();
+        }
+        best
+    }
 }
 
 impl<'c> Cover<'c> {
@@ -228,6 +263,7 @@ impl<'c> Cover<'c> {
             groups: Vec::new(),
             group_min: Vec::new(),
             group_max: Vec::new(),
+            reach: PrefixMax::new(circuit.ops.len()),
             rules: Vec::new(),
         }
     }
@@ -289,17 +325,17 @@ impl<'c> Cover<'c> {
         let inside: HashSet<NodeId> = nodes.iter().copied().collect();
         // Past `bound`, nothing leads back: every group reaching below it ends at or before it.
         let mut bound = nodes.iter().map(|n| n.0).max().unwrap_or(0);
+        // The furthest group that starts at or before the bound and ends past it moves the
+        // bound to its end, until none does (a prefix maximum, not a pass over every group).
         loop {
-            let grown = (0..self.groups.len())
-                .filter(|&g| self.group_min[g] <= bound && self.group_max[g] > bound)
-                .map(|g| self.group_max[g])
-                .max();
-            match grown {
-                Some(b) => bound = b,
-                None => break,
+            let grown = self.reach.max_upto(bound);
+            if grown <= bound {
+                break;
             }
+            bound = grown;
         }
-        let mut seen = vec![false; c.ops.len()];
+        // Only the nodes visited, not a flag per op: a search is local, the circuit is not.
+        let mut seen: HashSet<NodeId> = HashSet::new();
         let mut stack: Vec<NodeId> = Vec::new();
         let push_readers = |n: NodeId, stack: &mut Vec<NodeId>| {
             for &t in &c.op(n).outputs {
@@ -317,7 +353,7 @@ impl<'c> Cover<'c> {
             }
         }
         while let Some(n) = stack.pop() {
-            if std::mem::replace(&mut seen[n.0 as usize], true) {
+            if !seen.insert(n) {
                 continue;
             }
             if inside.contains(&n) {
@@ -326,7 +362,7 @@ impl<'c> Cover<'c> {
             match self.owner[n.0 as usize] {
                 Some(g) if self.group_min[g] <= bound => {
                     for &m in &self.groups[g].1 {
-                        seen[m.0 as usize] = true;
+                        seen.insert(m);
                         push_readers(m, &mut stack);
                     }
                 }
@@ -342,10 +378,13 @@ impl<'c> Cover<'c> {
         for n in &nodes {
             self.owner[n.0 as usize] = Some(g);
         }
-        self.group_min
-            .push(nodes.iter().map(|n| n.0).min().unwrap_or(0));
-        self.group_max
-            .push(nodes.iter().map(|n| n.0).max().unwrap_or(0));
+        let (min, max) = (
+            nodes.iter().map(|n| n.0).min().unwrap_or(0),
+            nodes.iter().map(|n| n.0).max().unwrap_or(0),
+        );
+        self.group_min.push(min);
+        self.group_max.push(max);
+        self.reach.raise(min, max);
         self.rules.push(rule.clone());
         self.groups.push((rule.id.as_str(), nodes));
     }

@@ -6,6 +6,17 @@
 
 use std::fmt;
 
+use solder_config::{MAX_BATCH, MAX_VERIFY_WIDTH};
+
+/// The most rows a plan may have: every sequence of the widest batch checking the widest
+/// verify window at once (2^18). `Mode::check_rows` refuses more.
+pub const MAX_ROWS: usize = MAX_BATCH * MAX_VERIFY_WIDTH;
+
+/// The most bytes one tensor (at `MAX_ROWS`), weight slot or state slot may take: 256 TiB,
+/// far above what `solder_config::DIM_BOUNDS` allows (2^46), and low enough that sums over a
+/// plan's tensors stay far below `u64::MAX`. The builder refuses anything larger.
+pub const MAX_TENSOR_BYTES: usize = 1 << 48;
+
 /// Index of an op in `Circuit::ops`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(pub u32);
@@ -65,12 +76,22 @@ impl Shape {
         }
     }
 
+    /// Elements at `rows` rows; saturates at `usize::MAX` rather than wrap (see
+    /// `checked_elements`).
     pub fn elements(&self, rows: usize) -> usize {
-        let per = self.dims.iter().product::<usize>();
+        self.checked_elements(rows).unwrap_or(usize::MAX)
+    }
+
+    /// Elements at `rows` rows, `None` when the product overflows `usize`.
+    pub fn checked_elements(&self, rows: usize) -> Option<usize> {
+        let per = self
+            .dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
         if self.per_row {
-            per * rows
+            per.checked_mul(rows)
         } else {
-            per
+            Some(per)
         }
     }
 }
@@ -129,11 +150,21 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Bytes this tensor occupies at `rows` rows; zero for state edges.
+    /// Bytes this tensor occupies at `rows` rows; zero for state edges. Exact for a tensor
+    /// the builder accepted at `rows <= MAX_ROWS` (at most `MAX_TENSOR_BYTES`); otherwise it
+    /// saturates at `usize::MAX` rather than wrap (see `checked_bytes`).
     pub fn bytes(&self, rows: usize) -> usize {
+        self.checked_bytes(rows).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes at `rows` rows, `None` when the product overflows `usize`.
+    pub fn checked_bytes(&self, rows: usize) -> Option<usize> {
         match self.binding {
-            Binding::State(_) => 0,
-            _ => self.shape.elements(rows) * self.dtype.size_bytes(),
+            Binding::State(_) => Some(0),
+            _ => self
+                .shape
+                .checked_elements(rows)?
+                .checked_mul(self.dtype.size_bytes()),
         }
     }
 }
@@ -206,18 +237,45 @@ pub struct StateDecl {
 
 impl StateKind {
     /// Bytes of one sequence slot's state (recurrent kinds); KV pages are per page, not slot.
+    /// Exact for a state the builder accepted; otherwise saturates rather than wrap.
     pub fn slot_bytes(&self) -> usize {
+        self.checked_slot_bytes().unwrap_or(usize::MAX)
+    }
+
+    /// `slot_bytes`, `None` when the product overflows `usize`.
+    pub fn checked_slot_bytes(&self) -> Option<usize> {
+        let product = |factors: &[usize]| {
+            factors
+                .iter()
+                .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        };
         match *self {
-            StateKind::KvPages { .. } => 0,
+            StateKind::KvPages { .. } => Some(0),
             StateKind::GdnConv {
                 channels, history, ..
-            } => channels * history * 2,
+            } => product(&[channels, history, 2]),
             StateKind::GdnRecurrent {
                 heads,
                 key_dim,
                 value_dim,
                 ..
-            } => heads * key_dim * value_dim * 4,
+            } => product(&[heads, key_dim, value_dim, 4]),
+        }
+    }
+
+    /// Bytes of one KV page (K then V), `None` for the recurrent kinds or on overflow.
+    pub fn checked_page_bytes(&self) -> Option<usize> {
+        match *self {
+            StateKind::KvPages {
+                block_size,
+                num_kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => [2, block_size, num_kv_heads, head_dim, dtype.size_bytes()]
+                .iter()
+                .try_fold(1usize, |acc, &f| acc.checked_mul(f)),
+            _ => None,
         }
     }
 }

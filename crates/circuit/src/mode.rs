@@ -42,6 +42,10 @@ impl Mode {
     pub fn check_rows(self, rows: usize) -> Result<(), CircuitError> {
         let why = match self {
             _ if rows == 0 => Some("a plan needs at least one row"),
+            // Every byte count of a built circuit fits at up to MAX_ROWS rows.
+            _ if rows > crate::ir::MAX_ROWS => {
+                Some("more rows than MAX_ROWS (2^18: 4096 sequences of 64 tokens)")
+            }
             Mode::Decode if rows != 1 => Some("decode runs exactly one row"),
             Mode::MultiSeq | Mode::Verify if rows < 2 => Some("needs at least two rows"),
             _ => None,

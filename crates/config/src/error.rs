@@ -68,6 +68,15 @@ pub enum ConfigError {
         expected: String,
     },
 
+    #[error("{file}: key `{key}` = {value} is above its bound {max} ({reason}): refused so that every size computed from it fits")]
+    OutOfBounds {
+        file: String,
+        key: String,
+        value: String,
+        max: usize,
+        reason: &'static str,
+    },
+
     #[error("serve shape: `{field}` {problem}")]
     ServeShape {
         field: &'static str,

@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::bounds::bounded;
 use crate::ConfigError;
 
 /// One JSON object of a config file, read key by key.
@@ -111,12 +112,15 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Every integer read goes through here, so every dimension key meets its bound
+    /// (`bounds::DIM_BOUNDS`) wherever it is read.
     fn as_usize(&self, key: &str, value: &Value) -> Result<usize, ConfigError> {
         const EXPECTED: &str = "a non-negative integer";
-        value
+        let n = value
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| self.wrong_type(key, EXPECTED, value))
+            .ok_or_else(|| self.wrong_type(key, EXPECTED, value))?;
+        bounded(self, key, n)
     }
 
     fn as_f64(&self, key: &str, value: &Value) -> Result<f64, ConfigError> {

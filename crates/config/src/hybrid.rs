@@ -33,19 +33,22 @@ pub struct LinearAttnConfig {
 }
 
 impl LinearAttnConfig {
-    /// Width of q (and of k): `num_key_heads * key_head_dim`.
+    /// Width of q (and of k): `num_key_heads * key_head_dim`. The widths saturate rather
+    /// than wrap on hand-built dims outside `DIM_BOUNDS` (`ModelConfig::check_bounds`).
     pub fn key_dim(&self) -> usize {
-        self.num_key_heads * self.key_head_dim
+        self.num_key_heads.saturating_mul(self.key_head_dim)
     }
 
     /// Width of v (and of the gate z): `num_value_heads * value_head_dim`.
     pub fn value_dim(&self) -> usize {
-        self.num_value_heads * self.value_head_dim
+        self.num_value_heads.saturating_mul(self.value_head_dim)
     }
 
     /// Channels of the conv over the concatenated q, k, v: `2 * key_dim + value_dim`.
     pub fn conv_dim(&self) -> usize {
-        2 * self.key_dim() + self.value_dim()
+        self.key_dim()
+            .saturating_mul(2)
+            .saturating_add(self.value_dim())
     }
 }
 

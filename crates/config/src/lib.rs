@@ -10,9 +10,12 @@
 //!   load is refused; nothing is dropped silently. A feature solder does not model (sliding
 //!   window, quantization, another rope type, another activation, a bias) refuses the load.
 //! - No input panics: every refusal is a `ConfigError` naming the file and the key.
+//! - Every dimension is at most its `DIM_BOUNDS` entry and every float a normal f32, so no
+//!   size computed from a config overflows.
 
 #![forbid(unsafe_code)]
 
+mod bounds;
 mod error;
 mod family;
 mod features;
@@ -25,6 +28,7 @@ mod moe;
 mod rope;
 mod serve;
 
+pub use bounds::{dim_bound, DimBound, DIM_BOUNDS};
 pub use error::ConfigError;
 pub use family::Family;
 pub use hybrid::{LayerType, LinearAttnConfig};
@@ -33,4 +37,4 @@ pub use levers::{Levers, KNOWN_LEVERS};
 pub use model::ModelConfig;
 pub use moe::MoeConfig;
 pub use rope::{Rope, RopeScaling};
-pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER};
+pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER, MAX_BATCH, MAX_VERIFY_WIDTH};

@@ -2,20 +2,22 @@
 //! parsed from a Hugging Face `config.json`. Invariant: a `ModelConfig` built by
 //! `from_json_str` has every dim non-zero, `num_key_value_heads` dividing
 //! `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
-//! `usize`, one `layer_types` entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
+//! `usize`, every dim within `DIM_BOUNDS`, `rms_norm_eps` a normal f32, one `layer_types`
+//! entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
 //! `linear_attn` exactly for Qwen3-Next.
 
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::bounds::{bounded, positive_f32};
 use crate::family::{check_architectures, family_of};
 use crate::features::check_features;
 use crate::fields::{describe, Fields};
 use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnConfig};
 use crate::keys::{classify, KeyReport};
 use crate::moe::{parse_moe, MoeConfig};
-use crate::rope::{parse_rope, Rope};
+use crate::rope::{parse_rope, Rope, RopeScaling};
 use crate::{ConfigError, Family};
 
 /// What solder needs to know about a model to build its decode step.
@@ -86,15 +88,76 @@ impl ModelConfig {
         parse_model(&fields, family, keys)
     }
 
-    /// Width of the k (or v) projection: `num_key_value_heads * head_dim`.
+    /// Width of the k (or v) projection: `num_key_value_heads * head_dim`. Saturates rather
+    /// than wraps on a hand-built config outside `DIM_BOUNDS` (`check_bounds` refuses it).
     pub fn kv_dim(&self) -> usize {
-        self.num_key_value_heads * self.head_dim
+        self.num_key_value_heads.saturating_mul(self.head_dim)
     }
 
     /// Width of the queries: `num_attention_heads * head_dim` (q_proj yields twice this with
-    /// `attn_output_gate`).
+    /// `attn_output_gate`). Saturates as `kv_dim`.
     pub fn q_dim(&self) -> usize {
-        self.num_attention_heads * self.head_dim
+        self.num_attention_heads.saturating_mul(self.head_dim)
+    }
+
+    /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
+    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32. Compilers
+    /// call it before computing any size from the config.
+    pub fn check_bounds(&self) -> Result<(), ConfigError> {
+        let empty = serde_json::Map::new();
+        let fields = Fields::new(&self.source, "", &empty);
+        let mut dims = vec![
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("num_hidden_layers", self.layer_types.len()),
+        ];
+        if let Some(moe) = &self.moe {
+            dims.extend([
+                ("num_experts", moe.num_experts),
+                ("num_experts_per_tok", moe.experts_per_token),
+                ("moe_intermediate_size", moe.moe_intermediate_size),
+                (
+                    "shared_expert_intermediate_size",
+                    moe.shared_expert_intermediate_size.unwrap_or(0),
+                ),
+            ]);
+        }
+        if let Some(la) = &self.linear_attn {
+            dims.extend([
+                ("linear_num_key_heads", la.num_key_heads),
+                ("linear_num_value_heads", la.num_value_heads),
+                ("linear_key_head_dim", la.key_head_dim),
+                ("linear_value_head_dim", la.value_head_dim),
+                ("linear_conv_kernel_dim", la.conv_kernel),
+            ]);
+        }
+        if let RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } = &self.rope.scaling
+        {
+            dims.push((
+                "original_max_position_embeddings",
+                *original_max_position_embeddings,
+            ));
+            positive_f32(&fields, "rope_scaling.factor", *factor)?;
+            positive_f32(&fields, "rope_scaling.low_freq_factor", *low_freq_factor)?;
+            positive_f32(&fields, "rope_scaling.high_freq_factor", *high_freq_factor)?;
+        }
+        for (key, value) in dims {
+            bounded(&fields, key, value)?;
+        }
+        positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
+        positive_f32(&fields, "rope_theta", self.rope.theta)?;
+        Ok(())
     }
 }
 
@@ -109,9 +172,6 @@ fn json_error(source: &str, err: &serde_json::Error) -> ConfigError {
         message: text.strip_suffix(&suffix).unwrap_or(&text).to_string(),
     }
 }
-
-/// Far above any published model; bounds the per-layer tables (`layer_types`).
-const MAX_LAYERS: usize = 1 << 16;
 
 /// `head_dim` of Qwen3-Next when the key is absent (transformers' `Qwen3NextConfig`).
 const QWEN3_NEXT_DEFAULT_HEAD_DIM: usize = 256;
@@ -139,15 +199,8 @@ fn parse_model(
 ) -> Result<ModelConfig, ConfigError> {
     let hidden_size = positive(fields, "hidden_size")?;
     let intermediate_size = positive(fields, "intermediate_size")?;
+    // Bounded (`DIM_BOUNDS`) as it is read: per-layer tables are allocated from this count.
     let num_hidden_layers = positive(fields, "num_hidden_layers")?;
-    if num_hidden_layers > MAX_LAYERS {
-        // Per-layer tables are allocated from this count; a typo must not exhaust memory.
-        return Err(fields.invalid(
-            "num_hidden_layers",
-            num_hidden_layers,
-            format!("at most {MAX_LAYERS} layers"),
-        ));
-    }
     let num_attention_heads = positive(fields, "num_attention_heads")?;
     let vocab_size = positive(fields, "vocab_size")?;
     let max_position_embeddings = positive(fields, "max_position_embeddings")?;
@@ -193,10 +246,7 @@ fn parse_model(
         ));
     }
 
-    let rms_norm_eps = fields.req_f64("rms_norm_eps")?;
-    if rms_norm_eps <= 0.0 {
-        return Err(fields.invalid("rms_norm_eps", rms_norm_eps, "a positive number"));
-    }
+    let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
 
     let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
     let rotary_dim = rope.rotary_dim(head_dim);

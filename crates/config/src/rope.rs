@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::bounds::positive_f32;
 use crate::fields::Fields;
 use crate::ConfigError;
 
@@ -147,9 +148,8 @@ pub(crate) fn parse_rope(
     };
 
     let theta = agree(top, "rope_theta", top_theta, block_theta)?.unwrap_or(DEFAULT_THETA);
-    if theta <= 0.0 {
-        return Err(top.invalid("rope_theta", theta, "a positive number"));
-    }
+    // `inv_freq` raises `theta as f32`: 1e39 would be infinite, 1e-50 zero.
+    let theta = positive_f32(top, "rope_theta", theta)?;
     let partial_rotary_factor = agree(top, "partial_rotary_factor", top_partial, block_partial)?
         .unwrap_or(default_partial_rotary_factor);
     if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
@@ -256,14 +256,8 @@ fn rope_type<'a>(block: &Fields<'a>, legacy: bool) -> Result<&'a str, ConfigErro
 }
 
 fn parse_llama3(block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
-    let positive = |key: &str| -> Result<f64, ConfigError> {
-        let value = block.req_f64(key)?;
-        if value > 0.0 {
-            Ok(value)
-        } else {
-            Err(block.invalid(key, value, "a positive number"))
-        }
-    };
+    // Each is cast to f32 where it meets the tensor (`Llama3::rescale`).
+    let positive = |key: &str| positive_f32(block, key, block.req_f64(key)?);
     let factor = positive("factor")?;
     let low_freq_factor = positive("low_freq_factor")?;
     let high_freq_factor = positive("high_freq_factor")?;

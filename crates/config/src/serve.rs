@@ -1,6 +1,7 @@
-//! `ServeShape`: the widths a build compiles programs for. Invariant after `validate`: every
-//! multi-seq width lies in `2..=max_batch` (one sequence runs the decode program), every list
-//! is strictly increasing, and no width is zero.
+//! `ServeShape`: the widths a build compiles programs for. Invariant after `validate`:
+//! `max_batch` lies in `1..=MAX_BATCH`, every multi-seq width in `2..=max_batch` (one
+//! sequence runs the decode program), every verify width in `2..=MAX_VERIFY_WIDTH`, every
+//! list is strictly increasing, and no width is zero.
 
 use crate::ConfigError;
 
@@ -8,7 +9,12 @@ use crate::ConfigError;
 pub const DEFAULT_MULTI_SEQ_LADDER: [usize; 11] = [2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128];
 
 /// Widest verify window (tokens of one sequence checked in one step).
-const MAX_VERIFY_WIDTH: usize = 64;
+pub const MAX_VERIFY_WIDTH: usize = 64;
+
+/// Widest batch: 32x the 128 of the default shape, and small enough that a plan's rows
+/// (at most `MAX_BATCH * MAX_VERIFY_WIDTH` = 2^18) keep every activation's bytes far below
+/// `u64::MAX` at the dims `DIM_BOUNDS` allows.
+pub const MAX_BATCH: usize = 4096;
 
 /// The (mode, rows) a build compiles programs for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,14 +48,10 @@ fn default_verify_widths() -> Vec<usize> {
 }
 
 impl ServeShape {
-    /// The default shape with the ladder cut at `max_batch`, which must be at least 1.
+    /// The default shape with the ladder cut at `max_batch`, which must lie in
+    /// `1..=MAX_BATCH`.
     pub fn with_max_batch(max_batch: usize) -> Result<ServeShape, ConfigError> {
-        if max_batch == 0 {
-            return Err(ConfigError::ServeShape {
-                field: "max_batch",
-                problem: "is 0: expected at least 1".to_string(),
-            });
-        }
+        check_max_batch(max_batch)?;
         Ok(ServeShape {
             max_batch,
             multi_seq_ladder: ladder_up_to(max_batch),
@@ -60,12 +62,7 @@ impl ServeShape {
 
     /// Checks the invariants above; the error names the field and the offending width.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_batch == 0 {
-            return Err(ConfigError::ServeShape {
-                field: "max_batch",
-                problem: "is 0: expected at least 1".to_string(),
-            });
-        }
+        check_max_batch(self.max_batch)?;
         check_widths(
             "multi_seq_ladder",
             &self.multi_seq_ladder,
@@ -75,6 +72,16 @@ impl ServeShape {
         check_widths("verify_widths", &self.verify_widths, 2, MAX_VERIFY_WIDTH)?;
         check_widths("draft_widths", &self.draft_widths, 1, self.max_batch)
     }
+}
+
+fn check_max_batch(max_batch: usize) -> Result<(), ConfigError> {
+    if !(1..=MAX_BATCH).contains(&max_batch) {
+        return Err(ConfigError::ServeShape {
+            field: "max_batch",
+            problem: format!("is {max_batch}: expected 1..={MAX_BATCH}"),
+        });
+    }
+    Ok(())
 }
 
 fn check_widths(

@@ -182,11 +182,3 @@ fn no_value_of_any_type_panics() {
         }
     }
 }
-
-#[test]
-fn absurd_layer_count_is_refused() {
-    refusal(
-        llama_with(|m| drop(m.insert("num_hidden_layers".into(), json!(u64::MAX)))),
-        &["`num_hidden_layers`", "at most 65536 layers"],
-    );
-}

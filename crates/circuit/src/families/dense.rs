@@ -262,7 +262,7 @@ fn attention(
     let bias = cfg.attention_bias;
     // With an output gate (qwen3_next) q_proj also yields, per head, the gate's logits.
     let q_out = if cfg.attn_output_gate {
-        2 * q_dim
+        super::width(&format!("l{l}.q_proj"), q_dim.checked_mul(2))?
     } else {
         q_dim
     };

@@ -51,6 +51,19 @@ use solder_config::{Family, ModelConfig};
 use crate::error::CircuitError;
 use crate::ir::Circuit;
 
+/// Tokens per KV page at most: 64x the default 16, and a page's bytes stay small.
+pub const MAX_KV_BLOCK_SIZE: usize = 1024;
+
+/// A width computed with checked arithmetic (`None` on overflow), refused by name.
+pub(super) fn width(what: &str, value: Option<usize>) -> Result<usize, CircuitError> {
+    value.ok_or_else(|| CircuitError::TooLarge {
+        what: "width".to_string(),
+        name: what.to_string(),
+        shape: "overflows usize".to_string(),
+        max: crate::ir::MAX_TENSOR_BYTES,
+    })
+}
+
 /// Options of a family build that are not in the model's config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CircuitOptions {
@@ -70,11 +83,15 @@ pub fn build_circuit(
     name: &str,
     options: CircuitOptions,
 ) -> Result<Circuit, CircuitError> {
-    if options.kv_block_size == 0 {
-        return Err(CircuitError::Build(
-            "kv_block_size must be at least 1".to_string(),
-        ));
+    if !(1..=MAX_KV_BLOCK_SIZE).contains(&options.kv_block_size) {
+        return Err(CircuitError::Build(format!(
+            "kv_block_size is {}: expected 1..={MAX_KV_BLOCK_SIZE}",
+            options.kv_block_size
+        )));
     }
+    // A hand-built config (public fields) meets the bounds a parsed one does, so no width
+    // computed below overflows.
+    config.check_bounds()?;
     match config.family {
         // qwen3_moe is the qwen3 decoder with MoE blocks where the config says so.
         // One decoder builder: MoE blocks, gated attention, zero-centred norms and Gated

@@ -71,7 +71,11 @@ pub(super) fn moe_block(
         ))
         .inputs(&[x, routed[0]])
         .weights(&[gate_w, up_w]),
-        OutSpec::rows(format!("l{l}.experts_act"), Dtype::Bf16, k * inter),
+        OutSpec::rows(
+            format!("l{l}.experts_act"),
+            Dtype::Bf16,
+            super::width(&format!("l{l}.experts_act"), k.checked_mul(inter))?,
+        ),
     )?;
     b.op1(
         dims(OpSpec::new(

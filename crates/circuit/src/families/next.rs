@@ -71,7 +71,14 @@ pub(super) fn gdn_block(
             .attr("value_dim", int(dv))
     };
 
-    let qkvz_width = 2 * key_dim + 2 * value_dim;
+    let qkvz_width = super::width(
+        &format!("l{l}.in_proj_qkvz"),
+        key_dim
+            .checked_add(value_dim)
+            .and_then(|sum| sum.checked_mul(2)),
+    )?;
+    let ba_width = super::width(&format!("l{l}.in_proj_ba"), nv.checked_mul(2))?;
+    let history = super::width(&format!("l{l}.conv history"), kernel.checked_sub(1))?;
     let qkvz = projection(
         b,
         l,
@@ -88,7 +95,7 @@ pub(super) fn gdn_block(
         "in_proj_ba",
         &format!("{p}in_proj_ba.weight"),
         x,
-        [hidden, 2 * nv],
+        [hidden, ba_width],
     )?;
 
     let conv_state = b.state(
@@ -96,7 +103,7 @@ pub(super) fn gdn_block(
         StateKind::GdnConv {
             layer: l,
             channels: conv_dim,
-            history: kernel - 1,
+            history,
         },
     );
     let conv_w = b.weight(&format!("{p}conv1d.weight"), &[conv_dim, 1, kernel])?;

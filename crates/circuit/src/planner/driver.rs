@@ -9,6 +9,7 @@ use super::{linearise, liveness, memory, streams, topo};
 use crate::error::CircuitError;
 use crate::fuser::fuse;
 use crate::instance::Instance;
+use crate::ir::{Circuit, MAX_TENSOR_BYTES};
 use crate::mode::Mode;
 use crate::plan::{Buffer, ExecutionPlan};
 use crate::policy::{Available, Policy};
@@ -28,6 +29,34 @@ impl Default for BuildOptions {
             verify: cfg!(debug_assertions),
         }
     }
+}
+
+/// The largest arena a plan may have: 2^56 bytes, far above any real one and far below
+/// `usize::MAX`, where the placement saturates.
+const MAX_ARENA_BYTES: usize = 1 << 56;
+
+/// Every arena buffer's bytes at `rows` fit (a circuit not built by `CircuitBuilder`, whose
+/// fields are public, may hold any shape): refused by name, never wrapped.
+fn check_sizes(
+    circuit: &Circuit,
+    lifetimes: &[liveness::Lifetime],
+    rows: usize,
+) -> Result<(), CircuitError> {
+    for l in lifetimes {
+        let tensor = circuit.tensor(l.tensor);
+        if tensor
+            .checked_bytes(rows)
+            .is_none_or(|bytes| bytes > MAX_TENSOR_BYTES)
+        {
+            return Err(CircuitError::TooLarge {
+                what: "tensor".to_string(),
+                name: tensor.name.clone(),
+                shape: format!("{} {} at {rows} rows", tensor.dtype.as_str(), tensor.shape),
+                max: MAX_TENSOR_BYTES,
+            });
+        }
+    }
+    Ok(())
 }
 
 impl ExecutionPlan {
@@ -71,6 +100,7 @@ impl ExecutionPlan {
             verify::check_order(circuit, &fusion, &order)?;
         }
         let lifetimes = liveness::liveness(circuit, &fusion, &order);
+        check_sizes(circuit, &lifetimes, rows)?;
         if check {
             verify::check_liveness(circuit, &fusion, &order, &lifetimes)?;
         }
@@ -78,9 +108,17 @@ impl ExecutionPlan {
         if check {
             verify::check_streams(circuit, &fusion, &streams)?;
         }
-        let adjacency = memory::conflicts(&lifetimes, |a, b| streams.happens_before(a, b));
+        let adjacency = memory::conflicts(&lifetimes, &streams);
         let placement = memory::place(&lifetimes, &adjacency);
         let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
+        if placement.pool_bytes > MAX_ARENA_BYTES {
+            return Err(CircuitError::TooLarge {
+                what: "arena".to_string(),
+                name: circuit.name.clone(),
+                shape: format!("{mode} at {rows} rows, {} bytes", placement.pool_bytes),
+                max: MAX_ARENA_BYTES,
+            });
+        }
         if check {
             verify::check_memory(&lifetimes, &adjacency, &placement, live_lower_bound)?;
         }
