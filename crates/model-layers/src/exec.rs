@@ -213,6 +213,22 @@ impl CircuitExec {
             kv_block_size: kv.block_size,
         };
         let instance = Instance::from_config_with(&config, serve, options)?;
+        // Weights first: a checkpoint missing a tensor is refused before any plan is built.
+        let host = match weights {
+            WeightSource::Checkpoint(dir) => {
+                HostWeights::load(&instance.circuit, &Checkpoint::open(&dir)?)?
+            }
+            WeightSource::Host(w) => w,
+            WeightSource::Random { seed } => HostWeights::random(&instance.circuit, seed),
+        };
+        if host.slots.len() != instance.circuit.weights.len() {
+            return Err(ExecError::Build(format!(
+                "{} weight slots given, the circuit has {}",
+                host.slots.len(),
+                instance.circuit.weights.len()
+            )));
+        }
+        host.check_lengths(&instance.circuit)?;
         let available = Available {
             kernels: backend.kernel_names().into_iter().collect(),
             ..Available::default()
@@ -237,21 +253,6 @@ impl CircuitExec {
                 }
             }
         }
-        let host = match weights {
-            WeightSource::Checkpoint(dir) => {
-                HostWeights::load(&instance.circuit, &Checkpoint::open(&dir)?)?
-            }
-            WeightSource::Host(w) => w,
-            WeightSource::Random { seed } => HostWeights::random(&instance.circuit, seed),
-        };
-        if host.slots.len() != instance.circuit.weights.len() {
-            return Err(ExecError::Build(format!(
-                "{} weight slots given, the circuit has {}",
-                host.slots.len(),
-                instance.circuit.weights.len()
-            )));
-        }
-        host.check_lengths(&instance.circuit)?;
         let inv_freq = config.rope.inv_freq(config.head_dim);
         let layout = Layout::new(
             &instance.circuit,

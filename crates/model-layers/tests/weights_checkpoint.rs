@@ -439,3 +439,41 @@ fn rotary_inv_freq_buffers_are_tolerated() {
     write_safetensors(&dir.path().join("model.safetensors"), &tensors);
     assert_same_weights(&load(dir.path(), &circuit).unwrap(), &weights);
 }
+
+#[test]
+fn a_missing_tensor_is_refused_before_any_plan_is_built() {
+    // A backend without the fused kernels would fail planning (MissingKernel) under the
+    // default policy: the weights error must come first, so it is checked before planning.
+    use solder_circuit::Policy;
+    use solder_gpu_runtime::{CpuBackend, GpuBackend, ModuleImage};
+    use solder_model_layers::{CircuitExec, ExecError, WeightSource};
+    let dir = TempDir::new("missing-before-plans");
+    let (circuit, weights) = llama();
+    let mut tensors = bf16_tensors(&circuit, &weights);
+    let gone = tensors.remove(3).name;
+    write_safetensors(&dir.path().join("model.safetensors"), &tensors);
+    let mut bare = CpuBackend::with_threads(1);
+    let twins: Vec<_> = solder_model_layers::kernels::twins()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("gemv::add_norm"))
+        .collect();
+    bare.register_twins(&twins).unwrap();
+    for module in solder_model_layers::kernels::MODULES {
+        bare.load_module(&ModuleImage {
+            name: module,
+            ptx: None,
+        })
+        .unwrap();
+    }
+    let boot = exec_support::boot(
+        config(TINY_LLAMA),
+        Policy::default(),
+        WeightSource::Checkpoint(dir.path().to_path_buf()),
+        exec_support::roomy_kv(),
+    );
+    match CircuitExec::build(&mut bare, boot) {
+        Err(ExecError::Weights(WeightsError::Missing { tensor, .. })) => assert_eq!(tensor, gone),
+        Err(other) => panic!("expected the missing tensor first, got {other}"),
+        Ok(_) => panic!("built without `{gone}`"),
+    }
+}
