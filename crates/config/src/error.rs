@@ -10,6 +10,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("model config {file}: {problem}")]
+    NotAConfigFile { file: String, problem: String },
 
     #[error("invalid JSON in {file} at line {line}, column {column}: {message}")]
     Json {

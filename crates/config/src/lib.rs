@@ -34,7 +34,7 @@ pub use family::Family;
 pub use hybrid::{LayerType, LinearAttnConfig};
 pub use keys::{KeyClass, KeyReport};
 pub use levers::{Levers, KNOWN_LEVERS};
-pub use model::ModelConfig;
+pub use model::{ModelConfig, MAX_CONFIG_BYTES};
 pub use moe::MoeConfig;
 pub use rope::{Rope, RopeScaling};
 pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER, MAX_BATCH, MAX_VERIFY_WIDTH};

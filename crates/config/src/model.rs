@@ -61,14 +61,40 @@ pub struct ModelConfig {
     pub keys: Vec<KeyReport>,
 }
 
+/// The largest `config.json` read (real ones are a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 impl ModelConfig {
-    /// Reads and parses `path`; errors name the path.
+    /// Reads and parses `path`, which must be a regular file of at most `MAX_CONFIG_BYTES`
+    /// (a device or a pipe such as `/dev/zero` is refused before anything is read); errors
+    /// name the path.
     pub fn from_file(path: &Path) -> Result<ModelConfig, ConfigError> {
+        use std::io::Read as _;
         let source = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+        let read_err = |err| ConfigError::Read {
             file: source.clone(),
             source: err,
-        })?;
+        };
+        let meta = std::fs::metadata(path).map_err(read_err)?;
+        if !meta.is_file() {
+            return Err(ConfigError::NotAConfigFile {
+                file: source.clone(),
+                problem: "is not a regular file".to_string(),
+            });
+        }
+        let mut text = String::new();
+        // Read one byte past the cap, so a file that grew after the check is still caught.
+        std::fs::File::open(path)
+            .map_err(read_err)?
+            .take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read_err)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::NotAConfigFile {
+                file: source,
+                problem: format!("is larger than {MAX_CONFIG_BYTES} bytes"),
+            });
+        }
         Self::from_json_str(&text, &source)
     }
 

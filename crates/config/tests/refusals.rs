@@ -182,3 +182,24 @@ fn no_value_of_any_type_panics() {
         }
     }
 }
+
+#[test]
+fn only_regular_files_under_the_cap_are_read() {
+    use solder_config::ModelConfig;
+    // A device that never ends is refused before anything is read.
+    let err = ModelConfig::from_file(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(
+        err.to_string().contains("/dev/zero") && err.to_string().contains("not a regular file"),
+        "{err}"
+    );
+    let dir = std::env::temp_dir().join(format!("solder-config-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let err = ModelConfig::from_file(&dir).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let big = dir.join("config.json");
+    let padding = " ".repeat(solder_config::MAX_CONFIG_BYTES as usize + 1);
+    std::fs::write(&big, format!("{{}}{padding}")).unwrap();
+    let err = ModelConfig::from_file(&big).unwrap_err();
+    assert!(err.to_string().contains("larger than"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
