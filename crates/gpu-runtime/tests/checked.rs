@@ -390,3 +390,31 @@ fn a_correct_program_passes_and_gives_the_bare_backends_bytes() {
     assert_eq!(gpu.live_allocations(), 0);
     assert_eq!(gpu.inner().live_allocations(), 0);
 }
+
+#[test]
+fn a_capture_the_backend_refuses_to_end_still_ends_in_the_layer() {
+    let mut gpu = checked();
+    let s1 = gpu.create_stream().unwrap();
+    let forked = gpu.create_event().unwrap();
+    let buf = gpu.alloc(bytes(4)).unwrap();
+    gpu.begin_capture(S0).unwrap();
+    gpu.record_event(forked, S0).unwrap();
+    gpu.wait_event(s1, forked).unwrap();
+    fill_on(&mut gpu, s1, buf, 4, 1).unwrap();
+    // Stream 1 never joins back: the backend refuses the graph, and the capture is over.
+    let err = gpu.end_capture(S0).unwrap_err();
+    assert!(matches!(err, GpuError::Capture(_)), "{err}");
+    gpu.memset(buf, 0, bytes(4)).unwrap();
+    gpu.free(buf).unwrap();
+    let unknown = gpu.launch_graph(GraphExecId(0), S0).unwrap_err();
+    assert!(
+        matches!(unknown, GpuError::UnknownHandle { .. }),
+        "{unknown}"
+    );
+    gpu.destroy_stream(s1).unwrap();
+    let gone = fill_on(&mut gpu, s1, buf, 4, 1).unwrap_err();
+    assert!(
+        matches!(gone, GpuError::UnknownHandle { what: "stream", .. }),
+        "{gone}"
+    );
+}
