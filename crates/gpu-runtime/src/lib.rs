@@ -6,6 +6,8 @@
 //!   launch range outside a live allocation, reports unordered cross-stream accesses to
 //!   overlapping bytes (vector clocks advanced by events), and refuses to free memory a live
 //!   graph captured.
+//! - `Checked<B>`: the CPU backend's launch, copy, race and graph-lifetime checks as a layer
+//!   over any backend, forwarding every call it accepts.
 //! - `cuda::CudaBackend` (feature `cuda`): cudarc with dynamic loading, so it builds with no
 //!   CUDA present; construction checks that a driver library loads and returns
 //!   `GpuError::NoDriver` otherwise, never panicking. Kernels are listed from each module's
@@ -15,6 +17,7 @@
 //! handed; results of a twin never depend on the number of host threads.
 
 mod backend;
+mod checked;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -23,6 +26,7 @@ pub mod twin;
 mod types;
 
 pub use backend::{fresh_instance_id, GpuBackend};
+pub use checked::Checked;
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaBackend;

@@ -41,7 +41,7 @@ struct Access {
 /// race the older would race the newer), so the queue is compacted to about one entry per
 /// distinct range: a decode loop reusing its buffers keeps a bounded history even when a
 /// stream stays idle and never sees the others' work.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Queue {
     entries: VecDeque<Access>,
     /// The epoch of the newest access to each range.
@@ -84,7 +84,7 @@ impl Queue {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Lane {
     writes: Queue,
     reads: Queue,
@@ -100,6 +100,7 @@ pub struct Conflict {
     pub end: u64,
 }
 
+#[derive(Clone)]
 pub struct Tracker {
     /// `clocks[s][t]`: the last epoch of stream `t` ordered before stream `s`'s next work.
     clocks: Vec<Vec<u32>>,

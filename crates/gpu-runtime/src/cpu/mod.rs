@@ -15,7 +15,7 @@
 //! check of its launch passed.
 
 mod graph;
-mod hb;
+pub(crate) mod hb;
 mod launch;
 mod memory;
 mod registry;
