@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use solder_circuit::{
-    plans_digest, Available, CircuitOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet,
+    plans_digest, Available, CircuitOptions, ExecutionPlan, Instance, Mode, Policy, RouteCondition,
+    RuleSet,
 };
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, GraphExecId, GraphId, StreamId};
@@ -157,6 +158,8 @@ pub struct CircuitExec {
     programs: Vec<Program>,
     /// Runtime-route arms, beside their primary programs.
     arms: Vec<Program>,
+    /// The arms' plans, in `arms` order.
+    arm_plans: Vec<ExecutionPlan>,
     /// Bytes between consecutive state slots of each Gated DeltaNet layer's recurrent state.
     pub gdn_pitch: Vec<usize>,
     pub layout: Layout,
@@ -254,9 +257,15 @@ impl CircuitExec {
             }
         }
         let inv_freq = config.rope.inv_freq(config.head_dim);
+        // Every program the workspace serves, route arms included: the arena is sized for the
+        // largest of them, so an arm never overwrites what lies past the arena.
+        let served: Vec<&ExecutionPlan> = plans
+            .iter()
+            .chain(arm_plans.iter().map(|(_, p)| p))
+            .collect();
         let layout = Layout::new(
             &instance.circuit,
-            &plans,
+            &served,
             config.vocab_size,
             inv_freq.len(),
             kv.pages,
@@ -355,12 +364,14 @@ impl CircuitExec {
             backend: BoundBackend::of(backend),
             pools,
             rules_digest: rules.digest.clone(),
-            plans_digest: plans_digest(&plans),
+            // Primaries in shape order, then the route arms.
+            plans_digest: plans_digest(plans.iter().chain(arm_plans.iter().map(|(_, p)| p))),
             config,
             instance,
             plans,
             programs,
             arms,
+            arm_plans: arm_plans.into_iter().map(|(_, p)| p).collect(),
             gdn_pitch,
             layout,
             workspace,
@@ -421,6 +432,15 @@ impl CircuitExec {
 
     pub fn multi_seq_program(&self, rows: usize) -> Result<&Program, ExecError> {
         self.program(Mode::MultiSeq, rows)
+    }
+
+    /// The plans of the runtime routes' arms, each with its condition, in `arms()` order
+    /// (printable with `PlanDisplay` like any plan).
+    pub fn arm_plans(&self) -> impl Iterator<Item = (RouteCondition, &ExecutionPlan)> {
+        self.arms
+            .iter()
+            .zip(&self.arm_plans)
+            .filter_map(|(program, plan)| program.arm.map(|c| (c, plan)))
     }
 
     /// The arms of runtime routes (each with its condition in `Program::arm`).

@@ -71,7 +71,7 @@ pub struct StateRegion {
 impl Layout {
     pub fn new(
         circuit: &Circuit,
-        plans: &[ExecutionPlan],
+        plans: &[&ExecutionPlan],
         vocab: usize,
         inv_freq_len: usize,
         kv_pages: usize,

@@ -262,3 +262,55 @@ fn a_wrong_gated_deltanet_shape_is_named() {
         Ok(_) => panic!("loaded a wrong conv shape"),
     }
 }
+
+#[test]
+fn route_arms_are_planned_against_the_arena_kept_and_digested() {
+    let mut backend = backend();
+    let exec = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    let arms: Vec<_> = exec.arm_plans().collect();
+    assert!(!arms.is_empty(), "tiny qwen3_next has route arms");
+    assert_eq!(arms.len(), exec.arms().len(), "every arm's plan is kept");
+    for (condition, plan) in &arms {
+        assert_eq!(*condition, RouteCondition::GdnEvenPitch);
+        assert!(
+            plan.pool_bytes <= exec.layout.arena_bytes,
+            "arm {} at {} rows needs {} B, the arena has {} B",
+            plan.mode,
+            plan.rows,
+            plan.pool_bytes,
+            exec.layout.arena_bytes
+        );
+        // Printable like any plan.
+        let text = plan.display(&exec.instance.circuit).to_string();
+        assert!(text.contains("gdn::recurrence_pitched"), "{text}");
+    }
+    // The digest covers the primaries, then the arms.
+    let primaries = solder_circuit::plans_digest(&exec.plans);
+    let all = solder_circuit::plans_digest(exec.plans.iter().chain(arms.iter().map(|(_, p)| *p)));
+    assert_eq!(exec.plans_digest(), all);
+    assert_ne!(exec.plans_digest(), primaries, "the arms change the digest");
+}
+
+#[test]
+fn the_arena_is_sized_for_the_largest_plan_arms_included() {
+    use solder_model_layers::layout::Layout;
+    let mut backend = backend();
+    let exec = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    let primary = &exec.plans[0];
+    let mut bigger = primary.clone();
+    bigger.pool_bytes = exec.layout.arena_bytes * 4;
+    let layout = Layout::new(
+        &exec.instance.circuit,
+        &[primary, &bigger],
+        128,
+        8,
+        4,
+        64,
+        2,
+    );
+    assert!(
+        layout.arena_bytes >= bigger.pool_bytes,
+        "{}",
+        layout.arena_bytes
+    );
+}
