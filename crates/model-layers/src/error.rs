@@ -96,6 +96,18 @@ pub enum ExecError {
         "cannot free the workspace: {live} graph(s) that captured its programs are still alive"
     )]
     GraphsAlive { live: usize },
+    #[error(
+        "the {mode}:{rows} graph was captured by another exec (exec {owner}, this is exec {this}): \
+         a graph replays and is released only on the exec that captured it"
+    )]
+    ForeignGraph {
+        mode: String,
+        rows: usize,
+        owner: u64,
+        this: u64,
+        /// A graph handed to `release` comes back here, so its owner can still release it.
+        graph: Option<Box<crate::exec::CapturedGraph>>,
+    },
 }
 
 /// A step's metadata that the region cannot carry (`meta::StepMeta::new`).

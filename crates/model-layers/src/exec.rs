@@ -59,13 +59,23 @@ pub struct Boot {
     pub kv: KvShape,
 }
 
-/// A graph captured from one of the exec's programs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A graph captured from one of the exec's programs. Not `Clone`: `release` consumes it, so a
+/// graph cannot be released twice, and it remembers the exec that captured it, which alone
+/// may replay or release it.
+#[derive(Debug, PartialEq, Eq)]
 pub struct CapturedGraph {
     pub mode: Mode,
     pub rows: usize,
     graph: GraphId,
     exec: GraphExecId,
+    /// `CircuitExec::id` of the exec that captured it.
+    owner: u64,
+}
+
+/// Process-wide unique exec ids (graphs name their owner by it).
+fn fresh_exec_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The backend an exec was built on: its `instance_id`, and words naming it in errors.
@@ -176,6 +186,8 @@ pub struct CircuitExec {
     plans_digest: String,
     live_graphs: usize,
     freed: bool,
+    /// Unique in the process: the owner a `CapturedGraph` records.
+    id: u64,
 }
 
 impl CircuitExec {
@@ -380,6 +392,7 @@ impl CircuitExec {
             events,
             live_graphs: 0,
             freed: false,
+            id: fresh_exec_id(),
         })
     }
 
@@ -527,6 +540,7 @@ impl CircuitExec {
             rows,
             graph,
             exec,
+            owner: self.id,
         })
     }
 
@@ -537,7 +551,36 @@ impl CircuitExec {
     ) -> Result<(), ExecError> {
         self.check_live()?;
         self.check_backend(backend)?;
+        self.check_owner(graph)?;
         Ok(backend.launch_graph(graph.exec, self.streams[0])?)
+    }
+
+    /// Whether this exec captured `graph` (only then may it replay or release it).
+    pub fn owns(&self, graph: &CapturedGraph) -> bool {
+        graph.owner == self.id
+    }
+
+    /// Refuses a graph another exec captured.
+    fn check_owner(&self, graph: &CapturedGraph) -> Result<(), ExecError> {
+        if self.owns(graph) {
+            Ok(())
+        } else {
+            Err(self.foreign((graph.mode, graph.rows, graph.owner), None))
+        }
+    }
+
+    fn foreign(
+        &self,
+        (mode, rows, owner): (Mode, usize, u64),
+        graph: Option<CapturedGraph>,
+    ) -> ExecError {
+        ExecError::ForeignGraph {
+            mode: mode.to_string(),
+            rows,
+            owner,
+            this: self.id,
+            graph: graph.map(Box::new),
+        }
     }
 
     fn check_live(&self) -> Result<(), ExecError> {
@@ -553,6 +596,11 @@ impl CircuitExec {
         graph: CapturedGraph,
     ) -> Result<(), ExecError> {
         self.check_backend(backend)?;
+        if !self.owns(&graph) {
+            // Handed back inside the error: its owner can still release it.
+            let what = (graph.mode, graph.rows, graph.owner);
+            return Err(self.foreign(what, Some(graph)));
+        }
         backend.destroy_graph_exec(graph.exec)?;
         backend.destroy_graph(graph.graph)?;
         self.live_graphs = self.live_graphs.saturating_sub(1);

@@ -165,3 +165,32 @@ fn capture_after_free_is_refused() {
     exec.free(&mut backend).unwrap();
     assert!(exec.capture(&mut backend, Mode::Decode, 1).is_err());
 }
+
+#[test]
+fn a_graph_replays_and_releases_only_on_the_exec_that_captured_it() {
+    let mut backend = backend();
+    let mut a = build_llama(&mut backend, roomy_kv());
+    let mut b = build_llama(&mut backend, roomy_kv());
+    let graph = a.capture(&mut backend, Mode::Decode, 1).unwrap();
+    assert!(a.owns(&graph) && !b.owns(&graph));
+    let err = b.replay(&mut backend, &graph).unwrap_err();
+    assert!(
+        matches!(err, ExecError::ForeignGraph { .. }) && err.to_string().contains("decode:1"),
+        "{err}"
+    );
+    // Released on the wrong exec: refused, and the graph comes back to its owner.
+    let graph = match b.release(&mut backend, graph) {
+        Err(ExecError::ForeignGraph {
+            graph: Some(graph), ..
+        }) => *graph,
+        other => panic!("expected the graph back, got {other:?}"),
+    };
+    assert!(matches!(
+        a.free(&mut backend),
+        Err(ExecError::GraphsAlive { live: 1 })
+    ));
+    a.release(&mut backend, graph).unwrap();
+    // `release` consumed the handle: a second release does not compile, and `a` frees now.
+    a.free(&mut backend).unwrap();
+    b.free(&mut backend).unwrap();
+}
