@@ -1,5 +1,6 @@
 //! Every file xtask opens itself: a regular file (not a device, FIFO or folder) under a size
-//! cap, refused with an error naming the path before anything is read.
+//! cap, refused with an error naming the path before anything is read. Configs go through
+//! `ModelConfig::from_file`, which makes the same check.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -47,10 +48,9 @@ pub fn read_text(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
 }
 
-/// `ModelConfig::from_file` (solder-config's, which reads without a cap) after xtask's own
-/// regular-file and size check.
+/// `ModelConfig::from_file`, which itself reads only a regular file under its own cap
+/// (`solder_config::MAX_CONFIG_BYTES`), with its error as text.
 pub fn model_config(path: &Path) -> Result<ModelConfig, String> {
-    check_regular(path, TEXT_CAP)?;
     ModelConfig::from_file(path).map_err(|e| e.to_string())
 }
 
