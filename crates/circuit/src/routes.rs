@@ -19,7 +19,7 @@ pub fn capabilities() -> Vec<&'static str> {
 }
 
 /// A condition a step's state can meet, enabling an arm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RouteCondition {
     /// Every row's recurrent-state slot is `slots[0] + r * pitch` for one pitch >= 1: the
     /// recurrence can address the states as one strided batch instead of gathering by slot.

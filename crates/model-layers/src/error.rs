@@ -92,6 +92,8 @@ pub enum ExecError {
          weights, state, streams and events live on the first"
     )]
     WrongBackend { built_on: String, given: String },
+    #[error("graphs: {0}")]
+    Graphs(String),
     #[error(
         "cannot free the workspace: {live} graph(s) that captured its programs are still alive"
     )]

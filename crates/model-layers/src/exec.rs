@@ -9,9 +9,16 @@
 //! made; `free` frees and destroys them all. The KV pages and state slots are pooled here,
 //! once: every `Session` on the exec lends from the same pools, so no page or slot is ever
 //! held by two sequences.
+//!
+//! Graphs: `run_step` replays the graph of a step's program (captured on first use, or ahead
+//! by `capture_all`) as `GraphPolicy` says (`graphs`); `resize_kv`, the one operation that
+//! moves memory a program names, destroys every graph captured before it (they are recaptured
+//! at their next use), so no graph ever replays stale. `free` destroys the cached graphs and
+//! refuses while a graph handed out by `capture` lives.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use solder_circuit::{
     plans_digest, Available, CircuitOptions, ExecutionPlan, Instance, Mode, Policy, RouteCondition,
@@ -24,6 +31,9 @@ use crate::bind::Bindings;
 use crate::bytes;
 use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
+use crate::graphs::{
+    CaptureReport, Decision, GraphCache, GraphCounters, GraphPolicy, ProgramKey, StepRun,
+};
 use crate::layout::Layout;
 use crate::program::{compile, Program};
 use crate::session::Pools;
@@ -174,6 +184,7 @@ pub struct CircuitExec {
     pub gdn_pitch: Vec<usize>,
     pub layout: Layout,
     workspace: DevicePtr,
+    weights: DevicePtr,
     kv: DevicePtr,
     streams: Vec<StreamId>,
     events: Vec<EventId>,
@@ -184,7 +195,10 @@ pub struct CircuitExec {
     pools: Mutex<Pools>,
     rules_digest: String,
     plans_digest: String,
+    /// Graphs handed out by `capture` and not yet released.
     live_graphs: usize,
+    /// The step graphs `run_step` keeps, their policy and counters.
+    graphs: Mutex<GraphCache>,
     freed: bool,
     /// Unique in the process: the owner a `CapturedGraph` records.
     id: u64,
@@ -305,36 +319,21 @@ impl CircuitExec {
         )?;
         drop(host);
 
-        let programs = plans
-            .iter()
-            .map(|plan| {
-                let bind = Bindings {
-                    circuit: &instance.circuit,
-                    plan,
-                    layout: &layout,
-                    workspace,
-                    weights: weights_ptr,
-                    kv: kv_ptr,
-                };
-                compile(plan, &bind, backend)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let arms = arm_plans
-            .iter()
-            .map(|(condition, plan)| {
-                let bind = Bindings {
-                    circuit: &instance.circuit,
-                    plan,
-                    layout: &layout,
-                    workspace,
-                    weights: weights_ptr,
-                    kv: kv_ptr,
-                };
-                let mut program = compile(plan, &bind, backend)?;
-                program.arm = Some(*condition);
-                Ok(program)
-            })
-            .collect::<Result<Vec<_>, ExecError>>()?;
+        let arm_conditions: Vec<RouteCondition> = arm_plans.iter().map(|(c, _)| *c).collect();
+        let arm_only: Vec<ExecutionPlan> = arm_plans.into_iter().map(|(_, p)| p).collect();
+        let targets = Targets {
+            layout: &layout,
+            workspace,
+            weights: weights_ptr,
+            kv: kv_ptr,
+        };
+        let (programs, arms) = compile_all(
+            backend,
+            &instance,
+            &targets,
+            &plans,
+            arm_conditions.iter().copied().zip(&arm_only),
+        )?;
         let gdn_pitch = instance
             .circuit
             .states
@@ -351,7 +350,7 @@ impl CircuitExec {
         let mut streams = vec![backend.default_stream()];
         for _ in 1..plans
             .iter()
-            .chain(arm_plans.iter().map(|(_, p)| p))
+            .chain(&arm_only)
             .map(|p| p.num_streams)
             .max()
             .unwrap_or(1)
@@ -360,7 +359,7 @@ impl CircuitExec {
         }
         let events = (0..plans
             .iter()
-            .chain(arm_plans.iter().map(|(_, p)| p))
+            .chain(&arm_only)
             .map(|p| p.event_count)
             .max()
             .unwrap_or(0))
@@ -377,20 +376,22 @@ impl CircuitExec {
             pools,
             rules_digest: rules.digest.clone(),
             // Primaries in shape order, then the route arms.
-            plans_digest: plans_digest(plans.iter().chain(arm_plans.iter().map(|(_, p)| p))),
+            plans_digest: plans_digest(plans.iter().chain(&arm_only)),
             config,
             instance,
             plans,
             programs,
             arms,
-            arm_plans: arm_plans.into_iter().map(|(_, p)| p).collect(),
+            arm_plans: arm_only,
             gdn_pitch,
             layout,
             workspace,
+            weights: weights_ptr,
             kv: kv_ptr,
             streams,
             events,
             live_graphs: 0,
+            graphs: Mutex::new(GraphCache::default()),
             freed: false,
             id: fresh_exec_id(),
         })
@@ -500,14 +501,185 @@ impl CircuitExec {
         self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `program` on the model's streams.
+    /// Runs `program` on the model's streams, eagerly.
     pub fn run(&self, backend: &mut dyn GpuBackend, program: &Program) -> Result<(), ExecError> {
         self.check_live()?;
         self.check_backend(backend)?;
         program.run(backend, &self.streams, &self.events)
     }
 
-    /// Captures the (mode, rows) program into a graph and instantiates it.
+    /// The graph cache, locked (every cache operation leaves it consistent).
+    fn graph_cache(&self) -> MutexGuard<'_, GraphCache> {
+        self.graphs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one step of `program` (its metadata already uploaded) as the graph policy says:
+    /// replays its graph, capturing it first if it has none or its graph went stale, or runs
+    /// it eagerly. Under `GraphPolicy::Auto` a failed capture turns graphs off for the exec
+    /// and the step runs eagerly; under `Always` it is the step's error.
+    pub fn run_step(
+        &self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+    ) -> Result<StepRun, ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)?;
+        let key = program.key();
+        let mut cache = self.graph_cache();
+        let exec = match cache.decide(&key) {
+            Decision::Eager(reason) => {
+                program.run(backend, &self.streams, &self.events)?;
+                cache.count_eager(reason);
+                return Ok(StepRun::Eager(reason));
+            }
+            Decision::Replay(exec) => {
+                backend.launch_graph(exec, self.streams[0])?;
+                cache.counters.graph_launches += 1;
+                return Ok(StepRun::Replayed);
+            }
+            Decision::Capture => match self.capture_into(backend, &mut cache, program) {
+                Ok(exec) => exec,
+                Err(e) if cache.policy == GraphPolicy::Auto => {
+                    tracing::debug!(program = %key, error = %e, "capture failed; the step runs eagerly");
+                    program.run(backend, &self.streams, &self.events)?;
+                    cache.count_eager(crate::graphs::EagerReason::GraphsOff);
+                    return Ok(StepRun::Eager(crate::graphs::EagerReason::GraphsOff));
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        backend.launch_graph(exec, self.streams[0])?;
+        cache.counters.graph_launches += 1;
+        Ok(StepRun::Captured)
+    }
+
+    /// Captures `program` into the cache (destroying a stale graph of its key first); records
+    /// a failure in the cache (turning graphs off under `Auto`).
+    fn capture_into(
+        &self,
+        backend: &mut dyn GpuBackend,
+        cache: &mut GraphCache,
+        program: &Program,
+    ) -> Result<GraphExecId, ExecError> {
+        let key = program.key();
+        if let Some(old) = cache.graphs.remove(&key) {
+            // Captured at an older epoch: never replayed again.
+            cache.stale.insert(key);
+            cache.counters.invalidated += 1;
+            destroy(backend, old.graph, old.exec)?;
+        }
+        let started = Instant::now();
+        match self.capture_program(backend, program) {
+            Ok((graph, exec)) => {
+                let took = started.elapsed();
+                tracing::debug!(program = %key, launches = program.launches(), us = took.as_micros() as u64, "captured a step graph");
+                cache.captured(key, graph, exec, took);
+                Ok(exec)
+            }
+            Err(e) => {
+                cache.capture_failed(&key, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Captures every program of the exec, primaries then route arms, that has no current
+    /// graph yet, so no later step pays for a capture. Refused under `GraphPolicy::Never`, or
+    /// once a failed capture turned graphs off; a capture that fails is returned (and, under
+    /// `Auto`, turns graphs off).
+    pub fn capture_all(&self, backend: &mut dyn GpuBackend) -> Result<CaptureReport, ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)?;
+        let mut cache = self.graph_cache();
+        if cache.policy == GraphPolicy::Never {
+            return Err(ExecError::Graphs(
+                "capture_all under GraphPolicy::Never: set the policy to auto or always first"
+                    .into(),
+            ));
+        }
+        if let Some(reason) = &cache.off {
+            return Err(ExecError::Graphs(format!(
+                "graphs are off for this exec after a failed capture ({reason}); set the policy again to retry"
+            )));
+        }
+        let started = Instant::now();
+        let mut report = CaptureReport {
+            captured: 0,
+            already: 0,
+            launches: 0,
+            time: Duration::ZERO,
+        };
+        for program in self.programs.iter().chain(&self.arms) {
+            if matches!(cache.decide(&program.key()), Decision::Replay(_)) {
+                report.already += 1;
+                continue;
+            }
+            self.capture_into(backend, &mut cache, program)?;
+            report.captured += 1;
+            report.launches += program.launches();
+        }
+        report.time = started.elapsed();
+        tracing::info!(
+            model = %self.instance.circuit.name, captured = report.captured, already = report.already,
+            launches = report.launches, ms = report.time.as_secs_f64() * 1e3, "captured the ladder"
+        );
+        Ok(report)
+    }
+
+    /// The graph counters (a snapshot): launches, eager steps and why, captures, recaptures,
+    /// capture time.
+    pub fn graph_counters(&self) -> GraphCounters {
+        self.graph_cache().counters.clone()
+    }
+
+    pub fn graph_policy(&self) -> GraphPolicy {
+        self.graph_cache().policy
+    }
+
+    /// Sets the graph policy of every later step; setting it clears an earlier failure
+    /// (graphs are tried again). Cached graphs stay (`release_graphs` destroys them).
+    pub fn set_graph_policy(&self, policy: GraphPolicy) {
+        self.graph_cache().set_policy(policy);
+    }
+
+    /// Destroys every cached step graph (they are captured again at their next use); returns
+    /// the first failure, keeping the graphs it could not destroy.
+    pub fn release_graphs(&self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
+        self.check_backend(backend)?;
+        let mut cache = self.graph_cache();
+        let all = cache.take_all();
+        let (kept, first) = destroy_all(backend, all);
+        cache.put_back(kept);
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Captures `program` and instantiates it; on failure ends the capture and destroys what
+    /// it made.
+    fn capture_program(
+        &self,
+        backend: &mut dyn GpuBackend,
+        program: &Program,
+    ) -> Result<(GraphId, GraphExecId), ExecError> {
+        let stream = self.streams[0];
+        backend.begin_capture(stream)?;
+        let ran = program.run(backend, &self.streams, &self.events);
+        let graph = backend.end_capture(stream)?;
+        if let Err(e) = ran {
+            // The capture ended; its graph holds nothing worth keeping.
+            let _ = backend.destroy_graph(graph);
+            return Err(e);
+        }
+        match backend.instantiate(graph) {
+            Ok(exec) => Ok((graph, exec)),
+            Err(e) => {
+                let _ = backend.destroy_graph(graph);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Captures the (mode, rows) program into a graph and instantiates it: a handle the
+    /// caller replays and releases (apart from the step graphs `run_step` keeps).
     pub fn capture(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -516,24 +688,7 @@ impl CircuitExec {
     ) -> Result<CapturedGraph, ExecError> {
         self.check_live()?;
         self.check_backend(backend)?;
-        let stream = self.streams[0];
-        backend.begin_capture(stream)?;
-        let ran = self
-            .program(mode, rows)
-            .and_then(|p| p.run(backend, &self.streams, &self.events));
-        let graph = backend.end_capture(stream)?;
-        if let Err(e) = ran {
-            // The capture ended; its graph holds nothing worth keeping.
-            let _ = backend.destroy_graph(graph);
-            return Err(e);
-        }
-        let exec = match backend.instantiate(graph) {
-            Ok(exec) => exec,
-            Err(e) => {
-                let _ = backend.destroy_graph(graph);
-                return Err(e.into());
-            }
-        };
+        let (graph, exec) = self.capture_program(backend, self.program(mode, rows)?)?;
         self.live_graphs += 1;
         Ok(CapturedGraph {
             mode,
@@ -617,12 +772,188 @@ impl CircuitExec {
                 live: self.live_graphs,
             });
         }
+        // The step graphs go first: memory a live graph names cannot be freed.
+        self.release_graphs(backend)?;
         // Runs and captures are refused from here on, even if a part of the release fails.
         self.freed = true;
         self.owned.release(backend)
     }
 
+    /// Resizes the KV page pool to `pages` pages (page 0 the scratch page): a new state
+    /// allocation, every program rebound to it, and every graph captured before destroyed (they
+    /// baked the old allocation and page count; each is recaptured at its next use). Needs
+    /// every page and slot back in the pools (no sequence alive: a `Session` borrows the exec,
+    /// so none can run meanwhile) and no graph handed out by `capture` alive. On failure the
+    /// exec is as it was, but for the destroyed graphs.
+    pub fn resize_kv(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        pages: usize,
+    ) -> Result<(), ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)?;
+        if pages < 2 {
+            return Err(ExecError::Build(format!(
+                "resize_kv to {pages} page(s): need at least 2 (one is the scratch page)"
+            )));
+        }
+        if self.live_graphs > 0 {
+            return Err(ExecError::GraphsAlive {
+                live: self.live_graphs,
+            });
+        }
+        {
+            let pools = self.pools();
+            if let Some(held) = pools.held() {
+                return Err(ExecError::Build(format!(
+                    "resize_kv: {held} still lent; end every sequence first"
+                )));
+            }
+        }
+        let served: Vec<&ExecutionPlan> = self.plans.iter().chain(&self.arm_plans).collect();
+        let layout = Layout::new(
+            &self.instance.circuit,
+            &served,
+            self.config.vocab_size,
+            self.layout.inv_freq_len,
+            pages,
+            self.layout.max_seq_len,
+            self.layout.state_slots - 1,
+        );
+        if layout.workspace_bytes != self.layout.workspace_bytes
+            || layout.weights_bytes != self.layout.weights_bytes
+        {
+            return Err(ExecError::Build(format!(
+                "resize_kv to {pages} pages changes the workspace or weights layout \
+                 ({} -> {} workspace bytes): only the state allocation may move",
+                self.layout.workspace_bytes, layout.workspace_bytes
+            )));
+        }
+        let mut fresh = Owned::default();
+        let kv = fresh.alloc(backend, layout.state_bytes)?;
+        let targets = Targets {
+            layout: &layout,
+            workspace: self.workspace,
+            weights: self.weights,
+            kv,
+        };
+        let arms = self
+            .arms
+            .iter()
+            .zip(&self.arm_plans)
+            .filter_map(|(p, plan)| p.arm.map(|c| (c, plan)));
+        let compiled = compile_all(backend, &self.instance, &targets, &self.plans, arms);
+        let (programs, arm_programs) = match compiled {
+            Ok(both) => both,
+            Err(e) => {
+                if let Err(cleanup) = fresh.release(backend) {
+                    tracing::warn!(%cleanup, "resize_kv could not free the state allocation it made");
+                }
+                return Err(e);
+            }
+        };
+        // Every graph baked the old allocation and page count: destroyed before it is freed.
+        {
+            let mut cache = self.graph_cache();
+            let stale = cache.invalidate();
+            let (kept, first) = destroy_all(backend, stale);
+            if let Some(e) = first {
+                cache.put_back(kept);
+                drop(cache);
+                if let Err(cleanup) = fresh.release(backend) {
+                    tracing::warn!(%cleanup, "resize_kv could not free the state allocation it made");
+                }
+                return Err(e);
+            }
+        }
+        let old = self.kv;
+        self.owned.allocations.retain(|&p| p != old);
+        self.owned.allocations.append(&mut fresh.allocations);
+        if let Err(e) = backend.free(old) {
+            tracing::warn!(error = %e, "resize_kv could not free the old state allocation; free() retries it");
+            self.owned.allocations.push(old);
+        }
+        tracing::info!(
+            from = self.layout.kv_pages,
+            to = pages,
+            state_bytes = layout.state_bytes,
+            "resized the KV pool"
+        );
+        self.pools = Mutex::new(Pools::new(&layout, kv));
+        self.programs = programs;
+        self.arms = arm_programs;
+        self.layout = layout;
+        self.kv = kv;
+        Ok(())
+    }
+
     pub fn default_stream(&self) -> StreamId {
         self.streams[0]
     }
+}
+
+/// Where programs bind: the layout and the three allocations.
+struct Targets<'a> {
+    layout: &'a Layout,
+    workspace: DevicePtr,
+    weights: DevicePtr,
+    kv: DevicePtr,
+}
+
+/// Compiles the primary programs of `plans` and the route arms of `arms`, bound to `targets`.
+fn compile_all<'p>(
+    backend: &mut dyn GpuBackend,
+    instance: &Instance,
+    targets: &Targets<'_>,
+    plans: &[ExecutionPlan],
+    arms: impl Iterator<Item = (RouteCondition, &'p ExecutionPlan)>,
+) -> Result<(Vec<Program>, Vec<Program>), ExecError> {
+    let bind = |plan| Bindings {
+        circuit: &instance.circuit,
+        plan,
+        layout: targets.layout,
+        workspace: targets.workspace,
+        weights: targets.weights,
+        kv: targets.kv,
+    };
+    let programs = plans
+        .iter()
+        .map(|plan| compile(plan, &bind(plan), backend))
+        .collect::<Result<Vec<_>, _>>()?;
+    let arms = arms
+        .map(|(condition, plan)| {
+            let mut program = compile(plan, &bind(plan), backend)?;
+            program.arm = Some(condition);
+            Ok(program)
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok((programs, arms))
+}
+
+/// Destroys a graph's exec, then the graph.
+fn destroy(
+    backend: &mut dyn GpuBackend,
+    graph: GraphId,
+    exec: GraphExecId,
+) -> Result<(), ExecError> {
+    backend.destroy_graph_exec(exec)?;
+    backend.destroy_graph(graph)?;
+    Ok(())
+}
+
+/// Destroys every graph of `all`; returns those it could not destroy and the first failure.
+fn destroy_all(
+    backend: &mut dyn GpuBackend,
+    all: Vec<(ProgramKey, crate::graphs::Cached)>,
+) -> (Vec<(ProgramKey, crate::graphs::Cached)>, Option<ExecError>) {
+    let mut kept = Vec::new();
+    let mut first = None;
+    for (key, cached) in all {
+        if let Err(e) = destroy(backend, cached.graph, cached.exec) {
+            tracing::warn!(program = %key, error = %e, "could not destroy a step graph");
+            first.get_or_insert(e);
+            kept.push((key, cached));
+        }
+    }
+    (kept, first)
 }

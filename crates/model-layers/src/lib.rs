@@ -3,7 +3,7 @@
 //! emitter side by side, one file or folder per kernel module; `numerics`: the shared
 //! arithmetic), `emit` (plan group → launches through the kernels' emitters), `program`
 //! (plan → `Program` with final pointers), `exec` (`CircuitExec`: every program of a model in
-//! one workspace), `meta` (the per-step metadata: its region's layout, a step's values, their
+//! one workspace), `graphs` (the exec's step graphs: policy, cache, lifecycle, counters), `meta` (the per-step metadata: its region's layout, a step's values, their
 //! encoding and upload) and `session` (`Session`: paged KV cache, state slots, prefill,
 //! decode, multi-sequence
 //! steps).
@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod emit;
 pub mod error;
 pub mod exec;
+pub mod graphs;
 pub mod kernels;
 pub mod layout;
 pub mod meta;
@@ -30,6 +31,7 @@ pub mod weights;
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
+pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
 pub use program::{Program, ProgramStep};
 pub use session::{greedy, SeqId, Session};
 pub use weights::HostWeights;

@@ -43,6 +43,15 @@ pub struct Program {
 }
 
 impl Program {
+    /// The key its step graph is cached under: (mode, rows, arm).
+    pub fn key(&self) -> crate::graphs::ProgramKey {
+        crate::graphs::ProgramKey {
+            mode: self.mode,
+            rows: self.rows,
+            arm: self.arm,
+        }
+    }
+
     pub fn launches(&self) -> usize {
         self.steps
             .iter()

@@ -1,36 +1,53 @@
 //! A backend failure in the middle of a step leaves a recurrent sequence's state as it was
 //! (issue 9, class 8): the sequence's next logits equal those of a run that never took the
-//! failed step. Failures are injected with `CpuBackend::fail_call`.
+//! failed step. Failures are injected with `CpuBackend::fail_call`, on both paths a step may
+//! take: eager launches (`GraphPolicy::Never`, a failing `launch`) and a replayed graph
+//! (`GraphPolicy::Always`, a failing `graph_node` part-way through the replay).
 
 mod exec_support;
 
 use exec_support::*;
 use solder_circuit::Policy;
 use solder_gpu_runtime::CpuBackend;
-use solder_model_layers::{CircuitExec, Session, SessionError};
+use solder_model_layers::{CircuitExec, GraphPolicy, Session, SessionError};
 
-fn next_exec(backend: &mut CpuBackend) -> CircuitExec {
-    build(backend, TINY_NEXT, Policy::default(), roomy_kv())
+fn next_exec(backend: &mut CpuBackend, graphs: GraphPolicy) -> CircuitExec {
+    let exec = build(backend, TINY_NEXT, Policy::default(), roomy_kv());
+    exec.set_graph_policy(graphs);
+    exec
 }
 
+const PATHS: [GraphPolicy; 2] = [GraphPolicy::Never, GraphPolicy::Always];
+
 /// Where a step fails: part-way through its launches, at its last launch (every state
-/// written), or reading the logits after the whole program ran.
-fn failures(launches: usize) -> Vec<(&'static str, usize)> {
+/// written), or reading the logits after the whole program ran. A launch is `launch` when
+/// the step runs eagerly and `graph_node` when it replays a graph.
+fn failures(launches: usize, graphs: GraphPolicy) -> Vec<(&'static str, usize)> {
+    let launch = match graphs {
+        GraphPolicy::Never => "launch",
+        _ => "graph_node",
+    };
     vec![
-        ("launch", launches / 2),
-        ("launch", launches - 1),
+        (launch, launches / 2),
+        (launch, launches - 1),
         ("copy_d2h", 0),
     ]
 }
 
 #[test]
 fn a_decode_that_fails_mid_step_leaves_the_state_as_it_was() {
+    for graphs in PATHS {
+        decode_fails_mid_step(graphs);
+    }
+}
+
+fn decode_fails_mid_step(graphs: GraphPolicy) {
     let mut backend = backend();
-    let exec = next_exec(&mut backend);
+    let exec = next_exec(&mut backend, graphs);
     let tokens = prompt(41, 128, 6);
     let expected = decode_alone(&mut backend, &exec, &tokens);
     let launches = exec.decode_program().expect("decode").launches();
-    for (call, skip) in failures(launches) {
+    for (call, skip) in failures(launches, graphs) {
         let mut session = Session::new(&exec);
         let id = session.add_sequence();
         let mut got = Vec::new();
@@ -51,15 +68,21 @@ fn a_decode_that_fails_mid_step_leaves_the_state_as_it_was() {
 
 #[test]
 fn a_multi_seq_step_that_fails_mid_step_leaves_every_state_as_it_was() {
+    for graphs in PATHS {
+        multi_seq_fails_mid_step(graphs);
+    }
+}
+
+fn multi_seq_fails_mid_step(graphs: GraphPolicy) {
     let mut backend = backend();
-    let exec = next_exec(&mut backend);
+    let exec = next_exec(&mut backend, graphs);
     let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(50 + s, 128, 5)).collect();
     let expected: Vec<Vec<f32>> = prompts
         .iter()
         .map(|p| decode_alone(&mut backend, &exec, p))
         .collect();
     let launches = exec.multi_seq_program(4).expect("width 4").launches();
-    for (call, skip) in failures(launches) {
+    for (call, skip) in failures(launches, graphs) {
         let mut session = Session::new(&exec);
         let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
         let mut got = vec![Vec::new(); prompts.len()];
@@ -89,8 +112,18 @@ fn a_multi_seq_step_that_fails_mid_step_leaves_every_state_as_it_was() {
 
 #[test]
 fn a_prefill_that_fails_in_a_later_chunk_leaves_the_state_as_it_was() {
+    for graphs in PATHS {
+        prefill_fails_in_a_later_chunk(graphs);
+    }
+}
+
+fn prefill_fails_in_a_later_chunk(graphs: GraphPolicy) {
     let mut backend = backend();
-    let exec = next_exec(&mut backend);
+    let exec = next_exec(&mut backend, graphs);
+    // Both chunks' graphs exist before the failing prefill, so it counts replayed nodes only.
+    if graphs != GraphPolicy::Never {
+        exec.capture_all(&mut backend).expect("capture the ladder");
+    }
     let head = prompt(61, 128, 3);
     let tail = prompt(62, 128, 11); // verify 8, then verify 3: two chunks
     let next = 9;
@@ -106,7 +139,8 @@ fn a_prefill_that_fails_in_a_later_chunk_leaves_the_state_as_it_was() {
     // The first chunk (8 rows) runs whole; the second fails at its last launch.
     let first_chunk = exec.verify_program(8).expect("verify 8").launches();
     let second_chunk = exec.verify_program(3).expect("verify 3").launches();
-    backend.fail_call("launch", first_chunk + second_chunk - 1);
+    let launch = failures(1, graphs)[0].0;
+    backend.fail_call(launch, first_chunk + second_chunk - 1);
     assert!(session.prefill(&mut backend, id, &tail).is_err());
     assert_eq!(session.seq_len(id).expect("seq"), head.len());
     let got = session.decode(&mut backend, id, next).expect("next");

@@ -386,6 +386,7 @@ impl CpuBackend {
                     config,
                     args,
                 } => {
+                    self.injected("graph_node")?;
                     let touches = self.check_args(*kernel, args)?;
                     self.execute_launch(*stream, *kernel, config, args, &touches)?;
                 }

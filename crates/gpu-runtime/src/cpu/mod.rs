@@ -129,15 +129,18 @@ impl CpuBackend {
     }
 
     /// Test hook: the call named `call` (`alloc`, `copy_h2d`, `copy_d2h`, `copy_d2d`,
-    /// `memset`, `launch`, `create_stream` or `create_event`) fails with a `Driver` error,
-    /// having done nothing, once `skip` more of them have succeeded. One failure at a time: a
+    /// `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
+    /// `launch_graph`) fails with a `Driver` error, having done nothing, once `skip` more of
+    /// them have succeeded. `graph_node` names each launch a graph replays: one failing stops
+    /// the replay there, the nodes before it having run (a kernel fault part-way through a
+    /// graph). One failure at a time: a
     /// new call replaces one armed before; it disarms once it fired.
     pub fn fail_call(&mut self, call: &'static str, skip: usize) {
         self.injected = Some(InjectedFailure { call, skip });
     }
 
     /// Fails `call` if the armed failure is due.
-    fn injected(&mut self, call: &'static str) -> Result<(), GpuError> {
+    pub(super) fn injected(&mut self, call: &'static str) -> Result<(), GpuError> {
         match &mut self.injected {
             Some(armed) if armed.call == call => {
                 if armed.skip == 0 {
@@ -388,6 +391,7 @@ impl GpuBackend for CpuBackend {
     }
 
     fn begin_capture(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.injected("begin_capture")?;
         self.check_stream(stream)?;
         self.begin_capture_impl(stream)
     }
@@ -398,10 +402,12 @@ impl GpuBackend for CpuBackend {
     }
 
     fn instantiate(&mut self, graph: GraphId) -> Result<GraphExecId, GpuError> {
+        self.injected("instantiate")?;
         self.instantiate_impl(graph)
     }
 
     fn launch_graph(&mut self, exec: GraphExecId, stream: StreamId) -> Result<(), GpuError> {
+        self.injected("launch_graph")?;
         self.check_stream(stream)?;
         self.launch_graph_impl(exec, stream)
     }

@@ -6,7 +6,7 @@
 //! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
 //! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
 //! step: check, save the state, take pages and slots, pick the route, upload the step's
-//! `meta::StepMeta`, run, read the logits).
+//! `meta::StepMeta`, run its program's graph or launches, read the logits).
 //!
 //! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
 //! to a session. Several sessions may run on one exec, one step at a time (each step takes
@@ -31,6 +31,7 @@ use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::graphs::StepRun;
 use crate::layout::Layout;
 use backup::StateBackup;
 use pages::PagePool;
@@ -52,6 +53,12 @@ impl Pools {
             pages: PagePool::new(layout.kv_pages, layout.kv_block_size),
             slots: SlotPool::new(layout, states),
         }
+    }
+
+    /// What sequences hold now, in words, or None when every page and slot is in the pools.
+    pub(crate) fn held(&self) -> Option<String> {
+        let (pages, slots) = (self.pages.lent(), self.slots.lent());
+        (pages + slots > 0).then(|| format!("{pages} KV page(s) and {slots} state slot(s) are"))
     }
 }
 
@@ -75,6 +82,8 @@ pub struct Session<'e> {
     routes: bool,
     /// The (mode, rows, arm) of the last step's program.
     last_program: Option<(Mode, usize, Option<RouteCondition>)>,
+    /// How the last step ran: a graph replayed, captured, or eager launches.
+    last_run: Option<StepRun>,
 }
 
 impl<'e> Session<'e> {
@@ -87,6 +96,7 @@ impl<'e> Session<'e> {
             next_id: 1,
             routes: true,
             last_program: None,
+            last_run: None,
         }
     }
 
@@ -98,6 +108,11 @@ impl<'e> Session<'e> {
     /// The (mode, rows, arm condition) of the program the last step ran.
     pub fn last_program(&self) -> Option<(Mode, usize, Option<RouteCondition>)> {
         self.last_program
+    }
+
+    /// How the last step that reached its run ran (graph replayed, captured, or eager).
+    pub fn last_run(&self) -> Option<StepRun> {
+        self.last_run
     }
 
     pub fn add_sequence(&mut self) -> SeqId {

@@ -16,6 +16,8 @@ use crate::meta::SCRATCH_PAGE;
 pub(crate) struct PagePool {
     free: BTreeSet<u32>,
     block_size: usize,
+    /// Pages a sequence may hold (all but the scratch page).
+    lendable: usize,
 }
 
 impl PagePool {
@@ -24,7 +26,13 @@ impl PagePool {
         PagePool {
             free: (SCRATCH_PAGE + 1..pages as u32).collect(),
             block_size,
+            lendable: pages.saturating_sub(1),
         }
+    }
+
+    /// Pages lent to sequences now.
+    pub(crate) fn lent(&self) -> usize {
+        self.lendable - self.free.len()
     }
 
     pub(super) fn free_count(&self) -> usize {

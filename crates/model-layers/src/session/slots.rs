@@ -23,6 +23,8 @@ pub(crate) struct SlotPool {
     /// bytes.
     states: DevicePtr,
     regions: Vec<(usize, usize)>,
+    /// Slots a sequence may hold (all but the scratch slot; none without recurrent state).
+    lendable: usize,
 }
 
 impl SlotPool {
@@ -40,10 +42,16 @@ impl SlotPool {
             (SCRATCH_SLOT + 1..layout.state_slots as u32).collect()
         };
         SlotPool {
+            lendable: free.len(),
             free,
             states,
             regions,
         }
+    }
+
+    /// Slots lent to sequences now.
+    pub(crate) fn lent(&self) -> usize {
+        self.lendable - self.free.len()
     }
 
     /// Whether the model keeps recurrent state, so each sequence needs a slot.

@@ -1,7 +1,8 @@
 //! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
 //! slots enough, the exec's backend), save the recurrent state of the sequences that already
 //! hold a slot (`backup`), lend the slots and pages the step needs, pick the route its slots
-//! allow, upload its metadata (`meta::StepMeta`), run, and read the live rows' logits;
+//! allow, upload its metadata (`meta::StepMeta`), run (`CircuitExec::run_step`: its graph or
+//! its launches), and read the live rows' logits;
 //! sequences advance only when all of that succeeded.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
@@ -221,7 +222,8 @@ impl Session<'_> {
             .collect::<Result<Vec<_>, SessionError>>()?;
         let meta = StepMeta::new(&self.exec.layout.meta, &meta_rows)?;
         meta.upload(backend, self.exec.default_stream(), self.exec.workspace())?;
-        self.exec.run(backend, program)?;
+        // The program's graph (captured on first use) or its launches, as the exec's policy says.
+        self.last_run = Some(self.exec.run_step(backend, program)?);
 
         let vocab = self.exec.config.vocab_size;
         let mut raw = vec![0u8; rows.len() * vocab * 4];
