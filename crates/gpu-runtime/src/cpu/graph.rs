@@ -75,6 +75,13 @@ pub(super) struct GraphState {
     next_exec: u32,
 }
 
+impl GraphState {
+    /// Graphs and graph execs created and not destroyed.
+    pub(super) fn live(&self) -> (usize, usize) {
+        (self.graphs.len(), self.execs.len())
+    }
+}
+
 fn clock_get(clock: &[u32], stream: StreamId) -> u32 {
     clock.get(stream.0 as usize).copied().unwrap_or(0)
 }

@@ -123,6 +123,11 @@ impl CpuBackend {
         self.tracker.streams() - self.destroyed_streams.len()
     }
 
+    /// Graphs and graph execs created and not destroyed.
+    pub fn live_graphs(&self) -> (usize, usize) {
+        self.graphs.live()
+    }
+
     /// Events created and not destroyed.
     pub fn live_events(&self) -> usize {
         self.graphs.events.len() - self.destroyed_events.len()
