@@ -1,11 +1,17 @@
-//! `cargo xtask bench`: prefill T tokens, decode N greedily, report the decode rate.
+//! `cargo xtask bench`: prefill T tokens, decode N greedily, report the decode rate; by
+//! default each step runs twice, eagerly and as a graph replay, on two sequences fed the
+//! same tokens (alternating, so both see the same machine), and both medians and their ratio
+//! are printed; the two sequences' logits must be identical bytes. The capture of the whole
+//! ladder (`capture_all`) is timed first.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::{Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
-use solder_model_layers::{greedy, Boot, CircuitExec, HostWeights, KvShape, Session, WeightSource};
+use solder_model_layers::{
+    greedy, Boot, CircuitExec, GraphPolicy, HostWeights, KvShape, Session, WeightSource,
+};
 
 use crate::args::Args;
 
@@ -17,7 +23,8 @@ const HELP: &str =
 
   --model DIR        a Hugging Face checkpoint folder
   --synth NAME       a random-weight model built in memory: llama-3.2-1b (the full shape),
-                     llama-3.2-1b-l4 (its layer shape, 4 layers)
+                     llama-3.2-1b-l4 (its layer shape, 4 layers), llama-3.1-8b-l4 (Llama-3.1-8B's
+                     layer shape, 4 layers; the full 8B does not fit this machine's memory)
   --save DIR         with --synth only: write it as a checkpoint (config.json,
                      model.safetensors) and stop, so another engine can run the same weights;
                      DIR must not exist or be empty (a checkpoint is never overwritten)
@@ -26,11 +33,28 @@ const HELP: &str =
                      fit the model's max_position_embeddings
   --threads N        CPU backend threads, 1..=1024 (default: all)
   --reference-only   run the reference routing instead of the fused plan
+  --graphs G         both (default: every step eagerly and as a graph replay, side by side),
+                     graph, or eager
+  --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
+                     verify 2..8) instead of batch 1 only, so `capture_all` times all of it
   --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
                      checkpoint, bf16 and f32, and print the ratios (a synth model is saved
                      under target/synth/ first)";
 
-const SYNTH: &[(&str, usize)] = &[("llama-3.2-1b", 16), ("llama-3.2-1b-l4", 4)];
+/// Synth models: name, base config (tests/fixtures/configs/), layers.
+const SYNTH: &[(&str, &str, usize)] = &[
+    ("llama-3.2-1b", "llama-3.2-1b", 16),
+    ("llama-3.2-1b-l4", "llama-3.2-1b", 4),
+    ("llama-3.1-8b-l4", "llama-3.1-8b", 4),
+];
+
+/// How the timed steps run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Graphs {
+    Both,
+    Graph,
+    Eager,
+}
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
@@ -45,8 +69,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "threads",
             "rules",
             "peer",
+            "graphs",
         ],
-        &["reference-only", "help"],
+        &["reference-only", "ladder", "help"],
     )?;
     if args.flag("help") {
         println!("{HELP}");
@@ -111,12 +136,23 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         Policy::default()
     };
     let kv = KvShape {
-        pages: total.div_ceil(16) + 2,
+        // Two sequences (eager and graph) of `total` tokens, and the scratch page.
+        pages: 2 * total.div_ceil(16) + 2,
         block_size: 16,
         max_seq_len: total.next_multiple_of(16),
         max_sequences: 2,
     };
-    let serve = ServeShape::with_max_batch(1).map_err(|e| e.to_string())?;
+    let graphs = match args.value("graphs").unwrap_or("both") {
+        "both" => Graphs::Both,
+        "graph" => Graphs::Graph,
+        "eager" => Graphs::Eager,
+        other => return Err(format!("`--graphs {other}`: expected both, graph or eager")),
+    };
+    let serve = if args.flag("ladder") {
+        ServeShape::default()
+    } else {
+        ServeShape::with_max_batch(1).map_err(|e| e.to_string())?
+    };
 
     let mut cpu = None;
     let mut device = crate::gpu::device_backend(backend_kind)?;
@@ -147,63 +183,135 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     eprintln!("built {name} in {:.1} s", started.elapsed().as_secs_f64());
     let launches = exec.decode_program().map_err(|e| e.to_string())?.launches();
+    if graphs != Graphs::Eager {
+        exec.set_graph_policy(GraphPolicy::Always);
+        let report = exec.capture_all(backend).map_err(|e| e.to_string())?;
+        println!(
+            "solder capture: model={name} programs={} launches={} capture_ms={:.3} us_per_launch={:.3}",
+            report.captured,
+            report.launches,
+            report.time.as_secs_f64() * 1e3,
+            report.time.as_secs_f64() * 1e6 / report.launches.max(1) as f64
+        );
+    }
 
+    // One sequence per path, fed the same tokens: the eager one and the graph one.
+    let paths: Vec<GraphPolicy> = match graphs {
+        Graphs::Both => vec![GraphPolicy::Never, GraphPolicy::Always],
+        Graphs::Graph => vec![GraphPolicy::Always],
+        Graphs::Eager => vec![GraphPolicy::Never],
+    };
     let mut session = Session::new(&exec);
-    let id = session.add_sequence();
+    let ids: Vec<_> = paths.iter().map(|_| session.add_sequence()).collect();
     let prompt: Vec<u32> = (0..prompt_len)
         .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
         .collect();
-    let t = Instant::now();
-    let logits = session
-        .prefill(backend, id, &prompt)
-        .map_err(|e| e.to_string())?;
-    let prefill_s = t.elapsed().as_secs_f64();
     let vocab = config.vocab_size;
-    let mut token = greedy(&logits[(prompt_len - 1) * vocab..]);
-    let mut step_ms = Vec::with_capacity(gen);
-    for _ in 0..gen {
+    let mut prefill_ms = Vec::new();
+    let mut token = 0;
+    for (&id, &path) in ids.iter().zip(&paths) {
+        exec.set_graph_policy(path);
         let t = Instant::now();
         let logits = session
-            .decode(backend, id, token)
+            .prefill(backend, id, &prompt)
             .map_err(|e| e.to_string())?;
-        step_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        token = greedy(&logits);
+        prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        token = greedy(&logits[(prompt_len - 1) * vocab..]);
     }
-    let mean = step_ms.iter().sum::<f64>() / gen as f64;
-    step_ms.sort_by(f64::total_cmp);
-    let median = step_ms[gen / 2];
+    let mut step_ms = vec![Vec::with_capacity(gen); paths.len()];
+    for step in 0..gen {
+        let mut logits_of = Vec::with_capacity(paths.len());
+        for (p, (&id, &path)) in ids.iter().zip(&paths).enumerate() {
+            exec.set_graph_policy(path);
+            let t = Instant::now();
+            let logits = session
+                .decode(backend, id, token)
+                .map_err(|e| e.to_string())?;
+            step_ms[p].push(t.elapsed().as_secs_f64() * 1e3);
+            logits_of.push(logits);
+        }
+        if logits_of.windows(2).any(|w| !same_bits(&w[0], &w[1])) {
+            return Err(format!(
+                "decode step {step}: the graph replay's logits differ from the eager run's"
+            ));
+        }
+        token = greedy(&logits_of[0]);
+    }
+    let mut medians = Vec::new();
+    for (times, path) in step_ms.iter_mut().zip(&paths) {
+        let mean = times.iter().sum::<f64>() / gen as f64;
+        times.sort_by(f64::total_cmp);
+        let median = times[gen / 2];
+        let label = if *path == GraphPolicy::Never {
+            "eager"
+        } else {
+            "graph"
+        };
+        eprintln!(
+            "{label}: decode steps median {median:.2} ms, mean {mean:.2} ms, min {:.2}, max {:.2}",
+            times[0],
+            times[gen - 1]
+        );
+        medians.push((label, median));
+    }
     eprintln!(
-        "prefill {prompt_len} tokens in {:.1} ms; decode steps: median {median:.2} ms, mean {mean:.2} ms, min {:.2}, max {:.2}",
-        prefill_s * 1e3,
-        step_ms[0],
-        step_ms[gen - 1]
+        "prefill {prompt_len} tokens in {} ms",
+        prefill_ms
+            .iter()
+            .map(|ms| format!("{ms:.1}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
     );
+    // The headline figure is the last path's: graph replay unless --graphs eager.
+    let (_, median) = *medians.last().ok_or("no path ran")?;
+    let side_by_side = match medians.as_slice() {
+        [(_, eager), (_, graph)] => format!(
+            " eager_ms={eager:.3} graph_ms={graph:.3} graph_over_eager={:.3}",
+            graph / eager
+        ),
+        _ => String::new(),
+    };
     println!(
-        "solder decode: model={name} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2} launches_per_step={launches}",
+        "solder decode: model={name} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2} launches_per_step={launches}{side_by_side}",
         1e3 / median
     );
     Ok(())
 }
 
+/// Whether two runs' logits are the same bytes.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn synth_config(name: &str) -> Result<ModelConfig, String> {
-    let layers = SYNTH
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, l)| *l)
-        .ok_or_else(|| {
-            format!(
-                "unknown synth model `{name}` (known: {})",
-                SYNTH.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-            )
-        })?;
-    let mut json = synth_base_config()?;
-    json["num_hidden_layers"] = layers.into();
+    let json = synth_json(name)?;
     ModelConfig::from_json_str(&json.to_string(), name).map_err(|e| e.to_string())
 }
 
-/// The config every synth model starts from (Llama-3.2-1B's).
-fn synth_base_config() -> Result<serde_json::Value, String> {
-    let path = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
+/// The config.json of synth model `name`: its base config with its layer count.
+fn synth_json(name: &str) -> Result<serde_json::Value, String> {
+    let (base, layers) = SYNTH
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, base, l)| (*base, *l))
+        .ok_or_else(|| {
+            format!(
+                "unknown synth model `{name}` (known: {})",
+                SYNTH
+                    .iter()
+                    .map(|(n, _, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+    let mut json = synth_base_config(base)?;
+    json["num_hidden_layers"] = layers.into();
+    Ok(json)
+}
+
+/// The config a synth model starts from: `tests/fixtures/configs/<base>.json`.
+fn synth_base_config(base: &str) -> Result<serde_json::Value, String> {
+    let path = crate::workspace_root().join(format!("tests/fixtures/configs/{base}.json"));
     let text = crate::files::read_text(&path)?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -251,8 +359,8 @@ fn save_synth(config: &ModelConfig, dir: &Path) -> Result<(), String> {
     let instance = solder_circuit::Instance::from_config(config, ServeShape::default())
         .map_err(|e| e.to_string())?;
     let weights = HostWeights::random(&instance.circuit, 1);
-    let mut json = synth_base_config()?;
-    json["num_hidden_layers"] = config.num_hidden_layers.into();
+    // `config.source` is the synth name it was made from.
+    let json = synth_json(&config.source)?;
     let config_text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
 
     let parent = match dir.parent() {

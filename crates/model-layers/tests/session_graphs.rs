@@ -67,7 +67,11 @@ fn replayed_steps_give_the_eager_bytes_in_every_mode_and_width() {
             .all(|r| *r == StepRun::Eager(EagerReason::PolicyNever)));
         let counters = eager.graph_counters();
         assert_eq!(counters.graph_launches, 0);
-        assert_eq!(counters.eager_steps(), runs.len() as u64 + 1, "prefill runs two chunks");
+        assert_eq!(
+            counters.eager_steps(),
+            runs.len() as u64 + 1,
+            "prefill runs two chunks"
+        );
 
         // The default policy: graphs, captured on first use.
         let graphs = build(&mut backend, json, Policy::default(), roomy_kv());

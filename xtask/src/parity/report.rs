@@ -54,17 +54,19 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             v.live_lower_bound
         );
     }
-    println!("  mode        rows  live  reference vs all rules               vs each sequence decoded alone");
+    println!("  mode        rows  live  reference vs all rules       vs each sequence alone       all rules: graph vs eager");
     for m in &r.modes {
         println!(
-            "  {:<10} {:>5} {:>5}  {:<36} {}",
+            "  {:<10} {:>5} {:>5}  {:<28} {:<28} {}",
             m.mode.as_str(),
             m.rows,
             m.live,
             diff_text(&m.ref_vs_fused),
-            diff_text(&m.vs_decode)
+            diff_text(&m.vs_decode),
+            diff_text(&m.graph_vs_eager)
         );
     }
+    println!("  graphs (all rules): {}", r.graphs);
     println!(
         "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
         r.verified_plans
@@ -124,7 +126,7 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
         .map(|r| r.name.as_str())
         .collect();
     format!(
-        "{} {} models, {modes} mode runs byte-identical, {verified} plans verified{}{}, \
+        "{} {} models, {modes} mode runs byte-identical (graph replay = eager), {verified} plans verified{}{}, \
          {seconds:.1} s",
         if pass { "PASS" } else { "FAIL" },
         reports.len(),
@@ -177,6 +179,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "live": m.live,
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "vs_decode_alone": diff_json(&m.vs_decode),
+            "graph_vs_eager": diff_json(&m.graph_vs_eager),
         })).collect::<Vec<_>>(),
         "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok(), "verdict": detection_verdict(r) },
         "golden": r.golden.map(|g| json!({

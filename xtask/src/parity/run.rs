@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
+use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
 
 use super::golden::{non_finite, Golden, GoldenFigures};
 use super::verified::verify_exec_plans;
@@ -98,6 +98,8 @@ pub struct ModeRow {
     pub ref_vs_fused: Diff,
     /// Each sequence's logits against the same sequence decoded alone (reference routing).
     pub vs_decode: Diff,
+    /// The all-rules programs' graphs replayed vs the same programs run eagerly.
+    pub graph_vs_eager: Diff,
 }
 
 pub struct Detection {
@@ -128,6 +130,9 @@ pub struct CaseReport {
     pub non_finite: Vec<String>,
     /// Steps that ran on a runtime route arm.
     pub routes: RouteLog,
+    /// The all-rules exec's graph counters (its steps replay graphs; the reference's run
+    /// eagerly).
+    pub graphs: String,
 }
 
 /// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
@@ -187,10 +192,9 @@ impl FiniteCheck<'_> {
 
 impl CaseReport {
     pub fn passes(&self) -> bool {
-        self.modes
-            .iter()
-            .all(|m| m.ref_vs_fused.identical() && m.vs_decode.identical())
-            && self.detection.ok()
+        self.modes.iter().all(|m| {
+            m.ref_vs_fused.identical() && m.vs_decode.identical() && m.graph_vs_eager.identical()
+        }) && self.detection.ok()
             && self.golden.is_none_or(|g| g.passes())
             && self.non_finite.is_empty()
     }
@@ -235,6 +239,10 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     let verified_plans =
         verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
             + verify_exec_plans(&fused_exec, rules, &Policy::default(), backend)?;
+    // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
+    // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
+    reference_exec.set_graph_policy(GraphPolicy::Never);
+    fused_exec.set_graph_policy(GraphPolicy::Always);
     let reference = Routing {
         exec: &reference_exec,
         fusions: "reference",
@@ -269,6 +277,9 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     }
     let fused_alone = decode_logged(fused, backend, &prompts[0], &mut routes)?;
     finite.check("all-rules decode rows 1", &fused_alone);
+    let fused_eager = eagerly(fused, |r| {
+        decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
+    })?;
 
     let mut modes = vec![ModeRow {
         mode: Mode::Decode,
@@ -276,6 +287,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         live: 1,
         ref_vs_fused: Diff::of(&alone[0], &fused_alone, vocab),
         vs_decode: Diff::of(&fused_alone, &alone[0], vocab),
+        graph_vs_eager: Diff::of(&fused_alone, &fused_eager, vocab),
     }];
     let mut widths: Vec<(usize, usize)> = serve.multi_seq_ladder.iter().map(|&w| (w, w)).collect();
     if serve.multi_seq_ladder.len() >= 2 {
@@ -287,12 +299,16 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         tracing::info!(model = %case.name, width, live, "multi_seq");
         let r = multi_seq(reference, backend, &prompts[..live], &mut routes)?;
         let f = multi_seq(fused, backend, &prompts[..live], &mut routes)?;
+        let fe = eagerly(fused, |r| {
+            multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
+        })?;
         let mut row = ModeRow {
             mode: Mode::MultiSeq,
             rows: width,
             live,
             ref_vs_fused: Diff::NONE,
             vs_decode: Diff::NONE,
+            graph_vs_eager: Diff::NONE,
         };
         for s in 0..live {
             for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
@@ -302,6 +318,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
                 );
             }
             row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
+            row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
             row.vs_decode = row
                 .vs_decode
                 .merge(Diff::of(&f[s], &alone[s], vocab))
@@ -312,6 +329,9 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     for &k in &serve.verify_widths {
         let r = verify_chunks(reference, backend, &prompts[0], k, &mut routes)?;
         let f = verify_chunks(fused, backend, &prompts[0], k, &mut routes)?;
+        let fe = eagerly(fused, |r| {
+            verify_chunks(r, backend, &prompts[0], k, &mut RouteLog::default())
+        })?;
         finite.check(&format!("reference verify rows {k}"), &r);
         finite.check(&format!("all-rules verify rows {k}"), &f);
         modes.push(ModeRow {
@@ -320,6 +340,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             live: 1,
             ref_vs_fused: Diff::of(&r, &f, vocab),
             vs_decode: Diff::of(&f, &alone[0], vocab).merge(Diff::of(&r, &alone[0], vocab)),
+            graph_vs_eager: Diff::of(&f, &fe, vocab),
         });
     }
 
@@ -355,6 +376,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         })
         .collect::<R<Vec<_>>>()?;
     let non_finite = finite.found;
+    let graphs = fused_exec.graph_counters().to_string();
     reference_exec.free(backend).map_err(err)?;
     fused_exec.free(backend).map_err(err)?;
     Ok(CaseReport {
@@ -370,7 +392,16 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         decode_logits: fused_alone,
         non_finite,
         routes,
+        graphs,
     })
+}
+
+/// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.
+fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
+    routing.exec.set_graph_policy(GraphPolicy::Never);
+    let out = run(routing);
+    routing.exec.set_graph_policy(GraphPolicy::Always);
+    out
 }
 
 /// The exec of `case` under `policy` on `backend`: the default serve shape, and a KV cache
