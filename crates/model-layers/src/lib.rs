@@ -3,10 +3,11 @@
 //! emitter side by side, one file or folder per kernel module; `numerics`: the shared
 //! arithmetic), `emit` (plan group → launches through the kernels' emitters), `program`
 //! (plan → `Program` with final pointers), `exec` (`CircuitExec`: every program of a model in
-//! one workspace), `graphs` (the exec's step graphs: policy, cache, lifecycle, counters), `meta` (the per-step metadata: its region's layout, a step's values, their
-//! encoding and upload) and `session` (`Session`: paged KV cache, state slots, prefill,
-//! decode, multi-sequence
-//! steps).
+//! one workspace), `graphs` (the exec's step graphs: policy, cache, lifecycle, counters),
+//! `meta` (the per-step metadata: its region's layout, a step's values, their encoding and
+//! upload), `session` (`Session`: paged KV cache, state slots, prefill, decode,
+//! multi-sequence steps) and `sampling` (greedy, temperature/top-k/top-p with a seeded
+//! generator per sequence, speculative sampling's accept/resample rule).
 //!
 //! Invariants: a program reads per-step values only from the workspace's metadata region;
 //! the workspace is allocated once per `CircuitExec` and freed only after every graph that
@@ -25,6 +26,7 @@ pub mod layout;
 pub mod meta;
 pub mod numerics;
 pub mod program;
+pub mod sampling;
 pub mod session;
 pub mod weights;
 
@@ -33,5 +35,6 @@ pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
 pub use program::{Program, ProgramStep};
+pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{greedy, SeqId, Session};
 pub use weights::HostWeights;

@@ -365,13 +365,8 @@ impl Drop for Session<'_> {
     }
 }
 
-/// The arg-max token (the lowest index among equal maxima; NaN never wins).
+/// The arg-max token (the lowest index among equal maxima; NaN never wins):
+/// `sampling::greedy`, the greedy case of `sampling::Sampler`.
 pub fn greedy(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
-            best = i;
-        }
-    }
-    best as u32
+    crate::sampling::greedy(logits)
 }
