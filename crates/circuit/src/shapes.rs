@@ -4,7 +4,8 @@
 //! Invariants: built only from a serve shape that passes `ServeShape::validate` and asks for
 //! no shape nothing compiles (draft programs are refused until the draft head exists); the
 //! list is in canonical order — decode at 1 row, then multi-seq widths ascending, then verify
-//! widths ascending — with no (mode, rows) twice; every entry passes `Mode::check_rows`.
+//! widths ascending, then batched-verify widths ascending — with no (mode, rows) twice; every
+//! entry passes `Mode::check_rows`.
 
 use solder_config::ServeShape;
 
@@ -36,6 +37,12 @@ impl ProgramShapes {
         let mut programs = vec![(Mode::Decode, 1)];
         programs.extend(serve.multi_seq_ladder.iter().map(|&w| (Mode::MultiSeq, w)));
         programs.extend(serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
+        programs.extend(
+            serve
+                .verify_batch_widths
+                .iter()
+                .map(|&w| (Mode::VerifyBatch, w)),
+        );
         for &(mode, rows) in &programs {
             mode.check_rows(rows)?;
         }

@@ -363,6 +363,53 @@ impl<'e> Session<'e> {
         Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
     }
 
+    /// Several sequences' consecutive tokens in one batched-verify step (the narrowest
+    /// compiled width that holds them all, padded); returns each sequence's logits,
+    /// `[tokens_i * vocab]`, the bytes verifying it alone gives.
+    pub fn verify_batch(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32])],
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
+        if batch.is_empty() || batch.iter().any(|(_, t)| t.is_empty()) {
+            return Err(SessionError::Empty("verify_batch of no tokens"));
+        }
+        for (i, (id, _)) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|(other, _)| other == id) {
+                return Err(SessionError::DuplicateSequence(*id));
+            }
+        }
+        let total: usize = batch.iter().map(|(_, t)| t.len()).sum();
+        let shapes = self.exec.instance.program_shapes();
+        let width = shapes
+            .narrowest(Mode::VerifyBatch, total)
+            .ok_or(SessionError::TooWide {
+                asked: total,
+                widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+            })?;
+        let program = self.exec.program(Mode::VerifyBatch, width)?;
+        let mut rows = Vec::with_capacity(width);
+        for &(id, tokens) in batch {
+            let start = self.seq_len(id)?;
+            rows.extend(tokens.iter().enumerate().map(|(i, &token)| Row {
+                seq: Some(id),
+                token,
+                position: start + i,
+            }));
+        }
+        rows.resize(width, Row::PADDING);
+        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
+        let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+        let vocab = self.exec.config.vocab_size;
+        let mut out = Vec::with_capacity(batch.len());
+        let mut at = 0;
+        for (_, tokens) in batch {
+            out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
+            at += tokens.len();
+        }
+        Ok(out)
+    }
+
     /// The mode a step of `n` sequences runs in.
     pub fn mode_for(n: usize) -> Mode {
         if n == 1 {
