@@ -27,6 +27,7 @@ mod model;
 mod moe;
 mod rope;
 mod serve;
+mod window;
 
 pub use bounds::{dim_bound, DimBound, DIM_BOUNDS};
 pub use error::ConfigError;
