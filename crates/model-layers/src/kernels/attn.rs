@@ -112,7 +112,7 @@ fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
     }
     let (block_size, max_blocks, num_pages) =
         (a.block_size.dim()?, a.max_blocks.dim()?, a.num_pages.dim()?);
-    let (window, scale) = (a.window as usize, a.scale);
+    let (window, scale) = (a.window.count(), a.scale);
     if heads % kv_heads != 0 {
         return Err(a
             .kv_heads
@@ -239,7 +239,11 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
         block_size: v.kv_block_size(),
         max_blocks: v.max_blocks(),
         num_pages: v.kv_pages(),
-        window: v.u32(a, "window")?,
+        // Only windowed layers' ops carry the attribute; 0 is full causal attention.
+        window: match a.attrs.iter().any(|(key, _)| key == "window") {
+            true => v.u32(a, "window")?,
+            false => 0,
+        },
         scale: v.f32(a, "scale")?,
     }
     .launch(kernel)])

@@ -6,7 +6,9 @@
 //! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
 //! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
 //! step: check, save the state, take pages and slots, pick the route, upload the step's
-//! `meta::StepMeta`, run, read the logits).
+//! `meta::StepMeta`, run, read the logits), `window` (sliding windows: after each step, and
+//! after a whole prefill, the KV pages wholly outside every layer's window, with a margin for
+//! rollback, go back to the pool; their block-table entries become the scratch page).
 //!
 //! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
 //! to a session. Several sessions may run on one exec, one step at a time (each step takes
@@ -23,6 +25,7 @@ mod backup;
 mod pages;
 mod slots;
 mod step;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -219,6 +222,7 @@ impl<'e> Session<'e> {
             }
             at += width;
         }
+        self.recycle_out_of_window([id]);
         Ok(logits)
     }
 
