@@ -1,4 +1,4 @@
-//! Features solder does not model (rope types, sliding windows, activations, biases,
+//! Features solder does not model (rope types, activations, biases,
 //! quantization) are refused by value, naming the file and the key.
 
 mod common;

@@ -9,7 +9,8 @@
 //! first row of that step, at position `L - R`, reads from `L - R + 1 - W`). Pages wholly
 //! before that are recycled after each step (`Session::step`, once the sequences advanced) and
 //! after a whole prefill (never between its chunks: a failed prefill rolls back to where it
-//! started, which may be further back than R). A recycled block's entry in the block table
+//! started, which may be further back than R; so a prefill holds the pages of its whole
+//! prompt until it ends). A recycled block's entry in the block table
 //! becomes the scratch page (`PagePool::recycle`): positions are kept and the kernels, which
 //! read only the window, never read it. No page is recycled when any attention layer attends
 //! over the whole context.
