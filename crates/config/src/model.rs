@@ -204,7 +204,10 @@ impl ModelConfig {
             return Err(fields.invalid(
                 "layer_windows",
                 format!("{} entries", self.layer_windows.len()),
-                format!("one per layer (num_hidden_layers = {})", self.num_hidden_layers),
+                format!(
+                    "one per layer (num_hidden_layers = {})",
+                    self.num_hidden_layers
+                ),
             ));
         }
         if let Some(window) = self
@@ -326,8 +329,7 @@ fn parse_model(
     }
 
     let attention_bias = check_features(fields, family)?;
-    let layer_windows =
-        parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
+    let layer_windows = parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
     // Every family solder models defaults to an untied LM head in transformers.
     let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     let moe = parse_moe(fields, family, num_hidden_layers)?;

@@ -65,7 +65,10 @@ fn a_windowed_model_forgets_what_left_every_window() {
     );
     // Token 0 reaches position p through two windowed layers while p - 0 <= 2 * (8 - 1).
     assert_ne!(wa[0], wb[0]);
-    assert_ne!(wa[14], wb[14], "position 14 still sees token 0 through both layers");
+    assert_ne!(
+        wa[14], wb[14],
+        "position 14 still sees token 0 through both layers"
+    );
     for p in 15..40 {
         assert_same_bytes(&wa[p], &wb[p], &format!("windowed position {p}"));
     }
@@ -112,9 +115,17 @@ fn pages_out_of_every_window_are_recycled() {
         assert!(held <= 5, "{held} pages at length {len}");
     }
     assert_eq!(session.held_pages(id).unwrap(), 4, "positions 48..64");
-    assert_eq!(session.free_page_count(), 3, "the rest are back in the pool");
+    assert_eq!(
+        session.free_page_count(),
+        3,
+        "the rest are back in the pool"
+    );
     session.end_sequence(id).unwrap();
-    assert_eq!(session.free_page_count(), 7, "every page back, the scratch page never");
+    assert_eq!(
+        session.free_page_count(),
+        7,
+        "every page back, the scratch page never"
+    );
 }
 
 #[test]

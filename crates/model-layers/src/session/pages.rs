@@ -131,8 +131,16 @@ mod tests {
         assert_eq!(held, [SCRATCH_PAGE, SCRATCH_PAGE, 3, 4], "positions kept");
         assert_eq!(PagePool::live(&held), 2);
         assert_eq!(pool.free_count(), 3);
-        assert_eq!(pool.recycle(&mut held, 3), 1, "block 0 and 1 already recycled");
-        assert_eq!(pool.needed(20, held.len()), 1, "placeholders hold their positions");
+        assert_eq!(
+            pool.recycle(&mut held, 3),
+            1,
+            "block 0 and 1 already recycled"
+        );
+        assert_eq!(
+            pool.needed(20, held.len()),
+            1,
+            "placeholders hold their positions"
+        );
         pool.grow(&mut held, 20).unwrap();
         assert_eq!(held, [SCRATCH_PAGE, SCRATCH_PAGE, SCRATCH_PAGE, 4, 1]);
         pool.shrink(&mut held, 0);

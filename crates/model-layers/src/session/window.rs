@@ -58,7 +58,12 @@ impl Session<'_> {
             let before = seq.len.saturating_sub(keep) / block_size;
             let freed = pools.pages.recycle(&mut seq.pages, before);
             if freed > 0 {
-                tracing::trace!(seq = id, len = seq.len, freed, "KV pages out of the window recycled");
+                tracing::trace!(
+                    seq = id,
+                    len = seq.len,
+                    freed,
+                    "KV pages out of the window recycled"
+                );
             }
         }
     }
