@@ -162,3 +162,11 @@ fn a_hand_built_window_is_checked() {
     config.layer_windows.pop();
     assert!(config.check_bounds().is_err());
 }
+
+#[test]
+fn mistral_7b_v0_1_windows_every_layer_at_4096() {
+    let config = parse_edited("mistral-7b-v0.1.json", |_| {}).expect("loads");
+    assert_eq!(config.layer_windows, vec![Some(4096); 32]);
+    assert_eq!(config.kv_window(), Some(4096));
+    assert_eq!(config.max_position_embeddings, 32768);
+}
