@@ -1,10 +1,10 @@
 //! The built-in tiny models: one per supported family, generated in-process from fixed
 //! configs and seeds, so `cargo xtask parity` needs no files; and the sliding-window and
-//! long-context cases (`tokens`): a Mistral whose window every layer shares, decoded over five
-//! windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 mixing a
-//! full-attention layer with windowed ones, and two prompts past 1,024 tokens (flash-decoding
-//! splits a context above 256 over several blocks): a full-attention Llama and a Mistral
-//! whose 300-token window itself spans two splits.
+//! long-context cases (`tokens`): a Mistral whose window of 16 every layer shares, decoded over
+//! six windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 whose
+//! layer 0 attends over everything and layer 1 over 16 (five windows), and two prompts past
+//! 1,024 tokens (flash-decoding splits a context above 256 over several blocks): a
+//! full-attention Llama and a Mistral whose 300-token window itself spans two splits.
 
 use solder_config::ModelConfig;
 
@@ -113,22 +113,22 @@ pub const BUILTINS: &[Builtin] = &[
             "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
             "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
-            "rope_theta": 10000.0, "sliding_window": 24, "hidden_act": "silu"
+            "rope_theta": 10000.0, "sliding_window": 16, "hidden_act": "silu"
         }"#,
-        tokens: Some(120),
+        tokens: Some(96),
     },
     Builtin {
         name: "tiny-qwen2-window",
         seed: 0x9e4,
         config_json: r#"{
             "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
-            "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 3,
+            "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
             "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
-            "rope_theta": 10000.0, "use_sliding_window": true, "sliding_window": 20,
+            "rope_theta": 10000.0, "use_sliding_window": true, "sliding_window": 16,
             "max_window_layers": 1, "hidden_act": "silu"
         }"#,
-        tokens: Some(100),
+        tokens: Some(80),
     },
     Builtin {
         name: "tiny-llama-long",
@@ -140,7 +140,7 @@ pub const BUILTINS: &[Builtin] = &[
             "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
             "rope_theta": 10000.0, "hidden_act": "silu"
         }"#,
-        tokens: Some(1100),
+        tokens: Some(1040),
     },
     Builtin {
         name: "tiny-mistral-long",
@@ -152,7 +152,7 @@ pub const BUILTINS: &[Builtin] = &[
             "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
             "rope_theta": 10000.0, "sliding_window": 300, "hidden_act": "silu"
         }"#,
-        tokens: Some(1100),
+        tokens: Some(1040),
     },
 ];
 
