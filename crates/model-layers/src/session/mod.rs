@@ -19,7 +19,8 @@
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
 //! position, pages, slots, backend) or fails to run leaves every sequence as it was, its
 //! recurrent state included; every page and slot a session's sequences hold is held by no
-//! other sequence of any session.
+//! other sequence of any session (the scratch page a block table names in place of a
+//! recycled page is no page held: it is never read through that entry, never given back).
 
 mod backup;
 mod pages;
