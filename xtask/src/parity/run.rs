@@ -236,7 +236,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             case.name, case.config.max_position_embeddings
         ));
     }
-    let serve = ServeShape::default();
+    let serve = serve_for(tokens);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let mut fused_exec = build_exec(case, rules, backend, Policy::default())?;
@@ -417,20 +417,58 @@ fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
     out
 }
 
-/// The exec of `case` under `policy` on `backend`: the default serve shape, and a KV cache
-/// for every prompt of the widest multi-seq width.
+/// Prompts longer than this run a narrower serve shape (`serve_for`).
+pub const LONG_PROMPT: usize = 256;
+
+/// The widest multi-seq width of a long prompt's serve shape: every width of the default
+/// ladder over a prompt past 1,024 tokens would take parity minutes on the CPU backend.
+pub const LONG_PROMPT_MAX_BATCH: usize = 4;
+
+/// The serve shape parity compiles for a prompt of `tokens`: the default one, or for a prompt
+/// longer than `LONG_PROMPT` the default cut at `LONG_PROMPT_MAX_BATCH` sequences (every
+/// verify width kept).
+pub fn serve_for(tokens: usize) -> ServeShape {
+    if tokens > LONG_PROMPT {
+        ServeShape::with_max_batch(LONG_PROMPT_MAX_BATCH).unwrap_or_default()
+    } else {
+        ServeShape::default()
+    }
+}
+
+/// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
+/// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
+/// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
+/// before it recycles, so a windowed case runs on a pool smaller than its sequences (a
+/// Session that failed to recycle runs out of pages).
+pub fn pages_per_sequence(
+    config: &ModelConfig,
+    tokens: usize,
+    block_size: usize,
+    rollback: usize,
+) -> usize {
+    let all = tokens.div_ceil(block_size);
+    match config.kv_window() {
+        Some(window) => all.min((window + 2 * rollback).div_ceil(block_size) + 1),
+        None => all,
+    }
+}
+
+/// The exec of `case` under `policy` on `backend`: the serve shape `serve_for` its prompt,
+/// and a KV cache for every prompt of the widest multi-seq width.
 pub fn build_exec(
     case: &Case,
     rules: &RuleSet,
     backend: &mut dyn GpuBackend,
     policy: Policy,
 ) -> R<CircuitExec> {
-    let serve = ServeShape::default();
-    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let tokens = case.prompt.len();
+    let serve = serve_for(tokens);
+    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
+    let rollback = serve.verify_widths.last().copied().unwrap_or(1);
     let block_size = 16;
+    let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
     let kv = KvShape {
-        pages: (widest + 2) * tokens.div_ceil(block_size) + 2,
+        pages: (widest + 2) * per_sequence + 2,
         block_size,
         max_seq_len: tokens.next_multiple_of(block_size),
         max_sequences: widest + 2,

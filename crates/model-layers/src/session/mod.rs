@@ -6,7 +6,11 @@
 //! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
 //! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
 //! step: check, save the state, take pages and slots, pick the route, upload the step's
-//! `meta::StepMeta`, run its program's graph or launches, read the logits).
+//! `meta::StepMeta`, run its program's graph or launches, read the logits), `window` (sliding
+//! windows: after each step, and after a whole prefill, the KV pages wholly outside every
+//! layer's window, with a margin for rollback, go back to the pool; their block-table entries
+//! become the scratch page), `draft`, `speculative` and `rewind` (speculative steps and the
+//! roll-back of rejected tokens).
 //!
 //! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
 //! to a session. Several sessions may run on one exec, one step at a time (each step takes
@@ -17,7 +21,8 @@
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
 //! position, pages, slots, backend) or fails to run leaves every sequence as it was, its
 //! recurrent state included; every page and slot a session's sequences hold is held by no
-//! other sequence of any session.
+//! other sequence of any session (the scratch page a block table names in place of a
+//! recycled page is no page held: it is never read through that entry, never given back).
 
 mod backup;
 pub mod draft;
@@ -26,6 +31,7 @@ mod rewind;
 mod slots;
 pub mod speculative;
 mod step;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -254,6 +260,7 @@ impl<'e> Session<'e> {
             }
             at += width;
         }
+        self.recycle_out_of_window([id]);
         Ok(logits)
     }
 

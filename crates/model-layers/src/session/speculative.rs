@@ -375,6 +375,8 @@ impl Session<'_> {
             });
             first += k + 1;
         }
+        // The step itself (its state saved by this caller) left recycling to here.
+        self.recycle_out_of_window(ids.iter().copied());
         Ok(steps)
     }
 
