@@ -296,8 +296,55 @@ mod tests {
         );
     }
 
+    /// What the table expects of a profile is what the exec launches: the same plans (by
+    /// digest) and one kernel launch per expected launch.
     #[test]
-    fn the_tiny_llamas_plans_give_the_expected_launches() {
+    fn an_execs_programs_launch_what_the_table_expects() {
+        use solder_model_layers::{Boot, CircuitExec, KvShape, WeightSource};
+        let rules =
+            RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap();
+        for name in ["tiny-llama", "tiny-qwen3-next"] {
+            let builtin = crate::parity::builtin_named(name).unwrap();
+            let config = builtin.config().unwrap();
+            let mut cpu = solder_model_layers::kernels::cpu_backend(None).unwrap();
+            let mut exec = CircuitExec::build(
+                &mut cpu,
+                Boot {
+                    config: config.clone(),
+                    serve: ServeShape::with_max_batch(4).unwrap(),
+                    rules: rules.clone(),
+                    policy: Policy::default(),
+                    weights: WeightSource::Random { seed: 1 },
+                    kv: KvShape {
+                        pages: 8,
+                        block_size: 16,
+                        max_seq_len: 32,
+                        max_sequences: 4,
+                    },
+                },
+            )
+            .unwrap();
+            let programs = expected(&config, &rules, "decode:1,multi_seq:4", 5).unwrap();
+            for p in &programs {
+                let program = exec.program(p.mode, p.rows).unwrap();
+                assert_eq!(
+                    program.launches(),
+                    p.launches.len(),
+                    "{name} {}:{}",
+                    p.mode,
+                    p.rows
+                );
+                let plan = exec.plan(p.mode, p.rows).unwrap();
+                assert_eq!(program.plan_digest, plan.digest);
+                let traffic = solder_circuit::plan_traffic(&exec.instance.circuit, plan, 5);
+                assert_eq!(from_traffic(&traffic), p.launches, "{name}");
+            }
+            exec.free(&mut cpu).unwrap();
+        }
+    }
+
+    #[test]
+    fn llama_1b_plans_give_the_expected_launches() {
         let root = crate::workspace_root();
         let config =
             crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))

@@ -1,7 +1,7 @@
 //! `gpu-step`'s run: the model, the exec, the schedule of steps, and the checks `--compare`
 //! and `--cpu-twin` make over it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::{Mode, Policy, RuleSet};
@@ -65,11 +65,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         serve: ServeShape::with_max_batch(width).expect("2..=128 is a valid batch"),
         rules: rules.clone(),
         policy: Policy::default(),
-        weights: match &weights {
-            WeightSource::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
-            WeightSource::Random { seed } => WeightSource::Random { seed: *seed },
-            WeightSource::Host(_) => unreachable!("`model` gives a checkpoint or a seed"),
-        },
+        weights: weights.source(),
         kv: KvShape {
             pages: 2 * tokens.div_ceil(16) + 2 * width + 2,
             block_size: 16,
@@ -126,21 +122,37 @@ fn cpu_backend() -> Result<solder_gpu_runtime::CpuBackend, String> {
     solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())
 }
 
+/// Where the weights come from, for each exec built (a `WeightSource` is consumed).
+enum Weights {
+    Checkpoint(PathBuf),
+    Random(u64),
+}
+
+impl Weights {
+    fn source(&self) -> WeightSource {
+        match self {
+            Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
+            Weights::Random(seed) => WeightSource::Random { seed: *seed },
+        }
+    }
+}
+
 /// The model's name, config and weights; a built-in's positions raised to `tokens`.
-fn model(args: &Args, tokens: usize) -> Result<(String, ModelConfig, WeightSource), String> {
-    match (
+fn model(args: &Args, tokens: usize) -> Result<(String, ModelConfig, Weights), String> {
+    let given = (
         args.value("model"),
         args.value("builtin"),
         args.value("synth"),
-    ) {
+    );
+    match given {
         (Some(dir), None, None) => {
             let config = crate::files::model_config(&Path::new(dir).join("config.json"))?;
-            Ok((dir.into(), config, WeightSource::Checkpoint(dir.into())))
+            Ok((dir.into(), config, Weights::Checkpoint(dir.into())))
         }
         (None, None, Some(synth)) => {
             let path = crate::workspace_root().join(format!("tests/fixtures/configs/{synth}.json"));
             let config = crate::files::model_config(&path)?;
-            Ok((synth.into(), config, WeightSource::Random { seed: 1 }))
+            Ok((synth.into(), config, Weights::Random(1)))
         }
         (None, builtin, None) => {
             let name = builtin.unwrap_or("tiny-llama");
@@ -148,11 +160,7 @@ fn model(args: &Args, tokens: usize) -> Result<(String, ModelConfig, WeightSourc
             let mut config = builtin.config()?;
             // Random weights know no trained length; rope's tables do not depend on it.
             config.max_position_embeddings = config.max_position_embeddings.max(tokens);
-            Ok((
-                name.into(),
-                config,
-                WeightSource::Random { seed: builtin.seed },
-            ))
+            Ok((name.into(), config, Weights::Random(builtin.seed)))
         }
         _ => Err("give one of --model, --builtin, --synth".into()),
     }
