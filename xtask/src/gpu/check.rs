@@ -217,7 +217,7 @@ mod tests {
             total + 40 <= TIMEOUT_S,
             "{total} s of stages in a {TIMEOUT_S} s call"
         );
-        assert!(TIMEOUT_S <= 540, "the call must end well under 9 minutes");
+        const { assert!(TIMEOUT_S <= 540, "the call must end well under 9 minutes") };
         assert!(
             SCRIPT.contains(&format!("{total} s in all")),
             "run.sh's comment says another total"

@@ -383,7 +383,8 @@ fn cpu_twin(name: &str, device: &Trace, boot: Boot, schedule: Schedule) -> Resul
     for ((stage, d), (_, c)) in device.iter().zip(&twin) {
         let (max_abs, magnitude, relative) = crate::gpu::cross::distance(d, c);
         worst = worst.max(relative);
-        if !(relative <= crate::gpu::cross::TOLERANCE) {
+        // NaN is infinitely far (`distance`), so this also refuses a NaN.
+        if relative.is_nan() || relative > crate::gpu::cross::TOLERANCE {
             return Err(format!(
                 "{name}: {stage}: max |device - cpu| {max_abs:.3e} = {relative:.3e} of max |cpu| \
                  {magnitude:.3e}, over {:e}",
