@@ -16,18 +16,18 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 
-# 440 s in all (gpu-check's device call gives 500): well under a 10-minute lease.
+# 455 s in all (gpu-check's device call gives 500): well under a 10-minute lease.
 LIMIT_FACTS=${LIMIT_FACTS:-15}
 LIMIT_PARITY=${LIMIT_PARITY:-40}
-LIMIT_GOLDENS=${LIMIT_GOLDENS:-50}
+LIMIT_GOLDENS=${LIMIT_GOLDENS:-45}
 LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-60}   # Llama-3.2-1B's shape, 4,200 tokens, compared
-LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-40}   # tiny-llama, 4,200 tokens, against the CPU twin
+LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-30}   # tiny-llama, 4,200 tokens, against the CPU twin
 LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}     # per model, three models
 LIMIT_RACECHECK=${LIMIT_RACECHECK:-30}
 LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-25}
-LIMIT_NCU=${LIMIT_NCU:-60}
+LIMIT_NCU=${LIMIT_NCU:-80}   # builds the 1B shape (~20 s), profiles 196 kernels
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
-LIMIT_BENCH=${LIMIT_BENCH:-50}
+LIMIT_BENCH=${LIMIT_BENCH:-60}
 
 BIN=${BIN:-target/gpu-check/solder}
 chmod +x "$BIN" 2>/dev/null
@@ -189,7 +189,7 @@ fi
 
 # --- gpu-bench: Llama-3.2-1B's shape, random weights
 stage gpu-bench "$LIMIT_BENCH" "$LOG/bench.log" \
-    "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 1 --json "$LOG/bench.json"
+    "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.5 --json "$LOG/bench.json"
 key=$(last_line "$LOG/bench.log" '^decode +1 ' | awk \
     '{printf "decode: graph %s us, eager %s us, floor %s us = %s of graph, %s launches", $7, $6, $5, $9, $3}')
 record gpu-bench "$key" "$LOG/bench.log"

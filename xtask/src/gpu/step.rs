@@ -106,7 +106,7 @@ mod tests {
             "--builtin",
             "tiny-llama",
             "--context",
-            "300",
+            "520",
             "--compare",
             "--width",
             "4",

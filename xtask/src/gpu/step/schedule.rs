@@ -33,7 +33,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     let context = args.number_in("context", 1..=65536)?.unwrap_or(3);
     let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
     let width = args.number_in("width", 2..=128)?.unwrap_or(4);
-    let tokens = context + steps + 1;
+    // The prefill, the decode steps, two multi-seq steps.
+    let tokens = context + steps + 2;
     let (name, config, weights) = model(args, tokens)?;
     if tokens > config.max_position_embeddings {
         return Err(format!(
