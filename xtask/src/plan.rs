@@ -20,7 +20,12 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
                       ladder, verify 2..8; one line per plan and the total build time
   --max-batch N       widest batch of the serve shape, 1..=4096 (default 128)
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
-                      streams, events, pool_bytes, live_lower_bound
+                      streams, events, pool_bytes, live_lower_bound (and `traffic` with --bytes)
+  --bytes             per plan, the bytes each launch must move (weights, activations,
+                      KV and recurrent state, metadata) and the step's bandwidth floor
+  --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
+  --context N         tokens each sequence holds before the step, for the KV bytes of
+                      --bytes, 0..=1048576 (default 0)
   --dot               Graphviz DOT of the plan (one plan only)
   --rules FILE        fusion rules (default fusions/FUSIONS.toml)
   --reference-only    apply only `reference` rules
@@ -42,9 +47,12 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "max-streams",
             "max-batch",
             "repeat",
+            "tbps",
+            "context",
         ],
         &[
             "all",
+            "bytes",
             "json",
             "dot",
             "bless",
@@ -127,12 +135,44 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         print!("{}", plans[0].to_dot(&instance.circuit));
         return Ok(());
     }
+    let bytes = if args.flag("bytes") {
+        Some((
+            args.real_in("tbps", 0.001..=1000.0)?
+                .unwrap_or(crate::traffic::H200_TBPS),
+            args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
+        ))
+    } else if args.value("tbps").is_some() || args.value("context").is_some() {
+        return Err("`--tbps` and `--context` go with `--bytes`".into());
+    } else {
+        None
+    };
     if args.flag("json") {
-        let rows: Vec<_> = plans.iter().map(plan_json).collect();
+        let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
+        if let Some((tbps, context)) = bytes {
+            for (row, plan) in rows.iter_mut().zip(&plans) {
+                let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
+                row["traffic"] = crate::traffic::json(&t, tbps);
+            }
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
         );
+        return Ok(());
+    }
+    if let Some((tbps, context)) = bytes {
+        let traffic: Vec<_> = plans
+            .iter()
+            .map(|p| solder_circuit::plan_traffic(&instance.circuit, p, context))
+            .collect();
+        for t in &traffic {
+            print!("{}", crate::traffic::table(&instance.circuit, t, tbps));
+        }
+        if traffic.len() > 1 {
+            for t in &traffic {
+                println!("{}", crate::traffic::summary(t, tbps));
+            }
+        }
         return Ok(());
     }
     if plans.len() == 1 && !args.flag("all") {
