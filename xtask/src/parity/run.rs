@@ -348,6 +348,40 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         });
     }
 
+    // Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
+    for &width in &serve.verify_batch_widths {
+        let m = (width / 2).clamp(1, prompts.len());
+        let k = width / m;
+        let r = verify_batched(reference, backend, &prompts[..m], k, &mut routes)?;
+        let f = verify_batched(fused, backend, &prompts[..m], k, &mut routes)?;
+        let fe = eagerly(fused, |r| {
+            verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
+        })?;
+        let mut row = ModeRow {
+            mode: Mode::VerifyBatch,
+            rows: width,
+            live: m,
+            ref_vs_fused: Diff::NONE,
+            vs_decode: Diff::NONE,
+            graph_vs_eager: Diff::NONE,
+        };
+        for s in 0..m {
+            for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
+                finite.check(
+                    &format!("{routing} verify_batch rows {width} ({m} x {k}), sequence {s}"),
+                    logits,
+                );
+            }
+            row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
+            row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
+            row.vs_decode = row
+                .vs_decode
+                .merge(Diff::of(&f[s], &alone[s], vocab))
+                .merge(Diff::of(&r[s], &alone[s], vocab));
+        }
+        modes.push(row);
+    }
+
     let changed_at = tokens / 2;
     let mut changed = prompts[0].clone();
     changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
@@ -525,6 +559,38 @@ fn multi_seq(
     for t in 0..prompts[0].len() {
         let batch: Vec<_> = ids.iter().zip(prompts).map(|(&id, p)| (id, p[t])).collect();
         let step = session.multi_seq_step(backend, &batch).map_err(err)?;
+        routes.record(routing.fusions, &session);
+        for (out, l) in logits.iter_mut().zip(step) {
+            out.extend(l);
+        }
+    }
+    for id in ids {
+        session.end_sequence(id).map_err(err)?;
+    }
+    Ok(logits)
+}
+
+/// Every prompt (of one length) fed `k` tokens per step, all of them in one batched-verify
+/// step (the last step with the remainder): each sequence's logits.
+fn verify_batched(
+    routing: Routing,
+    backend: &mut dyn GpuBackend,
+    prompts: &[Vec<u32>],
+    k: usize,
+    routes: &mut RouteLog,
+) -> R<Vec<Vec<f32>>> {
+    let mut session = Session::new(routing.exec);
+    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
+    let mut logits = vec![Vec::new(); prompts.len()];
+    let len = prompts[0].len();
+    for at in (0..len).step_by(k.max(1)) {
+        let end = (at + k).min(len);
+        let batch: Vec<(u64, &[u32])> = ids
+            .iter()
+            .zip(prompts)
+            .map(|(&id, p)| (id, &p[at..end]))
+            .collect();
+        let step = session.verify_batch(backend, &batch).map_err(err)?;
         routes.record(routing.fusions, &session);
         for (out, l) in logits.iter_mut().zip(step) {
             out.extend(l);
