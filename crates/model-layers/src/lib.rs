@@ -16,6 +16,7 @@
 
 mod bind;
 mod bytes;
+pub mod draft;
 pub mod checkpoint;
 pub mod emit;
 pub mod error;
@@ -31,6 +32,7 @@ pub mod session;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
+pub use draft::HiddenRows;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
