@@ -349,8 +349,7 @@ fn draft_logits_match_the_reference_and_chain_like_a_wide_step() {
     );
     for (p, (got, want)) in one_row.iter().zip(&want).enumerate() {
         let err = rel_err(got, want);
-        eprintln!("MTPERR {p} {err}");
-        assert!(err < 2e-2, "draft logits at position {p}: relative error {err}");
+        assert!(err < 5e-3, "draft logits at position {p}: relative error {err}");
     }
     // The four-row program over the first four pairs gives each row the one-row bytes.
     let rows: Vec<bf16> = hidden[..4].concat();
