@@ -37,6 +37,12 @@ const HELP: &str =
                      graph, or eager
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
                      verify 2..8) instead of batch 1 only, so `capture_all` times all of it
+  --speculative D    greedy speculative decoding drafted by D: self (the target drafting for
+                     itself: acceptance 1.0), random (its shape, other random weights), a synth
+                     name or a checkpoint folder (same vocabulary); prints tokens per verify
+                     step, acceptance per draft position, target steps saved, ms per token
+                     beside plain decoding (the tokens must match)
+  --k K              draft tokens per speculative step, 1..=7 (default 4)
   --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
                      checkpoint, bf16 and f32, and print the ratios (a synth model is saved
                      under target/synth/ first)";
@@ -70,6 +76,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "rules",
             "peer",
             "graphs",
+            "speculative",
+            "k",
         ],
         &["reference-only", "ladder", "help"],
     )?;
@@ -116,11 +124,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let prompt_len = args.number_in("prompt-len", 1..=65536)?.unwrap_or(32);
     let gen = args.number_in("gen", 1..=65536)?.unwrap_or(128);
-    // Before the KV cache is allocated: every position must be one the model has.
-    let total = prompt_len + gen;
+    let k = args.number_in("k", 1..=7)?.unwrap_or(4);
+    // Before the KV cache is allocated: every position must be one the model has (a
+    // speculative step may feed k + 1 tokens past the last one kept).
+    let total = prompt_len
+        + gen
+        + if args.value("speculative").is_some() {
+            k + 1
+        } else {
+            0
+        };
     if total > config.max_position_embeddings {
         return Err(format!(
-            "`--prompt-len {prompt_len}` + `--gen {gen}` = {total} positions, more than {name}'s \
+            "`--prompt-len {prompt_len}` + `--gen {gen}` (+ k + 1 when speculative) = {total} positions, more than {name}'s \
              max_position_embeddings {}",
             config.max_position_embeddings
         ));
@@ -183,6 +199,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     eprintln!("built {name} in {:.1} s", started.elapsed().as_secs_f64());
     let launches = exec.decode_program().map_err(|e| e.to_string())?.launches();
+    if let Some(draft) = args.value("speculative") {
+        let source = crate::speculate::DraftSource::parse(draft, &config, synth_config)?;
+        let prompt: Vec<u32> = (0..prompt_len)
+            .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
+            .collect();
+        let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+        return crate::speculate::run(backend, &exec, source, &rules, kv, &prompt, gen, k, &name);
+    }
     if graphs != Graphs::Eager {
         exec.set_graph_policy(GraphPolicy::Always);
         let report = exec.capture_all(backend).map_err(|e| e.to_string())?;

@@ -19,6 +19,7 @@ mod gpu;
 mod parity;
 mod peer;
 mod plan;
+mod speculate;
 // NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
 #[allow(unsafe_code)]
 mod ptx;

@@ -168,6 +168,19 @@ pub enum SessionError {
     #[error("empty input: {0}")]
     Empty(&'static str),
     #[error(
+        "a speculative step of {k} draft token(s): k must be 1..={widest} (k + 1 rows must fit \
+         the widest compiled verify program)"
+    )]
+    DraftLength { k: usize, widest: usize },
+    #[error(
+        "the drafter's vocabulary has {draft} tokens, the target's {target}: they must be the same"
+    )]
+    DraftVocab { draft: usize, target: usize },
+    #[error("rewind: {0}")]
+    Rewind(String),
+    #[error(transparent)]
+    Sampling(#[from] crate::sampling::SamplingError),
+    #[error(
         "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
          their state is lost, end them"
     )]

@@ -38,5 +38,8 @@ pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
 pub use program::{Program, ProgramStep};
 pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
-pub use session::{greedy, SeqId, Session};
+pub use session::{
+    greedy, Acceptances, Draft, Drafter, ModelDrafter, RewindPoint, SeqId, Session, SpecPolicy,
+    SpeculativeStep,
+};
 pub use weights::HostWeights;

@@ -5,6 +5,7 @@ pub(crate) mod builtin;
 pub(crate) mod golden;
 mod report;
 pub(crate) mod run;
+mod speculative;
 mod verified;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,30 @@ use std::path::Path;
 use serde_json::json;
 
 use super::run::{CaseReport, Diff, RouteLog};
+use super::speculative::{SpecFigures, DRAFTERS, KS};
+
+/// "speculative (all rules, greedy): k 1/2/4/7 x drafters agrees/never/random, 12 runs of 12
+/// tokens identical to plain decoding; accepted agrees 40/41, never 0/30, random 9/35".
+pub fn speculative_text(s: &SpecFigures) -> String {
+    let accepted: Vec<String> = DRAFTERS
+        .iter()
+        .enumerate()
+        .map(|(i, name)| format!("{name} {}/{}", s.accepted[i], s.proposed[i]))
+        .collect();
+    let verdict = if s.failures.is_empty() {
+        "identical to plain greedy decoding".to_string()
+    } else {
+        format!("DIFFER: {}", s.failures.join("; "))
+    };
+    format!(
+        "speculative (all rules, greedy): k {} x drafters {}: {} runs, {} tokens, {verdict}; accepted {}",
+        KS.map(|k| k.to_string()).join("/"),
+        DRAFTERS.join("/"),
+        s.runs,
+        s.tokens,
+        accepted.join(", ")
+    )
+}
 
 fn diff_text(d: &Diff) -> String {
     match d.first_position {
@@ -67,6 +91,7 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
         );
     }
     println!("  graphs (all rules): {}", r.graphs);
+    println!("  {}", speculative_text(&r.speculative));
     println!(
         "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
         r.verified_plans
@@ -190,6 +215,17 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "ok": g.passes(),
         })),
         "non_finite": r.non_finite,
+        "graphs": r.graphs,
+        "speculative": {
+            "ks": KS,
+            "drafters": DRAFTERS,
+            "runs": r.speculative.runs,
+            "tokens": r.speculative.tokens,
+            "proposed": r.speculative.proposed,
+            "accepted": r.speculative.accepted,
+            "failures": r.speculative.failures,
+            "ok": r.speculative.passes(),
+        },
         "route_arms": r.routes.steps.iter().map(|(&(fusions, arm, mode, rows), &steps)| json!({
             "arm": arm,
             "fusions": fusions,

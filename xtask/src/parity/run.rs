@@ -9,6 +9,7 @@ use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
 
 use super::golden::{non_finite, Golden, GoldenFigures};
+use super::speculative::SpecFigures;
 use super::verified::verify_exec_plans;
 
 pub enum Weights {
@@ -133,6 +134,8 @@ pub struct CaseReport {
     /// The all-rules exec's graph counters (its steps replay graphs; the reference's run
     /// eagerly).
     pub graphs: String,
+    /// Greedy speculative decoding against plain greedy decoding (all rules).
+    pub speculative: SpecFigures,
 }
 
 /// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
@@ -197,6 +200,7 @@ impl CaseReport {
         }) && self.detection.ok()
             && self.golden.is_none_or(|g| g.passes())
             && self.non_finite.is_empty()
+            && self.speculative.passes()
     }
 }
 
@@ -375,6 +379,10 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             })
         })
         .collect::<R<Vec<_>>>()?;
+    // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
+    let prefix = &prompts[0][..(tokens / 2).clamp(1, SPEC_PREFIX)];
+    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN)
+        .map_err(|e| format!("{}: speculative: {e}", case.name))?;
     let non_finite = finite.found;
     let graphs = fused_exec.graph_counters().to_string();
     reference_exec.free(backend).map_err(err)?;
@@ -393,8 +401,13 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         non_finite,
         routes,
         graphs,
+        speculative,
     })
 }
+
+/// The speculative check's prefix (at most) and tokens generated.
+const SPEC_PREFIX: usize = 32;
+const SPEC_GEN: usize = 12;
 
 /// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.
 fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {

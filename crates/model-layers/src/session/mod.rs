@@ -20,8 +20,11 @@
 //! other sequence of any session.
 
 mod backup;
+pub mod draft;
 mod pages;
+mod rewind;
 mod slots;
+pub mod speculative;
 mod step;
 
 use std::collections::BTreeMap;
@@ -34,8 +37,11 @@ use crate::exec::CircuitExec;
 use crate::graphs::StepRun;
 use crate::layout::Layout;
 use backup::StateBackup;
+pub use draft::{Draft, Drafter, ModelDrafter};
 use pages::PagePool;
+pub use rewind::RewindPoint;
 use slots::SlotPool;
+pub use speculative::{Acceptances, SpecPolicy, SpeculativeStep};
 use step::{Row, SaveState};
 
 /// The KV page pool and the recurrent-state slot pool of one `CircuitExec`, which every
@@ -68,10 +74,16 @@ pub type SeqId = u64;
 struct Sequence {
     /// Tokens in the cache.
     len: usize,
+    /// The tokens in the cache, in order (`len` of them): what a drafter catches up on.
+    tokens: Vec<u32>,
     /// The sequence's block table: the pages holding its tokens, in order.
     pages: Vec<u32>,
     /// Recurrent-state slot (models with recurrent layers), taken at the first step.
     slot: Option<u32>,
+    /// How speculative steps accept drafts (None: greedy).
+    sampler: Option<crate::sampling::Sampler>,
+    /// Speculative steps' acceptance history.
+    acceptances: speculative::Acceptances,
 }
 
 pub struct Session<'e> {
@@ -134,6 +146,14 @@ impl<'e> Session<'e> {
             pools.slots.give_back(slot);
         }
         Ok(())
+    }
+
+    /// The tokens a sequence's cache holds, in order.
+    pub fn tokens(&self, id: SeqId) -> Result<&[u32], SessionError> {
+        self.seqs
+            .get(&id)
+            .map(|s| s.tokens.as_slice())
+            .ok_or(SessionError::UnknownSequence(id))
     }
 
     pub fn seq_len(&self, id: SeqId) -> Result<usize, SessionError> {
@@ -241,6 +261,7 @@ impl<'e> Session<'e> {
     fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             seq.len = len;
+            seq.tokens.truncate(len);
             self.exec.pools().pages.shrink(&mut seq.pages, pages);
         }
     }

@@ -75,6 +75,8 @@ impl Session<'_> {
                 for &(id, count) in advance {
                     if let Some(seq) = self.seqs.get_mut(&id) {
                         seq.len += count;
+                        let fed = rows.iter().filter(|r| r.seq == Some(id)).map(|r| r.token);
+                        seq.tokens.extend(fed.take(count));
                     }
                 }
                 Ok(logits)

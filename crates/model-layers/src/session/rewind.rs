@@ -1,0 +1,183 @@
+//! Taking a sequence back to an earlier length: `truncate_to` (KV-only models: the cells past
+//! the new length are simply never read again), rewind points (a host copy of the recurrent
+//! state, for models that keep one: a draft model's decode steps keep no snapshots), and the
+//! roll-back of a verify step to one of its rows from the per-row snapshots the chained
+//! recurrence kernels write (what `speculative_step` uses on the target).
+//!
+//! Invariant: after any of them the sequence's KV length, block table, token history and
+//! recurrent state are exactly those a sequence fed only the kept tokens would have.
+
+use solder_gpu_runtime::GpuBackend;
+
+use super::{SeqId, Session};
+use crate::error::SessionError;
+
+/// A sequence's length and recurrent state at one moment, to go back to.
+#[derive(Debug, Clone)]
+pub struct RewindPoint {
+    pub seq: SeqId,
+    pub len: usize,
+    /// Per recurrent state region, the slot's bytes (empty without recurrent state or before
+    /// the sequence took a slot).
+    state: Vec<Vec<u8>>,
+}
+
+impl RewindPoint {
+    /// The recurrent state it holds: one slot's bytes per recurrent state region, in layout
+    /// order (empty without recurrent state).
+    pub fn state_bytes(&self) -> &[Vec<u8>] {
+        &self.state
+    }
+}
+
+impl Session<'_> {
+    /// The pages holding a sequence's tokens, in order (its block table).
+    pub fn block_table(&self, id: SeqId) -> Result<&[u32], SessionError> {
+        self.seqs
+            .get(&id)
+            .map(|s| s.pages.as_slice())
+            .ok_or(SessionError::UnknownSequence(id))
+    }
+
+    /// Whether the model keeps recurrent state (so a length alone cannot be rewound).
+    pub fn recurrent(&self) -> bool {
+        self.exec.layout.states.iter().any(|r| r.slot_bytes > 0)
+    }
+
+    /// Takes a sequence back to its first `len` tokens. Only for models without recurrent
+    /// state (theirs would have to be rewound too: use `rewind_point`/`rewind`).
+    pub fn truncate_to(&mut self, id: SeqId, len: usize) -> Result<(), SessionError> {
+        let current = self.seq_len(id)?;
+        if len > current {
+            return Err(SessionError::Rewind(format!(
+                "sequence {id} holds {current} tokens: it cannot be truncated to {len}"
+            )));
+        }
+        if self.recurrent() {
+            return Err(SessionError::Rewind(format!(
+                "sequence {id}: the model keeps recurrent state, which a truncation cannot take \
+                 back; take a rewind point before the tokens to drop"
+            )));
+        }
+        let pages = self.exec.layout.kv_block_size;
+        self.truncate(id, len, len.div_ceil(pages));
+        Ok(())
+    }
+
+    /// The sequence's length and recurrent state now (the state copied to the host).
+    pub fn rewind_point(
+        &self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+    ) -> Result<RewindPoint, SessionError> {
+        self.exec.check_backend(backend)?;
+        let seq = self
+            .seqs
+            .get(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        let mut state = Vec::new();
+        if let Some(slot) = seq.slot {
+            let states = self.exec.kv_cache();
+            for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
+                let mut bytes = vec![0u8; region.slot_bytes];
+                let at = states.offset(region.offset + slot as usize * region.slot_bytes);
+                backend.copy_d2h(at, &mut bytes)?;
+                state.push(bytes);
+            }
+        }
+        Ok(RewindPoint {
+            seq: id,
+            len: seq.len,
+            state,
+        })
+    }
+
+    /// Takes the sequence back to `point`: its length, block table, token history and
+    /// recurrent state. Refused if the sequence is shorter than the point (it was already
+    /// taken back past it) or the point's state does not match the sequence's slot.
+    pub fn rewind(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        point: &RewindPoint,
+    ) -> Result<(), SessionError> {
+        self.exec.check_backend(backend)?;
+        let id = point.seq;
+        let seq = self
+            .seqs
+            .get(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        if point.len > seq.len {
+            return Err(SessionError::Rewind(format!(
+                "sequence {id} holds {} tokens, fewer than the rewind point's {}",
+                seq.len, point.len
+            )));
+        }
+        let regions: Vec<_> = self
+            .exec
+            .layout
+            .states
+            .iter()
+            .filter(|r| r.slot_bytes > 0)
+            .collect();
+        match seq.slot {
+            Some(slot) if point.state.len() == regions.len() => {
+                let states = self.exec.kv_cache();
+                for (region, bytes) in regions.iter().zip(&point.state) {
+                    let at = states.offset(region.offset + slot as usize * region.slot_bytes);
+                    backend.copy_h2d(at, bytes)?;
+                }
+            }
+            Some(slot) if point.state.is_empty() && point.len == 0 => {
+                // The point was taken before the sequence's first step: a fresh state.
+                let states = self.exec.kv_cache();
+                for region in &regions {
+                    let at = states.offset(region.offset + slot as usize * region.slot_bytes);
+                    backend.memset(at, 0, region.slot_bytes)?;
+                }
+            }
+            None if point.state.is_empty() => {}
+            _ if regions.is_empty() => {}
+            _ => {
+                return Err(SessionError::Rewind(format!(
+                    "sequence {id}: the rewind point holds {} state region(s), the model {}",
+                    point.state.len(),
+                    regions.len()
+                )))
+            }
+        }
+        let block = self.exec.layout.kv_block_size;
+        self.truncate(id, point.len, point.len.div_ceil(block));
+        Ok(())
+    }
+
+    /// Keeps the first `row + 1` rows of the verify step the sequence just ran: its recurrent
+    /// state becomes the snapshot the chained kernels wrote after `row`, and its length drops
+    /// by the rows after it.
+    pub(super) fn keep_verify_rows(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        rows: usize,
+        row: usize,
+    ) -> Result<(), SessionError> {
+        let seq = self
+            .seqs
+            .get(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        if row + 1 >= rows {
+            return Ok(());
+        }
+        let len = seq.len - (rows - row - 1);
+        if let Some(slot) = seq.slot {
+            let states = self.exec.kv_cache();
+            for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
+                let live = states.offset(region.offset + slot as usize * region.slot_bytes);
+                let snapshot = states.offset(region.snapshot_offset + row * region.slot_bytes);
+                backend.copy_d2d(live, snapshot, region.slot_bytes)?;
+            }
+        }
+        let block = self.exec.layout.kv_block_size;
+        self.truncate(id, len, len.div_ceil(block));
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! Speculative decoding in parity: greedy speculative steps, for several k and drafters that
+//! always agree (the target model drafting for itself), never agree (its drafts moved by one)
+//! and agree at random, must give exactly the tokens and logits bytes of plain greedy
+//! decoding from the same prefix.
+
+use solder_gpu_runtime::GpuBackend;
+use solder_model_layers::{
+    greedy, CircuitExec, Draft, Drafter, ModelDrafter, SeqId, Session, SessionError,
+};
+
+/// The k each case runs (k + 1 must fit the widest verify program, 8).
+pub const KS: [usize; 4] = [1, 2, 4, 7];
+
+/// What the speculative runs of one case found.
+#[derive(Debug, Clone, Default)]
+pub struct SpecFigures {
+    /// Runs (k × drafter) and the tokens each generated.
+    pub runs: usize,
+    pub tokens: usize,
+    /// Drafts proposed and accepted, per drafter, in `DRAFTERS` order.
+    pub proposed: [usize; 3],
+    pub accepted: [usize; 3],
+    /// Every run whose tokens or logits differ from plain greedy decoding.
+    pub failures: Vec<String>,
+}
+
+impl SpecFigures {
+    pub fn passes(&self) -> bool {
+        self.failures.is_empty() && self.runs > 0
+    }
+}
+
+pub const DRAFTERS: [&str; 3] = ["agrees", "never", "random"];
+
+/// The target drafting for itself, its drafts bent as `mode` says (0 as is, 1 all moved by
+/// one, 2 each moved with probability 1/2 from a fixed seed).
+struct Bent<'d> {
+    inner: ModelDrafter<'d>,
+    mode: usize,
+    state: u64,
+}
+
+impl Drafter for Bent<'_> {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn draft(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        let vocab = self.vocab_size() as u32;
+        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
+        for t in &mut draft.tokens {
+            self.state = self
+                .state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let moved = match self.mode {
+                0 => false,
+                1 => true,
+                _ => (self.state >> 62) & 1 == 1,
+            };
+            if moved {
+                *t = (*t + 1) % vocab;
+            }
+        }
+        Ok(draft)
+    }
+
+    fn settle(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        kept: usize,
+    ) -> Result<(), SessionError> {
+        self.inner.settle(backend, seq, kept)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        self.inner.forget(seq)
+    }
+}
+
+type R<T> = Result<T, String>;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Greedy from `prefix`, `gen` tokens: plain decoding, then every k and drafter.
+pub fn check(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    prefix: &[u32],
+    gen: usize,
+) -> R<SpecFigures> {
+    let vocab = exec.config.vocab_size;
+    let (want_tokens, want_logits) = {
+        let mut session = Session::new(exec);
+        let id = session.add_sequence();
+        let logits = session.prefill(backend, id, prefix).map_err(err)?;
+        let mut token = greedy(&logits[(prefix.len() - 1) * vocab..]);
+        let mut tokens = vec![token];
+        let mut all = Vec::with_capacity(gen * vocab);
+        for _ in 0..gen {
+            let logits = session.decode(backend, id, token).map_err(err)?;
+            token = greedy(&logits);
+            tokens.push(token);
+            all.extend(logits);
+        }
+        (tokens, all)
+    };
+    let mut figures = SpecFigures::default();
+    for k in KS {
+        for (mode, name) in DRAFTERS.iter().enumerate() {
+            let mut drafter = Bent {
+                inner: ModelDrafter::new(exec),
+                mode,
+                state: k as u64,
+            };
+            let mut session = Session::new(exec);
+            let id = session.add_sequence();
+            let logits = session.prefill(backend, id, prefix).map_err(err)?;
+            let mut pending = greedy(&logits[(prefix.len() - 1) * vocab..]);
+            let mut tokens = vec![pending];
+            let mut all: Vec<f32> = Vec::with_capacity((gen + k) * vocab);
+            while all.len() < gen * vocab {
+                let step = session
+                    .speculative_step(backend, id, pending, k, &mut drafter)
+                    .map_err(|e| format!("k {k}, drafter {name}: {e}"))?;
+                figures.proposed[mode] += step.proposed;
+                figures.accepted[mode] += step.accepted;
+                tokens.extend(&step.tokens);
+                all.extend(&step.logits);
+                pending = *step.tokens.last().ok_or("a step emits a token")?;
+            }
+            all.truncate(gen * vocab);
+            tokens.truncate(gen + 1);
+            drafter.forget(id);
+            figures.runs += 1;
+            figures.tokens += gen;
+            let same_logits = all
+                .iter()
+                .zip(&want_logits)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            if tokens != want_tokens || !same_logits {
+                figures.failures.push(format!(
+                    "k {k}, drafter {name}: {} differ from plain greedy decoding",
+                    if tokens != want_tokens {
+                        "tokens"
+                    } else {
+                        "logits bytes"
+                    }
+                ));
+            }
+        }
+    }
+    Ok(figures)
+}
