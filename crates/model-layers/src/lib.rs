@@ -39,7 +39,8 @@ pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, Program
 pub use program::{Program, ProgramStep};
 pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
-    greedy, Acceptances, Draft, Drafter, ModelDrafter, RewindPoint, SeqId, Session, SpecPolicy,
+    greedy, Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session,
+    SpecPolicy,
     SpeculativeStep,
 };
 pub use weights::HostWeights;

@@ -1,8 +1,10 @@
 //! The MTP draft head on the CPU: draft programs compiled beside the target's, the target's
 //! final hidden rows left where the draft program reads them, the draft step's logits equal to
 //! a reference computed here from the same weights (the composition of vLLM's
-//! `qwen3_next_mtp.py`), one-row chaining equal to an n-row step, and the refusals (a family
-//! without a head, draft programs without `draft_widths`).
+//! `qwen3_next_mtp.py`), one-row chaining equal to an n-row step, the head as a `Drafter`
+//! (`CircuitExec::draft_runner`) giving exactly plain greedy decoding's tokens and logits bytes
+//! for every k, and the refusals (a family without a head, draft programs without
+//! `draft_widths`, a draft whose target rows were never observed).
 
 mod exec_support;
 
@@ -13,7 +15,8 @@ use solder_config::ServeShape;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::meta::{MetaRow, StepMeta};
 use solder_model_layers::{
-    Boot, CircuitExec, ExecError, HiddenRows, HostWeights, WeightSource,
+    greedy, Boot, CircuitExec, Drafter, ExecError, HiddenRows, HostWeights, Session,
+    SessionError, WeightSource,
 };
 
 const TINY_NEXT: &str = r#"{
@@ -405,4 +408,82 @@ fn draft_programs_are_refused_where_there_is_no_head() {
         .read_hidden(&mut backend, HiddenRows::Target, 1)
         .unwrap_err();
     assert!(err.to_string().contains("no draft programs"), "{err}");
+}
+
+const GEN: usize = 12;
+
+#[test]
+fn the_mtp_drafter_is_lossless_for_every_k() {
+    let mut backend = backend();
+    let exec = build_draft(&mut backend, &[4]).expect("build");
+    let vocab = exec.config.vocab_size;
+    let prompt = prompt(3, 128, 11);
+    // Plain greedy decoding.
+    let (want_tokens, want_logits) = {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let logits = session.prefill(&mut backend, id, &prompt).expect("prefill");
+        let mut token = greedy(&logits[(prompt.len() - 1) * vocab..]);
+        let (mut tokens, mut all) = (vec![token], Vec::new());
+        for _ in 0..GEN {
+            let logits = session.decode(&mut backend, id, token).expect("decode");
+            token = greedy(&logits);
+            tokens.push(token);
+            all.extend(logits);
+        }
+        (tokens, all)
+    };
+    for k in [1, 2, 3, 5, 7] {
+        let mut drafter = exec.draft_runner().expect("a draft head");
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let logits = drafter
+            .prefill(&mut backend, &mut session, id, &prompt)
+            .expect("observed prefill");
+        let mut pending = greedy(&logits[(prompt.len() - 1) * vocab..]);
+        let (mut tokens, mut all) = (vec![pending], Vec::new());
+        while all.len() < GEN * vocab {
+            let step = session
+                .speculative_step(&mut backend, id, pending, k, &mut drafter)
+                .expect("speculative step");
+            tokens.extend(&step.tokens);
+            all.extend(&step.logits);
+            pending = *step.tokens.last().unwrap();
+            // The head's final positions follow the target's, one behind its pending token.
+            let (paired, rows) = drafter.paired(id).expect("head");
+            assert_eq!(paired + rows, session.seq_len(id).unwrap(), "k {k}");
+        }
+        let n = GEN * vocab;
+        assert_eq!(tokens[..=GEN], want_tokens[..], "k {k}: tokens");
+        assert_same_bytes(&all[..n], &want_logits, &format!("k {k}: logits"));
+        drafter.forget(id);
+    }
+}
+
+#[test]
+fn a_draft_needs_every_target_row_observed_and_a_head() {
+    let mut backend = backend();
+    let exec = build_draft(&mut backend, &[4]).expect("build");
+    let vocab = exec.config.vocab_size;
+    let mut drafter = exec.draft_runner().expect("a draft head");
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    let prompt = prompt(5, 128, 9);
+    // Prefilled behind the drafter's back: the rows of the earlier chunks are gone.
+    let logits = session.prefill(&mut backend, id, &prompt).expect("prefill");
+    let pending = greedy(&logits[(prompt.len() - 1) * vocab..]);
+    let err = session
+        .speculative_step(&mut backend, id, pending, 2, &mut drafter)
+        .unwrap_err();
+    assert!(matches!(err, SessionError::DraftHead(_)), "{err}");
+    assert!(err.to_string().contains("observe"), "{err}");
+    assert_eq!(session.seq_len(id).unwrap(), prompt.len(), "unchanged");
+    // Rows observed out of order are refused by position.
+    let err = drafter.observe(&mut backend, id, 3, 1).unwrap_err();
+    assert!(err.to_string().contains("positions 3..4"), "{err}");
+
+    // No head: no drafter.
+    let plain = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    let err = plain.draft_runner().err().expect("no head");
+    assert!(err.to_string().contains("no MTP draft head"), "{err}");
 }

@@ -1,0 +1,439 @@
+//! `MtpDrafter`: Qwen3-Next's multi-token-prediction head as a `Drafter`, on the target's own
+//! exec (`CircuitExec::draft_runner`). The head's step is the draft program (`Mode::Draft`,
+//! `families::build_draft`): the pair (target hidden[p], token[p+1]) at position p predicts
+//! token p+2, and the head's own output row (`HiddenRows::Draft`) stands in for the target's
+//! hidden state at the next draft position, so k draft steps chain (vLLM's MTP proposer does
+//! the same with `num_speculative_tokens > num_nextn_predict_layers`).
+//!
+//! Where the target's hidden rows come from: every target program leaves its final-norm rows
+//! in the workspace's hidden region (the draft serve keeps them); the drafter copies the rows
+//! of each target step of a sequence before another step overwrites them — the verify rows it
+//! kept at `settle`, and the rows of plain steps through `MtpDrafter::prefill`/`decode` (or
+//! `observe`, after any other single target step). A `draft` needs every committed position's
+//! hidden row: one never observed is refused by name (the head cannot be caught up without
+//! it).
+//!
+//! The head's KV cache: the head's layer (`kv.{num_hidden_layers}`) lives on pages of the
+//! drafter's own sequence (one per target sequence, from the exec's shared pool), position p
+//! holding the pair at p. Positions paired with a target hidden row stay; the draft positions
+//! past the target's kept tokens are taken back at `settle` (KV only: the head keeps no
+//! recurrent state, and its sequences take no state slot).
+//!
+//! Invariant: after `settle`, a head sequence holds exactly the positions whose pair is final
+//! (a target hidden row and the token the target kept after it), and the rows still to pair
+//! continue it without a gap.
+
+use std::collections::BTreeMap;
+
+use half::bf16;
+use solder_circuit::Mode;
+use solder_gpu_runtime::GpuBackend;
+
+use super::draft::{Draft, Drafter};
+use super::{SeqId, Session};
+use crate::bytes::f32s_from_bytes;
+use crate::draft::HiddenRows;
+use crate::error::SessionError;
+use crate::exec::CircuitExec;
+use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
+
+/// The head's state for one target sequence.
+#[derive(Debug, Default)]
+struct HeadSeq {
+    /// The drafter's own sequence: its length is the positions whose head KV is written.
+    id: SeqId,
+    /// Target hidden rows (`hidden` bf16 values each) for the positions after the head
+    /// sequence's final ones, observed and not yet paired with their next token.
+    rows: Vec<bf16>,
+    /// The last `draft`: the head length before it (positions kept final after it), and the
+    /// hidden row it paired with `pending` (put back if the target keeps nothing).
+    drafted_from: Option<(usize, Vec<bf16>)>,
+}
+
+/// The MTP draft head as a drafter (greedy drafts).
+pub struct MtpDrafter<'e> {
+    exec: &'e CircuitExec,
+    /// The head's sequences: their pages hold the head layer's KV.
+    session: Session<'e>,
+    seqs: BTreeMap<SeqId, HeadSeq>,
+}
+
+impl CircuitExec {
+    /// The MTP draft head of this exec as a drafter for sessions on it; refused for an exec
+    /// that serves no draft programs.
+    pub fn draft_runner(&self) -> Result<MtpDrafter<'_>, SessionError> {
+        MtpDrafter::new(self)
+    }
+}
+
+impl<'e> MtpDrafter<'e> {
+    pub fn new(exec: &'e CircuitExec) -> Result<MtpDrafter<'e>, SessionError> {
+        if !exec.has_draft_head() {
+            return Err(SessionError::DraftHead(format!(
+                "{} has no MTP draft head: build it with draft_widths (qwen3_next checkpoints \
+                 with `mtp.*` tensors only)",
+                exec.instance.circuit.name
+            )));
+        }
+        Ok(MtpDrafter {
+            exec,
+            session: Session::new(exec),
+            seqs: BTreeMap::new(),
+        })
+    }
+
+    /// Positions of target sequence `seq` whose head KV is final, and rows observed past them.
+    pub fn paired(&self, seq: SeqId) -> Option<(usize, usize)> {
+        let head = self.seqs.get(&seq)?;
+        let len = self.session.seq_len(head.id).ok()?;
+        Some((len, head.rows.len() / self.exec.config.hidden_size))
+    }
+
+    /// Refuses a target session on another exec (the head reads this exec's hidden rows).
+    fn check_target(&self, target: &Session<'_>) -> Result<(), SessionError> {
+        if std::ptr::eq(target.exec, self.exec) {
+            return Ok(());
+        }
+        Err(SessionError::DraftHead(
+            "the target session runs on another exec than the draft head's: the head reads the \
+             hidden rows of its own exec's target programs"
+                .into(),
+        ))
+    }
+
+    fn head(&mut self, seq: SeqId) -> &mut HeadSeq {
+        let session = &mut self.session;
+        self.seqs.entry(seq).or_insert_with(|| HeadSeq {
+            id: session.add_sequence(),
+            ..HeadSeq::default()
+        })
+    }
+
+    /// Records the first `rows` target hidden rows now in the workspace as those of target
+    /// sequence `seq`'s positions `first..first + rows`: call it right after a target step of
+    /// `seq` that fed them (the next target step overwrites them). They must continue what the
+    /// drafter holds for `seq` without a gap.
+    pub fn observe(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        first: usize,
+        rows: usize,
+    ) -> Result<(), SessionError> {
+        let hidden = self.exec.config.hidden_size;
+        let values = self.exec.read_hidden(backend, HiddenRows::Target, rows)?;
+        let head = self.head(seq);
+        let id = head.id;
+        let held = head.rows.len() / hidden;
+        let len = self.session.seq_len(id)?;
+        if first != len + held {
+            return Err(SessionError::DraftHead(format!(
+                "sequence {seq}: hidden rows observed for positions {first}..{} but the head \
+                 holds positions up to {} (every target step of the sequence must be observed, \
+                 in order)",
+                first + rows,
+                len + held
+            )));
+        }
+        self.head(seq).rows.extend(values);
+        Ok(())
+    }
+
+    /// Prefills target sequence `seq` of `target` with `tokens`, one target program at a time
+    /// (the widest verify width the rest fills, a last single token by decode, as
+    /// `Session::prefill` chunks), observing each program's hidden rows. Returns the logits.
+    /// Each chunk is its own all-or-nothing prefill: a failure keeps the chunks before it.
+    pub fn prefill(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        target: &mut Session<'_>,
+        seq: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        self.check_target(target)?;
+        if tokens.is_empty() {
+            return Err(SessionError::Empty("prefill of no tokens"));
+        }
+        let shapes = self.exec.instance.program_shapes();
+        let mut logits = Vec::new();
+        let mut at = 0;
+        while at < tokens.len() {
+            let width = shapes
+                .widest_within(Mode::Verify, tokens.len() - at)
+                .unwrap_or(1);
+            let first = target.seq_len(seq)?;
+            logits.extend(target.prefill(backend, seq, &tokens[at..at + width])?);
+            self.observe(backend, seq, first, width)?;
+            at += width;
+        }
+        Ok(logits)
+    }
+
+    /// One plain decode step of target sequence `seq`, observed.
+    pub fn decode(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        target: &mut Session<'_>,
+        seq: SeqId,
+        token: u32,
+    ) -> Result<Vec<f32>, SessionError> {
+        self.check_target(target)?;
+        let first = target.seq_len(seq)?;
+        let logits = target.decode(backend, seq, token)?;
+        self.observe(backend, seq, first, 1)?;
+        Ok(logits)
+    }
+
+    /// Runs the head over `pairs` (token, hidden row) at the head sequence's next positions,
+    /// in chunks of the draft widths; returns the last pair's logits and its row in the last
+    /// chunk (where the head's own hidden output lies).
+    fn run_pairs(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+        rows: &[bf16],
+    ) -> Result<(Vec<f32>, usize), SessionError> {
+        let shapes = self.exec.instance.program_shapes();
+        let widest = shapes.widest(Mode::Draft).unwrap_or(1);
+        let hidden = self.exec.config.hidden_size;
+        let mut last = (Vec::new(), 0);
+        let mut at = 0;
+        while at < tokens.len() {
+            let n = (tokens.len() - at).min(widest);
+            self.exec
+                .write_hidden(backend, &rows[at * hidden..(at + n) * hidden])?;
+            let logits = self.session.head_step(backend, id, &tokens[at..at + n])?;
+            let vocab = self.exec.config.vocab_size;
+            last = (logits[(n - 1) * vocab..n * vocab].to_vec(), n - 1);
+            at += n;
+        }
+        Ok(last)
+    }
+
+    fn draft_inner(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        let (hidden, vocab) = (self.exec.config.hidden_size, self.exec.config.vocab_size);
+        let id = self.head(seq).id;
+        let len = self.session.seq_len(id)?;
+        let rows = std::mem::take(&mut self.head(seq).rows);
+        let held = rows.len() / hidden;
+        let total = committed.len();
+        let fail = |this: &mut Self, rows: Vec<bf16>, e: SessionError| {
+            this.head(seq).rows = rows;
+            Err(e)
+        };
+        if total == 0 || held == 0 || len + held != total {
+            let e = SessionError::DraftHead(format!(
+                "sequence {seq}: the target holds {total} token(s) but the head has hidden rows \
+                 for positions 0..{}: feed the target through MtpDrafter::prefill/decode (or \
+                 call observe after each plain step) so every position's row is seen",
+                len + held
+            ));
+            return fail(self, rows, e);
+        }
+        let heads_tokens = self.session.tokens(id)?;
+        if heads_tokens != &committed[1..=len] {
+            let e = SessionError::DraftHead(format!(
+                "sequence {seq}: the head paired tokens the target no longer holds: forget and \
+                 restart it"
+            ));
+            return fail(self, rows, e);
+        }
+        // The pairs still to make: (hidden[p], committed[p + 1]) up to the last committed
+        // position, paired with `pending`; its logits give the first draft.
+        let tokens: Vec<u32> = committed[len + 1..]
+            .iter()
+            .copied()
+            .chain(std::iter::once(pending))
+            .collect();
+        let last_row = rows[(held - 1) * hidden..].to_vec();
+        let (mut logits, mut row) = match self.run_pairs(backend, id, &tokens, &rows) {
+            Ok(done) => done,
+            Err(e) => {
+                self.session.truncate(id, len, len.div_ceil(self.block()));
+                return fail(self, rows, e);
+            }
+        };
+        let mut drafts = Vec::with_capacity(k);
+        for i in 0..k {
+            let token = super::greedy(&logits[..vocab]);
+            drafts.push(token);
+            if i + 1 == k {
+                break;
+            }
+            // The head's own output row stands in for the target's at the next position.
+            let step = self
+                .exec
+                .chain_hidden(backend, row, 0)
+                .map_err(SessionError::from)
+                .and_then(|()| self.session.head_step(backend, id, &[token]));
+            match step {
+                Ok(next) => (logits, row) = (next, 0),
+                Err(e) => {
+                    self.session.truncate(id, len, len.div_ceil(self.block()));
+                    return fail(self, rows, e);
+                }
+            }
+        }
+        // Final now: positions before the last committed one (their tokens are committed).
+        self.head(seq).drafted_from = Some((total - 1, last_row));
+        Ok(Draft {
+            tokens: drafts,
+            probs: None,
+        })
+    }
+
+    fn block(&self) -> usize {
+        self.exec.layout.kv_block_size
+    }
+}
+
+impl Drafter for MtpDrafter<'_> {
+    fn vocab_size(&self) -> usize {
+        self.exec.config.vocab_size
+    }
+
+    fn draft(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        if k == 0 {
+            let shapes = self.exec.instance.program_shapes();
+            let widest = shapes.widest(Mode::Verify).unwrap_or(1);
+            return Err(SessionError::DraftLength {
+                k,
+                widest: widest.saturating_sub(1),
+            });
+        }
+        self.draft_inner(backend, seq, committed, pending, k)
+    }
+
+    fn settle(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        kept: usize,
+    ) -> Result<(), SessionError> {
+        let block = self.block();
+        let Some((before, last_row)) = self.seqs.get_mut(&seq).and_then(|h| h.drafted_from.take())
+        else {
+            return Ok(());
+        };
+        let id = self.head(seq).id;
+        if kept == 0 {
+            // Nothing kept: the pair with `pending` is not final; its hidden row is pending again.
+            self.session.truncate(id, before, before.div_ceil(block));
+            self.head(seq).rows = last_row;
+            return Ok(());
+        }
+        // `pending` was kept: its pair (at the last committed position) is final; the draft
+        // positions after it used the head's own rows and go. The verify's first `kept` rows
+        // are the target's hidden rows of the positions it kept.
+        let len = before + 1;
+        self.session.truncate(id, len, len.div_ceil(block));
+        self.observe(backend, seq, len, kept)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        if let Some(head) = self.seqs.remove(&seq) {
+            let _ = self.session.end_sequence(head.id);
+        }
+    }
+}
+
+impl Session<'_> {
+    /// One draft-program step of head sequence `id` over `tokens` at its next positions (the
+    /// hidden rows already written): pages grown as needed (given back on failure), no state
+    /// slot (the head keeps no recurrent state). Returns the rows' logits.
+    fn head_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        let exec = self.exec;
+        let vocab = exec.config.vocab_size;
+        if let Some((index, &token)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= vocab)
+        {
+            return Err(SessionError::TokenOutOfRange {
+                token,
+                index,
+                vocab,
+            });
+        }
+        let n = tokens.len();
+        let width = exec
+            .instance
+            .program_shapes()
+            .narrowest(Mode::Draft, n)
+            .ok_or(SessionError::TooWide {
+                asked: n,
+                widest: exec.instance.program_shapes().widest(Mode::Draft).unwrap_or(0),
+            })?;
+        let program = exec.program(Mode::Draft, width)?;
+        let limit = self.position_limit();
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        let start = seq.len;
+        if start + n > limit {
+            return Err(SessionError::PositionPastLimit {
+                seq: id,
+                position: start + n - 1,
+                limit,
+            });
+        }
+        let pages_before = seq.pages.len();
+        {
+            let mut pools = exec.pools();
+            pools.pages.check(pools.pages.needed(start + n, pages_before))?;
+            pools.pages.grow(&mut seq.pages, start + n)?;
+        }
+        let ran = (|| -> Result<Vec<f32>, SessionError> {
+            let rows: Vec<MetaRow<'_>> = (0..width)
+                .map(|i| match tokens.get(i) {
+                    Some(&token) => MetaRow::Live {
+                        token,
+                        position: start + i,
+                        pages: &seq.pages,
+                        state_slot: SCRATCH_SLOT,
+                    },
+                    None => MetaRow::Padding,
+                })
+                .collect();
+            let meta = StepMeta::new(&exec.layout.meta, &rows)?;
+            meta.upload(backend, exec.default_stream(), exec.workspace())?;
+            exec.run_step(backend, program)?;
+            let mut raw = vec![0u8; n * vocab * 4];
+            backend.copy_d2h(exec.workspace().offset(exec.layout.logits_offset), &mut raw)?;
+            Ok(f32s_from_bytes(&raw))
+        })();
+        match ran {
+            Ok(logits) => {
+                seq.len += n;
+                seq.tokens.extend_from_slice(tokens);
+                self.last_program = Some((Mode::Draft, width, None));
+                Ok(logits)
+            }
+            Err(e) => {
+                exec.pools().pages.shrink(&mut seq.pages, pages_before);
+                Err(e)
+            }
+        }
+    }
+}
