@@ -15,8 +15,8 @@ use solder_config::ServeShape;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::meta::{MetaRow, StepMeta};
 use solder_model_layers::{
-    greedy, Boot, CircuitExec, Drafter, ExecError, HiddenRows, HostWeights, Session,
-    SessionError, WeightSource,
+    greedy, Boot, CircuitExec, Draft, Drafter, ExecError, HiddenRows, HostWeights, MtpDrafter,
+    SeqId, Session, SessionError, WeightSource,
 };
 
 const TINY_NEXT: &str = r#"{
@@ -371,6 +371,22 @@ fn draft_logits_match_the_reference_and_chain_like_a_wide_step() {
     for p in 0..4 {
         assert_same_bytes(&wide[p * 128..][..128], &one_row[p], &format!("row {p}"));
     }
+    // A drafter fed the same tokens through a session pairs them to the same bytes.
+    let mut drafter = exec.draft_runner().expect("head");
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    for &t in &tokens {
+        drafter
+            .decode(&mut backend, &mut session, id, t)
+            .expect("observed decode");
+    }
+    let caught_up = drafter
+        .catch_up(&mut backend, id, &tokens)
+        .expect("catch up");
+    assert_same_bytes(&caught_up, &one_row.concat(), "catch_up vs one-row steps");
+    assert_eq!(drafter.paired(id), Some((pairs, 1)));
+    drafter.forget(id);
+    drop(session);
     // Chaining: the last row's own hidden output feeds the next one-row step.
     let out = exec
         .read_hidden(&mut backend, HiddenRows::Draft, 4)
@@ -486,4 +502,138 @@ fn a_draft_needs_every_target_row_observed_and_a_head() {
     let plain = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
     let err = plain.draft_runner().err().expect("no head");
     assert!(err.to_string().contains("no MTP draft head"), "{err}");
+}
+
+/// The MTP drafter, its proposals replaced by the target's own greedy continuation (an
+/// oracle): every draft is accepted, so `settle` keeps k + 1 rows.
+struct Oracle<'e> {
+    inner: MtpDrafter<'e>,
+    /// The target's greedy tokens after the prompt (from plain decoding).
+    future: Vec<u32>,
+    prompt_len: usize,
+}
+
+impl Drafter for Oracle<'_> {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn draft(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
+        // `pending` is future[committed - prompt]; the drafts follow it.
+        let at = committed.len() - self.prompt_len + 1;
+        draft.tokens = self.future[at..at + k].to_vec();
+        Ok(draft)
+    }
+
+    fn settle(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        kept: usize,
+    ) -> Result<(), SessionError> {
+        self.inner.settle(backend, seq, kept)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        self.inner.forget(seq)
+    }
+}
+
+/// The head layer's K and V bytes at the first `positions` positions of head sequence `id`.
+fn head_kv(
+    backend: &mut CpuBackend,
+    exec: &CircuitExec,
+    drafter: &MtpDrafter<'_>,
+    seq: SeqId,
+    positions: usize,
+) -> Vec<u8> {
+    let id = drafter.head_sequence(seq).expect("head sequence");
+    let table = drafter.session().block_table(id).expect("table").to_vec();
+    // The head's KV state is the draft circuit's last state declaration.
+    let region = *exec.layout.states.last().unwrap();
+    let (block, cell) = (exec.layout.kv_block_size, 32 * 2); // kv_heads 1 · head_dim 32 · bf16
+    let page_bytes = 2 * block * cell;
+    let mut out = Vec::new();
+    for p in 0..positions {
+        let page = region.offset + table[p / block] as usize * page_bytes;
+        for half in 0..2 {
+            let at = page + half * block * cell + (p % block) * cell;
+            let mut bytes = vec![0u8; cell];
+            backend
+                .copy_d2h(exec.kv_cache().offset(at), &mut bytes)
+                .expect("read kv");
+            out.extend(bytes);
+        }
+    }
+    out
+}
+
+#[test]
+fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
+    let mut backend = backend();
+    let exec = build_draft(&mut backend, &[4]).expect("build");
+    let vocab = exec.config.vocab_size;
+    let prompt = prompt(7, 128, 6);
+    // The target's greedy continuation, fed through an observing drafter step by step: its
+    // head, caught up in one draft at the end, is the reference.
+    let mut reference = exec.draft_runner().expect("head");
+    let mut plain = Session::new(&exec);
+    let rid = plain.add_sequence();
+    let logits = reference
+        .prefill(&mut backend, &mut plain, rid, &prompt)
+        .expect("prefill");
+    let mut future = vec![greedy(&logits[(prompt.len() - 1) * vocab..])];
+    for _ in 0..GEN {
+        let t = *future.last().unwrap();
+        let logits = reference
+            .decode(&mut backend, &mut plain, rid, t)
+            .expect("decode");
+        future.push(greedy(&logits));
+    }
+    let committed = plain.tokens(rid).expect("tokens").to_vec();
+    reference
+        .draft(&mut backend, rid, &committed, future[GEN], 1)
+        .expect("catch-up");
+    reference.settle(&mut backend, rid, 1).expect("settle");
+    let final_positions = committed.len();
+    assert_eq!(reference.paired(rid), Some((final_positions, 1)));
+
+    for k in [2, 3, 4] {
+        let mut oracle = Oracle {
+            inner: exec.draft_runner().expect("head"),
+            future: future.clone(),
+            prompt_len: prompt.len(),
+        };
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        oracle
+            .inner
+            .prefill(&mut backend, &mut session, id, &prompt)
+            .expect("prefill");
+        let mut pending = future[0];
+        while session.seq_len(id).unwrap() + k + 1 <= final_positions {
+            let step = session
+                .speculative_step(&mut backend, id, pending, k, &mut oracle)
+                .expect("step");
+            assert_eq!(step.accepted, k, "the oracle's drafts are all accepted");
+            pending = *step.tokens.last().unwrap();
+        }
+        let (paired, rows) = oracle.inner.paired(id).expect("head");
+        assert_eq!(paired + rows, session.seq_len(id).unwrap());
+        assert!(rows > k, "k {k}: the last settle observed every kept row");
+        assert_eq!(
+            head_kv(&mut backend, &exec, &oracle.inner, id, paired),
+            head_kv(&mut backend, &exec, &reference, rid, paired),
+            "k {k}: the head's KV at its final positions"
+        );
+        oracle.forget(id);
+    }
 }

@@ -82,6 +82,16 @@ impl<'e> MtpDrafter<'e> {
         })
     }
 
+    /// The head's own session (its sequences' block tables hold the head layer's KV).
+    pub fn session(&self) -> &Session<'e> {
+        &self.session
+    }
+
+    /// The head's sequence for target sequence `seq` (in `session()`).
+    pub fn head_sequence(&self, seq: SeqId) -> Option<SeqId> {
+        self.seqs.get(&seq).map(|h| h.id)
+    }
+
     /// Positions of target sequence `seq` whose head KV is final, and rows observed past them.
     pub fn paired(&self, seq: SeqId) -> Option<(usize, usize)> {
         let head = self.seqs.get(&seq)?;
@@ -184,9 +194,10 @@ impl<'e> MtpDrafter<'e> {
         Ok(logits)
     }
 
-    /// Runs the head over `pairs` (token, hidden row) at the head sequence's next positions,
-    /// in chunks of the draft widths; returns the last pair's logits and its row in the last
-    /// chunk (where the head's own hidden output lies).
+    /// Runs the head over `tokens` paired with the hidden `rows` at the head sequence's next
+    /// positions, in chunks of the widest draft width; returns every pair's logits
+    /// (`[n * vocab]`) and the last pair's row in the last chunk (where the head's own hidden
+    /// output lies).
     fn run_pairs(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -197,18 +208,83 @@ impl<'e> MtpDrafter<'e> {
         let shapes = self.exec.instance.program_shapes();
         let widest = shapes.widest(Mode::Draft).unwrap_or(1);
         let hidden = self.exec.config.hidden_size;
-        let mut last = (Vec::new(), 0);
-        let mut at = 0;
+        let mut logits = Vec::with_capacity(tokens.len() * self.exec.config.vocab_size);
+        let (mut at, mut last) = (0, 0);
         while at < tokens.len() {
             let n = (tokens.len() - at).min(widest);
             self.exec
                 .write_hidden(backend, &rows[at * hidden..(at + n) * hidden])?;
-            let logits = self.session.head_step(backend, id, &tokens[at..at + n])?;
-            let vocab = self.exec.config.vocab_size;
-            last = (logits[(n - 1) * vocab..n * vocab].to_vec(), n - 1);
+            logits.extend(self.session.head_step(backend, id, &tokens[at..at + n])?);
+            last = n - 1;
             at += n;
         }
-        Ok(last)
+        Ok((logits, last))
+    }
+
+    /// Checks that the head of `seq` can pair with `committed` (every position's hidden row
+    /// observed, its paired tokens still the target's); returns the head sequence, its length
+    /// and the rows taken out of it (put back by the caller on failure).
+    fn take_rows(
+        &mut self,
+        seq: SeqId,
+        committed: &[u32],
+    ) -> Result<(SeqId, usize, Vec<bf16>), SessionError> {
+        let hidden = self.exec.config.hidden_size;
+        let id = self.head(seq).id;
+        let len = self.session.seq_len(id)?;
+        let held = self.head(seq).rows.len() / hidden;
+        let total = committed.len();
+        if total == 0 || held == 0 || len + held != total {
+            return Err(SessionError::DraftHead(format!(
+                "sequence {seq}: the target holds {total} token(s) but the head has hidden rows \
+                 for positions 0..{}: feed the target through MtpDrafter::prefill/decode (or \
+                 call observe after each plain step) so every position's row is seen",
+                len + held
+            )));
+        }
+        if self.session.tokens(id)? != &committed[1..=len] {
+            return Err(SessionError::DraftHead(format!(
+                "sequence {seq}: the head paired tokens the target no longer holds: forget and \
+                 restart it"
+            )));
+        }
+        Ok((id, len, std::mem::take(&mut self.head(seq).rows)))
+    }
+
+    /// Puts the head of `seq` back to `len` positions and `rows` after a failure; returns `e`.
+    fn put_back<T>(
+        &mut self,
+        seq: SeqId,
+        (id, len, rows): (SeqId, usize, Vec<bf16>),
+        e: SessionError,
+    ) -> Result<T, SessionError> {
+        let block = self.block();
+        self.session.truncate(id, len, len.div_ceil(block));
+        self.head(seq).rows = rows;
+        Err(e)
+    }
+
+    /// Teacher-forced catch-up: pairs every observed position of `seq` but the last with the
+    /// committed token after it (the target sequence holds `committed`) and returns each new
+    /// pair's logits, `[pairs * vocab]`: at position p, the head's prediction of token p + 2.
+    /// The last position's row waits for the token after it (the next `draft`'s `pending`).
+    pub fn catch_up(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        let hidden = self.exec.config.hidden_size;
+        let (id, len, rows) = self.take_rows(seq, committed)?;
+        let pairs = committed.len() - 1 - len;
+        let tokens = committed[len + 1..].to_vec();
+        match self.run_pairs(backend, id, &tokens, &rows[..pairs * hidden]) {
+            Ok((logits, _)) => {
+                self.head(seq).rows = rows[pairs * hidden..].to_vec();
+                Ok(logits)
+            }
+            Err(e) => self.put_back(seq, (id, len, rows), e),
+        }
     }
 
     fn draft_inner(
@@ -220,32 +296,7 @@ impl<'e> MtpDrafter<'e> {
         k: usize,
     ) -> Result<Draft, SessionError> {
         let (hidden, vocab) = (self.exec.config.hidden_size, self.exec.config.vocab_size);
-        let id = self.head(seq).id;
-        let len = self.session.seq_len(id)?;
-        let rows = std::mem::take(&mut self.head(seq).rows);
-        let held = rows.len() / hidden;
-        let total = committed.len();
-        let fail = |this: &mut Self, rows: Vec<bf16>, e: SessionError| {
-            this.head(seq).rows = rows;
-            Err(e)
-        };
-        if total == 0 || held == 0 || len + held != total {
-            let e = SessionError::DraftHead(format!(
-                "sequence {seq}: the target holds {total} token(s) but the head has hidden rows \
-                 for positions 0..{}: feed the target through MtpDrafter::prefill/decode (or \
-                 call observe after each plain step) so every position's row is seen",
-                len + held
-            ));
-            return fail(self, rows, e);
-        }
-        let heads_tokens = self.session.tokens(id)?;
-        if heads_tokens != &committed[1..=len] {
-            let e = SessionError::DraftHead(format!(
-                "sequence {seq}: the head paired tokens the target no longer holds: forget and \
-                 restart it"
-            ));
-            return fail(self, rows, e);
-        }
+        let (id, len, rows) = self.take_rows(seq, committed)?;
         // The pairs still to make: (hidden[p], committed[p + 1]) up to the last committed
         // position, paired with `pending`; its logits give the first draft.
         let tokens: Vec<u32> = committed[len + 1..]
@@ -253,17 +304,15 @@ impl<'e> MtpDrafter<'e> {
             .copied()
             .chain(std::iter::once(pending))
             .collect();
-        let last_row = rows[(held - 1) * hidden..].to_vec();
-        let (mut logits, mut row) = match self.run_pairs(backend, id, &tokens, &rows) {
+        let last_row = rows[rows.len() - hidden..].to_vec();
+        let (all, mut row) = match self.run_pairs(backend, id, &tokens, &rows) {
             Ok(done) => done,
-            Err(e) => {
-                self.session.truncate(id, len, len.div_ceil(self.block()));
-                return fail(self, rows, e);
-            }
+            Err(e) => return self.put_back(seq, (id, len, rows), e),
         };
+        let mut logits = all[all.len() - vocab..].to_vec();
         let mut drafts = Vec::with_capacity(k);
         for i in 0..k {
-            let token = super::greedy(&logits[..vocab]);
+            let token = super::greedy(&logits);
             drafts.push(token);
             if i + 1 == k {
                 break;
@@ -276,14 +325,12 @@ impl<'e> MtpDrafter<'e> {
                 .and_then(|()| self.session.head_step(backend, id, &[token]));
             match step {
                 Ok(next) => (logits, row) = (next, 0),
-                Err(e) => {
-                    self.session.truncate(id, len, len.div_ceil(self.block()));
-                    return fail(self, rows, e);
-                }
+                Err(e) => return self.put_back(seq, (id, len, rows), e),
             }
         }
-        // Final now: positions before the last committed one (their tokens are committed).
-        self.head(seq).drafted_from = Some((total - 1, last_row));
+        // Final now: the positions before the last committed one (their tokens are committed);
+        // the last one's pair with `pending` is final once the target keeps `pending`.
+        self.head(seq).drafted_from = Some((committed.len() - 1, last_row));
         Ok(Draft {
             tokens: drafts,
             probs: None,
