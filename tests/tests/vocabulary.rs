@@ -17,7 +17,10 @@ fn roles_are_exactly_those_the_shipped_circuits_use() {
         used.extend(instance.circuit.ops.iter().map(|op| op.role.clone()));
         if instance.circuit.family == "qwen3_next" {
             let with_draft = solder_tests::load_instance_with_draft(name, &[1]).unwrap();
-            let draft = with_draft.draft.as_ref().expect("a qwen3_next draft circuit");
+            let draft = with_draft
+                .draft
+                .as_ref()
+                .expect("a qwen3_next draft circuit");
             used.extend(draft.ops.iter().map(|op| op.role.clone()));
         }
     }

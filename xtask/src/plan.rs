@@ -139,7 +139,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         if plans.len() != 1 {
             return Err("`--dot` draws one plan: give --mode and --rows, not --all".into());
         }
-        let circuit = instance.circuit_for(plans[0].mode).map_err(|e| e.to_string())?;
+        let circuit = instance
+            .circuit_for(plans[0].mode)
+            .map_err(|e| e.to_string())?;
         print!("{}", plans[0].to_dot(circuit));
         return Ok(());
     }
@@ -152,7 +154,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     if plans.len() == 1 && !args.flag("all") {
-        let circuit = instance.circuit_for(plans[0].mode).map_err(|e| e.to_string())?;
+        let circuit = instance
+            .circuit_for(plans[0].mode)
+            .map_err(|e| e.to_string())?;
         print!("{}", plans[0].display(circuit));
         return Ok(());
     }

@@ -55,7 +55,11 @@ fn the_draft_circuit_extends_the_target_and_names_the_mtp_tensors() {
     }
     // Only the head's own tensors are new: the embedding and the LM head are the target's.
     assert!(names.iter().all(|n| n.starts_with("mtp.")), "{names:?}");
-    let fc = draft.weights.iter().find(|w| w.name == "mtp.fc.weight").unwrap();
+    let fc = draft
+        .weights
+        .iter()
+        .find(|w| w.name == "mtp.fc.weight")
+        .unwrap();
     assert_eq!(fc.shape, [2048, 4096]);
     let experts = draft
         .weights
@@ -63,11 +67,17 @@ fn the_draft_circuit_extends_the_target_and_names_the_mtp_tensors() {
         .find(|w| w.name == "mtp.layers.0.mlp.experts.*.up_proj.weight")
         .unwrap();
     assert_eq!(experts.parts.len(), 512);
-    assert_eq!(experts.parts[7], "mtp.layers.0.mlp.experts.7.up_proj.weight");
+    assert_eq!(
+        experts.parts[7],
+        "mtp.layers.0.mlp.experts.7.up_proj.weight"
+    );
     // Its own KV cache: one more full-attention layer, numbered after the target's 48.
     let extra = &draft.states[target.states.len()..];
     assert_eq!(extra.len(), 1);
-    assert!(matches!(extra[0].kind, StateKind::KvPages { layer: 48, .. }));
+    assert!(matches!(
+        extra[0].kind,
+        StateKind::KvPages { layer: 48, .. }
+    ));
 }
 
 #[test]
@@ -121,7 +131,11 @@ fn every_program_of_a_draft_serve_plans_and_verifies() {
         }
     }
     assert_eq!(
-        instance.shapes().iter().filter(|(m, _)| *m == Mode::Draft).count(),
+        instance
+            .shapes()
+            .iter()
+            .filter(|(m, _)| *m == Mode::Draft)
+            .count(),
         2
     );
 }

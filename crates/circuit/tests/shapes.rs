@@ -61,8 +61,15 @@ fn draft_programs_follow_verify_at_one_row_and_each_draft_width() {
     assert!(shapes.has_draft());
     let all = shapes.all();
     let first_draft = all.iter().position(|(m, _)| *m == Mode::Draft).unwrap();
-    assert_eq!(all[first_draft - 1], (Mode::Verify, 8), "after every verify width");
-    assert_eq!(all[first_draft..], [(Mode::Draft, 1), (Mode::Draft, 2), (Mode::Draft, 8)]);
+    assert_eq!(
+        all[first_draft - 1],
+        (Mode::Verify, 8),
+        "after every verify width"
+    );
+    assert_eq!(
+        all[first_draft..],
+        [(Mode::Draft, 1), (Mode::Draft, 2), (Mode::Draft, 8)]
+    );
     // One row is always compiled, even when the widths leave it out.
     let serve = ServeShape {
         draft_widths: vec![4],
@@ -96,8 +103,8 @@ fn draft_widths_are_refused_for_a_family_without_a_draft_head() {
         "{message}"
     );
     // A hand-made instance with draft widths but no draft circuit is refused by name too.
-    let circuit = solder_circuit::build_circuit(&config, "llama-tiny", Default::default())
-        .expect("circuit");
+    let circuit =
+        solder_circuit::build_circuit(&config, "llama-tiny", Default::default()).expect("circuit");
     let err = Instance::new(circuit, serve).expect_err("no draft circuit");
     assert!(err.to_string().contains("draft_widths"), "{err}");
 }

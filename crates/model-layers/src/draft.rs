@@ -83,14 +83,17 @@ impl CircuitExec {
         values: &[bf16],
     ) -> Result<(), ExecError> {
         let hidden = self.config.hidden_size;
-        if values.len() % hidden != 0 {
+        if !values.len().is_multiple_of(hidden) {
             return Err(ExecError::Build(format!(
                 "{} hidden values are not whole rows of {hidden}",
                 values.len()
             )));
         }
         self.check_draft(backend, values.len() / hidden)?;
-        backend.copy_h2d(self.hidden_ptr(HiddenRows::Target, 0), bytes::bf16_bytes(values))?;
+        backend.copy_h2d(
+            self.hidden_ptr(HiddenRows::Target, 0),
+            bytes::bf16_bytes(values),
+        )?;
         Ok(())
     }
 

@@ -279,7 +279,9 @@ impl CircuitExec {
         // Runtime routes: an arm plan per (mode, rows) whose route enables different rules.
         let mut arm_plans = Vec::new();
         for plan in &plans {
-            for condition in solder_circuit::routes::routes(instance.circuit_for(plan.mode)?, plan.mode) {
+            for condition in
+                solder_circuit::routes::routes(instance.circuit_for(plan.mode)?, plan.mode)
+            {
                 let with = available.clone().with_capability(condition.capability());
                 let arm =
                     ExecutionPlan::build(&instance, &rules, &with, &policy, plan.mode, plan.rows)?;

@@ -16,8 +16,8 @@
 
 mod bind;
 mod bytes;
-pub mod draft;
 pub mod checkpoint;
+pub mod draft;
 pub mod emit;
 pub mod error;
 pub mod exec;
@@ -40,7 +40,6 @@ pub use program::{Program, ProgramStep};
 pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
     greedy, Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session,
-    SpecPolicy,
-    SpeculativeStep,
+    SpecPolicy, SpeculativeStep,
 };
 pub use weights::HostWeights;

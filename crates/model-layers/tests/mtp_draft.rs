@@ -126,7 +126,10 @@ fn matvec(w: &[f32], x: &[f32]) -> Vec<f32> {
 
 fn zc_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32 + eps).sqrt();
-    x.iter().zip(w).map(|(v, g)| r(v * inv * (1.0 + g))).collect()
+    x.iter()
+        .zip(w)
+        .map(|(v, g)| r(v * inv * (1.0 + g)))
+        .collect()
 }
 
 fn silu(x: f32) -> f32 {
@@ -252,7 +255,11 @@ fn reference(w: &Weights<'_>, pairs: &[(Vec<f32>, u32)]) -> Vec<Vec<f32>> {
         let mlp = |prefix: &str, x: &[f32]| -> Vec<f32> {
             let g = matvec(&w.get(&format!("{prefix}gate_proj.weight")), x);
             let u = matvec(&w.get(&format!("{prefix}up_proj.weight")), x);
-            let act: Vec<f32> = g.iter().zip(&u).map(|(g, u)| r(silu(r(*g)) * r(*u))).collect();
+            let act: Vec<f32> = g
+                .iter()
+                .zip(&u)
+                .map(|(g, u)| r(silu(r(*g)) * r(*u)))
+                .collect();
             matvec(&w.get(&format!("{prefix}down_proj.weight")), &act)
         };
         let mut routed = vec![0.0f32; hidden];
@@ -352,7 +359,10 @@ fn draft_logits_match_the_reference_and_chain_like_a_wide_step() {
     );
     for (p, (got, want)) in one_row.iter().zip(&want).enumerate() {
         let err = rel_err(got, want);
-        assert!(err < 5e-3, "draft logits at position {p}: relative error {err}");
+        assert!(
+            err < 5e-3,
+            "draft logits at position {p}: relative error {err}"
+        );
     }
     // The four-row program over the first four pairs gives each row the one-row bytes.
     let rows: Vec<bf16> = hidden[..4].concat();
@@ -619,7 +629,7 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
             .prefill(&mut backend, &mut session, id, &prompt)
             .expect("prefill");
         let mut pending = future[0];
-        while session.seq_len(id).unwrap() + k + 1 <= final_positions {
+        while session.seq_len(id).unwrap() + k < final_positions {
             let step = session
                 .speculative_step(&mut backend, id, pending, k, &mut oracle)
                 .expect("step");

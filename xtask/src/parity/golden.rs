@@ -16,6 +16,17 @@ pub struct Golden {
     pub vocab: usize,
     /// The MTP draft head's logits `[T-1, V]`, fp32 then bf16 (both or neither).
     pub mtp: Option<(Vec<f32>, Vec<f32>)>,
+    /// The head alone: transformers' fp32 final hidden rows rounded to bf16 (`[T, H]`), and the
+    /// head's logits over them `[T-1, V]`, fp32 then bf16.
+    pub mtp_head: Option<MtpHeadGolden>,
+}
+
+#[derive(Debug)]
+pub struct MtpHeadGolden {
+    pub hidden: Vec<f32>,
+    pub hidden_size: usize,
+    pub logits: Vec<f32>,
+    pub logits_bf16: Vec<f32>,
 }
 
 impl Golden {
@@ -72,7 +83,10 @@ impl Golden {
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect::<Vec<_>>()
         };
-        let mtp = match (file.tensor("mtp_logits").is_ok(), file.tensor("mtp_logits_bf16").is_ok()) {
+        let mtp = match (
+            file.tensor("mtp_logits").is_ok(),
+            file.tensor("mtp_logits_bf16").is_ok(),
+        ) {
             (false, false) => None,
             (true, true) => {
                 let (shape, mtp) = get("mtp_logits", Dtype::F32)?;
@@ -93,12 +107,45 @@ impl Golden {
                 ))
             }
         };
+        let names = ["mtp_hidden", "mtp_head_logits", "mtp_head_logits_bf16"];
+        let mtp_head = match names.map(|n| file.tensor(n).is_ok()) {
+            [false, false, false] => None,
+            [true, true, true] => {
+                let (hidden_shape, hidden) = get("mtp_hidden", Dtype::F32)?;
+                let (shape, head) = get("mtp_head_logits", Dtype::F32)?;
+                let (shape_bf16, head_bf16) = get("mtp_head_logits_bf16", Dtype::F32)?;
+                if hidden_shape.len() != 2
+                    || hidden_shape[0] != tokens
+                    || shape != [tokens - 1, vocab]
+                    || shape_bf16 != shape
+                {
+                    return Err(format!(
+                        "{}: shapes mtp_hidden {hidden_shape:?}, mtp_head_logits {shape:?}, mtp_head_logits_bf16 {shape_bf16:?} do not fit [T, H], [T-1, V], [T-1, V]",
+                        path.display()
+                    ));
+                }
+                Some(MtpHeadGolden {
+                    hidden: floats(hidden),
+                    hidden_size: hidden_shape[1],
+                    logits: floats(head),
+                    logits_bf16: floats(head_bf16),
+                })
+            }
+            _ => {
+                return Err(format!(
+                    "{}: {} come together",
+                    path.display(),
+                    names.map(|n| format!("`{n}`")).join(", ")
+                ))
+            }
+        };
         let golden = Golden {
             input_ids,
             logits: floats(logits),
             logits_bf16: floats(logits_bf16),
             vocab,
             mtp,
+            mtp_head,
         };
         golden
             .validate()
@@ -111,11 +158,36 @@ impl Golden {
     /// the largest |logit| (`E_HF_PLAUSIBLE`), which a `logits_bf16` shifted or scaled by
     /// anything like its own size is.
     fn validate(&self) -> Result<(), String> {
-        validate_pair(("logits", &self.logits), ("logits_bf16", &self.logits_bf16), self.vocab)?;
+        validate_pair(
+            ("logits", &self.logits),
+            ("logits_bf16", &self.logits_bf16),
+            self.vocab,
+        )?;
         if let Some((mtp, mtp_bf16)) = &self.mtp {
-            validate_pair(("mtp_logits", mtp), ("mtp_logits_bf16", mtp_bf16), self.vocab)?;
+            validate_pair(
+                ("mtp_logits", mtp),
+                ("mtp_logits_bf16", mtp_bf16),
+                self.vocab,
+            )?;
+        }
+        if let Some(h) = &self.mtp_head {
+            let (head, head_bf16) = (&h.logits, &h.logits_bf16);
+            validate_pair(
+                ("mtp_head_logits", head),
+                ("mtp_head_logits_bf16", head_bf16),
+                self.vocab,
+            )?;
+            if let Some(at) = non_finite(&h.hidden, h.hidden_size) {
+                return Err(format!("`mtp_hidden` {at}"));
+            }
         }
         Ok(())
+    }
+
+    /// The head-alone figures against `mtp_head_logits` (`ours` `[(T-1) * V]`).
+    pub fn compare_mtp_head(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
+        let h = self.mtp_head.as_ref()?;
+        Some(figures(ours, &h.logits, &h.logits_bf16, self.vocab))
     }
 
     /// The MTP head's figures against `mtp_logits` (`ours` `[(T-1) * V]`); None without them.

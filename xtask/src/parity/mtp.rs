@@ -27,6 +27,8 @@ pub struct MtpFigures {
     pub ref_vs_fused: Diff,
     pub target_unchanged: Diff,
     pub golden: Option<GoldenFigures>,
+    /// The head alone over transformers' hidden rows (`mtp_head_logits`), when the golden has them.
+    pub golden_head: Option<GoldenFigures>,
     /// Speculative runs with the head drafting, tokens each generated, drafts proposed and
     /// accepted in all.
     pub runs: usize,
@@ -43,6 +45,7 @@ impl MtpFigures {
         self.ref_vs_fused.identical()
             && self.target_unchanged.identical()
             && self.golden.is_none_or(|g| g.passes())
+            && self.golden_head.is_none_or(|g| g.passes())
             && self.failures.is_empty()
             && self.runs > 0
     }
@@ -96,15 +99,29 @@ pub fn check(
     ] {
         let mut exec = build_exec_with(case, rules, backend, policy, serve.clone())?;
         let ran = head_over_prompt(&exec, backend, &case.prompt);
-        let speculative = match ran {
-            Ok(_) if runs.len() == 1 => Some(speculative(&exec, backend, prefix, gen)),
-            _ => None,
+        let (speculative, head_alone) = match ran {
+            Ok(_) if runs.len() == 1 => (
+                Some(speculative(&exec, backend, prefix, gen)),
+                case.golden
+                    .as_ref()
+                    .and_then(|g| g.mtp_head.as_ref())
+                    .map(|h| head_over_rows(&exec, backend, &case.prompt, &h.hidden)),
+            ),
+            _ => (None, None),
         };
+        let head_alone = head_alone.transpose();
         exec.free(backend).map_err(err)?;
-        runs.push((ran?, speculative.transpose()?));
+        runs.push((ran?, speculative.transpose()?, head_alone?));
     }
-    let (reference, _) = &runs[0];
+    let reference = &runs[0].0;
     let ((fused_target, fused_head), spec) = (&runs[1].0, &runs[1].1);
+    let golden_head = match (&case.golden, &runs[1].2) {
+        (Some(g), Some(ours)) => g
+            .compare_mtp_head(ours)
+            .transpose()
+            .map_err(|e| format!("{}: mtp head golden: {e}", case.name))?,
+        _ => None,
+    };
     let golden = case
         .golden
         .as_ref()
@@ -123,6 +140,7 @@ pub fn check(
         ref_vs_fused: Diff::of(&reference.1, fused_head, vocab),
         target_unchanged: Diff::of(fused_target, plain_decode, vocab),
         golden,
+        golden_head,
         runs: spec.runs,
         tokens: spec.tokens,
         proposed: spec.proposed,
@@ -147,6 +165,27 @@ fn head_over_prompt(
     drafter.forget(id);
     session.end_sequence(id).map_err(err)?;
     Ok((target, head))
+}
+
+/// The head's teacher-forced logits over `prompt` paired with the given hidden rows (f32
+/// values of bf16, `[T, H]`) instead of the target's own.
+fn head_over_rows(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    prompt: &[u32],
+    hidden: &[f32],
+) -> R<Vec<f32>> {
+    let mut drafter = exec.draft_runner().map_err(err)?;
+    let rows = hidden
+        .iter()
+        .map(|&v| solder_model_layers::numerics::to_bf16(v))
+        .collect();
+    // Any sequence id: no target session runs, the rows are given.
+    let seq = 0;
+    drafter.observe_rows(seq, 0, rows).map_err(err)?;
+    let logits = drafter.catch_up(backend, seq, prompt).map_err(err)?;
+    drafter.forget(seq);
+    Ok(logits)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -200,14 +239,19 @@ fn speculative(
             spec.accepted += step.accepted;
             tokens.extend(&step.tokens);
             all.extend(&step.logits);
-            pending = *step.tokens.last().ok_or("a speculative step emitted no token")?;
+            pending = *step
+                .tokens
+                .last()
+                .ok_or("a speculative step emitted no token")?;
         }
         let n = gen * vocab;
         if tokens[..=gen] != want_tokens[..] {
             spec.failures.push(format!("mtp k {k}: tokens differ"));
         } else if let Some(i) = (0..n).find(|&i| all[i].to_bits() != want_logits[i].to_bits()) {
-            spec.failures
-                .push(format!("mtp k {k}: logits differ at position {}", i / vocab));
+            spec.failures.push(format!(
+                "mtp k {k}: logits differ at position {}",
+                i / vocab
+            ));
         }
         spec.runs += 1;
         spec.tokens += gen;

@@ -11,15 +11,19 @@ use super::speculative::{SpecFigures, DRAFTERS, KS};
 /// unchanged, golden e/e_hf 0.41; speculative k 1/2/4/7: 4 runs of 12 tokens identical to
 /// plain greedy decoding; accepted 0/30".
 pub fn mtp_text(m: &super::mtp::MtpFigures) -> String {
-    let golden = m.golden.map_or(String::new(), |g| {
+    let golden_text = |what: &str, g: super::golden::GoldenFigures| {
         format!(
-            ", golden e {:.4e} e_hf {:.4e} ratio {:.3} {}",
+            ", {what} e {:.4e} e_hf {:.4e} ratio {:.3} top1 {:.1}% {}",
             g.e,
             g.e_hf,
             g.ratio,
+            100.0 * g.top1,
             if g.passes() { "ok" } else { "FAIL (> 1.5)" }
         )
-    });
+    };
+    let golden = m.golden.map_or(String::new(), |g| golden_text("golden", g))
+        + &m.golden_head
+            .map_or(String::new(), |g| golden_text("golden head alone", g));
     let verdict = if m.failures.is_empty() {
         "identical to plain greedy decoding".to_string()
     } else {
@@ -266,6 +270,13 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "target_unchanged": diff_json(&m.target_unchanged),
             "golden": m.golden.map(|g| json!({
+                "e": float_json(g.e),
+                "e_hf": float_json(g.e_hf),
+                "ratio": float_json(g.ratio),
+                "top1": g.top1,
+                "ok": g.passes(),
+            })),
+            "golden_head_alone": m.golden_head.map(|g| json!({
                 "e": float_json(g.e),
                 "e_hf": float_json(g.e_hf),
                 "ratio": float_json(g.ratio),

@@ -391,8 +391,14 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     let mtp_inputs = (prefix.to_vec(), fused_alone.clone());
     reference_exec.free(backend).map_err(err)?;
     fused_exec.free(backend).map_err(err)?;
-    let mtp = super::mtp::check(case, rules, backend, &mtp_inputs.1, (&mtp_inputs.0, SPEC_GEN))
-        .map_err(|e| format!("{}: mtp: {e}", case.name))?;
+    let mtp = super::mtp::check(
+        case,
+        rules,
+        backend,
+        &mtp_inputs.1,
+        (&mtp_inputs.0, SPEC_GEN),
+    )
+    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
     let non_finite = finite.found;
     Ok(CaseReport {
         name: case.name.clone(),

@@ -78,7 +78,10 @@ pub fn build_draft(
             .attr("hidden", int(hidden)),
         OutSpec::rows("mtp.embed.out", Dtype::F32, hidden),
     )?;
-    let w_e = b.weight(&format!("{MTP_PREFIX}pre_fc_norm_embedding.weight"), &[hidden])?;
+    let w_e = b.weight(
+        &format!("{MTP_PREFIX}pre_fc_norm_embedding.weight"),
+        &[hidden],
+    )?;
     let w_h = b.weight(&format!("{MTP_PREFIX}pre_fc_norm_hidden.weight"), &[hidden])?;
     let both = super::width("mtp.pre_fc", hidden.checked_mul(2))?;
     let pre = b.op1(

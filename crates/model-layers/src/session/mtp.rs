@@ -130,8 +130,26 @@ impl<'e> MtpDrafter<'e> {
         first: usize,
         rows: usize,
     ) -> Result<(), SessionError> {
-        let hidden = self.exec.config.hidden_size;
         let values = self.exec.read_hidden(backend, HiddenRows::Target, rows)?;
+        self.observe_rows(seq, first, values)
+    }
+
+    /// `observe` with the rows given (bf16 `[n, hidden]`: e.g. another engine's final hidden
+    /// rows of the same model), for positions `first..first + n`.
+    pub fn observe_rows(
+        &mut self,
+        seq: SeqId,
+        first: usize,
+        values: Vec<bf16>,
+    ) -> Result<(), SessionError> {
+        let hidden = self.exec.config.hidden_size;
+        if !values.len().is_multiple_of(hidden) {
+            return Err(SessionError::DraftHead(format!(
+                "sequence {seq}: {} hidden values are not whole rows of {hidden}",
+                values.len()
+            )));
+        }
+        let rows = values.len() / hidden;
         let head = self.head(seq);
         let id = head.id;
         let held = head.rows.len() / hidden;
@@ -429,7 +447,11 @@ impl Session<'_> {
             .narrowest(Mode::Draft, n)
             .ok_or(SessionError::TooWide {
                 asked: n,
-                widest: exec.instance.program_shapes().widest(Mode::Draft).unwrap_or(0),
+                widest: exec
+                    .instance
+                    .program_shapes()
+                    .widest(Mode::Draft)
+                    .unwrap_or(0),
             })?;
         let program = exec.program(Mode::Draft, width)?;
         let limit = self.position_limit();
@@ -448,7 +470,9 @@ impl Session<'_> {
         let pages_before = seq.pages.len();
         {
             let mut pools = exec.pools();
-            pools.pages.check(pools.pages.needed(start + n, pages_before))?;
+            pools
+                .pages
+                .check(pools.pages.needed(start + n, pages_before))?;
             pools.pages.grow(&mut seq.pages, start + n)?;
         }
         let ran = (|| -> Result<Vec<f32>, SessionError> {
