@@ -29,6 +29,7 @@ pub fn rules_path() -> PathBuf {
 pub const DENSE_CONFIGS: &[&str] = &[
     "llama-3.1-8b",
     "llama-3.2-1b",
+    "mistral-7b-v0.1",
     "qwen3-0.6b",
     "qwen3-8b",
     "golden-llama-gqa",
@@ -87,6 +88,12 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
         model: "llama-3.2-1b",
         mode: Mode::Verify,
         rows: 4,
+    },
+    // Sliding window 4096 in every layer: each attention step prints ` window=4096`.
+    GoldenPlan {
+        model: "mistral-7b-v0.1",
+        mode: Mode::Decode,
+        rows: 1,
     },
     GoldenPlan {
         model: "qwen3-0.6b",

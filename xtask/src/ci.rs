@@ -82,9 +82,39 @@ pub const STEPS: &[Step] = &[
         name: "fuzz (bounded)",
         cargo: &["xtask", "fuzz", "--cases", "3000"],
     },
+    // The device bundle's gpu-step stages on the CPU backend: eager == graph replay == a
+    // second run, byte for byte, past 4,096 tokens, and the CPU twin's comparison; then a
+    // recurrent model's replays from a restored state.
     Step {
         name: "gpu-step on the cpu backend",
-        cargo: &["xtask", "gpu-step", "--backend", "cpu"],
+        cargo: &[
+            "xtask",
+            "gpu-step",
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-llama",
+            "--context",
+            "4200",
+            "--compare",
+            "--cpu-twin",
+        ],
+    },
+    Step {
+        name: "gpu-step qwen3_next cpu",
+        cargo: &[
+            "xtask",
+            "gpu-step",
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-qwen3-next",
+            "--context",
+            "40",
+            "--steps",
+            "2",
+            "--compare",
+        ],
     },
 ];
 

@@ -23,6 +23,7 @@ mod speculate;
 // NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
 #[allow(unsafe_code)]
 mod ptx;
+mod traffic;
 
 use std::path::PathBuf;
 
@@ -69,6 +70,8 @@ fn main() -> ExitCode {
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).
         "gpu-facts" => gpu::facts::run(argv),
+        // Hidden: ncu's CSV as per-kernel bandwidth against the floor (run.sh's ncu stage).
+        "gpu-ncu-table" => gpu::ncu::run(argv),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

@@ -22,7 +22,12 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --draft-widths W,.. draft programs (the MTP head's, qwen3_next) at 1 row and these widths;
                       --mode draft asks for them at --rows when not given
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
-                      streams, events, pool_bytes, live_lower_bound
+                      streams, events, pool_bytes, live_lower_bound (and `traffic` with --bytes)
+  --bytes             per plan, the bytes each launch must move (weights, activations,
+                      KV and recurrent state, metadata) and the step's bandwidth floor
+  --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
+  --context N         tokens each sequence holds before the step, for the KV bytes of
+                      --bytes, 0..=1048576 (default 0)
   --dot               Graphviz DOT of the plan (one plan only)
   --rules FILE        fusion rules (default fusions/FUSIONS.toml)
   --reference-only    apply only `reference` rules
@@ -45,9 +50,12 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "max-batch",
             "repeat",
             "draft-widths",
+            "tbps",
+            "context",
         ],
         &[
             "all",
+            "bytes",
             "json",
             "dot",
             "bless",
@@ -145,12 +153,44 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         print!("{}", plans[0].to_dot(circuit));
         return Ok(());
     }
+    let bytes = if args.flag("bytes") {
+        Some((
+            args.real_in("tbps", 0.001..=1000.0)?
+                .unwrap_or(crate::traffic::H200_TBPS),
+            args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
+        ))
+    } else if args.value("tbps").is_some() || args.value("context").is_some() {
+        return Err("`--tbps` and `--context` go with `--bytes`".into());
+    } else {
+        None
+    };
     if args.flag("json") {
-        let rows: Vec<_> = plans.iter().map(plan_json).collect();
+        let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
+        if let Some((tbps, context)) = bytes {
+            for (row, plan) in rows.iter_mut().zip(&plans) {
+                let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
+                row["traffic"] = crate::traffic::json(&t, tbps);
+            }
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
         );
+        return Ok(());
+    }
+    if let Some((tbps, context)) = bytes {
+        let traffic: Vec<_> = plans
+            .iter()
+            .map(|p| solder_circuit::plan_traffic(&instance.circuit, p, context))
+            .collect();
+        for t in &traffic {
+            print!("{}", crate::traffic::table(&instance.circuit, t, tbps));
+        }
+        if traffic.len() > 1 {
+            for t in &traffic {
+                println!("{}", crate::traffic::summary(t, tbps));
+            }
+        }
         return Ok(());
     }
     if plans.len() == 1 && !args.flag("all") {

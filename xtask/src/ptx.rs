@@ -4,12 +4,14 @@
 //! `--check` regenerates into a temporary folder and fails on any difference from the
 //! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
 //! `fusions/FUSIONS.toml` names but no PTX defines, and on any register spill or local-memory
-//! stack frame in `ptxas -arch=sm_90 -v`; it prints registers and shared memory per kernel.
+//! stack frame in `ptxas -arch=sm_90 -v`; it prints registers, shared memory and occupancy
+//! (blocks and warps per SM, `occupancy`) per kernel.
 //!
 //! Invariants: the toolchain is exactly the pinned wheels in `target/cuda-wheels` (installed
 //! there by this command, never into the system); the same sources give the same PTX bytes.
 
 mod nvrtc;
+mod occupancy;
 mod ptxas;
 mod toolchain;
 

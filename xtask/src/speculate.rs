@@ -22,7 +22,7 @@ pub enum DraftSource {
     Itself,
     /// Another exec, built from these weights with the given config.
     Model {
-        config: solder_config::ModelConfig,
+        config: Box<solder_config::ModelConfig>,
         weights: WeightSource,
         name: String,
     },
@@ -39,22 +39,22 @@ impl DraftSource {
         Ok(match value {
             "self" => DraftSource::Itself,
             "random" => DraftSource::Model {
-                config: target.clone(),
+                config: Box::new(target.clone()),
                 weights: WeightSource::Random { seed: 0xd2af7 },
                 name: "random".into(),
             },
             other if PathBuf::from(other).join("config.json").is_file() => {
                 let dir = PathBuf::from(other);
                 DraftSource::Model {
-                    config: crate::files::model_config(&dir.join("config.json"))?,
+                    config: Box::new(crate::files::model_config(&dir.join("config.json"))?),
                     weights: WeightSource::Checkpoint(dir),
                     name: other.to_string(),
                 }
             }
             other => DraftSource::Model {
-                config: synth(other).map_err(|e| {
+                config: Box::new(synth(other).map_err(|e| {
                     format!("`--speculative {other}`: not self, random, a checkpoint folder or a synth model ({e})")
-                })?,
+                })?),
                 weights: WeightSource::Random { seed: 7 },
                 name: other.to_string(),
             },
@@ -92,7 +92,7 @@ pub fn run(
                 ));
             }
             let boot = Boot {
-                config,
+                config: *config,
                 serve: ServeShape::with_max_batch(1).map_err(|e| e.to_string())?,
                 rules: rules.clone(),
                 policy: Policy::default(),

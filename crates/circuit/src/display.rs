@@ -136,12 +136,13 @@ impl std::fmt::Display for PlanDisplay<'_> {
                         group.outputs.iter().map(|t| self.tensor(*t)).collect();
                     writeln!(
                         f,
-                        "  {i:>4} s{} {} [{}] reads {} writes {}",
+                        "  {i:>4} s{} {} [{}] reads {} writes {}{}",
                         step.stream,
                         group.kernels.join("+"),
                         nodes.join(" "),
                         reads.join(","),
-                        writes.join(",")
+                        writes.join(","),
+                        self.circuit.windows_note(&group.nodes)
                     )?;
                 }
                 StepKind::Record(e) => writeln!(f, "  {i:>4} s{} record e{}", step.stream, e.0)?,

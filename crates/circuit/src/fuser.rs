@@ -86,9 +86,10 @@ impl FusionPlan {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "group {i} kernels={}{emitter} nodes={}",
+                "group {i} kernels={}{emitter} nodes={}{}",
                 g.kernels.join(","),
-                nodes.join(",")
+                nodes.join(","),
+                circuit.windows_note(&g.nodes)
             );
         }
         for g in &self.groups {

@@ -375,6 +375,22 @@ impl Circuit {
         &self.ops[id.0 as usize]
     }
 
+    /// ` window=W` for each of `nodes` that attends over a sliding window (its `window`
+    /// attribute), in node order; empty when none does. Printed plans and plan digests carry
+    /// it, so a windowed plan never reads as (or digests to) a full-attention one.
+    pub fn windows_note(&self, nodes: &[NodeId]) -> String {
+        nodes
+            .iter()
+            .filter_map(|n| {
+                self.op(*n)
+                    .attrs
+                    .iter()
+                    .find(|(key, _)| key == "window")
+                    .map(|(_, value)| format!(" window={value}"))
+            })
+            .collect()
+    }
+
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.0 as usize]
     }

@@ -29,6 +29,7 @@ pub mod policy;
 pub mod routes;
 pub mod rules;
 pub mod shapes;
+pub mod traffic;
 pub mod verify;
 
 pub use display::PlanDisplay;
@@ -44,3 +45,4 @@ pub use policy::{Available, Fusions, Policy};
 pub use routes::RouteCondition;
 pub use rules::{Numerics, Rule, RuleSet, Vocabulary};
 pub use shapes::ProgramShapes;
+pub use traffic::{plan_traffic, LaunchTraffic, PlanTraffic};

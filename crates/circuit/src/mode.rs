@@ -47,7 +47,9 @@ impl Mode {
                 Some("more rows than MAX_ROWS (2^18: 4096 sequences of 64 tokens)")
             }
             Mode::Decode if rows != 1 => Some("decode runs exactly one row"),
-            Mode::MultiSeq | Mode::Verify if rows < 2 => Some("needs at least two rows"),
+            Mode::MultiSeq | Mode::Verify | Mode::VerifyBatch if rows < 2 => {
+                Some("needs at least two rows")
+            }
             _ => None,
         };
         match why {

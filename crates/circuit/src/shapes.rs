@@ -3,10 +3,11 @@
 //!
 //! Invariants: built only from a serve shape that passes `ServeShape::validate`; the list is in
 //! canonical order — decode at 1 row, then multi-seq widths ascending, then verify widths
-//! ascending, then draft (the MTP head's step) at 1 row and at every other `draft_widths`
-//! width ascending, when `draft_widths` asks for any — with no (mode, rows) twice; every entry
-//! passes `Mode::check_rows`. Whether the model has a draft head is the instance's question
-//! (`Instance::from_config_with` refuses draft widths for a family without one).
+//! ascending, then batched-verify widths ascending, then draft (the MTP head's step) at 1 row
+//! and at every other `draft_widths` width ascending, when `draft_widths` asks for any — with
+//! no (mode, rows) twice; every entry passes `Mode::check_rows`. Whether the model has a draft
+//! head is the instance's question (`Instance::from_config_with` refuses draft widths for a
+//! family without one).
 
 use solder_config::ServeShape;
 
@@ -26,6 +27,12 @@ impl ProgramShapes {
         let mut programs = vec![(Mode::Decode, 1)];
         programs.extend(serve.multi_seq_ladder.iter().map(|&w| (Mode::MultiSeq, w)));
         programs.extend(serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
+        programs.extend(
+            serve
+                .verify_batch_widths
+                .iter()
+                .map(|&w| (Mode::VerifyBatch, w)),
+        );
         if !serve.draft_widths.is_empty() {
             // One row (each draft step after the first) and the n-row widths (several rows
             // at once: the head's catch-up over accepted tokens, or several sequences).

@@ -327,3 +327,50 @@ fn dot_and_display_name_every_group_and_the_pool() {
         .to_string();
     assert_eq!(golden_form, text.replacen(&rules_line, "", 1));
 }
+
+#[test]
+fn a_window_reaches_the_attention_op_the_printout_and_the_digest() {
+    let rules = shipped_rules();
+    let plan_of = |cfg: &ModelConfig| {
+        let circuit = build_circuit(cfg, "qwen2-tiny", CircuitOptions::default()).unwrap();
+        let instance = Instance::new(circuit, ServeShape::default()).unwrap();
+        let plan = build(&instance, &rules, &Policy::default(), Mode::Decode, 1);
+        let text = plan.display(&instance.circuit).to_string();
+        (instance, plan, text)
+    };
+    // Layer 0 full attention, layers 1 and 2 a window of 32.
+    let windowed = config(
+        "qwen2",
+        r#", "use_sliding_window": true, "sliding_window": 32, "max_window_layers": 1"#,
+    );
+    assert_eq!(windowed.layer_windows, vec![None, Some(32), Some(32)]);
+    let (instance, plan, text) = plan_of(&windowed);
+    let windows: Vec<Option<String>> = instance
+        .circuit
+        .ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Attention)
+        .map(|op| {
+            op.attrs
+                .iter()
+                .find(|(key, _)| key == "window")
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    assert_eq!(windows, [None, Some("32".into()), Some("32".into())]);
+    let attention_lines: Vec<&str> = text.lines().filter(|l| l.contains(".attention]")).collect();
+    assert_eq!(attention_lines.len(), 3, "{text}");
+    assert!(
+        !attention_lines[0].contains("window="),
+        "{}",
+        attention_lines[0]
+    );
+    for line in &attention_lines[1..] {
+        assert!(line.ends_with(" window=32"), "{line}");
+    }
+    // The same model without a window plans the same launches under another digest.
+    let (_, full_plan, full_text) = plan_of(&config("qwen2", ""));
+    assert!(!full_text.contains("window="));
+    assert_eq!(full_plan.steps.len(), plan.steps.len());
+    assert_ne!(full_plan.digest, plan.digest);
+}

@@ -14,6 +14,7 @@ fn programs_are_listed_decode_then_multi_seq_then_verify_ascending() {
     let mut expected = vec![(Mode::Decode, 1)];
     expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
     expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    expected.extend([4, 8].map(|w| (Mode::VerifyBatch, w)));
     assert_eq!(shapes.all(), expected.as_slice());
     assert_eq!(shapes.widths(Mode::MultiSeq).collect::<Vec<_>>(), [2, 4, 8]);
     assert!(shapes.contains(Mode::Verify, 5));
@@ -39,7 +40,8 @@ fn narrowest_is_the_first_width_that_holds_n_rows() {
     assert_eq!(shapes.narrowest(Mode::MultiSeq, 0), None);
     assert_eq!(shapes.narrowest(Mode::Draft, 1), None);
     assert_eq!(shapes.widest(Mode::MultiSeq), Some(128));
-    assert_eq!(shapes.widest(Mode::VerifyBatch), None);
+    assert_eq!(shapes.widest(Mode::VerifyBatch), Some(32));
+    assert_eq!(shapes.narrowest(Mode::VerifyBatch, 9), Some(16));
 }
 
 #[test]
@@ -61,11 +63,9 @@ fn draft_programs_follow_verify_at_one_row_and_each_draft_width() {
     assert!(shapes.has_draft());
     let all = shapes.all();
     let first_draft = all.iter().position(|(m, _)| *m == Mode::Draft).unwrap();
-    assert_eq!(
-        all[first_draft - 1],
-        (Mode::Verify, 8),
-        "after every verify width"
-    );
+    // After every verify and batched-verify width: the last primaries.
+    assert_eq!(all[first_draft - 1].0, Mode::VerifyBatch, "{all:?}");
+    assert!(all[..first_draft].contains(&(Mode::Verify, 8)));
     assert_eq!(
         all[first_draft..],
         [(Mode::Draft, 1), (Mode::Draft, 2), (Mode::Draft, 8)]

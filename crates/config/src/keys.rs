@@ -108,19 +108,20 @@ const MISTRAL: &[(&str, Rule)] = &[
     ("sliding_window", Rule::Used),
 ];
 
-/// Qwen2 and Qwen3 share the sliding-window keys.
+/// Qwen2 and Qwen3 share the sliding-window keys (read by `window`).
 const QWEN_WINDOW: &[(&str, Rule)] = &[
     ("use_sliding_window", Rule::Used),
     ("layer_types", Rule::Used),
-    (
-        "sliding_window",
-        Rule::Ignored("window size applies only with use_sliding_window, which is refused"),
-    ),
-    (
-        "max_window_layers",
-        Rule::Ignored("window layers apply only with use_sliding_window, which is refused"),
-    ),
+    ("sliding_window", Rule::Used),
+    ("max_window_layers", Rule::Used),
 ];
+
+/// Qwen3-MoE windows every layer through `use_sliding_window`; its model never reads
+/// `max_window_layers` (found before `QWEN_WINDOW`).
+const QWEN3_MOE: &[(&str, Rule)] = &[(
+    "max_window_layers",
+    Rule::Ignored("transformers' Qwen3-MoE never reads it: use_sliding_window windows every layer"),
+)];
 
 const QWEN3: &[(&str, Rule)] = &[("attention_bias", Rule::Used)];
 
@@ -162,7 +163,7 @@ fn rule(family: Family, key: &str) -> Option<Rule> {
         Family::Mistral => &[MISTRAL],
         Family::Qwen2 => &[QWEN_WINDOW],
         Family::Qwen3 => &[QWEN_WINDOW, QWEN3],
-        Family::Qwen3Moe => &[MOE, QWEN_WINDOW, QWEN3],
+        Family::Qwen3Moe => &[MOE, QWEN3_MOE, QWEN_WINDOW, QWEN3],
         Family::Qwen3Next => &[MOE, QWEN3_NEXT, QWEN3],
     };
     // The family's own tables first: a family may give a shared key its own reason.

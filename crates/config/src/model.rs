@@ -3,7 +3,8 @@
 //! `from_json_str` has every dim non-zero, `num_key_value_heads` dividing
 //! `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
 //! `usize`, every dim within `DIM_BOUNDS`, `rms_norm_eps` a normal f32, one `layer_types`
-//! entry per layer, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
+//! entry per layer, one `layer_windows` entry per layer with every window in
+//! `1..=max_position_embeddings`, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
 //! `linear_attn` exactly for Qwen3-Next.
 
 use std::path::Path;
@@ -18,6 +19,7 @@ use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnC
 use crate::keys::{classify, KeyReport};
 use crate::moe::{parse_moe, MoeConfig};
 use crate::rope::{parse_rope, Rope, RopeScaling};
+use crate::window::parse_windows;
 use crate::{ConfigError, Family};
 
 /// What solder needs to know about a model to build its decode step.
@@ -51,6 +53,10 @@ pub struct ModelConfig {
     pub linear_attn: Option<LinearAttnConfig>,
     /// The token mixer of each layer, one per layer; all `FullAttention` but for qwen3_next.
     pub layer_types: Vec<LayerType>,
+    /// The sliding window of each layer's attention, one per layer (`None`: full causal
+    /// attention; always `None` for a linear-attention layer). A window W lets the query at
+    /// position i see the keys j with `i - W < j <= i`, the last W positions (`window`).
+    pub layer_windows: Vec<Option<usize>>,
     /// Every `Qwen3NextRMSNorm` (layer norms, final norm, q/k norms) scales by `1 + weight`
     /// (qwen3_next); the Gated DeltaNet's own gated norm does not.
     pub zero_centred_norms: bool,
@@ -126,6 +132,19 @@ impl ModelConfig {
         self.num_attention_heads.saturating_mul(self.head_dim)
     }
 
+    /// The window every attention layer's keys lie within, when each has one: the widest
+    /// window. `None` when any attention layer attends over the whole context (then no KV page
+    /// of a sequence ever falls out of use). Linear-attention layers hold no KV and do not count.
+    pub fn kv_window(&self) -> Option<usize> {
+        let mut widest = None;
+        for (kind, window) in self.layer_types.iter().zip(&self.layer_windows) {
+            if *kind == LayerType::FullAttention {
+                widest = Some(widest.unwrap_or(0).max((*window)?));
+            }
+        }
+        widest
+    }
+
     /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
     /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32. Compilers
     /// call it before computing any size from the config.
@@ -180,6 +199,31 @@ impl ModelConfig {
         }
         for (key, value) in dims {
             bounded(&fields, key, value)?;
+        }
+        if self.layer_windows.len() != self.num_hidden_layers {
+            return Err(fields.invalid(
+                "layer_windows",
+                format!("{} entries", self.layer_windows.len()),
+                format!(
+                    "one per layer (num_hidden_layers = {})",
+                    self.num_hidden_layers
+                ),
+            ));
+        }
+        if let Some(window) = self
+            .layer_windows
+            .iter()
+            .flatten()
+            .find(|w| **w == 0 || **w > self.max_position_embeddings)
+        {
+            return Err(fields.invalid(
+                "sliding_window",
+                *window,
+                format!(
+                    "a window in 1..=max_position_embeddings ({})",
+                    self.max_position_embeddings
+                ),
+            ));
         }
         positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
         positive_f32(&fields, "rope_theta", self.rope.theta)?;
@@ -284,8 +328,8 @@ fn parse_model(
         ));
     }
 
-    let attention_bias =
-        check_features(fields, family, num_hidden_layers, max_position_embeddings)?;
+    let attention_bias = check_features(fields, family)?;
+    let layer_windows = parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
     // Every family solder models defaults to an untied LM head in transformers.
     let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     let moe = parse_moe(fields, family, num_hidden_layers)?;
@@ -312,6 +356,7 @@ fn parse_model(
         moe,
         linear_attn,
         layer_types,
+        layer_windows,
         zero_centred_norms: qwen3_next,
         attn_output_gate: qwen3_next,
         keys,

@@ -1,7 +1,8 @@
 //! `ServeShape`: the widths a build compiles programs for. Invariant after `validate`:
 //! `max_batch` lies in `1..=MAX_BATCH`, every multi-seq width in `2..=max_batch` (one
 //! sequence runs the decode program), every verify width in `2..=MAX_VERIFY_WIDTH`, every
-//! list is strictly increasing, and no width is zero.
+//! batched-verify width in `2..=max_batch · MAX_VERIFY_WIDTH`, every list is strictly
+//! increasing, and no width is zero.
 
 use crate::ConfigError;
 
@@ -22,6 +23,9 @@ pub struct ServeShape {
     pub max_batch: usize,
     pub multi_seq_ladder: Vec<usize>,
     pub verify_widths: Vec<usize>,
+    /// Total rows of the batched-verify programs (several sequences, k_i tokens each, padded
+    /// to the narrowest width that holds Σ k_i).
+    pub verify_batch_widths: Vec<usize>,
     pub draft_widths: Vec<usize>,
 }
 
@@ -31,6 +35,7 @@ impl Default for ServeShape {
             max_batch: 128,
             multi_seq_ladder: ladder_up_to(128),
             verify_widths: default_verify_widths(),
+            verify_batch_widths: default_verify_batch_widths(128),
             draft_widths: Vec::new(),
         }
     }
@@ -47,6 +52,15 @@ fn default_verify_widths() -> Vec<usize> {
     (2..=8).collect()
 }
 
+/// Batched verify over 4..32 rows (several sequences of a few draft tokens), cut at the
+/// serve's widest batch so it never widens the workspace past the multi-seq programs.
+fn default_verify_batch_widths(max_batch: usize) -> Vec<usize> {
+    [4, 8, 16, 32]
+        .into_iter()
+        .filter(|w| *w <= max_batch)
+        .collect()
+}
+
 impl ServeShape {
     /// The default shape with the ladder cut at `max_batch`, which must lie in
     /// `1..=MAX_BATCH`.
@@ -56,6 +70,7 @@ impl ServeShape {
             max_batch,
             multi_seq_ladder: ladder_up_to(max_batch),
             verify_widths: default_verify_widths(),
+            verify_batch_widths: default_verify_batch_widths(max_batch),
             draft_widths: Vec::new(),
         })
     }
@@ -70,6 +85,12 @@ impl ServeShape {
             self.max_batch,
         )?;
         check_widths("verify_widths", &self.verify_widths, 2, MAX_VERIFY_WIDTH)?;
+        check_widths(
+            "verify_batch_widths",
+            &self.verify_batch_widths,
+            2,
+            self.max_batch * MAX_VERIFY_WIDTH,
+        )?;
         check_widths("draft_widths", &self.draft_widths, 1, self.max_batch)
     }
 }

@@ -74,6 +74,8 @@ fn mistral_window_as_long_as_context_is_no_window() {
     let text = MISTRAL_7B_V03.replace(r#""sliding_window": null"#, r#""sliding_window": 32768"#);
     let config = ModelConfig::from_json_str(&text, "mistral.json").expect("loads");
     assert_eq!(config.max_position_embeddings, 32768);
+    // In use (transformers builds the sliding mask), but it masks nothing at these positions.
+    assert!(config.layer_windows.iter().all(|w| *w == Some(32768)));
 }
 
 #[test]
@@ -86,12 +88,15 @@ fn qwen2_5_7b_loads_with_qkv_bias() {
     assert_eq!(config.num_key_value_heads, 4);
     assert_eq!(config.head_dim, 128);
     assert_eq!(config.q_dim(), 3584);
+    // use_sliding_window is false: the 131072 window is not in use, in no layer.
     let window = config
         .keys
         .iter()
         .find(|r| r.key == "sliding_window")
         .expect("reported");
-    assert!(matches!(window.class, KeyClass::Ignored(_)));
+    assert_eq!(window.class, KeyClass::Used);
+    assert!(config.layer_windows.iter().all(Option::is_none));
+    assert_eq!(config.kv_window(), None);
 }
 
 #[test]

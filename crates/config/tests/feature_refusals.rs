@@ -1,11 +1,10 @@
-//! Features solder does not model (rope types, sliding windows, activations, biases,
+//! Features solder does not model (rope types, activations, biases,
 //! quantization) are refused by value, naming the file and the key.
 
 mod common;
 
-use common::{llama_with, parse_edited, qwen3_with, refusal};
-use serde_json::{json, Value};
-use solder_config::{ConfigError, ModelConfig};
+use common::{llama_with, qwen3_with, refusal};
+use serde_json::json;
 
 #[test]
 fn yarn_rope_is_refused() {
@@ -74,69 +73,6 @@ fn disagreeing_rope_theta_is_refused() {
         qwen3_with(|m| drop(m.insert("rope_theta".into(), json!(10000.0)))),
         &["`rope_theta`", "rope_parameters.rope_theta"],
     );
-}
-
-#[test]
-fn use_sliding_window_true_is_refused() {
-    refusal(
-        qwen3_with(|m| drop(m.insert("use_sliding_window".into(), json!(true)))),
-        &[
-            "`use_sliding_window`",
-            "sliding window attention is not yet modelled",
-        ],
-    );
-}
-
-#[test]
-fn sliding_attention_layer_type_is_refused() {
-    refusal(
-        qwen3_with(|m| {
-            m.insert(
-                "layer_types".into(),
-                json!(["full_attention", "sliding_attention", "full_attention"]),
-            );
-        }),
-        &[
-            "`layer_types`",
-            "sliding window attention is not yet modelled",
-        ],
-    );
-}
-
-fn mistral_with_window(window: Option<Value>) -> Result<ModelConfig, ConfigError> {
-    parse_edited("golden-llama-gqa.json", |m| {
-        m.insert("model_type".into(), json!("mistral"));
-        m.insert("architectures".into(), json!(["MistralForCausalLM"]));
-        for llama_only in ["mlp_bias", "pretraining_tp"] {
-            m.remove(llama_only);
-        }
-        match window {
-            Some(window) => drop(m.insert("sliding_window".into(), window)),
-            None => drop(m.remove("sliding_window")),
-        }
-    })
-}
-
-#[test]
-fn mistral_real_sliding_window_is_refused() {
-    // max_position_embeddings is 2048.
-    assert!(mistral_with_window(Some(Value::Null)).is_ok());
-    assert!(mistral_with_window(Some(json!(2048))).is_ok());
-    refusal(
-        mistral_with_window(Some(json!(1024))),
-        &[
-            "`sliding_window` = 1024",
-            "sliding window attention is not yet modelled",
-        ],
-    );
-}
-
-#[test]
-fn mistral_absent_window_is_transformers_default() {
-    // Absent means MistralConfig's default 4096, no window over a 2048-token context.
-    assert!(mistral_with_window(None).is_ok());
-    let result = mistral_with_window(None).map(|c| c.max_position_embeddings);
-    assert_eq!(result.ok(), Some(2048));
 }
 
 #[test]

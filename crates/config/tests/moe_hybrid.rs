@@ -290,14 +290,15 @@ fn disagreeing_partial_rotary_factor_is_refused() {
 }
 
 #[test]
-fn moe_sliding_window_and_wrong_architecture_are_refused() {
-    refusal(
-        moe_with(set("use_sliding_window", json!(true))),
-        &[
-            "`use_sliding_window`",
-            "sliding window attention is not yet modelled",
-        ],
-    );
+fn moe_sliding_window_is_every_layer_and_wrong_architecture_is_refused() {
+    // transformers' Qwen3-MoE windows every layer; it never reads max_window_layers.
+    let windowed = moe_with(|m| {
+        m.insert("use_sliding_window".into(), json!(true));
+        m.insert("sliding_window".into(), json!(512));
+    })
+    .expect("loads");
+    assert!(windowed.layer_windows.iter().all(|w| *w == Some(512)));
+    assert_eq!(windowed.kv_window(), Some(512));
     refusal(
         moe_with(set("architectures", json!(["Qwen3ForCausalLM"]))),
         &["`architectures`", "Qwen3MoeForCausalLM"],

@@ -3,21 +3,25 @@
 //
 // Launch (ops/attn.rs): grid = (heads, rows, ATTN_SPLITS), 256 threads (8 warps) per block, for
 // both kernels. Row r attends to its sequence's first seq_lens[r] tokens (causality in verify
-// comes from the lengths), token j at page block_tables[r·max_blocks + j / block_size].
+// comes from the lengths), token j at page block_tables[r·max_blocks + j / block_size]. With a
+// sliding window (`window` W > 0) it attends to the last W of them only, tokens
+// max(0, len − W)..len (transformers' mask: a query at i sees j with i − W < j <= i); the pages
+// before the window are never read (the Session may have recycled them: their block-table
+// entries are then the scratch page). window = 0 is full causal attention.
 //
-// Flash-decoding: a context of n tokens is cut into S = min(ATTN_SPLITS, ⌈n / 256⌉) contiguous
-// chunks of ⌈n / S⌉ tokens, block (h, r, s) taking chunk s (blocks s >= S return at once).
-// Inside a block the chunk is cut into 8 contiguous pieces, one per warp; each warp runs an
-// online softmax over its piece, 32 keys at a time (lane = key for q·k, lane = dims for p·v),
-// and the 8 partial (max, sum, acc) are merged in shared memory in warp order. With S = 1
+// Flash-decoding: a context of n tokens attended (min(len, W) with a window) is cut into
+// S = min(ATTN_SPLITS, ⌈n / 256⌉) contiguous chunks of ⌈n / S⌉ tokens, block (h, r, s) taking
+// chunk s (blocks s >= S return at once). Inside a block the chunk is cut into 8 contiguous
+// pieces, one per warp; each warp runs an online softmax over its piece, 32 keys at a time
+// (lane = key for q·k, lane = dims for p·v), and the 8 partial (max, sum, acc) are merged in shared memory in warp order. With S = 1
 // (n <= 256) block 0 stores the result itself, with today's single-block arithmetic. With
 // S > 1 each block writes its partial to its slot of `scratch`, fences, and counts itself in
 // on the (head, row)'s counter; the block that arrives last merges the S partials in split
 // order s = 0..S-1 (M = max m_s, L = Σ l_s·e^(m_s−M), out = Σ acc_s·e^(m_s−M) / L), stores
 // out and resets the counter to zero. Every partial is computed in a fixed order from the
 // inputs alone, and the merge reads them in a fixed order, so the result does not depend on
-// which block arrives last; the split depends only on seq_len, so a sequence's output is the
-// same bytes at any row count and in any row position. Requires head_dim <= 256.
+// which block arrives last; the split depends only on seq_len and the window, so a sequence's
+// output is the same bytes at any row count and in any row position. Requires head_dim <= 256.
 //
 // scratch (ops::attn::scratch_bytes): per (head, row), at slot (r·heads + h) of
 // 1 + ATTN_SPLITS·(head_dim + 2) words, a u32 counter (zero between launches) and then
@@ -42,7 +46,7 @@ __device__ __forceinline__ void paged_attention_block(
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    float scale) {
+    unsigned window, float scale) {
     __shared__ __align__(16) float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float m_s[ATTN_WARPS];
     __shared__ float l_s[ATTN_WARPS];
@@ -72,12 +76,15 @@ __device__ __forceinline__ void paged_attention_block(
     len_ll = len_ll < 0 ? 0 : (len_ll > capacity ? capacity : len_ll);
     const unsigned len = (unsigned)len_ll;
 
-    const unsigned splits = attn_splits(len);
+    // The window: tokens first..len (all of them without one).
+    const unsigned first = (window != 0u && len > window) ? len - window : 0u;
+    const unsigned span = len - first;
+    const unsigned splits = attn_splits(span);
     if (split >= splits) {
         return; // an idle block: shorter contexts use fewer chunks (uniform across the block)
     }
-    const unsigned split_chunk = (len + splits - 1u) / splits;
-    const unsigned split_begin = min(len, split * split_chunk);
+    const unsigned split_chunk = (span + splits - 1u) / splits;
+    const unsigned split_begin = first + min(span, split * split_chunk);
     const unsigned split_end = min(len, split_begin + split_chunk);
 
     // Zeros past head_dim: the last 8-wide step of q·k may read them (against zero keys).
@@ -262,15 +269,16 @@ __device__ __forceinline__ void paged_attention_block(
 
 // One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
 // seq_lens i32[rows] → out bf16[rows·heads·head_dim]; scratch: cross-block partials and
-// counters (see above).
+// counters (see above); window: the layer's sliding window in tokens, 0 for none.
 extern "C" __global__ void __launch_bounds__(256) paged_decode(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    float scale) {
+    unsigned window, float scale) {
     paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                          head_dim, block_size, max_blocks, num_pages, scale);
+                          head_dim, block_size, max_blocks, num_pages, window,
+                          scale);
 }
 
 // K query rows of one sequence (or several, verify_batch), causal among themselves through
@@ -280,9 +288,10 @@ extern "C" __global__ void __launch_bounds__(256) paged_causal(
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    float scale) {
+    unsigned window, float scale) {
     paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                          head_dim, block_size, max_blocks, num_pages, scale);
+                          head_dim, block_size, max_blocks, num_pages, window,
+                          scale);
 }
 
 // Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head

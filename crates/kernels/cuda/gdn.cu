@@ -7,13 +7,15 @@
 // `[q kd | k kd | v vd]` (kd = nk·dk, vd = nv·dv). State lives in slots (slots i32[rows]): the
 // conv history bf16 `[num_slots][C][kernel − 1]` (oldest first), the recurrent state f32
 // `[num_slots][nv][dk][dv]`. chain = 0: row r is its own sequence on slots[r]; chain = 1: the
-// rows are consecutive tokens of one sequence on slots[0], run in order. Snapshots (optional)
-// receive the row's slot state after the row.
+// rows are consecutive tokens of one sequence on slots[0], run in order; chain = 2
+// (verify_batch): each run of consecutive rows on one slot is one sequence's consecutive
+// tokens, run in order by the block row of the run's first row (runs in parallel). Snapshots
+// (optional) receive the row's slot state after the row.
 //
 // Launch (ops/gdn.rs):
-//  - conv: grid (⌈C/256⌉, rows, or 1 with chain), 256 threads, one thread per channel;
+//  - conv: grid (⌈C/256⌉, rows, or 1 with chain 1), 256 threads, one thread per channel;
 //  - gates: elementwise over rows·nv;
-//  - recurrence, recurrence_pitched: grid (nv, rows, or 1 with chain), 128 threads; thread t
+//  - recurrence, recurrence_pitched: grid (nv, rows, or 1 with chain 1), 128 threads; thread t
 //    owns the state columns j ≡ t (mod blockDim) of the head (a column of S evolves on its own:
 //    kv_mem[j], delta[j], the update and out[j] read only column j), so no cross-thread
 //    reduction touches the state; dk <= 256;
@@ -22,8 +24,9 @@
 // chain = 0 with several rows on one slot (padding rows on a scratch slot): the CPU twin runs
 // them in order; here only the first row on a slot (the lowest r) advances the state, the later
 // ones write zeros to their outputs and snapshots and touch no state, so the result is
-// deterministic and no block races another on a slot. A slot outside 0..num_slots (refused by
-// the CPU twin) is treated the same way.
+// deterministic and no block races another on a slot. With chain = 2 the same holds per run:
+// only the first run on a slot advances it (the CPU twin refuses a slot in two runs). A slot
+// outside 0..num_slots (refused by the CPU twin) is treated the same way.
 #include "common.cuh"
 
 #define GDN_MAX_DK 256u
@@ -157,17 +160,26 @@ extern "C" __global__ void __launch_bounds__(256) conv(
     if (!g.init(nk, dk, nv, dv) || kernel < 2u || rows == 0u) {
         return;
     }
-    // One call site of conv_row (with chain the block row 0 walks every row in order).
-    if (chain != 0u && blockIdx.y != 0u) {
+    // One call site of conv_row: block row 0 walks every row with chain 1; otherwise each
+    // block row takes its rows grid-stride (chain 2: the runs starting there, walked whole).
+    if (chain == 1u && blockIdx.y != 0u) {
         return;
     }
-    const unsigned first = chain != 0u ? 0u : blockIdx.y;
-    const unsigned step = chain != 0u ? 1u : gridDim.y;
-    for (unsigned r = first; r < rows; r += step) {
-        const int slot = slots[chain != 0u ? 0u : r];
+    // A unit is a row (chain 0), all rows (chain 1) or a run of rows on one slot (chain 2),
+    // walked in order from its first row; a block row skips starts inside another's run.
+    const unsigned stride = chain == 1u ? rows : gridDim.y;
+    for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
+        const int slot = slots[chain == 1u ? 0u : start];
+        if (chain == 2u && start > 0u && slots[start - 1u] == slot) {
+            continue;
+        }
         const bool live =
-            (chain != 0u || first_on_slot(slots, r, slot)) && slot_ok(slot, num_slots);
-        conv_row(g, qkvz, w, state, out, snapshots, r, slot, live, kernel);
+            (chain == 1u || first_on_slot(slots, start, slot)) && slot_ok(slot, num_slots);
+        unsigned r = start;
+        do {
+            conv_row(g, qkvz, w, state, out, snapshots, r, slot, live, kernel);
+            ++r;
+        } while (r < rows && (chain == 1u || (chain == 2u && slots[r] == slot)));
     }
 }
 
@@ -309,31 +321,42 @@ __device__ __forceinline__ void recurrence_run(
         return snapshots != nullptr ? snapshots + ((unsigned long long)r * nv + head) * head_elems
                                     : nullptr;
     };
-    // One call site of recurrence_row (with chain the block row 0 walks every row in order).
-    if (chain != 0u && blockIdx.y != 0u) {
+    // One call site of recurrence_row: block row 0 walks every row with chain 1; otherwise
+    // each block row takes its rows grid-stride (chain 2: the runs starting there, walked
+    // whole).
+    if (chain == 1u && blockIdx.y != 0u) {
         return;
     }
-    const unsigned first = chain != 0u ? 0u : blockIdx.y;
-    const unsigned step = chain != 0u ? 1u : gridDim.y;
-    for (unsigned r = first; r < rows; r += step) {
+    // A unit is a row (chain 0, pitched), all rows (chain 1) or a run of rows on one slot
+    // (chain 2), walked in order from its first row; a block row skips starts inside another's
+    // run.
+    const unsigned stride = chain == 1u ? rows : gridDim.y;
+    for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
+        if (chain == 2u && start > 0u && slots[start - 1u] == slots[start]) {
+            continue;
+        }
         int slot;
         bool first_row;
-        if (chain != 0u) {
+        if (chain == 1u) {
             slot = slots[0];
             first_row = true;
         } else if (pitched) {
             const long long base = slots[0];
             const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
-            const long long sl = base + (long long)r * pitch;
+            const long long sl = base + (long long)start * pitch;
             slot = (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
-            first_row = pitch != 0ll || r == 0u; // distinct slots unless the pitch is 0
+            first_row = pitch != 0ll || start == 0u; // distinct slots unless the pitch is 0
         } else {
-            slot = slots[r];
-            first_row = first_on_slot(slots, r, slot);
+            slot = slots[start];
+            first_row = first_on_slot(slots, start, slot);
         }
         const bool live = first_row && slot_ok(slot, num_slots);
         float* s = live ? head_state(slot) : nullptr;
-        recurrence_row(hd, mixed, beta, g, s, out, head_snapshot(r), r, head, live, q_s, k_s);
+        unsigned r = start;
+        do {
+            recurrence_row(hd, mixed, beta, g, s, out, head_snapshot(r), r, head, live, q_s, k_s);
+            ++r;
+        } while (r < rows && (chain == 1u || (chain == 2u && slots[r] == slots[start])));
     }
 }
 

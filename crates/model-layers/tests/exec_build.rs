@@ -33,6 +33,7 @@ fn a_program_for_every_serve_shape() {
     let mut expected = vec![(Mode::Decode, 1)];
     expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
     expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    expected.extend([4, 8].map(|w| (Mode::VerifyBatch, w)));
     assert_eq!(exec.instance.shapes(), expected);
     assert_eq!(exec.programs().len(), expected.len());
     assert_eq!(exec.plans.len(), expected.len());

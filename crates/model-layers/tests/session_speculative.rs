@@ -461,3 +461,124 @@ fn the_adaptive_policy_follows_acceptance() {
         "the same model always agrees"
     );
 }
+
+#[test]
+fn verify_batch_gives_each_sequence_the_bytes_of_verifying_it_alone() {
+    for json in [TINY_LLAMA, TINY_NEXT] {
+        let mut backend = backend();
+        let exec = build(&mut backend, json, Policy::default(), roomy_kv());
+        let heads: Vec<Vec<u32>> = (0..4)
+            .map(|s| prompt(20 + s, 128, 2 + s as usize))
+            .collect();
+        // 1 + 2 + 3 + 1 = 7 rows: the batched program of 8, one padding row.
+        let tails: Vec<Vec<u32>> = (0..4)
+            .map(|s| prompt(30 + s, 128, 1 + s as usize % 3))
+            .collect();
+        // Alone: each head, then its tail in one verify (or decode).
+        let mut alone = Vec::new();
+        for (head, tail) in heads.iter().zip(&tails) {
+            let mut session = Session::new(&exec);
+            let id = session.add_sequence();
+            session.prefill(&mut backend, id, head).expect("head");
+            alone.push(session.verify(&mut backend, id, tail).expect("tail"));
+        }
+        // Together: the heads, then every tail in one batched verify (padded).
+        let mut session = Session::new(&exec);
+        let ids: Vec<SeqId> = heads
+            .iter()
+            .map(|head| {
+                let id = session.add_sequence();
+                session.prefill(&mut backend, id, head).expect("head");
+                id
+            })
+            .collect();
+        let batch: Vec<(SeqId, &[u32])> = ids
+            .iter()
+            .zip(&tails)
+            .map(|(&id, t)| (id, t.as_slice()))
+            .collect();
+        let got = session
+            .verify_batch(&mut backend, &batch)
+            .expect("verify_batch");
+        let (mode, rows, _) = session.last_program().expect("ran");
+        assert_eq!(mode, solder_circuit::Mode::VerifyBatch);
+        assert!(rows >= tails.iter().map(Vec::len).sum::<usize>());
+        for (s, (g, a)) in got.iter().zip(&alone).enumerate() {
+            assert_same_bytes(g, a, &format!("{json:.30}: sequence {s} batched vs alone"));
+        }
+        // And the state after it: each sequence decodes on as it would alone.
+        let next: Vec<Vec<f32>> = ids
+            .iter()
+            .map(|&id| session.decode(&mut backend, id, 3).expect("decode"))
+            .collect();
+        for (s, (head, tail)) in heads.iter().zip(&tails).enumerate() {
+            let mut alone = Session::new(&exec);
+            let id = alone.add_sequence();
+            alone.prefill(&mut backend, id, head).expect("head");
+            alone.verify(&mut backend, id, tail).expect("tail");
+            let want = alone.decode(&mut backend, id, 3).expect("decode");
+            assert_same_bytes(&next[s], &want, &format!("sequence {s} after the batch"));
+        }
+    }
+}
+
+#[test]
+fn batched_speculative_steps_equal_each_sequence_alone() {
+    for json in [TINY_LLAMA, TINY_NEXT] {
+        let mut backend = backend();
+        let target = build(&mut backend, json, Policy::default(), roomy_kv());
+        let same = build(&mut backend, json, Policy::default(), roomy_kv());
+        let prompts: Vec<Vec<u32>> = (0..3)
+            .map(|s| prompt(40 + s, 128, 4 + s as usize))
+            .collect();
+        // 2 + 3 + 3 = 8 rows: the widest batched program.
+        let ks = [1usize, 2, 2];
+        let plains: Vec<(Vec<u32>, Vec<f32>)> = prompts
+            .iter()
+            .map(|p| plain(&mut backend, &target, p))
+            .collect();
+        let mut drafter = Bent {
+            inner: ModelDrafter::new(&same),
+            bend: Bend::Random(3),
+            vocab: 128,
+        };
+        let mut session = Session::new(&target);
+        let mut pendings = Vec::new();
+        let ids: Vec<SeqId> = prompts
+            .iter()
+            .map(|p| {
+                let id = session.add_sequence();
+                let logits = session.prefill(&mut backend, id, p).expect("prefill");
+                pendings.push(greedy(&logits[(p.len() - 1) * 128..]));
+                id
+            })
+            .collect();
+        let mut tokens: Vec<Vec<u32>> = pendings.iter().map(|&t| vec![t]).collect();
+        let mut logits: Vec<Vec<f32>> = vec![Vec::new(); 3];
+        for _ in 0..4 {
+            let batch: Vec<(SeqId, u32, usize)> =
+                (0..3).map(|s| (ids[s], pendings[s], ks[s])).collect();
+            let steps = session
+                .speculative_step_many(&mut backend, &batch, &mut drafter)
+                .expect("batched step");
+            for (s, step) in steps.into_iter().enumerate() {
+                tokens[s].extend(&step.tokens);
+                logits[s].extend(&step.logits);
+                pendings[s] = *step.tokens.last().expect("token");
+            }
+        }
+        for s in 0..3 {
+            let n = logits[s].len() / 128;
+            assert_eq!(
+                tokens[s][..n + 1],
+                plains[s].0[..n + 1],
+                "sequence {s}: tokens"
+            );
+            assert_same_bytes(
+                &logits[s],
+                &plains[s].1[..n * 128],
+                &format!("sequence {s}: logits"),
+            );
+        }
+    }
+}

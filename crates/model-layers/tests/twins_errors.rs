@@ -299,6 +299,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
                     block_size: block,
                     max_blocks,
                     num_pages: pages,
+                    window: 0,
                     scale: 1.0,
                 }
                 .launch(op),
@@ -324,6 +325,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
             block_size: block,
             max_blocks,
             num_pages: pages,
+            window: 0,
             scale: 1.0,
         }
         .launch(attn::PAGED_DECODE),
@@ -345,6 +347,7 @@ fn bad_sequence_lengths_and_pages_are_refused() {
         block_size: block,
         max_blocks,
         num_pages: pages,
+        window: 0,
         scale: 1.0,
     }
     .launch(attn::PAGED_DECODE);

@@ -563,8 +563,20 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
     let mut state = c.state.clone();
     refused_kernel(c.launch(0..2, &mut state, &[0, 2], 0, true), "slot 2");
     refused_kernel(c.launch(0..2, &mut state, &[-1, 0], 1, false), "slot -1");
-    refused_arg(c.launch(0..2, &mut state, &[0, 1], 2, false), 13);
+    refused_arg(c.launch(0..2, &mut state, &[0, 1], 3, false), 13);
     assert_eq!(bits_bf16(&state), bits_bf16(&c.state), "conv state written");
+    // Chain 2 (verify_batch): a slot may not come back after another slot's run.
+    let c3 = Conv::new(9, 3, 2);
+    let mut state = c3.state.clone();
+    refused_kernel(
+        c3.launch(0..3, &mut state, &[0, 1, 0], 2, false),
+        "returns to slot 0",
+    );
+    assert_eq!(
+        bits_bf16(&state),
+        bits_bf16(&c3.state),
+        "conv state written"
+    );
 
     let rec = Rec::new(10, SMALL, 2, 2);
     let mut state = rec.state.clone();
@@ -618,4 +630,43 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
     .launch(gdn::RECURRENCE);
     refused_arg(run_threads(&launch, 1), 3);
     assert!(out.iter().all(|v| v.is_nan()), "a refused launch wrote");
+}
+
+#[test]
+fn chain_2_runs_each_sequence_s_rows_in_order_on_its_slot() {
+    // Rows 0-1 are one sequence on slot 1, row 2 another on slot 0: the same bytes as the run
+    // chained alone (chain 1) and the single row on its own (chain 0).
+    let c = Conv::new(11, 3, 2);
+    let mut runs = c.state.clone();
+    let (out, snaps) = c
+        .launch(0..3, &mut runs, &[1, 1, 0], 2, true)
+        .expect("runs");
+    let mut alone = c.state.clone();
+    let (mut want_out, mut want_snaps) = c.launch(0..2, &mut alone, &[1, 1], 1, true).expect("run");
+    let (o, s) = c.launch(2..3, &mut alone, &[0], 0, true).expect("row");
+    want_out.extend(o);
+    want_snaps.extend(s);
+    assert_eq!(bits_bf16(&out), bits_bf16(&want_out), "conv out");
+    assert_eq!(bits_bf16(&snaps), bits_bf16(&want_snaps), "conv snapshots");
+    assert_eq!(bits_bf16(&runs), bits_bf16(&alone), "conv state");
+
+    let rec = Rec::new(12, SMALL, 3, 2);
+    let mut runs = rec.state.clone();
+    let (out, snaps) = rec
+        .launch(0..3, &mut runs, &[1, 1, 0], 2, true, 2)
+        .expect("runs");
+    let mut alone = rec.state.clone();
+    let (mut want_out, mut want_snaps) = rec
+        .launch(0..2, &mut alone, &[1, 1], 1, true, 2)
+        .expect("run");
+    let (o, s) = rec.launch(2..3, &mut alone, &[0], 0, true, 2).expect("row");
+    want_out.extend(o);
+    want_snaps.extend(s);
+    assert_eq!(bits_bf16(&out), bits_bf16(&want_out), "recurrence out");
+    assert_eq!(
+        bits_f32(&snaps),
+        bits_f32(&want_snaps),
+        "recurrence snapshots"
+    );
+    assert_eq!(bits_f32(&runs), bits_f32(&alone), "recurrence state");
 }

@@ -246,6 +246,21 @@ fn attention(
     dims: [usize; 6],
     scale: f32,
 ) -> Vec<bf16> {
+    windowed_attention(kernel, q, cache, tables, lens, dims, scale, 0)
+}
+
+/// `attention` with a sliding `window` (0: none).
+#[allow(clippy::too_many_arguments)]
+fn windowed_attention(
+    kernel: &str,
+    q: &[bf16],
+    cache: &[bf16],
+    tables: &[i32],
+    lens: &[i32],
+    dims: [usize; 6],
+    scale: f32,
+    window: u32,
+) -> Vec<bf16> {
     let [rows, heads, kv_heads, d, block, max_blocks] = dims.map(|x| x as u32);
     let pages = (cache.len() / (2 * (block * kv_heads * d) as usize)) as u32;
     let mut out = poison_bf16(q.len());
@@ -269,10 +284,37 @@ fn attention(
         block_size: block,
         max_blocks,
         num_pages: pages,
+        window,
         scale,
     }
     .launch(op));
     out
+}
+
+#[test]
+fn a_windowed_row_attends_to_its_last_window_tokens_only() {
+    // block_size 1: token j on page tables[j]. A row of 9 tokens under a window of 3 is the
+    // row of its last 3 tokens without one; its first 6 pages are never read, not even checked
+    // (-1 there is no page).
+    let (d, pages) = (8, 12);
+    let mut rng = Rng::new(7);
+    let cache = rng.bf16s(pages * 2 * d, 1.0);
+    let q = rng.bf16s(d, 1.0);
+    let tables: Vec<i32> = vec![5, 2, 9, 1, 11, 3, 7, 4, 10];
+    let mut hidden = tables.clone();
+    hidden[..6].fill(-1);
+    for kernel in ["decode", "causal"] {
+        let dims = [1, 1, 1, d, 1, 9];
+        let windowed = windowed_attention(kernel, &q, &cache, &hidden, &[9], dims, 0.3, 3);
+        let last: Vec<i32> = tables[6..].iter().copied().chain([0; 6]).collect();
+        let alone = attention(kernel, &q, &cache, &last, &[3], dims, 0.3);
+        assert_eq!(bits_bf16(&windowed), bits_bf16(&alone), "{kernel}");
+        // A window at least the row's length is no window; without one, all 9 are read.
+        let wide = windowed_attention(kernel, &q, &cache, &tables, &[9], dims, 0.3, 9);
+        let full = attention(kernel, &q, &cache, &tables, &[9], dims, 0.3);
+        assert_eq!(bits_bf16(&wide), bits_bf16(&full), "{kernel}");
+        assert_ne!(bits_bf16(&full), bits_bf16(&windowed), "{kernel}");
+    }
 }
 
 #[test]
@@ -549,6 +591,7 @@ fn results_do_not_depend_on_the_thread_count() {
             block_size: block as u32,
             max_blocks: max_blocks as u32,
             num_pages: pages as u32,
+            window: 0,
             scale: 0.125,
         }
         .launch(attn::PAGED_DECODE)

@@ -4,9 +4,11 @@
 //! Per width: one real session step uploads that width's metadata; then warm-up runs, then up
 //! to `--runs` eager runs and as many graph replays, each followed by a synchronize before
 //! the clock is read (so a figure is one step's latency, launch gaps included); the median.
-//! The floor is the weight bytes one step must read over the device-to-device copy bandwidth
-//! measured here (bytes read plus bytes written per second, the median of several copies of a
-//! `--copy-mib` buffer). Last, every program of the ladder is captured once (the sum is the
+//! Each width's floor is the bytes its step must move (`solder_circuit::traffic` over the
+//! width's plan at `--context`: weights, activations, KV, metadata; what `plan --bytes`
+//! prints) over the device-to-device copy bandwidth measured here (bytes read plus bytes
+//! written per second, the median of several copies of a `--copy-mib` buffer); its share is
+//! floor / measured time (100% = at the floor). Last, every program of the ladder is captured once (the sum is the
 //! capture cost an engine pays at start), and a short table is printed.
 
 use crate::args::Args;
@@ -63,6 +65,10 @@ pub struct WidthFigures {
     pub mode: &'static str,
     pub rows: usize,
     pub launches: usize,
+    /// Bytes the step must move (`solder_circuit::traffic`).
+    pub bytes: u64,
+    /// `bytes` over the measured copy bandwidth.
+    pub floor_us: f64,
     pub eager_us: f64,
     pub eager_runs: usize,
     pub graph_us: f64,
@@ -76,7 +82,8 @@ pub struct BenchFigures {
     pub device: String,
     pub weights_bytes: usize,
     pub copy_bytes_per_s: f64,
-    pub floor_us: f64,
+    /// Tokens each sequence held before the timed steps.
+    pub context: usize,
     pub widths: Vec<WidthFigures>,
     pub programs_captured: usize,
     pub capture_all_ms: f64,
@@ -86,37 +93,43 @@ pub struct BenchFigures {
 impl BenchFigures {
     /// The table printed last.
     pub fn table(&self) -> String {
+        let decode_floor = self.widths.first().map_or(0.0, |w| w.floor_us);
         let mut out = format!(
-            "gpu-bench {}: weights {:.1} MB/step, copy bandwidth {:.0} GB/s (read + write), floor {:.1} us; capture of all {} programs {:.1} ms\n",
+            "gpu-bench {}: weights {:.1} MB, copy bandwidth {:.0} GB/s (read + write), floor {:.1} us (first width, context {}); capture of all {} programs {:.1} ms\n",
             self.model,
             self.weights_bytes as f64 / 1e6,
             self.copy_bytes_per_s / 1e9,
-            self.floor_us,
+            decode_floor,
+            self.context,
             self.programs_captured,
             self.capture_all_ms
         );
         out += &format!(
-            "{:<10} {:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+            "{:<10} {:>5} {:>8} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9} {:>12}\n",
             "mode",
             "rows",
             "launches",
+            "MB/step",
+            "floor_us",
             "eager_us",
             "graph_us",
-            "eager/fl",
-            "graph/fl",
+            "fl/eager",
+            "fl/graph",
             "tok/s graph"
         );
         for w in &self.widths {
-            let pct = |us: f64| format!("{:.0}%", 100.0 * us / self.floor_us);
+            let share = |us: f64| format!("{:.0}%", 100.0 * w.floor_us / us);
             out += &format!(
-                "{:<10} {:>5} {:>8} {:>10.1} {:>10.1} {:>10} {:>10} {:>12.0}\n",
+                "{:<10} {:>5} {:>8} {:>10.2} {:>9.1} {:>10.1} {:>10.1} {:>9} {:>9} {:>12.0}\n",
                 w.mode,
                 w.rows,
                 w.launches,
+                w.bytes as f64 / 1e6,
+                w.floor_us,
                 w.eager_us,
                 w.graph_us,
-                pct(w.eager_us),
-                pct(w.graph_us),
+                share(w.eager_us),
+                share(w.graph_us),
                 w.rows as f64 * 1e6 / w.graph_us
             );
         }
@@ -129,7 +142,7 @@ impl BenchFigures {
             "device": self.device,
             "weights_bytes": self.weights_bytes,
             "copy_bytes_per_s": self.copy_bytes_per_s,
-            "floor_us": self.floor_us,
+            "context": self.context,
             "build_s": self.build_s,
             "programs_captured": self.programs_captured,
             "capture_all_ms": self.capture_all_ms,
@@ -137,11 +150,14 @@ impl BenchFigures {
                 "mode": w.mode,
                 "rows": w.rows,
                 "launches_per_step": w.launches,
+                "bytes_per_step": w.bytes,
+                "floor_us": w.floor_us,
                 "eager_us_median": w.eager_us,
                 "eager_runs": w.eager_runs,
                 "graph_us_median": w.graph_us,
                 "graph_runs": w.graph_runs,
-                "graph_percent_of_floor": 100.0 * w.graph_us / self.floor_us,
+                "floor_percent_of_graph": 100.0 * w.floor_us / w.graph_us,
+                "floor_percent_of_eager": 100.0 * w.floor_us / w.eager_us,
             })).collect::<Vec<_>>(),
         })
     }
@@ -160,11 +176,13 @@ mod tests {
             device: "d".into(),
             weights_bytes: 2_000_000_000,
             copy_bytes_per_s: 4e12,
-            floor_us: 500.0,
+            context: 32,
             widths: vec![WidthFigures {
                 mode: "decode",
                 rows: 1,
                 launches: 98,
+                bytes: 2_000_000_000,
+                floor_us: 500.0,
                 eager_us: 1000.0,
                 eager_runs: 100,
                 graph_us: 750.0,
@@ -179,9 +197,11 @@ mod tests {
         let fields: Vec<&str> = last.split_whitespace().collect();
         assert_eq!(
             fields,
-            ["decode", "1", "98", "1000.0", "750.0", "200%", "150%", "1333"]
+            ["decode", "1", "98", "2000.00", "500.0", "1000.0", "750.0", "50%", "67%", "1333"]
         );
-        assert!(table.starts_with("gpu-bench m: weights 2000.0 MB/step, copy bandwidth 4000 GB/s"));
-        assert_eq!(figures.json()["widths"][0]["graph_percent_of_floor"], 150.0);
+        assert!(table.starts_with(
+            "gpu-bench m: weights 2000.0 MB, copy bandwidth 4000 GB/s (read + write), floor 500.0 us"
+        ));
+        assert_eq!(figures.json()["widths"][0]["floor_percent_of_eager"], 50.0);
     }
 }

@@ -75,7 +75,7 @@ pub fn check(
 }
 
 /// `max |gpu - cpu|`, `max |cpu|` and their ratio; a NaN anywhere counts as infinitely far.
-fn distance(gpu: &[f32], cpu: &[f32]) -> (f32, f32, f32) {
+pub(crate) fn distance(gpu: &[f32], cpu: &[f32]) -> (f32, f32, f32) {
     let worst = |acc: f32, v: f32| {
         if v.is_nan() {
             f32::INFINITY

@@ -1,6 +1,7 @@
 //! The GPU side of xtask: choosing a backend (`--backend cpu|cuda`), the GPU-vs-CPU check of
 //! `parity --backend cuda` (`cross`), `gpu-bench` (`bench`), the hidden `gpu-step` that
-//! compute-sanitizer wraps (`step`), the hidden `gpu-facts` (`facts`), and `gpu-check`, which builds the bundle a GPU machine
+//! compute-sanitizer and ncu wrap (`step`), the hidden `gpu-ncu-table` that reads ncu's CSV
+//! (`ncu`), the hidden `gpu-facts` (`facts`), and `gpu-check`, which builds the bundle a GPU machine
 //! runs (`check`, with its script `run.sh`).
 //!
 //! Invariant: everything here builds without the `cuda` feature; what needs a device then
@@ -10,6 +11,7 @@ pub mod bench;
 pub mod check;
 pub mod cross;
 pub mod facts;
+pub mod ncu;
 pub mod step;
 
 use solder_gpu_runtime::DeviceFacts;

@@ -1,5 +1,10 @@
 //! The built-in tiny models: one per supported family, generated in-process from fixed
-//! configs and seeds, so `cargo xtask parity` needs no files.
+//! configs and seeds, so `cargo xtask parity` needs no files; and the sliding-window and
+//! long-context cases (`tokens`): a Mistral whose window of 16 every layer shares, decoded over
+//! six windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 whose
+//! layer 0 attends over everything and layer 1 over 16 (five windows), and two prompts past
+//! 1,024 tokens (flash-decoding splits a context above 256 over several blocks): a
+//! full-attention Llama and a Mistral whose 300-token window itself spans two splits.
 
 use solder_config::ModelConfig;
 
@@ -7,6 +12,8 @@ pub struct Builtin {
     pub name: &'static str,
     pub seed: u64,
     pub config_json: &'static str,
+    /// The prompt length when `--tokens` is not given (`None`: the flag's default, 40).
+    pub tokens: Option<usize>,
 }
 
 pub const BUILTINS: &[Builtin] = &[
@@ -23,6 +30,7 @@ pub const BUILTINS: &[Builtin] = &[
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
             "hidden_act": "silu", "attention_bias": false, "mlp_bias": false
         }"#,
+        tokens: None,
     },
     Builtin {
         name: "tiny-mistral",
@@ -34,6 +42,7 @@ pub const BUILTINS: &[Builtin] = &[
             "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
             "rope_theta": 1000000.0, "sliding_window": null, "hidden_act": "silu"
         }"#,
+        tokens: None,
     },
     Builtin {
         name: "tiny-qwen2",
@@ -46,6 +55,7 @@ pub const BUILTINS: &[Builtin] = &[
             "rope_theta": 1000000.0, "use_sliding_window": false, "sliding_window": null,
             "hidden_act": "silu"
         }"#,
+        tokens: None,
     },
     Builtin {
         name: "tiny-qwen3",
@@ -59,6 +69,7 @@ pub const BUILTINS: &[Builtin] = &[
             "use_sliding_window": false, "sliding_window": null, "hidden_act": "silu",
             "attention_bias": false
         }"#,
+        tokens: None,
     },
     Builtin {
         name: "tiny-qwen3-moe",
@@ -73,6 +84,7 @@ pub const BUILTINS: &[Builtin] = &[
             "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
             "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [1]
         }"#,
+        tokens: None,
     },
     Builtin {
         name: "tiny-qwen3-next",
@@ -91,6 +103,56 @@ pub const BUILTINS: &[Builtin] = &[
             "shared_expert_intermediate_size": 48, "norm_topk_prob": true,
             "decoder_sparse_step": 1, "mlp_only_layers": [3]
         }"#,
+        tokens: None,
+    },
+    Builtin {
+        name: "tiny-mistral-window",
+        seed: 0x3158,
+        config_json: r#"{
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 10000.0, "sliding_window": 16, "hidden_act": "silu"
+        }"#,
+        tokens: Some(96),
+    },
+    Builtin {
+        name: "tiny-qwen2-window",
+        seed: 0x9e4,
+        config_json: r#"{
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+            "rope_theta": 10000.0, "use_sliding_window": true, "sliding_window": 16,
+            "max_window_layers": 1, "hidden_act": "silu"
+        }"#,
+        tokens: Some(80),
+    },
+    Builtin {
+        name: "tiny-llama-long",
+        seed: 0x11a3b,
+        config_json: r#"{
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 10000.0, "hidden_act": "silu"
+        }"#,
+        tokens: Some(1040),
+    },
+    Builtin {
+        name: "tiny-mistral-long",
+        seed: 0x3159,
+        config_json: r#"{
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 256,
+            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 10000.0, "sliding_window": 300, "hidden_act": "silu"
+        }"#,
+        tokens: Some(1040),
     },
 ];
 

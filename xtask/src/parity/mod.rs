@@ -34,7 +34,9 @@ const HELP: &str =
   --json PATH      write the report as JSON
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
   --tokens T       prompt length without a golden, 2..=4096 and at most the model's
-                   max_position_embeddings (default 40: more than two KV pages)
+                   max_position_embeddings (default 40: more than two KV pages; the
+                   built-in window and long-context cases default to their own, 100..1100;
+                   a prompt past 256 tokens runs multi-seq widths 2 and 4 only)
   --threads N      CPU backend threads, 1..=1024 (default: all)
   --backend B      cpu (default) or cuda (an xtask built with `--features cuda`): on cuda
                    the same table, plus each model's all-rules decode run on the CPU backend
@@ -59,7 +61,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-    let tokens = args.number_in("tokens", TOKENS)?.unwrap_or(40);
+    let tokens_flag = args.number_in("tokens", TOKENS)?;
+    let tokens = tokens_flag.unwrap_or(40);
     let threads = args.number_in("threads", crate::args::THREADS)?;
     let mut skipped = Vec::new();
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
@@ -113,6 +116,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 .iter()
                 .map(|b| {
                     let config = b.config()?;
+                    // A built-in's own length (a window or long-context case) unless the
+                    // flag names one for every case.
+                    let tokens = tokens_flag.or(b.tokens).unwrap_or(tokens);
                     let prompt = random_prompt(b.seed, config.vocab_size, tokens);
                     Ok(Case {
                         name: b.name.to_string(),

@@ -239,7 +239,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             case.name, case.config.max_position_embeddings
         ));
     }
-    let serve = ServeShape::default();
+    let serve = serve_for(tokens);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let mut fused_exec = build_exec(case, rules, backend, Policy::default())?;
@@ -351,6 +351,40 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         });
     }
 
+    // Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
+    for &width in &serve.verify_batch_widths {
+        let m = (width / 2).clamp(1, prompts.len());
+        let k = width / m;
+        let r = verify_batched(reference, backend, &prompts[..m], k, &mut routes)?;
+        let f = verify_batched(fused, backend, &prompts[..m], k, &mut routes)?;
+        let fe = eagerly(fused, |r| {
+            verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
+        })?;
+        let mut row = ModeRow {
+            mode: Mode::VerifyBatch,
+            rows: width,
+            live: m,
+            ref_vs_fused: Diff::NONE,
+            vs_decode: Diff::NONE,
+            graph_vs_eager: Diff::NONE,
+        };
+        for s in 0..m {
+            for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
+                finite.check(
+                    &format!("{routing} verify_batch rows {width} ({m} x {k}), sequence {s}"),
+                    logits,
+                );
+            }
+            row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
+            row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
+            row.vs_decode = row
+                .vs_decode
+                .merge(Diff::of(&f[s], &alone[s], vocab))
+                .merge(Diff::of(&r[s], &alone[s], vocab));
+        }
+        modes.push(row);
+    }
+
     let changed_at = tokens / 2;
     let mut changed = prompts[0].clone();
     changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
@@ -431,15 +465,51 @@ fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
     out
 }
 
-/// The exec of `case` under `policy` on `backend`: the default serve shape, and a KV cache
-/// for every prompt of the widest multi-seq width.
+/// Prompts longer than this run a narrower serve shape (`serve_for`).
+pub const LONG_PROMPT: usize = 256;
+
+/// The widest multi-seq width of a long prompt's serve shape: every width of the default
+/// ladder over a prompt past 1,024 tokens would take parity minutes on the CPU backend.
+pub const LONG_PROMPT_MAX_BATCH: usize = 4;
+
+/// The serve shape parity compiles for a prompt of `tokens`: the default one, or for a prompt
+/// longer than `LONG_PROMPT` the default cut at `LONG_PROMPT_MAX_BATCH` sequences (every
+/// verify width kept).
+pub fn serve_for(tokens: usize) -> ServeShape {
+    if tokens > LONG_PROMPT {
+        ServeShape::with_max_batch(LONG_PROMPT_MAX_BATCH).unwrap_or_default()
+    } else {
+        ServeShape::default()
+    }
+}
+
+/// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
+/// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
+/// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
+/// before it recycles, so a windowed case runs on a pool smaller than its sequences (a
+/// Session that failed to recycle runs out of pages).
+pub fn pages_per_sequence(
+    config: &ModelConfig,
+    tokens: usize,
+    block_size: usize,
+    rollback: usize,
+) -> usize {
+    let all = tokens.div_ceil(block_size);
+    match config.kv_window() {
+        Some(window) => all.min((window + 2 * rollback).div_ceil(block_size) + 1),
+        None => all,
+    }
+}
+
+/// The exec of `case` under `policy` on `backend`: the serve shape `serve_for` its prompt,
+/// and a KV cache for every prompt of the widest multi-seq width.
 pub fn build_exec(
     case: &Case,
     rules: &RuleSet,
     backend: &mut dyn GpuBackend,
     policy: Policy,
 ) -> R<CircuitExec> {
-    build_exec_with(case, rules, backend, policy, ServeShape::default())
+    build_exec_with(case, rules, backend, policy, serve_for(case.prompt.len()))
 }
 
 /// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
@@ -450,11 +520,13 @@ pub fn build_exec_with(
     policy: Policy,
     serve: ServeShape,
 ) -> R<CircuitExec> {
-    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let tokens = case.prompt.len();
+    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
+    let rollback = serve.verify_widths.last().copied().unwrap_or(1);
     let block_size = 16;
+    let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
     let kv = KvShape {
-        pages: (widest + 2) * tokens.div_ceil(block_size) + 2,
+        pages: (widest + 2) * per_sequence + 2,
         block_size,
         max_seq_len: tokens.next_multiple_of(block_size),
         max_sequences: widest + 2,
@@ -511,6 +583,38 @@ fn multi_seq(
     for t in 0..prompts[0].len() {
         let batch: Vec<_> = ids.iter().zip(prompts).map(|(&id, p)| (id, p[t])).collect();
         let step = session.multi_seq_step(backend, &batch).map_err(err)?;
+        routes.record(routing.fusions, &session);
+        for (out, l) in logits.iter_mut().zip(step) {
+            out.extend(l);
+        }
+    }
+    for id in ids {
+        session.end_sequence(id).map_err(err)?;
+    }
+    Ok(logits)
+}
+
+/// Every prompt (of one length) fed `k` tokens per step, all of them in one batched-verify
+/// step (the last step with the remainder): each sequence's logits.
+fn verify_batched(
+    routing: Routing,
+    backend: &mut dyn GpuBackend,
+    prompts: &[Vec<u32>],
+    k: usize,
+    routes: &mut RouteLog,
+) -> R<Vec<Vec<f32>>> {
+    let mut session = Session::new(routing.exec);
+    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
+    let mut logits = vec![Vec::new(); prompts.len()];
+    let len = prompts[0].len();
+    for at in (0..len).step_by(k.max(1)) {
+        let end = (at + k).min(len);
+        let batch: Vec<(u64, &[u32])> = ids
+            .iter()
+            .zip(prompts)
+            .map(|(&id, p)| (id, &p[at..end]))
+            .collect();
+        let step = session.verify_batch(backend, &batch).map_err(err)?;
         routes.record(routing.fusions, &session);
         for (out, l) in logits.iter_mut().zip(step) {
             out.extend(l);

@@ -17,6 +17,10 @@ pub struct KernelResources {
     pub stack_frame: u32,
     pub spill_stores: u32,
     pub spill_loads: u32,
+    /// Threads per block from the PTX's `.maxntid` (`__launch_bounds__`).
+    pub threads: Option<u32>,
+    /// Whether the kernel names a dynamic shared array (launch-time bytes on top of `smem`).
+    pub dynamic_smem: bool,
 }
 
 /// `module::func` of every `.entry` in the modules' PTX under `dir`.
@@ -79,7 +83,17 @@ pub fn assemble_all(
                 text.trim_end()
             ));
         }
-        report.extend(parse(module, &text));
+        let mut kernels = parse(module, &text);
+        let ptx_text =
+            fs::read_to_string(&ptx).map_err(|e| format!("cannot read {}: {e}", ptx.display()))?;
+        let bounds = super::occupancy::launch_bounds(&ptx_text);
+        for k in &mut kernels {
+            if let Some(&(threads, dynamic)) = bounds.get(&k.name) {
+                k.threads = threads;
+                k.dynamic_smem = dynamic;
+            }
+        }
+        report.extend(kernels);
     }
     Ok(report)
 }
@@ -137,21 +151,59 @@ fn number_before(line: &str, label: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// The table printed by `--check`.
+/// The table printed by `--check`: resources, then occupancy per SM (`occupancy`).
 pub fn table(report: &[KernelResources]) -> String {
     let mut out = format!(
-        "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7}\n",
-        "kernel (sm_90)", "regs", "smem B", "stack", "spill>", "spill<"
+        "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7} {:>7} {:>6} {:>8} {:>5}  {}\n",
+        "kernel (sm_90)",
+        "regs",
+        "smem B",
+        "stack",
+        "spill>",
+        "spill<",
+        "threads",
+        "blk/SM",
+        "warps/SM",
+        "occ",
+        "bound by"
     );
     for k in report {
+        let occupancy = k
+            .threads
+            .and_then(|t| super::occupancy::occupancy(t, k.registers, k.smem_bytes));
+        let (threads, blocks, warps, percent, limiter) = match (k.threads, occupancy) {
+            (Some(t), Some(o)) => (
+                t.to_string(),
+                o.blocks_per_sm.to_string(),
+                o.warps_per_sm.to_string(),
+                format!("{:.0}%", o.percent()),
+                o.limiter,
+            ),
+            _ => (
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "no .maxntid",
+            ),
+        };
+        let dynamic = if k.dynamic_smem {
+            " (+ dynamic shared)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7}\n",
+            "{:<32} {:>5} {:>10} {:>6} {:>7} {:>7} {:>7} {:>6} {:>8} {:>5}  {limiter}{dynamic}\n",
             format!("{}::{}", k.module, k.name),
             k.registers,
             k.smem_bytes,
             k.stack_frame,
             k.spill_stores,
-            k.spill_loads
+            k.spill_loads,
+            threads,
+            blocks,
+            warps,
+            percent
         ));
     }
     out.truncate(out.trim_end().len());
@@ -203,5 +255,42 @@ ptxas info    : Used 96 registers, used 1 barriers, 32800 bytes smem, 400 bytes 
             (96, 32800, 8, 4, 12)
         );
         assert_eq!(violations(&kernels).len(), 2);
+    }
+
+    #[test]
+    fn the_table_prints_occupancy_from_registers_shared_and_threads() {
+        let kernel = |name: &str, registers, smem_bytes, threads| KernelResources {
+            module: "gemv".into(),
+            name: name.into(),
+            registers,
+            smem_bytes,
+            threads,
+            ..Default::default()
+        };
+        let text = table(&[
+            kernel("gate_up_silu", 134, 0, Some(256)),
+            kernel("unbounded", 32, 0, None),
+        ]);
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[1],
+            [
+                "gemv::gate_up_silu",
+                "134",
+                "0",
+                "0",
+                "0",
+                "0",
+                "256",
+                "1",
+                "8",
+                "12%",
+                "registers"
+            ]
+        );
+        assert_eq!(lines[2][6..], ["-", "-", "-", "-", "no", ".maxntid"]);
     }
 }

@@ -410,20 +410,26 @@ fn attention(
             binding: Binding::State(kv_state),
         },
     )?;
+    let mut attention = OpSpec::new(OpKind::Attention, format!("l{l}.attention"), "attention")
+        .layer(l, ATTN)
+        .inputs(&[roped[0], kv])
+        .meta(&[
+            MetaField::Positions,
+            MetaField::SeqLens,
+            MetaField::BlockTables,
+        ])
+        .attr("heads", int(heads))
+        .attr("kv_heads", int(kv_heads))
+        .attr("head_dim", int(hd))
+        .attr("scale", Attr::Float(1.0 / (hd as f64).sqrt()))
+        .attr("block_size", int(options.kv_block_size));
+    // A sliding window (the last W positions) only where the layer has one: full-attention
+    // ops carry no `window` attribute (the kernels read 0, none).
+    if let Some(window) = cfg.layer_windows.get(l as usize).copied().flatten() {
+        attention = attention.attr("window", int(window));
+    }
     let attn = b.op1(
-        OpSpec::new(OpKind::Attention, format!("l{l}.attention"), "attention")
-            .layer(l, ATTN)
-            .inputs(&[roped[0], kv])
-            .meta(&[
-                MetaField::Positions,
-                MetaField::SeqLens,
-                MetaField::BlockTables,
-            ])
-            .attr("heads", int(heads))
-            .attr("kv_heads", int(kv_heads))
-            .attr("head_dim", int(hd))
-            .attr("scale", Attr::Float(1.0 / (hd as f64).sqrt()))
-            .attr("block_size", int(options.kv_block_size)),
+        attention,
         OutSpec::rows(format!("l{l}.attn"), Dtype::Bf16, q_dim),
     )?;
     let attn = match gate {

@@ -57,6 +57,21 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
 }
 
+/// Starts (`on`) or stops the profiler's collection (cuProfilerStart/Stop) for the context
+/// current on this thread: a backend's, once any call of it has run. Without a profiler
+/// attached it does nothing; under `ncu --profile-from-start off` only launches between a
+/// start and a stop are profiled.
+pub fn set_profiling(on: bool) -> Result<(), GpuError> {
+    if !driver_library_loads() {
+        return Err(no_driver());
+    }
+    if on {
+        cudarc::driver::profiler_start().map_err(|e| driver("cuProfilerStart", e))
+    } else {
+        cudarc::driver::profiler_stop().map_err(|e| driver("cuProfilerStop", e))
+    }
+}
+
 impl CudaBackend {
     /// A backend on device `device_ordinal`, with its stream 0. `GpuError::NoDriver` when the
     /// driver library does not load on this machine.

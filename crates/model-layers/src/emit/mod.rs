@@ -178,7 +178,20 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Rows of this plan are consecutive tokens of one sequence (verify), not sequences.
+    /// How a recurrent kernel walks this plan's rows: 0, each row its own sequence
+    /// (decode, multi-seq); 1, every row a consecutive token of one sequence (verify); 2,
+    /// runs of consecutive rows on one slot, each run a sequence's consecutive tokens
+    /// (verify_batch).
+    pub fn chain_mode(&self) -> u32 {
+        match self.bind.plan.mode {
+            solder_circuit::Mode::Verify => 1,
+            solder_circuit::Mode::VerifyBatch => 2,
+            _ => 0,
+        }
+    }
+
+    /// Rows of this plan are consecutive tokens of sequences (verify, verify_batch), so the
+    /// recurrent kernels keep per-row snapshots.
     pub fn chained(&self) -> bool {
         matches!(
             self.bind.plan.mode,

@@ -2,7 +2,9 @@
 //! region, and the gate split of Qwen3-Next's gated attention.
 //!
 //! Twins of `paged_decode` and `paged_causal`: the same arithmetic (`attend`), row r over its
-//! sequence's first seq_lens[r] tokens; causality comes from the lengths. The GPU's
+//! sequence's first seq_lens[r] tokens, or with a sliding window W over the last W of them
+//! (tokens `len - W..len`; the pages before are never read nor checked); causality comes from
+//! the lengths. The GPU's
 //! cross-block scratch is checked for its length and otherwise left alone: the twin attends in
 //! one pass.
 
@@ -55,7 +57,8 @@ kernel! {
     /// `ATTN_SPLITS` blocks of 8 warps per (head, row). `paged_decode` takes one query row per
     /// sequence; `paged_causal` (verify: row r attends to its sequence's first seq_lens[r]
     /// tokens) runs the same launch and arithmetic for now (sharing K/V tiles across a kv
-    /// head's query rows is the follow-up).
+    /// head's query rows is the follow-up). `window`: the layer's sliding window in tokens
+    /// (the last `window` tokens attended), 0 for full causal attention.
     pub struct PagedAttention / PagedAttentionArgs {
         q: In<bf16>,
         cache: In<bf16>,
@@ -70,6 +73,7 @@ kernel! {
         block_size: U32,
         max_blocks: U32,
         num_pages: U32,
+        window: U32,
         scale: F32,
     }
     grid(a) = attn_config(a.rows, a.heads);
@@ -108,7 +112,7 @@ fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
     }
     let (block_size, max_blocks, num_pages) =
         (a.block_size.dim()?, a.max_blocks.dim()?, a.num_pages.dim()?);
-    let scale = a.scale;
+    let (window, scale) = (a.window.count(), a.scale);
     if heads % kv_heads != 0 {
         return Err(a
             .kv_heads
@@ -132,17 +136,20 @@ fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
         if *len < 1 || *len as usize > capacity {
             return Err(ctx.fail(format!("row {r}: seq_len {len} outside 1..={capacity}")));
         }
-        let blocks = &block_tables[r * max_blocks..][..(*len as usize).div_ceil(block_size)];
+        let len = *len as usize;
+        let first_block = window_start(len, window) / block_size;
+        let blocks = &block_tables[r * max_blocks..][..len.div_ceil(block_size)];
         if let Some((b, page)) = blocks
             .iter()
             .enumerate()
+            .skip(first_block)
             .find(|(_, p)| **p < 0 || **p as usize >= num_pages)
         {
             return Err(ctx.fail(format!(
                 "row {r}: block {b} names page {page}, the cache has {num_pages}"
             )));
         }
-        work = work.saturating_add(macs(&[2, *len as usize, heads, head_dim]));
+        work = work.saturating_add(macs(&[2, len - window_start(len, window), heads, head_dim]));
     }
 
     let group = heads / kv_heads;
@@ -159,17 +166,28 @@ fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
         let q_head = &q[index * head_dim..(index + 1) * head_dim];
         let (mut scores, mut acc) = (Vec::new(), Vec::new());
         let len = seq_lens[r] as usize;
+        let first = window_start(len, window);
         attend(
             q_head,
-            len,
+            len - first,
             scale,
-            (|j| at(r, j, 0, kvh), |j| at(r, j, 1, kvh)),
+            (|j| at(r, first + j, 0, kvh), |j| at(r, first + j, 1, kvh)),
             &mut scores,
             &mut acc,
             out_head,
         );
     });
     Ok(())
+}
+
+/// The first token a row of `len` tokens attends to under `window` (0: none): the last
+/// `window` tokens, as the CUDA kernels.
+fn window_start(len: usize, window: usize) -> usize {
+    if window == 0 {
+        0
+    } else {
+        len.saturating_sub(window)
+    }
 }
 
 /// Each head of q2 is `[q | gate]`.
@@ -221,6 +239,11 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
         block_size: v.kv_block_size(),
         max_blocks: v.max_blocks(),
         num_pages: v.kv_pages(),
+        // Only windowed layers' ops carry the attribute; 0 is full causal attention.
+        window: match a.attrs.iter().any(|(key, _)| key == "window") {
+            true => v.u32(a, "window")?,
+            false => 0,
+        },
         scale: v.f32(a, "scale")?,
     }
     .launch(kernel)])

@@ -6,7 +6,11 @@
 //! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
 //! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
 //! step: check, save the state, take pages and slots, pick the route, upload the step's
-//! `meta::StepMeta`, run its program's graph or launches, read the logits).
+//! `meta::StepMeta`, run its program's graph or launches, read the logits), `window` (sliding
+//! windows: after each step, and after a whole prefill, the KV pages wholly outside every
+//! layer's window, with a margin for rollback, go back to the pool; their block-table entries
+//! become the scratch page), `draft`, `speculative` and `rewind` (speculative steps and the
+//! roll-back of rejected tokens).
 //!
 //! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
 //! to a session. Several sessions may run on one exec, one step at a time (each step takes
@@ -17,7 +21,8 @@
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
 //! position, pages, slots, backend) or fails to run leaves every sequence as it was, its
 //! recurrent state included; every page and slot a session's sequences hold is held by no
-//! other sequence of any session.
+//! other sequence of any session (the scratch page a block table names in place of a
+//! recycled page is no page held: it is never read through that entry, never given back).
 
 mod backup;
 pub mod draft;
@@ -27,6 +32,7 @@ mod rewind;
 mod slots;
 pub mod speculative;
 mod step;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -256,6 +262,7 @@ impl<'e> Session<'e> {
             }
             at += width;
         }
+        self.recycle_out_of_window([id]);
         Ok(logits)
     }
 
@@ -363,6 +370,53 @@ impl<'e> Session<'e> {
         let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
         let vocab = self.exec.config.vocab_size;
         Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Several sequences' consecutive tokens in one batched-verify step (the narrowest
+    /// compiled width that holds them all, padded); returns each sequence's logits,
+    /// `[tokens_i * vocab]`, the bytes verifying it alone gives.
+    pub fn verify_batch(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32])],
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
+        if batch.is_empty() || batch.iter().any(|(_, t)| t.is_empty()) {
+            return Err(SessionError::Empty("verify_batch of no tokens"));
+        }
+        for (i, (id, _)) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|(other, _)| other == id) {
+                return Err(SessionError::DuplicateSequence(*id));
+            }
+        }
+        let total: usize = batch.iter().map(|(_, t)| t.len()).sum();
+        let shapes = self.exec.instance.program_shapes();
+        let width = shapes
+            .narrowest(Mode::VerifyBatch, total)
+            .ok_or(SessionError::TooWide {
+                asked: total,
+                widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+            })?;
+        let program = self.exec.program(Mode::VerifyBatch, width)?;
+        let mut rows = Vec::with_capacity(width);
+        for &(id, tokens) in batch {
+            let start = self.seq_len(id)?;
+            rows.extend(tokens.iter().enumerate().map(|(i, &token)| Row {
+                seq: Some(id),
+                token,
+                position: start + i,
+            }));
+        }
+        rows.resize(width, Row::PADDING);
+        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
+        let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+        let vocab = self.exec.config.vocab_size;
+        let mut out = Vec::with_capacity(batch.len());
+        let mut at = 0;
+        for (_, tokens) in batch {
+            out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
+            at += tokens.len();
+        }
+        Ok(out)
     }
 
     /// The mode a step of `n` sequences runs in.

@@ -3,7 +3,9 @@
 //! `Session` on the exec lends from it.
 //!
 //! Invariants: the scratch page (`meta::SCRATCH_PAGE`, page 0) is never lent — padding rows
-//! write there; every other page is either free or held by exactly one sequence of one
+//! write there, and a block table names it in place of a page recycled out of every layer's
+//! sliding window (`recycle`: a position-preserving placeholder the kernels never read, never
+//! given back); every other page is either free or held by exactly one sequence of one
 //! session; the lowest free pages are lent first, so the same steps from the same free set
 //! lend the same pages.
 
@@ -68,13 +70,33 @@ impl PagePool {
         Ok(needed)
     }
 
-    /// Shrinks `held` to its first `keep` pages; the rest come back to the pool.
+    /// Shrinks `held` to its first `keep` pages; the rest come back to the pool (placeholders
+    /// of recycled pages are only dropped).
     pub(super) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
         while held.len() > keep {
-            if let Some(page) = held.pop() {
+            if let Some(page) = held.pop().filter(|page| *page != SCRATCH_PAGE) {
                 self.free.insert(page);
             }
         }
+    }
+
+    /// Gives back the pages of `held`'s first `before` blocks, each replaced by the scratch
+    /// page so later blocks keep their positions; returns how many came back (blocks already
+    /// recycled count once).
+    pub(super) fn recycle(&mut self, held: &mut [u32], before: usize) -> usize {
+        let mut freed = 0;
+        for page in held.iter_mut().take(before) {
+            if *page != SCRATCH_PAGE {
+                self.free.insert(std::mem::replace(page, SCRATCH_PAGE));
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    /// Pages of `held` that are real pages, not placeholders of recycled ones.
+    pub(super) fn live(held: &[u32]) -> usize {
+        held.iter().filter(|page| **page != SCRATCH_PAGE).count()
     }
 }
 
@@ -105,5 +127,32 @@ mod tests {
         pool.shrink(&mut other, 0);
         pool.shrink(&mut held, 0);
         assert_eq!(pool.free_count(), 5);
+    }
+
+    #[test]
+    fn recycled_pages_leave_placeholders_and_come_back_once() {
+        let mut pool = PagePool::new(6, 4);
+        let mut held = Vec::new();
+        pool.grow(&mut held, 16).unwrap();
+        assert_eq!(held, [1, 2, 3, 4]);
+        assert_eq!(pool.recycle(&mut held, 2), 2);
+        assert_eq!(held, [SCRATCH_PAGE, SCRATCH_PAGE, 3, 4], "positions kept");
+        assert_eq!(PagePool::live(&held), 2);
+        assert_eq!(pool.free_count(), 3);
+        assert_eq!(
+            pool.recycle(&mut held, 3),
+            1,
+            "block 0 and 1 already recycled"
+        );
+        assert_eq!(
+            pool.needed(20, held.len()),
+            1,
+            "placeholders hold their positions"
+        );
+        pool.grow(&mut held, 20).unwrap();
+        assert_eq!(held, [SCRATCH_PAGE, SCRATCH_PAGE, SCRATCH_PAGE, 4, 1]);
+        pool.shrink(&mut held, 0);
+        assert_eq!(pool.free_count(), 5, "the scratch page is never given back");
+        assert!(!pool.free.contains(&SCRATCH_PAGE));
     }
 }

@@ -150,13 +150,14 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Keeps the first `row + 1` rows of the verify step the sequence just ran: its recurrent
-    /// state becomes the snapshot the chained kernels wrote after `row`, and its length drops
-    /// by the rows after it.
+    /// Keeps the first `row + 1` of the `rows` rows the sequence ran from row `first` of the
+    /// (batched-)verify step just run: its recurrent state becomes the snapshot the chained
+    /// kernels wrote after row `first + row`, and its length drops by the rows after it.
     pub(super) fn keep_verify_rows(
         &mut self,
         backend: &mut dyn GpuBackend,
         id: SeqId,
+        first: usize,
         rows: usize,
         row: usize,
     ) -> Result<(), SessionError> {
@@ -172,7 +173,8 @@ impl Session<'_> {
             let states = self.exec.kv_cache();
             for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
                 let live = states.offset(region.offset + slot as usize * region.slot_bytes);
-                let snapshot = states.offset(region.snapshot_offset + row * region.slot_bytes);
+                let snapshot =
+                    states.offset(region.snapshot_offset + (first + row) * region.slot_bytes);
                 backend.copy_d2d(live, snapshot, region.slot_bytes)?;
             }
         }

@@ -13,10 +13,11 @@
 //! exactly as plain decoding of the kept tokens leaves it; a step refused or failed leaves the
 //! sequence (and the drafter, told `settle(0)`) as it was.
 
+use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
 use super::backup::StateBackup;
-use super::draft::Drafter;
+use super::draft::{Draft, Drafter};
 use super::step::{Row, SaveState};
 use super::{SeqId, Session};
 use crate::error::SessionError;
@@ -126,152 +127,257 @@ impl Session<'_> {
         k: usize,
         drafter: &mut dyn Drafter,
     ) -> Result<SpeculativeStep, SessionError> {
+        let mut steps = self.speculate_rows(backend, &[(id, pending, k)], drafter, false)?;
+        steps
+            .pop()
+            .ok_or(SessionError::Empty("speculative step of no sequences"))
+    }
+
+    /// One speculative step of several sequences, each `(sequence, pending, k)` with its own
+    /// k, verified together in one batched-verify program (the narrowest width that holds
+    /// Σ (k + 1) rows, padded); each sequence ends exactly as `speculative_step` would leave
+    /// it. All or nothing: a refusal or failure leaves every sequence as it was.
+    pub fn speculative_step_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32, usize)],
+        drafter: &mut dyn Drafter,
+    ) -> Result<Vec<SpeculativeStep>, SessionError> {
+        self.speculate_rows(backend, batch, drafter, true)
+    }
+
+    /// Checks, drafts, verifies (one verify program for one sequence unless `batched`, else
+    /// one batched-verify program) and keeps the accepted prefixes.
+    fn speculate_rows(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32, usize)],
+        drafter: &mut dyn Drafter,
+        batched: bool,
+    ) -> Result<Vec<SpeculativeStep>, SessionError> {
         self.exec.check_backend(backend)?;
+        if batch.is_empty() {
+            return Err(SessionError::Empty("speculative step of no sequences"));
+        }
         let vocab = self.exec.config.vocab_size;
         let shapes = self.exec.instance.program_shapes();
-        let widest = shapes.widest(solder_circuit::Mode::Verify).unwrap_or(1);
-        if k == 0 || k + 1 > widest {
-            return Err(SessionError::DraftLength {
-                k,
-                widest: widest.saturating_sub(1),
-            });
-        }
+        let widest = shapes.widest(Mode::Verify).unwrap_or(1);
         if drafter.vocab_size() != vocab {
             return Err(SessionError::DraftVocab {
                 draft: drafter.vocab_size(),
                 target: vocab,
             });
         }
-        if pending as usize >= vocab {
-            return Err(SessionError::TokenOutOfRange {
-                token: pending,
-                index: 0,
-                vocab,
-            });
-        }
-        let (start, committed) = {
+        let limit = self.position_limit();
+        let mut pages_needed = 0;
+        let mut starts = Vec::with_capacity(batch.len());
+        for (i, &(id, pending, k)) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|(other, _, _)| *other == id) {
+                return Err(SessionError::DuplicateSequence(id));
+            }
+            if k == 0 || k + 1 > widest {
+                return Err(SessionError::DraftLength {
+                    k,
+                    widest: widest.saturating_sub(1),
+                });
+            }
+            if pending as usize >= vocab {
+                return Err(SessionError::TokenOutOfRange {
+                    token: pending,
+                    index: 0,
+                    vocab,
+                });
+            }
             let seq = self
                 .seqs
                 .get(&id)
                 .ok_or(SessionError::UnknownSequence(id))?;
-            (seq.len, seq.tokens.clone())
+            if seq.len + k + 1 > limit {
+                return Err(SessionError::PositionPastLimit {
+                    seq: id,
+                    position: seq.len + k,
+                    limit,
+                });
+            }
+            pages_needed += self
+                .exec
+                .pools()
+                .pages
+                .needed(seq.len + k + 1, seq.pages.len());
+            starts.push(seq.len);
+        }
+        self.exec.pools().pages.check(pages_needed)?;
+        let total: usize = batch.iter().map(|&(_, _, k)| k + 1).sum();
+        let width = if batched {
+            shapes
+                .narrowest(Mode::VerifyBatch, total)
+                .ok_or(SessionError::TooWide {
+                    asked: total,
+                    widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+                })?
+        } else {
+            total
         };
-        let limit = self.position_limit();
-        if start + k + 1 > limit {
-            return Err(SessionError::PositionPastLimit {
-                seq: id,
-                position: start + k,
-                limit,
-            });
+
+        // Drafts, all before the verify; a failure takes back the ones made.
+        let mut drafts = Vec::with_capacity(batch.len());
+        for &(id, pending, k) in batch {
+            let committed = self.tokens(id)?.to_vec();
+            match drafter.draft(backend, id, &committed, pending, k) {
+                Ok(draft) if draft.tokens.len() == k => drafts.push(draft),
+                outcome => {
+                    self.settle_all(backend, drafter, &batch[..drafts.len()], None);
+                    return Err(match outcome {
+                        Err(e) => e,
+                        Ok(draft) => SessionError::Rewind(format!(
+                            "the drafter proposed {} tokens for sequence {id}, asked for {k}",
+                            draft.tokens.len()
+                        )),
+                    });
+                }
+            }
         }
-        {
-            let pools = self.exec.pools();
-            let held = self.seqs.get(&id).map_or(0, |s| s.pages.len());
-            pools.pages.check(pools.pages.needed(start + k + 1, held))?;
-        }
-        let draft = drafter.draft(backend, id, &committed, pending, k)?;
-        match self.verify_draft(backend, id, pending, start, &draft) {
-            Ok(step) => {
-                drafter.settle(backend, id, step.accepted + 1)?;
-                Ok(step)
+        match self.verify_drafts(backend, batch, &starts, &drafts, width, batched) {
+            Ok(steps) => {
+                let kept: Vec<usize> = steps.iter().map(|s| s.accepted + 1).collect();
+                self.settle_all(backend, drafter, batch, Some(&kept));
+                Ok(steps)
             }
             Err(e) => {
-                if let Err(settle) = drafter.settle(backend, id, 0) {
-                    tracing::warn!(error = %settle, seq = id, "the drafter could not take back a failed step's draft");
-                }
+                self.settle_all(backend, drafter, batch, None);
                 Err(e)
             }
         }
     }
 
-    /// Verifies `draft` after `pending` and keeps the accepted prefix.
-    fn verify_draft(
+    /// Tells the drafter what each sequence kept (None: nothing, the step failed).
+    fn settle_all(
         &mut self,
         backend: &mut dyn GpuBackend,
-        id: SeqId,
-        pending: u32,
-        start: usize,
-        draft: &super::draft::Draft,
-    ) -> Result<SpeculativeStep, SessionError> {
-        let k = draft.tokens.len();
-        let vocab = self.exec.config.vocab_size;
-        if let Some((index, &token)) = draft
-            .tokens
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t as usize >= vocab)
-        {
-            return Err(SessionError::TokenOutOfRange {
-                token,
-                index: index + 1,
-                vocab,
-            });
+        drafter: &mut dyn Drafter,
+        batch: &[(SeqId, u32, usize)],
+        kept: Option<&[usize]>,
+    ) {
+        for (i, &(id, _, _)) in batch.iter().enumerate() {
+            let kept = kept.map_or(0, |k| k[i]);
+            if let Err(e) = drafter.settle(backend, id, kept) {
+                tracing::warn!(error = %e, seq = id, kept, "the drafter could not settle a speculative step");
+            }
         }
-        let fed: Vec<u32> = std::iter::once(pending)
-            .chain(draft.tokens.iter().copied())
-            .collect();
-        let rows: Vec<Row> = fed
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| Row {
+    }
+
+    /// Verifies every sequence's `[pending, drafts…]` in one program of `width` rows and keeps
+    /// each accepted prefix.
+    fn verify_drafts(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32, usize)],
+        starts: &[usize],
+        drafts: &[Draft],
+        width: usize,
+        batched: bool,
+    ) -> Result<Vec<SpeculativeStep>, SessionError> {
+        let vocab = self.exec.config.vocab_size;
+        let mut rows = Vec::with_capacity(width);
+        for ((&(id, pending, _), &start), draft) in batch.iter().zip(starts).zip(drafts) {
+            if let Some((index, &token)) = draft
+                .tokens
+                .iter()
+                .enumerate()
+                .find(|(_, t)| **t as usize >= vocab)
+            {
+                return Err(SessionError::TokenOutOfRange {
+                    token,
+                    index: index + 1,
+                    vocab,
+                });
+            }
+            let fed = std::iter::once(pending).chain(draft.tokens.iter().copied());
+            rows.extend(fed.enumerate().map(|(i, token)| Row {
                 seq: Some(id),
                 token,
                 position: start + i,
-            })
-            .collect();
-        let program = self.exec.verify_program(k + 1)?;
+            }));
+        }
+        rows.resize(width, Row::PADDING);
+        let program = if batched {
+            self.exec.program(Mode::VerifyBatch, width)?
+        } else {
+            self.exec.verify_program(width)?
+        };
         // Saved here, not by the step: an acceptance that fails after the step ran puts the
         // state back too.
-        let slot = self.seqs.get(&id).and_then(|s| s.slot);
-        let backup = match slot {
-            Some(slot) => Some(StateBackup::save(self.exec, backend, &[slot])?),
-            None => None,
+        let held: Vec<(SeqId, u32)> = batch
+            .iter()
+            .filter_map(|&(id, _, _)| self.seqs.get(&id).and_then(|s| s.slot).map(|s| (id, s)))
+            .collect();
+        let slots: Vec<u32> = held.iter().map(|&(_, s)| s).collect();
+        let backup = if slots.is_empty() {
+            None
+        } else {
+            Some(StateBackup::save(self.exec, backend, &slots)?)
         };
-        let logits = match self.step(
-            backend,
-            program,
-            &rows,
-            &[(id, k + 1)],
-            SaveState::SavedByCaller,
-        ) {
+        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _, k)| (id, k + 1)).collect();
+        let ids: Vec<SeqId> = batch.iter().map(|&(id, _, _)| id).collect();
+        let logits = match self.step(backend, program, &rows, &advance, SaveState::SavedByCaller) {
             Ok(logits) => logits,
-            Err(e) => return Err(self.restore_state(backend, id, backup.as_ref(), e)),
+            Err(e) => return Err(self.restore_state(backend, &ids, backup.as_ref(), e)),
         };
-        let target: Vec<&[f32]> = logits.chunks(vocab).collect();
-        let seq = self
-            .seqs
-            .get_mut(&id)
-            .ok_or(SessionError::UnknownSequence(id))?;
-        let sampler = seq.sampler.get_or_insert_with(Sampler::greedy);
-        let acceptance = match &draft.probs {
-            Some(probs) if !sampler.is_greedy() => sampler.verify(&target, probs, &draft.tokens),
-            _ => crate::sampling::accept_greedy(&target, &draft.tokens),
-        };
-        let acceptance = match acceptance {
-            Ok(a) => a,
-            Err(e) => {
-                // Nothing of the step stays: back to before `pending`, state included.
-                let block = self.exec.layout.kv_block_size;
-                self.truncate(id, start, start.div_ceil(block));
-                if backup.is_none() {
-                    self.zero_state(backend, id)?;
+        // Acceptance for every sequence first, so a refusal keeps nothing of the step.
+        let mut acceptances = Vec::with_capacity(batch.len());
+        let mut at = 0;
+        for (&(id, _, k), draft) in batch.iter().zip(drafts) {
+            let target: Vec<&[f32]> = logits[at * vocab..(at + k + 1) * vocab]
+                .chunks(vocab)
+                .collect();
+            at += k + 1;
+            let seq = self
+                .seqs
+                .get_mut(&id)
+                .ok_or(SessionError::UnknownSequence(id))?;
+            let sampler = seq.sampler.get_or_insert_with(Sampler::greedy);
+            let acceptance = match &draft.probs {
+                Some(probs) if !sampler.is_greedy() => {
+                    sampler.verify(&target, probs, &draft.tokens)
                 }
-                return Err(self.restore_state(backend, id, backup.as_ref(), e.into()));
+                _ => crate::sampling::accept_greedy(&target, &draft.tokens),
+            };
+            match acceptance {
+                Ok(a) => acceptances.push(a),
+                Err(e) => {
+                    // Nothing of the step stays: back to before `pending`, state included.
+                    let block = self.exec.layout.kv_block_size;
+                    for (&(id, _, _), &start) in batch.iter().zip(starts) {
+                        self.truncate(id, start, start.div_ceil(block));
+                        if !held.iter().any(|&(h, _)| h == id) {
+                            self.zero_state(backend, id)?;
+                        }
+                    }
+                    return Err(self.restore_state(backend, &ids, backup.as_ref(), e.into()));
+                }
             }
-        };
-        let n = acceptance.accepted;
-        self.keep_verify_rows(backend, id, k + 1, n)?;
-        if let Some(seq) = self.seqs.get_mut(&id) {
-            seq.acceptances.record(k, n);
         }
-        let mut tokens = draft.tokens[..n].to_vec();
-        tokens.push(acceptance.next_token);
-        Ok(SpeculativeStep {
-            tokens,
-            proposed: k,
-            accepted: n,
-            logits: logits[..(n + 1) * vocab].to_vec(),
-        })
+        let mut steps = Vec::with_capacity(batch.len());
+        let mut first = 0;
+        for ((&(id, _, k), draft), acceptance) in batch.iter().zip(drafts).zip(acceptances) {
+            let n = acceptance.accepted;
+            self.keep_verify_rows(backend, id, first, k + 1, n)?;
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                seq.acceptances.record(k, n);
+            }
+            let mut tokens = draft.tokens[..n].to_vec();
+            tokens.push(acceptance.next_token);
+            steps.push(SpeculativeStep {
+                tokens,
+                proposed: k,
+                accepted: n,
+                logits: logits[first * vocab..(first + n + 1) * vocab].to_vec(),
+            });
+            first += k + 1;
+        }
+        // The step itself (its state saved by this caller) left recycling to here.
+        self.recycle_out_of_window(ids.iter().copied());
+        Ok(steps)
     }
 
     /// Puts back the state `backup` saved (if any) and returns `error`, or the error saying
@@ -279,14 +385,14 @@ impl Session<'_> {
     fn restore_state(
         &mut self,
         backend: &mut dyn GpuBackend,
-        id: SeqId,
+        ids: &[SeqId],
         backup: Option<&StateBackup>,
         error: SessionError,
     ) -> SessionError {
         match backup.map(|b| b.restore(self.exec, backend)) {
             Some(Err(restore)) => SessionError::StateLost {
                 step: Box::new(error),
-                seqs: vec![id],
+                seqs: ids.to_vec(),
                 restore,
             },
             _ => error,

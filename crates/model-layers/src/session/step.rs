@@ -2,8 +2,9 @@
 //! slots enough, the exec's backend), save the recurrent state of the sequences that already
 //! hold a slot (`backup`), lend the slots and pages the step needs, pick the route its slots
 //! allow, upload its metadata (`meta::StepMeta`), run (`CircuitExec::run_step`: its graph or
-//! its launches), and read the live rows' logits;
-//! sequences advance only when all of that succeeded.
+//! its launches), and read the live rows' logits; sequences advance only when all of that
+//! succeeded, and then give back the KV pages that left every layer's sliding window
+//! (`window`).
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
 //! restores the recurrent state it saved and advances no sequence, so every sequence is as it
@@ -78,6 +79,10 @@ impl Session<'_> {
                         let fed = rows.iter().filter(|r| r.seq == Some(id)).map(|r| r.token);
                         seq.tokens.extend(fed.take(count));
                     }
+                }
+                // A prefill recycles once all its chunks ran (it may roll back past them).
+                if save == SaveState::PerStep {
+                    self.recycle_out_of_window(advance.iter().map(|&(id, _)| id));
                 }
                 Ok(logits)
             }

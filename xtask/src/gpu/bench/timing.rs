@@ -132,9 +132,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     .map_err(|e| format!("{name}: {e}"))?;
     let build_s = started.elapsed().as_secs_f64();
     let weights_bytes = exec.layout.weights_bytes;
-    let floor_us = weights_bytes as f64 / copy_bytes_per_s * 1e6;
     println!(
-        "built {name}: {} programs, {:.1} MB of weights, in {build_s:.1} s; floor {floor_us:.1} us",
+        "built {name}: {} programs, {:.1} MB of weights, in {build_s:.1} s",
         exec.programs().len(),
         weights_bytes as f64 / 1e6
     );
@@ -177,7 +176,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             "prefilled {widest} sequences of {context} tokens in {:.1} s",
             t.elapsed().as_secs_f64()
         );
-        for &width in &widths {
+        for (earlier, &width) in widths.iter().enumerate() {
             // A real step leaves this width's metadata in the workspace.
             let batch: Vec<(SeqId, u32)> =
                 seqs[..width].iter().map(|&id| (id, 1 % vocab)).collect();
@@ -197,10 +196,26 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .iter()
                 .find(|g| g.mode == mode && g.rows == width)
                 .ok_or_else(|| format!("no graph of {mode}:{width}"))?;
-            let row = time_width(&exec, backend, program, graph, &limits)?;
+            let plan = exec
+                .plan(mode, width)
+                .ok_or_else(|| format!("no plan of {mode}:{width}"))?;
+            // The timed runs repeat the step the session just ran: its first sequence holds
+            // `context` tokens, one per earlier width's step, and this step's.
+            let traffic =
+                solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
+            let mut row = time_width(&exec, backend, program, graph, &limits)?;
+            row.bytes = traffic.total();
+            row.floor_us = traffic.floor_us(copy_bytes_per_s);
             println!(
-                "{} {width}: {} launches, eager {:.1} us ({} runs), graph {:.1} us ({} replays)",
-                row.mode, row.launches, row.eager_us, row.eager_runs, row.graph_us, row.graph_runs
+                "{} {width}: {} launches, {:.2} MB, floor {:.1} us, eager {:.1} us ({} runs), graph {:.1} us ({} replays)",
+                row.mode,
+                row.launches,
+                row.bytes as f64 / 1e6,
+                row.floor_us,
+                row.eager_us,
+                row.eager_runs,
+                row.graph_us,
+                row.graph_runs
             );
             rows.push(row);
         }
@@ -215,7 +230,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         device,
         weights_bytes,
         copy_bytes_per_s,
-        floor_us,
+        context,
         widths: rows,
         programs_captured: shapes.len(),
         capture_all_ms,
@@ -275,6 +290,8 @@ fn time_width(
         },
         rows: width,
         launches: program.launches(),
+        bytes: 0,
+        floor_us: 0.0,
         eager_runs: eager.len(),
         eager_us: median(&mut eager) * 1e6,
         graph_runs: replays.len(),

@@ -11,7 +11,9 @@
 //! State lives in per-sequence slots (`slots i32[rows]`): the conv history bf16
 //! `[num_slots][C][kernel − 1]` (oldest first) and the recurrent state f32
 //! `[num_slots][nv][dk][dv]`. `chain` = 0: each row is its own sequence on `slots[r]`;
-//! `chain` = 1: the rows are consecutive tokens of one sequence on `slots[0]`. The optional
+//! `chain` = 1: the rows are consecutive tokens of one sequence on `slots[0]`; `chain` = 2
+//! (verify_batch): runs of consecutive rows on one slot, each run one sequence's consecutive
+//! tokens (a slot in two runs is refused by the twin; on the GPU the later run is dead). The optional
 //! `snapshots` receive row r's slot state after row r (in either mode; with `chain` = 1 they
 //! let the session roll back rejected draft tokens).
 
@@ -39,10 +41,11 @@ const NORM_WARPS: u32 = 8;
 /// `GDN_MAX_DK`).
 pub const GDN_MAX_DK: u32 = 256;
 
-/// Blocks over rows, one per row, or one walking them all when they chain; grid.y is capped
-/// at CUDA's 65535 (the kernels walk further rows grid-stride).
+/// Blocks over rows, one per row (chain 2: the block of a run's first row walks the run), or
+/// one walking them all with chain 1; grid.y is capped at CUDA's 65535 (the kernels walk
+/// further rows grid-stride).
 fn row_blocks(rows: u32, chain: u32) -> u32 {
-    if chain != 0 {
+    if chain == 1 {
         1
     } else {
         rows.clamp(1, 65_535)
@@ -62,7 +65,7 @@ fn conv_config(a: &Conv) -> LaunchConfig {
     }
 }
 
-/// One block per (v head, row); with `chain` one per v head, walking the rows.
+/// One block per (v head, row); with `chain` 1 one per v head, walking the rows.
 fn recurrence_config(a: &Recurrence) -> LaunchConfig {
     LaunchConfig {
         grid: [a.nv.max(1), row_blocks(a.rows, a.chain), 1],
@@ -217,7 +220,7 @@ fn emit_conv(v: &View<'_>) -> R {
         dv,
         kernel: v.u32(c, "kernel")?,
         num_slots: v.state_slots(),
-        chain: v.chained() as u32,
+        chain: v.chain_mode(),
     }
     .launch(CONV)])
 }
@@ -261,7 +264,7 @@ fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
         nv,
         dv,
         num_slots: v.state_slots(),
-        chain: v.chained() as u32,
+        chain: v.chain_mode(),
     })
 }
 

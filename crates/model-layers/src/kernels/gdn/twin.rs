@@ -3,7 +3,8 @@
 //!
 //! Rows run in row order on their slots, so a launch equals its rows launched one at a time in
 //! sequence: with `chain` = 1 every row continues `slots[0]`; with `chain` = 0 rows sharing a
-//! slot (padding rows on a scratch slot) follow each other. The recurrence, the only heavy
+//! slot (padding rows on a scratch slot) follow each other; with `chain` = 2 each run of
+//! consecutive rows on one slot continues it (a slot may not come back after another's run). The recurrence, the only heavy
 //! kernel, splits into (slot, v head) tasks that own disjoint state, output and snapshot
 //! ranges and walk their rows in order, so its bytes do not depend on the thread count.
 
@@ -123,7 +124,20 @@ fn row_slots(
     let chained = match chain.get() {
         0 => false,
         1 => true,
-        v => return Err(chain.bad(format!("chain must be 0 or 1, got {v}"))),
+        2 => {
+            // Runs: rows on one slot must be consecutive (each run one sequence's tokens).
+            for r in 1..slots.len() {
+                if slots[r] != slots[r - 1] && slots[..r - 1].contains(&slots[r]) {
+                    return Err(ctx.fail(format!(
+                        "chain 2: row {r} returns to slot {} after another slot's run (a \
+                         sequence's rows must be consecutive)",
+                        slots[r]
+                    )));
+                }
+            }
+            false
+        }
+        v => return Err(chain.bad(format!("chain must be 0, 1 or 2, got {v}"))),
     };
     let used = if chained {
         &slots[..slots.len().min(1)]

@@ -1,0 +1,70 @@
+//! Sliding windows in the Session: KV pages that fall wholly outside every layer's window go
+//! back to the pool, so a windowed model's memory per sequence stays bounded however long
+//! the sequence grows.
+//!
+//! When every attention layer has a window (`ModelConfig::kv_window`, the widest, W), a
+//! sequence of length L keeps the pages covering positions `L - (W + R)..L`, where R is the
+//! widest verify width the exec compiled: a later rollback of up to R tokens (speculative
+//! decoding rejecting a draft) still finds every position its next step's window reads (the
+//! first row of that step, at position `L - R`, reads from `L - R + 1 - W`). Pages wholly
+//! before that are recycled after each step (`Session::step`, once the sequences advanced) and
+//! after a whole prefill (never between its chunks: a failed prefill rolls back to where it
+//! started, which may be further back than R; so a prefill holds the pages of its whole
+//! prompt until it ends). A recycled block's entry in the block table
+//! becomes the scratch page (`PagePool::recycle`): positions are kept and the kernels, which
+//! read only the window, never read it. No page is recycled when any attention layer attends
+//! over the whole context.
+//!
+//! Invariant: after a step, a sequence of length L holds a real page for every block that
+//! covers a position at or after `L - (W + R)`.
+
+use solder_circuit::Mode;
+
+use super::pages::PagePool;
+use super::{SeqId, Session};
+use crate::error::SessionError;
+
+impl Session<'_> {
+    /// Positions kept before a sequence's length: the widest window plus the widest verify
+    /// width (see the module doc); `None` when pages are never recycled (a layer attends over
+    /// the whole context).
+    pub fn kv_keep(&self) -> Option<usize> {
+        let window = self.exec.config.kv_window()?;
+        let shapes = self.exec.instance.program_shapes();
+        let rollback = shapes.widest(Mode::Verify).unwrap_or(1);
+        Some(window.saturating_add(rollback))
+    }
+
+    /// Pages a sequence holds in the pool (placeholders of recycled pages not counted).
+    pub fn held_pages(&self, id: SeqId) -> Result<usize, SessionError> {
+        self.seqs
+            .get(&id)
+            .map(|s| PagePool::live(&s.pages))
+            .ok_or(SessionError::UnknownSequence(id))
+    }
+
+    /// Gives back the pages of `ids` that lie wholly before `kv_keep` positions from their
+    /// ends; nothing when the model has a full-attention layer.
+    pub(super) fn recycle_out_of_window(&mut self, ids: impl IntoIterator<Item = SeqId>) {
+        let Some(keep) = self.kv_keep() else {
+            return;
+        };
+        let block_size = self.exec.layout.kv_block_size;
+        let mut pools = self.exec.pools();
+        for id in ids {
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            let before = seq.len.saturating_sub(keep) / block_size;
+            let freed = pools.pages.recycle(&mut seq.pages, before);
+            if freed > 0 {
+                tracing::trace!(
+                    seq = id,
+                    len = seq.len,
+                    freed,
+                    "KV pages out of the window recycled"
+                );
+            }
+        }
+    }
+}

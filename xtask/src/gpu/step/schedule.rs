@@ -1,0 +1,403 @@
+//! `gpu-step`'s run: the model, the exec, the schedule of steps, and the checks `--compare`
+//! and `--cpu-twin` make over it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use solder_circuit::{Mode, Policy, RuleSet};
+use solder_config::{ModelConfig, ServeShape};
+use solder_gpu_runtime::{DevicePtr, GpuBackend};
+use solder_model_layers::{
+    greedy, Boot, CapturedGraph, CircuitExec, KvShape, Session, SessionError, WeightSource,
+};
+
+use super::same_bytes;
+use crate::args::Args;
+use crate::gpu::BackendKind;
+
+/// What one run of the schedule does.
+#[derive(Clone, Copy)]
+struct Schedule {
+    context: usize,
+    steps: usize,
+    width: usize,
+    compare: bool,
+    profile: bool,
+    device: BackendKind,
+}
+
+/// Every logits vector of one run of the schedule, by stage.
+type Trace = Vec<(String, Vec<f32>)>;
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let context = args.number_in("context", 1..=65536)?.unwrap_or(3);
+    let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
+    let width = args.number_in("width", 2..=128)?.unwrap_or(4);
+    // The prefill, the decode steps, two multi-seq steps.
+    let tokens = context + steps + 2;
+    let (name, config, weights) = model(args, tokens)?;
+    if tokens > config.max_position_embeddings {
+        return Err(format!(
+            "`--context {context} --steps {steps}`: {tokens} positions, more than {name}'s \
+             max_position_embeddings {}",
+            config.max_position_embeddings
+        ));
+    }
+    let rules = RuleSet::from_file(&super::rules_path(args)).map_err(|e| e.to_string())?;
+    let kind = BackendKind::parse(Some(args.value("backend").unwrap_or("cuda")))?;
+    let schedule = Schedule {
+        context,
+        steps,
+        width,
+        compare: args.flag("compare"),
+        profile: args.flag("profile"),
+        device: kind,
+    };
+    let started = Instant::now();
+    let mut cpu = None;
+    let mut device = crate::gpu::device_backend(kind)?;
+    let backend: &mut dyn GpuBackend = match device.as_deref_mut() {
+        Some(device) => device,
+        None => cpu.insert(cpu_backend()?),
+    };
+    println!("{}", crate::gpu::describe(&backend.facts()));
+    let boot = || Boot {
+        config: config.clone(),
+        serve: ServeShape::with_max_batch(width).expect("2..=128 is a valid batch"),
+        rules: rules.clone(),
+        policy: Policy::default(),
+        weights: weights.source(),
+        kv: KvShape {
+            pages: 2 * tokens.div_ceil(16) + 2 * width + 2,
+            block_size: 16,
+            max_seq_len: tokens.next_multiple_of(16),
+            max_sequences: width + 1,
+        },
+    };
+    let mut exec = CircuitExec::build(backend, boot()).map_err(|e| format!("{name}: {e}"))?;
+    println!(
+        "built {name} ({} programs) in {:.2} s",
+        exec.programs().len(),
+        started.elapsed().as_secs_f64()
+    );
+    let first = run_schedule(&name, &mut exec, backend, schedule);
+    let second = match (&first, schedule.compare) {
+        (Ok(_), true) => {
+            let again = Schedule {
+                compare: false,
+                profile: false,
+                ..schedule
+            };
+            Some(run_schedule(&name, &mut exec, backend, again))
+        }
+        _ => None,
+    };
+    exec.free(backend).map_err(|e| e.to_string())?;
+    let first = first?;
+    let checksum: f64 = first
+        .iter()
+        .flat_map(|(_, l)| l.iter())
+        .map(|&v| v as f64)
+        .sum();
+    if let Some(second) = second {
+        let second = second?;
+        for ((stage, a), (_, b)) in first.iter().zip(&second) {
+            same_bytes(a, b).map_err(|e| format!("{name}: {stage}: the second run: {e}"))?;
+        }
+        println!(
+            "second identical run: all {} logits vectors equal byte for byte",
+            first.len()
+        );
+    }
+    if args.flag("cpu-twin") {
+        cpu_twin(&name, &first, boot(), schedule)?;
+    }
+    println!(
+        "gpu-step {name}: ok, context {context}, logits checksum {checksum:.6e}, {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn cpu_backend() -> Result<solder_gpu_runtime::CpuBackend, String> {
+    solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())
+}
+
+/// Where the weights come from, for each exec built (a `WeightSource` is consumed).
+enum Weights {
+    Checkpoint(PathBuf),
+    Random(u64),
+}
+
+impl Weights {
+    fn source(&self) -> WeightSource {
+        match self {
+            Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
+            Weights::Random(seed) => WeightSource::Random { seed: *seed },
+        }
+    }
+}
+
+/// The model's name, config and weights; a built-in's positions raised to `tokens`.
+fn model(args: &Args, tokens: usize) -> Result<(String, ModelConfig, Weights), String> {
+    let given = (
+        args.value("model"),
+        args.value("builtin"),
+        args.value("synth"),
+    );
+    match given {
+        (Some(dir), None, None) => {
+            let config = crate::files::model_config(&Path::new(dir).join("config.json"))?;
+            Ok((dir.into(), config, Weights::Checkpoint(dir.into())))
+        }
+        (None, None, Some(synth)) => {
+            let path = crate::workspace_root().join(format!("tests/fixtures/configs/{synth}.json"));
+            let config = crate::files::model_config(&path)?;
+            Ok((synth.into(), config, Weights::Random(1)))
+        }
+        (None, builtin, None) => {
+            let name = builtin.unwrap_or("tiny-llama");
+            let builtin = crate::parity::builtin_named(name)?;
+            let mut config = builtin.config()?;
+            // Random weights know no trained length; rope's tables do not depend on it.
+            config.max_position_embeddings = config.max_position_embeddings.max(tokens);
+            Ok((name.into(), config, Weights::Random(builtin.seed)))
+        }
+        _ => Err("give one of --model, --builtin, --synth".into()),
+    }
+}
+
+/// The profiler range `ncu --profile-from-start off` records (CUDA only).
+fn profiling(schedule: Schedule, on: bool) -> Result<(), String> {
+    if !schedule.profile || schedule.device != BackendKind::Cuda {
+        return Ok(());
+    }
+    #[cfg(feature = "cuda")]
+    {
+        solder_gpu_runtime::cuda::set_profiling(on).map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = on;
+        crate::gpu::needs_cuda("--profile")
+    }
+}
+
+/// Prefill, decode steps, a multi-seq step; the graphs and copies `--compare` needs.
+fn run_schedule(
+    name: &str,
+    exec: &mut CircuitExec,
+    backend: &mut dyn GpuBackend,
+    schedule: Schedule,
+) -> Result<Trace, String> {
+    let graphs = if schedule.compare {
+        let decode = exec
+            .capture(backend, Mode::Decode, 1)
+            .map_err(|e| format!("{name}: capture decode: {e}"))?;
+        match exec.capture(backend, Mode::MultiSeq, schedule.width) {
+            Ok(multi) => Some((decode, multi)),
+            Err(e) => {
+                let _ = exec.release(backend, decode);
+                return Err(format!("{name}: capture multi_seq:{}: {e}", schedule.width));
+            }
+        }
+    } else {
+        None
+    };
+    let snapshot = match graphs {
+        Some(_) => Some(
+            backend
+                .alloc(exec.layout.state_bytes.max(1))
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    let trace = steps(name, exec, backend, schedule, graphs.as_ref().zip(snapshot));
+    if let Some(snapshot) = snapshot {
+        backend.free(snapshot).map_err(|e| e.to_string())?;
+    }
+    if let Some((decode, multi)) = graphs {
+        exec.release(backend, decode).map_err(|e| e.to_string())?;
+        exec.release(backend, multi).map_err(|e| e.to_string())?;
+    }
+    trace
+}
+
+fn steps(
+    name: &str,
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    schedule: Schedule,
+    compare: Option<(&(CapturedGraph, CapturedGraph), DevicePtr)>,
+) -> Result<Trace, String> {
+    let vocab = exec.config.vocab_size;
+    let err = |e: SessionError| format!("{name}: {e}");
+    let mut trace = Trace::new();
+    let mut record = |stage: String, logits: Vec<f32>| -> Result<u32, String> {
+        if let Some(i) = logits.iter().position(|v| !v.is_finite()) {
+            return Err(format!("{name}: {stage}: logit {i} is {}", logits[i]));
+        }
+        let next = greedy(&logits[logits.len() - vocab..]);
+        println!("{stage}: ok");
+        trace.push((stage, logits));
+        Ok(next)
+    };
+    let mut session = Session::new(exec);
+    let id = session.add_sequence();
+    let prompt: Vec<u32> = (0..schedule.context as u32)
+        .map(|i| (i * 31 + 7) % vocab as u32)
+        .collect();
+    let logits = session.prefill(backend, id, &prompt).map_err(err)?;
+    let mut token = record(format!("prefill of {} tokens", prompt.len()), logits)?;
+    for step in 0..schedule.steps {
+        let last = step + 1 == schedule.steps;
+        if let (true, Some((_, snapshot))) = (last, compare) {
+            save(exec, backend, snapshot, true)?;
+        }
+        if last {
+            profiling(schedule, true)?;
+        }
+        let logits = session.decode(backend, id, token).map_err(err);
+        if last {
+            profiling(schedule, false)?;
+        }
+        let logits = logits?;
+        if let (true, Some(((decode, _), snapshot))) = (last, compare) {
+            again(exec, backend, snapshot, decode, &logits, name)?;
+        }
+        token = record(format!("decode step {step}"), logits)?;
+    }
+    // The prefilled sequence and width - 2 fresh ones: one padding row. Two steps: the first
+    // lends the fresh sequences their pages and state slots, so that the second (compared,
+    // profiled) runs from a state a snapshot can hold.
+    let mut batch = vec![(id, token)];
+    for i in 1..schedule.width - 1 {
+        batch.push((session.add_sequence(), i as u32 % vocab as u32));
+    }
+    for step in 0..2 {
+        let last = step == 1;
+        if let (true, Some((_, snapshot))) = (last, compare) {
+            save(exec, backend, snapshot, true)?;
+        }
+        if last {
+            profiling(schedule, true)?;
+        }
+        let logits = session.multi_seq_step(backend, &batch).map_err(err);
+        if last {
+            profiling(schedule, false)?;
+        }
+        let logits = logits?.concat();
+        if let (true, Some(((_, multi), snapshot))) = (last, compare) {
+            again(exec, backend, snapshot, multi, &logits, name)?;
+        }
+        let stage = format!(
+            "multi_seq step {step} ({} live rows of {})",
+            batch.len(),
+            schedule.width
+        );
+        let next = record(stage, logits)?;
+        batch[0].1 = next;
+    }
+    Ok(trace)
+}
+
+/// Copies the state allocation into `snapshot` (or back from it).
+fn save(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    snapshot: DevicePtr,
+    into_snapshot: bool,
+) -> Result<(), String> {
+    let bytes = exec.layout.state_bytes;
+    if bytes == 0 {
+        return Ok(());
+    }
+    let result = if into_snapshot {
+        backend.copy_d2d(snapshot, exec.kv_cache(), bytes)
+    } else {
+        backend.copy_d2d(exec.kv_cache(), snapshot, bytes)
+    };
+    result.map_err(|e| format!("state snapshot: {e}"))
+}
+
+/// The step the session just ran, from the state before it: eagerly, then as `graph`'s
+/// replay; each one's logits must be `session`'s bytes. Leaves the state as the step left it.
+fn again(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    snapshot: DevicePtr,
+    graph: &CapturedGraph,
+    session: &[f32],
+    name: &str,
+) -> Result<(), String> {
+    let program = exec
+        .program(graph.mode, graph.rows)
+        .map_err(|e| e.to_string())?;
+    let stage = format!("{}:{}", graph.mode, graph.rows);
+    save(exec, backend, snapshot, false)?;
+    exec.run(backend, program).map_err(|e| e.to_string())?;
+    let eager = read_logits(exec, backend, session.len())?;
+    same_bytes(session, &eager).map_err(|e| format!("{name}: {stage} eager again: {e}"))?;
+    save(exec, backend, snapshot, false)?;
+    exec.replay(backend, graph).map_err(|e| e.to_string())?;
+    backend.synchronize().map_err(|e| e.to_string())?;
+    let replayed = read_logits(exec, backend, session.len())?;
+    same_bytes(session, &replayed).map_err(|e| format!("{name}: {stage} graph replay: {e}"))?;
+    println!(
+        "{stage}: eager run and graph replay from the same state equal the session's {} logits byte for byte",
+        session.len()
+    );
+    Ok(())
+}
+
+/// The first `count` logits of the workspace.
+fn read_logits(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    count: usize,
+) -> Result<Vec<f32>, String> {
+    let mut raw = vec![0u8; count * 4];
+    backend
+        .copy_d2h(exec.workspace().offset(exec.layout.logits_offset), &mut raw)
+        .map_err(|e| format!("logits: {e}"))?;
+    Ok(raw
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// The schedule again on the CPU backend; each stage within `cross::TOLERANCE`.
+fn cpu_twin(name: &str, device: &Trace, boot: Boot, schedule: Schedule) -> Result<(), String> {
+    let started = Instant::now();
+    let mut cpu = cpu_backend()?;
+    let mut exec = CircuitExec::build(&mut cpu, boot).map_err(|e| format!("{name} (cpu): {e}"))?;
+    let plain = Schedule {
+        compare: false,
+        profile: false,
+        device: BackendKind::Cpu,
+        ..schedule
+    };
+    let twin = run_schedule(name, &mut exec, &mut cpu, plain);
+    exec.free(&mut cpu).map_err(|e| e.to_string())?;
+    let twin = twin?;
+    let mut worst = 0.0f32;
+    for ((stage, d), (_, c)) in device.iter().zip(&twin) {
+        let (max_abs, magnitude, relative) = crate::gpu::cross::distance(d, c);
+        worst = worst.max(relative);
+        // NaN is infinitely far (`distance`), so this also refuses a NaN.
+        if relative.is_nan() || relative > crate::gpu::cross::TOLERANCE {
+            return Err(format!(
+                "{name}: {stage}: max |device - cpu| {max_abs:.3e} = {relative:.3e} of max |cpu| \
+                 {magnitude:.3e}, over {:e}",
+                crate::gpu::cross::TOLERANCE
+            ));
+        }
+    }
+    println!(
+        "cpu twin: {} stages, worst max |device - cpu| / max |cpu| {worst:.3e} (<= {:e}), {:.1} s",
+        twin.len(),
+        crate::gpu::cross::TOLERANCE,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
