@@ -17,11 +17,11 @@
 mod bind;
 mod bytes;
 pub mod checkpoint;
-pub mod draft;
 pub mod emit;
 pub mod error;
 pub mod exec;
 pub mod graphs;
+pub mod hidden;
 pub mod kernels;
 pub mod layout;
 pub mod meta;
@@ -32,10 +32,10 @@ pub mod session;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
-pub use draft::HiddenRows;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
+pub use hidden::HiddenRows;
 pub use program::{Program, ProgramStep};
 pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{

@@ -16,7 +16,7 @@ use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::meta::{MetaRow, StepMeta};
 use solder_model_layers::{
     greedy, Boot, CircuitExec, Draft, Drafter, ExecError, HiddenRows, HostWeights, MtpDrafter,
-    SeqId, Session, SessionError, WeightSource,
+    Sampling, SamplingParams, SeqId, Session, SessionError, WeightSource,
 };
 
 const TINY_NEXT: &str = r#"{
@@ -459,8 +459,20 @@ fn the_mtp_drafter_is_lossless_for_every_k() {
         }
         (tokens, all)
     };
-    for k in [1, 2, 3, 5, 7] {
-        let mut drafter = exec.draft_runner().expect("a draft head");
+    let sampled = Sampling::Sampled(SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 11,
+    });
+    // Greedy drafts, and drafts sampled from the head (their distributions handed over; the
+    // greedy target keeps only its own arg-max either way).
+    for (k, sampling) in [1, 2, 3, 5, 7]
+        .map(|k| (k, Sampling::Greedy))
+        .into_iter()
+        .chain([(3, sampled)])
+    {
+        let mut drafter = MtpDrafter::sampled(&exec, sampling).expect("a draft head");
         let mut session = Session::new(&exec);
         let id = session.add_sequence();
         let logits = drafter
@@ -645,5 +657,119 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
             "k {k}: the head's KV at its final positions"
         );
         oracle.forget(id);
+    }
+}
+
+/// Oracles for several sequences at once (each its own future, keyed by target sequence).
+struct Oracles<'e> {
+    inner: MtpDrafter<'e>,
+    futures: std::collections::BTreeMap<SeqId, Vec<u32>>,
+    prompt_len: usize,
+}
+
+impl Drafter for Oracles<'_> {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn draft(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
+        let at = committed.len() - self.prompt_len + 1;
+        draft.tokens = self.futures[&seq][at..at + k].to_vec();
+        Ok(draft)
+    }
+
+    fn settle(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        kept: usize,
+    ) -> Result<(), SessionError> {
+        self.inner.settle(backend, seq, kept)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        self.inner.forget(seq)
+    }
+}
+
+#[test]
+fn batched_verify_with_the_head_keeps_each_sequence_as_alone() {
+    let mut backend = backend();
+    let exec = build_draft(&mut backend, &[4]).expect("build");
+    let vocab = exec.config.vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(20 + s, 128, 5)).collect();
+    // Each sequence alone: its greedy future and its head, caught up over it (the reference).
+    let mut references = Vec::new();
+    for p in &prompts {
+        let mut drafter = exec.draft_runner().expect("head");
+        let mut plain = Session::new(&exec);
+        let rid = plain.add_sequence();
+        let logits = drafter
+            .prefill(&mut backend, &mut plain, rid, p)
+            .expect("prefill");
+        let mut future = vec![greedy(&logits[(p.len() - 1) * vocab..])];
+        for _ in 0..8 {
+            let t = *future.last().unwrap();
+            future.push(greedy(
+                &drafter
+                    .decode(&mut backend, &mut plain, rid, t)
+                    .expect("decode"),
+            ));
+        }
+        let committed = plain.tokens(rid).unwrap().to_vec();
+        drafter
+            .catch_up(&mut backend, rid, &committed)
+            .expect("catch up");
+        references.push((drafter, plain, rid, future));
+    }
+    // All three in batched speculative steps, each with its own k, every draft accepted.
+    let mut oracles = Oracles {
+        inner: exec.draft_runner().expect("head"),
+        futures: Default::default(),
+        prompt_len: 5,
+    };
+    let mut session = Session::new(&exec);
+    let ids: Vec<SeqId> = prompts.iter().map(|_| session.add_sequence()).collect();
+    for ((&id, p), r) in ids.iter().zip(&prompts).zip(&references) {
+        oracles
+            .inner
+            .prefill(&mut backend, &mut session, id, p)
+            .expect("prefill");
+        oracles.futures.insert(id, r.3.clone());
+    }
+    let ks = [1, 2, 2]; // 8 rows: the widest batched-verify program
+    let mut pending: Vec<u32> = references.iter().map(|r| r.3[0]).collect();
+    for _ in 0..2 {
+        let batch: Vec<(SeqId, u32, usize)> = ids
+            .iter()
+            .zip(&pending)
+            .zip(ks)
+            .map(|((&id, &p), k)| (id, p, k))
+            .collect();
+        let steps = session
+            .speculative_step_many(&mut backend, &batch, &mut oracles)
+            .expect("batched step");
+        for (i, step) in steps.iter().enumerate() {
+            assert_eq!(step.accepted, ks[i]);
+            pending[i] = *step.tokens.last().unwrap();
+        }
+    }
+    for (i, &id) in ids.iter().enumerate() {
+        let (paired, rows) = oracles.inner.paired(id).expect("head");
+        assert_eq!(paired + rows, session.seq_len(id).unwrap(), "sequence {i}");
+        let (reference, _, rid, _) = &references[i];
+        assert_eq!(
+            head_kv(&mut backend, &exec, &oracles.inner, id, paired),
+            head_kv(&mut backend, &exec, reference, *rid, paired),
+            "sequence {i}: the head's KV after batched verify steps"
+        );
     }
 }

@@ -32,13 +32,14 @@ use solder_gpu_runtime::GpuBackend;
 use super::draft::{Draft, Drafter};
 use super::{SeqId, Session};
 use crate::bytes::f32s_from_bytes;
-use crate::draft::HiddenRows;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::hidden::HiddenRows;
 use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
+use crate::sampling::{Sampler, Sampling};
 
 /// The head's state for one target sequence.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct HeadSeq {
     /// The drafter's own sequence: its length is the positions whose head KV is written.
     id: SeqId,
@@ -48,14 +49,50 @@ struct HeadSeq {
     /// The last `draft`: the head length before it (positions kept final after it), and the
     /// hidden row it paired with `pending` (put back if the target keeps nothing).
     drafted_from: Option<(usize, Vec<bf16>)>,
+    /// How this sequence's drafts are drawn from the head's logits.
+    sampler: Sampler,
 }
 
-/// The MTP draft head as a drafter (greedy drafts).
+/// The drafts of one speculative step, in draft order (the order of the verify program's
+/// rows): each sequence, its verify rows (k + 1), and whether it was settled.
+#[derive(Debug, Default)]
+struct Round(Vec<(SeqId, usize, bool)>);
+
+impl Round {
+    /// A draft for `seq` of `rows` verify rows; a new round once every earlier one settled.
+    fn drafted(&mut self, seq: SeqId, rows: usize) {
+        if self.0.iter().all(|&(_, _, settled)| settled) {
+            self.0.clear();
+        }
+        self.0.retain(|&(s, _, _)| s != seq);
+        self.0.push((seq, rows, false));
+    }
+
+    /// The first verify row of `seq`'s rows (the rows of the sequences drafted before it), and
+    /// marks it settled; None when `seq` has no unsettled draft in the round.
+    fn settle(&mut self, seq: SeqId) -> Option<usize> {
+        let at = self
+            .0
+            .iter()
+            .position(|&(s, _, settled)| s == seq && !settled)?;
+        self.0[at].2 = true;
+        Some(self.0[..at].iter().map(|&(_, rows, _)| rows).sum())
+    }
+}
+
+/// The MTP draft head as a drafter: greedy by default, or sampling under `Sampling`.
+///
+/// A speculative step's verify program lays out its sequences' rows in the order they were
+/// drafted (`Session::speculative_step_many` drafts and verifies in batch order), so `settle`
+/// finds a sequence's kept rows after the rows of the sequences drafted before it in the same
+/// step.
 pub struct MtpDrafter<'e> {
     exec: &'e CircuitExec,
     /// The head's sequences: their pages hold the head layer's KV.
     session: Session<'e>,
     seqs: BTreeMap<SeqId, HeadSeq>,
+    sampling: Sampling,
+    round: Round,
 }
 
 impl CircuitExec {
@@ -79,6 +116,21 @@ impl<'e> MtpDrafter<'e> {
             exec,
             session: Session::new(exec),
             seqs: BTreeMap::new(),
+            sampling: Sampling::Greedy,
+            round: Round::default(),
+        })
+    }
+
+    /// A drafter sampling its drafts under `sampling` (each sequence's generator seeded from
+    /// it), handing their distributions to speculative sampling's accept/resample rule.
+    pub fn sampled(
+        exec: &'e CircuitExec,
+        sampling: Sampling,
+    ) -> Result<MtpDrafter<'e>, SessionError> {
+        Sampler::new(sampling)?;
+        Ok(MtpDrafter {
+            sampling,
+            ..MtpDrafter::new(exec)?
         })
     }
 
@@ -112,10 +164,13 @@ impl<'e> MtpDrafter<'e> {
     }
 
     fn head(&mut self, seq: SeqId) -> &mut HeadSeq {
-        let session = &mut self.session;
+        let (session, sampling) = (&mut self.session, self.sampling);
         self.seqs.entry(seq).or_insert_with(|| HeadSeq {
             id: session.add_sequence(),
-            ..HeadSeq::default()
+            rows: Vec::new(),
+            drafted_from: None,
+            // Checked when the drafter was made.
+            sampler: Sampler::new(sampling).unwrap_or_else(|_| Sampler::greedy()),
         })
     }
 
@@ -130,7 +185,22 @@ impl<'e> MtpDrafter<'e> {
         first: usize,
         rows: usize,
     ) -> Result<(), SessionError> {
-        let values = self.exec.read_hidden(backend, HiddenRows::Target, rows)?;
+        self.observe_at(backend, seq, first, 0, rows)
+    }
+
+    /// `observe` for a step whose rows of `seq` start at program row `row` (its place in a
+    /// multi-seq or batched-verify step).
+    pub fn observe_at(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        first: usize,
+        row: usize,
+        rows: usize,
+    ) -> Result<(), SessionError> {
+        let values = self
+            .exec
+            .read_hidden_at(backend, HiddenRows::Target, row, rows)?;
         self.observe_rows(seq, first, values)
     }
 
@@ -329,9 +399,14 @@ impl<'e> MtpDrafter<'e> {
         };
         let mut logits = all[all.len() - vocab..].to_vec();
         let mut drafts = Vec::with_capacity(k);
+        let mut probs = Vec::with_capacity(k);
         for i in 0..k {
-            let token = super::greedy(&logits);
+            let (token, p) = match self.head(seq).sampler.sample_with_probs(&logits) {
+                Ok(drawn) => drawn,
+                Err(e) => return self.put_back(seq, (id, len, rows), e.into()),
+            };
             drafts.push(token);
+            probs.push(p);
             if i + 1 == k {
                 break;
             }
@@ -349,9 +424,11 @@ impl<'e> MtpDrafter<'e> {
         // Final now: the positions before the last committed one (their tokens are committed);
         // the last one's pair with `pending` is final once the target keeps `pending`.
         self.head(seq).drafted_from = Some((committed.len() - 1, last_row));
+        self.round.drafted(seq, k + 1);
+        let greedy = self.head(seq).sampler.is_greedy();
         Ok(Draft {
             tokens: drafts,
-            probs: None,
+            probs: (!greedy).then_some(probs),
         })
     }
 
@@ -391,6 +468,7 @@ impl Drafter for MtpDrafter<'_> {
         kept: usize,
     ) -> Result<(), SessionError> {
         let block = self.block();
+        let row = self.round.settle(seq).unwrap_or(0);
         let Some((before, last_row)) = self.seqs.get_mut(&seq).and_then(|h| h.drafted_from.take())
         else {
             return Ok(());
@@ -404,13 +482,15 @@ impl Drafter for MtpDrafter<'_> {
         }
         // `pending` was kept: its pair (at the last committed position) is final; the draft
         // positions after it used the head's own rows and go. The verify's first `kept` rows
-        // are the target's hidden rows of the positions it kept.
+        // are the target's hidden rows of the positions it kept (after the rows of the
+        // sequences drafted before it in this step).
         let len = before + 1;
         self.session.truncate(id, len, len.div_ceil(block));
-        self.observe(backend, seq, len, kept)
+        self.observe_at(backend, seq, len, row, kept)
     }
 
     fn forget(&mut self, seq: SeqId) {
+        self.round.0.retain(|&(s, _, _)| s != seq);
         if let Some(head) = self.seqs.remove(&seq) {
             let _ = self.session.end_sequence(head.id);
         }

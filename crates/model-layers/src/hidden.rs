@@ -66,9 +66,21 @@ impl CircuitExec {
         which: HiddenRows,
         rows: usize,
     ) -> Result<Vec<bf16>, ExecError> {
-        self.check_draft(backend, rows)?;
+        self.read_hidden_at(backend, which, 0, rows)
+    }
+
+    /// Rows `first..first + rows` of `which` hidden region (a sequence's rows of a multi-row
+    /// step: its place in a multi-seq or batched-verify program).
+    pub fn read_hidden_at(
+        &self,
+        backend: &mut dyn GpuBackend,
+        which: HiddenRows,
+        first: usize,
+        rows: usize,
+    ) -> Result<Vec<bf16>, ExecError> {
+        self.check_draft(backend, first + rows)?;
         let mut raw = vec![0u8; rows * self.config.hidden_size * 2];
-        backend.copy_d2h(self.hidden_ptr(which, 0), &mut raw)?;
+        backend.copy_d2h(self.hidden_ptr(which, first), &mut raw)?;
         Ok(raw
             .chunks_exact(2)
             .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
