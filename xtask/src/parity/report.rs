@@ -51,6 +51,9 @@ pub fn speculative_text(s: &SpecFigures) -> String {
         .enumerate()
         .map(|(i, name)| format!("{name} {}/{}", s.accepted[i], s.proposed[i]))
         .collect();
+    if let Some(why) = &s.skipped {
+        return format!("speculative: skipped ({why})");
+    }
     let verdict = if s.failures.is_empty() {
         "identical to plain greedy decoding".to_string()
     } else {
@@ -263,6 +266,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "proposed": r.speculative.proposed,
             "accepted": r.speculative.accepted,
             "failures": r.speculative.failures,
+            "skipped": r.speculative.skipped,
             "ok": r.speculative.passes(),
         },
         "mtp": r.mtp.as_ref().map(|m| json!({

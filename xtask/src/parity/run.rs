@@ -417,8 +417,13 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         })
         .collect::<R<Vec<_>>>()?;
     // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
-    let prefix = &prompts[0][..(tokens / 2).clamp(1, SPEC_PREFIX)];
-    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN)
+    let prefix = &prompts[0][..spec_prefix(tokens)];
+    // Within the model's positions: the prefix, the tokens generated and a verify step of 8.
+    let room = case
+        .config
+        .max_position_embeddings
+        .saturating_sub(prefix.len() + 8);
+    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
         .map_err(|e| format!("{}: speculative: {e}", case.name))?;
     let graphs = fused_exec.graph_counters().to_string();
     // The MTP head (qwen3_next): on execs of its own, after these are freed.
@@ -430,7 +435,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         rules,
         backend,
         &mtp_inputs.1,
-        (&mtp_inputs.0, SPEC_GEN),
+        (&mtp_inputs.0, SPEC_GEN.min(room)),
     )
     .map_err(|e| format!("{}: mtp: {e}", case.name))?;
     let non_finite = finite.found;
@@ -456,6 +461,11 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
 /// The speculative check's prefix (at most) and tokens generated.
 const SPEC_PREFIX: usize = 32;
 const SPEC_GEN: usize = 12;
+
+/// The speculative check's prefix of a prompt of `tokens`: half of it, at most `SPEC_PREFIX`.
+fn spec_prefix(tokens: usize) -> usize {
+    (tokens / 2).clamp(1, SPEC_PREFIX)
+}
 
 /// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.
 fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
@@ -520,9 +530,12 @@ pub fn build_exec_with(
     policy: Policy,
     serve: ServeShape,
 ) -> R<CircuitExec> {
-    let tokens = case.prompt.len();
+    let prompt = case.prompt.len();
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let rollback = serve.verify_widths.last().copied().unwrap_or(1);
+    // Room for the speculative check too: its prefix, the tokens it generates and one
+    // verify step past them.
+    let tokens = prompt.max(spec_prefix(prompt) + SPEC_GEN + rollback);
     let block_size = 16;
     let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
     let kv = KvShape {

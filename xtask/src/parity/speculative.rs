@@ -22,11 +22,13 @@ pub struct SpecFigures {
     pub accepted: [usize; 3],
     /// Every run whose tokens or logits differ from plain greedy decoding.
     pub failures: Vec<String>,
+    /// Why nothing ran (a model with too few positions for a prefix and a verify step).
+    pub skipped: Option<String>,
 }
 
 impl SpecFigures {
     pub fn passes(&self) -> bool {
-        self.failures.is_empty() && self.runs > 0
+        self.failures.is_empty() && (self.runs > 0 || self.skipped.is_some())
     }
 }
 
@@ -100,6 +102,16 @@ pub fn check(
     gen: usize,
 ) -> R<SpecFigures> {
     let vocab = exec.config.vocab_size;
+    if gen == 0 {
+        return Ok(SpecFigures {
+            skipped: Some(format!(
+                "max_position_embeddings {} leaves no room past a prefix of {} and a verify step",
+                exec.config.max_position_embeddings,
+                prefix.len()
+            )),
+            ..SpecFigures::default()
+        });
+    }
     let (want_tokens, want_logits) = {
         let mut session = Session::new(exec);
         let id = session.add_sequence();
