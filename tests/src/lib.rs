@@ -49,6 +49,16 @@ pub fn load_instance(name: &str) -> Result<Instance, String> {
     Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())
 }
 
+/// `load_instance` with draft programs (the MTP head's) at `draft_widths` as well.
+pub fn load_instance_with_draft(name: &str, draft_widths: &[usize]) -> Result<Instance, String> {
+    let config = ModelConfig::from_file(&config_path(name)).map_err(|e| e.to_string())?;
+    let serve = ServeShape {
+        draft_widths: draft_widths.to_vec(),
+        ..ServeShape::default()
+    };
+    Instance::from_config(&config, serve).map_err(|e| e.to_string())
+}
+
 pub fn load_rules() -> Result<RuleSet, String> {
     RuleSet::from_file(&rules_path()).map_err(|e| e.to_string())
 }
@@ -135,6 +145,16 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
         mode: Mode::Verify,
         rows: 4,
     },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Draft,
+        rows: 1,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Draft,
+        rows: 4,
+    },
 ];
 
 impl GoldenPlan {
@@ -148,7 +168,12 @@ impl GoldenPlan {
     /// Without the rules digest (`RULES_DIGEST` holds it), so a rules edit that changes no plan
     /// rewrites no plan file.
     pub fn render(&self) -> Result<String, String> {
-        let instance = load_instance(self.model)?;
+        // A draft plan needs the draft head: the serve asks for draft programs at its rows.
+        let instance = if self.mode == Mode::Draft {
+            load_instance_with_draft(self.model, &[self.rows])?
+        } else {
+            load_instance(self.model)?
+        };
         let rules = load_rules()?;
         let available = Available::all_kernels(&rules);
         let plan = ExecutionPlan::build_with(
@@ -162,7 +187,7 @@ impl GoldenPlan {
         )
         .map_err(|e| e.to_string())?;
         Ok(plan
-            .display(&instance.circuit)
+            .display(instance.circuit_for(self.mode).map_err(|e| e.to_string())?)
             .without_rules_digest()
             .to_string())
     }

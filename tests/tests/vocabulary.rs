@@ -1,5 +1,6 @@
 //! The rules' vocabulary stays true: every role the families give their ops is in
-//! `families::ROLES`, and every listed role is given by some shipped config's circuit.
+//! `families::ROLES`, and every listed role is given by some shipped config's circuit (the
+//! qwen3_next configs' MTP draft circuits included).
 
 use std::collections::BTreeSet;
 
@@ -14,6 +15,14 @@ fn roles_are_exactly_those_the_shipped_circuits_use() {
     {
         let instance = solder_tests::load_instance(name).unwrap();
         used.extend(instance.circuit.ops.iter().map(|op| op.role.clone()));
+        if instance.circuit.family == "qwen3_next" {
+            let with_draft = solder_tests::load_instance_with_draft(name, &[1]).unwrap();
+            let draft = with_draft
+                .draft
+                .as_ref()
+                .expect("a qwen3_next draft circuit");
+            used.extend(draft.ops.iter().map(|op| op.role.clone()));
+        }
     }
     let listed: BTreeSet<String> = ROLES.iter().map(|r| r.to_string()).collect();
     let unlisted: Vec<_> = used.difference(&listed).collect();

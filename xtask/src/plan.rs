@@ -19,6 +19,8 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --all               every (mode, rows) of the serve shape: decode, multi_seq over the
                       ladder, verify 2..8; one line per plan and the total build time
   --max-batch N       widest batch of the serve shape, 1..=4096 (default 128)
+  --draft-widths W,.. draft programs (the MTP head's, qwen3_next) at 1 row and these widths;
+                      --mode draft asks for them at --rows when not given
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
                       streams, events, pool_bytes, live_lower_bound (and `traffic` with --bytes)
   --bytes             per plan, the bytes each launch must move (weights, activations,
@@ -47,6 +49,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "max-streams",
             "max-batch",
             "repeat",
+            "draft-widths",
             "tbps",
             "context",
         ],
@@ -76,10 +79,22 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
-    let serve = match args.number_in("max-batch", 1..=4096)? {
+    let mut serve = match args.number_in("max-batch", 1..=4096)? {
         Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
         None => ServeShape::default(),
     };
+    if let Some(list) = args.value("draft-widths") {
+        serve.draft_widths = list
+            .split(',')
+            .map(|w| {
+                w.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("--draft-widths: `{w}` is not a width"))
+            })
+            .collect::<Result<_, _>>()?;
+    } else if args.value("mode") == Some("draft") {
+        serve.draft_widths = vec![args.number_in("rows", 1..=4096)?.unwrap_or(1)];
+    }
     let mut policy = Policy::default();
     if args.flag("reference-only") {
         policy.fusions = Fusions::ReferenceOnly;
@@ -132,7 +147,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         if plans.len() != 1 {
             return Err("`--dot` draws one plan: give --mode and --rows, not --all".into());
         }
-        print!("{}", plans[0].to_dot(&instance.circuit));
+        let circuit = instance
+            .circuit_for(plans[0].mode)
+            .map_err(|e| e.to_string())?;
+        print!("{}", plans[0].to_dot(circuit));
         return Ok(());
     }
     let bytes = if args.flag("bytes") {
@@ -176,7 +194,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     if plans.len() == 1 && !args.flag("all") {
-        print!("{}", plans[0].display(&instance.circuit));
+        let circuit = instance
+            .circuit_for(plans[0].mode)
+            .map_err(|e| e.to_string())?;
+        print!("{}", plans[0].display(circuit));
         return Ok(());
     }
     for p in &plans {

@@ -181,6 +181,23 @@ impl CircuitBuilder {
         }
     }
 
+    /// A builder that starts with `base`'s weight slots and state declarations (same ids, same
+    /// names) and nothing else: the circuit of another step of the same model (the MTP draft
+    /// head), whose weights and states then share one layout with `base`'s. Asking for one of
+    /// `base`'s weights by name returns its slot.
+    pub fn extending(base: &Circuit, name: impl Into<String>) -> Self {
+        let mut b = CircuitBuilder::new(name, base.family.clone(), base.num_layers);
+        b.circuit.weights = base.weights.clone();
+        b.circuit.states = base.states.clone();
+        b.weight_index = base
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.name.clone(), WeightId(i as u32)))
+            .collect();
+        b
+    }
+
     /// A model input (written by the session, not by an op). One too large is refused by
     /// `finish`.
     pub fn input(&mut self, spec: OutSpec) -> TensorId {

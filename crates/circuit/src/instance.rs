@@ -1,10 +1,15 @@
 //! `Instance`: a circuit with the programs it is served with (`ProgramShapes`) and its
-//! precision. Invariant: an instance's serve shape passed `ProgramShapes::new`.
+//! precision, and, when the serve asks for draft programs, the MTP draft head's circuit.
+//! Invariants: an instance's serve shape passed `ProgramShapes::new`; it has a draft circuit
+//! exactly when its shapes hold draft programs, and that circuit extends the target's weights
+//! and states (`families::build_draft`), so `storage()` lists every slot and state of both.
 
 use solder_config::{ModelConfig, ServeShape};
 
 use crate::error::CircuitError;
-use crate::families::{build_circuit, model_name, CircuitOptions};
+use crate::families::{
+    build_circuit, build_draft, build_target_with_hidden, model_name, CircuitOptions,
+};
 use crate::ir::{Circuit, Dtype};
 use crate::mode::Mode;
 use crate::shapes::ProgramShapes;
@@ -34,6 +39,8 @@ impl Default for Precision {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Instance {
     pub circuit: Circuit,
+    /// The MTP draft head's step circuit (`Mode::Draft`), when draft programs are served.
+    pub draft: Option<Circuit>,
     pub precision: Precision,
     serve: ServeShape,
     shapes: ProgramShapes,
@@ -42,9 +49,31 @@ pub struct Instance {
 impl Instance {
     /// `circuit` served at `serve`; refuses a serve shape `ProgramShapes::new` refuses.
     pub fn new(circuit: Circuit, serve: ServeShape) -> Result<Instance, CircuitError> {
+        Instance::with_draft(circuit, None, serve)
+    }
+
+    /// `circuit` and its draft head's circuit `draft`, served at `serve`; refuses draft
+    /// programs without a draft circuit (and a draft circuit no draft program runs).
+    pub fn with_draft(
+        circuit: Circuit,
+        draft: Option<Circuit>,
+        serve: ServeShape,
+    ) -> Result<Instance, CircuitError> {
         let shapes = ProgramShapes::new(&serve)?;
+        if shapes.has_draft() != draft.is_some() {
+            return Err(CircuitError::ServeShape {
+                field: "draft_widths",
+                problem: format!(
+                    "is {:?} but the model {} a draft circuit: draft programs need the MTP \
+                     draft head's circuit and only run it",
+                    serve.draft_widths,
+                    if draft.is_some() { "has" } else { "has no" }
+                ),
+            });
+        }
         Ok(Instance {
             circuit,
+            draft,
             precision: Precision::default(),
             serve,
             shapes,
@@ -67,8 +96,34 @@ impl Instance {
             source_name: config.source.clone(),
             message: e.to_string(),
         })?;
-        let circuit = build_circuit(config, &model_name(&config.source), options)?;
-        Instance::new(circuit, serve)
+        let name = model_name(&config.source);
+        if serve.draft_widths.is_empty() {
+            return Instance::new(build_circuit(config, &name, options)?, serve);
+        }
+        let circuit = build_target_with_hidden(config, &name, options)?;
+        let draft = build_draft(config, &circuit, options)?;
+        Instance::with_draft(circuit, Some(draft), serve)
+    }
+
+    /// The circuit `mode`'s programs run: the draft head's for `Mode::Draft`, else the
+    /// model's; refused for draft without a draft head.
+    pub fn circuit_for(&self, mode: Mode) -> Result<&Circuit, CircuitError> {
+        match (mode, &self.draft) {
+            (Mode::Draft, Some(draft)) => Ok(draft),
+            (Mode::Draft, None) => Err(CircuitError::Unsupported {
+                source_name: self.circuit.name.clone(),
+                message: "draft programs run the MTP draft head, and this instance has none \
+                          (its serve shape asks for no `draft_widths`)"
+                    .to_string(),
+            }),
+            _ => Ok(&self.circuit),
+        }
+    }
+
+    /// The circuit whose weight slots and state declarations cover every program's: the
+    /// draft circuit (which extends the model's) when there is one, else the model's.
+    pub fn storage(&self) -> &Circuit {
+        self.draft.as_ref().unwrap_or(&self.circuit)
     }
 
     /// The serve shape the instance was made with.
@@ -82,8 +137,8 @@ impl Instance {
     }
 
     /// Every (mode, rows) the serve shape asks a program for, in canonical order: decode;
-    /// multi_seq over the ladder; verify at each width. (`verify_batch` row tables and the
-    /// draft head come with the families and sessions that use them.)
+    /// multi_seq over the ladder; verify at each width; draft at 1 row and each draft width.
+    /// (`verify_batch` row tables come with the sessions that use them.)
     pub fn shapes(&self) -> Vec<(Mode, usize)> {
         self.shapes.all().to_vec()
     }

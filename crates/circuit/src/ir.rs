@@ -123,11 +123,19 @@ pub enum Binding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ModelInput {
     Tokens,
+    /// The target's final hidden rows (`ModelOutput::Hidden`), read by the MTP draft head.
+    Hidden,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ModelOutput {
     Logits,
+    /// The target's final-norm output (what its LM head reads), kept for the draft head:
+    /// bf16 `[n, hidden]` in the workspace's hidden region.
+    Hidden,
+    /// The draft head's own final-norm output (`mtp.norm`), which the next draft step chains
+    /// from: bf16 `[n, hidden]` in the workspace's draft-hidden region.
+    DraftHidden,
 }
 
 impl Binding {
@@ -135,7 +143,10 @@ impl Binding {
         match self {
             Binding::Arena => "arena",
             Binding::Input(ModelInput::Tokens) => "input.tokens",
+            Binding::Input(ModelInput::Hidden) => "input.hidden",
             Binding::Output(ModelOutput::Logits) => "output.logits",
+            Binding::Output(ModelOutput::Hidden) => "output.hidden",
+            Binding::Output(ModelOutput::DraftHidden) => "output.draft_hidden",
             Binding::State(_) => "state",
         }
     }

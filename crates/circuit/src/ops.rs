@@ -57,6 +57,10 @@ pub enum OpKind {
     GdnRecurrence,
     /// RMSNorm of each value head gated by SiLU(z): (core, qkvz) -> bf16 rows.
     GdnGatedNorm,
+    /// The MTP draft head's input (qwen3_next): the zero-centred RMSNorms of the token's
+    /// embedding (f32) and of the target's hidden row (bf16), side by side:
+    /// (embed, hidden) -> bf16 `[n, 2 * hidden]`, embedding first.
+    MtpPreFc,
 }
 
 impl OpKind {
@@ -84,6 +88,7 @@ impl OpKind {
         OpKind::GdnGates,
         OpKind::GdnRecurrence,
         OpKind::GdnGatedNorm,
+        OpKind::MtpPreFc,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -111,6 +116,7 @@ impl OpKind {
             OpKind::GdnGates => "gdn_gates",
             OpKind::GdnRecurrence => "gdn_recurrence",
             OpKind::GdnGatedNorm => "gdn_gated_norm",
+            OpKind::MtpPreFc => "mtp_pre_fc",
         }
     }
 

@@ -1,11 +1,13 @@
 //! `ProgramShapes`: the (mode, rows) a build compiles a program for, read from a `ServeShape`
 //! (plain data) once, and the one place that answers "which program runs n rows".
 //!
-//! Invariants: built only from a serve shape that passes `ServeShape::validate` and asks for
-//! no shape nothing compiles (draft programs are refused until the draft head exists); the
-//! list is in canonical order — decode at 1 row, then multi-seq widths ascending, then verify
-//! widths ascending, then batched-verify widths ascending — with no (mode, rows) twice; every
-//! entry passes `Mode::check_rows`.
+//! Invariants: built only from a serve shape that passes `ServeShape::validate`; the list is in
+//! canonical order — decode at 1 row, then multi-seq widths ascending, then verify widths
+//! ascending, then batched-verify widths ascending, then draft (the MTP head's step) at 1 row
+//! and at every other `draft_widths` width ascending, when `draft_widths` asks for any — with
+//! no (mode, rows) twice; every entry passes `Mode::check_rows`. Whether the model has a draft
+//! head is the instance's question (`Instance::from_config_with` refuses draft widths for a
+//! family without one).
 
 use solder_config::ServeShape;
 
@@ -19,21 +21,9 @@ pub struct ProgramShapes {
 }
 
 impl ProgramShapes {
-    /// The programs `serve` asks for; refuses a shape that fails validation or names widths
-    /// of a mode nothing compiles yet.
+    /// The programs `serve` asks for; refuses a shape that fails validation.
     pub fn new(serve: &ServeShape) -> Result<ProgramShapes, CircuitError> {
         serve.validate()?;
-        if !serve.draft_widths.is_empty() {
-            return Err(CircuitError::ServeShape {
-                field: "draft_widths",
-                problem: format!(
-                    "asks for draft programs at widths {:?}, but draft programs are not \
-                     compiled yet (the speculative decoding issue adds them): leave \
-                     `draft_widths` empty",
-                    serve.draft_widths
-                ),
-            });
-        }
         let mut programs = vec![(Mode::Decode, 1)];
         programs.extend(serve.multi_seq_ladder.iter().map(|&w| (Mode::MultiSeq, w)));
         programs.extend(serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
@@ -43,10 +33,22 @@ impl ProgramShapes {
                 .iter()
                 .map(|&w| (Mode::VerifyBatch, w)),
         );
+        if !serve.draft_widths.is_empty() {
+            // One row (each draft step after the first) and the n-row widths (several rows
+            // at once: the head's catch-up over accepted tokens, or several sequences).
+            programs.push((Mode::Draft, 1));
+            let wider = serve.draft_widths.iter().filter(|&&w| w > 1);
+            programs.extend(wider.map(|&w| (Mode::Draft, w)));
+        }
         for &(mode, rows) in &programs {
             mode.check_rows(rows)?;
         }
         Ok(ProgramShapes { programs })
+    }
+
+    /// Whether draft programs (the MTP head's) are asked for.
+    pub fn has_draft(&self) -> bool {
+        self.programs.iter().any(|(mode, _)| *mode == Mode::Draft)
     }
 
     /// Every (mode, rows), in canonical order.

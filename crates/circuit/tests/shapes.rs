@@ -1,5 +1,5 @@
-//! `ProgramShapes`: the canonical order of a serve's programs, the narrowest width for n rows,
-//! and the refusal of serve shapes asking for programs nothing compiles.
+//! `ProgramShapes`: the canonical order of a serve's programs (draft programs last), the
+//! narrowest width for n rows, and the refusal of draft programs without a draft head.
 
 use solder_circuit::{CircuitError, Instance, Mode, ProgramShapes};
 use solder_config::{ModelConfig, ServeShape};
@@ -54,32 +54,39 @@ fn widest_within_is_the_last_width_that_n_rows_fill() {
 }
 
 #[test]
-fn draft_widths_are_refused_until_draft_programs_compile() {
+fn draft_programs_follow_verify_at_one_row_and_each_draft_width() {
+    let serve = ServeShape {
+        draft_widths: vec![1, 2, 8],
+        ..ServeShape::with_max_batch(8).expect("valid")
+    };
+    let shapes = ProgramShapes::new(&serve).expect("draft programs compile");
+    assert!(shapes.has_draft());
+    let all = shapes.all();
+    let first_draft = all.iter().position(|(m, _)| *m == Mode::Draft).unwrap();
+    // After every verify and batched-verify width: the last primaries.
+    assert_eq!(all[first_draft - 1].0, Mode::VerifyBatch, "{all:?}");
+    assert!(all[..first_draft].contains(&(Mode::Verify, 8)));
+    assert_eq!(
+        all[first_draft..],
+        [(Mode::Draft, 1), (Mode::Draft, 2), (Mode::Draft, 8)]
+    );
+    // One row is always compiled, even when the widths leave it out.
+    let serve = ServeShape {
+        draft_widths: vec![4],
+        ..ServeShape::with_max_batch(8).expect("valid")
+    };
+    let shapes = ProgramShapes::new(&serve).expect("compiles");
+    assert_eq!(shapes.widths(Mode::Draft).collect::<Vec<_>>(), [1, 4]);
+    assert!(!served_at(8).has_draft());
+}
+
+#[test]
+fn draft_widths_are_refused_for_a_family_without_a_draft_head() {
     let serve = ServeShape {
         draft_widths: vec![1, 2],
         ..ServeShape::default()
     };
-    serve
-        .validate()
-        .expect("the widths themselves are in range");
-    let err = ProgramShapes::new(&serve).expect_err("no draft program compiles");
-    assert!(
-        matches!(
-            err,
-            CircuitError::ServeShape {
-                field: "draft_widths",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let message = err.to_string();
-    assert!(
-        message.contains("draft_widths") && message.contains("not compiled yet"),
-        "{message}"
-    );
-
-    // Through an instance too, named with the config it was asked for.
+    // Through an instance, named with the config it was asked for.
     let config = ModelConfig::from_json_str(
         r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
         "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -88,12 +95,18 @@ fn draft_widths_are_refused_until_draft_programs_compile() {
         "llama-tiny.json",
     )
     .expect("a tiny config");
-    let err = Instance::from_config(&config, serve).expect_err("refused");
+    let err = Instance::from_config(&config, serve.clone()).expect_err("refused");
+    assert!(matches!(err, CircuitError::Unsupported { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
         message.contains("llama-tiny.json") && message.contains("draft_widths"),
         "{message}"
     );
+    // A hand-made instance with draft widths but no draft circuit is refused by name too.
+    let circuit =
+        solder_circuit::build_circuit(&config, "llama-tiny", Default::default()).expect("circuit");
+    let err = Instance::new(circuit, serve).expect_err("no draft circuit");
+    assert!(err.to_string().contains("draft_widths"), "{err}");
 }
 
 #[test]

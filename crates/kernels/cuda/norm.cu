@@ -118,3 +118,33 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm_zc(const bf16* __rest
         }
     }
 }
+
+// The MTP draft head's input (Qwen3-Next): per row, the zero-centred RMSNorm of the token's
+// embedding e f32[rows·hidden] (weight we) and of the target's hidden row x bf16[rows·hidden]
+// (weight wh), side by side: out bf16[rows·2·hidden], embedding first. One warp per row
+// (grid-stride); each half reduced as `row_inv_rms` reduces a row (x widened to f32).
+extern "C" __global__ void __launch_bounds__(256) mtp_pre_fc_zc(const float* __restrict__ e,
+                                                                const bf16* __restrict__ x,
+                                                                const bf16* __restrict__ we,
+                                                                const bf16* __restrict__ wh,
+                                                                bf16* __restrict__ out,
+                                                                unsigned rows, unsigned hidden,
+                                                                float eps) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warps = blockDim.x >> 5;
+    for (unsigned r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {
+        const unsigned long long at = (unsigned long long)r * hidden;
+        const float* er = e + at;
+        const bf16* xr = x + at;
+        bf16* o = out + 2ull * at;
+        const float inv_e = row_inv_rms(er, nullptr, hidden, eps, lane);
+        for (unsigned i = lane; i < hidden; i += 32) {
+            o[i] = norm_value_zc(er[i], inv_e, we[i]);
+        }
+        const float ss = warp_sum_squares([&](unsigned i) { return to_f32(xr[i]); }, hidden, lane);
+        const float inv_x = inv_rms(ss, hidden, eps);
+        for (unsigned i = lane; i < hidden; i += 32) {
+            o[hidden + i] = norm_value_zc(to_f32(xr[i]), inv_x, wh[i]);
+        }
+    }
+}

@@ -45,6 +45,17 @@ impl Bindings<'_> {
                 ptr: self.workspace.offset(self.layout.logits_offset),
                 bytes,
             }),
+            // The target writes its final hidden rows where the draft head reads them.
+            Binding::Input(ModelInput::Hidden) | Binding::Output(ModelOutput::Hidden) => {
+                Some(Buf {
+                    ptr: self.workspace.offset(self.layout.hidden_offset),
+                    bytes,
+                })
+            }
+            Binding::Output(ModelOutput::DraftHidden) => Some(Buf {
+                ptr: self.workspace.offset(self.layout.draft_hidden_offset),
+                bytes,
+            }),
             Binding::State(state) => Some(self.state(state)),
         }
     }

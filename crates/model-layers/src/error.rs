@@ -178,6 +178,8 @@ pub enum SessionError {
     DraftVocab { draft: usize, target: usize },
     #[error("rewind: {0}")]
     Rewind(String),
+    #[error("MTP draft head: {0}")]
+    DraftHead(String),
     #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
     #[error(

@@ -243,21 +243,27 @@ impl CircuitExec {
         };
         let instance = Instance::from_config_with(&config, serve, options)?;
         // Weights first: a checkpoint missing a tensor is refused before any plan is built.
+        // The draft circuit (when served) extends the model's slots: one list for both.
+        let storage = instance.storage();
         let host = match weights {
             WeightSource::Checkpoint(dir) => {
-                HostWeights::load(&instance.circuit, &Checkpoint::open(&dir)?)?
+                let checkpoint = Checkpoint::open(&dir)?;
+                if instance.draft.is_some() {
+                    check_draft_head(&checkpoint, &instance.serve().draft_widths)?;
+                }
+                HostWeights::load(storage, &checkpoint)?
             }
             WeightSource::Host(w) => w,
-            WeightSource::Random { seed } => HostWeights::random(&instance.circuit, seed),
+            WeightSource::Random { seed } => HostWeights::random(storage, seed),
         };
-        if host.slots.len() != instance.circuit.weights.len() {
+        if host.slots.len() != storage.weights.len() {
             return Err(ExecError::Build(format!(
                 "{} weight slots given, the circuit has {}",
                 host.slots.len(),
-                instance.circuit.weights.len()
+                storage.weights.len()
             )));
         }
-        host.check_lengths(&instance.circuit)?;
+        host.check_lengths(storage)?;
         let available = Available {
             kernels: backend.kernel_names().into_iter().collect(),
             ..Available::default()
@@ -273,7 +279,9 @@ impl CircuitExec {
         // Runtime routes: an arm plan per (mode, rows) whose route enables different rules.
         let mut arm_plans = Vec::new();
         for plan in &plans {
-            for condition in solder_circuit::routes::routes(&instance.circuit, plan.mode) {
+            for condition in
+                solder_circuit::routes::routes(instance.circuit_for(plan.mode)?, plan.mode)
+            {
                 let with = available.clone().with_capability(condition.capability());
                 let arm =
                     ExecutionPlan::build(&instance, &rules, &with, &policy, plan.mode, plan.rows)?;
@@ -290,7 +298,7 @@ impl CircuitExec {
             .chain(arm_plans.iter().map(|(_, p)| p))
             .collect();
         let layout = Layout::new(
-            &instance.circuit,
+            instance.storage(),
             &served,
             config.vocab_size,
             inv_freq.len(),
@@ -738,7 +746,7 @@ impl CircuitExec {
         }
     }
 
-    fn check_live(&self) -> Result<(), ExecError> {
+    pub(crate) fn check_live(&self) -> Result<(), ExecError> {
         if self.freed {
             return Err(ExecError::Build("the exec's workspace was freed".into()));
         }
@@ -812,7 +820,7 @@ impl CircuitExec {
         }
         let served: Vec<&ExecutionPlan> = self.plans.iter().chain(&self.arm_plans).collect();
         let layout = Layout::new(
-            &self.instance.circuit,
+            self.instance.storage(),
             &served,
             self.config.vocab_size,
             self.layout.inv_freq_len,
@@ -903,31 +911,48 @@ struct Targets<'a> {
 /// Compiles the primary programs of `plans` and the route arms of `arms`, bound to `targets`.
 fn compile_all<'p>(
     backend: &mut dyn GpuBackend,
-    instance: &Instance,
-    targets: &Targets<'_>,
-    plans: &[ExecutionPlan],
+    instance: &'p Instance,
+    targets: &'p Targets<'p>,
+    plans: &'p [ExecutionPlan],
     arms: impl Iterator<Item = (RouteCondition, &'p ExecutionPlan)>,
 ) -> Result<(Vec<Program>, Vec<Program>), ExecError> {
-    let bind = |plan| Bindings {
-        circuit: &instance.circuit,
-        plan,
-        layout: targets.layout,
-        workspace: targets.workspace,
-        weights: targets.weights,
-        kv: targets.kv,
+    let bind = |plan: &'p ExecutionPlan| -> Result<Bindings<'_>, ExecError> {
+        Ok(Bindings {
+            circuit: instance.circuit_for(plan.mode)?,
+            plan,
+            layout: targets.layout,
+            workspace: targets.workspace,
+            weights: targets.weights,
+            kv: targets.kv,
+        })
     };
     let programs = plans
         .iter()
-        .map(|plan| compile(plan, &bind(plan), backend))
+        .map(|plan| compile(plan, &bind(plan)?, backend))
         .collect::<Result<Vec<_>, _>>()?;
     let arms = arms
         .map(|(condition, plan)| {
-            let mut program = compile(plan, &bind(plan), backend)?;
+            let mut program = compile(plan, &bind(plan)?, backend)?;
             program.arm = Some(condition);
             Ok(program)
         })
         .collect::<Result<Vec<_>, ExecError>>()?;
     Ok((programs, arms))
+}
+
+/// A checkpoint the draft programs are built for must carry the MTP head (`mtp.*`): one
+/// without any is refused by name before any slot is read (a partial head is refused by the
+/// first missing tensor's name when the slots load).
+fn check_draft_head(checkpoint: &Checkpoint, draft_widths: &[usize]) -> Result<(), ExecError> {
+    let prefix = solder_circuit::families::MTP_PREFIX;
+    if checkpoint.names().any(|name| name.starts_with(prefix)) {
+        return Ok(());
+    }
+    Err(ExecError::Build(format!(
+        "{}: the serve asks for draft programs (draft_widths {draft_widths:?}) but the \
+         checkpoint has no MTP draft head (no `{prefix}*` tensor): leave draft_widths empty",
+        checkpoint.dir.display()
+    )))
 }
 
 /// Destroys a graph's exec, then the graph.

@@ -1,5 +1,6 @@
 //! Where everything lives on the device: the workspace (metadata region — its fields are
-//! `meta::MetaLayout`'s —, logits, arena, attention scratch), the weights (each slot, then
+//! `meta::MetaLayout`'s —, logits, arena, attention scratch, and with a draft head the hidden
+//! rows it reads and writes), the weights (each slot, then
 //! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, their
 //! per-row snapshots and the backup a step saves them to).
 //!
@@ -9,7 +10,7 @@
 //! scratch's counters are zero between launches (zeroed once at build, reset by each
 //! attention launch's merging blocks).
 
-use solder_circuit::ir::{Attr, Circuit, StateKind};
+use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
 use solder_circuit::ops::OpKind;
 use solder_circuit::ExecutionPlan;
 
@@ -39,6 +40,12 @@ pub struct Layout {
     /// widest plan and the largest attention op); zero bytes without attention.
     pub attn_scratch_offset: usize,
     pub attn_scratch_bytes: usize,
+    /// The target's final hidden rows (`ModelOutput::Hidden`, read by the draft head as
+    /// `ModelInput::Hidden`) and the draft head's own (`ModelOutput::DraftHidden`), bf16
+    /// `[max_rows, hidden]` each, after the attention scratch; zero bytes without a draft head.
+    pub hidden_offset: usize,
+    pub draft_hidden_offset: usize,
+    pub hidden_bytes: usize,
     pub workspace_bytes: usize,
     /// Offset of each weight slot in the weights allocation, then of inv_freq.
     pub weight_offsets: Vec<usize>,
@@ -94,6 +101,9 @@ impl Layout {
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
         let attn_scratch_offset = arena_offset + arena_bytes;
         let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
+        let hidden_offset = attn_scratch_offset + attn_scratch_bytes;
+        let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
+        let draft_hidden_offset = hidden_offset + hidden_bytes;
 
         let mut weight_offsets = Vec::with_capacity(circuit.weights.len());
         let mut at = 0;
@@ -152,7 +162,10 @@ impl Layout {
             arena_bytes,
             attn_scratch_offset,
             attn_scratch_bytes,
-            workspace_bytes: attn_scratch_offset + attn_scratch_bytes,
+            hidden_offset,
+            draft_hidden_offset,
+            hidden_bytes,
+            workspace_bytes: draft_hidden_offset + hidden_bytes,
             weight_offsets,
             inv_freq_offset,
             inv_freq_len,
@@ -164,6 +177,17 @@ impl Layout {
             state_bytes,
         }
     }
+}
+
+/// Bytes of one row of the draft head's hidden input (`ModelInput::Hidden`); zero for a
+/// circuit without one (`circuit` is the instance's `storage()`: the draft circuit when there
+/// is one).
+fn hidden_row_bytes(circuit: &Circuit) -> usize {
+    circuit
+        .tensors
+        .iter()
+        .find(|t| t.binding == Binding::Input(ModelInput::Hidden))
+        .map_or(0, |t| t.bytes(1))
 }
 
 /// Scratch bytes of the circuit's attention ops at `max_rows` (largest heads and head_dim;

@@ -21,6 +21,7 @@ pub mod emit;
 pub mod error;
 pub mod exec;
 pub mod graphs;
+pub mod hidden;
 pub mod kernels;
 pub mod layout;
 pub mod meta;
@@ -34,10 +35,11 @@ pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
+pub use hidden::HiddenRows;
 pub use program::{Program, ProgramStep};
 pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
-    greedy, Acceptances, Draft, Drafter, ModelDrafter, RewindPoint, SeqId, Session, SpecPolicy,
-    SpeculativeStep,
+    greedy, Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session,
+    SpecPolicy, SpeculativeStep,
 };
 pub use weights::HostWeights;

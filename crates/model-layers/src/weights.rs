@@ -25,7 +25,8 @@ const MODEL_INV_FREQ: &str = "model.rotary_emb.inv_freq";
 const LAYER_INV_FREQ: (&str, &str) = ("model.layers.", ".self_attn.rotary_emb.inv_freq");
 
 /// Qwen3-Next checkpoints carry a multi-token-prediction head that transformers ignores
-/// (`_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]`); so does solder until it serves it.
+/// (`_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]`); so does solder unless the serve asks
+/// for draft programs, whose circuit (`families::build_draft`) names them as slots.
 const MTP_FAMILY: &str = "qwen3_next";
 const MTP_PREFIX: &str = "mtp.";
 
@@ -68,7 +69,8 @@ fn is_derived(name: &str, num_layers: u32) -> bool {
 pub struct Unused {
     /// `rotary_emb.inv_freq` buffers at the names transformers writes.
     pub derived: usize,
-    /// qwen3_next's multi-token-prediction tensors (`mtp.*`), ignored as transformers does.
+    /// qwen3_next's multi-token-prediction tensors (`mtp.*`) no slot reads (all of them
+    /// without draft programs), ignored as transformers does.
     pub mtp: usize,
     /// A tied head saved as a copy of the embedding.
     pub tied_head_copy: bool,

@@ -1,6 +1,8 @@
 //! Golden files (`../shared/golden/README.md`): `input_ids` (I64 [T]), `logits` (F32 [T, V],
 //! transformers' fp32 forward over the bf16 weights) and `logits_bf16` (transformers' bf16
-//! forward).
+//! forward); for a model with an MTP draft head, optionally `mtp_logits` and
+//! `mtp_logits_bf16` (F32 [T-1, V]: the head's logits at the pairs (hidden[p], input_ids[p+1]),
+//! `tests/fixtures/golden/generate.py`'s `mtp_reference`).
 
 use std::path::Path;
 
@@ -12,6 +14,19 @@ pub struct Golden {
     pub logits: Vec<f32>,
     pub logits_bf16: Vec<f32>,
     pub vocab: usize,
+    /// The MTP draft head's logits `[T-1, V]`, fp32 then bf16 (both or neither).
+    pub mtp: Option<(Vec<f32>, Vec<f32>)>,
+    /// The head alone: transformers' fp32 final hidden rows rounded to bf16 (`[T, H]`), and the
+    /// head's logits over them `[T-1, V]`, fp32 then bf16.
+    pub mtp_head: Option<MtpHeadGolden>,
+}
+
+#[derive(Debug)]
+pub struct MtpHeadGolden {
+    pub hidden: Vec<f32>,
+    pub hidden_size: usize,
+    pub logits: Vec<f32>,
+    pub logits_bf16: Vec<f32>,
 }
 
 impl Golden {
@@ -68,11 +83,69 @@ impl Golden {
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect::<Vec<_>>()
         };
+        let mtp = match (
+            file.tensor("mtp_logits").is_ok(),
+            file.tensor("mtp_logits_bf16").is_ok(),
+        ) {
+            (false, false) => None,
+            (true, true) => {
+                let (shape, mtp) = get("mtp_logits", Dtype::F32)?;
+                let (shape_bf16, mtp_bf16) = get("mtp_logits_bf16", Dtype::F32)?;
+                if shape != [tokens - 1, vocab] || shape_bf16 != shape {
+                    return Err(format!(
+                        "{}: shapes mtp_logits {shape:?}, mtp_logits_bf16 {shape_bf16:?} do not fit [T-1, V] = [{}, {vocab}]",
+                        path.display(),
+                        tokens - 1
+                    ));
+                }
+                Some((floats(mtp), floats(mtp_bf16)))
+            }
+            _ => {
+                return Err(format!(
+                    "{}: `mtp_logits` and `mtp_logits_bf16` come together",
+                    path.display()
+                ))
+            }
+        };
+        let names = ["mtp_hidden", "mtp_head_logits", "mtp_head_logits_bf16"];
+        let mtp_head = match names.map(|n| file.tensor(n).is_ok()) {
+            [false, false, false] => None,
+            [true, true, true] => {
+                let (hidden_shape, hidden) = get("mtp_hidden", Dtype::F32)?;
+                let (shape, head) = get("mtp_head_logits", Dtype::F32)?;
+                let (shape_bf16, head_bf16) = get("mtp_head_logits_bf16", Dtype::F32)?;
+                if hidden_shape.len() != 2
+                    || hidden_shape[0] != tokens
+                    || shape != [tokens - 1, vocab]
+                    || shape_bf16 != shape
+                {
+                    return Err(format!(
+                        "{}: shapes mtp_hidden {hidden_shape:?}, mtp_head_logits {shape:?}, mtp_head_logits_bf16 {shape_bf16:?} do not fit [T, H], [T-1, V], [T-1, V]",
+                        path.display()
+                    ));
+                }
+                Some(MtpHeadGolden {
+                    hidden: floats(hidden),
+                    hidden_size: hidden_shape[1],
+                    logits: floats(head),
+                    logits_bf16: floats(head_bf16),
+                })
+            }
+            _ => {
+                return Err(format!(
+                    "{}: {} come together",
+                    path.display(),
+                    names.map(|n| format!("`{n}`")).join(", ")
+                ))
+            }
+        };
         let golden = Golden {
             input_ids,
             logits: floats(logits),
             logits_bf16: floats(logits_bf16),
             vocab,
+            mtp,
+            mtp_head,
         };
         golden
             .validate()
@@ -85,60 +158,119 @@ impl Golden {
     /// the largest |logit| (`E_HF_PLAUSIBLE`), which a `logits_bf16` shifted or scaled by
     /// anything like its own size is.
     fn validate(&self) -> Result<(), String> {
-        for (name, values) in [("logits", &self.logits), ("logits_bf16", &self.logits_bf16)] {
-            if let Some(at) = non_finite(values, self.vocab) {
-                return Err(format!("`{name}` {at}"));
+        validate_pair(
+            ("logits", &self.logits),
+            ("logits_bf16", &self.logits_bf16),
+            self.vocab,
+        )?;
+        if let Some((mtp, mtp_bf16)) = &self.mtp {
+            validate_pair(
+                ("mtp_logits", mtp),
+                ("mtp_logits_bf16", mtp_bf16),
+                self.vocab,
+            )?;
+        }
+        if let Some(h) = &self.mtp_head {
+            let (head, head_bf16) = (&h.logits, &h.logits_bf16);
+            validate_pair(
+                ("mtp_head_logits", head),
+                ("mtp_head_logits_bf16", head_bf16),
+                self.vocab,
+            )?;
+            if let Some(at) = non_finite(&h.hidden, h.hidden_size) {
+                return Err(format!("`mtp_hidden` {at}"));
             }
         }
-        let scale = self.logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-        if scale <= 0.0 {
-            return Err("`logits` are all zero".into());
-        }
-        let e_hf = max_abs_diff(&self.logits_bf16, &self.logits);
-        if e_hf.is_nan() || e_hf <= 0.0 {
-            return Err(format!(
-                "e_hf = max |logits_bf16 - logits| is {e_hf}: `logits_bf16` must be a bf16 run,                  not a copy of `logits`"
-            ));
-        }
-        if e_hf > E_HF_PLAUSIBLE * scale {
-            return Err(format!(
-                "e_hf = max |logits_bf16 - logits| is {e_hf:.4e}, more than {E_HF_PLAUSIBLE} x the                  largest |logit| ({scale:.4e}): `logits_bf16` is not a bf16 run of this model"
-            ));
-        }
         Ok(())
+    }
+
+    /// The head-alone figures against `mtp_head_logits` (`ours` `[(T-1) * V]`).
+    pub fn compare_mtp_head(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
+        let h = self.mtp_head.as_ref()?;
+        Some(figures(ours, &h.logits, &h.logits_bf16, self.vocab))
+    }
+
+    /// The MTP head's figures against `mtp_logits` (`ours` `[(T-1) * V]`); None without them.
+    pub fn compare_mtp(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
+        let (mtp, mtp_bf16) = self.mtp.as_ref()?;
+        Some(figures(ours, mtp, mtp_bf16, self.vocab))
     }
 
     /// `e`, `e_hf`, and the share of positions whose argmax matches the reference; `ours`
     /// must be `[T * V]` like the golden.
     pub fn compare(&self, ours: &[f32]) -> Result<GoldenFigures, String> {
-        if ours.len() != self.logits.len() {
+        figures(ours, &self.logits, &self.logits_bf16, self.vocab)
+    }
+}
+
+/// Refuses a reference/bf16 pair that cannot judge anything: a non-finite value in either,
+/// or an `e_hf` that is zero (the bf16 tensor is not a bf16 run) or implausible: larger than
+/// the largest |logit| (`E_HF_PLAUSIBLE`).
+fn validate_pair(
+    (name, reference): (&str, &[f32]),
+    (bf16_name, bf16): (&str, &[f32]),
+    vocab: usize,
+) -> Result<(), String> {
+    {
+        for (name, values) in [(name, reference), (bf16_name, bf16)] {
+            if let Some(at) = non_finite(values, vocab) {
+                return Err(format!("`{name}` {at}"));
+            }
+        }
+        let (logits, logits_bf16) = (reference, bf16);
+        let scale = logits.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        if scale <= 0.0 {
+            return Err(format!("`{name}` are all zero"));
+        }
+        let e_hf = max_abs_diff(logits_bf16, logits);
+        if e_hf.is_nan() || e_hf <= 0.0 {
             return Err(format!(
-                "{} logits to compare with a golden of {} ({} positions x vocab {})",
-                ours.len(),
-                self.logits.len(),
-                self.input_ids.len(),
-                self.vocab
+                "e_hf = max |{bf16_name} - {name}| is {e_hf}: `{bf16_name}` must be a bf16 run, \
+                 not a copy of `{name}`"
             ));
         }
-        let e = max_abs_diff(ours, &self.logits);
-        let e_hf = max_abs_diff(&self.logits_bf16, &self.logits);
-        let positions = self.input_ids.len();
-        let top1 = (0..positions)
-            .filter(|&t| {
-                let row =
-                    |v: &[f32]| crate::parity::argmax(&v[t * self.vocab..(t + 1) * self.vocab]);
-                row(ours) == row(&self.logits)
-            })
-            .count() as f64
-            / positions.max(1) as f64;
-        Ok(GoldenFigures {
-            e,
-            e_hf,
-            // NaN when either is NaN or e_hf is zero; `passes` refuses those by name.
-            ratio: e / e_hf,
-            top1,
-        })
+        if e_hf > E_HF_PLAUSIBLE * scale {
+            return Err(format!(
+                "e_hf = max |{bf16_name} - {name}| is {e_hf:.4e}, more than {E_HF_PLAUSIBLE} x the \
+                 largest |logit| ({scale:.4e}): `{bf16_name}` is not a bf16 run of this model"
+            ));
+        }
+        Ok(())
     }
+}
+
+/// `e`, `e_hf`, and the share of positions whose argmax matches `reference` (`[positions *
+/// vocab]`, as `ours` must be).
+fn figures(
+    ours: &[f32],
+    reference: &[f32],
+    bf16: &[f32],
+    vocab: usize,
+) -> Result<GoldenFigures, String> {
+    let positions = reference.len() / vocab.max(1);
+    if ours.len() != reference.len() {
+        return Err(format!(
+            "{} logits to compare with a golden of {} ({positions} positions x vocab {vocab})",
+            ours.len(),
+            reference.len(),
+        ));
+    }
+    let e = max_abs_diff(ours, reference);
+    let e_hf = max_abs_diff(bf16, reference);
+    let top1 = (0..positions)
+        .filter(|&t| {
+            let row = |v: &[f32]| crate::parity::argmax(&v[t * vocab..(t + 1) * vocab]);
+            row(ours) == row(reference)
+        })
+        .count() as f64
+        / positions.max(1) as f64;
+    Ok(GoldenFigures {
+        e,
+        e_hf,
+        // NaN when either is NaN or e_hf is zero; `passes` refuses those by name.
+        ratio: e / e_hf,
+        top1,
+    })
 }
 
 /// How far transformers' bf16 forward may drift, relative to the largest |logit|, before a

@@ -3,6 +3,7 @@
 
 pub(crate) mod builtin;
 pub(crate) mod golden;
+mod mtp;
 mod report;
 pub(crate) mod run;
 mod speculative;

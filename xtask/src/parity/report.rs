@@ -7,6 +7,42 @@ use serde_json::json;
 use super::run::{CaseReport, Diff, RouteLog};
 use super::speculative::{SpecFigures, DRAFTERS, KS};
 
+/// "mtp head (draft widths 1/4): 39 pairs, reference vs all rules identical, target logits
+/// unchanged, golden e/e_hf 0.41; speculative k 1/2/4/7: 4 runs of 12 tokens identical to
+/// plain greedy decoding; accepted 0/30".
+pub fn mtp_text(m: &super::mtp::MtpFigures) -> String {
+    let golden_text = |what: &str, g: super::golden::GoldenFigures| {
+        format!(
+            ", {what} e {:.4e} e_hf {:.4e} ratio {:.3} top1 {:.1}% {}",
+            g.e,
+            g.e_hf,
+            g.ratio,
+            100.0 * g.top1,
+            if g.passes() { "ok" } else { "FAIL (> 1.5)" }
+        )
+    };
+    let golden = m.golden.map_or(String::new(), |g| golden_text("golden", g))
+        + &m.golden_head
+            .map_or(String::new(), |g| golden_text("golden head alone", g));
+    let verdict = if m.failures.is_empty() {
+        "identical to plain greedy decoding".to_string()
+    } else {
+        format!("FAIL: {}", m.failures.join("; "))
+    };
+    format!(
+        "mtp head: {} pairs, reference vs all rules {}, target logits with the head {}{golden}; \
+         speculative k {}: {} runs of {} tokens {verdict}; accepted {}/{}",
+        m.pairs,
+        diff_text(&m.ref_vs_fused),
+        diff_text(&m.target_unchanged),
+        KS.map(|k| k.to_string()).join("/"),
+        m.runs,
+        m.tokens / m.runs.max(1),
+        m.accepted,
+        m.proposed
+    )
+}
+
 /// "speculative (all rules, greedy): k 1/2/4/7 x drafters agrees/never/random, 12 runs of 12
 /// tokens identical to plain decoding; accepted agrees 40/41, never 0/30, random 9/35".
 pub fn speculative_text(s: &SpecFigures) -> String {
@@ -95,6 +131,9 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
     }
     println!("  graphs (all rules): {}", r.graphs);
     println!("  {}", speculative_text(&r.speculative));
+    if let Some(m) = &r.mtp {
+        println!("  {}", mtp_text(m));
+    }
     println!(
         "  verifier: {} plans of both routings (every program and route arm) passed after every pass",
         r.verified_plans
@@ -230,6 +269,31 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "skipped": r.speculative.skipped,
             "ok": r.speculative.passes(),
         },
+        "mtp": r.mtp.as_ref().map(|m| json!({
+            "pairs": m.pairs,
+            "reference_vs_all": diff_json(&m.ref_vs_fused),
+            "target_unchanged": diff_json(&m.target_unchanged),
+            "golden": m.golden.map(|g| json!({
+                "e": float_json(g.e),
+                "e_hf": float_json(g.e_hf),
+                "ratio": float_json(g.ratio),
+                "top1": g.top1,
+                "ok": g.passes(),
+            })),
+            "golden_head_alone": m.golden_head.map(|g| json!({
+                "e": float_json(g.e),
+                "e_hf": float_json(g.e_hf),
+                "ratio": float_json(g.ratio),
+                "top1": g.top1,
+                "ok": g.passes(),
+            })),
+            "runs": m.runs,
+            "tokens": m.tokens,
+            "proposed": m.proposed,
+            "accepted": m.accepted,
+            "failures": m.failures,
+            "ok": m.passes(),
+        })),
         "route_arms": r.routes.steps.iter().map(|(&(fusions, arm, mode, rows), &steps)| json!({
             "arm": arm,
             "fusions": fusions,

@@ -136,6 +136,8 @@ pub struct CaseReport {
     pub graphs: String,
     /// Greedy speculative decoding against plain greedy decoding (all rules).
     pub speculative: SpecFigures,
+    /// The MTP draft head's checks (qwen3_next cases with a head).
+    pub mtp: Option<super::mtp::MtpFigures>,
 }
 
 /// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
@@ -201,6 +203,7 @@ impl CaseReport {
             && self.golden.is_none_or(|g| g.passes())
             && self.non_finite.is_empty()
             && self.speculative.passes()
+            && self.mtp.as_ref().is_none_or(|m| m.passes())
     }
 }
 
@@ -422,10 +425,20 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         .saturating_sub(prefix.len() + 8);
     let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
         .map_err(|e| format!("{}: speculative: {e}", case.name))?;
-    let non_finite = finite.found;
     let graphs = fused_exec.graph_counters().to_string();
+    // The MTP head (qwen3_next): on execs of its own, after these are freed.
+    let mtp_inputs = (prefix.to_vec(), fused_alone.clone());
     reference_exec.free(backend).map_err(err)?;
     fused_exec.free(backend).map_err(err)?;
+    let mtp = super::mtp::check(
+        case,
+        rules,
+        backend,
+        &mtp_inputs.1,
+        (&mtp_inputs.0, SPEC_GEN.min(room)),
+    )
+    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
+    let non_finite = finite.found;
     Ok(CaseReport {
         name: case.name.clone(),
         family: case.config.family.as_str().to_string(),
@@ -441,6 +454,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         routes,
         graphs,
         speculative,
+        mtp,
     })
 }
 
@@ -505,8 +519,18 @@ pub fn build_exec(
     backend: &mut dyn GpuBackend,
     policy: Policy,
 ) -> R<CircuitExec> {
+    build_exec_with(case, rules, backend, policy, serve_for(case.prompt.len()))
+}
+
+/// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
+pub fn build_exec_with(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+    policy: Policy,
+    serve: ServeShape,
+) -> R<CircuitExec> {
     let prompt = case.prompt.len();
-    let serve = serve_for(prompt);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let rollback = serve.verify_widths.last().copied().unwrap_or(1);
     // Room for the speculative check too: its prefix, the tokens it generates and one

@@ -23,10 +23,13 @@ pub(super) fn int(v: usize) -> Attr {
     Attr::Int(v as i64)
 }
 
+/// The decoder's step circuit; with `keep_hidden` the final norm's output is kept as the model
+/// output `Hidden` (what an MTP draft head reads), else it stays an arena edge.
 pub(super) fn build(
     cfg: &ModelConfig,
     name: &str,
     options: CircuitOptions,
+    keep_hidden: bool,
 ) -> Result<Circuit, CircuitError> {
     let (hidden, vocab) = (cfg.hidden_size, cfg.vocab_size);
     let layers = cfg.num_hidden_layers as u32;
@@ -52,7 +55,18 @@ pub(super) fn build(
         h = layer(&mut b, cfg, l, h, options)?;
     }
 
-    let x = rms_norm(&mut b, cfg, None, "final_norm", "model.norm.weight", h)?;
+    let x = rms_norm_to(
+        &mut b,
+        cfg,
+        (None, "final_norm"),
+        "model.norm.weight",
+        h,
+        if keep_hidden {
+            Binding::Output(ModelOutput::Hidden)
+        } else {
+            Binding::Arena
+        },
+    )?;
     let head_name = if cfg.tie_word_embeddings {
         "model.embed_tokens.weight"
     } else {
@@ -70,14 +84,15 @@ pub(super) fn build(
     b.finish()
 }
 
-fn layer(
+/// One decoder layer: op names and state `l`, weights under `super::layer_prefix(cfg, l)`.
+pub(super) fn layer(
     b: &mut CircuitBuilder,
     cfg: &ModelConfig,
     l: u32,
     h: TensorId,
     options: CircuitOptions,
 ) -> Result<TensorId, CircuitError> {
-    let p = format!("model.layers.{l}.");
+    let p = super::layer_prefix(cfg, l);
     let hidden = cfg.hidden_size;
 
     let x = rms_norm(
@@ -103,7 +118,7 @@ fn layer(
         h,
     )?;
     let down = match &cfg.moe {
-        Some(moe) if moe.is_sparse_layer(l as usize) => {
+        Some(moe) if moe.is_sparse_layer(super::mlp_index(cfg, l)) => {
             let routed = super::moe::moe_block(b, cfg, moe, l, x)?;
             match moe.shared_expert_intermediate_size {
                 Some(size) => super::next::with_shared_expert(b, cfg, l, x, routed, size)?,
@@ -115,13 +130,25 @@ fn layer(
     residual_add(b, l, "mlp_residual", h, down, hidden)
 }
 
-fn rms_norm(
+pub(super) fn rms_norm(
     b: &mut CircuitBuilder,
     cfg: &ModelConfig,
     layer: Option<u32>,
     role: &str,
     weight: &str,
     x: TensorId,
+) -> Result<TensorId, CircuitError> {
+    rms_norm_to(b, cfg, (layer, role), weight, x, Binding::Arena)
+}
+
+/// `rms_norm` with its output bound to `binding`.
+pub(super) fn rms_norm_to(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    (layer, role): (Option<u32>, &str),
+    weight: &str,
+    x: TensorId,
+    binding: Binding,
 ) -> Result<TensorId, CircuitError> {
     let w = b.weight(weight, &[cfg.hidden_size])?;
     let kind = if cfg.zero_centred_norms {
@@ -143,7 +170,8 @@ fn rms_norm(
             format!("{}.out", op_name(layer, role)),
             Dtype::Bf16,
             cfg.hidden_size,
-        ),
+        )
+        .bound(binding),
     )
 }
 
@@ -208,7 +236,7 @@ pub(super) fn dense_mlp(
     l: u32,
     x: TensorId,
 ) -> Result<TensorId, CircuitError> {
-    let p = format!("model.layers.{l}.");
+    let p = super::layer_prefix(cfg, l);
     let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
     let gate = linear(
         b,
@@ -255,7 +283,7 @@ fn attention(
     x: TensorId,
     options: CircuitOptions,
 ) -> Result<TensorId, CircuitError> {
-    let p = format!("model.layers.{l}.");
+    let p = super::layer_prefix(cfg, l);
     let (hidden, hd) = (cfg.hidden_size, cfg.head_dim);
     let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
     let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());

@@ -23,6 +23,8 @@ pub const ROLES: &[&str] = &[
     "lm_head",
     "mlp_residual",
     "moe_combine",
+    "mtp_fc",
+    "mtp_pre_fc",
     "o_proj",
     "out_proj",
     "post_attention_layernorm",
@@ -44,7 +46,10 @@ pub const ROLES: &[&str] = &[
 
 mod dense;
 mod moe;
+mod mtp;
 mod next;
+
+pub use mtp::{build_draft, MTP_PREFIX};
 
 use solder_config::{Family, ModelConfig};
 
@@ -83,6 +88,15 @@ pub fn build_circuit(
     name: &str,
     options: CircuitOptions,
 ) -> Result<Circuit, CircuitError> {
+    build(config, name, options, false)
+}
+
+fn build(
+    config: &ModelConfig,
+    name: &str,
+    options: CircuitOptions,
+    keep_hidden: bool,
+) -> Result<Circuit, CircuitError> {
     if !(1..=MAX_KV_BLOCK_SIZE).contains(&options.kv_block_size) {
         return Err(CircuitError::Build(format!(
             "kv_block_size is {}: expected 1..={MAX_KV_BLOCK_SIZE}",
@@ -101,7 +115,42 @@ pub fn build_circuit(
         | Family::Qwen2
         | Family::Qwen3
         | Family::Qwen3Moe
-        | Family::Qwen3Next => dense::build(config, name, options),
+        | Family::Qwen3Next => dense::build(config, name, options, keep_hidden),
+    }
+}
+
+/// `build_circuit` for a target an MTP draft head reads: the final norm's output is kept as
+/// the model output `Hidden` (bf16 `[n, hidden]`), so every program of the target leaves it
+/// where the draft program finds it. The logits are computed exactly as without it.
+pub fn build_target_with_hidden(
+    config: &ModelConfig,
+    name: &str,
+    options: CircuitOptions,
+) -> Result<Circuit, CircuitError> {
+    build(config, name, options, true)
+}
+
+/// The checkpoint prefix of decoder layer `l`'s weights: `model.layers.{l}.` for the model's
+/// own layers, `mtp.layers.{l - num_hidden_layers}.` for the draft head's (which the circuit
+/// numbers after them, so its ops and KV state have names of their own).
+pub(super) fn layer_prefix(cfg: &ModelConfig, l: u32) -> String {
+    let n = cfg.num_hidden_layers as u32;
+    if l >= n {
+        format!("{MTP_PREFIX}layers.{}.", l - n)
+    } else {
+        format!("model.layers.{l}.")
+    }
+}
+
+/// The index a layer's MLP kind is decided by (`MoeConfig::is_sparse_layer`): the layer's own,
+/// or, for a draft-head layer, its index among the head's layers (vLLM's
+/// `Qwen3NextDecoderLayer` takes it from the `mtp.layers.{i}` prefix).
+pub(super) fn mlp_index(cfg: &ModelConfig, l: u32) -> usize {
+    let (l, n) = (l as usize, cfg.num_hidden_layers);
+    if l >= n {
+        l - n
+    } else {
+        l
     }
 }
 

@@ -22,7 +22,7 @@ pub(super) fn moe_block(
     l: u32,
     x: TensorId,
 ) -> Result<TensorId, CircuitError> {
-    let p = format!("model.layers.{l}.mlp.");
+    let p = format!("{}mlp.", super::layer_prefix(cfg, l));
     let (hidden, inter) = (cfg.hidden_size, moe.moe_intermediate_size);
     let (experts, k) = (moe.num_experts, moe.experts_per_token);
     let router_w = b.weight(&format!("{p}gate.weight"), &[experts, hidden])?;

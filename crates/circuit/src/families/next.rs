@@ -198,7 +198,7 @@ pub(super) fn with_shared_expert(
     routed: TensorId,
     size: usize,
 ) -> Result<TensorId, CircuitError> {
-    let p = format!("model.layers.{l}.mlp.");
+    let p = format!("{}mlp.", super::layer_prefix(cfg, l));
     let hidden = cfg.hidden_size;
     let kind = match cfg.layer_types.get(l as usize) {
         Some(solder_config::LayerType::LinearAttention) => LINEAR,

@@ -88,7 +88,7 @@ impl ExecutionPlan {
         rows: usize,
         options: BuildOptions,
     ) -> Result<ExecutionPlan, CircuitError> {
-        let circuit = &instance.circuit;
+        let circuit = instance.circuit_for(mode)?;
         let check = options.verify;
         let fusion = fuse(circuit, rules, available, policy, mode, rows)?;
         if check {
@@ -143,7 +143,15 @@ impl ExecutionPlan {
                 }
             })
             .collect();
-        let middle = circuit.num_layers / 2;
+        // The middle of the layers the circuit's ops belong to (`num_layers / 2` for a model's
+        // own circuit; the head's one layer for a draft circuit).
+        let layers: std::collections::BTreeSet<u32> =
+            circuit.ops.iter().filter_map(|op| op.layer).collect();
+        let middle = layers
+            .iter()
+            .nth(layers.len() / 2)
+            .copied()
+            .unwrap_or(circuit.num_layers / 2);
         let mut plan = ExecutionPlan {
             circuit: circuit.name.clone(),
             mode,

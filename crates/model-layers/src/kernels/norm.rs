@@ -1,6 +1,7 @@
 //! `norm` module (`crates/kernels/cuda/norm.cu`): RMSNorm of the residual stream, its fusion
 //! with the residual add, and the per-head qk-norm; each also zero-centred (`*_zc`, weight
-//! applied as 1 + w: Qwen3-Next), taking the same arguments as its plain counterpart.
+//! applied as 1 + w: Qwen3-Next), taking the same arguments as its plain counterpart; and the
+//! MTP draft head's pair of pre-fc norms (`mtp_pre_fc_zc`).
 //!
 //! Twins: a row is normalised by `rms_norm_row` (or its zero-centred form, which reduces the
 //! same way: `sum_squares_*`, `inv_rms`); `add_rms_norm*` adds through `add_rows`, so its bytes
@@ -72,8 +73,30 @@ kernel! {
     QK_NORM_ZC = "norm::qk_norm_zc" => twin qk_norm_zc, emit emit_qk_norm_zc;
 }
 
-pub(super) const DECLS: &[&[super::KernelDecl]] =
-    &[RmsNorm::DECLS, AddRmsNorm::DECLS, QkNorm::DECLS];
+kernel! {
+    /// The MTP draft head's input (Qwen3-Next): per row, the zero-centred RMSNorm of the
+    /// token's embedding e f32[rows·hidden] (weight we) and of the target's hidden row
+    /// x bf16[rows·hidden] (weight wh), side by side: out bf16[rows·2·hidden], embedding first.
+    pub struct MtpPreFc / MtpPreFcArgs {
+        e: In<f32>,
+        x: In<bf16>,
+        we: In<bf16>,
+        wh: In<bf16>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        eps: F32,
+    }
+    grid(a) = per_warp_row(a.rows);
+    MTP_PRE_FC_ZC = "norm::mtp_pre_fc_zc" => twin mtp_pre_fc_zc, emit emit_mtp_pre_fc_zc;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    RmsNorm::DECLS,
+    AddRmsNorm::DECLS,
+    QkNorm::DECLS,
+    MtpPreFc::DECLS,
+];
 
 // ---- twins ---------------------------------------------------------------------------------
 
@@ -166,6 +189,32 @@ fn add_rms_norm_zc(a: AddRmsNormArgs<'_>) -> Result<(), GpuError> {
     add_rms_norm_with(a, rms_norm_zc_row)
 }
 
+/// Each row: `rms_norm_zc_row` of the embedding into the first half, then of the hidden row
+/// widened to f32 (so its sum of squares is `sum_squares_bf16`'s) into the second.
+fn mtp_pre_fc_zc(a: MtpPreFcArgs<'_>) -> Result<(), GpuError> {
+    let (rows, hidden, eps) = (a.rows.count(), a.hidden.dim()?, a.eps);
+    let n = size(a.ctx, &[rows, hidden])?;
+    let e = a.e.len(n)?;
+    let x = a.x.len(n)?;
+    let we = a.we.len(hidden)?;
+    let wh = a.wh.len(hidden)?;
+    let out = a.out.len(size(a.ctx, &[rows, 2, hidden])?)?;
+    let mut widened = vec![0.0f32; hidden];
+    for ((e, x), o) in e
+        .chunks_exact(hidden)
+        .zip(x.chunks_exact(hidden))
+        .zip(out.chunks_exact_mut(2 * hidden))
+    {
+        let (oe, ox) = o.split_at_mut(hidden);
+        rms_norm_zc_row(e, we, eps, oe);
+        for (w, v) in widened.iter_mut().zip(x) {
+            *w = to_f32(*v);
+        }
+        rms_norm_zc_row(&widened, wh, eps, ox);
+    }
+    Ok(())
+}
+
 fn qk_norm(a: QkNormArgs<'_>) -> Result<(), GpuError> {
     let pass = geometry(a.ctx, a.q, a.k, a.rows, a.heads, a.kv_heads, a.head_dim)?;
     let pass = with_norm(pass, a.wq, a.wk, a.eps)?;
@@ -208,6 +257,21 @@ fn emit_rms_norm(v: &View<'_>) -> R {
 
 fn emit_rms_norm_zc(v: &View<'_>) -> R {
     rms_norm_of(v, OpKind::RmsNormZc, RMS_NORM_ZC)
+}
+
+fn emit_mtp_pre_fc_zc(v: &View<'_>) -> R {
+    let n = v.op(OpKind::MtpPreFc, None)?;
+    Ok(vec![MtpPreFc {
+        e: v.input(n, 0)?,
+        x: v.input(n, 1)?,
+        we: v.weight(n, 0)?,
+        wh: v.weight(n, 1)?,
+        out: v.output(n, 0)?,
+        rows: v.rows(),
+        hidden: v.u32(n, "hidden")?,
+        eps: v.f32(n, "eps")?,
+    }
+    .launch(MTP_PRE_FC_ZC)])
 }
 
 /// The launch of the norm op of `kind` as `kernel`.

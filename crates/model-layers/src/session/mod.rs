@@ -26,6 +26,7 @@
 
 mod backup;
 pub mod draft;
+pub mod mtp;
 mod pages;
 mod rewind;
 mod slots;
@@ -44,6 +45,7 @@ use crate::graphs::StepRun;
 use crate::layout::Layout;
 use backup::StateBackup;
 pub use draft::{Draft, Drafter, ModelDrafter};
+pub use mtp::MtpDrafter;
 use pages::PagePool;
 pub use rewind::RewindPoint;
 use slots::SlotPool;
