@@ -95,7 +95,10 @@ fn every_shipped_plan_is_verified_tight_and_fused() {
 fn dense_layers_launch_five_times_and_six_with_split_rope_kv() {
     let rules = rules();
     let mut split = Policy::default();
-    split.levers.set("split_rope_kv", true).expect("a known lever");
+    split
+        .levers
+        .set("split_rope_kv", true)
+        .expect("a known lever");
     for model in DENSE_CONFIGS {
         let instance = instance(model);
         let layers = instance.circuit.num_layers as usize;
@@ -121,7 +124,11 @@ fn dense_layers_launch_five_times_and_six_with_split_rope_kv() {
                     .count()
             };
             assert_eq!((rope_launches(fused), epilogue(fused)), (0, layers), "{at}");
-            assert_eq!((rope_launches(&unfused), epilogue(&unfused)), (layers, 0), "{at}");
+            assert_eq!(
+                (rope_launches(&unfused), epilogue(&unfused)),
+                (layers, 0),
+                "{at}"
+            );
         }
     }
 }
@@ -323,7 +330,10 @@ fn renaming_a_rule_changes_the_rules_digest_but_no_plan_digest() {
         "id = \"add_norm_qkv_qk_norm_rope_kv\"",
         "id = \"fold_add_norm_into_qkv\"",
     );
-    assert_ne!(text, renamed, "the shipped rules name add_norm_qkv_qk_norm_rope_kv");
+    assert_ne!(
+        text, renamed,
+        "the shipped rules name add_norm_qkv_qk_norm_rope_kv"
+    );
     let a = RuleSet::from_toml_str(&text, "FUSIONS.toml").unwrap();
     let b = RuleSet::from_toml_str(&renamed, "FUSIONS.toml").unwrap();
     assert_ne!(a.digest, b.digest);

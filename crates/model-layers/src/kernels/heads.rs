@@ -168,11 +168,9 @@ impl<'a> HeadPass<'a> {
         slots: CacheArgs<'a>,
     ) -> Result<(), GpuError> {
         if v.len() != self.k.len() {
-            return Err(self.ctx.fail(format!(
-                "v holds {} elements, k {}",
-                v.len(),
-                self.k.len()
-            )));
+            return Err(self
+                .ctx
+                .fail(format!("v holds {} elements, k {}", v.len(), self.k.len())));
         }
         let q_dst = q_out.len(self.q.len())?;
         let (mut cache, slot_mapping) = Cache::read(slots, &self)?;

@@ -651,7 +651,11 @@ fn emit_qkv_rope_kv(v: &View<'_>) -> R {
     };
     let (qwn, kwn, qk_eps) = if v.has(OpKind::QkNorm) {
         let qn = v.op(OpKind::QkNorm, None)?;
-        (Some(v.weight(qn, 0)?), Some(v.weight(qn, 1)?), v.f32(qn, "eps")?)
+        (
+            Some(v.weight(qn, 0)?),
+            Some(v.weight(qn, 1)?),
+            v.f32(qn, "eps")?,
+        )
     } else {
         (None, None, 0.0)
     };

@@ -398,7 +398,10 @@ pub(super) fn qkv_rope_kv(a: QkvRopeKvArgs<'_>) -> Result<(), GpuError> {
             "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
         )));
     }
-    let (nq, nkv) = (size(ctx, &[heads, head_dim])?, size(ctx, &[kv_heads, head_dim])?);
+    let (nq, nkv) = (
+        size(ctx, &[heads, head_dim])?,
+        size(ctx, &[kv_heads, head_dim])?,
+    );
     let n = size(ctx, &[rows, k])?;
     let h = a.h.len(n)?;
     let d = a.d.len(n)?;
