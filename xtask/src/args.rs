@@ -40,6 +40,18 @@ impl Args {
         self.flags.iter().any(|f| f == name)
     }
 
+    /// `--levers a,b`: the levers a build turns on (each refused unless `KNOWN_LEVERS` names
+    /// it); none when the option is absent.
+    pub fn levers(&self) -> Result<solder_config::Levers, String> {
+        let mut levers = solder_config::Levers::default();
+        for name in self.value("levers").into_iter().flat_map(|v| v.split(',')) {
+            levers
+                .set(name.trim(), true)
+                .map_err(|e| format!("`--levers`: {e}"))?;
+        }
+        Ok(levers)
+    }
+
     /// `--name N` where N must lie in `range` (each command's help gives the range): checked
     /// here, at parse time, so no count reaches an allocation unchecked.
     pub fn number_in(

@@ -33,6 +33,9 @@ const HELP: &str =
                      fit the model's max_position_embeddings
   --threads N        CPU backend threads, 1..=1024 (default: all)
   --reference-only   run the reference routing instead of the fused plan
+  --levers A,B       turn levers on (`solder_config::KNOWN_LEVERS`): `split_rope_kv` times the
+                     six-launch layer (rope and the KV write in their own launch) against the
+                     default five-launch one
   --graphs G         both (default: every step eagerly and as a graph replay, side by side),
                      graph, or eager
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
@@ -78,6 +81,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "graphs",
             "speculative",
             "k",
+            "levers",
         ],
         &["reference-only", "ladder", "help"],
     )?;
@@ -146,10 +150,13 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-    let policy = if args.flag("reference-only") {
-        Policy::reference_only()
-    } else {
-        Policy::default()
+    let policy = Policy {
+        levers: args.levers()?,
+        ..if args.flag("reference-only") {
+            Policy::reference_only()
+        } else {
+            Policy::default()
+        }
     };
     let kv = KvShape {
         // Two sequences (eager and graph) of `total` tokens, and the scratch page.

@@ -31,6 +31,8 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --dot               Graphviz DOT of the plan (one plan only)
   --rules FILE        fusion rules (default fusions/FUSIONS.toml)
   --reference-only    apply only `reference` rules
+  --levers A,B        turn levers on (`solder_config::KNOWN_LEVERS`), e.g. `split_rope_kv`:
+                      rope and the KV write in their own launch (the six-launch layer, A/B)
   --max-streams N     streams a plan may use, 1..=8 (default 2)
   --repeat N          with --all: build the ladder N times, 1..=1000; report the median
   --verify            run the plan verifier after every pass (on in debug builds)
@@ -52,6 +54,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "draft-widths",
             "tbps",
             "context",
+            "levers",
         ],
         &[
             "all",
@@ -95,7 +98,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     } else if args.value("mode") == Some("draft") {
         serve.draft_widths = vec![args.number_in("rows", 1..=4096)?.unwrap_or(1)];
     }
-    let mut policy = Policy::default();
+    let mut policy = Policy {
+        levers: args.levers()?,
+        ..Policy::default()
+    };
     if args.flag("reference-only") {
         policy.fusions = Fusions::ReferenceOnly;
     }

@@ -6,10 +6,17 @@ use std::collections::BTreeSet;
 use crate::ConfigError;
 
 /// Every lever solder knows, with what turning it on does.
-pub const KNOWN_LEVERS: &[(&str, &str)] = &[(
-    "fast_exp",
-    "exp through an approximate exponential in softmax and SiLU: faster on GPU, changes logits",
-)];
+pub const KNOWN_LEVERS: &[(&str, &str)] = &[
+    (
+        "fast_exp",
+        "exp through an approximate exponential in softmax and SiLU: faster on GPU, changes logits",
+    ),
+    (
+        "split_rope_kv",
+        "rope (and qk-norm) and the KV write in their own launch after q/k/v, not in the \
+         projection's epilogue: the six-launch layer, kept for A/B timing; same logits",
+    ),
+];
 
 /// The set of levers turned on; all off by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

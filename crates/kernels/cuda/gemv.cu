@@ -4,7 +4,8 @@
 // Launch (ops/gemv.rs): block = 256 threads (8 warps), one warp per output feature, 8 features
 // per block; grid.x = row groups of 8 rows (the fastest index, so the row groups that share a
 // weight tile run side by side and read it from L2), grid.y = feature blocks (grid-stride when
-// there are more than 65535). Static shared memory only.
+// there are more than 65535). Static shared memory only. `qkv_rope_kv` differs: grid.y = one
+// block per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write).
 //
 // Every kernel is `gemv_run` with an x source and an output map:
 //  - the block stages its rows' x for one 2048-element segment of k into shared memory as bf16:
@@ -167,23 +168,68 @@ struct MapResidual {
     }
 };
 
+#define GEMV_HEAD_DIM_MAX 256u // the widest head a q/k/v-with-rope block stages
+
+// One head of q, k or v (features [f_base, f_base + head_dim) of the q | k | v layout of
+// `MapQkv`): each value rounded as `linear` stores it, into the block's shared head buffer
+// ys[row - r0][feature - f_base], for the head epilogue.
+struct MapHead {
+    const bf16* wq;
+    const bf16* bq;
+    const bf16* wk;
+    const bf16* bk;
+    const bf16* wv;
+    const bf16* bv;
+    bf16 (*ys)[GEMV_HEAD_DIM_MAX];
+    unsigned nq;
+    unsigned nkv;
+    unsigned r0;
+    unsigned f_base;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        if (f < nq) {
+            out[0] = weight_row(wq, f, k);
+        } else if (f < nq + nkv) {
+            out[0] = weight_row(wk, f - nq, k);
+        } else {
+            out[0] = weight_row(wv, f - nq - nkv, k);
+        }
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        bf16 y;
+        if (f < nq) {
+            y = linear_value(s[0], bq, f);
+        } else if (f < nq + nkv) {
+            y = linear_value(s[0], bk, f - nq);
+        } else {
+            y = linear_value(s[0], bv, f - nq - nkv);
+        }
+        ys[r - r0][f - f_base] = y;
+    }
+};
+
 // ---- the projection body -------------------------------------------------------------------
 
 // RT rows in registers (RT >= the block's row count; extra rows are staged as zeros and never
 // stored), NW weight rows per feature (2 for gate/up).
+// Feature blocks fb0, fb0 + fb_step, ... cover features [f_base, f_base + features); the sum of
+// a fused residual add is stored (when the source stores it) by the first feature block of the
+// block where sum_block holds.
 template <unsigned RT, unsigned NW, class Src, class Map>
 __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsigned r0,
-                                           unsigned nrows, unsigned k, unsigned features,
-                                           bf16 (*xs)[GEMV_SEG], const float* inv) {
+                                           unsigned nrows, unsigned k, unsigned fb0,
+                                           unsigned fb_step, unsigned f_base, unsigned features,
+                                           bool sum_block, bf16 (*xs)[GEMV_SEG],
+                                           const float* inv) {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned segments = (k + GEMV_SEG - 1u) / GEMV_SEG;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (unsigned fb = blockIdx.y; fb * GEMV_WARPS < features; fb += gridDim.y) {
-        const unsigned f = fb * GEMV_WARPS + warp;
-        const bool active = f < features;
+    for (unsigned fb = fb0; fb * GEMV_WARPS < features; fb += fb_step) {
+        const bool active = fb * GEMV_WARPS + warp < features;
+        const unsigned f = f_base + (active ? fb * GEMV_WARPS + warp : 0u);
+        const bool store_sum = sum_block && fb == fb0;
         const bf16* wrow[NW];
-        map.rows(active ? f : 0u, k, wrow);
+        map.rows(f, k, wrow);
         bool vec[NW];
 #pragma unroll
         for (unsigned n = 0; n < NW; ++n) {
@@ -216,7 +262,7 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
                 const unsigned rr = idx / GEMV_SEG;
                 const unsigned i = seg_base + idx % GEMV_SEG;
                 xs[rr][idx % GEMV_SEG] = (rr < nrows && i < k)
-                                             ? src.value(rr, r0 + rr, i, k, fb == 0u, inv)
+                                             ? src.value(rr, r0 + rr, i, k, store_sum, inv)
                                              : __ushort_as_bfloat16((unsigned short)0);
             }
             __syncthreads();
@@ -261,6 +307,28 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
     }
 }
 
+// gemv_block at the smallest row tile that holds the block's rows.
+template <unsigned NW, class Src, class Map>
+__device__ __forceinline__ void gemv_rows(const Src& src, const Map& map, unsigned r0,
+                                          unsigned nrows, unsigned k, unsigned fb0,
+                                          unsigned fb_step, unsigned f_base, unsigned features,
+                                          bool sum_block, bf16 (*xs)[GEMV_SEG],
+                                          const float* inv) {
+    if (nrows == 1u) {
+        gemv_block<1, NW>(src, map, r0, nrows, k, fb0, fb_step, f_base, features, sum_block, xs,
+                          inv);
+    } else if (nrows == 2u) {
+        gemv_block<2, NW>(src, map, r0, nrows, k, fb0, fb_step, f_base, features, sum_block, xs,
+                          inv);
+    } else if (nrows <= 4u) {
+        gemv_block<4, NW>(src, map, r0, nrows, k, fb0, fb_step, f_base, features, sum_block, xs,
+                          inv);
+    } else {
+        gemv_block<8, NW>(src, map, r0, nrows, k, fb0, fb_step, f_base, features, sum_block, xs,
+                          inv);
+    }
+}
+
 template <unsigned NW, class Src, class Map>
 __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigned rows, unsigned k,
                                          unsigned features) {
@@ -273,15 +341,8 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
     const unsigned nrows = min(GEMV_ROWS, rows - r0);
     src.prologue(r0, nrows, k, inv);
     __syncthreads();
-    if (nrows == 1u) {
-        gemv_block<1, NW>(src, map, r0, nrows, k, features, xs, inv);
-    } else if (nrows == 2u) {
-        gemv_block<2, NW>(src, map, r0, nrows, k, features, xs, inv);
-    } else if (nrows <= 4u) {
-        gemv_block<4, NW>(src, map, r0, nrows, k, features, xs, inv);
-    } else {
-        gemv_block<8, NW>(src, map, r0, nrows, k, features, xs, inv);
-    }
+    gemv_rows<NW>(src, map, r0, nrows, k, blockIdx.y, gridDim.y, 0u, features, blockIdx.y == 0u,
+                  xs, inv);
 }
 
 #define GEMV_KERNEL extern "C" __global__ void __launch_bounds__(256, 1)
@@ -385,4 +446,80 @@ GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict
                              float* __restrict__ logits, unsigned rows, unsigned k,
                              unsigned vocab, float eps) {
     gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+// ---- q/k/v with the head epilogue (rope, optional qk-norm, the KV write) --------------------
+
+// (h f32 + d bf16 when d != null → h_out f32, optional), RMSNorm (weight wn), the q/k/v
+// projections, then per head what rope::rope_kv_write (qk_norm_rope_kv_write when qwn, kwn !=
+// null) does with them: q heads roped (after qk-norm) into q_out, k heads roped into their cache
+// slots, v heads copied beside them. Each value is rounded to bf16 as `linear` stores it before
+// the head pass reads it, so the bytes are the separate kernels'.
+//
+// Launch: grid.x = row groups of 8, grid.y = heads + 2·kv_heads (q heads, k heads, v heads):
+// one block owns one whole head (its rotary pairs and its qk-norm) for its rows, its 8 warps
+// walking the head's head_dim features 8 at a time; the block's h_out is stored by the blocks of
+// head 0. head_dim <= GEMV_HEAD_DIM_MAX (the CPU twin refuses more; the kernel stores nothing).
+GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
+                        const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                        const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                        const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                        const bf16* __restrict__ bv, const bf16* __restrict__ qwn,
+                        const bf16* __restrict__ kwn, const int* __restrict__ positions,
+                        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+                        float* __restrict__ h_out, bf16* __restrict__ q_out,
+                        bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads,
+                        unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+                        unsigned block_size, unsigned num_pages, float eps, float qk_eps) {
+    __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
+    __shared__ float inv[GEMV_ROWS];
+    __shared__ bf16 ys[GEMV_ROWS][GEMV_HEAD_DIM_MAX];
+    const unsigned r0 = blockIdx.x * GEMV_ROWS;
+    const unsigned head = blockIdx.y;
+    if (r0 >= rows || k == 0u || head_dim == 0u || head_dim > GEMV_HEAD_DIM_MAX ||
+        head >= heads + 2u * kv_heads) {
+        return; // the whole block: nothing to do
+    }
+    const unsigned nrows = min(GEMV_ROWS, rows - r0);
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const XNormRows src{h, d, wn, h_out, eps};
+    src.prologue(r0, nrows, k, inv);
+    __syncthreads();
+    const unsigned f_base = head * head_dim;
+    const MapHead map{wq, bq, wk, bk, wv, bv, ys, nq, nkv, r0, f_base};
+    gemv_rows<1>(src, map, r0, nrows, k, 0u, 1u, f_base, head_dim, head == 0u, xs, inv);
+    __syncthreads(); // every feature of the head is in ys
+
+    // The head pass: warp rr takes row r0 + rr (GEMV_ROWS == GEMV_WARPS).
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned rr = threadIdx.x >> 5;
+    if (rr >= nrows) {
+        return;
+    }
+    const unsigned r = r0 + rr;
+    const unsigned half = min(rotary_dim, head_dim) / 2u;
+    const int position = positions[r];
+    if (head < heads) {
+        bf16* dst = q_out + ((unsigned long long)r * heads + head) * head_dim;
+        head_transform(ys[rr], dst, head_dim, qwn, qk_eps, position, inv_freq, half, lane);
+        return;
+    }
+    const int slot = slot_mapping[r];
+    if (slot < 0 || (unsigned long long)slot >= (unsigned long long)num_pages * block_size) {
+        return;
+    }
+    const unsigned page = (unsigned)slot / block_size;
+    const unsigned offset = (unsigned)slot % block_size;
+    if (head < heads + kv_heads) {
+        const unsigned long long at = (unsigned long long)(head - heads) * head_dim;
+        bf16* dst = cache + cache_offset(page, 0, offset, block_size, nkv) + at;
+        head_transform(ys[rr], dst, head_dim, kwn, qk_eps, position, inv_freq, half, lane);
+    } else {
+        const unsigned long long at = (unsigned long long)(head - heads - kv_heads) * head_dim;
+        bf16* dst = cache + cache_offset(page, 1, offset, block_size, nkv) + at;
+        for (unsigned i = lane; i < head_dim; i += 32) {
+            dst[i] = ys[rr][i];
+        }
+    }
 }

@@ -1,10 +1,11 @@
-//! The fused per-head twins give the same bytes as qk_norm → rope → kv_write run in sequence.
+//! The fused per-head twins give the same bytes as qk_norm → rope → kv_write run in sequence,
+//! and `gemv::qkv_rope_kv` the same bytes as (add_)norm_qkv followed by them.
 
 mod twins_support;
 
 use half::bf16;
-use solder_model_layers::kernels::{kv, norm, rope};
-use twins_support::{bits_bf16, poison_bf16, rd, run, wr, Rng};
+use solder_model_layers::kernels::{gemv, kv, norm, rope};
+use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, wr, Rng};
 
 const EPS: f32 = 1e-6;
 const ROWS: [usize; 3] = [1, 3, 8];
@@ -221,6 +222,150 @@ fn rope_fusions_match_qk_norm_rope_and_kv_write() {
                 bits_bf16(&cache_ref),
                 "rope_kv_write cache {what}"
             );
+            assert_ne!(bits_bf16(&cache), bits_bf16(&t.cache), "the write happened");
+        }
+    }
+}
+
+// ---- q/k/v projections with the head epilogue ----------------------------------------------
+
+const HIDDEN: usize = 40;
+
+#[test]
+fn qkv_rope_kv_matches_add_norm_qkv_then_the_head_kernels() {
+    let mut rng = Rng::new(11);
+    let (nq, nkv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    for rows in [1, 3, 9] {
+        for (add, qk, rotary) in [
+            (true, false, HEAD_DIM),
+            (false, false, 16),
+            (true, true, 16),
+            (false, true, HEAD_DIM),
+        ] {
+            let t = HeadInputs::new(&mut rng, rows.min(8), rotary);
+            let mut t = HeadInputs {
+                positions: (0..rows).map(|_| rng.below(5000) as i32).collect(),
+                slots: {
+                    let mut s: Vec<i32> = (0..(PAGES * BLOCK) as i32).collect();
+                    for i in (1..s.len()).rev() {
+                        s.swap(i, rng.below(i + 1));
+                    }
+                    s.truncate(rows);
+                    s
+                },
+                rows,
+                ..t
+            };
+            let what = format!("rows {rows} add {add} qk-norm {qk} rotary {rotary}");
+            let h = rng.f32s(rows * HIDDEN, 2.0);
+            let d = rng.bf16s(rows * HIDDEN, 2.0);
+            let wn = rng.bf16s(HIDDEN, 1.5);
+            let (wq, wk, wv) = (
+                rng.bf16s(nq * HIDDEN, 0.5),
+                rng.bf16s(nkv * HIDDEN, 0.5),
+                rng.bf16s(nkv * HIDDEN, 0.5),
+            );
+            let (bq, bk, bv) = (rng.bf16s(nq, 0.5), rng.bf16s(nkv, 0.5), rng.bf16s(nkv, 0.5));
+            let (r32, k32) = (rows as u32, HIDDEN as u32);
+
+            // The reference: (add_)norm_qkv, then (qk_norm →) rope, then kv_write.
+            let (mut q, mut k, mut v) = (
+                poison_bf16(rows * nq),
+                poison_bf16(rows * nkv),
+                poison_bf16(rows * nkv),
+            );
+            let mut sum_ref = poison_f32(rows * HIDDEN);
+            if add {
+                run(gemv::AddNormQkv {
+                    h: rd(&h),
+                    d: rd(&d),
+                    wn: rd(&wn),
+                    wq: rd(&wq),
+                    bq: Some(rd(&bq)),
+                    wk: rd(&wk),
+                    bk: Some(rd(&bk)),
+                    wv: rd(&wv),
+                    bv: Some(rd(&bv)),
+                    h_out: Some(wr(&mut sum_ref)),
+                    q: wr(&mut q),
+                    k_out: wr(&mut k),
+                    v: wr(&mut v),
+                    rows: r32,
+                    k: k32,
+                    nq: nq as u32,
+                    nkv: nkv as u32,
+                    eps: EPS,
+                }
+                .launch(gemv::ADD_NORM_QKV));
+            } else {
+                run(gemv::NormQkv {
+                    h: rd(&h),
+                    wn: rd(&wn),
+                    wq: rd(&wq),
+                    bq: Some(rd(&bq)),
+                    wk: rd(&wk),
+                    bk: Some(rd(&bk)),
+                    wv: rd(&wv),
+                    bv: Some(rd(&bv)),
+                    q: wr(&mut q),
+                    k_out: wr(&mut k),
+                    v: wr(&mut v),
+                    rows: r32,
+                    k: k32,
+                    nq: nq as u32,
+                    nkv: nkv as u32,
+                    eps: EPS,
+                }
+                .launch(gemv::NORM_QKV));
+                sum_ref.copy_from_slice(&h);
+            }
+            (t.q, t.k, t.v) = (q, k, v);
+            let (qn, kn) = if qk {
+                t.qk_norm()
+            } else {
+                (t.q.clone(), t.k.clone())
+            };
+            let (q_ref, k_ref) = t.rope(&qn, &kn);
+            let cache_ref = t.kv_write(&k_ref);
+
+            let (mut qo, mut cache, mut sum) = (
+                poison_bf16(rows * nq),
+                t.cache.clone(),
+                poison_f32(rows * HIDDEN),
+            );
+            run(gemv::QkvRopeKv {
+                h: rd(&h),
+                d: add.then(|| rd(&d)),
+                wn: rd(&wn),
+                wq: rd(&wq),
+                bq: Some(rd(&bq)),
+                wk: rd(&wk),
+                bk: Some(rd(&bk)),
+                wv: rd(&wv),
+                bv: Some(rd(&bv)),
+                qwn: qk.then(|| rd(&t.wq)),
+                kwn: qk.then(|| rd(&t.wk)),
+                positions: rd(&t.positions),
+                inv_freq: rd(&t.inv_freq),
+                slot_mapping: rd(&t.slots),
+                h_out: Some(wr(&mut sum)),
+                q_out: wr(&mut qo),
+                cache: wr(&mut cache),
+                rows: r32,
+                k: k32,
+                heads: HEADS as u32,
+                kv_heads: KV_HEADS as u32,
+                head_dim: HEAD_DIM as u32,
+                rotary_dim: rotary as u32,
+                block_size: BLOCK as u32,
+                num_pages: PAGES as u32,
+                eps: EPS,
+                qk_eps: EPS,
+            }
+            .launch(gemv::QKV_ROPE_KV));
+            assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "q {what}");
+            assert_eq!(bits_bf16(&cache), bits_bf16(&cache_ref), "cache {what}");
+            assert_eq!(bits_f32(&sum), bits_f32(&sum_ref), "h_out {what}");
             assert_ne!(bits_bf16(&cache), bits_bf16(&t.cache), "the write happened");
         }
     }

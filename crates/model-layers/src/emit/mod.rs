@@ -90,6 +90,14 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Whether the group holds an op of `kind`.
+    pub fn has(&self, kind: OpKind) -> bool {
+        self.group
+            .nodes
+            .iter()
+            .any(|n| self.bind.circuit.op(*n).kind == kind)
+    }
+
     /// The op of this group that writes input `index` of `op`.
     pub fn producer_in_group(&self, op: &Op, index: usize) -> Result<&'a Op, ExecError> {
         let t = self.tensor_at(op, &op.inputs, index, "input")?;

@@ -84,6 +84,35 @@ pub(crate) fn with_rope<'a>(
 }
 
 impl<'a> HeadPass<'a> {
+    /// A pass over rows of q (`[rows][heads][head_dim]`) and k (`[rows][kv_heads][head_dim]`)
+    /// a fused twin computed itself (the caller sized them).
+    pub(crate) fn over(
+        ctx: &'a TwinCtx<'a>,
+        q: &'a [bf16],
+        k: &'a [bf16],
+        [rows, heads, kv_heads, head_dim]: [usize; 4],
+    ) -> HeadPass<'a> {
+        debug_assert_eq!(q.len(), rows * heads * head_dim);
+        debug_assert_eq!(k.len(), rows * kv_heads * head_dim);
+        HeadPass {
+            ctx,
+            rows,
+            heads,
+            kv_heads,
+            head_dim,
+            q,
+            k,
+            norm: None,
+            rope: None,
+        }
+    }
+
+    /// Adds qk-norm with weights `wq`, `wk` (`[head_dim]` each, checked by the caller).
+    pub(crate) fn normed_by(mut self, wq: &'a [bf16], wk: &'a [bf16], eps: f32) -> HeadPass<'a> {
+        self.norm = Some((wq, wk, eps));
+        self
+    }
+
     /// A pass over k alone (the KV write): no q heads.
     pub(crate) fn k_only(
         ctx: &'a TwinCtx<'a>,
@@ -128,6 +157,21 @@ impl<'a> HeadPass<'a> {
         slots: CacheArgs<'a>,
     ) -> Result<(), GpuError> {
         let v = v.len(self.k.len())?;
+        self.into_cache_from(v, q_out, slots)
+    }
+
+    /// `into_cache` with the v rows (`[rows][kv_heads][head_dim]`) a fused twin computed.
+    pub(crate) fn into_cache_from(
+        self,
+        v: &[bf16],
+        q_out: Out<'a, bf16>,
+        slots: CacheArgs<'a>,
+    ) -> Result<(), GpuError> {
+        if v.len() != self.k.len() {
+            return Err(self
+                .ctx
+                .fail(format!("v holds {} elements, k {}", v.len(), self.k.len())));
+        }
         let q_dst = q_out.len(self.q.len())?;
         let (mut cache, slot_mapping) = Cache::read(slots, &self)?;
         let kn = cache.row_elems;

@@ -7,13 +7,15 @@
 //! index, so the row groups sharing a weight tile run side by side and read it from L2). Each
 //! warp streams one feature's weight row once per block with 16-byte loads against every row of
 //! its group; fused norms recompute their rows' 1/rms per block. Static shared memory only
-//! (32 KiB of staged x rows).
+//! (32 KiB of staged x rows). `qkv_rope_kv` instead gives each block one whole head (q, k or v;
+//! `grid.y` = heads + 2·kv_heads) so its epilogue can apply qk-norm and rope to the head and
+//! write k and v into the paged cache.
 
 pub(crate) mod matvec;
 mod twin;
 
 use half::bf16;
-use solder_circuit::ir::Op;
+use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
 use solder_gpu_runtime::LaunchConfig;
 
@@ -253,6 +255,58 @@ kernel! {
         twin twin::add_norm_lm_head, emit emit_add_norm_lm_head;
 }
 
+/// The widest head `gemv::qkv_rope_kv` stages (`GEMV_HEAD_DIM_MAX` in gemv.cu).
+pub(crate) const HEAD_DIM_MAX: u32 = 256;
+
+/// One block per group of 8 rows (`grid.x`) and per head (`grid.y`: q heads, then k heads, then
+/// v heads), each owning the whole head.
+fn qkv_heads_config(rows: u32, heads: u32, kv_heads: u32) -> LaunchConfig {
+    let blocks = (heads as u64 + 2 * kv_heads as u64).clamp(1, MAX_GRID_Y) as u32;
+    LaunchConfig {
+        grid: [rows.div_ceil(ROWS_PER_BLOCK).max(1), blocks, 1],
+        block: [256, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+kernel! {
+    /// (h f32 + d bf16 when d is present → h_out f32, optional), RMSNorm (weight wn), the q/k/v
+    /// projections, then per head rope (after qk-norm with qwn, kwn when present) at each row's
+    /// position: q into q_out, k and v into their slots of the paged cache, as
+    /// `rope::rope_kv_write` / `rope::qk_norm_rope_kv_write` store them.
+    pub struct QkvRopeKv / QkvRopeKvArgs {
+        h: In<f32>,
+        d: InOpt<bf16>,
+        wn: In<bf16>,
+        wq: In<bf16>,
+        bq: InOpt<bf16>,
+        wk: In<bf16>,
+        bk: InOpt<bf16>,
+        wv: In<bf16>,
+        bv: InOpt<bf16>,
+        qwn: InOpt<bf16>,
+        kwn: InOpt<bf16>,
+        positions: In<i32>,
+        inv_freq: In<f32>,
+        slot_mapping: In<i32>,
+        h_out: OutOpt<f32>,
+        q_out: Out<bf16>,
+        cache: InOut<bf16>,
+        rows: U32,
+        k: U32,
+        heads: U32,
+        kv_heads: U32,
+        head_dim: U32,
+        rotary_dim: U32,
+        block_size: U32,
+        num_pages: U32,
+        eps: F32,
+        qk_eps: F32,
+    }
+    grid(a) = qkv_heads_config(a.rows, a.heads, a.kv_heads);
+    QKV_ROPE_KV = "gemv::qkv_rope_kv" => twin twin::qkv_rope_kv, emit emit_qkv_rope_kv;
+}
+
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     Linear::DECLS,
     LmHead::DECLS,
@@ -265,6 +319,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     AddNormGateUpSilu::DECLS,
     LinearResidualAdd::DECLS,
     AddNormLmHead::DECLS,
+    QkvRopeKv::DECLS,
 ];
 
 // ---- emitters ------------------------------------------------------------------------------
@@ -325,7 +380,7 @@ struct Projections<'a> {
     q_op: &'a Op,
     w: [Buf; 3],
     bias: [Option<Buf>; 3],
-    out: [Buf; 3],
+    ops: [&'a Op; 3],
     k: u32,
     nq: u32,
     nkv: u32,
@@ -341,16 +396,24 @@ fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
         q_op: q,
         w: [v.weight(q, 0)?, v.weight(k, 0)?, v.weight(vp, 0)?],
         bias: [v.weight_opt(q, 1), v.weight_opt(k, 1), v.weight_opt(vp, 1)],
-        out: [v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?],
+        ops: [q, k, vp],
         k: v.u32(q, "in")?,
         nq: v.u32(q, "out")?,
         nkv: v.u32(k, "out")?,
     })
 }
 
+impl Projections<'_> {
+    /// The q, k and v buffers (the plain qkv kernels store them).
+    fn outputs(&self, v: &View<'_>) -> Result<[Buf; 3], ExecError> {
+        let [q, k, vp] = self.ops;
+        Ok([v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?])
+    }
+}
+
 fn emit_qkv(v: &View<'_>) -> R {
     let p = projections(v)?;
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
     let x = v.input(p.q_op, 0)?;
     let (k, nq, nkv) = (p.k, p.nq, p.nkv);
     let a = Qkv {
@@ -374,7 +437,7 @@ fn emit_qkv(v: &View<'_>) -> R {
 
 fn emit_norm_qkv(v: &View<'_>) -> R {
     let (p, n) = (projections(v)?, v.op(OpKind::RmsNorm, None)?);
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
     let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
     let (k, nq, nkv) = (p.k, p.nq, p.nkv);
     let a = NormQkv {
@@ -404,7 +467,7 @@ fn emit_add_norm_qkv(v: &View<'_>) -> R {
         v.op(OpKind::ResidualAdd, None)?,
         v.op(OpKind::RmsNorm, None)?,
     );
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.out);
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
     let (h, d, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
     let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
     let (k, nq, nkv) = (p.k, p.nq, p.nkv);
@@ -572,4 +635,65 @@ fn emit_add_norm_lm_head(v: &View<'_>) -> R {
         eps: v.f32(n, "eps")?,
     }
     .launch(ADD_NORM_LM_HEAD)])
+}
+
+/// Every variant of the q/k/v-with-rope rules: the residual add when the group has one, the
+/// input norm, the projections, qk-norm when the group has one, rope and the KV write.
+fn emit_qkv_rope_kv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let n = v.op(OpKind::RmsNorm, None)?;
+    let (r, w) = (v.op(OpKind::Rope, None)?, v.op(OpKind::KvWrite, None)?);
+    let (h, d, h_out) = if v.has(OpKind::ResidualAdd) {
+        let a = v.op(OpKind::ResidualAdd, None)?;
+        (v.input(a, 0)?, Some(v.input(a, 1)?), v.output_opt(a, 0)?)
+    } else {
+        (v.input(n, 0)?, None, None)
+    };
+    let (qwn, kwn, qk_eps) = if v.has(OpKind::QkNorm) {
+        let qn = v.op(OpKind::QkNorm, None)?;
+        (
+            Some(v.weight(qn, 0)?),
+            Some(v.weight(qn, 1)?),
+            v.f32(qn, "eps")?,
+        )
+    } else {
+        (None, None, 0.0)
+    };
+    let head_dim = v.u32(r, "head_dim")?;
+    if head_dim > HEAD_DIM_MAX {
+        return Err(v.err(format!(
+            "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
+        )));
+    }
+    let (rows, [wq, wk, wv], [bq, bk, bv]) = (v.rows(), p.w, p.bias);
+    let args = QkvRopeKv {
+        h,
+        d,
+        wn: v.weight(n, 0)?,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        qwn,
+        kwn,
+        positions: v.meta(MetaField::Positions),
+        inv_freq: v.inv_freq(),
+        slot_mapping: v.meta(MetaField::SlotMapping),
+        h_out,
+        q_out: v.output(r, 0)?,
+        cache: v.state_of(w.outputs[0])?,
+        rows,
+        k: p.k,
+        heads: v.u32(r, "heads")?,
+        kv_heads: v.u32(r, "kv_heads")?,
+        head_dim,
+        rotary_dim: v.u32(r, "rotary_dim")?,
+        block_size: v.kv_block_size(),
+        num_pages: v.kv_pages(),
+        eps: v.f32(n, "eps")?,
+        qk_eps,
+    };
+    Ok(vec![args.launch(QKV_ROPE_KV)])
 }

@@ -10,7 +10,9 @@ use super::matvec::{for_each_dot, Widened};
 use super::{
     AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs, LinearArgs,
     LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs,
+    QkvRopeKvArgs, HEAD_DIM_MAX,
 };
+use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
 use crate::kernels::view::{macs, size, threads_for, In, InOpt, Out};
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
@@ -382,4 +384,66 @@ pub(super) fn add_norm_lm_head(a: AddNormLmHeadArgs<'_>) -> Result<(), GpuError>
     let sum = add_rows(h, d, None, &mut local);
     logits(ctx, &normed(sum, wn, k, eps), rows, k, w, vocab, out);
     Ok(())
+}
+
+/// (residual_add →) rms_norm → linear ×3 → (qk_norm →) rope → kv_write: q, k and v rounded
+/// to bf16 as `linear` stores them, then the head pass of `rope::rope_kv_write` (or
+/// `qk_norm_rope_kv_write`) over them.
+pub(super) fn qkv_rope_kv(a: QkvRopeKvArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, eps) = (a.rows.count(), a.k.dim()?, a.eps);
+    let (heads, kv_heads, head_dim) = (a.heads.dim()?, a.kv_heads.dim()?, a.head_dim.dim()?);
+    if head_dim > HEAD_DIM_MAX as usize {
+        return Err(a.head_dim.bad(format!(
+            "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
+        )));
+    }
+    let (nq, nkv) = (
+        size(ctx, &[heads, head_dim])?,
+        size(ctx, &[kv_heads, head_dim])?,
+    );
+    let n = size(ctx, &[rows, k])?;
+    let h = a.h.len(n)?;
+    let d = a.d.len(n)?;
+    let wn = a.wn.len(k)?;
+    let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
+    let p = qkv_weights(ctx, weights, k, nq, nkv)?;
+    let qk_norm = match (a.qwn.len(head_dim)?, a.kwn.len(head_dim)?) {
+        (Some(wq), Some(wk)) => Some((wq, wk)),
+        (None, None) => None,
+        _ => return Err(ctx.fail("qk-norm needs both `qwn` and `kwn`, or neither")),
+    };
+    let h_out = a.h_out.len(n)?;
+    let mut local = Vec::new();
+    let sum: &[f32] = match d {
+        Some(d) => add_rows(h, d, h_out, &mut local),
+        None => match h_out {
+            // No residual add: the kernel's sum is h itself.
+            Some(out) => {
+                out.copy_from_slice(h);
+                out
+            }
+            None => h,
+        },
+    };
+    let (mut q, mut kr, mut v) = (
+        vec![bf16::ZERO; size(ctx, &[rows, nq])?],
+        vec![bf16::ZERO; size(ctx, &[rows, nkv])?],
+        vec![bf16::ZERO; size(ctx, &[rows, nkv])?],
+    );
+    let x = normed(sum, wn, k, eps);
+    project_qkv(ctx, &x, rows, k, p, [&mut q, &mut kr, &mut v]);
+    let pass = HeadPass::over(ctx, &q, &kr, [rows, heads, kv_heads, head_dim]);
+    let pass = match qk_norm {
+        Some((wq, wk)) => pass.normed_by(wq, wk, a.qk_eps),
+        None => pass,
+    };
+    let pass = with_rope(pass, a.positions, a.inv_freq, a.rotary_dim)?;
+    let cache = CacheArgs {
+        slot_mapping: a.slot_mapping,
+        cache: a.cache,
+        block_size: a.block_size,
+        num_pages: a.num_pages,
+    };
+    pass.into_cache_from(&v, a.q_out, cache)
 }
