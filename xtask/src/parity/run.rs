@@ -309,28 +309,15 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         let fe = eagerly(fused, |r| {
             multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
         })?;
-        let mut row = ModeRow {
-            mode: Mode::MultiSeq,
-            rows: width,
-            live,
-            ref_vs_fused: Diff::NONE,
-            vs_decode: Diff::NONE,
-            graph_vs_eager: Diff::NONE,
-        };
-        for s in 0..live {
-            for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
-                finite.check(
-                    &format!("{routing} multi_seq rows {width} ({live} live), sequence {s}"),
-                    logits,
-                );
-            }
-            row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
-            row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
-            row.vs_decode = row
-                .vs_decode
-                .merge(Diff::of(&f[s], &alone[s], vocab))
-                .merge(Diff::of(&r[s], &alone[s], vocab));
-        }
+        let label = format!("multi_seq rows {width} ({live} live)");
+        let row = per_sequence_row(
+            Mode::MultiSeq,
+            width,
+            &label,
+            [&r, &f, &fe],
+            &alone,
+            &mut finite,
+        );
         modes.push(row);
     }
     for &k in &serve.verify_widths {
@@ -360,28 +347,15 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         let fe = eagerly(fused, |r| {
             verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
         })?;
-        let mut row = ModeRow {
-            mode: Mode::VerifyBatch,
-            rows: width,
-            live: m,
-            ref_vs_fused: Diff::NONE,
-            vs_decode: Diff::NONE,
-            graph_vs_eager: Diff::NONE,
-        };
-        for s in 0..m {
-            for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
-                finite.check(
-                    &format!("{routing} verify_batch rows {width} ({m} x {k}), sequence {s}"),
-                    logits,
-                );
-            }
-            row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
-            row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
-            row.vs_decode = row
-                .vs_decode
-                .merge(Diff::of(&f[s], &alone[s], vocab))
-                .merge(Diff::of(&r[s], &alone[s], vocab));
-        }
+        let label = format!("verify_batch rows {width} ({m} x {k})");
+        let row = per_sequence_row(
+            Mode::VerifyBatch,
+            width,
+            &label,
+            [&r, &f, &fe],
+            &alone,
+            &mut finite,
+        );
         modes.push(row);
     }
 
@@ -465,6 +439,40 @@ const SPEC_GEN: usize = 12;
 /// The speculative check's prefix of a prompt of `tokens`: half of it, at most `SPEC_PREFIX`.
 fn spec_prefix(tokens: usize) -> usize {
     (tokens / 2).clamp(1, SPEC_PREFIX)
+}
+
+/// The row of a mode whose runs give one logits vector per sequence: `[reference, all rules,
+/// all rules eagerly]`, each sequence compared across them and with it decoded alone, every
+/// vector checked finite (named by `label` and sequence).
+fn per_sequence_row(
+    mode: Mode,
+    rows: usize,
+    label: &str,
+    [r, f, fe]: [&[Vec<f32>]; 3],
+    alone: &[Vec<f32>],
+    finite: &mut FiniteCheck<'_>,
+) -> ModeRow {
+    let vocab = finite.vocab;
+    let mut row = ModeRow {
+        mode,
+        rows,
+        live: r.len(),
+        ref_vs_fused: Diff::NONE,
+        vs_decode: Diff::NONE,
+        graph_vs_eager: Diff::NONE,
+    };
+    for s in 0..r.len() {
+        for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
+            finite.check(&format!("{routing} {label}, sequence {s}"), logits);
+        }
+        row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
+        row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
+        row.vs_decode = row
+            .vs_decode
+            .merge(Diff::of(&f[s], &alone[s], vocab))
+            .merge(Diff::of(&r[s], &alone[s], vocab));
+    }
+    row
 }
 
 /// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.

@@ -67,6 +67,18 @@ pub(super) fn build(
             Binding::Arena
         },
     )?;
+    lm_head(&mut b, cfg, x)?;
+    b.finish()
+}
+
+/// The LM head over `x` (the final norm's output): the model's logits, through
+/// `lm_head.weight`, or the embedding when tied.
+pub(super) fn lm_head(
+    b: &mut CircuitBuilder,
+    cfg: &ModelConfig,
+    x: TensorId,
+) -> Result<(), CircuitError> {
+    let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
     let head_name = if cfg.tie_word_embeddings {
         "model.embed_tokens.weight"
     } else {
@@ -81,7 +93,7 @@ pub(super) fn build(
             .attr("hidden", int(hidden)),
         OutSpec::rows("logits", Dtype::F32, vocab).bound(Binding::Output(ModelOutput::Logits)),
     )?;
-    b.finish()
+    Ok(())
 }
 
 /// One decoder layer: op names and state `l`, weights under `super::layer_prefix(cfg, l)`.

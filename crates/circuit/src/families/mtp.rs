@@ -114,19 +114,6 @@ pub fn build_draft(
         h,
         Binding::Output(ModelOutput::DraftHidden),
     )?;
-    let head_name = if config.tie_word_embeddings {
-        "model.embed_tokens.weight"
-    } else {
-        "lm_head.weight"
-    };
-    let head_w = b.weight(head_name, &[vocab, hidden])?;
-    b.op1(
-        OpSpec::new(OpKind::LmHead, "lm_head", "lm_head")
-            .inputs(&[out])
-            .weights(&[head_w])
-            .attr("vocab", int(vocab))
-            .attr("hidden", int(hidden)),
-        OutSpec::rows("logits", Dtype::F32, vocab).bound(Binding::Output(ModelOutput::Logits)),
-    )?;
+    dense::lm_head(&mut b, config, out)?;
     b.finish()
 }

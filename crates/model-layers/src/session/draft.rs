@@ -155,7 +155,10 @@ impl Drafter for ModelDrafter<'_> {
             let d = self.seq(seq)?;
             (d.id, d.fed)
         };
-        if fed > committed.len() || self.session.tokens(id)?[..fed] != committed[..fed] {
+        // The draft holds a prefix of the target's tokens: checked at its last token (not the
+        // whole history, which would cost O(length) every step).
+        let ours = self.session.tokens(id)?;
+        if fed > committed.len() || (fed > 0 && ours[fed - 1] != committed[fed - 1]) {
             return Err(SessionError::Rewind(format!(
                 "draft sequence for {seq} holds tokens the target no longer has: end and restart it"
             )));

@@ -127,13 +127,9 @@ impl Session<'_> {
                     backend.copy_h2d(at, bytes)?;
                 }
             }
-            Some(slot) if point.state.is_empty() && point.len == 0 => {
+            Some(_) if point.state.is_empty() && point.len == 0 => {
                 // The point was taken before the sequence's first step: a fresh state.
-                let states = self.exec.kv_cache();
-                for region in &regions {
-                    let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-                    backend.memset(at, 0, region.slot_bytes)?;
-                }
+                self.zero_state(backend, id)?;
             }
             None if point.state.is_empty() => {}
             _ if regions.is_empty() => {}
@@ -147,6 +143,23 @@ impl Session<'_> {
         }
         let block = self.exec.layout.kv_block_size;
         self.truncate(id, point.len, point.len.div_ceil(block));
+        Ok(())
+    }
+
+    /// Zeroes the recurrent state of the slot `id` holds (a fresh sequence's state).
+    pub(super) fn zero_state(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+    ) -> Result<(), SessionError> {
+        let Some(slot) = self.seqs.get(&id).and_then(|s| s.slot) else {
+            return Ok(());
+        };
+        let states = self.exec.kv_cache();
+        for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
+            let at = states.offset(region.offset + slot as usize * region.slot_bytes);
+            backend.memset(at, 0, region.slot_bytes)?;
+        }
         Ok(())
     }
 

@@ -222,8 +222,7 @@ impl Session<'_> {
         // Drafts, all before the verify; a failure takes back the ones made.
         let mut drafts = Vec::with_capacity(batch.len());
         for &(id, pending, k) in batch {
-            let committed = self.tokens(id)?.to_vec();
-            match drafter.draft(backend, id, &committed, pending, k) {
+            match drafter.draft(backend, id, self.tokens(id)?, pending, k) {
                 Ok(draft) if draft.tokens.len() == k => drafts.push(draft),
                 outcome => {
                     self.settle_all(backend, drafter, &batch[..drafts.len()], None);
@@ -397,18 +396,5 @@ impl Session<'_> {
             },
             _ => error,
         }
-    }
-
-    /// Zeroes the recurrent state of the slot `id` holds (a fresh sequence's state).
-    fn zero_state(&mut self, backend: &mut dyn GpuBackend, id: SeqId) -> Result<(), SessionError> {
-        let Some(slot) = self.seqs.get(&id).and_then(|s| s.slot) else {
-            return Ok(());
-        };
-        let states = self.exec.kv_cache();
-        for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
-            let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-            backend.memset(at, 0, region.slot_bytes)?;
-        }
-        Ok(())
     }
 }
