@@ -17,6 +17,28 @@ typedef __nv_bfloat16 bf16;
 // -inf (NVRTC has no <cmath> INFINITY).
 #define NEG_INF __int_as_float(0xff800000)
 
+// ---- programmatic dependent launch (Hopper) ------------------------------------------------
+// With the `pdl` lever a launch may start while the previous kernel on its stream is still
+// running (cudaLaunchAttributeProgrammaticStreamSerialization). `pdl_wait` blocks the calling
+// thread until every prerequisite grid has completed and its memory is visible; without the
+// attribute it returns at once. Invariant: every block of every kernel calls it before any
+// early return and before it reads or writes any buffer another launch writes or reads; the
+// only work allowed before it is loading weights (buffers no launch writes). Because each
+// kernel waits before it can complete, waiting on the previous grid waits on all earlier ones.
+// `pdl_launch_dependents` lets the next launch start its own prologue early; it never makes
+// this grid's writes visible sooner. Outside CUDA (the host emulation) both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------
 
 // bf16 -> f32, exactly.
