@@ -29,6 +29,12 @@
 // outside 0..num_slots (refused by the CPU twin) is treated the same way.
 #include "common.cuh"
 
+// Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
+// entry, before any early return or buffer access, then lets the next launch be scheduled at
+// once (its blocks run only their weight prologue before their own wait, so the earliest
+// trigger hides the most of its launch behind this kernel; it never makes a write visible
+// sooner).
+
 #define GDN_MAX_DK 256u
 #define GDN_L2NORM_EPS 1e-6f
 
@@ -156,6 +162,8 @@ extern "C" __global__ void __launch_bounds__(256) conv(
     const int* __restrict__ slots, bf16* __restrict__ out, bf16* __restrict__ snapshots,
     unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned kernel,
     unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
     GdnHeads g;
     if (!g.init(nk, dk, nv, dv) || kernel < 2u || rows == 0u) {
         return;
@@ -199,6 +207,8 @@ extern "C" __global__ void __launch_bounds__(256) gates(const bf16* __restrict__
                                                         float* __restrict__ beta,
                                                         float* __restrict__ g, unsigned rows,
                                                         unsigned nk, unsigned nv) {
+    pdl_wait();
+    pdl_launch_dependents();
     if (nk == 0u || nv == 0u || nv % nk != 0u) {
         return;
     }
@@ -368,6 +378,8 @@ extern "C" __global__ void __launch_bounds__(128) recurrence(
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
     unsigned dv, unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
     recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
                    chain, false);
 }
@@ -380,6 +392,8 @@ extern "C" __global__ void __launch_bounds__(128) recurrence_pitched(
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
     unsigned dv, unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
     recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
                    chain, true);
 }
@@ -396,6 +410,8 @@ extern "C" __global__ void __launch_bounds__(256) gated_norm(const bf16* __restr
                                                              unsigned rows, unsigned nk,
                                                              unsigned dk, unsigned nv,
                                                              unsigned dv, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     GdnHeads hd;
     if (!hd.init(nk, dk, nv, dv)) {
         return;

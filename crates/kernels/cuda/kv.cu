@@ -1,6 +1,12 @@
 // `kv` module: stores k and v rows in their paged-cache slots.
 #include "common.cuh"
 
+// Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
+// entry, before any early return or buffer access, then lets the next launch be scheduled at
+// once (its blocks run only their weight prologue before their own wait, so the earliest
+// trigger hides the most of its launch behind this kernel; it never makes a write visible
+// sooner).
+
 // k, v bf16[rows·kv_heads·head_dim], slot_mapping i32[rows] → cache (one layer's region,
 // `[num_pages][2][block_size][kv_heads][head_dim]` bf16). One block per row (grid-stride). A
 // slot outside 0..num_pages·block_size is skipped (the CPU twin refuses the launch instead).
@@ -11,6 +17,8 @@ extern "C" __global__ void __launch_bounds__(256) kv_write(const bf16* __restric
                                                            unsigned kv_heads, unsigned head_dim,
                                                            unsigned block_size,
                                                            unsigned num_pages) {
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned row_elems = kv_heads * head_dim;
     const unsigned long long slots = (unsigned long long)num_pages * block_size;
     for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {

@@ -19,6 +19,12 @@
 // gate_up_silu would give on that expert's matrices.
 #include "common.cuh"
 
+// Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
+// entry, before any early return or buffer access, then lets the next launch be scheduled at
+// once (its blocks run only their weight prologue before their own wait, so the earliest
+// trigger hides the most of its launch behind this kernel; it never makes a write visible
+// sooner).
+
 // ---- routing -------------------------------------------------------------------------------
 
 #define ROUTE_NONE 0xffffffffu
@@ -139,6 +145,8 @@ extern "C" __global__ void __launch_bounds__(256) topk_softmax(const float* __re
                                                                float* __restrict__ weights,
                                                                unsigned rows, unsigned experts,
                                                                unsigned k, unsigned norm_topk) {
+    pdl_wait();
+    pdl_launch_dependents();
     if (experts == 0u || k == 0u || (blockDim.x & 31u) != 0u) {
         return;
     }
@@ -165,6 +173,8 @@ extern "C" __global__ void __launch_bounds__(256) router_topk(const bf16* __rest
                                                               unsigned rows, unsigned hidden,
                                                               unsigned experts, unsigned k,
                                                               unsigned norm_topk) {
+    pdl_wait();
+    pdl_launch_dependents();
     if (experts == 0u || k == 0u || hidden == 0u || (blockDim.x & 31u) != 0u) {
         return;
     }
@@ -204,6 +214,8 @@ extern "C" __global__ void __launch_bounds__(256) gate_up_silu(const bf16* __res
                                                                unsigned rows, unsigned hidden,
                                                                unsigned inter, unsigned experts,
                                                                unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
@@ -261,6 +273,8 @@ extern "C" __global__ void __launch_bounds__(256) down(const bf16* __restrict__ 
                                                        bf16* __restrict__ out, unsigned rows,
                                                        unsigned hidden, unsigned inter,
                                                        unsigned experts, unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
@@ -297,6 +311,8 @@ extern "C" __global__ void __launch_bounds__(256) combine_shared(const bf16* __r
                                                                  const bf16* __restrict__ gate,
                                                                  bf16* __restrict__ out,
                                                                  unsigned rows, unsigned hidden) {
+    pdl_wait();
+    pdl_launch_dependents();
     if (hidden == 0u) {
         return;
     }

@@ -3,6 +3,12 @@
 // fused gemv kernels run), so every routing gives a row the same bits.
 #include "common.cuh"
 
+// Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
+// entry, before any early return or buffer access, then lets the next launch be scheduled at
+// once (its blocks run only their weight prologue before their own wait, so the earliest
+// trigger hides the most of its launch behind this kernel; it never makes a write visible
+// sooner).
+
 // One warp per row: the block's warps take consecutive rows (grid-stride). ZC: zero-centred
 // weights (1 + w, Qwen3-Next), otherwise w.
 template <bool ZC>
@@ -32,6 +38,8 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm(const float* __restri
                                                            const bf16* __restrict__ w,
                                                            bf16* __restrict__ out, unsigned rows,
                                                            unsigned hidden, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     norm_rows<false>(x, nullptr, w, nullptr, out, rows, hidden, eps);
 }
 
@@ -43,6 +51,8 @@ extern "C" __global__ void __launch_bounds__(256) add_rms_norm(const float* __re
                                                                bf16* __restrict__ out,
                                                                unsigned rows, unsigned hidden,
                                                                float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     norm_rows<false>(h, x, w, h_out, out, rows, hidden, eps);
 }
 
@@ -56,6 +66,8 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm(const bf16* __restric
                                                            bf16* __restrict__ k_out, unsigned rows,
                                                            unsigned heads, unsigned kv_heads,
                                                            unsigned head_dim, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     head_pass(q, k, nullptr, wq, wk, eps, nullptr, nullptr, 0, nullptr, q_out, k_out, nullptr,
               rows, heads, kv_heads, head_dim, 0, 0);
 }
@@ -68,6 +80,8 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm_zc(const float* __res
                                                               bf16* __restrict__ out,
                                                               unsigned rows, unsigned hidden,
                                                               float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     norm_rows<true>(x, nullptr, w, nullptr, out, rows, hidden, eps);
 }
 
@@ -81,6 +95,8 @@ extern "C" __global__ void __launch_bounds__(256) add_rms_norm_zc(const float* _
                                                                   bf16* __restrict__ out,
                                                                   unsigned rows, unsigned hidden,
                                                                   float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     norm_rows<true>(h, x, w, h_out, out, rows, hidden, eps);
 }
 
@@ -96,6 +112,8 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm_zc(const bf16* __rest
                                                               unsigned rows, unsigned heads,
                                                               unsigned kv_heads,
                                                               unsigned head_dim, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
@@ -130,6 +148,8 @@ extern "C" __global__ void __launch_bounds__(256) mtp_pre_fc_zc(const float* __r
                                                                 bf16* __restrict__ out,
                                                                 unsigned rows, unsigned hidden,
                                                                 float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warps = blockDim.x >> 5;
     for (unsigned r = blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += gridDim.x * warps) {

@@ -3,12 +3,20 @@
 // head; the fused kernels produce exactly the values the reference kernels store between them.
 #include "common.cuh"
 
+// Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
+// entry, before any early return or buffer access, then lets the next launch be scheduled at
+// once (its blocks run only their weight prologue before their own wait, so the earliest
+// trigger hides the most of its launch behind this kernel; it never makes a write visible
+// sooner).
+
 // q bf16[rows·heads·head_dim], k bf16[rows·kv_heads·head_dim], positions i32[rows],
 // inv_freq f32[rotary_dim/2] → q_out, k_out.
 extern "C" __global__ void __launch_bounds__(1024) rope(
     const bf16* __restrict__ q, const bf16* __restrict__ k, const int* __restrict__ positions,
     const float* __restrict__ inv_freq, bf16* __restrict__ q_out, bf16* __restrict__ k_out,
     unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim) {
+    pdl_wait();
+    pdl_launch_dependents();
     head_pass(q, k, nullptr, nullptr, nullptr, 0.0f, positions, inv_freq, rotary_dim, nullptr,
               q_out, k_out, nullptr, rows, heads, kv_heads, head_dim, 0, 0);
 }
@@ -20,6 +28,8 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm_rope(
     const float* __restrict__ inv_freq, bf16* __restrict__ q_out, bf16* __restrict__ k_out,
     unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
     float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     head_pass(q, k, nullptr, wq, wk, eps, positions, inv_freq, rotary_dim, nullptr, q_out, k_out,
               nullptr, rows, heads, kv_heads, head_dim, 0, 0);
 }
@@ -31,6 +41,8 @@ extern "C" __global__ void __launch_bounds__(1024) rope_kv_write(
     const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
     unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
     unsigned block_size, unsigned num_pages) {
+    pdl_wait();
+    pdl_launch_dependents();
     head_pass(q, k, v, nullptr, nullptr, 0.0f, positions, inv_freq, rotary_dim, slot_mapping,
               q_out, nullptr, cache, rows, heads, kv_heads, head_dim, block_size, num_pages);
 }
@@ -43,6 +55,8 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm_rope_kv_write(
     bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned heads,
     unsigned kv_heads, unsigned head_dim, unsigned rotary_dim, unsigned block_size,
     unsigned num_pages, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
     head_pass(q, k, v, wq, wk, eps, positions, inv_freq, rotary_dim, slot_mapping, q_out,
               nullptr, cache, rows, heads, kv_heads, head_dim, block_size, num_pages);
 }
