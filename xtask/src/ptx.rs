@@ -3,7 +3,9 @@
 //!
 //! `--check` regenerates into a temporary folder and fails on any difference from the
 //! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
-//! `fusions/FUSIONS.toml` names but no PTX defines, and on any register spill or local-memory
+//! `fusions/FUSIONS.toml` names but no PTX defines, on a kernel that does not wait for the
+//! previous grid before it writes (`pdl`: `griddepcontrol.wait`, needed under the `pdl` lever;
+//! the modules in `pdl::PENDING` are only reported), and on any register spill or local-memory
 //! stack frame in `ptxas -arch=sm_90 -v`; it prints registers, shared memory and occupancy
 //! (blocks and warps per SM, `occupancy`) per kernel.
 //!
@@ -12,6 +14,7 @@
 
 mod nvrtc;
 mod occupancy;
+pub mod pdl;
 mod ptxas;
 mod toolchain;
 
@@ -25,8 +28,10 @@ const USAGE: &str = "usage: cargo xtask ptx [--check]
 
   (no option)  regenerate crates/kernels/ptx/<module>.ptx from crates/kernels/cuda/<module>.cu
   --check      regenerate into a temp folder, fail on any difference from the checked-in PTX,
-               assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames
-               or a FUSIONS.toml kernel missing from the PTX, and print a resource table";
+               assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames,
+               a FUSIONS.toml kernel missing from the PTX or a kernel that writes before
+               griddepcontrol.wait (pdl_wait; modules in xtask/src/ptx/pdl.rs PENDING are only
+               reported), and print a resource table";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     if argv.iter().any(|a| a == "--help" || a == "-h") {
@@ -203,7 +208,27 @@ fn check_in(
             ));
         }
     }
-    // 3. ptxas: no spills, no stack frames; the table.
+    // 3. Programmatic dependent launch: every kernel waits for the previous grid (`pdl`).
+    let fresh: Vec<(String, String)> = modules
+        .iter()
+        .map(|m| {
+            let text = fs::read_to_string(temp.join(format!("{m}.ptx"))).unwrap_or_default();
+            (m.clone(), text)
+        })
+        .collect();
+    let (pdl_failures, pdl_notes) = pdl::check(&fresh);
+    for note in &pdl_notes {
+        println!("{note}");
+    }
+    if pdl_failures.is_empty() {
+        println!(
+            "pdl: every kernel outside the pending modules ({}) waits (griddepcontrol.wait) before it writes; {} pending kernels",
+            pdl::PENDING.join(", "),
+            pdl_notes.len()
+        );
+    }
+    failures.extend(pdl_failures);
+    // 4. ptxas: no spills, no stack frames; the table.
     let report = ptxas::assemble_all(tools, temp, modules)?;
     println!("{}", ptxas::table(&report));
     failures.extend(ptxas::violations(&report));

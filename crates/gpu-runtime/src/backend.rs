@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, StreamId,
 };
 
 /// A device: memory, copies, modules and kernels, launches, streams, events and graphs.
@@ -51,6 +51,22 @@ pub trait GpuBackend {
         config: &LaunchConfig,
         args: &[KernelArg],
     ) -> Result<(), GpuError>;
+    /// `launch` ordered as `order` says. `LaunchOrder::Programmatic` lets the launch overlap
+    /// the kernel before it on its stream (a programmatic edge when captured); a backend that
+    /// cannot overlap launches runs it as `launch` does (the default), which gives the same
+    /// results because a programmatic launch's kernel waits for its predecessor anyway.
+    fn launch_ordered(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+        order: LaunchOrder,
+    ) -> Result<(), GpuError> {
+        // A serial launch is a valid schedule of either order.
+        let _ = order;
+        self.launch(stream, kernel, config, args)
+    }
 
     fn default_stream(&self) -> StreamId {
         StreamId(0)

@@ -108,6 +108,22 @@ impl LaunchConfig {
     }
 }
 
+/// How a launch is ordered after the work before it on its stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LaunchOrder {
+    /// The launch starts once everything before it on its stream has completed.
+    #[default]
+    Serial,
+    /// Programmatic dependent launch (Hopper, `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`):
+    /// when the work before it is a kernel, the launch may start while that kernel still runs
+    /// (once its blocks have all called `griddepcontrol.launch_dependents` or exited). Only
+    /// for kernels that wait for the previous grid (`griddepcontrol.wait`, common.cuh's
+    /// `pdl_wait`) before they touch memory a launch writes; each waits for the previous
+    /// grid's completion and memory, so results are those of a serial launch. A backend that
+    /// cannot overlap launches runs it serially, which is always a valid schedule of it.
+    Programmatic,
+}
+
 /// What a backend says about its device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFacts {

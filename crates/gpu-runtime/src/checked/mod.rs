@@ -24,7 +24,7 @@ use crate::cpu::hb::Tracker;
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, StreamId,
 };
 
 /// A backend whose every launch, copy, memset and free is checked before it is forwarded.
@@ -177,15 +177,30 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         config: &LaunchConfig,
         args: &[KernelArg],
     ) -> Result<(), GpuError> {
+        self.launch_ordered(stream, kernel, config, args, LaunchOrder::Serial)
+    }
+
+    /// Checked as a serial launch: a programmatic one's kernel waits for its predecessor
+    /// (`griddepcontrol.wait`, which `ptx --check` holds every kernel to), so stream order
+    /// still orders its accesses.
+    fn launch_ordered(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+        order: LaunchOrder,
+    ) -> Result<(), GpuError> {
         let lane = self.lane(stream)?;
         let touches = self.check_args(kernel, args)?;
         if let Some(capture) = self.graphs.capturing(stream) {
-            self.inner.launch(stream, kernel, config, args)?;
+            self.inner
+                .launch_ordered(stream, kernel, config, args, order)?;
             self.graphs.capture_launch(capture, lane, &touches);
             return Ok(());
         }
         self.checked_forward(lane, &touches, |inner| {
-            inner.launch(stream, kernel, config, args)
+            inner.launch_ordered(stream, kernel, config, args, order)
         })
     }
 

@@ -33,7 +33,7 @@ use crate::error::GpuError;
 use crate::twin::TwinFn;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, StreamId,
 };
 
 pub use memory::POISON;
@@ -53,6 +53,8 @@ pub struct CpuBackend {
     destroyed_events: BTreeSet<u32>,
     /// The failure `fail_call` armed.
     injected: Option<InjectedFailure>,
+    /// Launches accepted with `LaunchOrder::Programmatic` (`programmatic_launches`).
+    programmatic_launches: u64,
 }
 
 /// A failure armed by `CpuBackend::fail_call`: the call named `call` fails once `skip` more
@@ -87,6 +89,7 @@ impl CpuBackend {
             destroyed_streams: BTreeSet::new(),
             destroyed_events: BTreeSet::new(),
             injected: None,
+            programmatic_launches: 0,
         }
     }
 
@@ -106,6 +109,13 @@ impl CpuBackend {
     /// Host threads the twins may use.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Launches accepted with `LaunchOrder::Programmatic`, eagerly or into a capture (not
+    /// counted again when a graph replays). They run as serial launches: a programmatic
+    /// launch's kernel waits for its predecessor, so serial order gives its results.
+    pub fn programmatic_launches(&self) -> u64 {
+        self.programmatic_launches
     }
 
     /// Allocations not yet freed.
@@ -339,6 +349,21 @@ impl GpuBackend for CpuBackend {
             }
             None => self.execute_launch(stream, kernel, config, args, &touches),
         }
+    }
+
+    fn launch_ordered(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+        order: LaunchOrder,
+    ) -> Result<(), GpuError> {
+        self.launch(stream, kernel, config, args)?;
+        if order == LaunchOrder::Programmatic {
+            self.programmatic_launches += 1;
+        }
+        Ok(())
     }
 
     fn create_stream(&mut self) -> Result<StreamId, GpuError> {

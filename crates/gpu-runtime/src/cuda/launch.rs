@@ -6,12 +6,12 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys, DriverError};
 
 use super::driver::capture_or_driver;
 use super::CudaBackend;
 use crate::error::GpuError;
-use crate::types::{EventId, KernelArg, KernelId, LaunchConfig, StreamId};
+use crate::types::{EventId, KernelArg, KernelId, LaunchConfig, LaunchOrder, StreamId};
 
 /// One parameter's value; `cuLaunchKernel` reads each through a pointer to it.
 enum Param {
@@ -50,6 +50,7 @@ impl CudaBackend {
         kernel: KernelId,
         config: &LaunchConfig,
         args: &[KernelArg],
+        order: LaunchOrder,
     ) -> Result<(), GpuError> {
         let cu_stream = self.stream(stream)?.cu_stream();
         let kernel = self.modules.get(kernel)?;
@@ -57,6 +58,11 @@ impl CudaBackend {
         let mut addresses: Vec<*mut c_void> = params.iter().map(Param::address).collect();
         let [gx, gy, gz] = config.grid;
         let [bx, by, bz] = config.block;
+        let what = || format!("kernel `{}`", kernel.name);
+        if order == LaunchOrder::Programmatic {
+            return programmatic(kernel.function, config, cu_stream, &mut addresses)
+                .map_err(|e| capture_or_driver("cuLaunchKernelEx", &what(), e));
+        }
         // SAFETY: `kernel.function` belongs to a loaded module of this context; `addresses`
         // point into `params`, which outlives the call (the driver copies the values before
         // returning). Argument types and count are the caller's contract with the kernel.
@@ -70,7 +76,7 @@ impl CudaBackend {
                 &mut addresses,
             )
         }
-        .map_err(|e| capture_or_driver("cuLaunchKernel", &format!("kernel `{}`", kernel.name), e))
+        .map_err(|e| capture_or_driver("cuLaunchKernel", &what(), e))
     }
 
     pub(super) fn record_event_impl(
@@ -102,4 +108,51 @@ impl CudaBackend {
             )
         })
     }
+}
+
+/// `cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` = 1: the
+/// launch may start while the kernel before it on `stream` drains (under stream capture, a
+/// programmatic edge between the two kernel nodes; CUDA 12.3 and later).
+fn programmatic(
+    function: sys::CUfunction,
+    config: &LaunchConfig,
+    stream: sys::CUstream,
+    addresses: &mut [*mut c_void],
+) -> Result<(), DriverError> {
+    // SAFETY: a zeroed attribute value is a valid bit pattern of the C union; only the
+    // `programmaticStreamSerializationAllowed` member is set and read for this id.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let [gx, gy, gz] = config.grid;
+    let [bx, by, bz] = config.block;
+    let launch = sys::CUlaunchConfig {
+        gridDimX: gx,
+        gridDimY: gy,
+        gridDimZ: gz,
+        blockDimX: bx,
+        blockDimY: by,
+        blockDimZ: bz,
+        sharedMemBytes: config.shared_bytes,
+        hStream: stream,
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // SAFETY: `function` belongs to a loaded module of the current context; `launch` and the
+    // attribute it points to live across the call; `addresses` point at the parameter values,
+    // which the caller keeps alive across it (the driver copies them before returning);
+    // `extra` is null. Argument types and count are the caller's contract with the kernel.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &launch,
+            function,
+            addresses.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
 }

@@ -37,7 +37,7 @@ use crate::backend::{fresh_instance_id, GpuBackend};
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, StreamId,
 };
 use driver::{describe, driver, no_driver};
 
@@ -299,7 +299,18 @@ impl GpuBackend for CudaBackend {
         config: &LaunchConfig,
         args: &[KernelArg],
     ) -> Result<(), GpuError> {
-        self.launch_impl(stream, kernel, config, args)
+        self.launch_impl(stream, kernel, config, args, LaunchOrder::Serial)
+    }
+
+    fn launch_ordered(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelId,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+        order: LaunchOrder,
+    ) -> Result<(), GpuError> {
+        self.launch_impl(stream, kernel, config, args, order)
     }
 
     fn create_stream(&mut self) -> Result<StreamId, GpuError> {
