@@ -16,6 +16,11 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "rope (and qk-norm) and the KV write in their own launch after q/k/v, not in the \
          projection's epilogue: the six-launch layer, kept for A/B timing; same logits",
     ),
+    (
+        "pdl",
+        "programmatic dependent launch: each kernel may start while the previous one on its \
+         stream drains; same bytes",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

@@ -15,6 +15,10 @@
 //! moves memory a program names, destroys every graph captured before it (they are recaptured
 //! at their next use), so no graph ever replays stale. `free` destroys the cached graphs and
 //! refuses while a graph handed out by `capture` lives.
+//!
+//! Launch order: with the `pdl` lever every program launches with programmatic dependent
+//! launch (`LaunchOrder::Programmatic`), eagerly and in captured graphs; the plans are the
+//! same either way.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -25,7 +29,9 @@ use solder_circuit::{
     RuleSet,
 };
 use solder_config::{ModelConfig, ServeShape};
-use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, GraphExecId, GraphId, StreamId};
+use solder_gpu_runtime::{
+    DevicePtr, EventId, GpuBackend, GraphExecId, GraphId, LaunchOrder, StreamId,
+};
 
 use crate::bind::Bindings;
 use crate::bytes;
@@ -38,6 +44,11 @@ use crate::layout::Layout;
 use crate::program::{compile, Program};
 use crate::session::Pools;
 use crate::weights::HostWeights;
+
+/// The lever that launches every kernel with programmatic dependent launch
+/// (`LaunchOrder::Programmatic`): a launch mode, not a rule, so plans and their digests are
+/// the same with it on or off.
+pub const PDL_LEVER: &str = "pdl";
 
 /// Where the weights come from.
 pub enum WeightSource {
@@ -202,6 +213,8 @@ pub struct CircuitExec {
     freed: bool,
     /// Unique in the process: the owner a `CapturedGraph` records.
     id: u64,
+    /// How every program's launches are ordered (`Programmatic` with the `pdl` lever).
+    launch_order: LaunchOrder,
 }
 
 impl CircuitExec {
@@ -335,12 +348,14 @@ impl CircuitExec {
             weights: weights_ptr,
             kv: kv_ptr,
         };
+        let launch_order = launch_order(&policy);
         let (programs, arms) = compile_all(
             backend,
             &instance,
             &targets,
             &plans,
             arm_conditions.iter().copied().zip(&arm_only),
+            launch_order,
         )?;
         let gdn_pitch = instance
             .circuit
@@ -402,6 +417,7 @@ impl CircuitExec {
             graphs: Mutex::new(GraphCache::default()),
             freed: false,
             id: fresh_exec_id(),
+            launch_order,
         })
     }
 
@@ -427,6 +443,11 @@ impl CircuitExec {
 
     pub fn programs(&self) -> &[Program] {
         &self.programs
+    }
+
+    /// How every program's launches are ordered (`Programmatic` with the `pdl` lever).
+    pub fn launch_order(&self) -> LaunchOrder {
+        self.launch_order
     }
 
     /// The program compiled for exactly (mode, rows).
@@ -850,7 +871,14 @@ impl CircuitExec {
             .iter()
             .zip(&self.arm_plans)
             .filter_map(|(p, plan)| p.arm.map(|c| (c, plan)));
-        let compiled = compile_all(backend, &self.instance, &targets, &self.plans, arms);
+        let compiled = compile_all(
+            backend,
+            &self.instance,
+            &targets,
+            &self.plans,
+            arms,
+            self.launch_order,
+        );
         let (programs, arm_programs) = match compiled {
             Ok(both) => both,
             Err(e) => {
@@ -915,6 +943,7 @@ fn compile_all<'p>(
     targets: &'p Targets<'p>,
     plans: &'p [ExecutionPlan],
     arms: impl Iterator<Item = (RouteCondition, &'p ExecutionPlan)>,
+    launch_order: LaunchOrder,
 ) -> Result<(Vec<Program>, Vec<Program>), ExecError> {
     let bind = |plan: &'p ExecutionPlan| -> Result<Bindings<'_>, ExecError> {
         Ok(Bindings {
@@ -928,16 +957,25 @@ fn compile_all<'p>(
     };
     let programs = plans
         .iter()
-        .map(|plan| compile(plan, &bind(plan)?, backend))
+        .map(|plan| compile(plan, &bind(plan)?, backend, launch_order))
         .collect::<Result<Vec<_>, _>>()?;
     let arms = arms
         .map(|(condition, plan)| {
-            let mut program = compile(plan, &bind(plan)?, backend)?;
+            let mut program = compile(plan, &bind(plan)?, backend, launch_order)?;
             program.arm = Some(condition);
             Ok(program)
         })
         .collect::<Result<Vec<_>, ExecError>>()?;
     Ok((programs, arms))
+}
+
+/// How the exec's launches are ordered: programmatic dependent launch with the `pdl` lever.
+fn launch_order(policy: &Policy) -> LaunchOrder {
+    if policy.levers.is_on(PDL_LEVER) {
+        LaunchOrder::Programmatic
+    } else {
+        LaunchOrder::Serial
+    }
 }
 
 /// A checkpoint the draft programs are built for must carry the MTP head (`mtp.*`): one

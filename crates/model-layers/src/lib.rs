@@ -33,7 +33,7 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
-pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource};
+pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource, PDL_LEVER};
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
 pub use hidden::HiddenRows;
 pub use program::{Program, ProgramStep};

@@ -5,7 +5,9 @@
 //! session beforehand) and never allocates, synchronises or reads host memory while it runs.
 
 use solder_circuit::{ExecutionPlan, Mode, StepKind};
-use solder_gpu_runtime::{EventId, GpuBackend, KernelArg, KernelId, LaunchConfig, StreamId};
+use solder_gpu_runtime::{
+    EventId, GpuBackend, KernelArg, KernelId, LaunchConfig, LaunchOrder, StreamId,
+};
 
 use crate::bind::Bindings;
 use crate::emit::emit_group;
@@ -40,6 +42,10 @@ pub struct Program {
     pub event_count: usize,
     /// The runtime route this program is an arm of (None: a primary program).
     pub arm: Option<solder_circuit::RouteCondition>,
+    /// How every launch is ordered after the one before it on its stream: `Programmatic`
+    /// with the `pdl` lever (programmatic dependent launch), else `Serial`. Not part of the
+    /// plan (or its digest): the same launches, scheduled differently, give the same bytes.
+    pub launch_order: LaunchOrder,
 }
 
 impl Program {
@@ -75,7 +81,13 @@ impl Program {
                     config,
                     args,
                     ..
-                } => backend.launch(streams[*stream as usize], *kernel, config, args)?,
+                } => backend.launch_ordered(
+                    streams[*stream as usize],
+                    *kernel,
+                    config,
+                    args,
+                    self.launch_order,
+                )?,
                 ProgramStep::Record { stream, event } => {
                     backend.record_event(events[*event as usize], streams[*stream as usize])?
                 }
@@ -88,11 +100,13 @@ impl Program {
     }
 }
 
-/// Compiles `plan` against `bind`'s device ranges, resolving kernels in `backend`.
+/// Compiles `plan` against `bind`'s device ranges, resolving kernels in `backend`; every
+/// launch will be ordered as `launch_order` says.
 pub fn compile(
     plan: &ExecutionPlan,
     bind: &Bindings<'_>,
     backend: &dyn GpuBackend,
+    launch_order: LaunchOrder,
 ) -> Result<Program, ExecError> {
     let mut steps = Vec::with_capacity(plan.steps.len());
     for step in &plan.steps {
@@ -126,6 +140,7 @@ pub fn compile(
         num_streams: plan.num_streams,
         event_count: plan.event_count,
         arm: None,
+        launch_order,
     };
     if program.launches() != plan.kernel_count_fused {
         return Err(ExecError::Build(format!(

@@ -194,3 +194,61 @@ fn a_graph_replays_and_releases_only_on_the_exec_that_captured_it() {
     a.free(&mut backend).unwrap();
     b.free(&mut backend).unwrap();
 }
+
+/// The `pdl` lever: every launch programmatic, eagerly and when captured; the same plans
+/// (digests) and the same logits bytes as the serial exec, replayed or eager.
+#[test]
+fn the_pdl_lever_launches_programmatically_with_the_same_plans_and_bytes() {
+    use exec_support::{build, TINY_LLAMA};
+    use solder_circuit::Policy;
+    use solder_gpu_runtime::LaunchOrder;
+
+    let mut backend = backend();
+    let mut serial = build_llama(&mut backend, roomy_kv());
+    let mut policy = Policy::default();
+    policy
+        .levers
+        .set(solder_model_layers::PDL_LEVER, true)
+        .unwrap();
+    let mut pdl = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
+    assert_eq!(serial.launch_order(), LaunchOrder::Serial);
+    assert_eq!(pdl.launch_order(), LaunchOrder::Programmatic);
+    assert_eq!(serial.plans_digest(), pdl.plans_digest());
+    assert!(pdl
+        .programs()
+        .iter()
+        .all(|p| p.launch_order == LaunchOrder::Programmatic));
+
+    let tokens = prompt(23, 128, 4);
+    let decode = |exec: &CircuitExec, backend: &mut CpuBackend| {
+        let mut session = Session::new(exec);
+        let id = session.add_sequence();
+        let mut last = Vec::new();
+        for &t in &tokens {
+            last = session.decode(backend, id, t).unwrap();
+        }
+        last
+    };
+    let expected = decode(&serial, &mut backend);
+    let before = backend.programmatic_launches();
+    let got = decode(&pdl, &mut backend);
+    assert_same_bytes(&got, &expected, "pdl session vs serial session");
+    // Each decode step either ran eagerly or captured its graph: programmatic launches.
+    assert!(backend.programmatic_launches() > before);
+
+    let launches = pdl.decode_program().unwrap().launches() as u64;
+    let before = backend.programmatic_launches();
+    let graph = pdl.capture(&mut backend, Mode::Decode, 1).unwrap();
+    assert_eq!(backend.programmatic_launches(), before + launches);
+    wipe_logits(&pdl, &mut backend, 1);
+    pdl.replay(&mut backend, &graph).unwrap();
+    assert_same_bytes(&read_logits(&pdl, &mut backend, 1), &expected, "pdl replay");
+    let program = pdl.decode_program().unwrap().clone();
+    wipe_logits(&pdl, &mut backend, 1);
+    pdl.run(&mut backend, &program).unwrap();
+    assert_eq!(backend.programmatic_launches(), before + 2 * launches);
+    assert_same_bytes(&read_logits(&pdl, &mut backend, 1), &expected, "pdl eager");
+    pdl.release(&mut backend, graph).unwrap();
+    pdl.free(&mut backend).unwrap();
+    serial.free(&mut backend).unwrap();
+}
