@@ -13,27 +13,40 @@
 
 use crate::args::Args;
 
-const HELP: &str = "usage: cargo xtask gpu-bench [--synth NAME | --model DIR] [options]
+const HELP: &str =
+    "usage: cargo xtask gpu-bench [--synth NAME | --model DIR | --builtin NAME] [options]
   (needs an xtask built with `--features cuda`; the bundle's `target/gpu-check/solder` is one)
 
   --synth NAME       random weights in the full shape of tests/fixtures/configs/NAME.json
                      (default llama-3.2-1b)
   --model DIR        a Hugging Face checkpoint folder instead
+  --builtin NAME     one of parity's built-in tiny models instead (random weights)
   --context T        tokens each sequence holds before the timed step, 0..=65536 and
                      within the model's max_position_embeddings (default 32)
   --runs N           timed eager runs and graph replays per width, each, 1..=100000
-                     (default 100)
+                     (default 100; with --ab per variant per round, default 10)
   --max-seconds S    stop one width's eager or graph timing after S seconds, 0.001..=3600
-                     (default 2; at
-                     least 5 runs)
+                     (default 2; at least 5 runs; with --ab, one width's rounds, at least 2)
   --widths LIST      rows to time, comma-separated, 1 = decode (default: 1 and every
-                     multi-seq width of the default serve ladder)
+                     multi-seq width of the default serve ladder; with --ab 1,8,32,128)
+  --ab LEVERS        A/B: build the model once per lever set (none, each of LEVERS alone, all
+                     together: `solder_config::KNOWN_LEVERS`, an unknown one refused by name),
+                     time them interleaved at each width, graph and eager, print one table
+                     (time, ratio to the baseline, share of the floor) and check the logits:
+                     each variant's eager, replayed and session bytes agree, and a variant
+                     whose levers no `differs` rule names gives the baseline's bytes
+                     (a difference fails the run)
+  --rounds R         with --ab: interleaved rounds per width, 1..=1000 (default 6)
   --copy-mib M       buffer copied device-to-device for the bandwidth, 1..=16384
                      (default 1024)
-  --json PATH        also write the figures as JSON
+  --json PATH        also write the figures as JSON (with --ab: under the key `ab`, merged
+                     into PATH when it already holds a JSON object)
   --rules FILE       fusion rules (default fusions/FUSIONS.toml)
   --backend B        cuda (default; an xtask built with `--features cuda`), or cpu: a dry run
                      of the harness on the CPU backend (for tests; its figures mean nothing)";
+
+/// `--ab`'s widths unless `--widths` says.
+const AB_WIDTHS: [usize; 4] = [1, 8, 32, 128];
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
@@ -41,10 +54,13 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         &[
             "synth",
             "model",
+            "builtin",
             "context",
             "runs",
             "max-seconds",
             "widths",
+            "ab",
+            "rounds",
             "copy-mib",
             "json",
             "rules",
@@ -56,7 +72,79 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    timing::run(&args)
+    match args.value("ab") {
+        Some(list) => run_ab(&args, list),
+        None if args.value("rounds").is_some() => Err("`--rounds` goes with `--ab`".into()),
+        None => timing::run(&args),
+    }
+}
+
+/// `gpu-bench --ab LEVERS`.
+fn run_ab(args: &Args, list: &str) -> Result<(), String> {
+    let (name, config, weights) = timing::model(args)?;
+    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
+    let serve = solder_config::ServeShape::default();
+    let default_widths = AB_WIDTHS
+        .into_iter()
+        .filter(|&w| w == 1 || serve.multi_seq_ladder.contains(&w))
+        .collect();
+    let widths = timing::widths(args, &serve, default_widths)?;
+    timing::check_positions(&name, &config, context, &widths)?;
+    let rules = timing::rules(args)?;
+    // Every lever checked before a byte is allocated.
+    let variants = ab::variants(list, &rules)?;
+    let rounds = args.number_in("rounds", 1..=1000)?.unwrap_or(6);
+    let runs = args.number_in("runs", 1..=100_000)?.unwrap_or(10);
+    let max_seconds = args.real_in("max-seconds", 0.001..=3600.0)?.unwrap_or(2.0);
+    let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
+    let mut boxed = timing::backend(args)?;
+    let backend = boxed.as_mut();
+    println!("{}", crate::gpu::describe(&backend.facts()));
+    let copy_bytes_per_s = timing::copy_bandwidth(backend, copy_bytes)?;
+    let setup = ab::Setup {
+        name,
+        config,
+        weights,
+        rules,
+        serve,
+        kv: timing::kv_shape(context, &widths),
+        context,
+        widths,
+        rounds,
+        runs,
+        max_seconds,
+        copy_bytes_per_s,
+    };
+    let figures = ab::measure(backend, setup, &variants)?;
+    if let Some(path) = args.value("json") {
+        write_merged(std::path::Path::new(path), "ab", figures.json())?;
+    }
+    print!("{}", figures.table());
+    let differences = figures.differences();
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "logits bytes differ where they must not: {}",
+            differences.join("; ")
+        ))
+    }
+}
+
+/// Writes `value` under `key` into the JSON object at `path` (kept when the file holds one,
+/// else a new object).
+fn write_merged(path: &std::path::Path, key: &str, value: serde_json::Value) -> Result<(), String> {
+    let mut object = match crate::files::read_text(path) {
+        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        },
+        Err(_) => serde_json::Map::new(),
+    };
+    object.insert(key.to_string(), value);
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(object))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One width's figures.
@@ -163,11 +251,60 @@ impl BenchFigures {
     }
 }
 
+pub mod ab;
 mod timing;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// `gpu-bench --ab` end to end on the CPU backend: the A/B figures merged into an existing
+    /// JSON object; an unknown lever refused by name before anything is built.
+    #[test]
+    fn ab_runs_on_the_cpu_backend_and_merges_its_json() {
+        let dir = std::env::temp_dir().join(format!("solder-ab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("bench.json");
+        std::fs::write(&json, r#"{"model": "earlier stage"}"#).unwrap();
+        let common = [
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-llama",
+            "--widths",
+            "1,2",
+            "--rounds",
+            "2",
+            "--runs",
+            "1",
+            "--copy-mib",
+            "1",
+            "--context",
+            "4",
+        ];
+        let mut args = argv(&common);
+        args.extend(argv(&["--ab", "pdl", "--json", json.to_str().unwrap()]));
+        run(args).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(written["model"], "earlier stage");
+        assert_eq!(written["ab"]["variants"][1]["name"], "pdl");
+        assert_eq!(written["ab"]["rows"].as_array().unwrap().len(), 4);
+        assert_eq!(written["ab"]["rows"][3]["bytes"], "same");
+
+        let mut args = argv(&common);
+        args.extend(argv(&["--ab", "pdl,turbo"]));
+        let err = run(args).unwrap_err();
+        assert!(err.contains("unknown lever `turbo`"), "{err}");
+        assert!(run(argv(&["--backend", "cpu", "--rounds", "2"]))
+            .unwrap_err()
+            .contains("`--rounds` goes with `--ab`"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn table_relates_each_width_to_the_floor() {

@@ -71,6 +71,9 @@ pub fn check(modules: &[(String, String)]) -> (Vec<String>, Vec<String>) {
 }
 
 fn finding_of(body: &str) -> Option<Finding> {
+    if !body.contains("griddepcontrol.wait") {
+        return Some(Finding::NoWait);
+    }
     for line in body.lines() {
         let mut op = line.trim();
         // A predicate guard (`@%p1 st.global ...`, `@!%p1 ...`) precedes the opcode.
@@ -93,7 +96,7 @@ fn finding_of(body: &str) -> Option<Finding> {
             return Some(Finding::WriteBeforeWait(opcode.to_string()));
         }
     }
-    Some(Finding::NoWait)
+    None
 }
 
 /// `(name, body)` of every `.entry`: the text between the brace that opens its body and the one

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::{Mode, Policy, RuleSet};
-use solder_config::ServeShape;
+use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{
     Boot, CapturedGraph, CircuitExec, KvShape, Program, SeqId, Session, WeightSource,
@@ -27,55 +27,74 @@ struct Limits {
     max_seconds: f64,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+/// The model `--model`, `--synth` or `--builtin` names: its name, config and weights.
+pub(super) fn model(args: &Args) -> Result<(String, ModelConfig, WeightSource), String> {
     let root = crate::workspace_root();
-    let (name, config, weights) = match (args.value("model"), args.value("synth")) {
-        (Some(_), Some(_)) => return Err("give --model or --synth, not both".into()),
-        (Some(dir), None) => {
+    match (
+        args.value("model"),
+        args.value("synth"),
+        args.value("builtin"),
+    ) {
+        (Some(dir), None, None) => {
             let config = crate::files::model_config(&Path::new(dir).join("config.json"))?;
-            (
+            Ok((
                 dir.to_string(),
                 config,
                 WeightSource::Checkpoint(dir.into()),
-            )
+            ))
         }
-        (None, synth) => {
+        (None, None, Some(name)) => {
+            let builtin = crate::parity::builtin_named(name)?;
+            Ok((
+                name.to_string(),
+                builtin.config()?,
+                WeightSource::Random { seed: builtin.seed },
+            ))
+        }
+        (None, synth, None) => {
             let synth = synth.unwrap_or("llama-3.2-1b");
             let path = root.join(format!("tests/fixtures/configs/{synth}.json"));
             let config = crate::files::model_config(&path)?;
-            (synth.to_string(), config, WeightSource::Random { seed: 1 })
+            Ok((synth.to_string(), config, WeightSource::Random { seed: 1 }))
         }
+        _ => Err("give one of --model, --synth, --builtin".into()),
+    }
+}
+
+/// `--widths` (each 1 or a width of `serve`'s ladder), else `default`.
+pub(super) fn widths(
+    args: &Args,
+    serve: &ServeShape,
+    default: Vec<usize>,
+) -> Result<Vec<usize>, String> {
+    let Some(list) = args.value("widths") else {
+        return Ok(default);
     };
-    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
-    let limits = Limits {
-        runs: args.number_in("runs", 1..=100_000)?.unwrap_or(100),
-        max_seconds: args.real_in("max-seconds", 0.001..=3600.0)?.unwrap_or(2.0),
-    };
-    let serve = ServeShape::default();
-    let widths: Vec<usize> = match args.value("widths") {
-        Some(list) => list
-            .split(',')
-            .map(|w| {
-                let w: usize = w
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`--widths`: `{w}` is not a number"))?;
-                if w == 1 || serve.multi_seq_ladder.contains(&w) {
-                    Ok(w)
-                } else {
-                    Err(format!(
-                        "`--widths`: {w} is neither 1 nor a width of the ladder {:?}",
-                        serve.multi_seq_ladder
-                    ))
-                }
-            })
-            .collect::<Result<_, String>>()?,
-        None => std::iter::once(1)
-            .chain(serve.multi_seq_ladder.iter().copied())
-            .collect(),
-    };
-    let widest = widths.iter().copied().max().unwrap_or(1);
-    // Before any buffer is allocated: the context must fit the model's positions.
+    list.split(',')
+        .map(|w| {
+            let w: usize = w
+                .trim()
+                .parse()
+                .map_err(|_| format!("`--widths`: `{w}` is not a number"))?;
+            if w == 1 || serve.multi_seq_ladder.contains(&w) {
+                Ok(w)
+            } else {
+                Err(format!(
+                    "`--widths`: {w} is neither 1 nor a width of the ladder {:?}",
+                    serve.multi_seq_ladder
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The positions a run of `widths` after `context` tokens needs, refused past the model's.
+pub(super) fn check_positions(
+    name: &str,
+    config: &ModelConfig,
+    context: usize,
+    widths: &[usize],
+) -> Result<(), String> {
     let positions = context + widths.len() + 2;
     if positions > config.max_position_embeddings {
         return Err(format!(
@@ -84,22 +103,49 @@ pub fn run(args: &Args) -> Result<(), String> {
             config.max_position_embeddings
         ));
     }
-    let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
-    let rules_path = args
-        .value("rules")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("fusions/FUSIONS.toml"));
-    let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+    Ok(())
+}
 
-    let kind = crate::gpu::BackendKind::parse(Some(args.value("backend").unwrap_or("cuda")))?;
-    let mut cpu = None;
-    let mut device_backend = crate::gpu::device_backend(kind)?;
-    let backend: &mut dyn GpuBackend = match device_backend.as_deref_mut() {
-        Some(device) => device,
-        None => {
-            cpu.insert(solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())?)
-        }
+/// Room for `widest` sequences of `context` tokens, one step per width, and the warm-up's
+/// rewrites.
+pub(super) fn kv_shape(context: usize, widths: &[usize]) -> KvShape {
+    let widest = widths.iter().copied().max().unwrap_or(1);
+    let max_seq_len = (context + widths.len() + 2).next_multiple_of(16);
+    KvShape {
+        pages: (widest + 1) * (max_seq_len / 16) + 2,
+        block_size: 16,
+        max_seq_len,
+        max_sequences: widest + 1,
+    }
+}
+
+/// The prompt of sequence `s`: `context` tokens below `vocab`.
+pub(super) fn prompt(s: usize, context: usize, vocab: u32) -> Vec<u32> {
+    (0..context as u32)
+        .map(|i| (i * 7919 + s as u32 * 104_729 + 13) % vocab)
+        .collect()
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let (name, config, weights) = model(args)?;
+    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
+    let limits = Limits {
+        runs: args.number_in("runs", 1..=100_000)?.unwrap_or(100),
+        max_seconds: args.real_in("max-seconds", 0.001..=3600.0)?.unwrap_or(2.0),
     };
+    let serve = ServeShape::default();
+    let ladder = std::iter::once(1)
+        .chain(serve.multi_seq_ladder.iter().copied())
+        .collect();
+    let widths = widths(args, &serve, ladder)?;
+    let widest = widths.iter().copied().max().unwrap_or(1);
+    // Before any buffer is allocated: the context must fit the model's positions.
+    check_positions(&name, &config, context, &widths)?;
+    let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
+    let rules = rules(args)?;
+
+    let mut boxed = backend(args)?;
+    let backend: &mut dyn GpuBackend = boxed.as_mut();
     let device = crate::gpu::describe(&backend.facts());
     println!("{device}");
     let copy_bytes_per_s = copy_bandwidth(backend, copy_bytes)?;
@@ -109,14 +155,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         copy_bytes >> 20
     );
 
-    // Room for every sequence's context, one step per width, and the warm-up's rewrites.
-    let max_seq_len = (context + widths.len() + 2).next_multiple_of(16);
-    let kv = KvShape {
-        pages: (widest + 1) * (max_seq_len / 16) + 2,
-        block_size: 16,
-        max_seq_len,
-        max_sequences: widest + 1,
-    };
+    let kv = kv_shape(context, &widths);
     let started = Instant::now();
     let mut exec = CircuitExec::build(
         backend,
@@ -164,11 +203,8 @@ pub fn run(args: &Args) -> Result<(), String> {
         let t = Instant::now();
         if context > 0 {
             for (s, &id) in seqs.iter().enumerate() {
-                let prompt: Vec<u32> = (0..context as u32)
-                    .map(|i| (i * 7919 + s as u32 * 104_729 + 13) % vocab)
-                    .collect();
                 session
-                    .prefill(backend, id, &prompt)
+                    .prefill(backend, id, &prompt(s, context, vocab))
                     .map_err(|e| format!("{name}: prefill: {e}"))?;
             }
         }
@@ -244,8 +280,28 @@ pub fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The backend `--backend` names (default cuda), its modules loaded.
+pub(super) fn backend(args: &Args) -> Result<Box<dyn GpuBackend>, String> {
+    let kind = crate::gpu::BackendKind::parse(Some(args.value("backend").unwrap_or("cuda")))?;
+    match crate::gpu::device_backend(kind)? {
+        Some(device) => Ok(device),
+        None => Ok(Box::new(
+            solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())?,
+        )),
+    }
+}
+
+/// `--rules FILE`, else fusions/FUSIONS.toml.
+pub(super) fn rules(args: &Args) -> Result<RuleSet, String> {
+    let path = args
+        .value("rules")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
+    RuleSet::from_file(&path).map_err(|e| e.to_string())
+}
+
 /// Median bytes read + written per second of a device-to-device copy of `bytes`.
-fn copy_bandwidth(backend: &mut dyn GpuBackend, bytes: usize) -> Result<f64, String> {
+pub(super) fn copy_bandwidth(backend: &mut dyn GpuBackend, bytes: usize) -> Result<f64, String> {
     let err = |e: solder_gpu_runtime::GpuError| format!("copy bandwidth: {e}");
     let src = backend.alloc(bytes).map_err(err)?;
     let dst = backend.alloc(bytes).map_err(err)?;
