@@ -88,8 +88,19 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
         .into_iter()
         .filter(|&w| w == 1 || serve.multi_seq_ladder.contains(&w))
         .collect();
-    let widths = timing::widths(args, &serve, default_widths)?;
+    let mut widths = timing::widths(args, &serve, default_widths)?;
+    let mut seen = std::collections::BTreeSet::new();
+    widths.retain(|w| seen.insert(*w));
     timing::check_positions(&name, &config, context, &widths)?;
+    // Programs for the timed widths only (and verify, which prefill runs): each variant's
+    // build plans half of what the default ladder would.
+    let serve = solder_config::ServeShape {
+        max_batch: seen.last().copied().unwrap_or(1),
+        multi_seq_ladder: seen.iter().copied().filter(|&w| w > 1).collect(),
+        verify_batch_widths: Vec::new(),
+        ..serve
+    };
+    serve.validate().map_err(|e| format!("`--widths`: {e}"))?;
     let rules = timing::rules(args)?;
     // Every lever checked before a byte is allocated.
     let variants = ab::variants(list, &rules)?;

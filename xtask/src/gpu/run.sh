@@ -9,25 +9,33 @@
 # byte, past 4,096 tokens on Llama-3.2-1B's shape; a tiny model against its CPU twin);
 # compute-sanitizer memcheck (three models), racecheck and synccheck (a tiny model); ncu's
 # per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step, as a table
-# against the peak and each launch's floor; gpu-bench; clocks again. A tool that is missing
+# against the peak and each launch's floor; gpu-bench; gpu-bench --ab (the same model once per
+# lever set of AB_LEVERS, timed interleaved, logits bytes checked); clocks again. A tool that is missing
 # is a SKIP row naming it. Results go to $OUT (the device tool's folder) or
 # /tmp/solder-gpu-check, in eight files: facts.log parity.log parity.json goldens.json
 # checks.log bench.log bench.json ncu.csv. A summary table is printed last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 
-# 455 s in all (gpu-check's device call gives 500): well under a 10-minute lease.
+# 480 s in all (gpu-check's device call gives 520): well under a 10-minute lease. The A/B
+# stage's 75 s came from 20 s more for the call and 55 s trimmed from the others (parity,
+# goldens, the long step, racecheck, synccheck 5 s each, ncu 10, gpu-bench 15: it times every
+# ladder width for 0.3 s now, and the A/B re-times the key widths).
 LIMIT_FACTS=${LIMIT_FACTS:-15}
-LIMIT_PARITY=${LIMIT_PARITY:-40}
-LIMIT_GOLDENS=${LIMIT_GOLDENS:-45}
-LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-60}   # Llama-3.2-1B's shape, 4,200 tokens, compared
+LIMIT_PARITY=${LIMIT_PARITY:-35}
+LIMIT_GOLDENS=${LIMIT_GOLDENS:-40}
+LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-55}   # Llama-3.2-1B's shape, 4,200 tokens, compared
 LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-30}   # tiny-llama, 4,200 tokens, against the CPU twin
 LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}     # per model, three models
-LIMIT_RACECHECK=${LIMIT_RACECHECK:-30}
-LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-25}
-LIMIT_NCU=${LIMIT_NCU:-80}   # builds the 1B shape (~20 s), profiles 196 kernels
+LIMIT_RACECHECK=${LIMIT_RACECHECK:-25}
+LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-20}
+LIMIT_NCU=${LIMIT_NCU:-70}   # builds the 1B shape (~20 s), profiles 196 kernels
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
-LIMIT_BENCH=${LIMIT_BENCH:-60}
+LIMIT_BENCH=${LIMIT_BENCH:-45}
+LIMIT_AB=${LIMIT_AB:-75}     # 1B shape, one build per variant (4 with two levers), 4 widths
+# The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
+# it). Add gemv_classic and fold_o_proj here once they exist.
+AB_LEVERS=${AB_LEVERS:-pdl,split_rope_kv}
 
 BIN=${BIN:-target/gpu-check/solder}
 chmod +x "$BIN" 2>/dev/null
@@ -189,10 +197,19 @@ fi
 
 # --- gpu-bench: Llama-3.2-1B's shape, random weights
 stage gpu-bench "$LIMIT_BENCH" "$LOG/bench.log" \
-    "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.5 --json "$LOG/bench.json"
+    "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$LOG/bench.json"
 key=$(last_line "$LOG/bench.log" '^decode +1 ' | awk \
     '{printf "decode: graph %s us, eager %s us, floor %s us = %s of graph, %s launches", $7, $6, $5, $9, $3}')
 record gpu-bench "$key" "$LOG/bench.log"
+
+# --- A/B: the same model per lever set (baseline, each of AB_LEVERS, all together), timed
+# interleaved graph and eager at 1, 8, 32 and 128 rows; figures under "ab" in bench.json
+stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
+    "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --rounds 6 --runs 10 \
+    --max-seconds 4 --json "$LOG/bench.json"
+for rows in 1 128; do
+    record "A/B rows $rows" "$(last_line "$LOG/bench.log" "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
+done
 
 clocks after
 rm -rf "$SCRATCH"

@@ -118,7 +118,8 @@ impl AbFigures {
         out
     }
 
-    /// `ab rows N graph: baseline 812.3 us; pdl 0.930x; ...; best pdl; bytes same`.
+    /// `ab rows N graph: bytes same; best pdl; baseline 812.3 us; pdl 0.930x; ...` (the
+    /// verdicts first: run.sh's summary row keeps the first 110 characters).
     fn summary(&self, rows: usize) -> String {
         let at: Vec<&AbRow> = self.rows.iter().filter(|r| r.rows == rows).collect();
         let mut parts = Vec::new();
@@ -140,7 +141,7 @@ impl AbFigures {
             "same"
         };
         format!(
-            "ab rows {rows} graph: {}; best {best}; bytes {bytes}",
+            "ab rows {rows} graph: bytes {bytes}; best {best}; {}",
             parts.join("; ")
         )
     }
@@ -251,10 +252,10 @@ mod tests {
             ]
         );
         assert!(
-            table.contains("ab rows 1 graph: baseline 800.0 us; pdl 0.900x; best pdl; bytes same")
+            table.contains("ab rows 1 graph: bytes same; best pdl; baseline 800.0 us; pdl 0.900x")
         );
         assert!(table.contains(
-            "ab rows 8 graph: baseline 1000.0 us; pdl 1.100x; best baseline; bytes DIFFER"
+            "ab rows 8 graph: bytes DIFFER; best baseline; baseline 1000.0 us; pdl 1.100x"
         ));
         assert!(table.contains("DIFFER pdl at 8 rows: vs baseline: element 3"));
     }
