@@ -131,14 +131,11 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
         write_merged(std::path::Path::new(path), "ab", figures.json())?;
     }
     print!("{}", figures.table());
-    let differences = figures.differences();
-    if differences.is_empty() {
+    let problems = figures.problems();
+    if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "logits bytes differ where they must not: {}",
-            differences.join("; ")
-        ))
+        Err(format!("A/B: {}", problems.join("; ")))
     }
 }
 

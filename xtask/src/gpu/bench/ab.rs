@@ -105,7 +105,9 @@ pub struct Setup {
     pub copy_bytes_per_s: f64,
 }
 
-/// Builds every variant, times them interleaved and checks their logits bytes.
+/// Builds every variant, times them interleaved and checks their logits bytes. A variant
+/// that fails (build, capture, a step, a run) is reported in `AbFigures::failures` and left
+/// out from then on, so the others are still measured; the baseline failing is the error.
 pub fn measure(
     backend: &mut dyn GpuBackend,
     setup: Setup,
@@ -126,44 +128,55 @@ pub fn measure(
         copy_bytes_per_s,
     } = setup;
     let device = crate::gpu::describe(&backend.facts());
+    let mut failed: Vec<Option<String>> = vec![None; variants.len()];
     let shared = SharedWeights::new(weights, &config, &serve)?;
-    let mut execs = Vec::with_capacity(variants.len());
-    for variant in variants {
+    let mut execs: Vec<Option<CircuitExec>> = Vec::with_capacity(variants.len());
+    for (v, variant) in variants.iter().enumerate() {
         let mut policy = Policy::default();
         for lever in &variant.levers {
             policy.levers.set(lever, true).map_err(|e| e.to_string())?;
         }
         let t = Instant::now();
-        let exec = CircuitExec::build(
-            backend,
-            Boot {
-                config: config.clone(),
-                serve: serve.clone(),
-                rules: rules.clone(),
-                policy,
-                weights: shared.source(),
-                kv,
-            },
-        )
-        .map_err(|e| format!("{name} ({}): {e}", variant.name))?;
-        println!(
-            "built {name} ({}): {} programs in {:.1} s",
-            variant.name,
-            exec.programs().len(),
-            t.elapsed().as_secs_f64()
-        );
-        execs.push(exec);
+        let boot = Boot {
+            config: config.clone(),
+            serve: serve.clone(),
+            rules: rules.clone(),
+            policy,
+            weights: shared.source(),
+            kv,
+        };
+        match CircuitExec::build(backend, boot) {
+            Ok(exec) => {
+                println!(
+                    "built {name} ({}): {} programs in {:.1} s",
+                    variant.name,
+                    exec.programs().len(),
+                    t.elapsed().as_secs_f64()
+                );
+                execs.push(Some(exec));
+            }
+            Err(e) => {
+                fail(&mut failed, variants, v, format!("build: {e}"))?;
+                execs.push(None);
+            }
+        }
     }
     drop(shared);
     // Graphs first: the sessions below borrow the execs.
     let mut graphs: Vec<Vec<CapturedGraph>> = Vec::with_capacity(execs.len());
-    for (exec, variant) in execs.iter_mut().zip(variants) {
+    for (v, exec) in execs.iter_mut().enumerate() {
         let mut mine = Vec::with_capacity(widths.len());
-        for &width in &widths {
-            let graph = exec
-                .capture(backend, mode_of(width), width)
-                .map_err(|e| format!("{} capture {}:{width}: {e}", variant.name, mode_of(width)))?;
-            mine.push(graph);
+        if let Some(exec) = exec.as_mut() {
+            for &width in &widths {
+                match exec.capture(backend, mode_of(width), width) {
+                    Ok(graph) => mine.push(graph),
+                    Err(e) => {
+                        let why = format!("capture {}:{width}: {e}", mode_of(width));
+                        fail(&mut failed, variants, v, why)?;
+                        break;
+                    }
+                }
+            }
         }
         graphs.push(mine);
     }
@@ -172,44 +185,74 @@ pub fn measure(
     {
         let widest = widths.iter().copied().max().unwrap_or(1);
         let vocab = config.vocab_size as u32;
-        let mut sessions: Vec<(Session<'_>, Vec<SeqId>)> = Vec::with_capacity(execs.len());
-        for (exec, variant) in execs.iter().zip(variants) {
+        let mut sessions: Vec<Option<(Session<'_>, Vec<SeqId>)>> = Vec::new();
+        for (v, exec) in execs.iter().enumerate() {
+            let Some(exec) = exec.as_ref().filter(|_| failed[v].is_none()) else {
+                sessions.push(None);
+                continue;
+            };
             let mut session = Session::new(exec);
             let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
-            for (s, &id) in seqs.iter().enumerate().filter(|_| context > 0) {
-                session
-                    .prefill(backend, id, &super::timing::prompt(s, context, vocab))
-                    .map_err(|e| format!("{} prefill: {e}", variant.name))?;
+            let prefilled = seqs.iter().enumerate().try_for_each(|(s, &id)| {
+                let prompt = super::timing::prompt(s, context, vocab);
+                match context {
+                    0 => Ok(()),
+                    _ => session.prefill(backend, id, &prompt).map(|_| ()),
+                }
+            });
+            match prefilled {
+                Ok(()) => sessions.push(Some((session, seqs))),
+                Err(e) => {
+                    fail(&mut failed, variants, v, format!("prefill: {e}"))?;
+                    sessions.push(None);
+                }
             }
-            sessions.push((session, seqs));
         }
-        println!(
-            "prefilled {widest} sequences of {context} tokens on each of {} variants",
-            variants.len()
-        );
+        println!("prefilled {widest} sequences of {context} tokens on each variant");
         for (earlier, &width) in widths.iter().enumerate() {
             let at = Width {
                 width,
-                graph_index: earlier,
                 rounds,
                 runs,
                 max_seconds,
             };
             // The session steps: metadata uploaded, and the logits every check starts from.
-            let mut stepped = Vec::with_capacity(execs.len());
-            for ((session, seqs), variant) in sessions.iter_mut().zip(variants) {
+            let mut stepped: Vec<Option<Vec<f32>>> = vec![None; variants.len()];
+            for (v, lane) in sessions.iter_mut().enumerate() {
+                let Some((session, seqs)) = lane.as_mut().filter(|_| failed[v].is_none()) else {
+                    continue;
+                };
                 let batch: Vec<(SeqId, u32)> =
                     seqs[..width].iter().map(|&id| (id, 1 % vocab)).collect();
-                let logits = session
-                    .multi_seq_step(backend, &batch)
-                    .map_err(|e| format!("{} step of {width}: {e}", variant.name))?;
-                stepped.push(logits.concat());
+                match session.multi_seq_step(backend, &batch) {
+                    Ok(logits) => stepped[v] = Some(logits.concat()),
+                    Err(e) => fail(&mut failed, variants, v, format!("step of {width}: {e}"))?,
+                }
             }
-            let samples = time_width(backend, &execs, &graphs, variants, &at)?;
-            for (v, ((exec, variant), (mut eager, mut replays))) in
-                execs.iter().zip(variants).zip(samples).enumerate()
-            {
-                let bytes = check_bytes(backend, exec, &graphs[v][earlier], &stepped, v, variant)?;
+            let live: Vec<usize> = (0..variants.len())
+                .filter(|&v| failed[v].is_none())
+                .collect();
+            let lanes: Vec<Lane<'_>> = live
+                .iter()
+                .map(|&v| Lane {
+                    v,
+                    exec: execs[v].as_ref().expect("a live variant was built"),
+                    graph: &graphs[v][earlier],
+                })
+                .collect();
+            let samples = time_width(backend, &lanes, variants, &at, &mut failed)?;
+            for (lane, sample) in lanes.iter().zip(samples) {
+                let Some((mut eager, mut replays)) = sample else {
+                    continue;
+                };
+                let (v, exec, variant) = (lane.v, lane.exec, &variants[lane.v]);
+                let bytes = match check_bytes(backend, lane, &stepped, variant) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        fail(&mut failed, variants, v, format!("{width} rows: {e}"))?;
+                        continue;
+                    }
+                };
                 let plan = exec.plan(mode_of(width), width).ok_or_else(|| {
                     format!("{}: no plan of {}:{width}", variant.name, mode_of(width))
                 })?;
@@ -229,17 +272,22 @@ pub fn measure(
                     bytes,
                 });
             }
-            println!("timed {} variants at {width} rows", variants.len());
+            println!("timed {} variants at {width} rows", lanes.len());
         }
     }
+    let mut cleanup = Ok(());
     for (exec, mine) in execs.iter_mut().zip(graphs) {
+        let Some(exec) = exec.as_mut() else { continue };
         for graph in mine {
-            exec.release(backend, graph).map_err(|e| e.to_string())?;
+            if let Err(e) = exec.release(backend, graph) {
+                cleanup = Err(e.to_string());
+            }
+        }
+        if let Err(e) = exec.free(backend) {
+            cleanup = Err(e.to_string());
         }
     }
-    for exec in &mut execs {
-        exec.free(backend).map_err(|e| e.to_string())?;
-    }
+    cleanup?;
     Ok(AbFigures {
         model: name,
         device,
@@ -247,14 +295,39 @@ pub fn measure(
         context,
         variants: variants.to_vec(),
         rows,
+        failures: failed
+            .into_iter()
+            .enumerate()
+            .filter_map(|(v, why)| why.map(|why| (v, why)))
+            .collect(),
     })
+}
+
+/// Marks variant `v` failed (its first failure is kept); the baseline's failure ends the run.
+fn fail(
+    failed: &mut [Option<String>],
+    variants: &[Variant],
+    v: usize,
+    why: String,
+) -> Result<(), String> {
+    println!("variant {} failed: {why}", variants[v].name);
+    if v == 0 {
+        return Err(format!("the baseline failed: {why}"));
+    }
+    failed[v].get_or_insert(why);
+    Ok(())
+}
+
+/// A live variant at one width: its exec and that width's graph.
+struct Lane<'a> {
+    v: usize,
+    exec: &'a CircuitExec,
+    graph: &'a CapturedGraph,
 }
 
 /// One width's timing parameters.
 struct Width {
     width: usize,
-    /// Index of the width's graph in each variant's list.
-    graph_index: usize,
     rounds: usize,
     runs: usize,
     max_seconds: f64,
@@ -277,50 +350,62 @@ fn program(exec: &CircuitExec, width: usize) -> Result<&solder_model_layers::Pro
     .map_err(|e| e.to_string())
 }
 
-/// (eager seconds, replay seconds) per variant: a warm-up, then interleaved rounds.
+/// (eager seconds, replay seconds) per lane — a warm-up, then interleaved rounds — or `None`
+/// for a lane whose run failed (marked in `failed`).
 fn time_width(
     backend: &mut dyn GpuBackend,
-    execs: &[CircuitExec],
-    graphs: &[Vec<CapturedGraph>],
+    lanes: &[Lane<'_>],
     variants: &[Variant],
     at: &Width,
-) -> Result<Vec<(Vec<f64>, Vec<f64>)>, String> {
-    let n = execs.len();
-    let err = |v: usize, e: &dyn std::fmt::Display| {
-        format!(
-            "{} {}:{}: {e}",
-            variants[v].name,
-            mode_of(at.width),
-            at.width
-        )
+    failed: &mut [Option<String>],
+) -> Result<Vec<Option<(Vec<f64>, Vec<f64>)>>, String> {
+    let n = lanes.len();
+    let eager = |backend: &mut dyn GpuBackend, lane: &Lane<'_>| -> Result<(), String> {
+        let program = program(lane.exec, at.width)?;
+        lane.exec.run(backend, program).map_err(|e| e.to_string())
     };
-    let eager = |backend: &mut dyn GpuBackend, v: usize| -> Result<(), String> {
-        let exec = &execs[v];
-        exec.run(backend, program(exec, at.width)?)
-            .map_err(|e| err(v, &e))
+    let replay = |backend: &mut dyn GpuBackend, lane: &Lane<'_>| -> Result<(), String> {
+        lane.exec
+            .replay(backend, lane.graph)
+            .map_err(|e| e.to_string())
     };
-    let replay = |backend: &mut dyn GpuBackend, v: usize| -> Result<(), String> {
-        execs[v]
-            .replay(backend, &graphs[v][at.graph_index])
-            .map_err(|e| err(v, &e))
+    let mut samples: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![Some((Vec::new(), Vec::new())); n];
+    let mut drop_lane = |samples: &mut [Option<_>], i: usize, e: String| {
+        samples[i] = None;
+        let why = format!("{}:{}: {e}", mode_of(at.width), at.width);
+        fail(failed, variants, lanes[i].v, why)
     };
-    for v in 0..n {
-        for _ in 0..WARMUP {
-            eager(backend, v)?;
-            replay(backend, v)?;
+    for i in 0..n {
+        let warm = (0..WARMUP).try_for_each(|_| {
+            eager(backend, &lanes[i])?;
+            replay(backend, &lanes[i])
+        });
+        if let Err(e) = warm {
+            drop_lane(&mut samples, i, e)?;
         }
     }
-    let mut samples = vec![(Vec::new(), Vec::new()); n];
     let started = Instant::now();
     for round in 0..at.rounds {
         if round >= MIN_ROUNDS && started.elapsed().as_secs_f64() > at.max_seconds {
             break;
         }
-        for i in 0..n {
-            let v = (i + round) % n;
-            let (eager_s, replay_s) = &mut samples[v];
-            eager_s.extend(timed(backend, at.runs, |b| eager(b, v))?);
-            replay_s.extend(timed(backend, at.runs, |b| replay(b, v))?);
+        for k in 0..n {
+            let i = (k + round) % n;
+            if samples[i].is_none() {
+                continue;
+            }
+            let lane = &lanes[i];
+            let timed_pair = timed(backend, at.runs, |b| eager(b, lane))
+                .and_then(|e| timed(backend, at.runs, |b| replay(b, lane)).map(|r| (e, r)));
+            match timed_pair {
+                Ok((e, r)) => {
+                    if let Some((eager_s, replay_s)) = samples[i].as_mut() {
+                        eager_s.extend(e);
+                        replay_s.extend(r);
+                    }
+                }
+                Err(e) => drop_lane(&mut samples, i, e)?,
+            }
         }
     }
     Ok(samples)
@@ -344,27 +429,24 @@ fn timed(
     Ok(seconds)
 }
 
-/// Variant `v`'s eager and replayed logits against its session step's, and (bit-identical
+/// A lane's eager and replayed logits against its session step's, and (bit-identical
 /// variants) against the baseline's session step.
 fn check_bytes(
     backend: &mut dyn GpuBackend,
-    exec: &CircuitExec,
-    graph: &CapturedGraph,
-    stepped: &[Vec<f32>],
-    v: usize,
+    lane: &Lane<'_>,
+    stepped: &[Option<Vec<f32>>],
     variant: &Variant,
 ) -> Result<Bytes, String> {
-    let width = graph.rows;
-    let eager_logits = {
-        exec.run(backend, program(exec, width)?)
-            .map_err(|e| e.to_string())?;
-        read_logits(backend, exec, width)?
-    };
-    let replay_logits = {
-        exec.replay(backend, graph).map_err(|e| e.to_string())?;
-        read_logits(backend, exec, width)?
-    };
-    let own = &stepped[v];
+    let (exec, width) = (lane.exec, lane.graph.rows);
+    exec.run(backend, program(exec, width)?)
+        .map_err(|e| e.to_string())?;
+    let eager_logits = read_logits(backend, exec, width)?;
+    exec.replay(backend, lane.graph)
+        .map_err(|e| e.to_string())?;
+    let replay_logits = read_logits(backend, exec, width)?;
+    let own = stepped[lane.v]
+        .as_ref()
+        .ok_or("no session step to compare with")?;
     for (what, logits) in [("eager", &eager_logits), ("graph replay", &replay_logits)] {
         if let Err(e) = crate::gpu::step::same_bytes(own, logits) {
             return Ok(Bytes::Differ(format!("{what} vs its session step: {e}")));
@@ -373,7 +455,10 @@ fn check_bytes(
     if !variant.bit_identical {
         return Ok(Bytes::OwnOnly);
     }
-    match crate::gpu::step::same_bytes(&stepped[0], own) {
+    let baseline = stepped[0]
+        .as_ref()
+        .ok_or("no baseline step to compare with")?;
+    match crate::gpu::step::same_bytes(baseline, own) {
         Ok(()) => Ok(Bytes::Same),
         Err(e) => Ok(Bytes::Differ(format!("vs baseline: {e}"))),
     }
@@ -501,34 +586,34 @@ priority = 1
         );
     }
 
+    fn tiny_setup(rules: RuleSet) -> Setup {
+        let builtin = crate::parity::builtin_named("tiny-llama").unwrap();
+        let widths = vec![1, 2];
+        Setup {
+            name: "tiny-llama".into(),
+            config: builtin.config().unwrap(),
+            weights: WeightSource::Random { seed: builtin.seed },
+            rules,
+            serve: ServeShape::default(),
+            kv: super::super::timing::kv_shape(8, &widths),
+            context: 8,
+            widths,
+            rounds: 3,
+            runs: 2,
+            max_seconds: 60.0,
+            copy_bytes_per_s: 1e9,
+        }
+    }
+
     /// The whole A/B loop on the CPU backend with a tiny model: every variant at every width,
     /// timed in both modes, logits the baseline's bytes.
     #[test]
     fn the_ab_loop_runs_on_the_cpu_backend() {
         let rules = rules();
-        let builtin = crate::parity::builtin_named("tiny-llama").unwrap();
-        let widths = vec![1, 2];
         let all = variants("pdl,split_rope_kv", &rules).unwrap();
         let mut backend = solder_model_layers::kernels::cpu_backend(None).unwrap();
-        let figures = measure(
-            &mut backend,
-            Setup {
-                name: "tiny-llama".into(),
-                config: builtin.config().unwrap(),
-                weights: WeightSource::Random { seed: builtin.seed },
-                rules,
-                serve: ServeShape::default(),
-                kv: super::super::timing::kv_shape(8, &widths),
-                context: 8,
-                widths,
-                rounds: 3,
-                runs: 2,
-                max_seconds: 60.0,
-                copy_bytes_per_s: 1e9,
-            },
-            &all,
-        )
-        .unwrap();
+        let figures = measure(&mut backend, tiny_setup(rules), &all).unwrap();
+        assert!(figures.problems().is_empty(), "{:?}", figures.problems());
         assert_eq!(figures.rows.len(), 8);
         for row in &figures.rows {
             assert_eq!(row.bytes, Bytes::Same, "{row:?}");
@@ -547,6 +632,40 @@ priority = 1
         assert_eq!(launches(0), launches(1));
         assert!(launches(2) > launches(0));
         assert!(figures.table().contains("pdl+split_rope_kv"));
+        assert_eq!(backend.live_allocations(), 0);
+    }
+
+    /// A variant that cannot build is reported and left out; the others are still measured.
+    #[test]
+    fn a_failing_variant_is_reported_and_the_others_still_run() {
+        let text = std::fs::read_to_string(crate::workspace_root().join("fusions/FUSIONS.toml"))
+            .unwrap()
+            + r#"
+[[rule]]
+id = "zz_missing_kernel_under_pdl"
+pattern = [{ op = "residual_add" }]
+kernel = "add::no_such_kernel"
+numerics = "bit_identical"
+when = { pdl = true }
+priority = 10000
+"#;
+        let rules = RuleSet::from_toml_str(&text, "test").unwrap();
+        let all = variants("pdl,split_rope_kv", &rules).unwrap();
+        let mut backend = solder_model_layers::kernels::cpu_backend(None).unwrap();
+        let figures = measure(&mut backend, tiny_setup(rules), &all).unwrap();
+        let failed: Vec<usize> = figures.failures.iter().map(|(v, _)| *v).collect();
+        assert_eq!(failed, [1, 3], "{:?}", figures.failures);
+        assert!(
+            figures.failures[0].1.contains("no_such_kernel"),
+            "{:?}",
+            figures.failures
+        );
+        let measured: Vec<usize> = figures.rows.iter().map(|r| r.variant).collect();
+        assert_eq!(measured, [0, 2, 0, 2]);
+        assert_eq!(figures.problems().len(), 2);
+        let table = figures.table();
+        assert!(table.contains("FAILED pdl: build:"), "{table}");
+        assert!(table.contains("failed pdl, pdl+split_rope_kv"), "{table}");
         assert_eq!(backend.live_allocations(), 0);
     }
 }

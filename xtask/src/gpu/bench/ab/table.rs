@@ -51,6 +51,8 @@ pub struct AbFigures {
     pub context: usize,
     pub variants: Vec<Variant>,
     pub rows: Vec<AbRow>,
+    /// Variants that failed (index, what failed), left out from then on.
+    pub failures: Vec<(usize, String)>,
 }
 
 impl AbFigures {
@@ -109,6 +111,9 @@ impl AbFigures {
         for line in self.differences() {
             out += &format!("DIFFER {line}\n");
         }
+        for (v, why) in &self.failures {
+            out += &format!("FAILED {}: {why}\n", self.variants[*v].name);
+        }
         let mut widths: Vec<usize> = self.rows.iter().map(|r| r.rows).collect();
         widths.dedup();
         for rows in widths {
@@ -140,6 +145,14 @@ impl AbFigures {
         } else {
             "same"
         };
+        let failed: Vec<&str> = self
+            .failures
+            .iter()
+            .map(|(v, _)| self.variants[*v].name.as_str())
+            .collect();
+        if !failed.is_empty() {
+            parts.push(format!("failed {}", failed.join(", ")));
+        }
         format!(
             "ab rows {rows} graph: bytes {bytes}; best {best}; {}",
             parts.join("; ")
@@ -160,12 +173,27 @@ impl AbFigures {
             .collect()
     }
 
+    /// What fails the run: every forbidden difference and every failed variant.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = self.differences();
+        out.extend(
+            self.failures
+                .iter()
+                .map(|(v, why)| format!("{} failed: {why}", self.variants[*v].name)),
+        );
+        out
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "model": self.model,
             "device": self.device,
             "copy_bytes_per_s": self.copy_bytes_per_s,
             "context": self.context,
+            "failures": self.failures.iter().map(|(v, why)| serde_json::json!({
+                "variant": self.variants[*v].name,
+                "error": why,
+            })).collect::<Vec<_>>(),
             "variants": self.variants.iter().map(|v| serde_json::json!({
                 "name": v.name,
                 "levers": v.levers,
@@ -233,6 +261,7 @@ mod tests {
                 row(0, 8, 1000.0, Bytes::Same),
                 row(1, 8, 1100.0, Bytes::Differ("vs baseline: element 3".into())),
             ],
+            failures: vec![],
         }
     }
 
