@@ -26,7 +26,10 @@ use solder_model_layers::{
 use crate::gpu::median;
 pub use table::{AbFigures, AbRow, Bytes};
 
+mod rounds;
 mod table;
+
+use rounds::{check_bytes, time_width, Lane, Width};
 
 /// Untimed eager runs and replays per variant before a width's rounds.
 const WARMUP: usize = 2;
@@ -304,7 +307,7 @@ pub fn measure(
 }
 
 /// Marks variant `v` failed (its first failure is kept); the baseline's failure ends the run.
-fn fail(
+pub(super) fn fail(
     failed: &mut [Option<String>],
     variants: &[Variant],
     v: usize,
@@ -318,22 +321,7 @@ fn fail(
     Ok(())
 }
 
-/// A live variant at one width: its exec and that width's graph.
-struct Lane<'a> {
-    v: usize,
-    exec: &'a CircuitExec,
-    graph: &'a CapturedGraph,
-}
-
-/// One width's timing parameters.
-struct Width {
-    width: usize,
-    rounds: usize,
-    runs: usize,
-    max_seconds: f64,
-}
-
-fn mode_of(width: usize) -> Mode {
+pub(super) fn mode_of(width: usize) -> Mode {
     if width == 1 {
         Mode::Decode
     } else {
@@ -341,143 +329,16 @@ fn mode_of(width: usize) -> Mode {
     }
 }
 
-fn program(exec: &CircuitExec, width: usize) -> Result<&solder_model_layers::Program, String> {
+pub(super) fn program(
+    exec: &CircuitExec,
+    width: usize,
+) -> Result<&solder_model_layers::Program, String> {
     if width == 1 {
         exec.decode_program()
     } else {
         exec.multi_seq_program(width)
     }
     .map_err(|e| e.to_string())
-}
-
-/// (eager seconds, replay seconds) per lane — a warm-up, then interleaved rounds — or `None`
-/// for a lane whose run failed (marked in `failed`).
-fn time_width(
-    backend: &mut dyn GpuBackend,
-    lanes: &[Lane<'_>],
-    variants: &[Variant],
-    at: &Width,
-    failed: &mut [Option<String>],
-) -> Result<Vec<Option<(Vec<f64>, Vec<f64>)>>, String> {
-    let n = lanes.len();
-    let eager = |backend: &mut dyn GpuBackend, lane: &Lane<'_>| -> Result<(), String> {
-        let program = program(lane.exec, at.width)?;
-        lane.exec.run(backend, program).map_err(|e| e.to_string())
-    };
-    let replay = |backend: &mut dyn GpuBackend, lane: &Lane<'_>| -> Result<(), String> {
-        lane.exec
-            .replay(backend, lane.graph)
-            .map_err(|e| e.to_string())
-    };
-    let mut samples: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![Some((Vec::new(), Vec::new())); n];
-    let mut drop_lane = |samples: &mut [Option<_>], i: usize, e: String| {
-        samples[i] = None;
-        let why = format!("{}:{}: {e}", mode_of(at.width), at.width);
-        fail(failed, variants, lanes[i].v, why)
-    };
-    for i in 0..n {
-        let warm = (0..WARMUP).try_for_each(|_| {
-            eager(backend, &lanes[i])?;
-            replay(backend, &lanes[i])
-        });
-        if let Err(e) = warm {
-            drop_lane(&mut samples, i, e)?;
-        }
-    }
-    let started = Instant::now();
-    for round in 0..at.rounds {
-        if round >= MIN_ROUNDS && started.elapsed().as_secs_f64() > at.max_seconds {
-            break;
-        }
-        for k in 0..n {
-            let i = (k + round) % n;
-            if samples[i].is_none() {
-                continue;
-            }
-            let lane = &lanes[i];
-            let timed_pair = timed(backend, at.runs, |b| eager(b, lane))
-                .and_then(|e| timed(backend, at.runs, |b| replay(b, lane)).map(|r| (e, r)));
-            match timed_pair {
-                Ok((e, r)) => {
-                    if let Some((eager_s, replay_s)) = samples[i].as_mut() {
-                        eager_s.extend(e);
-                        replay_s.extend(r);
-                    }
-                }
-                Err(e) => drop_lane(&mut samples, i, e)?,
-            }
-        }
-    }
-    Ok(samples)
-}
-
-/// Seconds of each of `runs` calls of `step`, each followed by a synchronize.
-fn timed(
-    backend: &mut dyn GpuBackend,
-    runs: usize,
-    mut step: impl FnMut(&mut dyn GpuBackend) -> Result<(), String>,
-) -> Result<Vec<f64>, String> {
-    let sync = |backend: &mut dyn GpuBackend| backend.synchronize().map_err(|e| e.to_string());
-    sync(backend)?;
-    let mut seconds = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let t = Instant::now();
-        step(backend)?;
-        sync(backend)?;
-        seconds.push(t.elapsed().as_secs_f64());
-    }
-    Ok(seconds)
-}
-
-/// A lane's eager and replayed logits against its session step's, and (bit-identical
-/// variants) against the baseline's session step.
-fn check_bytes(
-    backend: &mut dyn GpuBackend,
-    lane: &Lane<'_>,
-    stepped: &[Option<Vec<f32>>],
-    variant: &Variant,
-) -> Result<Bytes, String> {
-    let (exec, width) = (lane.exec, lane.graph.rows);
-    exec.run(backend, program(exec, width)?)
-        .map_err(|e| e.to_string())?;
-    let eager_logits = read_logits(backend, exec, width)?;
-    exec.replay(backend, lane.graph)
-        .map_err(|e| e.to_string())?;
-    let replay_logits = read_logits(backend, exec, width)?;
-    let own = stepped[lane.v]
-        .as_ref()
-        .ok_or("no session step to compare with")?;
-    for (what, logits) in [("eager", &eager_logits), ("graph replay", &replay_logits)] {
-        if let Err(e) = crate::gpu::step::same_bytes(own, logits) {
-            return Ok(Bytes::Differ(format!("{what} vs its session step: {e}")));
-        }
-    }
-    if !variant.bit_identical {
-        return Ok(Bytes::OwnOnly);
-    }
-    let baseline = stepped[0]
-        .as_ref()
-        .ok_or("no baseline step to compare with")?;
-    match crate::gpu::step::same_bytes(baseline, own) {
-        Ok(()) => Ok(Bytes::Same),
-        Err(e) => Ok(Bytes::Differ(format!("vs baseline: {e}"))),
-    }
-}
-
-/// The first `rows` rows of the exec's logits region.
-fn read_logits(
-    backend: &mut dyn GpuBackend,
-    exec: &CircuitExec,
-    rows: usize,
-) -> Result<Vec<f32>, String> {
-    let mut raw = vec![0u8; rows * exec.config.vocab_size * 4];
-    backend
-        .copy_d2h(exec.workspace().offset(exec.layout.logits_offset), &mut raw)
-        .map_err(|e| format!("reading logits: {e}"))?;
-    Ok(raw
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
 }
 
 /// The weights every variant is built from: random ones generated once and copied per build.
@@ -514,158 +375,4 @@ impl SharedWeights {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rules() -> RuleSet {
-        RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
-    }
-
-    #[test]
-    fn variants_are_the_baseline_each_lever_and_all_together() {
-        let rules = rules();
-        let names = |list: &str| -> Vec<String> {
-            variants(list, &rules)
-                .unwrap()
-                .into_iter()
-                .map(|v| v.name)
-                .collect()
-        };
-        assert_eq!(names("pdl"), ["baseline", "pdl"]);
-        assert_eq!(
-            names("pdl, split_rope_kv"),
-            ["baseline", "pdl", "split_rope_kv", "pdl+split_rope_kv"]
-        );
-        let all = variants("pdl,split_rope_kv", &rules).unwrap();
-        assert!(all.iter().all(|v| v.bit_identical), "{all:?}");
-        assert_eq!(all[3].levers, ["pdl", "split_rope_kv"]);
-    }
-
-    #[test]
-    fn unknown_empty_and_repeated_levers_are_refused_by_name() {
-        let rules = rules();
-        let err = variants("pdl,gemv_classicc", &rules).unwrap_err();
-        assert!(
-            err.contains("`gemv_classicc`") && err.contains("known levers"),
-            "{err}"
-        );
-        assert!(variants("pdl,,split_rope_kv", &rules)
-            .unwrap_err()
-            .contains("empty lever name"));
-        assert!(variants("pdl,pdl", &rules)
-            .unwrap_err()
-            .contains("`pdl` is named twice"));
-    }
-
-    #[test]
-    fn a_lever_a_differs_rule_names_is_not_bit_identical() {
-        let text = std::fs::read_to_string(crate::workspace_root().join("fusions/FUSIONS.toml"))
-            .unwrap()
-            + r#"
-[[rule]]
-id = "zz_fast_exp_test"
-pattern = [{ op = "silu_mul" }]
-kernel = "act::silu_mul"
-numerics = { differs = "fast_exp", tolerance = 0.01 }
-priority = 1
-"#;
-        let rules = RuleSet::from_toml_str(&text, "test").unwrap();
-        let all = variants("fast_exp,pdl", &rules).unwrap();
-        let identical: Vec<(&str, bool)> = all
-            .iter()
-            .map(|v| (v.name.as_str(), v.bit_identical))
-            .collect();
-        assert_eq!(
-            identical,
-            [
-                ("baseline", true),
-                ("fast_exp", false),
-                ("pdl", true),
-                ("fast_exp+pdl", false)
-            ]
-        );
-    }
-
-    fn tiny_setup(rules: RuleSet) -> Setup {
-        let builtin = crate::parity::builtin_named("tiny-llama").unwrap();
-        let widths = vec![1, 2];
-        Setup {
-            name: "tiny-llama".into(),
-            config: builtin.config().unwrap(),
-            weights: WeightSource::Random { seed: builtin.seed },
-            rules,
-            serve: ServeShape::default(),
-            kv: super::super::timing::kv_shape(8, &widths),
-            context: 8,
-            widths,
-            rounds: 3,
-            runs: 2,
-            max_seconds: 60.0,
-            copy_bytes_per_s: 1e9,
-        }
-    }
-
-    /// The whole A/B loop on the CPU backend with a tiny model: every variant at every width,
-    /// timed in both modes, logits the baseline's bytes.
-    #[test]
-    fn the_ab_loop_runs_on_the_cpu_backend() {
-        let rules = rules();
-        let all = variants("pdl,split_rope_kv", &rules).unwrap();
-        let mut backend = solder_model_layers::kernels::cpu_backend(None).unwrap();
-        let figures = measure(&mut backend, tiny_setup(rules), &all).unwrap();
-        assert!(figures.problems().is_empty(), "{:?}", figures.problems());
-        assert_eq!(figures.rows.len(), 8);
-        for row in &figures.rows {
-            assert_eq!(row.bytes, Bytes::Same, "{row:?}");
-            assert_eq!((row.eager_runs, row.graph_runs), (6, 6), "{row:?}");
-            assert!(row.graph_us > 0.0 && row.floor_us > 0.0, "{row:?}");
-        }
-        // split_rope_kv's layers launch once more each.
-        let launches = |v: usize| {
-            figures
-                .rows
-                .iter()
-                .find(|r| r.variant == v)
-                .unwrap()
-                .launches
-        };
-        assert_eq!(launches(0), launches(1));
-        assert!(launches(2) > launches(0));
-        assert!(figures.table().contains("pdl+split_rope_kv"));
-        assert_eq!(backend.live_allocations(), 0);
-    }
-
-    /// A variant that cannot build is reported and left out; the others are still measured.
-    #[test]
-    fn a_failing_variant_is_reported_and_the_others_still_run() {
-        let text = std::fs::read_to_string(crate::workspace_root().join("fusions/FUSIONS.toml"))
-            .unwrap()
-            + r#"
-[[rule]]
-id = "zz_missing_kernel_under_pdl"
-pattern = [{ op = "residual_add" }]
-kernel = "add::no_such_kernel"
-numerics = "bit_identical"
-when = { pdl = true }
-priority = 10000
-"#;
-        let rules = RuleSet::from_toml_str(&text, "test").unwrap();
-        let all = variants("pdl,split_rope_kv", &rules).unwrap();
-        let mut backend = solder_model_layers::kernels::cpu_backend(None).unwrap();
-        let figures = measure(&mut backend, tiny_setup(rules), &all).unwrap();
-        let failed: Vec<usize> = figures.failures.iter().map(|(v, _)| *v).collect();
-        assert_eq!(failed, [1, 3], "{:?}", figures.failures);
-        assert!(
-            figures.failures[0].1.contains("no_such_kernel"),
-            "{:?}",
-            figures.failures
-        );
-        let measured: Vec<usize> = figures.rows.iter().map(|r| r.variant).collect();
-        assert_eq!(measured, [0, 2, 0, 2]);
-        assert_eq!(figures.problems().len(), 2);
-        let table = figures.table();
-        assert!(table.contains("FAILED pdl: build:"), "{table}");
-        assert!(table.contains("failed pdl, pdl+split_rope_kv"), "{table}");
-        assert_eq!(backend.live_allocations(), 0);
-    }
-}
+mod tests;
