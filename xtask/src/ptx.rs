@@ -14,7 +14,7 @@
 
 mod nvrtc;
 mod occupancy;
-pub mod pdl;
+mod pdl;
 mod ptxas;
 mod toolchain;
 
