@@ -22,15 +22,18 @@ pub(super) struct Width {
     pub max_seconds: f64,
 }
 
-/// (eager seconds, replay seconds) per lane — a warm-up, then interleaved rounds — or `None`
-/// for a lane whose run failed (marked in `failed`).
+/// One lane's timed seconds: eager runs, graph replays.
+pub(super) type Samples = (Vec<f64>, Vec<f64>);
+
+/// The samples of each lane — a warm-up, then interleaved rounds — or `None` for a lane whose
+/// run failed (marked in `failed`).
 pub(super) fn time_width(
     backend: &mut dyn GpuBackend,
     lanes: &[Lane<'_>],
     variants: &[Variant],
     at: &Width,
     failed: &mut [Option<String>],
-) -> Result<Vec<Option<(Vec<f64>, Vec<f64>)>>, String> {
+) -> Result<Vec<Option<Samples>>, String> {
     let n = lanes.len();
     let eager = |backend: &mut dyn GpuBackend, lane: &Lane<'_>| -> Result<(), String> {
         let program = program(lane.exec, at.width)?;
@@ -41,16 +44,16 @@ pub(super) fn time_width(
             .replay(backend, lane.graph)
             .map_err(|e| e.to_string())
     };
-    let mut samples: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![Some((Vec::new(), Vec::new())); n];
+    let mut samples: Vec<Option<Samples>> = vec![Some((Vec::new(), Vec::new())); n];
     let mut drop_lane = |samples: &mut [Option<_>], i: usize, e: String| {
         samples[i] = None;
         let why = format!("{}:{}: {e}", mode_of(at.width), at.width);
         fail(failed, variants, lanes[i].v, why)
     };
-    for i in 0..n {
+    for (i, lane) in lanes.iter().enumerate() {
         let warm = (0..WARMUP).try_for_each(|_| {
-            eager(backend, &lanes[i])?;
-            replay(backend, &lanes[i])
+            eager(backend, lane)?;
+            replay(backend, lane)
         });
         if let Err(e) = warm {
             drop_lane(&mut samples, i, e)?;
