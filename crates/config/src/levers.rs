@@ -16,6 +16,11 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "rope (and qk-norm) and the KV write in their own launch after q/k/v, not in the \
          projection's epilogue: the six-launch layer, kept for A/B timing; same logits",
     ),
+    (
+        "fold_o_proj",
+        "o projection folded into attention: 4 launches per dense layer; per-head partial dots \
+         summed in head order, so logits differ in the last bits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.
