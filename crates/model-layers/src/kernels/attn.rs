@@ -21,6 +21,7 @@ use crate::error::ExecError;
 use crate::numerics::attend;
 
 pub mod fold;
+pub use fold::{PagedAttentionO, PAGED_CAUSAL_O, PAGED_DECODE_O};
 
 /// Threads of an attention block: 8 warps split one block's share of a (head, row)'s context
 /// and merge in shared memory (static, about 9 KiB).
