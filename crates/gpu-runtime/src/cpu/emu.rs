@@ -29,8 +29,14 @@ use crate::types::LaunchConfig;
 
 /// `emu_<module>__<kernel>`: args (one pointer per parameter, to its value), grid, block,
 /// dynamic shared bytes, an error buffer and its length; 0 on success.
-type RunFn =
-    unsafe extern "C" fn(*mut *mut c_void, *const u32, *const u32, u32, *mut c_char, usize) -> c_int;
+type RunFn = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *const u32,
+    *const u32,
+    u32,
+    *mut c_char,
+    usize,
+) -> c_int;
 type SigFn = unsafe extern "C" fn() -> *const c_char;
 
 /// How an emulated launch relates to the twin.
@@ -80,12 +86,11 @@ impl Emulation {
             let path = library_path(dir, module);
             // SAFETY: the library is one `cargo xtask emu` built from the kernel sources; its
             // initialisers only set up the emulator's statics.
-            let library = unsafe { libloading::Library::new(&path) }.map_err(|e| {
-                GpuError::Driver {
+            let library =
+                unsafe { libloading::Library::new(&path) }.map_err(|e| GpuError::Driver {
                     call: "emulation",
                     message: format!("{}: {e} (build it with `cargo xtask emu`)", path.display()),
-                }
-            })?;
+                })?;
             libraries.insert(module.to_string(), library);
         }
         Ok(Emulation {
@@ -172,7 +177,8 @@ impl Emulation {
             })
             .collect();
         // SAFETY (both closures): each range lies in a live allocation (the caller's contract).
-        let read = |ptr: *mut u8, bytes: usize| unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
+        let read =
+            |ptr: *mut u8, bytes: usize| unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
         let before: Vec<Vec<u8>> = writable.iter().map(|&(_, p, n)| read(p, n)).collect();
         {
             // SAFETY: the caller's contract is `TwinCtx::new`'s.
@@ -286,7 +292,10 @@ unsafe fn run_emulated(
     let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
     Err(GpuError::Kernel {
         kernel: name.to_string(),
-        message: format!("emulated launch: {}", String::from_utf8_lossy(&error[..end])),
+        message: format!(
+            "emulated launch: {}",
+            String::from_utf8_lossy(&error[..end])
+        ),
     })
 }
 
