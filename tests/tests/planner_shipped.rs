@@ -1,5 +1,6 @@
 //! The planner on every shipped dense config at every (mode, rows) its serve shape asks for:
-//! the pool within 2% of the bound, five launches per layer (six with `split_rope_kv`), verified,
+//! the pool within 2% of the bound, five launches per layer (six with `split_rope_kv`, four with
+//! `fold_o_proj`), verified,
 //! deterministic.
 
 use solder_circuit::verify::verify_plan;
@@ -129,6 +130,62 @@ fn dense_layers_launch_five_times_and_six_with_split_rope_kv() {
                 (layers, 0),
                 "{at}"
             );
+        }
+    }
+}
+
+/// The `fold_o_proj` lever (a `differs` rule, off by default) folds the o projection and the
+/// attention residual add into attention: four launches per dense layer at every (mode, rows),
+/// one o-fold launch per layer (`paged_decode_o`, or `paged_causal_o` in verify modes) and no
+/// o projection of its own; with `split_rope_kv` too, five.
+#[test]
+fn dense_layers_launch_four_times_with_fold_o_proj() {
+    let rules = rules();
+    let mut fold = Policy::default();
+    fold.levers.set("fold_o_proj", true).expect("a known lever");
+    let mut fold_split = fold.clone();
+    fold_split
+        .levers
+        .set("split_rope_kv", true)
+        .expect("a known lever");
+    for model in DENSE_CONFIGS {
+        let instance = instance(model);
+        let layers = instance.circuit.num_layers as usize;
+        for (folded, split) in
+            ladder(&instance, &rules, &fold)
+                .iter()
+                .zip(ladder(&instance, &rules, &fold_split))
+        {
+            let at = format!("{model} {} rows={}", folded.mode, folded.rows);
+            assert_eq!(folded.launches_per_layer, 4, "{at}: fold_o_proj");
+            assert_eq!(
+                split.launches_per_layer, 5,
+                "{at}: fold_o_proj + split_rope_kv"
+            );
+            let kernel = match folded.mode {
+                Mode::Verify | Mode::VerifyBatch => "attn::paged_causal_o",
+                _ => "attn::paged_decode_o",
+            };
+            let count = |plan: &ExecutionPlan, name: &str| {
+                plan.fusion
+                    .groups
+                    .iter()
+                    .filter(|g| g.kernels.iter().any(|k| k == name))
+                    .count()
+            };
+            assert_eq!(count(folded, kernel), layers, "{at}");
+            let o_proj_alone = folded
+                .fusion
+                .groups
+                .iter()
+                .filter(|g| g.kernels.iter().any(|k| k.starts_with("gemv::")))
+                .filter(|g| {
+                    g.nodes
+                        .iter()
+                        .any(|n| instance.circuit.op(*n).role == "o_proj")
+                })
+                .count();
+            assert_eq!(o_proj_alone, 0, "{at}: an o projection launched by a gemv");
         }
     }
 }

@@ -21,6 +21,11 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "programmatic dependent launch: each kernel may start while the previous one on its \
          stream drains; same bytes",
     ),
+    (
+        "fold_o_proj",
+        "o projection folded into attention: 4 launches per dense layer; per-head partial dots \
+         summed in head order, so logits differ in the last bits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

@@ -26,6 +26,16 @@
 // scratch (ops::attn::scratch_bytes): per (head, row), at slot (r·heads + h) of
 // 1 + ATTN_SPLITS·(head_dim + 2) words, a u32 counter (zero between launches) and then
 // ATTN_SPLITS partials [max, sum, acc[head_dim]] f32.
+//
+// paged_decode_o / paged_causal_o (the `fold_o_proj` lever) fold the o projection and the
+// residual add into the same launch: the block that would store a (head, row)'s output (block 0
+// with S = 1, the merging block with S > 1) keeps it on chip, rounded to bf16 as stored today,
+// and computes that head's partial o projection over every output feature into `o_scratch`
+// (ops::attn::fold::o_scratch_bytes: per row a u32 counter, then heads partials of n_out f32);
+// the head block that counts in last on the row's counter sums the heads in order h = 0..heads-1,
+// adds the bias, rounds to bf16, adds the residual, stores h_out and zeroes the counter. See
+// o_fold_epilogue. The per-head partial sums make the projection's bits differ from
+// gemv::linear's single dot over heads·head_dim (a `differs` rule).
 #include "common.cuh"
 
 #define ATTN_WARPS 8u
@@ -41,12 +51,31 @@ __device__ __forceinline__ unsigned attn_splits(unsigned len) {
     return wanted < 1u ? 1u : (wanted > ATTN_SPLITS ? ATTN_SPLITS : wanted);
 }
 
-__device__ __forceinline__ void paged_attention_block(
+// The o projection folded into attention (paged_decode_o / paged_causal_o): what the block
+// holding a (head, row)'s final output needs beyond attention's arguments. Null in the plain
+// kernels, which store `out` instead.
+struct OFold {
+    const bf16* gate;  // sigmoid gate bf16[rows·heads·head_dim] (Qwen3-Next), or null
+    const bf16* wo;    // o_proj weight bf16[n_out][heads·head_dim]
+    const bf16* bias;  // bf16[n_out], or null
+    const float* h;    // residual stream f32[rows·n_out]
+    float* h_out;      // f32[rows·n_out]
+    float* o_scratch;  // per-row counters and per-head partials (see the header)
+    unsigned n_out;
+};
+
+__device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* num_s, float den,
+                                                unsigned h, unsigned r, unsigned heads,
+                                                unsigned head_dim,
+                                                unsigned long long q_at);
+
+template <bool kFold>
+__device__ __forceinline__ void attention_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale) {
+    unsigned window, float scale, const OFold& fold) {
     __shared__ __align__(16) float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float m_s[ATTN_WARPS];
     __shared__ float l_s[ATTN_WARPS];
@@ -261,9 +290,133 @@ __device__ __forceinline__ void paged_attention_block(
         }
     }
 
-    for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
-        const float num = acc_s[0][d];
-        out[q_at + d] = to_bf16(den > 0.0f ? __fdiv_rn(num, den) : 0.0f);
+    if (kFold) {
+        o_fold_epilogue(fold, acc_s[0], den, h, r, heads, head_dim, q_at);
+    } else {
+        for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
+            const float num = acc_s[0][d];
+            out[q_at + d] = to_bf16(den > 0.0f ? __fdiv_rn(num, den) : 0.0f);
+        }
+    }
+}
+
+// The plain kernels' body: attention only, `out` stored.
+__device__ __forceinline__ void paged_attention_block(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    unsigned window, float scale) {
+    const OFold none = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0u};
+    attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
+                           kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
+                           none);
+}
+
+// The fold epilogue, run by the one block that holds (head h, row r)'s final attention output:
+// num_s[d] / den is the value attention would store. 1. out_s[d] = that value rounded to bf16
+// (times sigmoid(gate), rounded again, when gated: act::sigmoid_mul's arithmetic). 2. The head's
+// partial o projection over every output feature, p[f] = Σ_d out_s[d] · wo[f][h·head_dim + d]:
+// lane c of a group of G lanes (G the power of two >= ⌈head_dim / 8⌉) takes the 8-element chunk
+// c (fma over its elements in order, from 0; chunks past the head are +0), then a butterfly over
+// the G lanes (xor G/2, ..., 1); a warp covers 32 / G features at a time, the 8 warps split the
+// features, weights read 16 bytes a lane. 3. p goes to the row's scratch slot at head h; the block
+// fences and counts itself in on the row's counter. 4. The block that arrives last (the heads-th)
+// sums the heads' partials in head order h = 0..heads-1 (from +0, f32 adds), adds the bias and
+// rounds to bf16 (linear_value), adds the residual (residual_value), stores h_out and zeroes the
+// counter. Every partial is a function of the inputs alone and the sum reads them in a fixed
+// order, so h_out does not depend on which block arrives last.
+#define OFOLD_UNROLL 4u
+#define OFOLD_HEADER_WORDS 4u // ops::attn::fold::O_SCRATCH_HEADER_WORDS
+
+__device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* num_s, float den,
+                                                unsigned h, unsigned r, unsigned heads,
+                                                unsigned head_dim,
+                                                unsigned long long q_at) {
+    __shared__ __align__(16) bf16 out_s[ATTN_MAX_HEAD_DIM];
+    __shared__ unsigned last_row_s;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned n_out = fold.n_out;
+
+    for (unsigned d = threadIdx.x; d < ATTN_MAX_HEAD_DIM; d += ATTN_THREADS) {
+        bf16 o = to_bf16(0.0f); // zeros past head_dim: a chunk's tail reads them
+        if (d < head_dim) {
+            o = to_bf16(den > 0.0f ? __fdiv_rn(num_s[d], den) : 0.0f);
+            if (fold.gate != nullptr) {
+                o = to_bf16(__fmul_rn(to_f32(o), sigmoid_f32(to_f32(fold.gate[q_at + d]))));
+            }
+        }
+        out_s[d] = o;
+    }
+    __syncthreads();
+
+    const unsigned chunks = (head_dim + 7u) / 8u; // <= 32 (head_dim <= 256)
+    unsigned group = 1u;
+    while (group < chunks) {
+        group <<= 1;
+    }
+    const unsigned per_warp = 32u / group;
+    const unsigned c = lane & (group - 1u);
+    const unsigned slot = lane / group;
+    const unsigned valid = c < chunks ? min(8u, head_dim - c * 8u) : 0u;
+    const unsigned long long in_features = (unsigned long long)heads * head_dim;
+    const bool wvec = aligned16(fold.wo) && (head_dim % 8u == 0u) && (in_features % 8ull == 0ull);
+    const uint4 xbits = *reinterpret_cast<const uint4*>(&out_s[c * 8u]);
+    const bf16* w_head = fold.wo + (unsigned long long)h * head_dim + c * 8u;
+    const unsigned long long slot_words =
+        OFOLD_HEADER_WORDS + (unsigned long long)heads * n_out;
+    float* row_slot = fold.o_scratch + (unsigned long long)r * slot_words;
+    float* partial = row_slot + OFOLD_HEADER_WORDS + (unsigned long long)h * n_out;
+    const unsigned step = ATTN_WARPS * per_warp;
+    // f0 depends on the warp alone: every lane runs the same iterations (the shuffles' mask).
+    for (unsigned f0 = warp * per_warp; f0 < n_out; f0 += step * OFOLD_UNROLL) {
+        uint4 wbits[OFOLD_UNROLL];
+#pragma unroll
+        for (unsigned u = 0; u < OFOLD_UNROLL; ++u) {
+            const unsigned f = f0 + u * step + slot;
+            wbits[u] = (f < n_out && valid > 0u)
+                           ? load8_bits(w_head + (unsigned long long)f * in_features, valid, wvec)
+                           : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (unsigned u = 0; u < OFOLD_UNROLL; ++u) {
+            float acc = dot8(xbits, wbits[u], 0.0f);
+            for (unsigned m = group >> 1; m > 0u; m >>= 1) {
+                acc = __fadd_rn(acc, __shfl_xor_sync(SOLDER_FULL_MASK, acc, m));
+            }
+            const unsigned f = f0 + u * step + slot;
+            if (c == 0u && f < n_out) {
+                partial[f] = acc;
+            }
+        }
+    }
+
+    __threadfence(); // this head's partials are visible device-wide before it counts in
+    __syncthreads();
+    unsigned* counter = reinterpret_cast<unsigned*>(row_slot);
+    if (threadIdx.x == 0u) {
+        const unsigned arrived = atomicAdd(counter, 1u);
+        last_row_s = arrived == heads - 1u ? 1u : 0u;
+    }
+    __syncthreads();
+    if (last_row_s == 0u) {
+        return; // another head's block finishes the row (uniform across the block)
+    }
+    __threadfence();
+    // The last head: every partial of the row is written. Sum them in head order (L2 reads).
+    const float* partials = row_slot + OFOLD_HEADER_WORDS;
+    const unsigned long long row_at = (unsigned long long)r * n_out;
+    for (unsigned f = threadIdx.x; f < n_out; f += ATTN_THREADS) {
+        float acc = 0.0f;
+#pragma unroll 4
+        for (unsigned hh = 0; hh < heads; ++hh) {
+            acc = __fadd_rn(acc, __ldcg(partials + (unsigned long long)hh * n_out + f));
+        }
+        fold.h_out[row_at + f] = residual_value(fold.h[row_at + f], linear_value(acc, fold.bias, f));
+    }
+    if (threadIdx.x == 0u) {
+        *counter = 0u; // every head has counted in: zero again for the next launch
     }
 }
 
@@ -292,6 +445,52 @@ extern "C" __global__ void __launch_bounds__(256) paged_causal(
     paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
                           head_dim, block_size, max_blocks, num_pages, window,
                           scale);
+}
+
+// Attention, then the o projection and the residual add (the `fold_o_proj` lever): the same
+// grid, blocks and attention arithmetic as paged_decode, then o_fold_epilogue in the block that
+// holds each (head, row)'s output. gate: bf16[rows·heads·head_dim] multiplied in as
+// act::sigmoid_mul does (Qwen3-Next's gated attention), or null; wo bf16[n_out][heads·head_dim];
+// bias bf16[n_out] or null; h, h_out f32[rows·n_out]; o_scratch (ops::attn::fold::
+// o_scratch_bytes): per row, at slot r of 4 + heads·n_out words, a u32 counter (zero between
+// launches), 3 words of padding, then heads partials f32[n_out].
+__device__ __forceinline__ void paged_o_block(
+    const bf16* q, const bf16* cache, const int* block_tables, const int* seq_lens,
+    const bf16* gate, const bf16* wo, const bf16* bias, const float* h, float* h_out,
+    float* scratch, float* o_scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    unsigned window, float scale, unsigned n_out) {
+    pdl_wait(); // before any early return and any buffer another launch writes
+    const OFold fold = {gate, wo, bias, h, h_out, o_scratch, n_out};
+    attention_block<true>(q, cache, block_tables, seq_lens, nullptr, scratch, rows, heads,
+                          kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
+                          fold);
+}
+
+extern "C" __global__ void __launch_bounds__(256) paged_decode_o(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    const bf16* __restrict__ gate, const bf16* __restrict__ wo, const bf16* __restrict__ bias,
+    const float* h, float* h_out, float* scratch, float* o_scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale, unsigned n_out) {
+    paged_o_block(q, cache, block_tables, seq_lens, gate, wo, bias, h, h_out, scratch,
+                  o_scratch, rows, heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                  window, scale, n_out);
+}
+
+// The verify form (K causal rows per sequence through their lengths), as paged_causal is to
+// paged_decode: the same arguments, arithmetic and launch as paged_decode_o.
+extern "C" __global__ void __launch_bounds__(256) paged_causal_o(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    const bf16* __restrict__ gate, const bf16* __restrict__ wo, const bf16* __restrict__ bias,
+    const float* h, float* h_out, float* scratch, float* o_scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale, unsigned n_out) {
+    paged_o_block(q, cache, block_tables, seq_lens, gate, wo, bias, h, h_out, scratch,
+                  o_scratch, rows, heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                  window, scale, n_out);
 }
 
 // Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head

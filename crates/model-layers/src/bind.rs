@@ -118,6 +118,22 @@ impl Bindings<'_> {
         }
     }
 
+    /// The o-fold scratch of `heads` heads and `n_out` features at this plan's rows
+    /// (`kernels::attn::fold::o_scratch_bytes`): the start of the workspace's o-fold region,
+    /// whose per-row slots lie where every plan puts them.
+    pub fn o_scratch(&self, heads: usize, n_out: usize) -> Buf {
+        let bytes = crate::kernels::attn::fold::o_scratch_bytes(self.rows(), heads, n_out);
+        debug_assert!(
+            bytes <= self.layout.o_scratch_bytes,
+            "o-fold scratch of {bytes} bytes exceeds the layout's {}",
+            self.layout.o_scratch_bytes
+        );
+        Buf {
+            ptr: self.workspace.offset(self.layout.o_scratch_offset),
+            bytes,
+        }
+    }
+
     pub fn inv_freq(&self) -> Buf {
         Buf {
             ptr: self.weights.offset(self.layout.inv_freq_offset),

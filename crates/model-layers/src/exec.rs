@@ -321,12 +321,14 @@ impl CircuitExec {
         );
 
         let workspace = owned.alloc(backend, layout.workspace_bytes)?;
-        // The attention kernels' arrival counters start at zero; each launch leaves them so.
-        if layout.attn_scratch_bytes > 0 {
+        // The attention kernels' arrival counters (and the o-fold kernels', right after them)
+        // start at zero; each launch leaves them so.
+        let scratch_bytes = layout.attn_scratch_bytes + layout.o_scratch_bytes;
+        if scratch_bytes > 0 {
             backend.memset(
                 workspace.offset(layout.attn_scratch_offset),
                 0,
-                layout.attn_scratch_bytes,
+                scratch_bytes,
             )?;
         }
         let weights_ptr = owned.alloc(backend, layout.weights_bytes)?;

@@ -1,5 +1,5 @@
 //! Where everything lives on the device: the workspace (metadata region — its fields are
-//! `meta::MetaLayout`'s —, logits, arena, attention scratch, and with a draft head the hidden
+//! `meta::MetaLayout`'s —, logits, arena, attention scratch (and the o-fold scratch), and with a draft head the hidden
 //! rows it reads and writes), the weights (each slot, then
 //! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, their
 //! per-row snapshots and the backup a step saves them to).
@@ -7,8 +7,8 @@
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
 //! and is never moved; per-step values live only in the metadata region. The attention
-//! scratch's counters are zero between launches (zeroed once at build, reset by each
-//! attention launch's merging blocks).
+//! scratch's counters (and the o-fold scratch's) are zero between launches (zeroed once at
+//! build, reset by each attention launch's merging blocks).
 
 use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
 use solder_circuit::ops::OpKind;
@@ -40,9 +40,14 @@ pub struct Layout {
     /// widest plan and the largest attention op); zero bytes without attention.
     pub attn_scratch_offset: usize,
     pub attn_scratch_bytes: usize,
+    /// The o-fold kernels' per-row counters and per-head partials
+    /// (`kernels::attn::fold::o_scratch_max`), right after the attention scratch (zeroed with
+    /// it); zero bytes when no plan folds the o projection into attention.
+    pub o_scratch_offset: usize,
+    pub o_scratch_bytes: usize,
     /// The target's final hidden rows (`ModelOutput::Hidden`, read by the draft head as
     /// `ModelInput::Hidden`) and the draft head's own (`ModelOutput::DraftHidden`), bf16
-    /// `[max_rows, hidden]` each, after the attention scratch; zero bytes without a draft head.
+    /// `[max_rows, hidden]` each, after the attention scratches; zero bytes without a draft head.
     pub hidden_offset: usize,
     pub draft_hidden_offset: usize,
     pub hidden_bytes: usize,
@@ -101,7 +106,9 @@ impl Layout {
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
         let attn_scratch_offset = arena_offset + arena_bytes;
         let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
-        let hidden_offset = attn_scratch_offset + attn_scratch_bytes;
+        let o_scratch_offset = attn_scratch_offset + attn_scratch_bytes;
+        let o_scratch_bytes = align(attn::fold::o_scratch_max(circuit, plans));
+        let hidden_offset = o_scratch_offset + o_scratch_bytes;
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
 
@@ -162,6 +169,8 @@ impl Layout {
             arena_bytes,
             attn_scratch_offset,
             attn_scratch_bytes,
+            o_scratch_offset,
+            o_scratch_bytes,
             hidden_offset,
             draft_hidden_offset,
             hidden_bytes,

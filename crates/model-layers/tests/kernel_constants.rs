@@ -27,6 +27,10 @@ fn attention_constants_match_attn_cu() {
         cuda_define("attn.cu", "ATTN_MAX_HEAD_DIM"),
         ATTN_MAX_HEAD_DIM
     );
+    assert_eq!(
+        cuda_define("attn.cu", "OFOLD_HEADER_WORDS") as usize,
+        solder_model_layers::kernels::attn::fold::O_SCRATCH_HEADER_WORDS
+    );
 }
 
 #[test]

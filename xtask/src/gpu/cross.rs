@@ -34,14 +34,24 @@ impl CrossCheck {
     }
 }
 
-/// Runs `case`'s all-rules decode on `cpu` and compares it with the GPU's (`gpu_report`).
+/// Runs `case`'s all-rules decode on `cpu`, with the levers the GPU run had on, and compares
+/// it with the GPU's (`gpu_report`).
 pub fn check(
     case: &Case,
     rules: &RuleSet,
     cpu: &mut CpuBackend,
     gpu_report: &CaseReport,
 ) -> Result<CrossCheck, String> {
-    let mut exec = build_exec(case, rules, cpu, Policy::default())?;
+    // The same levers as the GPU's all-rules routing (`parity --levers`).
+    let mut levers = solder_config::Levers::default();
+    for name in &gpu_report.levers {
+        levers.set(name, true).map_err(|e| e.to_string())?;
+    }
+    let policy = Policy {
+        levers,
+        ..Policy::default()
+    };
+    let mut exec = build_exec(case, rules, cpu, policy)?;
     let cpu_logits = decode_all(&exec, cpu, &case.prompt)?;
     exec.free(cpu).map_err(|e| e.to_string())?;
     if let Some(at) = crate::parity::golden::non_finite(&cpu_logits, case.config.vocab_size) {

@@ -2,6 +2,7 @@
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
 pub(crate) mod builtin;
+mod differs;
 pub(crate) mod golden;
 mod mtp;
 mod report;
@@ -17,7 +18,7 @@ use solder_circuit::RuleSet;
 use crate::args::Args;
 use crate::gpu::BackendKind;
 use golden::Golden;
-use run::{random_prompt, run_case, Case, Weights};
+use run::{random_prompt, run_case_with, Case, Weights};
 
 /// `--tokens`: at least two (the detection run changes one halfway), and a bound that keeps
 /// the widest width's KV cache (130 sequences) small on the CPU backend.
@@ -38,6 +39,10 @@ const HELP: &str =
                    built-in window and long-context cases default to their own, 100..1100;
                    a prompt past 256 tokens runs multi-seq widths 2 and 4 only)
   --threads N      CPU backend threads, 1..=1024 (default: all)
+  --levers A,B     turn levers on in the all-rules routing (`solder_config::KNOWN_LEVERS`),
+                   e.g. `fold_o_proj`; where one lets a `differs` rule apply, reference vs
+                   all rules is held to that rule's tolerance (relative to the largest
+                   |logit|) instead of byte identity; everything else stays byte for byte
   --backend B      cpu (default) or cuda (an xtask built with `--features cuda`): on cuda
                    the same table, plus each model's all-rules decode run on the CPU backend
                    too: max |gpu - cpu| and both golden ratios (without a golden, max |gpu -
@@ -47,7 +52,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
         argv,
         &[
-            "model", "golden", "goldens", "json", "rules", "tokens", "threads", "backend",
+            "model", "golden", "goldens", "json", "rules", "tokens", "threads", "backend", "levers",
         ],
         &["help"],
     )?;
@@ -64,6 +69,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let tokens_flag = args.number_in("tokens", TOKENS)?;
     let tokens = tokens_flag.unwrap_or(40);
     let threads = args.number_in("threads", crate::args::THREADS)?;
+    let levers = args.levers()?;
     let mut skipped = Vec::new();
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
@@ -147,8 +153,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     for case in &cases {
         let t = Instant::now();
         let ran = match device.as_deref_mut() {
-            Some(gpu) => run_case(case, &rules, gpu),
-            None => run_case(case, &rules, &mut backend),
+            Some(gpu) => run_case_with(case, &rules, gpu, &levers),
+            None => run_case_with(case, &rules, &mut backend, &levers),
         };
         let report = match ran {
             Ok(report) => report,

@@ -129,6 +129,24 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             diff_text(&m.graph_vs_eager)
         );
     }
+    if !r.levers.is_empty() {
+        println!("  levers (all rules): {}", r.levers.join(", "));
+    }
+    if let Some(d) = &r.differs {
+        let worst = r
+            .modes
+            .iter()
+            .fold(Diff::NONE, |acc, m| acc.merge(m.ref_vs_fused));
+        println!(
+            "  differs rules applied: {}; reference vs all rules max {:.3e} <= tolerance {} x max |logit| {:.3e} = {:.3e}: {}",
+            d.rules.join(", "),
+            worst.max_abs,
+            d.tolerance,
+            d.scale,
+            d.limit(),
+            if r.modes.iter().all(|m| d.allows(&m.ref_vs_fused)) { "ok" } else { "TOO FAR" }
+        );
+    }
     println!("  graphs (all rules): {}", r.graphs);
     println!("  {}", speculative_text(&r.speculative));
     if let Some(m) = &r.mtp {
@@ -192,8 +210,13 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
         .filter(|r| !r.passes())
         .map(|r| r.name.as_str())
         .collect();
+    let compared = if reports.iter().any(|r| r.differs.is_some()) {
+        "byte-identical or within their differs tolerance"
+    } else {
+        "byte-identical"
+    };
     format!(
-        "{} {} models, {modes} mode runs byte-identical (graph replay = eager), {verified} plans verified{}{}, \
+        "{} {} models, {modes} mode runs {compared} (graph replay = eager), {verified} plans verified{}{}, \
          {seconds:.1} s",
         if pass { "PASS" } else { "FAIL" },
         reports.len(),
@@ -257,6 +280,13 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "ok": g.passes(),
         })),
         "non_finite": r.non_finite,
+        "levers": r.levers,
+        "differs": r.differs.as_ref().map(|d| json!({
+            "rules": d.rules,
+            "tolerance": d.tolerance,
+            "scale": float_json(d.scale),
+            "limit": float_json(d.limit()),
+        })),
         "graphs": r.graphs,
         "speculative": {
             "ks": KS,

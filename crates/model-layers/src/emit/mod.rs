@@ -235,6 +235,11 @@ impl<'a> View<'a> {
         self.bind.attn_scratch(heads, head_dim)
     }
 
+    /// The o-fold scratch of `heads` heads and `n_out` output features at this rows.
+    pub fn o_scratch(&self, heads: usize, n_out: usize) -> Buf {
+        self.bind.o_scratch(heads, n_out)
+    }
+
     pub fn u32(&self, op: &Op, key: &str) -> Result<u32, ExecError> {
         match op.attrs.iter().find(|(k, _)| k == key) {
             Some((_, Attr::Int(v))) if *v >= 0 && *v <= u32::MAX as i64 => Ok(*v as u32),

@@ -9,15 +9,19 @@
 //! one pass.
 
 use half::bf16;
-use solder_circuit::ir::MetaField;
+use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
-use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
+use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig, TwinCtx};
 
 use super::decl::{kernel, Name};
 use super::grid::elementwise;
-use super::view::{macs, size, threads_for};
+use super::view::{macs, size, threads_for, Dim, In, Out};
 use crate::emit::{View, R};
+use crate::error::ExecError;
 use crate::numerics::attend;
+
+pub mod fold;
+pub use fold::{PagedAttentionO, PAGED_CAUSAL_O, PAGED_DECODE_O};
 
 /// Threads of an attention block: 8 warps split one block's share of a (head, row)'s context
 /// and merge in shared memory (static, about 9 KiB).
@@ -96,88 +100,180 @@ kernel! {
     GATE_SPLIT = "attn::gate_split" => twin gate_split, emit emit_gate_split;
 }
 
-pub(super) const DECLS: &[&[super::KernelDecl]] = &[PagedAttention::DECLS, GateSplit::DECLS];
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    PagedAttention::DECLS,
+    GateSplit::DECLS,
+    fold::PagedAttentionO::DECLS,
+];
 
 // ---- twins ---------------------------------------------------------------------------------
 
 fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
-    let ctx = a.ctx;
-    let rows = a.rows.count();
-    let (heads, kv_heads, head_dim) = (a.heads.dim()?, a.kv_heads.dim()?, a.head_dim.dim()?);
-    // The CUDA kernel keeps a head's accumulators on chip: refuse what it could not run.
-    if head_dim > ATTN_MAX_HEAD_DIM as usize {
-        return Err(a.head_dim.bad(format!(
-            "head_dim {head_dim} above the kernels' {ATTN_MAX_HEAD_DIM}"
-        )));
-    }
-    let (block_size, max_blocks, num_pages) =
-        (a.block_size.dim()?, a.max_blocks.dim()?, a.num_pages.dim()?);
-    let (window, scale) = (a.window.count(), a.scale);
-    if heads % kv_heads != 0 {
-        return Err(a
-            .kv_heads
-            .bad(format!("kv_heads {kv_heads} does not divide heads {heads}")));
-    }
-    let q = a.q.len(size(ctx, &[rows, heads, head_dim])?)?;
-    let row_elems = kv_heads * head_dim;
-    let cache = a
-        .cache
-        .len(size(ctx, &[num_pages, 2, block_size, row_elems])?)?;
-    let block_tables = a.block_tables.len(size(ctx, &[rows, max_blocks])?)?;
-    let seq_lens = a.seq_lens.len(rows)?;
-    let out = a.out.len(q.len())?;
-    // Per (head, row): a u32 counter, then ATTN_SPLITS partials of head_dim + 2 f32.
-    let slot_words = size(ctx, &[ATTN_SPLITS as usize, head_dim + 2])? + 1;
-    a.scratch.len(size(ctx, &[rows, heads, slot_words])?)?;
+    let dims = AttnDims {
+        rows: a.rows,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        head_dim: a.head_dim,
+        block_size: a.block_size,
+        max_blocks: a.max_blocks,
+        num_pages: a.num_pages,
+        window: a.window,
+    };
+    let attention = Attention::check(a.ctx, [a.q, a.cache], [a.block_tables, a.seq_lens], dims)?;
+    let out = a.out.len(attention.out_len())?;
+    attention.check_scratch(a.scratch)?;
+    attention.run(a.scale, out)
+}
 
-    let capacity = size(ctx, &[max_blocks, block_size])?;
-    let mut work = 0usize;
-    for (r, len) in seq_lens.iter().enumerate() {
-        if *len < 1 || *len as usize > capacity {
-            return Err(ctx.fail(format!("row {r}: seq_len {len} outside 1..={capacity}")));
-        }
-        let len = *len as usize;
-        let first_block = window_start(len, window) / block_size;
-        let blocks = &block_tables[r * max_blocks..][..len.div_ceil(block_size)];
-        if let Some((b, page)) = blocks
-            .iter()
-            .enumerate()
-            .skip(first_block)
-            .find(|(_, p)| **p < 0 || **p as usize >= num_pages)
-        {
-            return Err(ctx.fail(format!(
-                "row {r}: block {b} names page {page}, the cache has {num_pages}"
+/// The scalar arguments every attention kernel shares.
+pub(super) struct AttnDims<'c> {
+    pub rows: Dim<'c>,
+    pub heads: Dim<'c>,
+    pub kv_heads: Dim<'c>,
+    pub head_dim: Dim<'c>,
+    pub block_size: Dim<'c>,
+    pub max_blocks: Dim<'c>,
+    pub num_pages: Dim<'c>,
+    pub window: Dim<'c>,
+}
+
+/// An attention launch's inputs, checked (`paged_decode`/`paged_causal` and the o-fold
+/// kernels share them): `run` attends every (row, head) into a bf16 output.
+pub(super) struct Attention<'c> {
+    ctx: &'c TwinCtx<'c>,
+    q: &'c [bf16],
+    cache: &'c [bf16],
+    block_tables: &'c [i32],
+    seq_lens: &'c [i32],
+    pub rows: usize,
+    pub heads: usize,
+    kv_heads: usize,
+    pub head_dim: usize,
+    block_size: usize,
+    max_blocks: usize,
+    num_pages: usize,
+    window: usize,
+}
+
+impl<'c> Attention<'c> {
+    /// Checks the dimensions and the lengths of q, the cache, the block tables and seq_lens.
+    pub(super) fn check(
+        ctx: &'c TwinCtx<'c>,
+        [q, cache]: [In<'c, bf16>; 2],
+        [block_tables, seq_lens]: [In<'c, i32>; 2],
+        d: AttnDims<'c>,
+    ) -> Result<Attention<'c>, GpuError> {
+        let rows = d.rows.count();
+        let (heads, kv_heads, head_dim) = (d.heads.dim()?, d.kv_heads.dim()?, d.head_dim.dim()?);
+        // The CUDA kernel keeps a head's accumulators on chip: refuse what it could not run.
+        if head_dim > ATTN_MAX_HEAD_DIM as usize {
+            return Err(d.head_dim.bad(format!(
+                "head_dim {head_dim} above the kernels' {ATTN_MAX_HEAD_DIM}"
             )));
         }
-        work = work.saturating_add(macs(&[2, len - window_start(len, window), heads, head_dim]));
+        let (block_size, max_blocks, num_pages) =
+            (d.block_size.dim()?, d.max_blocks.dim()?, d.num_pages.dim()?);
+        if heads % kv_heads != 0 {
+            return Err(d
+                .kv_heads
+                .bad(format!("kv_heads {kv_heads} does not divide heads {heads}")));
+        }
+        let q = q.len(size(ctx, &[rows, heads, head_dim])?)?;
+        let cache = cache.len(size(ctx, &[num_pages, 2, block_size, kv_heads * head_dim])?)?;
+        let block_tables = block_tables.len(size(ctx, &[rows, max_blocks])?)?;
+        let seq_lens = seq_lens.len(rows)?;
+        Ok(Attention {
+            ctx,
+            q,
+            cache,
+            block_tables,
+            seq_lens,
+            rows,
+            heads,
+            kv_heads,
+            head_dim,
+            block_size,
+            max_blocks,
+            num_pages,
+            window: d.window.count(),
+        })
     }
 
-    let group = heads / kv_heads;
-    let threads = threads_for(ctx, work);
-    // Where token j of row r keeps its k (part 0) or v (part 1) for kv head `kvh`.
-    let at = move |r: usize, j: usize, part: usize, kvh: usize| {
-        let page = block_tables[r * max_blocks + j / block_size] as usize;
-        let start = ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
-        &cache[start..start + head_dim]
-    };
-    par_chunks_mut(out, head_dim, threads, |index, out_head| {
-        let (r, h) = (index / heads, index % heads);
-        let kvh = h / group;
-        let q_head = &q[index * head_dim..(index + 1) * head_dim];
-        let (mut scores, mut acc) = (Vec::new(), Vec::new());
-        let len = seq_lens[r] as usize;
-        let first = window_start(len, window);
-        attend(
-            q_head,
-            len - first,
-            scale,
-            (|j| at(r, first + j, 0, kvh), |j| at(r, first + j, 1, kvh)),
-            &mut scores,
-            &mut acc,
-            out_head,
-        );
-    });
-    Ok(())
+    /// Elements of the output: `[rows][heads][head_dim]`.
+    pub(super) fn out_len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// The cross-block scratch must hold `scratch_bytes` (the twin attends in one pass and
+    /// leaves it alone).
+    pub(super) fn check_scratch(&self, scratch: Out<'_, f32>) -> Result<(), GpuError> {
+        // Per (head, row): a u32 counter, then ATTN_SPLITS partials of head_dim + 2 f32.
+        let slot_words = size(self.ctx, &[ATTN_SPLITS as usize, self.head_dim + 2])? + 1;
+        scratch.len(size(self.ctx, &[self.rows, self.heads, slot_words])?)?;
+        Ok(())
+    }
+
+    /// Checks every row's length and pages, then attends each (row, head) into
+    /// `out[(r · heads + h) · head_dim..]`, rounded to bf16 (`numerics::attend`).
+    pub(super) fn run(&self, scale: f32, out: &mut [bf16]) -> Result<(), GpuError> {
+        let ctx = self.ctx;
+        let (heads, head_dim, block_size, max_blocks) =
+            (self.heads, self.head_dim, self.block_size, self.max_blocks);
+        let (window, num_pages) = (self.window, self.num_pages);
+        let capacity = size(ctx, &[max_blocks, block_size])?;
+        let mut work = 0usize;
+        for (r, len) in self.seq_lens.iter().enumerate() {
+            if *len < 1 || *len as usize > capacity {
+                return Err(ctx.fail(format!("row {r}: seq_len {len} outside 1..={capacity}")));
+            }
+            let len = *len as usize;
+            let first_block = window_start(len, window) / block_size;
+            let blocks = &self.block_tables[r * max_blocks..][..len.div_ceil(block_size)];
+            if let Some((b, page)) = blocks
+                .iter()
+                .enumerate()
+                .skip(first_block)
+                .find(|(_, p)| **p < 0 || **p as usize >= num_pages)
+            {
+                return Err(ctx.fail(format!(
+                    "row {r}: block {b} names page {page}, the cache has {num_pages}"
+                )));
+            }
+            work =
+                work.saturating_add(macs(&[2, len - window_start(len, window), heads, head_dim]));
+        }
+
+        let group = heads / self.kv_heads;
+        let row_elems = self.kv_heads * head_dim;
+        let threads = threads_for(ctx, work);
+        let (q, cache, block_tables, seq_lens) =
+            (self.q, self.cache, self.block_tables, self.seq_lens);
+        // Where token j of row r keeps its k (part 0) or v (part 1) for kv head `kvh`.
+        let at = move |r: usize, j: usize, part: usize, kvh: usize| {
+            let page = block_tables[r * max_blocks + j / block_size] as usize;
+            let start =
+                ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
+            &cache[start..start + head_dim]
+        };
+        par_chunks_mut(out, head_dim, threads, |index, out_head| {
+            let (r, h) = (index / heads, index % heads);
+            let kvh = h / group;
+            let q_head = &q[index * head_dim..(index + 1) * head_dim];
+            let (mut scores, mut acc) = (Vec::new(), Vec::new());
+            let len = seq_lens[r] as usize;
+            let first = window_start(len, window);
+            attend(
+                q_head,
+                len - first,
+                scale,
+                (|j| at(r, first + j, 0, kvh), |j| at(r, first + j, 1, kvh)),
+                &mut scores,
+                &mut acc,
+                out_head,
+            );
+        });
+        Ok(())
+    }
 }
 
 /// The first token a row of `len` tokens attends to under `window` (0: none): the last
@@ -239,14 +335,19 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
         block_size: v.kv_block_size(),
         max_blocks: v.max_blocks(),
         num_pages: v.kv_pages(),
-        // Only windowed layers' ops carry the attribute; 0 is full causal attention.
-        window: match a.attrs.iter().any(|(key, _)| key == "window") {
-            true => v.u32(a, "window")?,
-            false => 0,
-        },
+        window: window_of(v, a)?,
         scale: v.f32(a, "scale")?,
     }
     .launch(kernel)])
+}
+
+/// An attention op's sliding window: only windowed layers' ops carry the attribute; 0 is full
+/// causal attention.
+fn window_of(v: &View<'_>, a: &Op) -> Result<u32, ExecError> {
+    match a.attrs.iter().any(|(key, _)| key == "window") {
+        true => v.u32(a, "window"),
+        false => Ok(0),
+    }
 }
 
 fn emit_gate_split(v: &View<'_>) -> R {
