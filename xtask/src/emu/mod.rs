@@ -9,6 +9,7 @@
 //! one; no g++ is an error naming g++, never a silent skip.
 
 mod generate;
+pub mod report;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -59,7 +60,9 @@ pub fn dir(root: &Path) -> PathBuf {
 pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
     // One build at a time in this process (tests); other processes write other partials.
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = BUILDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let out = dir(root);
     let src_dir = out.join("src");
@@ -107,7 +110,8 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
                     String::from_utf8_lossy(&output.stderr)
                 ));
             }
-            std::fs::rename(&partial, &library).map_err(|e| format!("{}: {e}", library.display()))?;
+            std::fs::rename(&partial, &library)
+                .map_err(|e| format!("{}: {e}", library.display()))?;
             std::fs::write(&stamp, digest).map_err(|e| format!("{}: {e}", stamp.display()))?;
         }
     }
@@ -141,7 +145,11 @@ fn compiler_version() -> Result<String, String> {
     if !output.status.success() {
         return Err(format!("emu: `{CXX} --version` failed"));
     }
-    Ok(String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or_default().to_string())
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// Hex digest of the unit's text, every file it includes, the compiler and the flags.

@@ -22,13 +22,17 @@ fn download(backend: &mut CpuBackend, ptr: DevicePtr, bytes: usize) -> Vec<u8> {
 }
 
 fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
-    values.flat_map(|v| bf16::from_f32(v).to_le_bytes()).collect()
+    values
+        .flat_map(|v| bf16::from_f32(v).to_le_bytes())
+        .collect()
 }
 
 fn run(backend: &mut CpuBackend, launch: &Launch) {
     let kernel = backend.kernel(launch.kernel).unwrap();
     let stream = backend.default_stream();
-    backend.launch(stream, kernel, &launch.config, &launch.args).unwrap();
+    backend
+        .launch(stream, kernel, &launch.config, &launch.args)
+        .unwrap();
 }
 
 fn emulated(mode: EmuMode, backend: &mut CpuBackend) {
@@ -42,7 +46,10 @@ fn residual_add(backend: &mut CpuBackend) -> (Vec<u8>, Vec<f32>) {
     let n = (rows * hidden) as usize;
     let h: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
     let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
-    let h_buf = upload(backend, &h.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+    let h_buf = upload(
+        backend,
+        &h.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
+    );
     let x_bytes = bf16_bytes(x.iter().copied());
     let x_buf = upload(backend, &x_bytes);
     let out = Buf::new(backend.alloc(n * 4).unwrap(), n * 4);
@@ -85,9 +92,18 @@ fn linear_equals_its_twin_with_and_without_bias_across_tiles() {
     emulated(EmuMode::Shadow, &mut backend);
     // k = 300: a partial last 8-chunk and several segments; 11 rows: more than one row tile.
     let (rows, k, n_out) = (11u32, 300u32, 37u32);
-    let x = upload(&mut backend, &bf16_bytes((0..rows * k).map(|i| (i as f32 * 0.7).sin())));
-    let w = upload(&mut backend, &bf16_bytes((0..n_out * k).map(|i| (i as f32 * 0.3).cos() * 0.1)));
-    let bias = upload(&mut backend, &bf16_bytes((0..n_out).map(|i| i as f32 * 0.01)));
+    let x = upload(
+        &mut backend,
+        &bf16_bytes((0..rows * k).map(|i| (i as f32 * 0.7).sin())),
+    );
+    let w = upload(
+        &mut backend,
+        &bf16_bytes((0..n_out * k).map(|i| (i as f32 * 0.3).cos() * 0.1)),
+    );
+    let bias = upload(
+        &mut backend,
+        &bf16_bytes((0..n_out).map(|i| i as f32 * 0.01)),
+    );
     let bytes = (rows * n_out * 2) as usize;
     let y = Buf::new(backend.alloc(bytes).unwrap(), bytes);
     for bias in [Some(bias), None] {
@@ -133,5 +149,8 @@ fn a_twin_that_disagrees_is_reported_with_its_first_differing_element() {
     let add = &backend.emulation().unwrap().report()["add::residual_add"];
     assert_eq!((add.launches, add.identical), (1, 0));
     let text = add.first_mismatch.as_deref().unwrap();
-    assert!(text.starts_with("arg 2 element 0: twin 0e0 (0x00000000), emulation 1e0 (0x3f800000)"), "{text}");
+    assert!(
+        text.starts_with("arg 2 element 0: twin 0e0 (0x00000000), emulation 1e0 (0x3f800000)"),
+        "{text}"
+    );
 }
