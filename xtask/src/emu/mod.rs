@@ -29,8 +29,8 @@ const HELP: &str = "usage: cargo xtask emu [--force]
   --force    rebuild every module";
 
 /// The compiler and its flags (part of each library's digest).
-const CXX: &str = "g++";
-const CXX_FLAGS: &[&str] = &[
+pub(crate) const CXX: &str = "g++";
+pub(crate) const CXX_FLAGS: &[&str] = &[
     "-std=c++20",
     "-O2",
     // Exact IEEE operations: no contraction into fma, no fast-math; CUDA C's casts between
@@ -162,5 +162,7 @@ fn digest(unit: &generate::Unit, version: &str) -> String {
     format!("{:016x}", hasher.finish())
 }
 
+#[cfg(test)]
+mod semantics;
 #[cfg(test)]
 mod tests;

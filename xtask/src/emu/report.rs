@@ -171,3 +171,36 @@ impl EmuVerdict {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parity(launches: u64, identical: u64, max_relative: f64) -> KernelParity {
+        KernelParity {
+            launches,
+            identical,
+            first_mismatch: (identical < launches).then(|| "arg 0 element 0".to_string()),
+            max_relative,
+        }
+    }
+
+    #[test]
+    fn only_a_known_reduction_order_within_its_bound_may_differ() {
+        let mut report = BTreeMap::new();
+        report.insert("add::residual_add".to_string(), parity(3, 3, 0.0));
+        report.insert("gemv::linear".to_string(), parity(3, 2, 1e-3));
+        assert!(EmuVerdict::of(&report).passes());
+        // A known kernel too far off, an unknown one off at all.
+        report.insert("gemv::lm_head".to_string(), parity(1, 0, 0.5));
+        report.insert("kv::kv_write".to_string(), parity(1, 0, 1e-9));
+        let verdict = EmuVerdict::of(&report);
+        assert_eq!(verdict.unexplained(), ["gemv::lm_head", "kv::kv_write"]);
+        assert!(!verdict.passes());
+        assert!(verdict
+            .never_launched
+            .contains(&"norm::rms_norm".to_string()));
+        assert_eq!(known_difference("gemv::qkv_rope_kv"), Some(DOT_ORDER));
+        assert_eq!(known_difference("rope::rope"), None);
+    }
+}
