@@ -81,7 +81,9 @@ impl EmuVerdict {
             .iter()
             .filter(|(name, k)| {
                 k.identical != k.launches
-                    && (known_difference(name).is_none() || !(k.max_relative <= KNOWN_MAX_RELATIVE))
+                    && (known_difference(name).is_none()
+                        || k.max_relative.is_nan()
+                        || k.max_relative > KNOWN_MAX_RELATIVE)
             })
             .map(|(name, _)| name.as_str())
             .collect()

@@ -80,6 +80,8 @@ pub struct Emulation {
     libraries: BTreeMap<String, libloading::Library>,
     kernels: HashMap<String, EmuKernel>,
     report: BTreeMap<String, KernelParity>,
+    /// (kernel, argument) pairs whose bytes are the kernel's own scratch, not compared.
+    scratch: std::collections::BTreeSet<(String, usize)>,
 }
 
 impl Emulation {
@@ -102,7 +104,14 @@ impl Emulation {
             libraries,
             kernels: HashMap::new(),
             report: BTreeMap::new(),
+            scratch: Default::default(),
         })
+    }
+
+    /// Shadow mode does not compare argument `index` of `kernel`: its bytes are working
+    /// memory whose contents the kernel's contract leaves open (a twin need not write them).
+    pub fn scratch_argument(&mut self, kernel: &str, index: usize) {
+        self.scratch.insert((kernel.to_string(), index));
     }
 
     pub fn mode(&self) -> EmuMode {
@@ -180,9 +189,11 @@ impl Emulation {
                 _ => None,
             })
             .collect();
-        // SAFETY (both closures): each range lies in a live allocation (the caller's contract).
-        let read =
-            |ptr: *mut u8, bytes: usize| unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
+        let read = |ptr: *mut u8, bytes: usize| {
+            // SAFETY: every range read is a writable argument's, inside a live allocation
+            // that nothing else touches during the launch (the caller's contract).
+            unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec()
+        };
         let before: Vec<Vec<u8>> = writable.iter().map(|&(_, p, n)| read(p, n)).collect();
         {
             // SAFETY: the caller's contract is `TwinCtx::new`'s.
@@ -199,6 +210,9 @@ impl Emulation {
         let mut mismatch = None;
         let mut max_relative = 0.0f64;
         for (&(index, ptr, bytes), twin_bytes) in writable.iter().zip(&from_twin) {
+            if self.scratch.contains(&(name.to_string(), index)) {
+                continue;
+            }
             let emu_bytes = read(ptr, bytes);
             let code = signature.get(index).copied().unwrap_or(b'P');
             max_relative = max_relative.max(relative_difference(code, twin_bytes, &emu_bytes));
