@@ -124,11 +124,13 @@ impl EmuVerdict {
             .into_iter()
             .filter(|name| !self.unexplained().contains(name))
             .collect();
-        for (pattern, why) in KNOWN_DIFFERENCES {
+        let mut reasons: Vec<&str> = KNOWN_DIFFERENCES.iter().map(|(_, why)| *why).collect();
+        reasons.dedup();
+        for why in reasons {
             let covered: Vec<&str> = known
                 .iter()
                 .copied()
-                .filter(|name| known_difference(name) == Some(why) && name.starts_with(pattern))
+                .filter(|name| known_difference(name) == Some(why))
                 .collect();
             if !covered.is_empty() {
                 println!("  known ({}): {why}", covered.join(", "));
