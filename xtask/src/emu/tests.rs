@@ -242,3 +242,70 @@ fn linear_is_the_cuda_dot_order_which_is_not_the_twins() {
     assert!(lm_head.first_mismatch.is_some(), "{lm_head:?}");
     assert!(lm_head.max_relative < 1e-5, "{lm_head:?}");
 }
+
+#[test]
+fn paged_decode_over_a_split_context_stays_within_its_known_difference() {
+    use solder_model_layers::kernels::attn::{
+        scratch_bytes, PagedAttention, ATTN_SPLITS, PAGED_DECODE,
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // 600 tokens: three flash-decoding splits, merged by the block that arrives last.
+    let (heads, kv_heads, head_dim, block_size, len) = (2u32, 1u32, 32u32, 16u32, 600u32);
+    let pages = len.div_ceil(block_size);
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let q = upload(
+        &mut backend,
+        &bf16_bytes((0..heads * head_dim).map(|_| next())),
+    );
+    let cache_elems = pages * 2 * block_size * kv_heads * head_dim;
+    let cache = upload(&mut backend, &bf16_bytes((0..cache_elems).map(|_| next())));
+    // Pages in reverse order, so the table is really read.
+    let table: Vec<u8> = (0..pages)
+        .rev()
+        .flat_map(|p| (p as i32).to_le_bytes())
+        .collect();
+    let block_tables = upload(&mut backend, &table);
+    let seq_lens = upload(&mut backend, &(len as i32).to_le_bytes());
+    let out_bytes = (heads * head_dim * 2) as usize;
+    let out = Buf::new(backend.alloc(out_bytes).unwrap(), out_bytes);
+    let scratch_len = scratch_bytes(1, heads as usize, head_dim as usize);
+    let scratch = upload(&mut backend, &vec![0u8; scratch_len]);
+    let launch = PagedAttention {
+        q,
+        cache,
+        block_tables,
+        seq_lens,
+        out,
+        scratch,
+        rows: 1,
+        heads,
+        kv_heads,
+        head_dim,
+        block_size,
+        max_blocks: pages,
+        num_pages: pages,
+        window: 0,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    }
+    .launch(PAGED_DECODE);
+    run(&mut backend, &launch);
+    let decode = &backend.emulation().unwrap().report()["attn::paged_decode"];
+    assert_eq!(decode.launches, 1);
+    assert!(
+        decode.max_relative <= super::report::KNOWN_MAX_RELATIVE,
+        "{decode:?}"
+    );
+    // The arrival counters are back to zero after the merge.
+    let counters = download(&mut backend, scratch.ptr, scratch_len);
+    let slot = (1 + ATTN_SPLITS as usize * (head_dim as usize + 2)) * 4;
+    for h in 0..heads as usize {
+        assert_eq!(&counters[h * slot..h * slot + 4], &[0, 0, 0, 0], "head {h}");
+    }
+}
