@@ -49,7 +49,9 @@ const HELP: &str =
                    (any difference fails)
   --only NAMES     only these built-in models (comma-separated), e.g. tiny-llama
   --max-batch N    the widest multi-seq width run, 1..=128
-                   (default: the serve's own; the emulation is slow, so `--max-batch 4`)";
+                   (default: the serve's own; the emulation is slow, so `--max-batch 4`)
+  --levers A,B     levers of the all-rules exec, e.g. split_rope_kv (its six-launch layer);
+                   a `differs` rule's lever makes the rows it changes differ";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
@@ -65,6 +67,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "backend",
             "only",
             "max-batch",
+            "levers",
         ],
         &["help"],
     )?;
@@ -81,6 +84,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let only: Option<Vec<&str>> = args.value("only").map(|v| v.split(',').collect());
     let max_batch = args.number_in("max-batch", 1..=solder_config::MAX_BATCH)?;
+    let levers = args.levers()?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
@@ -158,6 +162,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                         prompt,
                         golden: None,
                         max_batch,
+                        levers: Default::default(),
                     })
                 })
                 .collect::<Result<_, String>>()?
@@ -166,7 +171,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
     let cases: Vec<Case> = cases
         .into_iter()
-        .map(|case| Case { max_batch, ..case })
+        .map(|case| Case {
+            max_batch,
+            levers: levers.clone(),
+            ..case
+        })
         .collect();
     if only.is_some() && (args.value("model").is_some() || args.value("goldens").is_some()) {
         return Err("--only picks built-in models; not with --model or --goldens".into());
@@ -300,6 +309,7 @@ fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<
         prompt,
         golden,
         max_batch: None,
+        levers: Default::default(),
     })
 }
 

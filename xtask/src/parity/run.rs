@@ -25,6 +25,8 @@ pub struct Case {
     pub golden: Option<Golden>,
     /// `--max-batch`: the widest multi-seq width to run (`None`: `serve_for`'s).
     pub max_batch: Option<usize>,
+    /// `--levers`: the levers of the all-rules exec (none by default).
+    pub levers: solder_config::Levers,
 }
 
 /// Where two runs' logits first differ (by position) and by how much at most.
@@ -244,10 +246,14 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     let serve = serve_of(case);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
-    let mut fused_exec = build_exec(case, rules, backend, Policy::default())?;
+    let fused_policy = Policy {
+        levers: case.levers.clone(),
+        ..Policy::default()
+    };
+    let mut fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
     let verified_plans =
         verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
-            + verify_exec_plans(&fused_exec, rules, &Policy::default(), backend)?;
+            + verify_exec_plans(&fused_exec, rules, &fused_policy, backend)?;
     // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
     // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
     reference_exec.set_graph_policy(GraphPolicy::Never);
@@ -704,6 +710,7 @@ mod tests {
             weights: weights.unwrap_or(Weights::Random { seed: builtin.seed }),
             golden: None,
             max_batch: None,
+            levers: Default::default(),
         }
     }
 

@@ -78,6 +78,7 @@ mod tests {
             prompt,
             golden: None,
             max_batch: None,
+            levers: Default::default(),
         }
     }
 
