@@ -429,6 +429,8 @@ extern "C" __global__ void __launch_bounds__(256) paged_decode(
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
     unsigned window, float scale) {
+    pdl_wait(); // before any early return and any buffer another launch writes
+    pdl_launch_dependents();
     paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
                           head_dim, block_size, max_blocks, num_pages, window,
                           scale);
@@ -442,6 +444,8 @@ extern "C" __global__ void __launch_bounds__(256) paged_causal(
     bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
     unsigned window, float scale) {
+    pdl_wait(); // before any early return and any buffer another launch writes
+    pdl_launch_dependents();
     paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
                           head_dim, block_size, max_blocks, num_pages, window,
                           scale);
@@ -461,6 +465,7 @@ __device__ __forceinline__ void paged_o_block(
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
     unsigned window, float scale, unsigned n_out) {
     pdl_wait(); // before any early return and any buffer another launch writes
+    pdl_launch_dependents();
     const OFold fold = {gate, wo, bias, h, h_out, o_scratch, n_out};
     attention_block<true>(q, cache, block_tables, seq_lens, nullptr, scratch, rows, heads,
                           kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
@@ -501,6 +506,8 @@ extern "C" __global__ void __launch_bounds__(256) gate_split(const bf16* __restr
                                                              bf16* __restrict__ gate,
                                                              unsigned rows, unsigned heads,
                                                              unsigned head_dim) {
+    pdl_wait(); // before any early return and any buffer another launch writes
+    pdl_launch_dependents();
     if (head_dim == 0u) {
         return;
     }

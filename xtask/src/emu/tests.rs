@@ -6,7 +6,7 @@ use half::bf16;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, DevicePtr, GpuBackend, ModuleImage};
 use solder_model_layers::kernels::add::{ResidualAdd, RESIDUAL_ADD};
-use solder_model_layers::kernels::gemv::{Linear, LINEAR};
+use solder_model_layers::kernels::gemv::{Linear, LmHead, LINEAR, LM_HEAD};
 use solder_model_layers::kernels::{Buf, Launch};
 
 fn upload(backend: &mut CpuBackend, bytes: &[u8]) -> Buf {
@@ -153,4 +153,159 @@ fn a_twin_that_disagrees_is_reported_with_its_first_differing_element() {
         text.starts_with("arg 2 element 0: twin 0e0 (0x00000000), emulation 1e0 (0x3f800000)"),
         "{text}"
     );
+}
+
+/// Dot of one row as the CUDA kernels order it (common.cuh `lane_dot` / `gemv_block`, then
+/// `warp_sum`): lane l accumulates the 8-element chunks c ≡ l (mod 32) with fma, then the
+/// butterfly over 16, 8, 4, 2, 1.
+fn cuda_order_dot(x: &[bf16], w: &[bf16]) -> f32 {
+    let mut lanes = [0.0f32; 32];
+    for (lane, acc) in lanes.iter_mut().enumerate() {
+        let mut i0 = lane * 8;
+        while i0 < x.len() {
+            for i in i0..(i0 + 8).min(x.len()) {
+                *acc = x[i].to_f32().mul_add(w[i].to_f32(), *acc);
+            }
+            i0 += 256;
+        }
+    }
+    for m in [16, 8, 4, 2, 1] {
+        let old = lanes;
+        for (l, v) in lanes.iter_mut().enumerate() {
+            *v = old[l] + old[l ^ m];
+        }
+    }
+    lanes[0]
+}
+
+#[test]
+fn linear_is_the_cuda_dot_order_which_is_not_the_twins() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // Values with full bf16 mantissas, so partial sums round and the order shows.
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let (rows, k, n_out) = (1u32, 160u32, 64u32);
+    let x: Vec<bf16> = (0..rows * k).map(|_| bf16::from_f32(next())).collect();
+    let w: Vec<bf16> = (0..n_out * k).map(|_| bf16::from_f32(next())).collect();
+    let bytes = |v: &[bf16]| v.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+    let x_buf = upload(&mut backend, &bytes(&x));
+    let w_buf = upload(&mut backend, &bytes(&w));
+    let y = Buf::new(
+        backend.alloc((n_out * 2) as usize).unwrap(),
+        (n_out * 2) as usize,
+    );
+    let launch = Linear {
+        x: x_buf,
+        w: w_buf,
+        bias: None,
+        y,
+        rows,
+        k,
+        n_out,
+    }
+    .launch(LINEAR);
+    run(&mut backend, &launch);
+    let got = download(&mut backend, y.ptr, (n_out * 2) as usize);
+    let expected: Vec<bf16> = (0..n_out as usize)
+        .map(|o| bf16::from_f32(cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize])))
+        .collect();
+    assert_eq!(got, bytes(&expected), "the emulation is not the CUDA order");
+    // The f32 logits of the same dots show the order: the twin's (16 lanes, multiply then
+    // add, a tree) rounds some of them otherwise.
+    let logits = Buf::new(
+        backend.alloc((n_out * 4) as usize).unwrap(),
+        (n_out * 4) as usize,
+    );
+    let launch = LmHead {
+        x: x_buf,
+        w: w_buf,
+        logits,
+        rows,
+        k,
+        vocab: n_out,
+    }
+    .launch(LM_HEAD);
+    run(&mut backend, &launch);
+    let got = download(&mut backend, logits.ptr, (n_out * 4) as usize);
+    let expected: Vec<u8> = (0..n_out as usize)
+        .flat_map(|o| cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize]).to_le_bytes())
+        .collect();
+    assert_eq!(got, expected, "the emulation is not the CUDA order");
+    let lm_head = &backend.emulation().unwrap().report()["gemv::lm_head"];
+    assert_eq!(lm_head.launches, 1);
+    assert!(lm_head.first_mismatch.is_some(), "{lm_head:?}");
+    assert!(lm_head.max_relative < 1e-5, "{lm_head:?}");
+}
+
+#[test]
+fn paged_decode_over_a_split_context_stays_within_its_known_difference() {
+    use solder_model_layers::kernels::attn::{
+        scratch_bytes, PagedAttention, ATTN_SPLITS, PAGED_DECODE,
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // 600 tokens: three flash-decoding splits, merged by the block that arrives last.
+    let (heads, kv_heads, head_dim, block_size, len) = (2u32, 1u32, 32u32, 16u32, 600u32);
+    let pages = len.div_ceil(block_size);
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let q = upload(
+        &mut backend,
+        &bf16_bytes((0..heads * head_dim).map(|_| next())),
+    );
+    let cache_elems = pages * 2 * block_size * kv_heads * head_dim;
+    let cache = upload(&mut backend, &bf16_bytes((0..cache_elems).map(|_| next())));
+    // Pages in reverse order, so the table is really read.
+    let table: Vec<u8> = (0..pages)
+        .rev()
+        .flat_map(|p| (p as i32).to_le_bytes())
+        .collect();
+    let block_tables = upload(&mut backend, &table);
+    let seq_lens = upload(&mut backend, &(len as i32).to_le_bytes());
+    let out_bytes = (heads * head_dim * 2) as usize;
+    let out = Buf::new(backend.alloc(out_bytes).unwrap(), out_bytes);
+    let scratch_len = scratch_bytes(1, heads as usize, head_dim as usize);
+    let scratch = upload(&mut backend, &vec![0u8; scratch_len]);
+    let launch = PagedAttention {
+        q,
+        cache,
+        block_tables,
+        seq_lens,
+        out,
+        scratch,
+        rows: 1,
+        heads,
+        kv_heads,
+        head_dim,
+        block_size,
+        max_blocks: pages,
+        num_pages: pages,
+        window: 0,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    }
+    .launch(PAGED_DECODE);
+    run(&mut backend, &launch);
+    let decode = &backend.emulation().unwrap().report()["attn::paged_decode"];
+    assert_eq!(decode.launches, 1);
+    assert!(
+        decode.max_relative <= super::report::KNOWN_MAX_RELATIVE,
+        "{decode:?}"
+    );
+    // The arrival counters are back to zero after the merge.
+    let counters = download(&mut backend, scratch.ptr, scratch_len);
+    let slot = (1 + ATTN_SPLITS as usize * (head_dim as usize + 2)) * 4;
+    for h in 0..heads as usize {
+        assert_eq!(&counters[h * slot..h * slot + 4], &[0, 0, 0, 0], "head {h}");
+    }
 }

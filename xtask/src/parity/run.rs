@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use solder_circuit::{Mode, Policy, RuleSet};
-use solder_config::{Levers, ModelConfig, ServeShape};
+use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
 
@@ -24,6 +24,10 @@ pub struct Case {
     pub weights: Weights,
     pub prompt: Vec<u32>,
     pub golden: Option<Golden>,
+    /// `--max-batch`: the widest multi-seq width to run (`None`: `serve_for`'s).
+    pub max_batch: Option<usize>,
+    /// `--levers`: the levers of the all-rules exec (none by default).
+    pub levers: solder_config::Levers,
 }
 
 /// Where two runs' logits first differ (by position) and by how much at most.
@@ -239,19 +243,10 @@ pub fn random_prompt(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
         .collect()
 }
 
-/// `run_case_with` with every lever off (the default routing parity proves byte for byte).
-#[cfg_attr(not(test), allow(dead_code))]
+/// Runs one case: the reference routing against the all-rules routing with `case.levers` on
+/// (`--levers`; where a lever lets a `differs` rule apply, see `differs`).
 pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R<CaseReport> {
-    run_case_with(case, rules, backend, &Levers::default())
-}
-
-/// `run_case` with `levers` on in the all-rules routing (`--levers`; see `differs`).
-pub fn run_case_with(
-    case: &Case,
-    rules: &RuleSet,
-    backend: &mut dyn GpuBackend,
-    levers: &Levers,
-) -> R<CaseReport> {
+    let levers = &case.levers;
     let vocab = case.config.vocab_size;
     let tokens = case.prompt.len();
     if tokens < 2 {
@@ -268,11 +263,11 @@ pub fn run_case_with(
             case.name, case.config.max_position_embeddings
         ));
     }
-    let serve = serve_for(tokens);
+    let serve = serve_of(case);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let fused_policy = Policy {
-        levers: levers.clone(),
+        levers: case.levers.clone(),
         ..Policy::default()
     };
     let mut fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
@@ -550,6 +545,16 @@ pub fn serve_for(tokens: usize) -> ServeShape {
     }
 }
 
+/// The serve shape parity runs `case` at: `serve_for` its prompt, cut at the case's
+/// `max_batch` when it has one.
+pub fn serve_of(case: &Case) -> ServeShape {
+    let serve = serve_for(case.prompt.len());
+    match case.max_batch {
+        Some(n) if n < serve.max_batch => ServeShape::with_max_batch(n).unwrap_or(serve),
+        _ => serve,
+    }
+}
+
 /// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
 /// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
 /// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
@@ -576,7 +581,7 @@ pub fn build_exec(
     backend: &mut dyn GpuBackend,
     policy: Policy,
 ) -> R<CircuitExec> {
-    build_exec_with(case, rules, backend, policy, serve_for(case.prompt.len()))
+    build_exec_with(case, rules, backend, policy, serve_of(case))
 }
 
 /// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
@@ -740,6 +745,8 @@ mod tests {
             config,
             weights: weights.unwrap_or(Weights::Random { seed: builtin.seed }),
             golden: None,
+            max_batch: None,
+            levers: Default::default(),
         }
     }
 
