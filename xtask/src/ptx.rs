@@ -203,6 +203,13 @@ fn check_in(
             ));
         }
     }
+    for (variant, kernel) in solder_model_layers::kernels::variants() {
+        if !entries.iter().any(|e| e == variant) {
+            failures.push(format!(
+                "entry `{variant}` (a variant of `{kernel}`) is declared but no crates/kernels/ptx/*.ptx defines it"
+            ));
+        }
+    }
     // 3. ptxas: no spills, no stack frames; the table.
     let report = ptxas::assemble_all(tools, temp, modules)?;
     println!("{}", ptxas::table(&report));

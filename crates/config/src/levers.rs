@@ -16,6 +16,12 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "rope (and qk-norm) and the KV write in their own launch after q/k/v, not in the \
          projection's epilogue: the six-launch layer, kept for A/B timing; same logits",
     ),
+    (
+        "gemv_classic",
+        "the classic gemv entries (one block per 8 features and 8 rows, norm recomputed per \
+         block) instead of the streaming ones (a capped grid of persistent blocks per row \
+         tile): kept for A/B timing; same plans, same logits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.
