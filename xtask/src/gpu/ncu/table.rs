@@ -304,6 +304,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_streaming_entry_is_matched_to_its_kernel() {
+        let kernels = vec![
+            profiled(0, "embedding", 1.0, 10.0, 10.0),
+            profiled(1, "linear_r1", 1.0, 10.0, 10.0),
+        ];
+        let programs = |kernel: &str| {
+            vec![Expected {
+                mode: Mode::Decode,
+                rows: 1,
+                launches: vec![launch("embed::embedding", 1), launch(kernel, 1)],
+            }]
+        };
+        assert!(match_programs(&kernels, &programs("gemv::linear")).is_ok());
+        let e = match_programs(&kernels, &programs("gemv::lm_head"))
+            .err()
+            .unwrap();
+        assert!(e.contains("ncu profiled `linear_r1`"), "{e}");
+    }
+
     /// What the table expects of a profile is what the exec launches: the same plans (by
     /// digest) and one kernel launch per expected launch.
     #[test]
