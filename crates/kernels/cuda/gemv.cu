@@ -8,8 +8,10 @@
 //    threads (8 warps); grid.x = row groups of the tile's rows, grid.y = feature blocks capped
 //    at 1056 blocks in all (a persistent loop: warp g of a row group takes features g, g +
 //    warps, ...). Each block stages its rows' x once (16-byte loads and stores, 8 elements per
-//    thread; the norm's 1/rms once per row per block, its loads issued 8 iterations ahead),
-//    then streams weight tiles with the next tile in registers while the current computes.
+//    thread; the norm's 1/rms once per row per block: the whole block loads the rows' residual
+//    values into shared memory in one pass when they fit (rows · k <= 8192), else each row's
+//    warp issues its loads 8 iterations ahead), then streams weight tiles with the next tile
+//    in registers while the current one computes.
 //    k longer than the stage (16384 elements over the tile's rows) is staged in spans, once per
 //    span per block, with one feature per warp (no cap) so no span is staged twice.
 //  - classic entries `<kernel>` (the `gemv_classic` lever; `gemv_run`): one warp per output
@@ -362,13 +364,14 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
 // ---- the streaming body --------------------------------------------------------------------
 //
 // A capped grid of persistent blocks (grid.x = row groups of RT rows, grid.y = feature blocks,
-// at most GEMV_STREAM_BLOCKS in all; see gemv/mod.rs): each block stages its rows' x (and the
-// norm: 1/rms once per row per block) into shared memory once, then each warp walks its
-// features (warp g of the grid takes features g, g + warps, ...), a tile of GEMV_STREAM_CHUNKS
-// / NW 16-byte chunks per lane and weight row at a time, the next tile's weights loaded into
-// registers while the current one computes. When k does not fit the stage (GEMV_STREAM_STAGE
-// elements for all RT rows), it is staged in spans, one staging per span per block: the grid
-// then gives every warp one feature (no cap), so no span is staged twice.
+// at most 1056 in all: `stream_config` in model-layers kernels/gemv/stream.rs): each block
+// stages its rows' x (and the norm: 1/rms once per row per block) into shared memory once,
+// then each warp walks its features (warp g of a row group takes features g, g + warps, ...),
+// a tile of GEMV_STREAM_CHUNKS / NW 16-byte chunks per lane and weight row at a time, the next
+// tile's weights loaded into registers while the current one computes. When k does not fit
+// the stage (GEMV_STREAM_STAGE elements for all RT rows), it is staged in spans, one staging
+// per span per block: the grid then gives every warp one feature (no cap), so no span is
+// staged twice.
 // The dot of every (row, feature) is `gemv_block`'s: lane l takes chunks c ≡ l (mod 32) in
 // increasing order, fma in element order, then warp_sum; the norm is `row_inv_rms`'s.
 
@@ -477,18 +480,41 @@ __device__ __forceinline__ uint4 stage8(const XNormRows& src, unsigned rr, unsig
     return pack8(y);
 }
 
-// 1/rms of the block's rows (XNormRows: warp rr takes row r0 + rr), once per block.
+// 1/rms of the block's rows (XNormRows: warp rr takes row r0 + rr), once per block. When the
+// rows' residual values fit the stage as f32, every thread loads a share of them into
+// `scratch` (the stage, not yet holding x) in one pass of independent loads and each row's
+// warp then runs its fma chain from shared memory; otherwise each warp loads its row with
+// `row_inv_rms_ahead`. The same values and the same chain either way.
 __device__ __forceinline__ void stream_prologue(const XRows&, unsigned, unsigned, unsigned,
-                                                float*) {}
+                                                float*, float*) {}
 
 __device__ __forceinline__ void stream_prologue(const XNormRows& src, unsigned r0,
-                                                unsigned nrows, unsigned k, float* inv) {
+                                                unsigned nrows, unsigned k, float* inv,
+                                                float* scratch) {
     const unsigned warp = threadIdx.x >> 5;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned long long at0 = (unsigned long long)r0 * k;
+    const float* h = src.h + at0;
+    const bf16* d = src.d != nullptr ? src.d + at0 : nullptr;
+    if ((unsigned long long)nrows * k <= GEMV_STREAM_STAGE / 2u) {
+        for (unsigned idx = threadIdx.x; idx < nrows * k; idx += blockDim.x) {
+            scratch[idx] = row_value(h, d, idx); // row idx / k, element idx % k
+        }
+        __syncthreads();
+        if (warp < nrows) {
+            const float* row = scratch + warp * k;
+            const float ss = warp_sum_squares([&](unsigned i) { return row[i]; }, k, lane);
+            if (lane == 0) {
+                inv[warp] = inv_rms(ss, k, src.eps);
+            }
+        }
+        return; // the first staging's barrier orders inv and the reuse of scratch
+    }
     if (warp < nrows) {
-        const unsigned long long at = (unsigned long long)(r0 + warp) * k;
-        const float v = row_inv_rms_ahead(src.h + at, src.d != nullptr ? src.d + at : nullptr,
-                                          k, src.eps, threadIdx.x & 31u);
-        if ((threadIdx.x & 31u) == 0) {
+        const unsigned long long at = (unsigned long long)warp * k;
+        const float v = row_inv_rms_ahead(h + at, d != nullptr ? d + at : nullptr, k, src.eps,
+                                          lane);
+        if (lane == 0) {
             inv[warp] = v;
         }
     }
@@ -541,7 +567,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
         return; // the whole block: nothing to do
     }
     const unsigned nrows = min(RT, rows - r0);
-    stream_prologue(src, r0, nrows, k, inv);
+    stream_prologue(src, r0, nrows, k, inv, reinterpret_cast<float*>(xs));
     const bool sum_block = blockIdx.y == 0u;
 
     float acc[NW][RT];
