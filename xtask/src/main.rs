@@ -10,6 +10,7 @@
 mod args;
 mod bench;
 mod ci;
+mod emu;
 // The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
 mod files;
 #[allow(unsafe_code)]
@@ -38,6 +39,7 @@ commands:
   parity     reference-vs-fused and golden parity (cargo xtask parity --help)
   bench      decode benchmark (cargo xtask bench --help)
   ptx        regenerate and check the CUDA PTX (cargo xtask ptx --help)
+  emu        build the host emulation of the CUDA kernels (g++; cargo xtask emu --help)
   gpu-bench  time programs, graph replays and the bandwidth floor on a GPU (feature cuda)
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
   ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         "parity" => parity::run(argv),
         "bench" => bench::run(argv),
         "ptx" => ptx::run(argv),
+        "emu" => emu::run(argv),
         "gpu-bench" => gpu::bench::run(argv),
         "gpu-check" => gpu::check::run(argv),
         "ci" => ci::run(argv),

@@ -87,6 +87,11 @@ impl CpuBackend {
                 KernelArg::F32(v) => HostArg::F32(v),
             });
         }
+        if let Some(emulation) = self.emulation.as_mut() {
+            // SAFETY: as for the twin below: every buffer lies inside a live allocation that
+            // nothing frees or touches during the call, none writable overlapping another.
+            return unsafe { emulation.launch(name, config, &host_args, twin, self.threads) };
+        }
         // SAFETY: `check_args` placed every buffer inside a live allocation (which cannot be
         // freed while the twin runs: it has no access to the backend), host storage is
         // 64-byte aligned, and no writable buffer overlaps another argument.

@@ -14,6 +14,7 @@
 //! Invariant: a refused operation has no effect on memory; a twin only runs after every
 //! check of its launch passed.
 
+pub mod emu;
 mod graph;
 pub(crate) mod hb;
 mod launch;
@@ -53,6 +54,8 @@ pub struct CpuBackend {
     destroyed_events: BTreeSet<u32>,
     /// The failure `fail_call` armed.
     injected: Option<InjectedFailure>,
+    /// With an emulation, launches run the host-compiled CUDA kernels (`emu`).
+    emulation: Option<emu::Emulation>,
 }
 
 /// A failure armed by `CpuBackend::fail_call`: the call named `call` fails once `skip` more
@@ -87,7 +90,19 @@ impl CpuBackend {
             destroyed_streams: BTreeSet::new(),
             destroyed_events: BTreeSet::new(),
             injected: None,
+            emulation: None,
         }
+    }
+
+    /// Runs launches through the host emulation of the CUDA kernels from now on (`None`:
+    /// the twins again). Every check of a launch still comes first.
+    pub fn set_emulation(&mut self, emulation: Option<emu::Emulation>) {
+        self.emulation = emulation;
+    }
+
+    /// The emulation launches run through, if any (its shadow-mode report).
+    pub fn emulation(&self) -> Option<&emu::Emulation> {
+        self.emulation.as_ref()
     }
 
     /// Registers the twin of kernel `name` (`module::func`); it becomes a kernel once its

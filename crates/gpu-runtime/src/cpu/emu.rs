@@ -1,0 +1,332 @@
+//! The host emulation of the CUDA kernels as an alternative executor of the CPU backend.
+//!
+//! `cargo xtask emu` compiles each `crates/kernels/cuda/<module>.cu`, unchanged, with g++ for
+//! the host (`crates/kernels/emu/cuda_emu.hpp`) into `libsolder_emu_<module>.so`, which
+//! exports `emu_<module>__<kernel>` (runs the grid) and `emu_<module>__<kernel>__sig` (the
+//! kernel's parameter kinds). With an `Emulation` set, a checked launch runs the emulated CUDA
+//! kernel instead of (`EmuMode::Run`) or after (`EmuMode::Shadow`) its twin; the backend's
+//! range, aliasing and race checks are unchanged and come first.
+//!
+//! Shadow mode proves the CUDA source equal to the twin launch by launch: the writable buffers
+//! are snapshotted, the twin runs, its outputs are kept aside and the snapshot restored, then
+//! the emulated kernel runs on the same inputs and every writable byte is compared. The
+//! emulation's bytes stay (so a whole run executes the CUDA source), and per kernel the
+//! launches, the identical ones and the first difference are recorded (`report`).
+//!
+//! Invariants: an emulated kernel gets the host address of each buffer inside the allocation
+//! that holds it, and scalars by value, in the kernel's own parameter order; its parameter
+//! kinds are checked against the arguments before it runs. Not checked: an emulated kernel's
+//! own accesses (a CUDA bug that reads or writes outside its declared ranges touches host
+//! memory; shadow mode shows it only where it changes a declared writable byte).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::{Path, PathBuf};
+
+use crate::error::GpuError;
+use crate::twin::{HostArg, TwinCtx, TwinFn};
+use crate::types::LaunchConfig;
+
+/// `emu_<module>__<kernel>`: args (one pointer per parameter, to its value), grid, block,
+/// dynamic shared bytes, an error buffer and its length; 0 on success.
+type RunFn =
+    unsafe extern "C" fn(*mut *mut c_void, *const u32, *const u32, u32, *mut c_char, usize) -> c_int;
+type SigFn = unsafe extern "C" fn() -> *const c_char;
+
+/// How an emulated launch relates to the twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmuMode {
+    /// The emulated CUDA kernel runs instead of the twin.
+    Run,
+    /// The twin runs, then the emulated kernel on the same inputs; outputs compared.
+    Shadow,
+}
+
+/// Shadow mode's record of one kernel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KernelParity {
+    pub launches: u64,
+    /// Launches whose every writable byte the emulation wrote as the twin did.
+    pub identical: u64,
+    /// The first difference seen: argument, element, twin and emulated values.
+    pub first_mismatch: Option<String>,
+}
+
+/// The file `cargo xtask emu` builds for `module` in `dir`.
+pub fn library_path(dir: &Path, module: &str) -> PathBuf {
+    dir.join(format!("libsolder_emu_{module}.so"))
+}
+
+struct EmuKernel {
+    run: RunFn,
+    /// One code per parameter: `H`/`F`/`I`/`U` pointers to bf16/f32/i32/u32 (`P` other),
+    /// `i`/`u`/`f` scalars.
+    signature: Vec<u8>,
+}
+
+pub struct Emulation {
+    mode: EmuMode,
+    /// Kept loaded while any `EmuKernel` (whose function pointers point into them) exists.
+    libraries: BTreeMap<String, libloading::Library>,
+    kernels: HashMap<String, EmuKernel>,
+    report: BTreeMap<String, KernelParity>,
+}
+
+impl Emulation {
+    /// Loads `libsolder_emu_<module>.so` from `dir` for every module.
+    pub fn open(dir: &Path, modules: &[&str], mode: EmuMode) -> Result<Emulation, GpuError> {
+        let mut libraries = BTreeMap::new();
+        for module in modules {
+            let path = library_path(dir, module);
+            // SAFETY: the library is one `cargo xtask emu` built from the kernel sources; its
+            // initialisers only set up the emulator's statics.
+            let library = unsafe { libloading::Library::new(&path) }.map_err(|e| {
+                GpuError::Driver {
+                    call: "emulation",
+                    message: format!("{}: {e} (build it with `cargo xtask emu`)", path.display()),
+                }
+            })?;
+            libraries.insert(module.to_string(), library);
+        }
+        Ok(Emulation {
+            mode,
+            libraries,
+            kernels: HashMap::new(),
+            report: BTreeMap::new(),
+        })
+    }
+
+    pub fn mode(&self) -> EmuMode {
+        self.mode
+    }
+
+    /// Per kernel (`module::func`), shadow mode's record.
+    pub fn report(&self) -> &BTreeMap<String, KernelParity> {
+        &self.report
+    }
+
+    fn kernel(&mut self, name: &str) -> Result<&EmuKernel, GpuError> {
+        if !self.kernels.contains_key(name) {
+            let resolved = self.resolve(name)?;
+            self.kernels.insert(name.to_string(), resolved);
+        }
+        Ok(&self.kernels[name])
+    }
+
+    fn resolve(&self, name: &str) -> Result<EmuKernel, GpuError> {
+        let missing = |what: String| GpuError::Kernel {
+            kernel: name.to_string(),
+            message: format!("no emulation: {what} (rebuild with `cargo xtask emu`)"),
+        };
+        let (module, func) = name
+            .split_once("::")
+            .ok_or_else(|| missing("not a `module::func` name".into()))?;
+        let library = self
+            .libraries
+            .get(module)
+            .ok_or_else(|| missing(format!("module `{module}` has no emulation library")))?;
+        let symbol = format!("emu_{module}__{func}");
+        // SAFETY: the generator exports this symbol with exactly `RunFn`'s signature.
+        let run: RunFn = unsafe { library.get::<RunFn>(symbol.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|_| missing(format!("the library exports no `{symbol}`")))?;
+        // SAFETY: as above, `SigFn`; it returns a pointer to a static NUL-terminated string.
+        let sig: SigFn = unsafe { library.get::<SigFn>(format!("{symbol}__sig").as_bytes()) }
+            .map(|s| *s)
+            .map_err(|_| missing(format!("the library exports no `{symbol}__sig`")))?;
+        // SAFETY: `sig` returns a static C string (see above).
+        let signature = unsafe { CStr::from_ptr(sig()) }.to_bytes().to_vec();
+        Ok(EmuKernel { run, signature })
+    }
+
+    /// Runs the launch (already checked by the backend) through the emulation.
+    ///
+    /// # Safety
+    /// Every buffer of `args` lies inside a live allocation, no writable buffer overlaps
+    /// another argument, and nothing else accesses them during the call.
+    pub(super) unsafe fn launch(
+        &mut self,
+        name: &str,
+        config: &LaunchConfig,
+        args: &[HostArg],
+        twin: TwinFn,
+        threads: usize,
+    ) -> Result<(), GpuError> {
+        let mode = self.mode;
+        let kernel = self.kernel(name)?;
+        check_signature(name, &kernel.signature, args)?;
+        let run = kernel.run;
+        let signature = kernel.signature.clone();
+        if mode == EmuMode::Run {
+            // SAFETY: the caller's contract, and the signature matches the arguments.
+            return unsafe { run_emulated(name, run, config, args) };
+        }
+        let writable: Vec<(usize, *mut u8, usize)> = args
+            .iter()
+            .enumerate()
+            .filter_map(|(index, arg)| match *arg {
+                HostArg::Buffer { ptr, bytes, access } if access.writes() => {
+                    Some((index, ptr, bytes))
+                }
+                _ => None,
+            })
+            .collect();
+        // SAFETY (both closures): each range lies in a live allocation (the caller's contract).
+        let read = |ptr: *mut u8, bytes: usize| unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
+        let before: Vec<Vec<u8>> = writable.iter().map(|&(_, p, n)| read(p, n)).collect();
+        {
+            // SAFETY: the caller's contract is `TwinCtx::new`'s.
+            let ctx = unsafe { TwinCtx::new(name, config, args.to_vec(), threads) };
+            twin(&ctx)?;
+        }
+        let from_twin: Vec<Vec<u8>> = writable.iter().map(|&(_, p, n)| read(p, n)).collect();
+        for (&(_, ptr, bytes), saved) in writable.iter().zip(&before) {
+            // SAFETY: as above; `saved` is a distinct host copy of the same length.
+            unsafe { std::ptr::copy_nonoverlapping(saved.as_ptr(), ptr, bytes) };
+        }
+        // SAFETY: the caller's contract, and the signature matches the arguments.
+        unsafe { run_emulated(name, run, config, args) }?;
+        let mut mismatch = None;
+        for (&(index, ptr, bytes), twin_bytes) in writable.iter().zip(&from_twin) {
+            let emu_bytes = read(ptr, bytes);
+            if let Some(text) = first_difference(&signature, index, twin_bytes, &emu_bytes) {
+                mismatch = Some(text);
+                break;
+            }
+        }
+        let entry = self.report.entry(name.to_string()).or_default();
+        entry.launches += 1;
+        match mismatch {
+            None => entry.identical += 1,
+            Some(text) => {
+                entry.first_mismatch.get_or_insert(format!(
+                    "{text} (grid {:?}, block {:?})",
+                    config.grid, config.block
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_signature(name: &str, signature: &[u8], args: &[HostArg]) -> Result<(), GpuError> {
+    if signature.len() != args.len() {
+        return Err(GpuError::BadArgument {
+            kernel: name.to_string(),
+            index: args.len().min(signature.len()),
+            message: format!(
+                "the CUDA kernel takes {} parameters, the launch passes {}",
+                signature.len(),
+                args.len()
+            ),
+        });
+    }
+    for (index, (&code, arg)) in signature.iter().zip(args).enumerate() {
+        let fits = match arg {
+            HostArg::Buffer { .. } | HostArg::Null => code.is_ascii_uppercase(),
+            HostArg::I32(_) => code == b'i',
+            HostArg::U32(_) => code == b'u',
+            HostArg::F32(_) => code == b'f',
+        };
+        if !fits {
+            return Err(GpuError::BadArgument {
+                kernel: name.to_string(),
+                index,
+                message: format!(
+                    "the CUDA parameter is `{}` (emulation code), the launch passes {arg:?}",
+                    code as char
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// # Safety
+/// As `Emulation::launch`, and `args` matches the kernel's signature.
+unsafe fn run_emulated(
+    name: &str,
+    run: RunFn,
+    config: &LaunchConfig,
+    args: &[HostArg],
+) -> Result<(), GpuError> {
+    // One 8-byte slot per parameter holding its value (a scalar in the low bytes, little
+    // endian as the kernel reads it); the kernel copies `sizeof(param)` bytes from each.
+    let mut slots: Vec<u64> = args
+        .iter()
+        .map(|arg| match *arg {
+            HostArg::Buffer { ptr, .. } => ptr as u64,
+            HostArg::Null => 0,
+            HostArg::I32(v) => u64::from(v as u32),
+            HostArg::U32(v) => u64::from(v),
+            HostArg::F32(v) => u64::from(v.to_bits()),
+        })
+        .collect();
+    let mut pointers: Vec<*mut c_void> = slots
+        .iter_mut()
+        .map(|slot| (slot as *mut u64).cast::<c_void>())
+        .collect();
+    let mut error = [0u8; 768];
+    // SAFETY: `pointers` holds one valid slot per parameter (checked against the signature),
+    // grid and block are 3 values each, and `error` is writable for its length; the buffers'
+    // host addresses are valid for the launch (the caller's contract).
+    let rc = unsafe {
+        run(
+            pointers.as_mut_ptr(),
+            config.grid.as_ptr(),
+            config.block.as_ptr(),
+            config.shared_bytes,
+            error.as_mut_ptr().cast::<c_char>(),
+            error.len(),
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
+    Err(GpuError::Kernel {
+        kernel: name.to_string(),
+        message: format!("emulated launch: {}", String::from_utf8_lossy(&error[..end])),
+    })
+}
+
+/// "arg N element E: twin V, emulation W" of the first differing element of argument
+/// `index`, read as the signature's element type.
+fn first_difference(signature: &[u8], index: usize, twin: &[u8], emu: &[u8]) -> Option<String> {
+    let byte = twin.iter().zip(emu).position(|(a, b)| a != b)?;
+    let code = signature.get(index).copied().unwrap_or(b'P');
+    let size = match code {
+        b'H' => 2,
+        b'F' | b'I' | b'U' => 4,
+        _ => 1,
+    };
+    let element = byte / size;
+    let at = element * size;
+    let value = |bytes: &[u8]| -> String {
+        let raw = &bytes[at..(at + size).min(bytes.len())];
+        match (code, raw) {
+            (b'H', &[a, b]) => {
+                let bits = u16::from_le_bytes([a, b]);
+                format!("{} ({bits:#06x})", half::bf16::from_bits(bits))
+            }
+            (b'F', &[a, b, c, d]) => {
+                let v = f32::from_le_bytes([a, b, c, d]);
+                format!("{v:e} ({:#010x})", v.to_bits())
+            }
+            (b'I', &[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]).to_string(),
+            (b'U', &[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]).to_string(),
+            _ => format!("{raw:02x?}"),
+        }
+    };
+    let differing = twin
+        .chunks(size)
+        .zip(emu.chunks(size))
+        .filter(|(a, b)| a != b)
+        .count();
+    Some(format!(
+        "arg {index} element {element}: twin {}, emulation {} ({differing} of {} elements differ)",
+        value(twin),
+        value(emu),
+        twin.len() / size
+    ))
+}

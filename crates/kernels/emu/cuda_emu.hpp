@@ -1,0 +1,437 @@
+// Host emulation of the CUDA C subset solder's kernels use, so that g++ (C++20) compiles
+// crates/kernels/cuda/*.cu unchanged for the host and each kernel can be run on the CPU and
+// compared, launch by launch, with its Rust twin (`cargo xtask emu`, `parity --backend emu`).
+//
+// Execution model: a grid's blocks run one after another; a block's threads run as fibers
+// (ucontext) on the launching OS thread, each until it reaches a barrier or exits, in thread
+// order. So every run is deterministic, `__shared__` is `static` storage (correct while one
+// block runs at a time: launches are serialised by a lock), and threadIdx/blockIdx are
+// per-OS-thread values the scheduler sets before it resumes a fiber. Barriers:
+//   - `__syncthreads` / `__syncthreads_or`: every thread of the block that has not exited;
+//     a thread that exits leaves the barrier (arrive-and-drop, as exited threads do on sm_70+);
+//   - `__shfl_*_sync`: a per-warp exchange with a warp barrier over the warp's live lanes;
+//     reading a lane that has exited is an error (undefined on a GPU).
+// A barrier no live thread set can complete (threads of a warp split between a warp exchange
+// and a block barrier) fails the launch naming the kernel, block and threads; it never hangs.
+//
+// Numerics: every __f*_rn intrinsic is the exact IEEE host operation (compile with
+// -ffp-contract=off and no fast-math; CUDA's default prec-div/prec-sqrt and no flush-to-zero
+// match); fma/fmaf are glibc's correctly rounded ones. expf/log1pf resolve to glibc's, which is
+// what Rust's f32::exp/ln_1p call, so the twins and the emulation agree; a real GPU's expf may
+// differ from glibc's by an ulp or two (CUDA documents 2 ulp), which only a device run sees.
+// f32 -> bf16 is round to nearest even, NaN to the canonical 0x7fff (as cvt.rn.bf16.f32).
+#pragma once
+
+// Standard headers first: the CUDA keyword macros below (__noinline__ in particular) would
+// break libstdc++'s own attributes.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+// ---- keywords ------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static
+// __restrict__ is a g++ keyword already.
+
+// ---- vector types and built-in indices -----------------------------------------------------
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+struct __attribute__((aligned(16))) uint4 {
+    unsigned x, y, z, w;
+};
+struct __attribute__((aligned(8))) uint2 {
+    unsigned x, y;
+};
+struct __attribute__((aligned(8))) float2 {
+    float x, y;
+};
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+inline thread_local uint3 threadIdx{0, 0, 0};
+inline thread_local uint3 blockIdx{0, 0, 0};
+inline thread_local dim3 blockDim{1, 1, 1};
+inline thread_local dim3 gridDim{1, 1, 1};
+
+// ---- bf16 ----------------------------------------------------------------------------------
+struct __nv_bfloat16 {
+    unsigned short __x;
+};
+inline float __bfloat162float(__nv_bfloat16 b) {
+    return std::bit_cast<float>(static_cast<unsigned>(b.__x) << 16);
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    unsigned u = std::bit_cast<unsigned>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return __nv_bfloat16{0x7fffu};
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{static_cast<unsigned short>(u >> 16)};
+}
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16{x}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
+
+// ---- bit casts and IEEE intrinsics ---------------------------------------------------------
+inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
+inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
+inline int __float_as_int(float x) { return std::bit_cast<int>(x); }
+inline unsigned __float_as_uint(float x) { return std::bit_cast<unsigned>(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+inline float __double2float_rn(double d) { return static_cast<float>(d); }
+// expf, log1pf, fmaxf, fmaf, fma, rint: glibc's, declared globally by <cmath> (<math.h>).
+
+// CUDA's integer min/max take mixed signedness through the usual conversions.
+template <class A, class B>
+    requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
+inline std::common_type_t<A, B> min(A a, B b) {
+    using C = std::common_type_t<A, B>;
+    return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b) : static_cast<C>(a);
+}
+template <class A, class B>
+    requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
+inline std::common_type_t<A, B> max(A a, B b) {
+    using C = std::common_type_t<A, B>;
+    return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+}
+
+// ---- memory --------------------------------------------------------------------------------
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+// One OS thread runs the whole grid, so a fence only has to stop the compiler.
+inline void __threadfence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
+template <class T> inline T atomicAdd(T* p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+
+// ---- the block scheduler -------------------------------------------------------------------
+namespace emu {
+
+constexpr unsigned kWarp = 32;
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr unsigned kMaxThreads = 1024;
+// sm_90's largest dynamic shared memory per block.
+constexpr size_t kMaxDynamicShared = 227 * 1024;
+
+enum class State { Ready, AtBlock, AtWarp, Done };
+
+struct Fiber {
+    ucontext_t ctx;
+    State state = State::Ready;
+    void* stack = nullptr;
+    unsigned long long slot = 0; // the value this lane offers to a warp exchange
+    unsigned long long got = 0;  // the value it receives
+    unsigned src = 0;            // the lane it reads
+};
+
+struct Block {
+    ucontext_t scheduler;
+    Fiber fibers[kMaxThreads];
+    unsigned threads = 0;
+    unsigned current = 0;
+    int or_acc = 0;
+    int or_result = 0;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    char error[512] = {0};
+};
+
+// One block at a time in this module (its __shared__ storage is static).
+inline std::mutex launch_lock;
+inline Block block_state;
+
+inline Fiber& self() { return block_state.fibers[block_state.current]; }
+
+inline void yield_to_scheduler() {
+    Fiber& f = self();
+    swapcontext(&f.ctx, &block_state.scheduler);
+}
+
+inline void fail(const char* what) {
+    if (block_state.error[0] == 0) {
+        std::snprintf(block_state.error, sizeof block_state.error, "%s", what);
+    }
+}
+
+inline void fiber_entry() {
+    block_state.body(block_state.body_arg);
+    self().state = State::Done;
+    swapcontext(&self().ctx, &block_state.scheduler);
+}
+
+// Releases every barrier all of whose live participants arrived; false when none could be.
+inline bool release() {
+    Block& b = block_state;
+    bool released = false;
+    for (unsigned w0 = 0; w0 < b.threads; w0 += kWarp) {
+        const unsigned w1 = std::min(b.threads, w0 + kWarp);
+        bool all = true, any = false;
+        for (unsigned t = w0; t < w1; ++t) {
+            const State s = b.fibers[t].state;
+            if (s == State::Done) continue;
+            any = true;
+            all = all && s == State::AtWarp;
+        }
+        if (!any || !all) continue;
+        for (unsigned t = w0; t < w1; ++t) {
+            Fiber& f = b.fibers[t];
+            if (f.state == State::Done) continue;
+            const unsigned from = w0 + f.src;
+            if (f.src >= kWarp || from >= w1 || b.fibers[from].state == State::Done) {
+                char msg[160];
+                std::snprintf(msg, sizeof msg,
+                              "thread %u reads lane %u of its warp in a shuffle, which has exited "
+                              "or does not exist",
+                              t, f.src);
+                fail(msg);
+                return false;
+            }
+            f.got = b.fibers[from].slot;
+        }
+        for (unsigned t = w0; t < w1; ++t) {
+            if (b.fibers[t].state == State::AtWarp) b.fibers[t].state = State::Ready;
+        }
+        released = true;
+    }
+    bool all = true, any = false;
+    for (unsigned t = 0; t < b.threads; ++t) {
+        const State s = b.fibers[t].state;
+        if (s == State::Done) continue;
+        any = true;
+        all = all && s == State::AtBlock;
+    }
+    if (any && all) {
+        b.or_result = b.or_acc;
+        b.or_acc = 0;
+        for (unsigned t = 0; t < b.threads; ++t) {
+            if (b.fibers[t].state == State::AtBlock) b.fibers[t].state = State::Ready;
+        }
+        released = true;
+    }
+    return released;
+}
+
+// Runs one block of `threads` threads to completion; false (with `error` set) on a deadlock.
+inline bool run_block(unsigned threads, dim3 block) {
+    Block& b = block_state;
+    b.threads = threads;
+    b.or_acc = 0;
+    for (unsigned t = 0; t < threads; ++t) {
+        Fiber& f = b.fibers[t];
+        if (f.stack == nullptr) {
+            void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (stack == MAP_FAILED) {
+                fail("cannot map a fiber stack");
+                return false;
+            }
+            f.stack = stack;
+        }
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = kStackBytes;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_entry, 0);
+        f.state = State::Ready;
+    }
+    for (;;) {
+        bool ran = false;
+        for (unsigned t = 0; t < threads; ++t) {
+            Fiber& f = b.fibers[t];
+            if (f.state != State::Ready) continue;
+            threadIdx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            b.current = t;
+            swapcontext(&b.scheduler, &f.ctx);
+            ran = true;
+        }
+        if (b.error[0] != 0) return false;
+        bool done = true;
+        for (unsigned t = 0; t < threads; ++t) done = done && b.fibers[t].state == State::Done;
+        if (done) return true;
+        if (!release()) {
+            if (b.error[0] == 0) {
+                unsigned at_block = 0, at_warp = 0;
+                for (unsigned t = 0; t < threads; ++t) {
+                    at_block += b.fibers[t].state == State::AtBlock;
+                    at_warp += b.fibers[t].state == State::AtWarp;
+                }
+                char msg[200];
+                std::snprintf(msg, sizeof msg,
+                              "deadlock: %u threads wait at __syncthreads and %u at a warp "
+                              "exchange, and neither barrier can complete",
+                              at_block, at_warp);
+                fail(msg);
+            }
+            return false;
+        }
+        (void)ran;
+    }
+}
+
+template <class T> inline T exchange(T v, unsigned src_lane) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+    Fiber& f = self();
+    f.slot = 0;
+    std::memcpy(&f.slot, &v, sizeof(T));
+    f.src = src_lane;
+    f.state = State::AtWarp;
+    yield_to_scheduler();
+    T out;
+    std::memcpy(&out, &self().got, sizeof(T));
+    return out;
+}
+
+} // namespace emu
+
+inline void __syncthreads() {
+    emu::self().state = emu::State::AtBlock;
+    emu::yield_to_scheduler();
+}
+inline int __syncthreads_or(int predicate) {
+    emu::block_state.or_acc |= predicate != 0 ? 1 : 0;
+    emu::self().state = emu::State::AtBlock;
+    emu::yield_to_scheduler();
+    return emu::block_state.or_result;
+}
+// `width` must be 32 (solder's kernels use whole warps); `mask` is not modelled beyond that
+// every live lane of the warp takes part (a lane outside it would deadlock and be reported).
+template <class T> inline T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask, int width = 32) {
+    if (width != 32) emu::fail("__shfl_xor_sync with a width other than 32 is not emulated");
+    const unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % emu::kWarp;
+    return emu::exchange(v, lane ^ static_cast<unsigned>(lane_mask));
+}
+template <class T> inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {
+    if (width != 32) emu::fail("__shfl_sync with a width other than 32 is not emulated");
+    return emu::exchange(v, static_cast<unsigned>(src_lane) % emu::kWarp);
+}
+
+// ---- launching -----------------------------------------------------------------------------
+namespace emu {
+
+// One character per parameter: H, F, I, U (pointers to bf16, float, int, unsigned; P any
+// other pointer), i, u, f (int, unsigned, float by value); the Rust side checks its
+// arguments against it and reads shadow mode's differences with it.
+template <class P> constexpr char param_code() {
+    using T = std::remove_cv_t<P>;
+    if constexpr (std::is_pointer_v<T>) {
+        using E = std::remove_cv_t<std::remove_pointer_t<T>>;
+        if constexpr (std::is_same_v<E, __nv_bfloat16>) return 'H';
+        else if constexpr (std::is_same_v<E, float>) return 'F';
+        else if constexpr (std::is_same_v<E, int>) return 'I';
+        else if constexpr (std::is_same_v<E, unsigned>) return 'U';
+        else return 'P';
+    } else if constexpr (std::is_same_v<T, int>) return 'i';
+    else if constexpr (std::is_same_v<T, unsigned>) return 'u';
+    else if constexpr (std::is_same_v<T, float>) return 'f';
+    else static_assert(sizeof(T) == 0, "a kernel parameter type the emulation cannot pass");
+}
+
+template <class... P> struct Signature {
+    static constexpr char text[sizeof...(P) + 1] = {param_code<P>()..., '\0'};
+};
+
+template <class... P> const char* signature(void (*)(P...)) { return Signature<P...>::text; }
+
+template <class... P, size_t... I>
+std::tuple<std::remove_cv_t<P>...> unpack(void** args, std::index_sequence<I...>) {
+    std::tuple<std::remove_cv_t<P>...> values;
+    ((std::memcpy(&std::get<I>(values), args[I], sizeof(std::get<I>(values)))), ...);
+    return values;
+}
+
+// Runs the grid; 0 on success, else 1 with a message in `err`.
+template <class... P>
+int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsigned* block,
+           unsigned shared_bytes, char* err, size_t err_len) {
+    std::lock_guard<std::mutex> guard(launch_lock);
+    const unsigned long long threads = 1ull * block[0] * block[1] * block[2];
+    auto refuse = [&](const char* msg) {
+        std::snprintf(err, err_len, "%s", msg);
+        return 1;
+    };
+    if (threads == 0 || threads > kMaxThreads) return refuse("block of 0 or more than 1024 threads");
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return refuse("a grid dimension is 0");
+    if (shared_bytes > kMaxDynamicShared) return refuse("dynamic shared memory above 227 KiB");
+    using Values = std::tuple<std::remove_cv_t<P>...>;
+    Values values = unpack<P...>(args, std::index_sequence_for<P...>{});
+    struct Call {
+        void (*kernel)(P...);
+        Values* values;
+    } call{kernel, &values};
+    block_state.body = [](void* arg) {
+        Call* c = static_cast<Call*>(arg);
+        std::apply(c->kernel, *c->values);
+    };
+    block_state.body_arg = &call;
+    block_state.error[0] = 0;
+    gridDim = dim3{grid[0], grid[1], grid[2]};
+    blockDim = dim3{block[0], block[1], block[2]};
+    for (unsigned z = 0; z < grid[2]; ++z) {
+        for (unsigned y = 0; y < grid[1]; ++y) {
+            for (unsigned x = 0; x < grid[0]; ++x) {
+                blockIdx = uint3{x, y, z};
+                if (!run_block(static_cast<unsigned>(threads), blockDim)) {
+                    std::snprintf(err, err_len, "block (%u, %u, %u): %s", x, y, z,
+                                  block_state.error);
+                    return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+} // namespace emu
+
+// The exported pair of one kernel: `emu_<module>__<kernel>` runs it, `..._sig` names its
+// parameter kinds.
+#define EMU_TRAMPOLINE(module, kernel)                                                          \
+    extern "C" int emu_##module##__##kernel(void** args, const unsigned* grid,                  \
+                                            const unsigned* block, unsigned shared_bytes,       \
+                                            char* err, size_t err_len) {                        \
+        return emu::launch(&kernel, args, grid, block, shared_bytes, err, err_len);             \
+    }                                                                                           \
+    extern "C" const char* emu_##module##__##kernel##__sig() { return emu::signature(&kernel); }
+
+// `extern __shared__ T name[];` (dynamic shared memory) as the generator rewrites it: static
+// storage of the largest size a launch may ask for.
+#define EMU_DYNAMIC_SHARED(T, name) \
+    __attribute__((aligned(16))) static T name[emu::kMaxDynamicShared / sizeof(T)]

@@ -1,0 +1,158 @@
+//! `cargo xtask emu`: builds the host emulation of the CUDA kernels, one shared library per
+//! module, `target/emu/libsolder_emu_<module>.so`, from `crates/kernels/cuda/<module>.cu`
+//! (unchanged) and `crates/kernels/emu/cuda_emu.hpp` with g++ (C++20). `parity --backend
+//! emu` runs on it (`solder_gpu_runtime::cpu::emu`).
+//!
+//! Invariants: a library is rebuilt exactly when its inputs changed (the generated source,
+//! every file it includes, the compiler and its flags: their digest is kept beside it); a
+//! library is written under a temporary name and renamed, so a reader never loads half of
+//! one; no g++ is an error naming g++, never a silent skip.
+
+mod generate;
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use solder_gpu_runtime::cpu::emu::{library_path, EmuMode, Emulation};
+
+use crate::args::Args;
+
+const HELP: &str = "usage: cargo xtask emu [--force]
+
+  builds target/emu/libsolder_emu_<module>.so for every kernel module: the CUDA sources
+  compiled unchanged for the host with g++ -std=c++20 -O2 -ffp-contract=off (threads of a
+  block as fibers, blocks one after another; crates/kernels/emu/cuda_emu.hpp), rebuilt only
+  when an input changed. `cargo xtask parity --backend emu` uses them.
+  --force    rebuild every module";
+
+/// The compiler and its flags (part of each library's digest).
+const CXX: &str = "g++";
+const CXX_FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O2",
+    // Exact IEEE operations: no contraction into fma, no fast-math; CUDA C's casts between
+    // pointer types are legal there, so no strict-aliasing assumptions either.
+    "-ffp-contract=off",
+    "-fno-strict-aliasing",
+    "-fPIC",
+    "-shared",
+    "-w",
+];
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    let args = Args::parse(argv, &[], &["force", "help"])?;
+    if args.flag("help") {
+        println!("{HELP}");
+        return Ok(());
+    }
+    build(&crate::workspace_root(), args.flag("force")).map(|_| ())
+}
+
+/// The folder the libraries are built in.
+pub fn dir(root: &Path) -> PathBuf {
+    root.join("target").join("emu")
+}
+
+/// Builds what is stale (every module with `force`); returns the libraries' folder.
+pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
+    // One build at a time in this process (tests); other processes write other partials.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let started = Instant::now();
+    let out = dir(root);
+    let src_dir = out.join("src");
+    std::fs::create_dir_all(&src_dir).map_err(|e| format!("{}: {e}", src_dir.display()))?;
+    let version = compiler_version()?;
+    let mut jobs = Vec::new();
+    let mut fresh = 0;
+    for module in solder_kernels::MODULES {
+        let unit = generate::unit(root, module)?;
+        let digest = digest(&unit, &version);
+        let library = library_path(&out, module);
+        let stamp = out.join(format!("libsolder_emu_{module}.digest"));
+        let current = std::fs::read_to_string(&stamp).unwrap_or_default();
+        if !force && current.trim() == digest && library.is_file() {
+            fresh += 1;
+            continue;
+        }
+        let source = src_dir.join(format!("{module}.cpp"));
+        std::fs::write(&source, &unit.text).map_err(|e| format!("{}: {e}", source.display()))?;
+        jobs.push((module, source, library, stamp, digest));
+    }
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for batch in jobs.chunks(parallel) {
+        let mut running = Vec::new();
+        for (module, source, library, stamp, digest) in batch {
+            let partial = library.with_extension(format!("so.partial.{}", std::process::id()));
+            let child = Command::new(CXX)
+                .args(CXX_FLAGS)
+                .arg("-I")
+                .arg(root.join(generate::EMU_DIR))
+                .arg("-I")
+                .arg(root.join(solder_kernels::CUDA_DIR))
+                .arg(source)
+                .arg("-o")
+                .arg(&partial)
+                .output();
+            running.push((module, library, stamp, digest, partial, child));
+        }
+        for (module, library, stamp, digest, partial, output) in running {
+            let output = output.map_err(|e| no_compiler(&e))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "emu: g++ failed on module `{module}` ({}):\n{}",
+                    generate::source_path(root, module).display(),
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            std::fs::rename(&partial, &library).map_err(|e| format!("{}: {e}", library.display()))?;
+            std::fs::write(&stamp, digest).map_err(|e| format!("{}: {e}", stamp.display()))?;
+        }
+    }
+    println!(
+        "emu: {} modules built, {fresh} up to date, in {} ({:.1} s)",
+        jobs.len(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
+}
+
+/// Builds what is stale and opens the emulation of every module.
+pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
+    let out = build(root, false)?;
+    Emulation::open(&out, solder_kernels::MODULES, mode).map_err(|e| e.to_string())
+}
+
+fn no_compiler(e: &std::io::Error) -> String {
+    format!(
+        "emu: cannot run `{CXX}` ({e}): the host emulation of the CUDA kernels needs g++ 12 or \
+         newer (C++20) on PATH (Debian/Ubuntu: apt-get install g++)"
+    )
+}
+
+fn compiler_version() -> Result<String, String> {
+    let output = Command::new(CXX)
+        .arg("--version")
+        .output()
+        .map_err(|e| no_compiler(&e))?;
+    if !output.status.success() {
+        return Err(format!("emu: `{CXX} --version` failed"));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or_default().to_string())
+}
+
+/// Hex digest of the unit's text, every file it includes, the compiler and the flags.
+fn digest(unit: &generate::Unit, version: &str) -> String {
+    let mut hasher = DefaultHasher::new();
+    unit.text.hash(&mut hasher);
+    unit.inputs.hash(&mut hasher);
+    version.hash(&mut hasher);
+    CXX_FLAGS.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+#[cfg(test)]
+mod tests;
