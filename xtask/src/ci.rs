@@ -77,6 +77,24 @@ pub const STEPS: &[Step] = &[
             "target/parity-goldens.json",
         ],
     },
+    // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
+    // by launch beside their twins on a small model: the CUDA routings byte-identical, every
+    // kernel identical to its twin or within a known rounding difference (emu::report).
+    Step {
+        name: "emu parity (CUDA on the host)",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--backend",
+            "emu",
+            "--only",
+            "tiny-qwen3",
+            "--max-batch",
+            "2",
+            "--tokens",
+            "4",
+        ],
+    },
     // A bounded fuzz run: every case seeded, so a finding reproduces from its number.
     Step {
         name: "fuzz (bounded)",

@@ -6,13 +6,15 @@
 // (ucontext) on the launching OS thread, each until it reaches a barrier or exits, in thread
 // order. So every run is deterministic, `__shared__` is `static` storage (correct while one
 // block runs at a time: launches are serialised by a lock), and threadIdx/blockIdx are
-// per-OS-thread values the scheduler sets before it resumes a fiber. Barriers:
+// values the scheduler sets before it resumes a fiber. A fiber switch on x86-64 is a few
+// instructions (callee-saved registers and the stack pointer; ucontext elsewhere, whose
+// signal-mask syscalls made it 10x slower). Barriers:
 //   - `__syncthreads` / `__syncthreads_or`: every thread of the block that has not exited;
 //     a thread that exits leaves the barrier (arrive-and-drop, as exited threads do on sm_70+);
 //   - `__shfl_*_sync`: a per-warp exchange with a warp barrier over the warp's live lanes;
 //     reading a lane that has exited is an error (undefined on a GPU).
-// A barrier no live thread set can complete (threads of a warp split between a warp exchange
-// and a block barrier) fails the launch naming the kernel, block and threads; it never hangs.
+// A barrier no live thread set can complete (lanes of a warp split between a warp exchange
+// and a block barrier) fails the launch naming the kernel, block and warp; it never hangs.
 //
 // Numerics: every __f*_rn intrinsic is the exact IEEE host operation (compile with
 // -ffp-contract=off and no fast-math; CUDA's default prec-div/prec-sqrt and no flush-to-zero
@@ -77,10 +79,12 @@ inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
-inline thread_local uint3 threadIdx{0, 0, 0};
-inline thread_local uint3 blockIdx{0, 0, 0};
-inline thread_local dim3 blockDim{1, 1, 1};
-inline thread_local dim3 gridDim{1, 1, 1};
+// Plain globals: launches in a module are serialised (emu::launch_lock) and its fibers run
+// on the launching thread, so one set of indices is live at a time.
+inline uint3 threadIdx{0, 0, 0};
+inline uint3 blockIdx{0, 0, 0};
+inline dim3 blockDim{1, 1, 1};
+inline dim3 gridDim{1, 1, 1};
 
 // ---- bf16 ----------------------------------------------------------------------------------
 struct __nv_bfloat16 {
@@ -153,17 +157,54 @@ constexpr size_t kMaxDynamicShared = 227 * 1024;
 
 enum class State { Ready, AtBlock, AtWarp, Done };
 
-struct Fiber {
+#if defined(__x86_64__)
+// Saves the callee-saved registers on the current stack, stores its pointer in *save, and
+// resumes the stack at `load` (which a previous switch saved or `prepare` built).
+extern "C" void emu_switch_stacks(void** save, void* load);
+asm(R"(
+    .text
+    .globl emu_switch_stacks
+    .hidden emu_switch_stacks
+    .type emu_switch_stacks, @function
+emu_switch_stacks:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch_stacks, .-emu_switch_stacks
+)");
+struct Context {
+    void* sp = nullptr;
+};
+#else
+struct Context {
     ucontext_t ctx;
+};
+#endif
+
+struct Fiber {
+    Context ctx;
     State state = State::Ready;
     void* stack = nullptr;
     unsigned long long slot = 0; // the value this lane offers to a warp exchange
     unsigned long long got = 0;  // the value it receives
     unsigned src = 0;            // the lane it reads
+    uint3 idx{0, 0, 0};          // its threadIdx
 };
 
 struct Block {
-    ucontext_t scheduler;
+    Context scheduler;
     Fiber fibers[kMaxThreads];
     unsigned threads = 0;
     unsigned current = 0;
@@ -180,10 +221,15 @@ inline Block block_state;
 
 inline Fiber& self() { return block_state.fibers[block_state.current]; }
 
-inline void yield_to_scheduler() {
-    Fiber& f = self();
-    swapcontext(&f.ctx, &block_state.scheduler);
+inline void switch_to(Context& save, Context& load) {
+#if defined(__x86_64__)
+    emu_switch_stacks(&save.sp, load.sp);
+#else
+    swapcontext(&save.ctx, &load.ctx);
+#endif
 }
+
+inline void yield_to_scheduler() { switch_to(self().ctx, block_state.scheduler); }
 
 inline void fail(const char* what) {
     if (block_state.error[0] == 0) {
@@ -191,65 +237,60 @@ inline void fail(const char* what) {
     }
 }
 
-inline void fiber_entry() {
+[[noreturn]] inline void fiber_entry() {
     block_state.body(block_state.body_arg);
     self().state = State::Done;
-    swapcontext(&self().ctx, &block_state.scheduler);
+    yield_to_scheduler();
+    __builtin_unreachable(); // a finished fiber is never resumed
 }
 
-// Releases every barrier all of whose live participants arrived; false when none could be.
-inline bool release() {
+// A fresh context that starts `fiber_entry` on `stack`.
+inline void prepare(Context& c, void* stack, size_t bytes) {
+#if defined(__x86_64__)
+    // From the top (16-aligned): a null return address for fiber_entry (so its rsp is 8 mod
+    // 16, as after a call), the address `ret` jumps to, six zeroed callee-saved registers.
+    void** sp = reinterpret_cast<void**>(static_cast<char*>(stack) + bytes);
+    *--sp = nullptr;
+    *--sp = reinterpret_cast<void*>(&fiber_entry);
+    for (int i = 0; i < 6; ++i) *--sp = nullptr;
+    c.sp = sp;
+#else
+    getcontext(&c.ctx);
+    c.ctx.uc_stack.ss_sp = stack;
+    c.ctx.uc_stack.ss_size = bytes;
+    c.ctx.uc_link = nullptr;
+    makecontext(&c.ctx, reinterpret_cast<void (*)()>(&fiber_entry), 0);
+#endif
+}
+
+// Completes a warp exchange all of whose live lanes w0..w1 arrived: each lane receives the
+// value its source lane offered. False (with `error` set) if a source lane has exited.
+inline bool exchange_warp(unsigned w0, unsigned w1) {
     Block& b = block_state;
-    bool released = false;
-    for (unsigned w0 = 0; w0 < b.threads; w0 += kWarp) {
-        const unsigned w1 = std::min(b.threads, w0 + kWarp);
-        bool all = true, any = false;
-        for (unsigned t = w0; t < w1; ++t) {
-            const State s = b.fibers[t].state;
-            if (s == State::Done) continue;
-            any = true;
-            all = all && s == State::AtWarp;
+    for (unsigned t = w0; t < w1; ++t) {
+        Fiber& f = b.fibers[t];
+        if (f.state == State::Done) continue;
+        const unsigned from = w0 + f.src;
+        if (f.src >= kWarp || from >= w1 || b.fibers[from].state == State::Done) {
+            char msg[160];
+            std::snprintf(msg, sizeof msg,
+                          "thread %u reads lane %u of its warp in a shuffle, which has exited or "
+                          "does not exist",
+                          t, f.src);
+            fail(msg);
+            return false;
         }
-        if (!any || !all) continue;
-        for (unsigned t = w0; t < w1; ++t) {
-            Fiber& f = b.fibers[t];
-            if (f.state == State::Done) continue;
-            const unsigned from = w0 + f.src;
-            if (f.src >= kWarp || from >= w1 || b.fibers[from].state == State::Done) {
-                char msg[160];
-                std::snprintf(msg, sizeof msg,
-                              "thread %u reads lane %u of its warp in a shuffle, which has exited "
-                              "or does not exist",
-                              t, f.src);
-                fail(msg);
-                return false;
-            }
-            f.got = b.fibers[from].slot;
-        }
-        for (unsigned t = w0; t < w1; ++t) {
-            if (b.fibers[t].state == State::AtWarp) b.fibers[t].state = State::Ready;
-        }
-        released = true;
+        f.got = b.fibers[from].slot;
     }
-    bool all = true, any = false;
-    for (unsigned t = 0; t < b.threads; ++t) {
-        const State s = b.fibers[t].state;
-        if (s == State::Done) continue;
-        any = true;
-        all = all && s == State::AtBlock;
+    for (unsigned t = w0; t < w1; ++t) {
+        if (b.fibers[t].state == State::AtWarp) b.fibers[t].state = State::Ready;
     }
-    if (any && all) {
-        b.or_result = b.or_acc;
-        b.or_acc = 0;
-        for (unsigned t = 0; t < b.threads; ++t) {
-            if (b.fibers[t].state == State::AtBlock) b.fibers[t].state = State::Ready;
-        }
-        released = true;
-    }
-    return released;
+    return true;
 }
 
-// Runs one block of `threads` threads to completion; false (with `error` set) on a deadlock.
+// Runs one block of `threads` threads to completion; false (with `error` set) on a deadlock
+// or a bad exchange. Warp by warp: a warp's lanes run in order until each is at the block
+// barrier or done, its exchanges completed as they fill; then the block barrier releases.
 inline bool run_block(unsigned threads, dim3 block) {
     Block& b = block_state;
     b.threads = threads;
@@ -265,44 +306,50 @@ inline bool run_block(unsigned threads, dim3 block) {
             }
             f.stack = stack;
         }
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = kStackBytes;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_entry, 0);
+        prepare(f.ctx, f.stack, kStackBytes);
         f.state = State::Ready;
+        f.idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     }
     for (;;) {
-        bool ran = false;
-        for (unsigned t = 0; t < threads; ++t) {
-            Fiber& f = b.fibers[t];
-            if (f.state != State::Ready) continue;
-            threadIdx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-            b.current = t;
-            swapcontext(&b.scheduler, &f.ctx);
-            ran = true;
-        }
-        if (b.error[0] != 0) return false;
-        bool done = true;
-        for (unsigned t = 0; t < threads; ++t) done = done && b.fibers[t].state == State::Done;
-        if (done) return true;
-        if (!release()) {
-            if (b.error[0] == 0) {
-                unsigned at_block = 0, at_warp = 0;
-                for (unsigned t = 0; t < threads; ++t) {
-                    at_block += b.fibers[t].state == State::AtBlock;
-                    at_warp += b.fibers[t].state == State::AtWarp;
+        unsigned live = 0;
+        for (unsigned w0 = 0; w0 < threads; w0 += kWarp) {
+            const unsigned w1 = std::min(threads, w0 + kWarp);
+            for (;;) {
+                for (unsigned t = w0; t < w1; ++t) {
+                    Fiber& f = b.fibers[t];
+                    if (f.state != State::Ready) continue;
+                    threadIdx = f.idx;
+                    b.current = t;
+                    switch_to(b.scheduler, f.ctx);
                 }
-                char msg[200];
-                std::snprintf(msg, sizeof msg,
-                              "deadlock: %u threads wait at __syncthreads and %u at a warp "
-                              "exchange, and neither barrier can complete",
-                              at_block, at_warp);
-                fail(msg);
+                if (b.error[0] != 0) return false;
+                unsigned lanes = 0, at_warp = 0;
+                for (unsigned t = w0; t < w1; ++t) {
+                    const State s = b.fibers[t].state;
+                    lanes += s != State::Done;
+                    at_warp += s == State::AtWarp;
+                }
+                if (at_warp == 0) break;
+                if (at_warp != lanes) {
+                    char msg[200];
+                    std::snprintf(msg, sizeof msg,
+                                  "deadlock: in warp %u, %u live lanes wait at a warp exchange "
+                                  "and %u at __syncthreads",
+                                  w0 / kWarp, at_warp, lanes - at_warp);
+                    fail(msg);
+                    return false;
+                }
+                if (!exchange_warp(w0, w1)) return false;
             }
-            return false;
+            for (unsigned t = w0; t < w1; ++t) live += b.fibers[t].state != State::Done;
         }
-        (void)ran;
+        if (live == 0) return true;
+        // Every live thread waits at the block barrier.
+        b.or_result = b.or_acc;
+        b.or_acc = 0;
+        for (unsigned t = 0; t < threads; ++t) {
+            if (b.fibers[t].state == State::AtBlock) b.fibers[t].state = State::Ready;
+        }
     }
 }
 

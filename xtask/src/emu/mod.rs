@@ -9,6 +9,7 @@
 //! one; no g++ is an error naming g++, never a silent skip.
 
 mod generate;
+pub mod report;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -28,8 +29,8 @@ const HELP: &str = "usage: cargo xtask emu [--force]
   --force    rebuild every module";
 
 /// The compiler and its flags (part of each library's digest).
-const CXX: &str = "g++";
-const CXX_FLAGS: &[&str] = &[
+pub(crate) const CXX: &str = "g++";
+pub(crate) const CXX_FLAGS: &[&str] = &[
     "-std=c++20",
     "-O2",
     // Exact IEEE operations: no contraction into fma, no fast-math; CUDA C's casts between
@@ -59,7 +60,9 @@ pub fn dir(root: &Path) -> PathBuf {
 pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
     // One build at a time in this process (tests); other processes write other partials.
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = BUILDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let out = dir(root);
     let src_dir = out.join("src");
@@ -107,8 +110,9 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
                     String::from_utf8_lossy(&output.stderr)
                 ));
             }
-            std::fs::rename(&partial, &library).map_err(|e| format!("{}: {e}", library.display()))?;
-            std::fs::write(&stamp, digest).map_err(|e| format!("{}: {e}", stamp.display()))?;
+            std::fs::rename(&partial, library)
+                .map_err(|e| format!("{}: {e}", library.display()))?;
+            std::fs::write(stamp, digest).map_err(|e| format!("{}: {e}", stamp.display()))?;
         }
     }
     println!(
@@ -120,10 +124,21 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// Builds what is stale and opens the emulation of every module.
+/// Builds what is stale and opens the emulation of every module. A parameter named
+/// `scratch` (attention's flash-decoding partials) is not compared in shadow mode: the twin
+/// attends in one pass and leaves it alone.
 pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
     let out = build(root, false)?;
-    Emulation::open(&out, solder_kernels::MODULES, mode).map_err(|e| e.to_string())
+    let mut emulation =
+        Emulation::open(&out, solder_kernels::MODULES, mode).map_err(|e| e.to_string())?;
+    for decl in solder_model_layers::kernels::registry() {
+        for (index, param) in decl.params.iter().enumerate() {
+            if param.name == "scratch" {
+                emulation.scratch_argument(decl.name, index);
+            }
+        }
+    }
+    Ok(emulation)
 }
 
 fn no_compiler(e: &std::io::Error) -> String {
@@ -141,7 +156,11 @@ fn compiler_version() -> Result<String, String> {
     if !output.status.success() {
         return Err(format!("emu: `{CXX} --version` failed"));
     }
-    Ok(String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or_default().to_string())
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// Hex digest of the unit's text, every file it includes, the compiler and the flags.
@@ -154,5 +173,7 @@ fn digest(unit: &generate::Unit, version: &str) -> String {
     format!("{:016x}", hasher.finish())
 }
 
+#[cfg(test)]
+mod semantics;
 #[cfg(test)]
 mod tests;

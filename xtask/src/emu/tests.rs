@@ -6,7 +6,7 @@ use half::bf16;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, DevicePtr, GpuBackend, ModuleImage};
 use solder_model_layers::kernels::add::{ResidualAdd, RESIDUAL_ADD};
-use solder_model_layers::kernels::gemv::{Linear, LINEAR};
+use solder_model_layers::kernels::gemv::{Linear, LmHead, LINEAR, LM_HEAD};
 use solder_model_layers::kernels::{Buf, Launch};
 
 fn upload(backend: &mut CpuBackend, bytes: &[u8]) -> Buf {
@@ -22,13 +22,17 @@ fn download(backend: &mut CpuBackend, ptr: DevicePtr, bytes: usize) -> Vec<u8> {
 }
 
 fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
-    values.flat_map(|v| bf16::from_f32(v).to_le_bytes()).collect()
+    values
+        .flat_map(|v| bf16::from_f32(v).to_le_bytes())
+        .collect()
 }
 
 fn run(backend: &mut CpuBackend, launch: &Launch) {
     let kernel = backend.kernel(launch.kernel).unwrap();
     let stream = backend.default_stream();
-    backend.launch(stream, kernel, &launch.config, &launch.args).unwrap();
+    backend
+        .launch(stream, kernel, &launch.config, &launch.args)
+        .unwrap();
 }
 
 fn emulated(mode: EmuMode, backend: &mut CpuBackend) {
@@ -42,7 +46,10 @@ fn residual_add(backend: &mut CpuBackend) -> (Vec<u8>, Vec<f32>) {
     let n = (rows * hidden) as usize;
     let h: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
     let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
-    let h_buf = upload(backend, &h.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+    let h_buf = upload(
+        backend,
+        &h.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
+    );
     let x_bytes = bf16_bytes(x.iter().copied());
     let x_buf = upload(backend, &x_bytes);
     let out = Buf::new(backend.alloc(n * 4).unwrap(), n * 4);
@@ -85,9 +92,18 @@ fn linear_equals_its_twin_with_and_without_bias_across_tiles() {
     emulated(EmuMode::Shadow, &mut backend);
     // k = 300: a partial last 8-chunk and several segments; 11 rows: more than one row tile.
     let (rows, k, n_out) = (11u32, 300u32, 37u32);
-    let x = upload(&mut backend, &bf16_bytes((0..rows * k).map(|i| (i as f32 * 0.7).sin())));
-    let w = upload(&mut backend, &bf16_bytes((0..n_out * k).map(|i| (i as f32 * 0.3).cos() * 0.1)));
-    let bias = upload(&mut backend, &bf16_bytes((0..n_out).map(|i| i as f32 * 0.01)));
+    let x = upload(
+        &mut backend,
+        &bf16_bytes((0..rows * k).map(|i| (i as f32 * 0.7).sin())),
+    );
+    let w = upload(
+        &mut backend,
+        &bf16_bytes((0..n_out * k).map(|i| (i as f32 * 0.3).cos() * 0.1)),
+    );
+    let bias = upload(
+        &mut backend,
+        &bf16_bytes((0..n_out).map(|i| i as f32 * 0.01)),
+    );
     let bytes = (rows * n_out * 2) as usize;
     let y = Buf::new(backend.alloc(bytes).unwrap(), bytes);
     for bias in [Some(bias), None] {
@@ -133,7 +149,98 @@ fn a_twin_that_disagrees_is_reported_with_its_first_differing_element() {
     let add = &backend.emulation().unwrap().report()["add::residual_add"];
     assert_eq!((add.launches, add.identical), (1, 0));
     let text = add.first_mismatch.as_deref().unwrap();
-    assert!(text.starts_with("arg 2 element 0: twin 0e0 (0x00000000), emulation 1e0 (0x3f800000)"), "{text}");
+    assert!(
+        text.starts_with("arg 2 element 0: twin 0e0 (0x00000000), emulation 1e0 (0x3f800000)"),
+        "{text}"
+    );
+}
+
+/// Dot of one row as the CUDA kernels order it (common.cuh `lane_dot` / `gemv_block`, then
+/// `warp_sum`): lane l accumulates the 8-element chunks c ≡ l (mod 32) with fma, then the
+/// butterfly over 16, 8, 4, 2, 1.
+fn cuda_order_dot(x: &[bf16], w: &[bf16]) -> f32 {
+    let mut lanes = [0.0f32; 32];
+    for (lane, acc) in lanes.iter_mut().enumerate() {
+        let mut i0 = lane * 8;
+        while i0 < x.len() {
+            for i in i0..(i0 + 8).min(x.len()) {
+                *acc = x[i].to_f32().mul_add(w[i].to_f32(), *acc);
+            }
+            i0 += 256;
+        }
+    }
+    for m in [16, 8, 4, 2, 1] {
+        let old = lanes;
+        for (l, v) in lanes.iter_mut().enumerate() {
+            *v = old[l] + old[l ^ m];
+        }
+    }
+    lanes[0]
+}
+
+#[test]
+fn linear_is_the_cuda_dot_order_which_is_not_the_twins() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // Values with full bf16 mantissas, so partial sums round and the order shows.
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let (rows, k, n_out) = (1u32, 160u32, 64u32);
+    let x: Vec<bf16> = (0..rows * k).map(|_| bf16::from_f32(next())).collect();
+    let w: Vec<bf16> = (0..n_out * k).map(|_| bf16::from_f32(next())).collect();
+    let bytes = |v: &[bf16]| v.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+    let x_buf = upload(&mut backend, &bytes(&x));
+    let w_buf = upload(&mut backend, &bytes(&w));
+    let y = Buf::new(
+        backend.alloc((n_out * 2) as usize).unwrap(),
+        (n_out * 2) as usize,
+    );
+    let launch = Linear {
+        x: x_buf,
+        w: w_buf,
+        bias: None,
+        y,
+        rows,
+        k,
+        n_out,
+    }
+    .launch(LINEAR);
+    run(&mut backend, &launch);
+    let got = download(&mut backend, y.ptr, (n_out * 2) as usize);
+    let expected: Vec<bf16> = (0..n_out as usize)
+        .map(|o| bf16::from_f32(cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize])))
+        .collect();
+    assert_eq!(got, bytes(&expected), "the emulation is not the CUDA order");
+    // The f32 logits of the same dots show the order: the twin's (16 lanes, multiply then
+    // add, a tree) rounds some of them otherwise.
+    let logits = Buf::new(
+        backend.alloc((n_out * 4) as usize).unwrap(),
+        (n_out * 4) as usize,
+    );
+    let launch = LmHead {
+        x: x_buf,
+        w: w_buf,
+        logits,
+        rows,
+        k,
+        vocab: n_out,
+    }
+    .launch(LM_HEAD);
+    run(&mut backend, &launch);
+    let got = download(&mut backend, logits.ptr, (n_out * 4) as usize);
+    let expected: Vec<u8> = (0..n_out as usize)
+        .flat_map(|o| cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize]).to_le_bytes())
+        .collect();
+    assert_eq!(got, expected, "the emulation is not the CUDA order");
+    let lm_head = &backend.emulation().unwrap().report()["gemv::lm_head"];
+    assert_eq!(lm_head.launches, 1);
+    assert!(lm_head.first_mismatch.is_some(), "{lm_head:?}");
+    assert!(lm_head.max_relative < 1e-5, "{lm_head:?}");
 }
 /// `bf16` bytes of `n` values from a seed (deterministic, every sign and magnitude in -1..1).
 fn bf16_values(n: u32, seed: f32) -> Vec<u8> {

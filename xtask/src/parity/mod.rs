@@ -38,16 +38,33 @@ const HELP: &str =
                    built-in window and long-context cases default to their own, 100..1100;
                    a prompt past 256 tokens runs multi-seq widths 2 and 4 only)
   --threads N      CPU backend threads, 1..=1024 (default: all)
-  --backend B      cpu (default) or cuda (an xtask built with `--features cuda`): on cuda
+  --backend B      cpu (default), emu or cuda (an xtask built with `--features cuda`): on cuda
                    the same table, plus each model's all-rules decode run on the CPU backend
                    too: max |gpu - cpu| and both golden ratios (without a golden, max |gpu -
-                   cpu| must stay within 2e-2 of the CPU logits' largest magnitude)";
+                   cpu| must stay within 2e-2 of the CPU logits' largest magnitude); on emu
+                   every launch of both routings runs the CUDA source compiled for the host
+                   (`cargo xtask emu`, built first) after its twin on the same inputs, the
+                   emulation's bytes kept, so the table compares the CUDA kernels' routings;
+                   then per kernel: launches, byte-identical to the twin, first difference
+                   (any difference fails)
+  --only NAMES     only these built-in models (comma-separated), e.g. tiny-llama
+  --max-batch N    the widest multi-seq width run, 1..=128
+                   (default: the serve's own; the emulation is slow, so `--max-batch 4`)";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(
         argv,
         &[
-            "model", "golden", "goldens", "json", "rules", "tokens", "threads", "backend",
+            "model",
+            "golden",
+            "goldens",
+            "json",
+            "rules",
+            "tokens",
+            "threads",
+            "backend",
+            "only",
+            "max-batch",
         ],
         &["help"],
     )?;
@@ -55,7 +72,15 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    let backend_kind = BackendKind::parse(args.value("backend"))?;
+    // `emu` is the CPU backend with the host emulation of the CUDA kernels in shadow mode.
+    let emu = args.value("backend") == Some("emu");
+    let backend_kind = match emu {
+        true => BackendKind::Cpu,
+        false => BackendKind::parse(args.value("backend"))
+            .map_err(|e| e.replace("(known: cpu, cuda)", "(known: cpu, emu, cuda)"))?,
+    };
+    let only: Option<Vec<&str>> = args.value("only").map(|v| v.split(',').collect());
+    let max_batch = args.number_in("max-batch", 1..=solder_config::MAX_BATCH)?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
@@ -112,8 +137,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             if args.value("golden").is_some() {
                 return Err("--golden needs --model".into());
             }
+            if let Some(names) = &only {
+                for name in names {
+                    builtin_named(name)?;
+                }
+            }
             builtin::BUILTINS
                 .iter()
+                .filter(|b| only.as_ref().is_none_or(|names| names.contains(&b.name)))
                 .map(|b| {
                     let config = b.config()?;
                     // A built-in's own length (a window or long-context case) unless the
@@ -126,14 +157,29 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                         weights: Weights::Random { seed: b.seed },
                         prompt,
                         golden: None,
+                        max_batch,
                     })
                 })
                 .collect::<Result<_, String>>()?
         }
     };
 
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .map(|case| Case { max_batch, ..case })
+        .collect();
+    if only.is_some() && (args.value("model").is_some() || args.value("goldens").is_some()) {
+        return Err("--only picks built-in models; not with --model or --goldens".into());
+    }
     let mut backend =
         solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
+    if emu {
+        let emulation = crate::emu::emulation(
+            &crate::workspace_root(),
+            solder_gpu_runtime::cpu::emu::EmuMode::Shadow,
+        )?;
+        backend.set_emulation(Some(emulation));
+    }
     // On a device, the cases run there and the CPU backend re-runs each fused decode.
     let mut device = crate::gpu::device_backend(backend_kind)?;
     let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
@@ -190,12 +236,23 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             failed_runs.join(", ")
         );
     }
-    let pass =
-        reports.iter().all(|r| r.passes()) && cross_failed.is_empty() && failed_runs.is_empty();
+    let emu_verdict = backend
+        .emulation()
+        .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
+    if let Some(verdict) = &emu_verdict {
+        verdict.print();
+    }
+    let pass = reports.iter().all(|r| r.passes())
+        && cross_failed.is_empty()
+        && failed_runs.is_empty()
+        && emu_verdict.as_ref().is_none_or(|v| v.passes());
     if let Some(path) = args.value("json") {
         report::write_json(Path::new(path), &reports, pass, &rules.digest, |doc| {
             if let Some(line) = &device_line {
                 crate::gpu::cross::annotate(doc, line, &crosses);
+            }
+            if let Some(verdict) = &emu_verdict {
+                doc["emu"] = verdict.json();
             }
         })?;
     }
@@ -242,6 +299,7 @@ fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<
         weights: Weights::Checkpoint(dir.to_path_buf()),
         prompt,
         golden,
+        max_batch: None,
     })
 }
 

@@ -23,6 +23,8 @@ pub struct Case {
     pub weights: Weights,
     pub prompt: Vec<u32>,
     pub golden: Option<Golden>,
+    /// `--max-batch`: the widest multi-seq width to run (`None`: `serve_for`'s).
+    pub max_batch: Option<usize>,
 }
 
 /// Where two runs' logits first differ (by position) and by how much at most.
@@ -239,7 +241,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             case.name, case.config.max_position_embeddings
         ));
     }
-    let serve = serve_for(tokens);
+    let serve = serve_of(case);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let mut fused_exec = build_exec(case, rules, backend, Policy::default())?;
@@ -501,6 +503,16 @@ pub fn serve_for(tokens: usize) -> ServeShape {
     }
 }
 
+/// The serve shape parity runs `case` at: `serve_for` its prompt, cut at the case's
+/// `max_batch` when it has one.
+pub fn serve_of(case: &Case) -> ServeShape {
+    let serve = serve_for(case.prompt.len());
+    match case.max_batch {
+        Some(n) if n < serve.max_batch => ServeShape::with_max_batch(n).unwrap_or(serve),
+        _ => serve,
+    }
+}
+
 /// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
 /// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
 /// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
@@ -527,7 +539,7 @@ pub fn build_exec(
     backend: &mut dyn GpuBackend,
     policy: Policy,
 ) -> R<CircuitExec> {
-    build_exec_with(case, rules, backend, policy, serve_for(case.prompt.len()))
+    build_exec_with(case, rules, backend, policy, serve_of(case))
 }
 
 /// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
@@ -691,6 +703,7 @@ mod tests {
             config,
             weights: weights.unwrap_or(Weights::Random { seed: builtin.seed }),
             golden: None,
+            max_batch: None,
         }
     }
 

@@ -77,6 +77,7 @@ mod tests {
             weights: Weights::Random { seed: builtin.seed },
             prompt,
             golden: None,
+            max_batch: None,
         }
     }
 

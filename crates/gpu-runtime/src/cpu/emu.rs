@@ -29,8 +29,14 @@ use crate::types::LaunchConfig;
 
 /// `emu_<module>__<kernel>`: args (one pointer per parameter, to its value), grid, block,
 /// dynamic shared bytes, an error buffer and its length; 0 on success.
-type RunFn =
-    unsafe extern "C" fn(*mut *mut c_void, *const u32, *const u32, u32, *mut c_char, usize) -> c_int;
+type RunFn = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *const u32,
+    *const u32,
+    u32,
+    *mut c_char,
+    usize,
+) -> c_int;
 type SigFn = unsafe extern "C" fn() -> *const c_char;
 
 /// How an emulated launch relates to the twin.
@@ -50,6 +56,10 @@ pub struct KernelParity {
     pub identical: u64,
     /// The first difference seen: argument, element, twin and emulated values.
     pub first_mismatch: Option<String>,
+    /// The largest `max |twin − emulated| / max |twin|` of a writable bf16 or f32 buffer
+    /// over the launches (infinite: an integer or untyped byte differed, or a NaN met a
+    /// number).
+    pub max_relative: f64,
 }
 
 /// The file `cargo xtask emu` builds for `module` in `dir`.
@@ -70,6 +80,8 @@ pub struct Emulation {
     libraries: BTreeMap<String, libloading::Library>,
     kernels: HashMap<String, EmuKernel>,
     report: BTreeMap<String, KernelParity>,
+    /// (kernel, argument) pairs whose bytes are the kernel's own scratch, not compared.
+    scratch: std::collections::BTreeSet<(String, usize)>,
 }
 
 impl Emulation {
@@ -80,12 +92,11 @@ impl Emulation {
             let path = library_path(dir, module);
             // SAFETY: the library is one `cargo xtask emu` built from the kernel sources; its
             // initialisers only set up the emulator's statics.
-            let library = unsafe { libloading::Library::new(&path) }.map_err(|e| {
-                GpuError::Driver {
+            let library =
+                unsafe { libloading::Library::new(&path) }.map_err(|e| GpuError::Driver {
                     call: "emulation",
                     message: format!("{}: {e} (build it with `cargo xtask emu`)", path.display()),
-                }
-            })?;
+                })?;
             libraries.insert(module.to_string(), library);
         }
         Ok(Emulation {
@@ -93,7 +104,14 @@ impl Emulation {
             libraries,
             kernels: HashMap::new(),
             report: BTreeMap::new(),
+            scratch: Default::default(),
         })
+    }
+
+    /// Shadow mode does not compare argument `index` of `kernel`: its bytes are working
+    /// memory whose contents the kernel's contract leaves open (a twin need not write them).
+    pub fn scratch_argument(&mut self, kernel: &str, index: usize) {
+        self.scratch.insert((kernel.to_string(), index));
     }
 
     pub fn mode(&self) -> EmuMode {
@@ -171,8 +189,11 @@ impl Emulation {
                 _ => None,
             })
             .collect();
-        // SAFETY (both closures): each range lies in a live allocation (the caller's contract).
-        let read = |ptr: *mut u8, bytes: usize| unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
+        let read = |ptr: *mut u8, bytes: usize| {
+            // SAFETY: every range read is a writable argument's, inside a live allocation
+            // that nothing else touches during the launch (the caller's contract).
+            unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec()
+        };
         let before: Vec<Vec<u8>> = writable.iter().map(|&(_, p, n)| read(p, n)).collect();
         {
             // SAFETY: the caller's contract is `TwinCtx::new`'s.
@@ -187,15 +208,21 @@ impl Emulation {
         // SAFETY: the caller's contract, and the signature matches the arguments.
         unsafe { run_emulated(name, run, config, args) }?;
         let mut mismatch = None;
+        let mut max_relative = 0.0f64;
         for (&(index, ptr, bytes), twin_bytes) in writable.iter().zip(&from_twin) {
+            if self.scratch.contains(&(name.to_string(), index)) {
+                continue;
+            }
             let emu_bytes = read(ptr, bytes);
-            if let Some(text) = first_difference(&signature, index, twin_bytes, &emu_bytes) {
-                mismatch = Some(text);
-                break;
+            let code = signature.get(index).copied().unwrap_or(b'P');
+            max_relative = max_relative.max(relative_difference(code, twin_bytes, &emu_bytes));
+            if mismatch.is_none() {
+                mismatch = first_difference(&signature, index, twin_bytes, &emu_bytes);
             }
         }
         let entry = self.report.entry(name.to_string()).or_default();
         entry.launches += 1;
+        entry.max_relative = entry.max_relative.max(max_relative);
         match mismatch {
             None => entry.identical += 1,
             Some(text) => {
@@ -286,8 +313,62 @@ unsafe fn run_emulated(
     let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
     Err(GpuError::Kernel {
         kernel: name.to_string(),
-        message: format!("emulated launch: {}", String::from_utf8_lossy(&error[..end])),
+        message: format!(
+            "emulated launch: {}",
+            String::from_utf8_lossy(&error[..end])
+        ),
     })
+}
+
+/// max |twin − emulated| over a buffer of parameter kind `code`, relative to the buffer's
+/// largest |twin| element (as `parity --backend cuda` measures a device): 0 when equal;
+/// infinite when an integer or untyped byte differs or a NaN meets a number.
+fn relative_difference(code: u8, twin: &[u8], emu: &[u8]) -> f64 {
+    let values = |bytes: &[u8]| -> Option<Vec<f64>> {
+        match code {
+            b'H' => Some(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f64::from(half::bf16::from_le_bytes([b[0], b[1]]).to_f32()))
+                    .collect(),
+            ),
+            b'F' => Some(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    };
+    if twin == emu {
+        return 0.0;
+    }
+    let (Some(a), Some(b)) = (values(twin), values(emu)) else {
+        return f64::INFINITY;
+    };
+    let mut scale = 0.0f64;
+    let mut worst = 0.0f64;
+    for (x, y) in a.iter().zip(&b) {
+        match (x.is_nan(), y.is_nan()) {
+            (true, true) => continue,
+            (false, false) => {}
+            _ => return f64::INFINITY,
+        }
+        if x.is_finite() {
+            scale = scale.max(x.abs());
+        }
+        if x != y {
+            worst = worst.max((x - y).abs());
+        }
+    }
+    if worst.is_nan() || worst.is_infinite() {
+        return f64::INFINITY;
+    }
+    if scale == 0.0 {
+        return if worst == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    worst / scale
 }
 
 /// "arg N element E: twin V, emulation W" of the first differing element of argument
