@@ -19,6 +19,8 @@
 //    row groups that share a weight tile run side by side and read it from L2), grid.y =
 //    feature blocks (grid-stride when there are more than 65535); all row counts in one entry,
 //    the norm recomputed per block by one warp per row.
+// Every entry calls pdl_wait, then pdl_launch_dependents (common.cuh), before it reads an
+// activation or writes anything; a streaming entry first puts its first weight tile in flight.
 // Static shared memory only. `qkv_rope_kv` has only the classic shape, with grid.y = one block
 // per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write).
 //
@@ -350,6 +352,8 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
                                          unsigned features) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
     if (r0 >= rows || k == 0u) {
         return; // the whole block: nothing to do
@@ -563,6 +567,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
     uint4 cur[NW][TC];
     stream_load<NW, TC>(map, gw < features, gw, 0u, k, lane, cur);
     pdl_wait();
+    pdl_launch_dependents(); // the next launch's prologue may start; our writes stay ordered
     if (r0 >= rows || k == 0u || features == 0u) {
         return; // the whole block: nothing to do
     }
@@ -789,6 +794,8 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
     __shared__ bf16 ys[GEMV_ROWS][GEMV_HEAD_DIM_MAX];
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
     const unsigned head = blockIdx.y;
     if (r0 >= rows || k == 0u || head_dim == 0u || head_dim > GEMV_HEAD_DIM_MAX ||
