@@ -4,8 +4,8 @@
 //! `--check` regenerates into a temporary folder and fails on any difference from the
 //! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
 //! `fusions/FUSIONS.toml` names but no PTX defines, on a kernel that does not wait for the
-//! previous grid before it writes (`pdl`: `griddepcontrol.wait`, needed under the `pdl` lever;
-//! the modules in `pdl::PENDING` are only reported), and on any register spill or local-memory
+//! previous grid before it writes (`pdl`: `griddepcontrol.wait`, needed under the `pdl` lever),
+//! and on any register spill or local-memory
 //! stack frame in `ptxas -arch=sm_90 -v`; it prints registers, shared memory and occupancy
 //! (blocks and warps per SM, `occupancy`) per kernel.
 //!
@@ -30,8 +30,7 @@ const USAGE: &str = "usage: cargo xtask ptx [--check]
   --check      regenerate into a temp folder, fail on any difference from the checked-in PTX,
                assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames,
                a FUSIONS.toml kernel missing from the PTX or a kernel that writes before
-               griddepcontrol.wait (pdl_wait; modules in xtask/src/ptx/pdl.rs PENDING are only
-               reported), and print a resource table";
+               griddepcontrol.wait (pdl_wait), and print a resource table";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     if argv.iter().any(|a| a == "--help" || a == "-h") {
@@ -208,6 +207,13 @@ fn check_in(
             ));
         }
     }
+    for (variant, kernel) in solder_model_layers::kernels::variants() {
+        if !entries.iter().any(|e| e == variant) {
+            failures.push(format!(
+                "entry `{variant}` (a variant of `{kernel}`) is declared but no crates/kernels/ptx/*.ptx defines it"
+            ));
+        }
+    }
     // 3. Programmatic dependent launch: every kernel waits for the previous grid (`pdl`).
     let fresh: Vec<(String, String)> = modules
         .iter()
@@ -216,16 +222,9 @@ fn check_in(
             (m.clone(), text)
         })
         .collect();
-    let (pdl_failures, pdl_notes) = pdl::check(&fresh);
-    for note in &pdl_notes {
-        println!("{note}");
-    }
+    let pdl_failures = pdl::check(&fresh);
     if pdl_failures.is_empty() {
-        println!(
-            "pdl: every kernel outside the pending modules ({}) waits (griddepcontrol.wait) before it writes; {} pending kernels",
-            pdl::PENDING.join(", "),
-            pdl_notes.len()
-        );
+        println!("pdl: every kernel waits (griddepcontrol.wait) before it writes");
     }
     failures.extend(pdl_failures);
     // 4. ptxas: no spills, no stack frames; the table.

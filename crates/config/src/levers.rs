@@ -26,6 +26,12 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "o projection folded into attention: 4 launches per dense layer; per-head partial dots \
          summed in head order, so logits differ in the last bits",
     ),
+    (
+        "gemv_classic",
+        "the classic gemv entries (one block per 8 features and 8 rows, norm recomputed per \
+         block) instead of the streaming ones (a capped grid of persistent blocks per row \
+         tile): kept for A/B timing; same plans, same logits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

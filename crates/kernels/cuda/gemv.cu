@@ -1,21 +1,39 @@
 // `gemv` module: projections (weights `[out][in]` bf16, f32 accumulation) and their fusions
 // with the residual add, RMSNorm, SiLU·mul and the residual epilogue.
 //
-// Launch (ops/gemv.rs): block = 256 threads (8 warps), one warp per output feature, 8 features
-// per block; grid.x = row groups of 8 rows (the fastest index, so the row groups that share a
-// weight tile run side by side and read it from L2), grid.y = feature blocks (grid-stride when
-// there are more than 65535). Static shared memory only. `qkv_rope_kv` differs: grid.y = one
-// block per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write).
+// Two launch shapes per projection kernel (host side: model-layers kernels/gemv), the same
+// bytes:
+//  - streaming entries `<kernel>_r1`, `_r2`, `_r4`, `_r8` (the default; `gemv_stream`): one
+//    entry per row tile, each with its own __launch_bounds__ and register budget; block = 256
+//    threads (8 warps); grid.x = row groups of the tile's rows, grid.y = feature blocks capped
+//    at 1056 blocks in all (a persistent loop: warp g of a row group takes features g, g +
+//    warps, ...). Each block stages its rows' x once (16-byte loads and stores, 8 elements per
+//    thread; the norm's 1/rms once per row per block: the whole block loads the rows' residual
+//    values into shared memory in one pass when they fit (rows · k <= 8192), else each row's
+//    warp issues its loads 8 iterations ahead), then streams weight tiles with the next tile
+//    in registers while the current one computes.
+//    k longer than the stage (16384 elements over the tile's rows) is staged in spans, once per
+//    span per block, with one feature per warp (no cap) so no span is staged twice.
+//  - classic entries `<kernel>` (the `gemv_classic` lever; `gemv_run`): one warp per output
+//    feature, 8 features per block; grid.x = row groups of 8 rows (the fastest index, so the
+//    row groups that share a weight tile run side by side and read it from L2), grid.y =
+//    feature blocks (grid-stride when there are more than 65535); all row counts in one entry,
+//    the norm recomputed per block by one warp per row.
+// Every entry calls pdl_wait, then pdl_launch_dependents (common.cuh), before it reads an
+// activation or writes anything; a streaming entry first puts its first weight tile in flight.
+// Static shared memory only. `qkv_rope_kv` has only the classic shape, with grid.y = one block
+// per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write).
 //
-// Every kernel is `gemv_run` with an x source and an output map:
-//  - the block stages its rows' x for one 2048-element segment of k into shared memory as bf16:
-//    copied from x (reference kernels), or recomputed from h (+ d) with `row_inv_rms` and
-//    `norm_value` (fused kernels), exactly the bytes norm::rms_norm / norm::add_rms_norm store;
-//  - each warp streams its weight row(s) once per block with 16-byte loads (lane l takes chunks
-//    of 8 elements c ≡ l mod 32), multiplies against every staged row (up to 8 in registers) and
-//    accumulates with fma in chunk order; then the butterfly `warp_sum`.
-// So a dot's order depends only on k: the same in every kernel, at every row count and in any
-// row position, which makes each fused kernel byte-identical to its reference routing.
+// Every dot and norm has one order, in every entry:
+//  - x is staged into shared memory as bf16: copied from x (reference kernels), or recomputed
+//    from h (+ d) with the 1/rms of `row_inv_rms` (lane l sums i = l, l + 32, ... with fma, then
+//    warp_sum) and `norm_value`, exactly the bytes norm::rms_norm / norm::add_rms_norm store;
+//  - each warp streams a feature's weight row(s) with 16-byte loads (lane l takes chunks of 8
+//    elements c ≡ l mod 32, in increasing order), multiplies against every staged row and
+//    accumulates with fma in element order; then the butterfly `warp_sum`.
+// So a dot's order depends only on k: the same in every kernel and entry, at every row count
+// and in any row position, which makes each fused kernel byte-identical to its reference
+// routing and each streaming entry to its classic one.
 #include "common.cuh"
 
 #define GEMV_WARPS 8u            // output features per block, one warp each
@@ -334,6 +352,8 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
                                          unsigned features) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
     if (r0 >= rows || k == 0u) {
         return; // the whole block: nothing to do
@@ -343,6 +363,306 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
     __syncthreads();
     gemv_rows<NW>(src, map, r0, nrows, k, blockIdx.y, gridDim.y, 0u, features, blockIdx.y == 0u,
                   xs, inv);
+}
+
+// ---- the streaming body --------------------------------------------------------------------
+//
+// A capped grid of persistent blocks (grid.x = row groups of RT rows, grid.y = feature blocks,
+// at most 1056 in all: `stream_config` in model-layers kernels/gemv/stream.rs): each block
+// stages its rows' x (and the norm: 1/rms once per row per block) into shared memory once,
+// then each warp walks its features (warp g of a row group takes features g, g + warps, ...),
+// a tile of GEMV_STREAM_CHUNKS / NW 16-byte chunks per lane and weight row at a time, the next
+// tile's weights loaded into registers while the current one computes. When k does not fit
+// the stage (GEMV_STREAM_STAGE elements for all RT rows), it is staged in spans, one staging
+// per span per block: the grid then gives every warp one feature (no cap), so no span is
+// staged twice.
+// The dot of every (row, feature) is `gemv_block`'s: lane l takes chunks c ≡ l (mod 32) in
+// increasing order, fma in element order, then warp_sum; the norm is `row_inv_rms`'s.
+
+#define GEMV_STREAM_STAGE 16384u // staged x elements per block (32 KiB), all rows together
+#define GEMV_STREAM_CHUNKS 8u    // 16-byte weight chunks per lane in flight per buffer
+
+// 1/rms of one residual row, by one warp, in `row_inv_rms`'s order (lane l accumulates
+// i = l, l + 32, ... with fma, then warp_sum), with GEMV_NORM_AHEAD iterations' loads issued
+// before they are accumulated.
+#define GEMV_NORM_AHEAD 8u
+__device__ __forceinline__ float row_inv_rms_ahead(const float* h, const bf16* d, unsigned k,
+                                                   float eps, unsigned lane) {
+    float acc = 0.0f;
+    for (unsigned base = lane; base < k; base += 32u * GEMV_NORM_AHEAD) {
+        float v[GEMV_NORM_AHEAD];
+#pragma unroll
+        for (unsigned u = 0; u < GEMV_NORM_AHEAD; ++u) {
+            const unsigned i = base + 32u * u;
+            v[u] = i < k ? row_value(h, d, i) : 0.0f;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < GEMV_NORM_AHEAD; ++u) {
+            if (base + 32u * u < k) {
+                acc = __fmaf_rn(v[u], v[u], acc);
+            }
+        }
+    }
+    return inv_rms(warp_sum(acc), k, eps);
+}
+
+// 8 f32 at p as 8 values; `valid` of them read, the rest +0.
+__device__ __forceinline__ void load8_f32(const float* p, unsigned valid, float out[8]) {
+    if (valid >= 8u && aligned16(p)) {
+        const float4 a = *reinterpret_cast<const float4*>(p);
+        const float4 b = *reinterpret_cast<const float4*>(p + 4);
+        out[0] = a.x;
+        out[1] = a.y;
+        out[2] = a.z;
+        out[3] = a.w;
+        out[4] = b.x;
+        out[5] = b.y;
+        out[6] = b.z;
+        out[7] = b.w;
+        return;
+    }
+#pragma unroll
+    for (unsigned e = 0; e < 8u; ++e) {
+        out[e] = e < valid ? p[e] : 0.0f;
+    }
+}
+
+// 8 bf16 values packed as `widen8` reads them (element 2i in the low half of word i).
+__device__ __forceinline__ uint4 pack8(const bf16 v[8]) {
+    unsigned w[4];
+#pragma unroll
+    for (unsigned i = 0; i < 4u; ++i) {
+        w[i] = (unsigned)bf16_bits(v[2 * i]) | ((unsigned)bf16_bits(v[2 * i + 1]) << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The 8 staged x elements [i0, i0 + 8) of row r (elements at or past k are +0).
+__device__ __forceinline__ uint4 stage8(const XRows& src, unsigned, unsigned r, unsigned i0,
+                                        unsigned k, bool, const float*) {
+    const bf16* p = src.x + (unsigned long long)r * k + i0;
+    return load8_bits(p, min(8u, k - i0), aligned16(p));
+}
+
+__device__ __forceinline__ uint4 stage8(const XNormRows& src, unsigned rr, unsigned r,
+                                        unsigned i0, unsigned k, bool store_sum,
+                                        const float* inv) {
+    const unsigned valid = min(8u, k - i0);
+    const unsigned long long at = (unsigned long long)r * k + i0;
+    float v[8];
+    load8_f32(src.h + at, valid, v);
+    if (src.d != nullptr) {
+        float df[8];
+        const bf16* dp = src.d + at;
+        widen8(load8_bits(dp, valid, aligned16(dp)), df);
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            v[e] = __fadd_rn(v[e], df[e]); // residual_value(h, d)
+        }
+    }
+    if (store_sum && src.h_out != nullptr) {
+        float* o = src.h_out + at;
+        if (valid >= 8u && aligned16(o)) {
+            *reinterpret_cast<float4*>(o) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(o + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            for (unsigned e = 0; e < valid; ++e) {
+                o[e] = v[e];
+            }
+        }
+    }
+    float wf[8];
+    const bf16* wp = src.wn + i0;
+    widen8(load8_bits(wp, valid, aligned16(wp)), wf);
+    bf16 y[8];
+#pragma unroll
+    for (unsigned e = 0; e < 8u; ++e) {
+        // norm_value(v, inv, wn): bf16((v · inv) · w); elements past k are staged +0.
+        y[e] = e < valid ? to_bf16(__fmul_rn(__fmul_rn(v[e], inv[rr]), wf[e]))
+                         : __ushort_as_bfloat16((unsigned short)0);
+    }
+    return pack8(y);
+}
+
+// 1/rms of the block's rows (XNormRows: warp rr takes row r0 + rr), once per block. When the
+// rows' residual values fit the stage as f32, every thread loads a share of them into
+// `scratch` (the stage, not yet holding x) in one pass of independent loads and each row's
+// warp then runs its fma chain from shared memory; otherwise each warp loads its row with
+// `row_inv_rms_ahead`. The same values and the same chain either way.
+__device__ __forceinline__ void stream_prologue(const XRows&, unsigned, unsigned, unsigned,
+                                                float*, float*) {}
+
+__device__ __forceinline__ void stream_prologue(const XNormRows& src, unsigned r0,
+                                                unsigned nrows, unsigned k, float* inv,
+                                                float* scratch) {
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned long long at0 = (unsigned long long)r0 * k;
+    const float* h = src.h + at0;
+    const bf16* d = src.d != nullptr ? src.d + at0 : nullptr;
+    if ((unsigned long long)nrows * k <= GEMV_STREAM_STAGE / 2u) {
+        for (unsigned idx = threadIdx.x; idx < nrows * k; idx += blockDim.x) {
+            scratch[idx] = row_value(h, d, idx); // row idx / k, element idx % k
+        }
+        __syncthreads();
+        if (warp < nrows) {
+            const float* row = scratch + warp * k;
+            const float ss = warp_sum_squares([&](unsigned i) { return row[i]; }, k, lane);
+            if (lane == 0) {
+                inv[warp] = inv_rms(ss, k, src.eps);
+            }
+        }
+        return; // the first staging's barrier orders inv and the reuse of scratch
+    }
+    if (warp < nrows) {
+        const unsigned long long at = (unsigned long long)warp * k;
+        const float v = row_inv_rms_ahead(h + at, d != nullptr ? d + at : nullptr, k, src.eps,
+                                          lane);
+        if (lane == 0) {
+            inv[warp] = v;
+        }
+    }
+}
+
+// One tile's weights: feature f's NW rows, chunks j = 0..TC-1 of group g (global chunk
+// g·TC·32 + j·32 + lane), +0 past k or for an inactive warp.
+template <unsigned NW, unsigned TC, class Map>
+__device__ __forceinline__ void stream_load(const Map& map, bool active, unsigned f,
+                                            unsigned g, unsigned k, unsigned lane,
+                                            uint4 (&wbits)[NW][TC]) {
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    const bf16* wrow[NW];
+    map.rows(active ? f : 0u, k, wrow);
+#pragma unroll
+    for (unsigned j = 0; j < TC; ++j) {
+        const unsigned i0 = (g * TC * 32u + j * 32u + lane) * 8u;
+#pragma unroll
+        for (unsigned n = 0; n < NW; ++n) {
+            wbits[n][j] = (active && i0 < k)
+                              ? load8_bits(wrow[n] + i0, min(8u, k - i0), aligned16(wrow[n]))
+                              : zero;
+        }
+    }
+}
+
+template <unsigned RT, unsigned NW, class Src, class Map>
+__device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsigned rows,
+                                            unsigned k, unsigned features) {
+    constexpr unsigned TC = GEMV_STREAM_CHUNKS / NW; // chunks per lane and weight row per tile
+    constexpr unsigned GE = TC * 256u;               // k elements per tile
+    constexpr unsigned SPAN = GEMV_STREAM_STAGE / RT; // staged elements per row (a multiple of GE)
+    __shared__ __align__(16) bf16 xs[GEMV_STREAM_STAGE];
+    __shared__ float inv[RT];
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned gw = blockIdx.y * warps + (threadIdx.x >> 5); // this warp in the grid
+    const unsigned tw = gridDim.y * warps;                       // warps per row group
+    const unsigned r0 = blockIdx.x * RT;
+    const unsigned groups = (k + GE - 1u) / GE;        // tiles per feature
+    const unsigned spans = (k + SPAN - 1u) / SPAN;
+    constexpr unsigned per_span = SPAN / GE;            // tiles per staged span
+    const unsigned rounds = (features + tw - 1u) / tw;  // features per warp (block-uniform)
+
+    // The first tile's weights are in flight before the wait (no launch writes them).
+    uint4 cur[NW][TC];
+    stream_load<NW, TC>(map, gw < features, gw, 0u, k, lane, cur);
+    pdl_wait();
+    pdl_launch_dependents(); // the next launch's prologue may start; our writes stay ordered
+    if (r0 >= rows || k == 0u || features == 0u) {
+        return; // the whole block: nothing to do
+    }
+    const unsigned nrows = min(RT, rows - r0);
+    stream_prologue(src, r0, nrows, k, inv, reinterpret_cast<float*>(xs));
+    const bool sum_block = blockIdx.y == 0u;
+
+    float acc[NW][RT];
+#pragma unroll
+    for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+        for (unsigned rr = 0; rr < RT; ++rr) {
+            acc[n][rr] = 0.0f;
+        }
+    }
+    // Tile (round, g): feature gw + round·tw, k elements [g·GE, (g + 1)·GE).
+    for (unsigned round = 0, g = 0; round < rounds;) {
+        const unsigned f = gw + round * tw;
+        const unsigned span = g / per_span;
+        if (g % per_span == 0u && (round == 0u || spans > 1u)) {
+            // Stage span `span` of every row (once per block when k fits the stage).
+            __syncthreads(); // inv is written; the previous span's readers are done
+            const unsigned base = span * SPAN;
+            constexpr unsigned chunks = SPAN / 8u;
+            for (unsigned idx = threadIdx.x; idx < RT * chunks; idx += blockDim.x) {
+                const unsigned rr = idx / chunks;
+                const unsigned i0 = base + (idx % chunks) * 8u;
+                uint4 bits = make_uint4(0u, 0u, 0u, 0u);
+                if (rr < nrows && i0 < k) {
+                    bits = stage8(src, rr, r0 + rr, i0, k, sum_block && round == 0u, inv);
+                }
+                *reinterpret_cast<uint4*>(&xs[rr * SPAN + (idx % chunks) * 8u]) = bits;
+            }
+            __syncthreads();
+        }
+        // The next tile's weights, in flight while this one computes.
+        const bool last_tile = g + 1u == groups;
+        const unsigned g_next = last_tile ? 0u : g + 1u;
+        const unsigned round_next = last_tile ? round + 1u : round;
+        const unsigned f_next = gw + round_next * tw;
+        uint4 nxt[NW][TC];
+        stream_load<NW, TC>(map, round_next < rounds && f_next < features, f_next, g_next, k,
+                            lane, nxt);
+        const bool active = f < features;
+        if (active) {
+#pragma unroll
+            for (unsigned j = 0; j < TC; ++j) {
+                const unsigned i0 = (g * TC * 32u + j * 32u + lane) * 8u;
+                if (i0 < k) {
+                    const unsigned local = i0 - span * SPAN;
+                    float wf[NW][8];
+#pragma unroll
+                    for (unsigned n = 0; n < NW; ++n) {
+                        widen8(cur[n][j], wf[n]);
+                    }
+#pragma unroll
+                    for (unsigned rr = 0; rr < RT; ++rr) {
+                        float xf[8];
+                        widen8(*reinterpret_cast<const uint4*>(&xs[rr * SPAN + local]), xf);
+#pragma unroll
+                        for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+                            for (unsigned e = 0; e < 8; ++e) {
+                                acc[n][rr] = __fmaf_rn(xf[e], wf[n][e], acc[n][rr]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if (last_tile) {
+            // Epilogue: lane rr stores row rr (every lane holds every sum after the butterfly).
+#pragma unroll
+            for (unsigned rr = 0; rr < RT; ++rr) {
+                float s[NW];
+#pragma unroll
+                for (unsigned n = 0; n < NW; ++n) {
+                    s[n] = warp_sum(acc[n][rr]);
+                    acc[n][rr] = 0.0f;
+                }
+                if (active && lane == rr && rr < nrows) {
+                    map.store(r0 + rr, f, s);
+                }
+            }
+        }
+#pragma unroll
+        for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+            for (unsigned j = 0; j < TC; ++j) {
+                cur[n][j] = nxt[n][j];
+            }
+        }
+        g = g_next;
+        round = round_next;
+    }
 }
 
 #define GEMV_KERNEL extern "C" __global__ void __launch_bounds__(256, 1)
@@ -474,6 +794,8 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
     __shared__ bf16 ys[GEMV_ROWS][GEMV_HEAD_DIM_MAX];
+    pdl_wait();
+    pdl_launch_dependents();
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
     const unsigned head = blockIdx.y;
     if (r0 >= rows || k == 0u || head_dim == 0u || head_dim > GEMV_HEAD_DIM_MAX ||
@@ -522,4 +844,356 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
             dst[i] = ys[rr][i];
         }
     }
+}
+
+// ---- streaming entries ---------------------------------------------------------------------
+//
+// Each projection kernel above (all but qkv_rope_kv, whose blocks own whole heads) again, as
+// `gemv_stream` at one row tile per entry: `<name>_r1` for decode, `_r2`, `_r4`, `_r8` for up
+// to 2, 4 and 8 rows per block (more rows take several blocks along grid.x), each with its
+// own register budget. The emitter picks them by rows unless the `gemv_classic` lever keeps
+// the entries above; the bytes are the same.
+#define GEMV_STREAM_R1 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R2 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R4 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R8 extern "C" __global__ void __launch_bounds__(256, 2)
+
+GEMV_STREAM_R1 linear_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<1, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R2 linear_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<2, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R4 linear_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<4, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R8 linear_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<8, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R1 lm_head_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R2 lm_head_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R4 lm_head_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R8 lm_head_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R1 norm_linear_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+GEMV_STREAM_R2 norm_linear_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+GEMV_STREAM_R4 norm_linear_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+GEMV_STREAM_R8 norm_linear_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+GEMV_STREAM_R1 qkv_r1(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<1, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 qkv_r2(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<2, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 qkv_r4(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<4, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 qkv_r8(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<8, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 add_norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 add_norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 add_norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 add_norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 gate_up_silu_r1(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<1, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R2 gate_up_silu_r2(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<2, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R4 gate_up_silu_r4(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<4, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R8 gate_up_silu_r8(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<8, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R1 norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<1, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R2 norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<2, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R4 norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<4, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R8 norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<8, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R1 add_norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<1, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R2 add_norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<2, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R4 add_norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<4, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R8 add_norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<8, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R1 linear_residual_add_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<1, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R2 linear_residual_add_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<2, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R4 linear_residual_add_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<4, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R8 linear_residual_add_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<8, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R1 add_norm_lm_head_r1(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R2 add_norm_lm_head_r2(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R4 add_norm_lm_head_r4(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R8 add_norm_lm_head_r8(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
 }

@@ -6,6 +6,7 @@ use solder_circuit::ir::{
     Binding, Circuit, MetaField, ModelInput, ModelOutput, StateId, TensorId, WeightId,
 };
 use solder_circuit::ExecutionPlan;
+use solder_config::Levers;
 use solder_gpu_runtime::DevicePtr;
 
 use crate::kernels::Buf;
@@ -18,6 +19,9 @@ pub struct Bindings<'a> {
     pub workspace: DevicePtr,
     pub weights: DevicePtr,
     pub kv: DevicePtr,
+    /// The build's levers: emit-time entry choices that keep the plan and the bytes (e.g.
+    /// `gemv_classic`) read them here.
+    pub levers: &'a Levers,
 }
 
 impl Bindings<'_> {

@@ -206,6 +206,8 @@ pub struct CircuitExec {
     pools: Mutex<Pools>,
     rules_digest: String,
     plans_digest: String,
+    /// The build's levers, which the emitters read again when `resize_kv` recompiles.
+    levers: solder_config::Levers,
     /// Graphs handed out by `capture` and not yet released.
     live_graphs: usize,
     /// The step graphs `run_step` keeps, their policy and counters.
@@ -349,6 +351,7 @@ impl CircuitExec {
             workspace,
             weights: weights_ptr,
             kv: kv_ptr,
+            levers: &policy.levers,
         };
         let launch_order = launch_order(&policy);
         let (programs, arms) = compile_all(
@@ -400,6 +403,7 @@ impl CircuitExec {
             backend: BoundBackend::of(backend),
             pools,
             rules_digest: rules.digest.clone(),
+            levers: policy.levers.clone(),
             // Primaries in shape order, then the route arms.
             plans_digest: plans_digest(plans.iter().chain(&arm_only)),
             config,
@@ -867,6 +871,7 @@ impl CircuitExec {
             workspace: self.workspace,
             weights: self.weights,
             kv,
+            levers: &self.levers,
         };
         let arms = self
             .arms
@@ -930,12 +935,14 @@ impl CircuitExec {
     }
 }
 
-/// Where programs bind: the layout and the three allocations.
+/// Where programs bind: the layout and the three allocations; and the levers the emitters
+/// read.
 struct Targets<'a> {
     layout: &'a Layout,
     workspace: DevicePtr,
     weights: DevicePtr,
     kv: DevicePtr,
+    levers: &'a solder_config::Levers,
 }
 
 /// Compiles the primary programs of `plans` and the route arms of `arms`, bound to `targets`.
@@ -955,6 +962,7 @@ fn compile_all<'p>(
             workspace: targets.workspace,
             weights: targets.weights,
             kv: targets.kv,
+            levers: targets.levers,
         })
     };
     let programs = plans

@@ -226,9 +226,13 @@ fn reference_kernels_backend() -> CpuBackend {
         .flat_map(|r| r.kernels.clone())
         .collect();
     let mut backend = CpuBackend::with_threads(2);
-    let twins: Vec<_> = kernels::twins()
+    // Each reference kernel with its variant entries (the emitter picks those by rows).
+    let twins: Vec<_> = kernels::entries()
         .into_iter()
-        .filter(|(name, _)| reference_kernels.iter().any(|k| k == name))
+        .filter(|(name, _)| {
+            let kernel = kernels::variant_of(name).unwrap_or(name);
+            reference_kernels.iter().any(|k| k == kernel)
+        })
         .collect();
     backend.register_twins(&twins).unwrap();
     for module in MODULES {
@@ -369,4 +373,72 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
         Err(other) => panic!("expected Build, got {other}"),
         Ok(_) => panic!("a build with no weights succeeded"),
     }
+}
+
+/// The `gemv::*` launches of a program: (entry name, grid).
+fn gemv_launches(program: &solder_model_layers::Program) -> Vec<(&'static str, [u32; 3])> {
+    program
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            ProgramStep::Launch { name, config, .. } if name.starts_with("gemv::") => {
+                Some((*name, config.grid))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn gemv_entries_follow_the_rows_and_the_gemv_classic_lever() {
+    let mut backend = backend();
+    let streaming = build_llama(&mut backend, roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("gemv_classic", true).unwrap();
+    let classic = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
+    // Same rules, same plans: the entry is an emit-time choice.
+    assert_eq!(streaming.plans_digest(), classic.plans_digest());
+    for (mode, rows, tile) in [
+        (Mode::Decode, 1, "_r1"),
+        (Mode::MultiSeq, 2, "_r2"),
+        (Mode::MultiSeq, 4, "_r4"),
+        (Mode::Verify, 3, "_r4"),
+        (Mode::MultiSeq, 8, "_r8"),
+        (Mode::Verify, 5, "_r8"),
+    ] {
+        let at = format!("{mode}:{rows}");
+        let s = gemv_launches(streaming.program(mode, rows).unwrap());
+        let c = gemv_launches(classic.program(mode, rows).unwrap());
+        assert!(!s.is_empty(), "{at}: no gemv launch");
+        assert_eq!(s.len(), c.len(), "{at}");
+        for ((entry, grid), (kernel, _)) in s.iter().zip(&c) {
+            if *kernel == "gemv::qkv_rope_kv" {
+                // Its blocks own whole heads: no streaming entry.
+                assert_eq!(entry, kernel, "{at}");
+                continue;
+            }
+            assert_eq!(
+                kernels::variant_of(kernel),
+                None,
+                "{at}: `{kernel}` under gemv_classic"
+            );
+            assert_eq!(*entry, format!("{kernel}{tile}"), "{at}");
+            assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            let row_tile: u32 = tile[2..].parse().unwrap();
+            assert_eq!(
+                grid[0],
+                (rows as u32).div_ceil(row_tile),
+                "{at}: `{entry}` row groups"
+            );
+            assert!(
+                grid[0] * grid[1] <= 1056,
+                "{at}: `{entry}` grid {grid:?} over the cap"
+            );
+        }
+    }
+    // And the same bytes on the CPU (each variant runs its kernel's twin).
+    let tokens = prompt(7, streaming.config.vocab_size, 6);
+    let a = decode_all(&streaming, &mut backend, &tokens);
+    let b = decode_all(&classic, &mut backend, &tokens);
+    assert_same_bytes(&a, &b, "streaming vs gemv_classic");
 }

@@ -453,7 +453,7 @@ fn a_missing_tensor_is_refused_before_any_plan_is_built() {
     let gone = tensors.remove(3).name;
     write_safetensors(&dir.path().join("model.safetensors"), &tensors);
     let mut bare = CpuBackend::with_threads(1);
-    let twins: Vec<_> = solder_model_layers::kernels::twins()
+    let twins: Vec<_> = solder_model_layers::kernels::entries()
         .into_iter()
         .filter(|(name, _)| !name.starts_with("gemv::add_norm"))
         .collect();

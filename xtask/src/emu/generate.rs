@@ -1,8 +1,9 @@
 //! The translation unit of one module's emulation: the module's CUDA source (included as is,
 //! or copied with its `extern __shared__` declarations rewritten to static storage, the one
 //! construct that cannot be a macro), then one `EMU_TRAMPOLINE(module, kernel)` per kernel
-//! the host side declares for that module (`solder_model_layers::kernels::registry`), so the
-//! libraries export exactly what the backend can launch.
+//! the host side declares for that module (`solder_model_layers::kernels::registry`, and each
+//! variant entry, `kernels::variants`), so the libraries export exactly what the backend can
+//! launch.
 
 use std::path::{Path, PathBuf};
 
@@ -46,8 +47,11 @@ pub fn unit(root: &Path, module: &str) -> Result<Unit, String> {
     }
     text.push_str("\n// ---- trampolines ----\n");
     let prefix = format!("{module}::");
+    // Every declared kernel and every variant entry of one (gemv's streaming entries).
     let kernels: Vec<&str> = solder_model_layers::kernels::registry()
-        .filter_map(|decl| decl.name.strip_prefix(prefix.as_str()))
+        .map(|decl| decl.name)
+        .chain(solder_model_layers::kernels::variants().map(|(entry, _)| entry))
+        .filter_map(|name| name.strip_prefix(prefix.as_str()))
         .collect();
     if kernels.is_empty() {
         return Err(format!("emu: no kernel of module `{module}` is declared"));

@@ -309,3 +309,196 @@ fn paged_decode_over_a_split_context_stays_within_its_known_difference() {
         assert_eq!(&counters[h * slot..h * slot + 4], &[0, 0, 0, 0], "head {h}");
     }
 }
+/// `bf16` bytes of `n` values from a seed (deterministic, every sign and magnitude in -1..1).
+fn bf16_values(n: u32, seed: f32) -> Vec<u8> {
+    bf16_bytes((0..n).map(|i| ((i as f32 + seed) * 0.618_034).sin()))
+}
+
+fn f32_values(n: u32, seed: f32) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| (((i as f32 + seed) * 0.377).cos() * 2.0).to_le_bytes())
+        .collect()
+}
+
+/// Every path of gemv's streaming entries computes its classic kernel's bytes in the CUDA
+/// source (emulated): decode and small and wide row tiles, k tiny, odd (unaligned rows,
+/// the scalar loads), one and several weight tiles, staged whole or in spans (r4 past 4096,
+/// r8 past 2048), the norm from shared memory or from its row, the sum stored (h_out), and a
+/// grid smaller than the features (several rounds per warp).
+#[test]
+fn gemv_streaming_entries_equal_their_classic_kernels() {
+    use solder_gpu_runtime::LaunchConfig;
+    use solder_model_layers::kernels::gemv::{
+        stream_config, AddNormGateUpSilu, AddNormLmHead, Linear, RowTile, ADD_NORM_GATE_UP_SILU,
+        ADD_NORM_GATE_UP_SILU_STREAM, ADD_NORM_LM_HEAD, ADD_NORM_LM_HEAD_STREAM, LINEAR_STREAM,
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Run, &mut backend);
+    let few_blocks = |config: LaunchConfig| LaunchConfig {
+        grid: [config.grid[0], config.grid[1].min(2), 1],
+        ..config
+    };
+    for (rows, k, n) in [
+        (1u32, 8u32, 1u32),
+        (1, 2051, 37),
+        (1, 4100, 20),
+        (2, 300, 9),
+        (3, 4100, 9),
+        (4, 5000, 5),
+        (8, 2051, 9),
+        (9, 100, 37),
+    ] {
+        let at = format!("rows {rows}, k {k}, features {n}");
+        let tile = RowTile::for_rows(rows);
+        let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+        let w = upload(&mut backend, &bf16_values(n * k, 2.0));
+        let wu = upload(&mut backend, &bf16_values(n * k, 3.0));
+        let bias = upload(&mut backend, &bf16_values(n, 4.0));
+        let h = upload(&mut backend, &f32_values(rows * k, 5.0));
+        let d = upload(&mut backend, &bf16_values(rows * k, 6.0));
+        let wn = upload(&mut backend, &bf16_values(k, 7.0));
+        let out = |backend: &mut CpuBackend, bytes: u32| {
+            let bytes = bytes as usize;
+            Buf::new(backend.alloc(bytes).unwrap(), bytes)
+        };
+        for shrink in [false, true] {
+            let at = format!("{at}, grid shrunk: {shrink}");
+            let shape = |features: u32| {
+                let config = stream_config(features as u64, rows, k, tile);
+                if shrink {
+                    few_blocks(config)
+                } else {
+                    config
+                }
+            };
+            // linear
+            let (y1, y2) = (
+                out(&mut backend, rows * n * 2),
+                out(&mut backend, rows * n * 2),
+            );
+            let a = Linear {
+                x,
+                w,
+                bias: Some(bias),
+                y: y1,
+                rows,
+                k,
+                n_out: n,
+            };
+            run(
+                &mut backend,
+                &a.launch(solder_model_layers::kernels::gemv::LINEAR),
+            );
+            let b = Linear { y: y2, ..a };
+            run(
+                &mut backend,
+                &b.launch_with(LINEAR_STREAM[tile.index()], shape(n)),
+            );
+            let (c, s) = (
+                download(&mut backend, y1.ptr, y1.bytes),
+                download(&mut backend, y2.ptr, y2.bytes),
+            );
+            assert_eq!(c, s, "linear: {at}");
+            // add + norm + gate/up + SiLU·mul, storing the sum
+            let (a1, a2) = (
+                out(&mut backend, rows * n * 2),
+                out(&mut backend, rows * n * 2),
+            );
+            let (s1, s2) = (
+                out(&mut backend, rows * k * 4),
+                out(&mut backend, rows * k * 4),
+            );
+            let a = AddNormGateUpSilu {
+                h,
+                o: d,
+                wn,
+                wg: w,
+                wu,
+                h_out: Some(s1),
+                act: a1,
+                rows,
+                k,
+                inter: n,
+                eps: 1e-5,
+            };
+            run(&mut backend, &a.launch(ADD_NORM_GATE_UP_SILU));
+            let b = AddNormGateUpSilu {
+                h_out: Some(s2),
+                act: a2,
+                ..a
+            };
+            run(
+                &mut backend,
+                &b.launch_with(ADD_NORM_GATE_UP_SILU_STREAM[tile.index()], shape(n)),
+            );
+            for (what, one, two) in [("act", a1, a2), ("h_out", s1, s2)] {
+                let c = download(&mut backend, one.ptr, one.bytes);
+                let s = download(&mut backend, two.ptr, two.bytes);
+                assert_eq!(c, s, "add_norm_gate_up_silu {what}: {at}");
+            }
+            // add + norm + LM head (f32 logits: every bit of the dot shows)
+            let (l1, l2) = (
+                out(&mut backend, rows * n * 4),
+                out(&mut backend, rows * n * 4),
+            );
+            let a = AddNormLmHead {
+                h,
+                d,
+                wn,
+                w,
+                logits: l1,
+                rows,
+                k,
+                vocab: n,
+                eps: 1e-6,
+            };
+            run(&mut backend, &a.launch(ADD_NORM_LM_HEAD));
+            let b = AddNormLmHead { logits: l2, ..a };
+            run(
+                &mut backend,
+                &b.launch_with(ADD_NORM_LM_HEAD_STREAM[tile.index()], shape(n)),
+            );
+            let (c, s) = (
+                download(&mut backend, l1.ptr, l1.bytes),
+                download(&mut backend, l2.ptr, l2.bytes),
+            );
+            assert_eq!(c, s, "add_norm_lm_head: {at}");
+            assert!(
+                c.chunks(4).any(|v| v != [0, 0, 0, 0]),
+                "add_norm_lm_head: {at}: all zero"
+            );
+        }
+    }
+}
+
+/// Shadow mode: a streaming entry's emulated bytes equal its kernel's twin (the variant is
+/// registered under the kernel's twin), reported under the entry's own name.
+#[test]
+fn a_streaming_entry_equals_its_kernels_twin() {
+    use solder_model_layers::kernels::gemv::{stream_config, Linear, RowTile, LINEAR_STREAM};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let (rows, k, n_out) = (3u32, 300u32, 37u32);
+    let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+    let w = upload(&mut backend, &bf16_values(n_out * k, 2.0));
+    let bytes = (rows * n_out * 2) as usize;
+    let y = Buf::new(backend.alloc(bytes).unwrap(), bytes);
+    let tile = RowTile::for_rows(rows);
+    let launch = Linear {
+        x,
+        w,
+        bias: None,
+        y,
+        rows,
+        k,
+        n_out,
+    }
+    .launch_with(
+        LINEAR_STREAM[tile.index()],
+        stream_config(n_out as u64, rows, k, tile),
+    );
+    run(&mut backend, &launch);
+    let report = backend.emulation().unwrap().report();
+    let entry = &report["gemv::linear_r4"];
+    assert_eq!((entry.launches, entry.identical), (1, 1), "{entry:?}");
+}

@@ -8,12 +8,7 @@
 //! global store, atomic or reduction may come before the first one in the text. (A weight load
 //! before the wait is allowed: weights are never written by a launch.)
 //!
-//! Invariant: a kernel of a module in `PENDING` is reported, not failed, and a pending module
-//! whose kernels all wait fails, so the list only shrinks.
-
-/// Modules whose kernels do not wait yet (owned elsewhere; the calls are added there). Reported
-/// by `ptx --check` but not failed; empty this list once they call `pdl_wait`.
-pub const PENDING: &[&str] = &["attn", "gemv"];
+//! Invariant: every kernel of every module waits; there are no exemptions.
 
 /// One `.entry`'s finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,23 +29,12 @@ pub fn findings(module: &str, text: &str) -> Vec<(String, Finding)> {
         .collect()
 }
 
-/// The failures of every module (`(module, ptx text)`), and the lines to print about the
-/// pending modules.
-pub fn check(modules: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+/// The failures of every module (`(module, ptx text)`): one line per kernel that breaks the rule.
+pub fn check(modules: &[(String, String)]) -> Vec<String> {
     let mut failures = Vec::new();
-    let mut notes = Vec::new();
     for (module, text) in modules {
-        let found = findings(module, text);
-        let pending = PENDING.contains(&module.as_str());
-        if pending && found.is_empty() {
-            failures.push(format!(
-                "crates/kernels/ptx/{module}.ptx: every kernel waits now (griddepcontrol.wait); \
-                 remove `{module}` from xtask/src/ptx/pdl.rs PENDING"
-            ));
-            continue;
-        }
-        for (kernel, finding) in found {
-            let line = match finding {
+        for (kernel, finding) in findings(module, text) {
+            failures.push(match finding {
                 Finding::NoWait => format!(
                     "kernel `{kernel}` never waits for the previous grid (no griddepcontrol.wait: \
                      call pdl_wait() at its entry), so it races under the `pdl` lever"
@@ -59,15 +43,10 @@ pub fn check(modules: &[(String, String)]) -> (Vec<String>, Vec<String>) {
                     "kernel `{kernel}` writes memory (`{op}`) before griddepcontrol.wait: \
                      call pdl_wait() before any store"
                 ),
-            };
-            if pending {
-                notes.push(format!("pending ({module} in PDL PENDING): {line}"));
-            } else {
-                failures.push(line);
-            }
+            });
         }
     }
-    (failures, notes)
+    failures
 }
 
 fn finding_of(body: &str) -> Option<Finding> {
@@ -213,39 +192,26 @@ mod tests {
     }
 
     #[test]
-    fn pending_modules_are_reported_and_fail_once_they_wait() {
-        let pending = PENDING.first().expect("a pending module").to_string();
-        let modules = vec![
-            ("m".to_string(), PTX.to_string()),
-            (pending.clone(), PTX.to_string()),
-        ];
-        let (failures, notes) = check(&modules);
+    fn check_names_each_kernel_that_does_not_wait() {
+        let failures = check(&[("m".to_string(), PTX.to_string())]);
         assert_eq!(failures.len(), 2, "{failures:?}");
         assert!(
             failures[0].contains("`m::never` never waits"),
             "{failures:?}"
         );
         assert!(failures[1].contains("`m::early` writes memory (`st.global.f32`)"));
-        assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].contains(&format!("{pending}::never")), "{notes:?}");
-
         let waiting = PTX.split("\t// .globl\tnever").next().unwrap().to_string();
-        let (failures, _) = check(&[(pending.clone(), waiting)]);
-        assert_eq!(failures.len(), 1, "{failures:?}");
-        assert!(
-            failures[0].contains(&format!("remove `{pending}`")),
-            "{failures:?}"
-        );
+        assert!(check(&[("m".to_string(), waiting)]).is_empty());
     }
 
-    /// The checked-in PTX of every converted module passes (the pending ones are only notes).
+    /// The checked-in PTX of every module passes.
     #[test]
-    fn the_checked_in_ptx_waits_in_every_converted_module() {
+    fn the_checked_in_ptx_waits_in_every_kernel() {
         let modules: Vec<(String, String)> = solder_kernels::PTX
             .iter()
             .map(|(module, text)| (module.to_string(), text.to_string()))
             .collect();
-        let (failures, _) = check(&modules);
+        let failures = check(&modules);
         assert!(failures.is_empty(), "{failures:#?}");
     }
 }

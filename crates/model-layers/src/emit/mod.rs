@@ -2,7 +2,8 @@
 //! the kernel in `crate::kernels`) sees of its group; `emit_group` finds the emitter by the
 //! group's emitter kernel name in the registry and checks what it emitted.
 //!
-//! Invariants: a group emits exactly the kernels its rule names, in order (checked here);
+//! Invariants: a group emits exactly the kernels its rule names, in order (checked here; a
+//! variant entry of a kernel, chosen at emit time by rows and levers, counts as the kernel);
 //! every tensor the group keeps is passed to some launch (a kernel that cannot store a kept
 //! intermediate is an error naming it, never a silently dropped output).
 
@@ -32,7 +33,11 @@ pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, Exe
     let decl = crate::kernels::decl(emitter)
         .ok_or_else(|| view.err(format!("no emitter for `{emitter}`")))?;
     let launches = (decl.emit)(&view)?;
-    let names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
+    // A variant entry (gemv's streaming entries) stands for the kernel it is a variant of.
+    let names: Vec<&str> = launches
+        .iter()
+        .map(|l| crate::kernels::variant_of(l.kernel).unwrap_or(l.kernel))
+        .collect();
     if names != group.kernels.iter().map(String::as_str).collect::<Vec<_>>() {
         return Err(view.err(format!(
             "emitted {names:?}, the rule names {:?}",
@@ -69,6 +74,11 @@ impl<'a> View<'a> {
 
     pub fn rows(&self) -> u32 {
         self.bind.rows() as u32
+    }
+
+    /// Whether the build turned lever `name` on.
+    pub fn lever(&self, name: &str) -> bool {
+        self.bind.levers.is_on(name)
     }
 
     /// The group's only op of `kind` (and `role`, when given).

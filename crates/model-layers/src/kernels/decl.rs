@@ -50,7 +50,7 @@ impl<K> Name<K> {
         }
     }
 
-    pub fn as_str(&self) -> &'static str {
+    pub const fn as_str(&self) -> &'static str {
         self.name
     }
 }
@@ -232,6 +232,22 @@ macro_rules! kernel {
                 $crate::kernels::Launch {
                     kernel: kernel.as_str(),
                     config: self.config(),
+                    args: self.args(),
+                }
+            }
+
+            /// The launch of `kernel` with these arguments in `config`: an entry of the same
+            /// arguments with a launch shape of its own (a variant, e.g. gemv's streaming
+            /// entries).
+            #[allow(dead_code)]
+            pub fn launch_with(
+                self,
+                kernel: $crate::kernels::decl::Name<$name>,
+                config: solder_gpu_runtime::LaunchConfig,
+            ) -> $crate::kernels::Launch {
+                $crate::kernels::Launch {
+                    kernel: kernel.as_str(),
+                    config,
                     args: self.args(),
                 }
             }

@@ -3,7 +3,8 @@
 //! typed argument struct beside its CPU twin (reading the struct's typed view, `view`) and its
 //! emitter (plan group → launch). `registry()` lists every declaration; from it come the
 //! twins a CPU backend registers, the emitter of each rule's kernel, and the kernel names
-//! FUSIONS.toml and the PTX are checked against. Also: loading a backend (the CPU twins, or
+//! FUSIONS.toml and the PTX are checked against. `variants()` lists the extra PTX entries of a
+//! declared kernel (gemv's streaming entries), registered under the kernel's twin. Also: loading a backend (the CPU twins, or
 //! with feature `cuda` the embedded PTX of every module).
 //!
 //! Adding a kernel touches three places: its `.cu` function, its declaration (with twin and
@@ -71,9 +72,29 @@ pub fn kernel_names() -> Vec<&'static str> {
     registry().map(|d| d.name).collect()
 }
 
-/// The CPU twin of `kernel`, if there is one.
+/// Variant entries, each with the kernel it is a variant of: another PTX entry taking the
+/// same arguments, with the same twin and the same bytes, chosen at emit time by rows and
+/// levers (gemv's streaming entries `gemv::linear_r1`, ...). Rules and plans name only the
+/// kernel.
+pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
+    gemv::VARIANTS.iter().copied()
+}
+
+/// The kernel `entry` is a variant of, if it is one.
+pub fn variant_of(entry: &str) -> Option<&'static str> {
+    variants().find(|(v, _)| *v == entry).map(|(_, base)| base)
+}
+
+/// The CPU twin of `kernel` (or of the kernel a variant entry stands for), if there is one.
 pub fn twin(kernel: &str) -> Option<TwinFn> {
-    decl(kernel).map(|d| d.twin)
+    decl(variant_of(kernel).unwrap_or(kernel)).map(|d| d.twin)
+}
+
+/// Every entry a backend offers with its twin: each declaration, then each variant under its
+/// kernel's twin.
+pub fn entries() -> Vec<(&'static str, TwinFn)> {
+    let variants = variants().filter_map(|(entry, base)| decl(base).map(|d| (entry, d.twin)));
+    twins().into_iter().chain(variants).collect()
 }
 
 /// Every twin with its kernel name, in registry order.
@@ -81,10 +102,10 @@ pub fn twins() -> Vec<(&'static str, TwinFn)> {
     registry().map(|d| (d.name, d.twin)).collect()
 }
 
-/// Registers every twin with the CPU backend.
+/// Registers every entry's twin with the CPU backend (`entries`).
 pub fn register_twins(backend: &mut CpuBackend) -> Result<(), GpuError> {
-    for d in registry() {
-        backend.register_twin(d.name, d.twin)?;
+    for (name, twin) in entries() {
+        backend.register_twin(name, twin)?;
     }
     Ok(())
 }

@@ -208,8 +208,24 @@ fn every_declaration_matches_its_cuda_signature() {
             }
         }
     }
+    // A variant entry takes its kernel's arguments.
+    for (entry, base) in super::variants() {
+        match (cuda.get(entry), super::decl(base)) {
+            (None, _) => failures.push(format!(
+                "{entry}: a variant of `{base}`, but no CUDA kernel"
+            )),
+            (_, None) => failures.push(format!(
+                "{entry}: a variant of `{base}`, which is not declared"
+            )),
+            (Some(params), Some(decl)) => {
+                if let Some(why) = mismatch(decl, params) {
+                    failures.push(format!("{entry} (a variant of {base}): {why}"));
+                }
+            }
+        }
+    }
     for name in cuda.keys() {
-        if super::decl(name).is_none() {
+        if super::decl(name).is_none() && super::variant_of(name).is_none() {
             failures.push(format!("{name}: a CUDA kernel without a declaration"));
         }
     }

@@ -115,7 +115,7 @@ pub fn match_programs<'a>(
     for program in programs {
         let slice = &profiled[at..at + program.launches.len()];
         for (i, (launch, kernel)) in program.launches.iter().zip(slice).enumerate() {
-            if crate::traffic::function_of(&launch.kernel) != kernel.name {
+            if crate::traffic::function_of(&launch.kernel) != profiled_kernel(&kernel.name) {
                 return Err(format!(
                     "{}:{} launch {i}: the plan launches `{}`, ncu profiled `{}` (ID {})",
                     program.mode, program.rows, launch.kernel, kernel.name, kernel.id
@@ -129,6 +129,14 @@ pub fn match_programs<'a>(
         at += program.launches.len();
     }
     Ok(out)
+}
+
+/// The kernel (function name) a profiled function stands for: the kernel of a variant entry
+/// (gemv's streaming entries, `linear_r1` for `linear`), else the function itself.
+fn profiled_kernel(name: &str) -> &str {
+    solder_model_layers::kernels::variants()
+        .find(|(entry, _)| crate::traffic::function_of(entry) == name)
+        .map_or(name, |(_, kernel)| crate::traffic::function_of(kernel))
 }
 
 /// Figures of a set of launches: time, DRAM bytes, compulsory bytes.
@@ -294,6 +302,26 @@ mod tests {
             e.contains("1 kernels profiled, but decode:1 (2 launches) make 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_streaming_entry_is_matched_to_its_kernel() {
+        let kernels = vec![
+            profiled(0, "embedding", 1.0, 10.0, 10.0),
+            profiled(1, "linear_r1", 1.0, 10.0, 10.0),
+        ];
+        let programs = |kernel: &str| {
+            vec![Expected {
+                mode: Mode::Decode,
+                rows: 1,
+                launches: vec![launch("embed::embedding", 1), launch(kernel, 1)],
+            }]
+        };
+        assert!(match_programs(&kernels, &programs("gemv::linear")).is_ok());
+        let e = match_programs(&kernels, &programs("gemv::lm_head"))
+            .err()
+            .unwrap();
+        assert!(e.contains("ncu profiled `linear_r1`"), "{e}");
     }
 
     /// What the table expects of a profile is what the exec launches: the same plans (by

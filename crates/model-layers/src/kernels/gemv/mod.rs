@@ -2,16 +2,29 @@
 //! accumulation) and their fusions with the residual add, RMSNorm, SiLU·mul and the residual
 //! epilogue.
 //!
-//! Grid: one block of 256 threads (8 warps) per 8 output features (`grid.y`, at most 65535:
-//! the kernel strides over the rest) and per group of 8 input rows (`grid.x`, the fastest
-//! index, so the row groups sharing a weight tile run side by side and read it from L2). Each
-//! warp streams one feature's weight row once per block with 16-byte loads against every row of
-//! its group; fused norms recompute their rows' 1/rms per block. Static shared memory only
-//! (32 KiB of staged x rows). `qkv_rope_kv` instead gives each block one whole head (q, k or v;
-//! `grid.y` = heads + 2·kv_heads) so its epilogue can apply qk-norm and rope to the head and
-//! write k and v into the paged cache.
+//! Two launch shapes per projection kernel, the same arguments, twin and bytes; the emitter
+//! picks one per launch (`stream::entry`), rules and plans name only the kernel:
+//! - streaming entries (default): `gemv::<kernel>_r1` (decode), `_r2`, `_r4`, `_r8` (up to 2,
+//!   4, 8 rows per block), variants of the kernel (`kernels::variants`), each a PTX entry with
+//!   its own register budget. `stream_config`: 256 threads; `grid.x` = row groups of the
+//!   tile's rows, `grid.y` = feature blocks of 8, capped at `STREAM_BLOCKS` (1056) blocks in
+//!   all when k fits the block's stage (16384 elements over the tile's rows), else one block
+//!   per 8 features. A block stages its rows' x (and its norm, once) and each warp loops over
+//!   its features with the next weight tile in flight.
+//! - classic entries (`gemv_classic` lever, for A/B timing): one block of 256 threads (8
+//!   warps) per 8 output features (`grid.y`, at most 65535: the kernel strides over the rest)
+//!   and per group of 8 input rows (`grid.x`, the fastest index, so the row groups sharing a
+//!   weight tile run side by side and read it from L2). Each warp streams one feature's weight
+//!   row once per block with 16-byte loads against every row of its group; fused norms
+//!   recompute their rows' 1/rms per block.
+//!
+//! Static shared memory only (32 KiB of staged x rows). `qkv_rope_kv` has only the classic
+//! shape and gives each block one whole head (q, k or v; `grid.y` = heads + 2·kv_heads) so its
+//! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 pub(crate) mod matvec;
+#[macro_use]
+mod stream;
 mod twin;
 
 use half::bf16;
@@ -19,10 +32,12 @@ use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
 use solder_gpu_runtime::LaunchConfig;
 
-use super::decl::kernel;
+use super::decl::{kernel, Name};
 use super::Buf;
 use crate::emit::{View, R};
 use crate::error::ExecError;
+
+pub use stream::{entry, stream_config, Entry, RowTile, GEMV_CLASSIC};
 
 /// Output features per block (one warp each).
 const FEATURES_PER_BLOCK: u32 = 8;
@@ -307,6 +322,20 @@ kernel! {
     QKV_ROPE_KV = "gemv::qkv_rope_kv" => twin twin::qkv_rope_kv, emit emit_qkv_rope_kv;
 }
 
+streaming! {
+    LINEAR_STREAM: Linear = "gemv::linear";
+    LM_HEAD_STREAM: LmHead = "gemv::lm_head";
+    NORM_LINEAR_STREAM: NormLinear = "gemv::norm_linear";
+    QKV_STREAM: Qkv = "gemv::qkv";
+    NORM_QKV_STREAM: NormQkv = "gemv::norm_qkv";
+    ADD_NORM_QKV_STREAM: AddNormQkv = "gemv::add_norm_qkv";
+    GATE_UP_SILU_STREAM: GateUpSilu = "gemv::gate_up_silu";
+    NORM_GATE_UP_SILU_STREAM: NormGateUpSilu = "gemv::norm_gate_up_silu";
+    ADD_NORM_GATE_UP_SILU_STREAM: AddNormGateUpSilu = "gemv::add_norm_gate_up_silu";
+    LINEAR_RESIDUAL_ADD_STREAM: LinearResidualAdd = "gemv::linear_residual_add";
+    ADD_NORM_LM_HEAD_STREAM: AddNormLmHead = "gemv::add_norm_lm_head";
+}
+
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     Linear::DECLS,
     LmHead::DECLS,
@@ -326,7 +355,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
 
 fn emit_linear(v: &View<'_>) -> R {
     let l = v.op(OpKind::Linear, None)?;
-    Ok(vec![Linear {
+    let args = Linear {
         x: v.input(l, 0)?,
         w: v.weight(l, 0)?,
         bias: v.weight_opt(l, 1),
@@ -334,8 +363,10 @@ fn emit_linear(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
-    }
-    .launch(LINEAR)])
+    };
+    Ok(vec![
+        gemv_launch!(v, args, LINEAR, LINEAR_STREAM, a => a.n_out as u64),
+    ])
 }
 
 fn emit_lm_head(v: &View<'_>) -> R {
@@ -347,20 +378,22 @@ fn emit_lm_head(v: &View<'_>) -> R {
             (r, v.u32(r, "experts")?)
         }
     };
-    Ok(vec![LmHead {
+    let args = LmHead {
         x: v.input(h, 0)?,
         w: v.weight(h, 0)?,
         logits: v.output(h, 0)?,
         rows: v.rows(),
         k: v.u32(h, "hidden")?,
         vocab,
-    }
-    .launch(LM_HEAD)])
+    };
+    Ok(vec![
+        gemv_launch!(v, args, LM_HEAD, LM_HEAD_STREAM, a => a.vocab as u64),
+    ])
 }
 
 fn emit_norm_linear(v: &View<'_>) -> R {
     let (n, l) = (v.op(OpKind::RmsNorm, None)?, v.op(OpKind::Linear, None)?);
-    Ok(vec![NormLinear {
+    let args = NormLinear {
         h: v.input(n, 0)?,
         wn: v.weight(n, 0)?,
         w: v.weight(l, 0)?,
@@ -370,8 +403,10 @@ fn emit_norm_linear(v: &View<'_>) -> R {
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
         eps: v.f32(n, "eps")?,
-    }
-    .launch(NORM_LINEAR)])
+    };
+    Ok(vec![
+        gemv_launch!(v, args, NORM_LINEAR, NORM_LINEAR_STREAM, a => a.n_out as u64),
+    ])
 }
 
 /// The q/k/v projections of a group (`q_proj`, `k_proj`, `v_proj` linears): the arguments
@@ -432,7 +467,9 @@ fn emit_qkv(v: &View<'_>) -> R {
         nq,
         nkv,
     };
-    Ok(vec![a.launch(QKV)])
+    Ok(vec![
+        gemv_launch!(v, a, QKV, QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
+    ])
 }
 
 fn emit_norm_qkv(v: &View<'_>) -> R {
@@ -458,7 +495,9 @@ fn emit_norm_qkv(v: &View<'_>) -> R {
         nkv,
         eps,
     };
-    Ok(vec![a.launch(NORM_QKV)])
+    Ok(vec![
+        gemv_launch!(v, a, NORM_QKV, NORM_QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
+    ])
 }
 
 fn emit_add_norm_qkv(v: &View<'_>) -> R {
@@ -491,7 +530,13 @@ fn emit_add_norm_qkv(v: &View<'_>) -> R {
         nkv,
         eps,
     };
-    Ok(vec![args.launch(ADD_NORM_QKV)])
+    Ok(vec![gemv_launch!(
+        v,
+        args,
+        ADD_NORM_QKV,
+        ADD_NORM_QKV_STREAM,
+        a => qkv_features(a.nq, a.nkv)
+    )])
 }
 
 /// Gate and up are the projections feeding SiLU·mul's first and second input: their weights,
@@ -537,7 +582,9 @@ fn emit_gate_up_silu(v: &View<'_>) -> R {
         k,
         inter,
     };
-    Ok(vec![a.launch(GATE_UP_SILU)])
+    Ok(vec![
+        gemv_launch!(v, a, GATE_UP_SILU, GATE_UP_SILU_STREAM, a => a.inter as u64),
+    ])
 }
 
 fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
@@ -564,7 +611,13 @@ fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
         inter,
         eps,
     };
-    Ok(vec![a.launch(NORM_GATE_UP_SILU)])
+    Ok(vec![gemv_launch!(
+        v,
+        a,
+        NORM_GATE_UP_SILU,
+        NORM_GATE_UP_SILU_STREAM,
+        a => a.inter as u64
+    )])
 }
 
 fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
@@ -596,7 +649,13 @@ fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
         inter,
         eps,
     };
-    Ok(vec![args.launch(ADD_NORM_GATE_UP_SILU)])
+    Ok(vec![gemv_launch!(
+        v,
+        args,
+        ADD_NORM_GATE_UP_SILU,
+        ADD_NORM_GATE_UP_SILU_STREAM,
+        a => a.inter as u64
+    )])
 }
 
 fn emit_linear_residual_add(v: &View<'_>) -> R {
@@ -604,7 +663,7 @@ fn emit_linear_residual_add(v: &View<'_>) -> R {
         v.op(OpKind::Linear, None)?,
         v.op(OpKind::ResidualAdd, None)?,
     );
-    Ok(vec![LinearResidualAdd {
+    let args = LinearResidualAdd {
         x: v.input(l, 0)?,
         w: v.weight(l, 0)?,
         bias: v.weight_opt(l, 1),
@@ -613,8 +672,14 @@ fn emit_linear_residual_add(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
-    }
-    .launch(LINEAR_RESIDUAL_ADD)])
+    };
+    Ok(vec![gemv_launch!(
+        v,
+        args,
+        LINEAR_RESIDUAL_ADD,
+        LINEAR_RESIDUAL_ADD_STREAM,
+        a => a.n_out as u64
+    )])
 }
 
 fn emit_add_norm_lm_head(v: &View<'_>) -> R {
@@ -623,7 +688,7 @@ fn emit_add_norm_lm_head(v: &View<'_>) -> R {
         v.op(OpKind::RmsNorm, None)?,
         v.op(OpKind::LmHead, None)?,
     );
-    Ok(vec![AddNormLmHead {
+    let args = AddNormLmHead {
         h: v.input(a, 0)?,
         d: v.input(a, 1)?,
         wn: v.weight(n, 0)?,
@@ -633,8 +698,14 @@ fn emit_add_norm_lm_head(v: &View<'_>) -> R {
         k: v.u32(h, "hidden")?,
         vocab: v.u32(h, "vocab")?,
         eps: v.f32(n, "eps")?,
-    }
-    .launch(ADD_NORM_LM_HEAD)])
+    };
+    Ok(vec![gemv_launch!(
+        v,
+        args,
+        ADD_NORM_LM_HEAD,
+        ADD_NORM_LM_HEAD_STREAM,
+        a => a.vocab as u64
+    )])
 }
 
 /// Every variant of the q/k/v-with-rope rules: the residual add when the group has one, the
