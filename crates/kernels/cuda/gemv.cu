@@ -853,98 +853,347 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
 // to 2, 4 and 8 rows per block (more rows take several blocks along grid.x), each with its
 // own register budget. The emitter picks them by rows unless the `gemv_classic` lever keeps
 // the entries above; the bytes are the same.
+#define GEMV_STREAM_R1 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R2 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R4 extern "C" __global__ void __launch_bounds__(256, 2)
+#define GEMV_STREAM_R8 extern "C" __global__ void __launch_bounds__(256, 2)
 
-// The four row-tile entries of one projection kernel, `<name>_r1`, `_r2`, `_r4` and `_r8`: each
-// `gemv_stream<RT, NW>` called with ARGS over the kernel's own PARAMS (both parenthesised).
-#define GEMV_STREAM_ENTRY(entry, RT, NW, PARAMS, ARGS)                                      \
-    extern "C" __global__ void __launch_bounds__(256, 2) entry PARAMS {                     \
-        gemv_stream<RT, NW> ARGS;                                                           \
-    }
-#define GEMV_STREAM_ENTRIES(name, NW, PARAMS, ARGS)                                         \
-    GEMV_STREAM_ENTRY(name##_r1, 1, NW, PARAMS, ARGS)                                       \
-    GEMV_STREAM_ENTRY(name##_r2, 2, NW, PARAMS, ARGS)                                       \
-    GEMV_STREAM_ENTRY(name##_r4, 4, NW, PARAMS, ARGS)                                       \
-    GEMV_STREAM_ENTRY(name##_r8, 8, NW, PARAMS, ARGS)
+GEMV_STREAM_R1 linear_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<1, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
 
-GEMV_STREAM_ENTRIES(linear, 1,
-                    (const bf16* __restrict__ x, const bf16* __restrict__ w,
-                     const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows, unsigned k,
-                     unsigned n_out),
-                    (XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out))
+GEMV_STREAM_R2 linear_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<2, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
 
-GEMV_STREAM_ENTRIES(lm_head, 1,
-                    (const bf16* __restrict__ x, const bf16* __restrict__ w,
-                     float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab),
-                    (XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab))
+GEMV_STREAM_R4 linear_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<4, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
 
-GEMV_STREAM_ENTRIES(norm_linear, 1,
-                    (const float* __restrict__ h, const bf16* __restrict__ wn,
-                     const bf16* __restrict__ w, const bf16* __restrict__ bias,
-                     bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out, float eps),
-                    (XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                     n_out))
+GEMV_STREAM_R8 linear_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out) {
+    gemv_stream<8, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+}
 
-GEMV_STREAM_ENTRIES(qkv, 1,
-                    (const bf16* __restrict__ x, const bf16* __restrict__ wq,
-                     const bf16* __restrict__ bq, const bf16* __restrict__ wk,
-                     const bf16* __restrict__ bk, const bf16* __restrict__ wv,
-                     const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                     bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv),
-                    (XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                     nq + 2u * nkv))
+GEMV_STREAM_R1 lm_head_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
 
-GEMV_STREAM_ENTRIES(norm_qkv, 1,
-                    (const float* __restrict__ h, const bf16* __restrict__ wn,
-                     const bf16* __restrict__ wq, const bf16* __restrict__ bq,
-                     const bf16* __restrict__ wk, const bf16* __restrict__ bk,
-                     const bf16* __restrict__ wv, const bf16* __restrict__ bv, bf16* __restrict__ q,
-                     bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k,
-                     unsigned nq, unsigned nkv, float eps),
-                    (XNormRows{h, nullptr, wn, nullptr, eps},
-                     MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv))
+GEMV_STREAM_R2 lm_head_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
 
-GEMV_STREAM_ENTRIES(add_norm_qkv, 1,
-                    (const float* __restrict__ h, const bf16* __restrict__ d,
-                     const bf16* __restrict__ wn, const bf16* __restrict__ wq,
-                     const bf16* __restrict__ bq, const bf16* __restrict__ wk,
-                     const bf16* __restrict__ bk, const bf16* __restrict__ wv,
-                     const bf16* __restrict__ bv, float* __restrict__ h_out, bf16* __restrict__ q,
-                     bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k,
-                     unsigned nq, unsigned nkv, float eps),
-                    (XNormRows{h, d, wn, h_out, eps},
-                     MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv))
+GEMV_STREAM_R4 lm_head_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
 
-GEMV_STREAM_ENTRIES(gate_up_silu, 2,
-                    (const bf16* __restrict__ x, const bf16* __restrict__ wg,
-                     const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows, unsigned k,
-                     unsigned inter),
-                    (XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter))
+GEMV_STREAM_R8 lm_head_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
+    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
 
-GEMV_STREAM_ENTRIES(norm_gate_up_silu, 2,
-                    (const float* __restrict__ h, const bf16* __restrict__ wn,
-                     const bf16* __restrict__ wg, const bf16* __restrict__ wu,
-                     bf16* __restrict__ act, unsigned rows, unsigned k, unsigned inter, float eps),
-                    (XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows,
-                     k, inter))
+GEMV_STREAM_R1 norm_linear_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
 
-GEMV_STREAM_ENTRIES(add_norm_gate_up_silu, 2,
-                    (const float* __restrict__ h, const bf16* __restrict__ o,
-                     const bf16* __restrict__ wn, const bf16* __restrict__ wg,
-                     const bf16* __restrict__ wu, float* __restrict__ h_out, bf16* __restrict__ act,
-                     unsigned rows, unsigned k, unsigned inter, float eps),
-                    (XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                     inter))
+GEMV_STREAM_R2 norm_linear_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
 
-GEMV_STREAM_ENTRIES(linear_residual_add, 1,
-                    (const bf16* __restrict__ x, const bf16* __restrict__ w,
-                     const bf16* __restrict__ bias, const float* __restrict__ h,
-                     float* __restrict__ h_out, unsigned rows, unsigned k, unsigned n_out),
-                    (XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out))
+GEMV_STREAM_R4 norm_linear_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
 
-GEMV_STREAM_ENTRIES(add_norm_lm_head, 1,
-                    (const float* __restrict__ h, const bf16* __restrict__ d,
-                     const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                     float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
-                     float eps),
-                    (XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
-                     vocab))
+GEMV_STREAM_R8 norm_linear_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                              const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                              bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
+                              float eps) {
+    gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
+                n_out);
+}
+
+GEMV_STREAM_R1 qkv_r1(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<1, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 qkv_r2(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<2, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 qkv_r4(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<4, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 qkv_r8(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                      const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                      const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    gemv_stream<8, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
+                nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                           const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+                           const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+                           const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+                           bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 add_norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R2 add_norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R4 add_norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R8 add_norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ d,
+                               const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                               const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                               const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                               const bf16* __restrict__ bv, float* __restrict__ h_out,
+                               bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, d, wn, h_out, eps},
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+}
+
+GEMV_STREAM_R1 gate_up_silu_r1(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<1, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R2 gate_up_silu_r2(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<2, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R4 gate_up_silu_r4(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<4, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R8 gate_up_silu_r8(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                               const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                               unsigned k, unsigned inter) {
+    gemv_stream<8, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R1 norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<1, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R2 norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<2, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R4 norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<4, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R8 norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
+                                    const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                                    bf16* __restrict__ act, unsigned rows, unsigned k,
+                                    unsigned inter, float eps) {
+    gemv_stream<8, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                inter);
+}
+
+GEMV_STREAM_R1 add_norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<1, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R2 add_norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<2, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R4 add_norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<4, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R8 add_norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ o,
+                                        const bf16* __restrict__ wn, const bf16* __restrict__ wg,
+                                        const bf16* __restrict__ wu, float* __restrict__ h_out,
+                                        bf16* __restrict__ act, unsigned rows, unsigned k,
+                                        unsigned inter, float eps) {
+    gemv_stream<8, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+}
+
+GEMV_STREAM_R1 linear_residual_add_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<1, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R2 linear_residual_add_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<2, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R4 linear_residual_add_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<4, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R8 linear_residual_add_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                      const bf16* __restrict__ bias, const float* __restrict__ h,
+                                      float* __restrict__ h_out, unsigned rows, unsigned k,
+                                      unsigned n_out) {
+    gemv_stream<8, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+}
+
+GEMV_STREAM_R1 add_norm_lm_head_r1(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R2 add_norm_lm_head_r2(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R4 add_norm_lm_head_r4(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
+
+GEMV_STREAM_R8 add_norm_lm_head_r8(const float* __restrict__ h, const bf16* __restrict__ d,
+                                   const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   unsigned vocab, float eps) {
+    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+}
