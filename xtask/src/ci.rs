@@ -79,7 +79,8 @@ pub const STEPS: &[Step] = &[
     },
     // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
     // by launch beside their twins on a small model: the CUDA routings byte-identical, every
-    // kernel identical to its twin or within a known rounding difference (emu::report).
+    // kernel identical to its twin or within a known rounding difference (emu::report); the
+    // wide Llama's dots span two segments, so its programs run gemv's split-K launches.
     Step {
         name: "emu parity (CUDA on the host)",
         cargo: &[
@@ -88,7 +89,7 @@ pub const STEPS: &[Step] = &[
             "--backend",
             "emu",
             "--only",
-            "tiny-qwen3",
+            "tiny-qwen3,tiny-llama-wide",
             "--max-batch",
             "2",
             "--tokens",

@@ -32,6 +32,12 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          block) instead of the streaming ones (a capped grid of persistent blocks per row \
          tile): kept for A/B timing; same plans, same logits",
     ),
+    (
+        "gemv_unsplit",
+        "every streaming gemv launch unsplit: no split-K over grid.z for launches with few \
+         blocks (each dot's segment sums merged in order by the last split): kept for A/B \
+         timing; same plans, same logits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

@@ -332,21 +332,43 @@ __device__ __forceinline__ float dot8(uint4 xbits, uint4 wbits, float acc) {
     return acc;
 }
 
-// Lane `lane`'s part of dot(x, w) over k elements, in gemv's order: the 8-element chunks
-// c ≡ lane (mod 32) in increasing order, elements past k read as +0 (gemv stages zeros there
-// and loads zero weights), 16-byte loads when a pointer is 16-byte aligned (the scalar path
-// gives the same bits). warp_sum of it is, bit for bit, the dot `gemv::lm_head` stores for the
-// same x row and weight row.
-__device__ __forceinline__ float lane_dot(const bf16* __restrict__ x, const bf16* __restrict__ w,
+// The dot order of every projection (gemv::*, moe::*), in segments of DOT_SEG elements: within
+// segment s (elements [s·DOT_SEG, (s + 1)·DOT_SEG)) lane l accumulates with fma, in element
+// order, the 8-element chunks c ≡ l (mod 32) of the segment in increasing order, from +0; the
+// butterfly `warp_sum` gives the segment's sum; the dot is the segment sums added in increasing
+// order, the first one as it is (`dot_fold`). Elements past k read as +0; a segment starting at
+// or past k does not exist. So a dot's order depends only on k, and a dot split across blocks
+// at segment boundaries (gemv's split-K: each block's segment sums, merged in segment order)
+// has the bits of the dot one warp computes whole.
+#define DOT_SEG 1024u
+#define DOT_SEG_LANE_CHUNKS 4u // DOT_SEG / 8 / 32: chunks of 8 per lane per segment
+
+// The running dot after segment `seg`'s sum s: s itself for the first segment, else total + s.
+__device__ __forceinline__ float dot_fold(float total, float s, unsigned seg) {
+    return seg == 0u ? s : __fadd_rn(total, s);
+}
+
+// dot(x, w) over k elements by one warp (every lane returns the same bits), in the segment
+// order above: 16-byte loads when a pointer is 16-byte aligned (the scalar path gives the same
+// bits). It is, bit for bit, the dot `gemv::lm_head` stores for the same x row and weight row.
+__device__ __forceinline__ float warp_dot(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                           unsigned k, unsigned lane) {
     const bool xv = aligned16(x);
     const bool wv = aligned16(w);
-    float acc = 0.0f;
-    for (unsigned i0 = lane * 8u; i0 < k; i0 += 256u) {
-        const unsigned valid = min(8u, k - i0);
-        acc = dot8(load8_bits(x + i0, valid, xv), load8_bits(w + i0, valid, wv), acc);
+    float total = 0.0f;
+    for (unsigned seg = 0; seg * DOT_SEG < k; ++seg) {
+        float acc = 0.0f;
+#pragma unroll
+        for (unsigned j = 0; j < DOT_SEG_LANE_CHUNKS; ++j) {
+            const unsigned i0 = seg * DOT_SEG + (j * 32u + lane) * 8u;
+            if (i0 < k) {
+                const unsigned valid = min(8u, k - i0);
+                acc = dot8(load8_bits(x + i0, valid, xv), load8_bits(w + i0, valid, wv), acc);
+            }
+        }
+        total = dot_fold(total, warp_sum(acc), seg);
     }
-    return acc;
+    return total;
 }
 
 // ---- Qwen3-Next values ---------------------------------------------------------------------

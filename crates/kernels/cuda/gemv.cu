@@ -253,9 +253,11 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
         for (unsigned n = 0; n < NW; ++n) {
             vec[n] = aligned16(wrow[n]);
         }
-        float acc[NW][RT];
+        float acc[NW][RT]; // this dot segment's lane partials
+        float tot[NW];     // lane rr: row rr's dot so far (`dot_fold` of the segment sums)
 #pragma unroll
         for (unsigned n = 0; n < NW; ++n) {
+            tot[n] = 0.0f;
 #pragma unroll
             for (unsigned rr = 0; rr < RT; ++rr) {
                 acc[n][rr] = 0.0f;
@@ -307,20 +309,27 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
                             }
                         }
                     }
+                    // The end of a dot segment (DOT_SEG, common.cuh) that exists: fold it in.
+                    const unsigned ds_base = seg_base + (j - (DOT_SEG_LANE_CHUNKS - 1u)) * 256u;
+                    if (j % DOT_SEG_LANE_CHUNKS == DOT_SEG_LANE_CHUNKS - 1u && ds_base < k) {
+#pragma unroll
+                        for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+                            for (unsigned rr = 0; rr < RT; ++rr) {
+                                const float seg_sum = warp_sum(acc[n][rr]);
+                                acc[n][rr] = 0.0f;
+                                if (lane == rr) {
+                                    tot[n] = dot_fold(tot[n], seg_sum, ds_base / DOT_SEG);
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
-        // Epilogue: lane rr stores row rr (every lane holds every sum after the butterfly).
-#pragma unroll
-        for (unsigned rr = 0; rr < RT; ++rr) {
-            float s[NW];
-#pragma unroll
-            for (unsigned n = 0; n < NW; ++n) {
-                s[n] = warp_sum(acc[n][rr]);
-            }
-            if (active && lane == rr && rr < nrows) {
-                map.store(r0 + rr, f, s);
-            }
+        // Epilogue: lane rr stores row rr.
+        if (active && lane < nrows) {
+            map.store(r0 + lane, f, tot);
         }
     }
 }
@@ -349,7 +358,7 @@ __device__ __forceinline__ void gemv_rows(const Src& src, const Map& map, unsign
 
 template <unsigned NW, class Src, class Map>
 __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigned rows, unsigned k,
-                                         unsigned features) {
+                                         unsigned features, float*) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
     pdl_wait();
@@ -524,33 +533,53 @@ __device__ __forceinline__ void stream_prologue(const XNormRows& src, unsigned r
     }
 }
 
-// One tile's weights: feature f's NW rows, chunks j = 0..TC-1 of group g (global chunk
-// g·TC·32 + j·32 + lane), +0 past k or for an inactive warp.
+// One tile's weights: feature f's NW rows, chunks j = 0..TC-1 of tile g of the k range
+// [kb, ke) (element kb + (g·TC·32 + j·32 + lane)·8), +0 at or past ke or for an inactive warp.
 template <unsigned NW, unsigned TC, class Map>
 __device__ __forceinline__ void stream_load(const Map& map, bool active, unsigned f,
-                                            unsigned g, unsigned k, unsigned lane,
-                                            uint4 (&wbits)[NW][TC]) {
+                                            unsigned g, unsigned kb, unsigned ke, unsigned k,
+                                            unsigned lane, uint4 (&wbits)[NW][TC]) {
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     const bf16* wrow[NW];
     map.rows(active ? f : 0u, k, wrow);
 #pragma unroll
     for (unsigned j = 0; j < TC; ++j) {
-        const unsigned i0 = (g * TC * 32u + j * 32u + lane) * 8u;
+        const unsigned i0 = kb + (g * TC * 32u + j * 32u + lane) * 8u;
 #pragma unroll
         for (unsigned n = 0; n < NW; ++n) {
-            wbits[n][j] = (active && i0 < k)
-                              ? load8_bits(wrow[n] + i0, min(8u, k - i0), aligned16(wrow[n]))
+            wbits[n][j] = (active && i0 < ke)
+                              ? load8_bits(wrow[n] + i0, min(8u, ke - i0), aligned16(wrow[n]))
                               : zero;
         }
     }
 }
 
+// ---- split-K -------------------------------------------------------------------------------
+//
+// A streaming launch with grid.z = S > 1 splits each dot's DOT_SEG segments (common.cuh) into
+// S contiguous ranges of ⌈segments / S⌉, one per grid.z index (an index with no segment does
+// nothing). Each warp stores every segment sum it computes to the scratch's partials, then
+// counts in on its (row group, feature) counter; the last of the splits to count in reads the
+// feature's segment sums back in segment order, folds them (`dot_fold`) and runs the store
+// epilogue — the bits of the unsplit dot, whichever split arrives last — and sets the counter
+// back to zero. Scratch (f32 words, `kernels::gemv::split` in model-layers): GEMV_SPLIT_COUNTERS
+// u32 counters [row group][feature], then the partials [segment][weight row][row][feature].
+#define GEMV_SPLIT_COUNTERS 4352u
+
+__device__ __forceinline__ float* split_partial(float* scratch, unsigned seg, unsigned n,
+                                                unsigned nw, unsigned r, unsigned rows,
+                                                unsigned f, unsigned features) {
+    return scratch + GEMV_SPLIT_COUNTERS +
+           (((unsigned long long)seg * nw + n) * rows + r) * features + f;
+}
+
 template <unsigned RT, unsigned NW, class Src, class Map>
 __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsigned rows,
-                                            unsigned k, unsigned features) {
+                                            unsigned k, unsigned features, float* scratch) {
     constexpr unsigned TC = GEMV_STREAM_CHUNKS / NW; // chunks per lane and weight row per tile
     constexpr unsigned GE = TC * 256u;               // k elements per tile
     constexpr unsigned SPAN = GEMV_STREAM_STAGE / RT; // staged elements per row (a multiple of GE)
+    static_assert(TC % DOT_SEG_LANE_CHUNKS == 0u, "a tile holds whole dot segments");
     __shared__ __align__(16) bf16 xs[GEMV_STREAM_STAGE];
     __shared__ float inv[RT];
     const unsigned lane = threadIdx.x & 31u;
@@ -558,45 +587,58 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
     const unsigned gw = blockIdx.y * warps + (threadIdx.x >> 5); // this warp in the grid
     const unsigned tw = gridDim.y * warps;                       // warps per row group
     const unsigned r0 = blockIdx.x * RT;
-    const unsigned groups = (k + GE - 1u) / GE;        // tiles per feature
-    const unsigned spans = (k + SPAN - 1u) / SPAN;
+    // This block's k range [kb, ke): whole dot segments, all of k when unsplit.
+    const unsigned segments = (k + DOT_SEG - 1u) / DOT_SEG;
+    const bool split = gridDim.z > 1u && scratch != nullptr;
+    const unsigned seg_per = split ? (segments + gridDim.z - 1u) / gridDim.z : segments;
+    const unsigned live_splits = split && seg_per > 0u ? (segments + seg_per - 1u) / seg_per : 1u;
+    const unsigned seg0 = split ? blockIdx.z * seg_per : 0u;
+    const unsigned kb = min(k, seg0 * DOT_SEG);
+    const unsigned ke = split ? min(k, (seg0 + seg_per) * DOT_SEG) : k;
+    const unsigned len = ke - kb;
+    const unsigned groups = (len + GE - 1u) / GE;       // tiles per feature
+    const unsigned spans = (len + SPAN - 1u) / SPAN;
     constexpr unsigned per_span = SPAN / GE;            // tiles per staged span
     const unsigned rounds = (features + tw - 1u) / tw;  // features per warp (block-uniform)
 
     // The first tile's weights are in flight before the wait (no launch writes them).
     uint4 cur[NW][TC];
-    stream_load<NW, TC>(map, gw < features, gw, 0u, k, lane, cur);
+    stream_load<NW, TC>(map, gw < features && len > 0u, gw, 0u, kb, ke, k, lane, cur);
     pdl_wait();
     pdl_launch_dependents(); // the next launch's prologue may start; our writes stay ordered
-    if (r0 >= rows || k == 0u || features == 0u) {
-        return; // the whole block: nothing to do
+    if (r0 >= rows || k == 0u || features == 0u || len == 0u ||
+        (gridDim.z > 1u && blockIdx.z > 0u && !split)) {
+        return; // the whole block: nothing to do (an empty split; a split without scratch
+                // leaves it to grid.z index 0, which then runs unsplit)
     }
     const unsigned nrows = min(RT, rows - r0);
     stream_prologue(src, r0, nrows, k, inv, reinterpret_cast<float*>(xs));
     const bool sum_block = blockIdx.y == 0u;
 
-    float acc[NW][RT];
+    float acc[NW][RT]; // this dot segment's lane partials
+    float tot[NW];     // unsplit, lane rr: row rr's dot so far (`dot_fold` of the segment sums)
 #pragma unroll
     for (unsigned n = 0; n < NW; ++n) {
+        tot[n] = 0.0f;
 #pragma unroll
         for (unsigned rr = 0; rr < RT; ++rr) {
             acc[n][rr] = 0.0f;
         }
     }
-    // Tile (round, g): feature gw + round·tw, k elements [g·GE, (g + 1)·GE).
+    // Tile (round, g): feature gw + round·tw, k elements kb + [g·GE, (g + 1)·GE).
     for (unsigned round = 0, g = 0; round < rounds;) {
         const unsigned f = gw + round * tw;
         const unsigned span = g / per_span;
         if (g % per_span == 0u && (round == 0u || spans > 1u)) {
-            // Stage span `span` of every row (once per block when k fits the stage).
+            // Stage span `span` of every row (once per block when the range fits the stage).
             __syncthreads(); // inv is written; the previous span's readers are done
-            const unsigned base = span * SPAN;
+            const unsigned base = kb + span * SPAN;
             constexpr unsigned chunks = SPAN / 8u;
             for (unsigned idx = threadIdx.x; idx < RT * chunks; idx += blockDim.x) {
                 const unsigned rr = idx / chunks;
                 const unsigned i0 = base + (idx % chunks) * 8u;
                 uint4 bits = make_uint4(0u, 0u, 0u, 0u);
-                if (rr < nrows && i0 < k) {
+                if (rr < nrows && i0 < ke) {
                     bits = stage8(src, rr, r0 + rr, i0, k, sum_block && round == 0u, inv);
                 }
                 *reinterpret_cast<uint4*>(&xs[rr * SPAN + (idx % chunks) * 8u]) = bits;
@@ -609,15 +651,15 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
         const unsigned round_next = last_tile ? round + 1u : round;
         const unsigned f_next = gw + round_next * tw;
         uint4 nxt[NW][TC];
-        stream_load<NW, TC>(map, round_next < rounds && f_next < features, f_next, g_next, k,
-                            lane, nxt);
+        stream_load<NW, TC>(map, round_next < rounds && f_next < features, f_next, g_next, kb,
+                            ke, k, lane, nxt);
         const bool active = f < features;
         if (active) {
 #pragma unroll
             for (unsigned j = 0; j < TC; ++j) {
-                const unsigned i0 = (g * TC * 32u + j * 32u + lane) * 8u;
-                if (i0 < k) {
-                    const unsigned local = i0 - span * SPAN;
+                const unsigned local = (g * TC * 32u + j * 32u + lane) * 8u;
+                if (kb + local < ke) {
+                    const unsigned at = local - span * SPAN;
                     float wf[NW][8];
 #pragma unroll
                     for (unsigned n = 0; n < NW; ++n) {
@@ -626,7 +668,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
 #pragma unroll
                     for (unsigned rr = 0; rr < RT; ++rr) {
                         float xf[8];
-                        widen8(*reinterpret_cast<const uint4*>(&xs[rr * SPAN + local]), xf);
+                        widen8(*reinterpret_cast<const uint4*>(&xs[rr * SPAN + at]), xf);
 #pragma unroll
                         for (unsigned n = 0; n < NW; ++n) {
 #pragma unroll
@@ -636,20 +678,66 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
                         }
                     }
                 }
+                // The end of a dot segment that exists: fold it in, or store it when split.
+                const unsigned ds_base =
+                    kb + (g * TC + j - (DOT_SEG_LANE_CHUNKS - 1u)) * 256u;
+                if (j % DOT_SEG_LANE_CHUNKS == DOT_SEG_LANE_CHUNKS - 1u && ds_base < ke) {
+                    const unsigned ds = ds_base / DOT_SEG;
+#pragma unroll
+                    for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+                        for (unsigned rr = 0; rr < RT; ++rr) {
+                            const float seg_sum = warp_sum(acc[n][rr]);
+                            acc[n][rr] = 0.0f;
+                            if (lane != rr) {
+                                // every lane holds the sum; lane rr keeps or stores row rr's
+                            } else if (!split) {
+                                tot[n] = dot_fold(tot[n], seg_sum, ds);
+                            } else if (rr < nrows) {
+                                *split_partial(scratch, ds, n, NW, r0 + rr, rows, f, features) =
+                                    seg_sum;
+                            }
+                        }
+                    }
+                }
             }
         }
-        if (last_tile) {
-            // Epilogue: lane rr stores row rr (every lane holds every sum after the butterfly).
+        if (last_tile && active && !split) {
+            // Epilogue: lane rr stores row rr.
+            if (lane < nrows) {
+                map.store(r0 + lane, f, tot);
+            }
+        } else if (last_tile && active) {
+            // Split: count in; the last split to arrive merges the feature's segment sums.
+            unsigned* counter = reinterpret_cast<unsigned*>(scratch) +
+                                (unsigned long long)blockIdx.x * features + f;
+            __threadfence(); // this warp's segment sums are visible device-wide before it counts
+            __syncwarp();
+            unsigned arrived = 0u;
+            if (lane == 0u) {
+                arrived = atomicAdd(counter, 1u);
+            }
+            arrived = __shfl_sync(SOLDER_FULL_MASK, arrived, 0);
+            if (arrived + 1u == live_splits) {
+                __threadfence();
+                if (lane < nrows) {
+                    float s[NW];
 #pragma unroll
-            for (unsigned rr = 0; rr < RT; ++rr) {
-                float s[NW];
-#pragma unroll
-                for (unsigned n = 0; n < NW; ++n) {
-                    s[n] = warp_sum(acc[n][rr]);
-                    acc[n][rr] = 0.0f;
+                    for (unsigned n = 0; n < NW; ++n) {
+                        float t = 0.0f;
+                        for (unsigned ds = 0; ds < segments; ++ds) {
+                            t = dot_fold(
+                                t,
+                                __ldcg(split_partial(scratch, ds, n, NW, r0 + lane, rows, f,
+                                                     features)),
+                                ds);
+                        }
+                        s[n] = t;
+                    }
+                    map.store(r0 + lane, f, s);
                 }
-                if (active && lane == rr && rr < nrows) {
-                    map.store(r0 + rr, f, s);
+                if (lane == 0u) {
+                    *counter = 0u; // zero again for the next launch
                 }
             }
         }
@@ -672,14 +760,15 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
 // x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].
 GEMV_KERNEL linear(const bf16* __restrict__ x, const bf16* __restrict__ w,
                    const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows, unsigned k,
-                   unsigned n_out) {
-    gemv_run<1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+                   unsigned n_out, float* __restrict__ scratch) {
+    gemv_run<1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out, scratch);
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab].
 GEMV_KERNEL lm_head(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
-    gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                    float* __restrict__ scratch) {
+    gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
 }
 
 // ---- fused kernels -------------------------------------------------------------------------
@@ -688,9 +777,9 @@ GEMV_KERNEL lm_head(const bf16* __restrict__ x, const bf16* __restrict__ w,
 GEMV_KERNEL norm_linear(const float* __restrict__ h, const bf16* __restrict__ wn,
                         const bf16* __restrict__ w, const bf16* __restrict__ bias,
                         bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
-                        float eps) {
+                        float eps, float* __restrict__ scratch) {
     gemv_run<1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                n_out);
+                n_out, scratch);
 }
 
 // The q, k and v projections of one row set: x bf16[rows·k] → q, k_out, v.
@@ -698,9 +787,10 @@ GEMV_KERNEL qkv(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                 const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                 const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                 const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+                bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                float* __restrict__ scratch) {
     gemv_run<1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                nq + 2u * nkv);
+                nq + 2u * nkv, scratch);
 }
 
 // RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
@@ -709,9 +799,11 @@ GEMV_KERNEL norm_qkv(const float* __restrict__ h, const bf16* __restrict__ wn,
                      const bf16* __restrict__ wk, const bf16* __restrict__ bk,
                      const bf16* __restrict__ wv, const bf16* __restrict__ bv,
                      bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                     unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                     unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                     float* __restrict__ scratch) {
     gemv_run<1>(XNormRows{h, nullptr, wn, nullptr, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 // h f32 + d bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `qkv`.
@@ -721,26 +813,28 @@ GEMV_KERNEL add_norm_qkv(const float* __restrict__ h, const bf16* __restrict__ d
                          const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                          const bf16* __restrict__ bv, float* __restrict__ h_out,
                          bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                         unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                         unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                         float* __restrict__ scratch) {
     gemv_run<1>(XNormRows{h, d, wn, h_out, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then
 // act bf16[rows·inter] = silu(gate) · up.
 GEMV_KERNEL gate_up_silu(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                          const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
-                         unsigned k, unsigned inter) {
-    gemv_run<2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                         unsigned k, unsigned inter, float* __restrict__ scratch) {
+    gemv_run<2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter, scratch);
 }
 
 // RMSNorm of h f32[rows·k] (weight wn) then `gate_up_silu`.
 GEMV_KERNEL norm_gate_up_silu(const float* __restrict__ h, const bf16* __restrict__ wn,
                               const bf16* __restrict__ wg, const bf16* __restrict__ wu,
                               bf16* __restrict__ act, unsigned rows, unsigned k, unsigned inter,
-                              float eps) {
+                              float eps, float* __restrict__ scratch) {
     gemv_run<2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                inter);
+                inter, scratch);
 }
 
 // h f32 + o bf16 (→ h_out f32, optional), RMSNorm (weight wn), then `gate_up_silu`.
@@ -748,24 +842,26 @@ GEMV_KERNEL add_norm_gate_up_silu(const float* __restrict__ h, const bf16* __res
                                   const bf16* __restrict__ wn, const bf16* __restrict__ wg,
                                   const bf16* __restrict__ wu, float* __restrict__ h_out,
                                   bf16* __restrict__ act, unsigned rows, unsigned k,
-                                  unsigned inter, float eps) {
-    gemv_run<2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                                  unsigned inter, float eps, float* __restrict__ scratch) {
+    gemv_run<2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter,
+                scratch);
 }
 
 // `linear` of x bf16[rows·k], then h_out f32[rows·n_out] = h f32 + the bf16 projection.
 GEMV_KERNEL linear_residual_add(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                 const bf16* __restrict__ bias, const float* __restrict__ h,
                                 float* __restrict__ h_out, unsigned rows, unsigned k,
-                                unsigned n_out) {
-    gemv_run<1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+                                unsigned n_out, float* __restrict__ scratch) {
+    gemv_run<1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
 }
 
 // h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
 GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict__ d,
                              const bf16* __restrict__ wn, const bf16* __restrict__ w,
                              float* __restrict__ logits, unsigned rows, unsigned k,
-                             unsigned vocab, float eps) {
-    gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                             unsigned vocab, float eps, float* __restrict__ scratch) {
+    gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab,
+                scratch);
 }
 
 // ---- q/k/v with the head epilogue (rope, optional qk-norm, the KV write) --------------------
@@ -860,114 +956,122 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
 
 GEMV_STREAM_R1 linear_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
-                         unsigned k, unsigned n_out) {
-    gemv_stream<1, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+                         unsigned k, unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<1, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R2 linear_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
-                         unsigned k, unsigned n_out) {
-    gemv_stream<2, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+                         unsigned k, unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<2, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R4 linear_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
-                         unsigned k, unsigned n_out) {
-    gemv_stream<4, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+                         unsigned k, unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<4, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R8 linear_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
-                         unsigned k, unsigned n_out) {
-    gemv_stream<8, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out);
+                         unsigned k, unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<8, 1>(XRows{x}, MapLinear{w, bias, y, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R1 lm_head_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
-    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ scratch) {
+    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R2 lm_head_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
-    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ scratch) {
+    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R4 lm_head_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
-    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ scratch) {
+    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R8 lm_head_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab) {
-    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ scratch) {
+    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R1 norm_linear_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
                               const bf16* __restrict__ w, const bf16* __restrict__ bias,
                               bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
-                              float eps) {
+                              float eps, float* __restrict__ scratch) {
     gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                n_out);
+                n_out, scratch);
 }
 
 GEMV_STREAM_R2 norm_linear_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
                               const bf16* __restrict__ w, const bf16* __restrict__ bias,
                               bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
-                              float eps) {
+                              float eps, float* __restrict__ scratch) {
     gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                n_out);
+                n_out, scratch);
 }
 
 GEMV_STREAM_R4 norm_linear_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
                               const bf16* __restrict__ w, const bf16* __restrict__ bias,
                               bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
-                              float eps) {
+                              float eps, float* __restrict__ scratch) {
     gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                n_out);
+                n_out, scratch);
 }
 
 GEMV_STREAM_R8 norm_linear_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
                               const bf16* __restrict__ w, const bf16* __restrict__ bias,
                               bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out,
-                              float eps) {
+                              float eps, float* __restrict__ scratch) {
     gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps}, MapLinear{w, bias, y, n_out}, rows, k,
-                n_out);
+                n_out, scratch);
 }
 
 GEMV_STREAM_R1 qkv_r1(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                       const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                       const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                       const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                      float* __restrict__ scratch) {
     gemv_stream<1, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                nq + 2u * nkv);
+                nq + 2u * nkv, scratch);
 }
 
 GEMV_STREAM_R2 qkv_r2(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                       const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                       const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                       const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                      float* __restrict__ scratch) {
     gemv_stream<2, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                nq + 2u * nkv);
+                nq + 2u * nkv, scratch);
 }
 
 GEMV_STREAM_R4 qkv_r4(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                       const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                       const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                       const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                      float* __restrict__ scratch) {
     gemv_stream<4, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                nq + 2u * nkv);
+                nq + 2u * nkv, scratch);
 }
 
 GEMV_STREAM_R8 qkv_r8(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                       const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                       const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                       const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
-                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+                      bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                      float* __restrict__ scratch) {
     gemv_stream<8, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
-                nq + 2u * nkv);
+                nq + 2u * nkv, scratch);
 }
 
 GEMV_STREAM_R1 norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
@@ -975,9 +1079,11 @@ GEMV_STREAM_R1 norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__
                            const bf16* __restrict__ wk, const bf16* __restrict__ bk,
                            const bf16* __restrict__ wv, const bf16* __restrict__ bv,
                            bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                           float* __restrict__ scratch) {
     gemv_stream<1, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R2 norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
@@ -985,9 +1091,11 @@ GEMV_STREAM_R2 norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__
                            const bf16* __restrict__ wk, const bf16* __restrict__ bk,
                            const bf16* __restrict__ wv, const bf16* __restrict__ bv,
                            bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                           float* __restrict__ scratch) {
     gemv_stream<2, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R4 norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
@@ -995,9 +1103,11 @@ GEMV_STREAM_R4 norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__
                            const bf16* __restrict__ wk, const bf16* __restrict__ bk,
                            const bf16* __restrict__ wv, const bf16* __restrict__ bv,
                            bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                           float* __restrict__ scratch) {
     gemv_stream<4, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R8 norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
@@ -1005,9 +1115,11 @@ GEMV_STREAM_R8 norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__
                            const bf16* __restrict__ wk, const bf16* __restrict__ bk,
                            const bf16* __restrict__ wv, const bf16* __restrict__ bv,
                            bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                           unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                           float* __restrict__ scratch) {
     gemv_stream<8, 1>(XNormRows{h, nullptr, wn, nullptr, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R1 add_norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ d,
@@ -1016,9 +1128,11 @@ GEMV_STREAM_R1 add_norm_qkv_r1(const float* __restrict__ h, const bf16* __restri
                                const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                                const bf16* __restrict__ bv, float* __restrict__ h_out,
                                bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                               float* __restrict__ scratch) {
     gemv_stream<1, 1>(XNormRows{h, d, wn, h_out, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R2 add_norm_qkv_r2(const float* __restrict__ h, const bf16* __restrict__ d,
@@ -1027,9 +1141,11 @@ GEMV_STREAM_R2 add_norm_qkv_r2(const float* __restrict__ h, const bf16* __restri
                                const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                                const bf16* __restrict__ bv, float* __restrict__ h_out,
                                bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                               float* __restrict__ scratch) {
     gemv_stream<2, 1>(XNormRows{h, d, wn, h_out, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R4 add_norm_qkv_r4(const float* __restrict__ h, const bf16* __restrict__ d,
@@ -1038,9 +1154,11 @@ GEMV_STREAM_R4 add_norm_qkv_r4(const float* __restrict__ h, const bf16* __restri
                                const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                                const bf16* __restrict__ bv, float* __restrict__ h_out,
                                bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                               float* __restrict__ scratch) {
     gemv_stream<4, 1>(XNormRows{h, d, wn, h_out, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R8 add_norm_qkv_r8(const float* __restrict__ h, const bf16* __restrict__ d,
@@ -1049,151 +1167,161 @@ GEMV_STREAM_R8 add_norm_qkv_r8(const float* __restrict__ h, const bf16* __restri
                                const bf16* __restrict__ bk, const bf16* __restrict__ wv,
                                const bf16* __restrict__ bv, float* __restrict__ h_out,
                                bf16* __restrict__ q, bf16* __restrict__ k_out, bf16* __restrict__ v,
-                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps) {
+                               unsigned rows, unsigned k, unsigned nq, unsigned nkv, float eps,
+                               float* __restrict__ scratch) {
     gemv_stream<8, 1>(XNormRows{h, d, wn, h_out, eps},
-                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv);
+                MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k, nq + 2u * nkv,
+                scratch);
 }
 
 GEMV_STREAM_R1 gate_up_silu_r1(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                                const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
-                               unsigned k, unsigned inter) {
-    gemv_stream<1, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                               unsigned k, unsigned inter, float* __restrict__ scratch) {
+    gemv_stream<1, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter, scratch);
 }
 
 GEMV_STREAM_R2 gate_up_silu_r2(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                                const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
-                               unsigned k, unsigned inter) {
-    gemv_stream<2, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                               unsigned k, unsigned inter, float* __restrict__ scratch) {
+    gemv_stream<2, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter, scratch);
 }
 
 GEMV_STREAM_R4 gate_up_silu_r4(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                                const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
-                               unsigned k, unsigned inter) {
-    gemv_stream<4, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                               unsigned k, unsigned inter, float* __restrict__ scratch) {
+    gemv_stream<4, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter, scratch);
 }
 
 GEMV_STREAM_R8 gate_up_silu_r8(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                                const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
-                               unsigned k, unsigned inter) {
-    gemv_stream<8, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                               unsigned k, unsigned inter, float* __restrict__ scratch) {
+    gemv_stream<8, 2>(XRows{x}, MapGateUp{wg, wu, act, inter}, rows, k, inter, scratch);
 }
 
 GEMV_STREAM_R1 norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
                                     const bf16* __restrict__ wg, const bf16* __restrict__ wu,
                                     bf16* __restrict__ act, unsigned rows, unsigned k,
-                                    unsigned inter, float eps) {
+                                    unsigned inter, float eps, float* __restrict__ scratch) {
     gemv_stream<1, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                inter);
+                inter, scratch);
 }
 
 GEMV_STREAM_R2 norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ wn,
                                     const bf16* __restrict__ wg, const bf16* __restrict__ wu,
                                     bf16* __restrict__ act, unsigned rows, unsigned k,
-                                    unsigned inter, float eps) {
+                                    unsigned inter, float eps, float* __restrict__ scratch) {
     gemv_stream<2, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                inter);
+                inter, scratch);
 }
 
 GEMV_STREAM_R4 norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ wn,
                                     const bf16* __restrict__ wg, const bf16* __restrict__ wu,
                                     bf16* __restrict__ act, unsigned rows, unsigned k,
-                                    unsigned inter, float eps) {
+                                    unsigned inter, float eps, float* __restrict__ scratch) {
     gemv_stream<4, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                inter);
+                inter, scratch);
 }
 
 GEMV_STREAM_R8 norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ wn,
                                     const bf16* __restrict__ wg, const bf16* __restrict__ wu,
                                     bf16* __restrict__ act, unsigned rows, unsigned k,
-                                    unsigned inter, float eps) {
+                                    unsigned inter, float eps, float* __restrict__ scratch) {
     gemv_stream<8, 2>(XNormRows{h, nullptr, wn, nullptr, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
-                inter);
+                inter, scratch);
 }
 
 GEMV_STREAM_R1 add_norm_gate_up_silu_r1(const float* __restrict__ h, const bf16* __restrict__ o,
                                         const bf16* __restrict__ wn, const bf16* __restrict__ wg,
                                         const bf16* __restrict__ wu, float* __restrict__ h_out,
                                         bf16* __restrict__ act, unsigned rows, unsigned k,
-                                        unsigned inter, float eps) {
-    gemv_stream<1, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                                        unsigned inter, float eps, float* __restrict__ scratch) {
+    gemv_stream<1, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                      inter, scratch);
 }
 
 GEMV_STREAM_R2 add_norm_gate_up_silu_r2(const float* __restrict__ h, const bf16* __restrict__ o,
                                         const bf16* __restrict__ wn, const bf16* __restrict__ wg,
                                         const bf16* __restrict__ wu, float* __restrict__ h_out,
                                         bf16* __restrict__ act, unsigned rows, unsigned k,
-                                        unsigned inter, float eps) {
-    gemv_stream<2, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                                        unsigned inter, float eps, float* __restrict__ scratch) {
+    gemv_stream<2, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                      inter, scratch);
 }
 
 GEMV_STREAM_R4 add_norm_gate_up_silu_r4(const float* __restrict__ h, const bf16* __restrict__ o,
                                         const bf16* __restrict__ wn, const bf16* __restrict__ wg,
                                         const bf16* __restrict__ wu, float* __restrict__ h_out,
                                         bf16* __restrict__ act, unsigned rows, unsigned k,
-                                        unsigned inter, float eps) {
-    gemv_stream<4, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                                        unsigned inter, float eps, float* __restrict__ scratch) {
+    gemv_stream<4, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                      inter, scratch);
 }
 
 GEMV_STREAM_R8 add_norm_gate_up_silu_r8(const float* __restrict__ h, const bf16* __restrict__ o,
                                         const bf16* __restrict__ wn, const bf16* __restrict__ wg,
                                         const bf16* __restrict__ wu, float* __restrict__ h_out,
                                         bf16* __restrict__ act, unsigned rows, unsigned k,
-                                        unsigned inter, float eps) {
-    gemv_stream<8, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k, inter);
+                                        unsigned inter, float eps, float* __restrict__ scratch) {
+    gemv_stream<8, 2>(XNormRows{h, o, wn, h_out, eps}, MapGateUp{wg, wu, act, inter}, rows, k,
+                      inter, scratch);
 }
 
 GEMV_STREAM_R1 linear_residual_add_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                       const bf16* __restrict__ bias, const float* __restrict__ h,
                                       float* __restrict__ h_out, unsigned rows, unsigned k,
-                                      unsigned n_out) {
-    gemv_stream<1, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+                                      unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<1, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R2 linear_residual_add_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                       const bf16* __restrict__ bias, const float* __restrict__ h,
                                       float* __restrict__ h_out, unsigned rows, unsigned k,
-                                      unsigned n_out) {
-    gemv_stream<2, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+                                      unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<2, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R4 linear_residual_add_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                       const bf16* __restrict__ bias, const float* __restrict__ h,
                                       float* __restrict__ h_out, unsigned rows, unsigned k,
-                                      unsigned n_out) {
-    gemv_stream<4, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+                                      unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<4, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R8 linear_residual_add_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                       const bf16* __restrict__ bias, const float* __restrict__ h,
                                       float* __restrict__ h_out, unsigned rows, unsigned k,
-                                      unsigned n_out) {
-    gemv_stream<8, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out);
+                                      unsigned n_out, float* __restrict__ scratch) {
+    gemv_stream<8, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
 }
 
 GEMV_STREAM_R1 add_norm_lm_head_r1(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
                                    float* __restrict__ logits, unsigned rows, unsigned k,
-                                   unsigned vocab, float eps) {
-    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                                   unsigned vocab, float eps, float* __restrict__ scratch) {
+    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+                      vocab, scratch);
 }
 
 GEMV_STREAM_R2 add_norm_lm_head_r2(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
                                    float* __restrict__ logits, unsigned rows, unsigned k,
-                                   unsigned vocab, float eps) {
-    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                                   unsigned vocab, float eps, float* __restrict__ scratch) {
+    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+                      vocab, scratch);
 }
 
 GEMV_STREAM_R4 add_norm_lm_head_r4(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
                                    float* __restrict__ logits, unsigned rows, unsigned k,
-                                   unsigned vocab, float eps) {
-    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                                   unsigned vocab, float eps, float* __restrict__ scratch) {
+    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+                      vocab, scratch);
 }
 
 GEMV_STREAM_R8 add_norm_lm_head_r8(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
                                    float* __restrict__ logits, unsigned rows, unsigned k,
-                                   unsigned vocab, float eps) {
-    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab);
+                                   unsigned vocab, float eps, float* __restrict__ scratch) {
+    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+                      vocab, scratch);
 }

@@ -14,7 +14,7 @@
 //    summing the row's picks in pick order;
 //  - combine_shared: elementwise.
 //
-// Every dot is `lane_dot` + `warp_sum` (common.cuh), gemv's order: so a router logit is
+// Every dot is in gemv's segment order (common.cuh `warp_dot`, DOT_SEG): so a router logit is
 // bit for bit what gemv::lm_head stores, and one pick's gate/up value is what gemv's
 // gate_up_silu would give on that expert's matrices.
 #include "common.cuh"
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_softmax(const float* __re
 }
 
 // The router projection of x bf16[rows·hidden] (w bf16[experts·hidden]) then `topk_softmax`,
-// the f32 logits kept in shared memory. Each logit is warp_sum(lane_dot(x row, w row)), the
+// the f32 logits kept in shared memory. Each logit is warp_dot(x row, w row), the
 // bits gemv::lm_head stores, and the routing is the same `route_row`: byte-identical to
 // gemv::lm_head followed by moe::topk_softmax.
 extern "C" __global__ void __launch_bounds__(256) router_topk(const bf16* __restrict__ x,
@@ -185,8 +185,7 @@ extern "C" __global__ void __launch_bounds__(256) router_topk(const bf16* __rest
         __syncthreads(); // the previous row's readers are done with route_probs
         const bf16* xr = x + (unsigned long long)r * hidden;
         for (unsigned e = warp; e < experts; e += warps) {
-            const float logit =
-                warp_sum(lane_dot(xr, w + (unsigned long long)e * hidden, hidden, lane));
+            const float logit = warp_dot(xr, w + (unsigned long long)e * hidden, hidden, lane);
             if (lane == 0) {
                 route_probs[e] = logit;
             }
@@ -243,18 +242,24 @@ extern "C" __global__ void __launch_bounds__(256) gate_up_silu(const bf16* __res
             const bool xv = aligned16(xr);
             const bool gv = aligned16(gr);
             const bool uv = aligned16(ur);
-            float ag = 0.0f;
-            float au = 0.0f;
-            for (unsigned i0 = lane * 8u; i0 < hidden; i0 += 256u) {
-                const unsigned n = min(8u, hidden - i0);
-                const uint4 xb = load8_bits(xr + i0, n, xv);
-                const uint4 gb = load8_bits(gr + i0, n, gv);
-                const uint4 ub = load8_bits(ur + i0, n, uv);
-                ag = dot8(xb, gb, ag);
-                au = dot8(xb, ub, au);
+            float sg = 0.0f;
+            float su = 0.0f;
+            for (unsigned seg = 0; seg * DOT_SEG < hidden; ++seg) {
+                float ag = 0.0f;
+                float au = 0.0f;
+#pragma unroll
+                for (unsigned j = 0; j < DOT_SEG_LANE_CHUNKS; ++j) {
+                    const unsigned i0 = seg * DOT_SEG + (j * 32u + lane) * 8u;
+                    if (i0 < hidden) {
+                        const unsigned n = min(8u, hidden - i0);
+                        const uint4 xb = load8_bits(xr + i0, n, xv);
+                        ag = dot8(xb, load8_bits(gr + i0, n, gv), ag);
+                        au = dot8(xb, load8_bits(ur + i0, n, uv), au);
+                    }
+                }
+                sg = dot_fold(sg, warp_sum(ag), seg);
+                su = dot_fold(su, warp_sum(au), seg);
             }
-            const float sg = warp_sum(ag);
-            const float su = warp_sum(au);
             if (lane == 0) {
                 *dst = silu_mul_value(linear_value(sg, nullptr, f), linear_value(su, nullptr, f));
             }
@@ -292,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(256) down(const bf16* __restrict__ 
                     continue;
                 }
                 const bf16* wr = wd + ((unsigned long long)id * hidden + o) * inter;
-                const float d = warp_sum(lane_dot(act + s * inter, wr, inter, lane));
+                const float d = warp_dot(act + s * inter, wr, inter, lane);
                 acc = __fadd_rn(acc, __fmul_rn(d, weights[s]));
             }
             if (lane == 0) {

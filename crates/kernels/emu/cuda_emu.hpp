@@ -385,6 +385,11 @@ template <class T> inline T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mas
     const unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % emu::kWarp;
     return emu::exchange(v, lane ^ static_cast<unsigned>(lane_mask));
 }
+// Every live lane of the warp meets here (an exchange of nothing): the warp-level barrier.
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+    const unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % emu::kWarp;
+    (void)emu::exchange(0u, lane);
+}
 template <class T> inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {
     if (width != 32) emu::fail("__shfl_sync with a width other than 32 is not emulated");
     return emu::exchange(v, static_cast<unsigned>(src_lane) % emu::kWarp);

@@ -138,6 +138,21 @@ impl Bindings<'_> {
         }
     }
 
+    /// `bytes` of the gemv split-K scratch slot of `stream` (`kernels::gemv::split`): each
+    /// stream has its own slot, so launches on concurrent streams never share counters. `None`
+    /// when the slot is missing or smaller (the launch then runs unsplit).
+    pub fn gemv_scratch(&self, stream: u8, bytes: usize) -> Option<Buf> {
+        let slot = self.layout.gemv_slot_bytes;
+        let at = stream as usize * slot;
+        if bytes > slot || at + slot > self.layout.gemv_scratch_bytes {
+            return None;
+        }
+        Some(Buf {
+            ptr: self.workspace.offset(self.layout.gemv_scratch_offset + at),
+            bytes,
+        })
+    }
+
     pub fn inv_freq(&self) -> Buf {
         Buf {
             ptr: self.weights.offset(self.layout.inv_freq_offset),

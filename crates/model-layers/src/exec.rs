@@ -323,9 +323,10 @@ impl CircuitExec {
         );
 
         let workspace = owned.alloc(backend, layout.workspace_bytes)?;
-        // The attention kernels' arrival counters (and the o-fold kernels', right after them)
-        // start at zero; each launch leaves them so.
-        let scratch_bytes = layout.attn_scratch_bytes + layout.o_scratch_bytes;
+        // The attention kernels' arrival counters (and the o-fold kernels' and gemv's split-K
+        // counters, right after them) start at zero; each launch leaves them so.
+        let scratch_bytes =
+            layout.attn_scratch_bytes + layout.o_scratch_bytes + layout.gemv_scratch_bytes;
         if scratch_bytes > 0 {
             backend.memset(
                 workspace.offset(layout.attn_scratch_offset),

@@ -1,5 +1,6 @@
 //! Where everything lives on the device: the workspace (metadata region — its fields are
-//! `meta::MetaLayout`'s —, logits, arena, attention scratch (and the o-fold scratch), and with a draft head the hidden
+//! `meta::MetaLayout`'s —, logits, arena, attention scratch (then the o-fold scratch and gemv's
+//! split-K scratch), and with a draft head the hidden
 //! rows it reads and writes), the weights (each slot, then
 //! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, their
 //! per-row snapshots and the backup a step saves them to).
@@ -7,7 +8,7 @@
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
 //! and is never moved; per-step values live only in the metadata region. The attention
-//! scratch's counters (and the o-fold scratch's) are zero between launches (zeroed once at
+//! scratch's counters (and the o-fold and split-K scratches') are zero between launches (zeroed once at
 //! build, reset by each attention launch's merging blocks).
 
 use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
@@ -45,6 +46,12 @@ pub struct Layout {
     /// it); zero bytes when no plan folds the o projection into attention.
     pub o_scratch_offset: usize,
     pub o_scratch_bytes: usize,
+    /// gemv's split-K scratch: one slot of `gemv_slot_bytes` (`kernels::gemv::split::slot_bytes`)
+    /// per stream of the plan with the most streams, right after the o-fold scratch (zeroed
+    /// with it: the slots' counters are zero between launches); zero bytes when nothing splits.
+    pub gemv_scratch_offset: usize,
+    pub gemv_slot_bytes: usize,
+    pub gemv_scratch_bytes: usize,
     /// The target's final hidden rows (`ModelOutput::Hidden`, read by the draft head as
     /// `ModelInput::Hidden`) and the draft head's own (`ModelOutput::DraftHidden`), bf16
     /// `[max_rows, hidden]` each, after the attention scratches; zero bytes without a draft head.
@@ -108,7 +115,16 @@ impl Layout {
         let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
         let o_scratch_offset = attn_scratch_offset + attn_scratch_bytes;
         let o_scratch_bytes = align(attn::fold::o_scratch_max(circuit, plans));
-        let hidden_offset = o_scratch_offset + o_scratch_bytes;
+        let gemv_scratch_offset = o_scratch_offset + o_scratch_bytes;
+        let streams = plans
+            .iter()
+            .map(|p| p.num_streams)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let gemv_slot_bytes = align(crate::kernels::gemv::split::slot_bytes(circuit, plans));
+        let gemv_scratch_bytes = streams * gemv_slot_bytes;
+        let hidden_offset = gemv_scratch_offset + gemv_scratch_bytes;
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
 
@@ -171,6 +187,9 @@ impl Layout {
             attn_scratch_bytes,
             o_scratch_offset,
             o_scratch_bytes,
+            gemv_scratch_offset,
+            gemv_slot_bytes,
+            gemv_scratch_bytes,
             hidden_offset,
             draft_hidden_offset,
             hidden_bytes,

@@ -442,3 +442,81 @@ fn gemv_entries_follow_the_rows_and_the_gemv_classic_lever() {
     let b = decode_all(&classic, &mut backend, &tokens);
     assert_same_bytes(&a, &b, "streaming vs gemv_classic");
 }
+
+/// Hidden 1088: every projection's dot spans two 1024-element segments.
+const WIDE_LLAMA: &str = r#"{
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 128,
+    "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+    "rope_theta": 10000.0, "hidden_act": "silu"
+}"#;
+
+#[test]
+fn few_block_projections_split_k_into_their_streams_slot_unless_gemv_unsplit() {
+    let mut backend = backend();
+    let split = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("gemv_unsplit", true).unwrap();
+    let unsplit = build(&mut backend, WIDE_LLAMA, policy, roomy_kv());
+    assert_eq!(
+        split.plans_digest(),
+        unsplit.plans_digest(),
+        "a launch shape, not a plan"
+    );
+    let layout = &split.layout;
+    assert!(
+        layout.gemv_slot_bytes > 0,
+        "a 2-segment dot needs a split-K slot"
+    );
+    let region = layout.gemv_scratch_offset..layout.gemv_scratch_offset + layout.gemv_scratch_bytes;
+    let at = |ptr: solder_gpu_runtime::DevicePtr| ptr.0 - split.workspace().0;
+    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 2), (Mode::Verify, 5)] {
+        let program = split.program(mode, rows).unwrap();
+        let mut splits = 0;
+        for step in &program.steps {
+            let ProgramStep::Launch {
+                name,
+                config,
+                args,
+                stream,
+                ..
+            } = step
+            else {
+                continue;
+            };
+            if !name.starts_with("gemv::") || *name == "gemv::qkv_rope_kv" {
+                continue;
+            }
+            match (config.grid[2], args.last()) {
+                (1, Some(solder_gpu_runtime::KernelArg::Null)) => {}
+                (z, Some(solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. })) if z > 1 => {
+                    splits += 1;
+                    let start = at(*ptr) as usize;
+                    let slot = region.start + *stream as usize * layout.gemv_slot_bytes;
+                    assert_eq!(start, slot, "{mode}:{rows} `{name}`: its stream's slot");
+                    assert!(start + bytes <= region.end, "{mode}:{rows} `{name}`");
+                }
+                other => panic!("{mode}:{rows} `{name}`: grid.z and scratch disagree: {other:?}"),
+            }
+        }
+        assert!(splits > 0, "{mode}:{rows}: no split launch");
+        let unsplit_program = unsplit.program(mode, rows).unwrap();
+        for step in &unsplit_program.steps {
+            match step {
+                ProgramStep::Launch { name, config, .. } if name.starts_with("gemv::") => {
+                    assert_eq!(
+                        config.grid[2], 1,
+                        "{mode}:{rows} `{name}` under gemv_unsplit"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    // The same bytes on the CPU (the twin computes each dot whole either way).
+    let tokens = prompt(11, split.config.vocab_size, 4);
+    let a = decode_all(&split, &mut backend, &tokens);
+    let b = decode_all(&unsplit, &mut backend, &tokens);
+    assert_same_bytes(&a, &b, "split-K vs gemv_unsplit");
+}

@@ -44,6 +44,7 @@ fn wrong_buffer_lengths_are_refused() {
             rows: 2,
             k: 32,
             n_out: 8,
+            scratch: None,
         }
         .launch(gemv::LINEAR),
         "expected 256",
@@ -62,6 +63,7 @@ fn wrong_buffer_lengths_are_refused() {
             rows: 2,
             k: 32,
             n_out: 8,
+            scratch: None,
         }
         .launch(gemv::LINEAR),
         "expected 8",
@@ -80,6 +82,7 @@ fn wrong_buffer_lengths_are_refused() {
             rows: 2,
             k: 32,
             n_out: 8,
+            scratch: None,
         }
         .launch(gemv::LINEAR),
         "expected 16",
@@ -98,6 +101,7 @@ fn wrong_buffer_lengths_are_refused() {
             rows: 2,
             k: 0,
             n_out: 8,
+            scratch: None,
         }
         .launch(gemv::LINEAR),
         "at least 1",
@@ -111,6 +115,7 @@ fn wrong_buffer_lengths_are_refused() {
             rows: u32::MAX,
             k: u32::MAX,
             n_out: u32::MAX,
+            scratch: None,
         }
         .launch(gemv::LINEAR),
         "",
@@ -130,18 +135,21 @@ fn wrong_argument_kinds_are_refused() {
         rows: 1,
         k: 32,
         n_out: 1,
+        scratch: None,
     }
     .launch(gemv::LINEAR);
-    launch.args.pop();
+    // Without n_out and the scratch, then n_out as an f32.
+    launch.args.truncate(6);
     refused(
         launch.clone(),
-        "launched with 6 arguments, the declaration has 7",
+        "launched with 6 arguments, the declaration has 8",
     );
     launch.args.push(solder_gpu_runtime::KernelArg::F32(1.0));
+    launch.args.push(solder_gpu_runtime::KernelArg::Null);
     refused(launch.clone(), "expected u32");
     let mut extra = launch.clone();
     extra.args.push(solder_gpu_runtime::KernelArg::U32(1));
-    refused(extra, "launched with 8 arguments");
+    refused(extra, "launched with 9 arguments");
     // A required buffer passed as null.
     let launch = gemv::LmHead {
         x: rd(&x),
@@ -150,11 +158,49 @@ fn wrong_argument_kinds_are_refused() {
         rows: 1,
         k: 32,
         vocab: 1,
+        scratch: None,
     }
     .launch(gemv::LM_HEAD);
     let mut nulled = launch.clone();
     nulled.args[1] = solder_gpu_runtime::KernelArg::Null;
     refused(nulled, "null");
+}
+
+#[test]
+fn a_split_launch_without_its_scratch_is_refused() {
+    let (x, w) = (vec![bf16::ONE; 2048], vec![bf16::ONE; 8 * 2048]);
+    let mut y = poison_bf16(8);
+    let args = gemv::Linear {
+        x: rd(&x),
+        w: rd(&w),
+        bias: None,
+        y: wr(&mut y),
+        rows: 1,
+        k: 2048,
+        n_out: 8,
+        scratch: None,
+    };
+    let mut config = gemv::stream_config(8, 1, 2048, gemv::RowTile::R1);
+    config.grid[2] = 2;
+    refused(
+        args.launch_with(gemv::LINEAR_STREAM[0], config),
+        "without its scratch",
+    );
+    // A scratch of the wrong length.
+    let mut short = poison_f32(gemv::split::COUNTERS + 2 * 8 - 1);
+    let err = refused(
+        gemv::Linear {
+            scratch: Some(wr(&mut short)),
+            ..args
+        }
+        .launch_with(gemv::LINEAR_STREAM[0], config),
+        "expected",
+    );
+    assert!(
+        matches!(err, GpuError::BadArgument { index: 7, .. }),
+        "{err:?}"
+    );
+    assert!(y.iter().all(|v| v.is_nan()), "nothing written");
 }
 
 #[test]

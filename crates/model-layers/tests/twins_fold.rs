@@ -115,6 +115,7 @@ impl Inputs {
             rows: s.rows as u32,
             k: in_features as u32,
             n_out: s.n_out as u32,
+            scratch: None,
         }
         .launch(gemv::LINEAR));
         let mut out = poison_f32(s.rows * s.n_out);

@@ -55,6 +55,7 @@ fn ref_linear(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, rows: usize, n: usi
         rows: rows as u32,
         k: k as u32,
         n_out: n as u32,
+        scratch: None,
     }
     .launch(gemv::LINEAR));
     y
@@ -70,6 +71,7 @@ fn ref_lm_head(x: &[bf16], w: &[bf16], rows: usize, vocab: usize) -> Vec<f32> {
         rows: rows as u32,
         k: k as u32,
         vocab: vocab as u32,
+        scratch: None,
     }
     .launch(gemv::LM_HEAD));
     y
@@ -173,6 +175,7 @@ fn qkv_family_matches_add_norm_and_three_linears() {
                 k: K as u32,
                 nq: NQ as u32,
                 nkv: NKV as u32,
+                scratch: None,
             }
             .launch(gemv::QKV));
             assert_same(&o, &p.reference(&x, rows), &format!("qkv {what}"));
@@ -196,6 +199,7 @@ fn qkv_family_matches_add_norm_and_three_linears() {
                 nq: NQ as u32,
                 nkv: NKV as u32,
                 eps: EPS,
+                scratch: None,
             }
             .launch(gemv::NORM_QKV));
             assert_same(
@@ -230,6 +234,7 @@ fn qkv_family_matches_add_norm_and_three_linears() {
                     nq: NQ as u32,
                     nkv: NKV as u32,
                     eps: EPS,
+                    scratch: None,
                 }
                 .launch(gemv::ADD_NORM_QKV));
                 assert_same(&o, &reference, &format!("add_norm_qkv {what} keep {keep}"));
@@ -277,6 +282,7 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
             rows: r32,
             k: k32,
             inter: i32_,
+            scratch: None,
         }
         .launch(gemv::GATE_UP_SILU));
         assert_eq!(
@@ -296,6 +302,7 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
             k: k32,
             inter: i32_,
             eps: EPS,
+            scratch: None,
         }
         .launch(gemv::NORM_GATE_UP_SILU));
         assert_eq!(
@@ -321,6 +328,7 @@ fn gate_up_silu_family_matches_two_linears_and_silu_mul() {
                 k: k32,
                 inter: i32_,
                 eps: EPS,
+                scratch: None,
             }
             .launch(gemv::ADD_NORM_GATE_UP_SILU));
             assert_eq!(
@@ -363,6 +371,7 @@ fn linear_epilogues_and_norm_prologues_match() {
                 rows: r32,
                 k: k32,
                 n_out: n32,
+                scratch: None,
             }
             .launch(gemv::LINEAR_RESIDUAL_ADD));
             let expected = ref_residual_add(
@@ -388,6 +397,7 @@ fn linear_epilogues_and_norm_prologues_match() {
                 k: k32,
                 n_out: n32,
                 eps: EPS,
+                scratch: None,
             }
             .launch(gemv::NORM_LINEAR));
             let expected = ref_linear(
@@ -426,6 +436,7 @@ fn add_norm_lm_head_and_add_rms_norm_match() {
             k: K as u32,
             vocab: VOCAB as u32,
             eps: EPS,
+            scratch: None,
         }
         .launch(gemv::ADD_NORM_LM_HEAD));
         assert_eq!(

@@ -295,6 +295,7 @@ fn qkv_rope_kv_matches_add_norm_qkv_then_the_head_kernels() {
                     nq: nq as u32,
                     nkv: nkv as u32,
                     eps: EPS,
+                    scratch: None,
                 }
                 .launch(gemv::ADD_NORM_QKV));
             } else {
@@ -315,6 +316,7 @@ fn qkv_rope_kv_matches_add_norm_qkv_then_the_head_kernels() {
                     nq: nq as u32,
                     nkv: nkv as u32,
                     eps: EPS,
+                    scratch: None,
                 }
                 .launch(gemv::NORM_QKV));
                 sum_ref.copy_from_slice(&h);

@@ -195,6 +195,7 @@ fn router_topk_equals_lm_head_then_topk_softmax() {
             rows: rows as u32,
             k: hidden as u32,
             vocab: experts as u32,
+            scratch: None,
         }
         .launch(gemv::LM_HEAD));
         for norm in [false, true] {
@@ -239,6 +240,7 @@ fn gate_up_silu_equals_the_dense_twin_per_pick() {
                     rows: 1,
                     k: HIDDEN as u32,
                     inter: INTER as u32,
+                    scratch: None,
                 }
                 .launch(gemv::GATE_UP_SILU));
                 let slot = r * m.k + j;

@@ -132,6 +132,7 @@ fn linear_and_lm_head_match_f64() {
         rows: rows as u32,
         k: k as u32,
         n_out: n as u32,
+        scratch: None,
     }
     .launch(gemv::LINEAR));
     assert_close(
@@ -149,6 +150,7 @@ fn linear_and_lm_head_match_f64() {
         rows: rows as u32,
         k: k as u32,
         vocab: n as u32,
+        scratch: None,
     }
     .launch(gemv::LM_HEAD));
     let got: Vec<f64> = logits.iter().map(|v| *v as f64).collect();
@@ -461,6 +463,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rows: r,
             k: k32,
             n_out: n as u32,
+            scratch: None,
         }
         .launch(gemv::LINEAR)
     });
@@ -475,6 +478,7 @@ fn results_do_not_depend_on_the_thread_count() {
             k: k32,
             n_out: n as u32,
             eps: 1e-6,
+            scratch: None,
         }
         .launch(gemv::NORM_LINEAR)
     });
@@ -487,6 +491,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rows: r,
             k: k32,
             inter: inter as u32,
+            scratch: None,
         }
         .launch(gemv::GATE_UP_SILU)
     });
@@ -500,6 +505,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rows: r,
             k: k32,
             n_out: n as u32,
+            scratch: None,
         }
         .launch(gemv::LINEAR_RESIDUAL_ADD)
     });
@@ -511,6 +517,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rows: r,
             k: k32,
             vocab: vocab as u32,
+            scratch: None,
         }
         .launch(gemv::LM_HEAD)
     });
@@ -522,6 +529,7 @@ fn results_do_not_depend_on_the_thread_count() {
             rows: 1,
             k: k32,
             vocab: vocab as u32,
+            scratch: None,
         }
         .launch(gemv::LM_HEAD)
     });
@@ -555,6 +563,7 @@ fn results_do_not_depend_on_the_thread_count() {
                 k: k32,
                 nq: nq as u32,
                 nkv: nkv as u32,
+                scratch: None,
             }
             .launch(gemv::QKV);
             run_threads(&launch, *t).unwrap();

@@ -125,16 +125,22 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
 }
 
 /// Builds what is stale and opens the emulation of every module. A parameter named
-/// `scratch` (attention's flash-decoding partials) is not compared in shadow mode: the twin
-/// attends in one pass and leaves it alone.
+/// `scratch` (attention's flash-decoding partials, gemv's split-K partials) is not compared in
+/// shadow mode, in a kernel or any variant entry of it: the twin computes in one pass and
+/// leaves it alone.
 pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
     let out = build(root, false)?;
     let mut emulation =
         Emulation::open(&out, solder_kernels::MODULES, mode).map_err(|e| e.to_string())?;
     for decl in solder_model_layers::kernels::registry() {
-        for (index, param) in decl.params.iter().enumerate() {
-            if param.name == "scratch" {
-                emulation.scratch_argument(decl.name, index);
+        let variants = solder_model_layers::kernels::variants()
+            .filter(|(_, base)| *base == decl.name)
+            .map(|(variant, _)| variant);
+        for name in std::iter::once(decl.name).chain(variants) {
+            for (index, param) in decl.params.iter().enumerate() {
+                if param.name == "scratch" {
+                    emulation.scratch_argument(name, index);
+                }
             }
         }
     }
@@ -180,3 +186,5 @@ mod tests;
 
 #[cfg(test)]
 mod tests_fold;
+#[cfg(test)]
+mod tests_split;

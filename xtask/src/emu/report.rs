@@ -15,7 +15,8 @@ use solder_gpu_runtime::cpu::emu::KernelParity;
 
 const DOT_ORDER: &str = "dot order: the twin sums 16 strided f32 lanes then a tree \
     (numerics::dot_f32_bf16), the CUDA kernel 32 lanes of 8-element chunks with fma then a \
-    butterfly (common.cuh lane_dot, gemv_block, warp_sum)";
+    butterfly per 1024-element segment, the segment sums in order (common.cuh warp_dot, \
+    gemv_block, gemv_stream)";
 const SQUARES_ORDER: &str = "sum-of-squares order: the twin sums x*x (multiply, then add) in 16 \
     strided lanes then a tree (numerics::sum_squares_*), the CUDA kernel fma in 32 lanes then a \
     butterfly (common.cuh warp_sum_squares)";

@@ -9,13 +9,13 @@ use solder_model_layers::kernels::add::{ResidualAdd, RESIDUAL_ADD};
 use solder_model_layers::kernels::gemv::{Linear, LmHead, LINEAR, LM_HEAD};
 use solder_model_layers::kernels::{Buf, Launch};
 
-fn upload(backend: &mut CpuBackend, bytes: &[u8]) -> Buf {
+pub(super) fn upload(backend: &mut CpuBackend, bytes: &[u8]) -> Buf {
     let ptr = backend.alloc(bytes.len()).unwrap();
     backend.copy_h2d(ptr, bytes).unwrap();
     Buf::new(ptr, bytes.len())
 }
 
-fn download(backend: &mut CpuBackend, ptr: DevicePtr, bytes: usize) -> Vec<u8> {
+pub(super) fn download(backend: &mut CpuBackend, ptr: DevicePtr, bytes: usize) -> Vec<u8> {
     let mut out = vec![0u8; bytes];
     backend.copy_d2h(ptr, &mut out).unwrap();
     out
@@ -27,7 +27,7 @@ fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
         .collect()
 }
 
-fn run(backend: &mut CpuBackend, launch: &Launch) {
+pub(super) fn run(backend: &mut CpuBackend, launch: &Launch) {
     let kernel = backend.kernel(launch.kernel).unwrap();
     let stream = backend.default_stream();
     backend
@@ -35,7 +35,7 @@ fn run(backend: &mut CpuBackend, launch: &Launch) {
         .unwrap();
 }
 
-fn emulated(mode: EmuMode, backend: &mut CpuBackend) {
+pub(super) fn emulated(mode: EmuMode, backend: &mut CpuBackend) {
     let emulation = super::emulation(&crate::workspace_root(), mode).unwrap();
     backend.set_emulation(Some(emulation));
 }
@@ -115,6 +115,7 @@ fn linear_equals_its_twin_with_and_without_bias_across_tiles() {
             rows,
             k,
             n_out,
+            scratch: None,
         }
         .launch(LINEAR);
         run(&mut backend, &launch);
@@ -155,27 +156,32 @@ fn a_twin_that_disagrees_is_reported_with_its_first_differing_element() {
     );
 }
 
-/// Dot of one row as the CUDA kernels order it (common.cuh `lane_dot` / `gemv_block`, then
-/// `warp_sum`): lane l accumulates the 8-element chunks c ≡ l (mod 32) with fma, then the
-/// butterfly over 16, 8, 4, 2, 1.
+/// Dot of one row as the CUDA kernels order it (common.cuh `warp_dot`, DOT_SEG): per segment
+/// of 1024 elements, lane l accumulates the segment's 8-element chunks c ≡ l (mod 32) with fma
+/// from +0, then the butterfly over 16, 8, 4, 2, 1; the segment sums are added in order, the
+/// first as it is.
 fn cuda_order_dot(x: &[bf16], w: &[bf16]) -> f32 {
-    let mut lanes = [0.0f32; 32];
-    for (lane, acc) in lanes.iter_mut().enumerate() {
-        let mut i0 = lane * 8;
-        while i0 < x.len() {
-            for i in i0..(i0 + 8).min(x.len()) {
-                *acc = x[i].to_f32().mul_add(w[i].to_f32(), *acc);
+    let mut total = 0.0f32;
+    for (seg, (xs, ws)) in x.chunks(1024).zip(w.chunks(1024)).enumerate() {
+        let mut lanes = [0.0f32; 32];
+        for (lane, acc) in lanes.iter_mut().enumerate() {
+            let mut i0 = lane * 8;
+            while i0 < xs.len() {
+                for i in i0..(i0 + 8).min(xs.len()) {
+                    *acc = xs[i].to_f32().mul_add(ws[i].to_f32(), *acc);
+                }
+                i0 += 256;
             }
-            i0 += 256;
         }
-    }
-    for m in [16, 8, 4, 2, 1] {
-        let old = lanes;
-        for (l, v) in lanes.iter_mut().enumerate() {
-            *v = old[l] + old[l ^ m];
+        for m in [16, 8, 4, 2, 1] {
+            let old = lanes;
+            for (l, v) in lanes.iter_mut().enumerate() {
+                *v = old[l] + old[l ^ m];
+            }
         }
+        total = if seg == 0 { lanes[0] } else { total + lanes[0] };
     }
-    lanes[0]
+    total
 }
 
 #[test]
@@ -190,55 +196,62 @@ fn linear_is_the_cuda_dot_order_which_is_not_the_twins() {
         state ^= state << 17;
         (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     };
-    let (rows, k, n_out) = (1u32, 160u32, 64u32);
-    let x: Vec<bf16> = (0..rows * k).map(|_| bf16::from_f32(next())).collect();
-    let w: Vec<bf16> = (0..n_out * k).map(|_| bf16::from_f32(next())).collect();
-    let bytes = |v: &[bf16]| v.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
-    let x_buf = upload(&mut backend, &bytes(&x));
-    let w_buf = upload(&mut backend, &bytes(&w));
-    let y = Buf::new(
-        backend.alloc((n_out * 2) as usize).unwrap(),
-        (n_out * 2) as usize,
-    );
-    let launch = Linear {
-        x: x_buf,
-        w: w_buf,
-        bias: None,
-        y,
-        rows,
-        k,
-        n_out,
+    // One segment, and three (two whole, one partial): the segment sums show in the bits.
+    for k in [160u32, 2600] {
+        let (rows, n_out) = (1u32, 64u32);
+        let x: Vec<bf16> = (0..rows * k).map(|_| bf16::from_f32(next())).collect();
+        let w: Vec<bf16> = (0..n_out * k).map(|_| bf16::from_f32(next())).collect();
+        let bytes = |v: &[bf16]| v.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+        let x_buf = upload(&mut backend, &bytes(&x));
+        let w_buf = upload(&mut backend, &bytes(&w));
+        let y = Buf::new(
+            backend.alloc((n_out * 2) as usize).unwrap(),
+            (n_out * 2) as usize,
+        );
+        let launch = Linear {
+            x: x_buf,
+            w: w_buf,
+            bias: None,
+            y,
+            rows,
+            k,
+            n_out,
+            scratch: None,
+        }
+        .launch(LINEAR);
+        run(&mut backend, &launch);
+        let got = download(&mut backend, y.ptr, (n_out * 2) as usize);
+        let expected: Vec<bf16> = (0..n_out as usize)
+            .map(|o| bf16::from_f32(cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize])))
+            .collect();
+        assert_eq!(got, bytes(&expected), "the emulation is not the CUDA order");
+        // The f32 logits of the same dots show the order: the twin's (16 lanes, multiply then
+        // add, a tree) rounds some of them otherwise.
+        let logits = Buf::new(
+            backend.alloc((n_out * 4) as usize).unwrap(),
+            (n_out * 4) as usize,
+        );
+        let launch = LmHead {
+            x: x_buf,
+            w: w_buf,
+            logits,
+            rows,
+            k,
+            vocab: n_out,
+            scratch: None,
+        }
+        .launch(LM_HEAD);
+        run(&mut backend, &launch);
+        let got = download(&mut backend, logits.ptr, (n_out * 4) as usize);
+        let expected: Vec<u8> = (0..n_out as usize)
+            .flat_map(|o| {
+                cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize]).to_le_bytes()
+            })
+            .collect();
+        assert_eq!(got, expected, "the emulation is not the CUDA order");
     }
-    .launch(LINEAR);
-    run(&mut backend, &launch);
-    let got = download(&mut backend, y.ptr, (n_out * 2) as usize);
-    let expected: Vec<bf16> = (0..n_out as usize)
-        .map(|o| bf16::from_f32(cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize])))
-        .collect();
-    assert_eq!(got, bytes(&expected), "the emulation is not the CUDA order");
-    // The f32 logits of the same dots show the order: the twin's (16 lanes, multiply then
-    // add, a tree) rounds some of them otherwise.
-    let logits = Buf::new(
-        backend.alloc((n_out * 4) as usize).unwrap(),
-        (n_out * 4) as usize,
-    );
-    let launch = LmHead {
-        x: x_buf,
-        w: w_buf,
-        logits,
-        rows,
-        k,
-        vocab: n_out,
-    }
-    .launch(LM_HEAD);
-    run(&mut backend, &launch);
-    let got = download(&mut backend, logits.ptr, (n_out * 4) as usize);
-    let expected: Vec<u8> = (0..n_out as usize)
-        .flat_map(|o| cuda_order_dot(&x, &w[o * k as usize..(o + 1) * k as usize]).to_le_bytes())
-        .collect();
-    assert_eq!(got, expected, "the emulation is not the CUDA order");
     let lm_head = &backend.emulation().unwrap().report()["gemv::lm_head"];
-    assert_eq!(lm_head.launches, 1);
+    assert_eq!(lm_head.launches, 2);
     assert!(lm_head.first_mismatch.is_some(), "{lm_head:?}");
     assert!(lm_head.max_relative < 1e-5, "{lm_head:?}");
 }
@@ -310,11 +323,11 @@ fn paged_decode_over_a_split_context_stays_within_its_known_difference() {
     }
 }
 /// `bf16` bytes of `n` values from a seed (deterministic, every sign and magnitude in -1..1).
-fn bf16_values(n: u32, seed: f32) -> Vec<u8> {
+pub(super) fn bf16_values(n: u32, seed: f32) -> Vec<u8> {
     bf16_bytes((0..n).map(|i| ((i as f32 + seed) * 0.618_034).sin()))
 }
 
-fn f32_values(n: u32, seed: f32) -> Vec<u8> {
+pub(super) fn f32_values(n: u32, seed: f32) -> Vec<u8> {
     (0..n)
         .flat_map(|i| (((i as f32 + seed) * 0.377).cos() * 2.0).to_le_bytes())
         .collect()
@@ -384,6 +397,7 @@ fn gemv_streaming_entries_equal_their_classic_kernels() {
                 rows,
                 k,
                 n_out: n,
+                scratch: None,
             };
             run(
                 &mut backend,
@@ -420,6 +434,7 @@ fn gemv_streaming_entries_equal_their_classic_kernels() {
                 k,
                 inter: n,
                 eps: 1e-5,
+                scratch: None,
             };
             run(&mut backend, &a.launch(ADD_NORM_GATE_UP_SILU));
             let b = AddNormGateUpSilu {
@@ -451,6 +466,7 @@ fn gemv_streaming_entries_equal_their_classic_kernels() {
                 k,
                 vocab: n,
                 eps: 1e-6,
+                scratch: None,
             };
             run(&mut backend, &a.launch(ADD_NORM_LM_HEAD));
             let b = AddNormLmHead { logits: l2, ..a };
@@ -492,6 +508,7 @@ fn a_streaming_entry_equals_its_kernels_twin() {
         rows,
         k,
         n_out,
+        scratch: None,
     }
     .launch_with(
         LINEAR_STREAM[tile.index()],

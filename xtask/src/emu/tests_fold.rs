@@ -268,6 +268,7 @@ fn chain(host: &Host) -> Vec<f32> {
             rows: ROWS as u32,
             k: in_features as u32,
             n_out: N_OUT as u32,
+            scratch: None,
         }
         .launch(LINEAR),
     );

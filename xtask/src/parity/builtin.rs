@@ -4,7 +4,8 @@
 //! six windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 whose
 //! layer 0 attends over everything and layer 1 over 16 (five windows), and two prompts past
 //! 1,024 tokens (flash-decoding splits a context above 256 over several blocks): a
-//! full-attention Llama and a Mistral whose 300-token window itself spans two splits.
+//! full-attention Llama and a Mistral whose 300-token window itself spans two splits; and a
+//! Llama whose hidden size (1,088) spans two of the CUDA kernels' 1,024-element dot segments.
 
 use solder_config::ModelConfig;
 
@@ -153,6 +154,21 @@ pub const BUILTINS: &[Builtin] = &[
             "rope_theta": 10000.0, "sliding_window": 300, "hidden_act": "silu"
         }"#,
         tokens: Some(1040),
+    },
+    Builtin {
+        // Dots of two 1024-element segments (hidden 1088): the CUDA dot order's segment sums,
+        // and gemv's split-K (few feature blocks) in the q/k/v, o, gate/up and LM head
+        // launches of the emitted programs.
+        name: "tiny-llama-wide",
+        seed: 0x11a3c,
+        config_json: r#"{
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 10000.0, "hidden_act": "silu"
+        }"#,
+        tokens: Some(24),
     },
 ];
 

@@ -250,6 +250,22 @@ impl<'a> View<'a> {
         self.bind.o_scratch(heads, n_out)
     }
 
+    /// The stream the plan runs this group on (0 for a group outside the plan).
+    pub fn stream(&self) -> u8 {
+        let plan = self.bind.plan;
+        plan.fusion
+            .groups
+            .iter()
+            .position(|g| std::ptr::eq(g, self.group))
+            .and_then(|i| plan.stream_of.get(i).copied())
+            .unwrap_or(0)
+    }
+
+    /// `bytes` of the gemv split-K scratch slot of this group's stream, if the workspace has it.
+    pub fn gemv_scratch(&self, bytes: usize) -> Option<Buf> {
+        self.bind.gemv_scratch(self.stream(), bytes)
+    }
+
     pub fn u32(&self, op: &Op, key: &str) -> Result<u32, ExecError> {
         match op.attrs.iter().find(|(k, _)| k == key) {
             Some((_, Attr::Int(v))) if *v >= 0 && *v <= u32::MAX as i64 => Ok(*v as u32),

@@ -144,6 +144,10 @@ pub(crate) fn write_opt(b: Option<Buf>) -> KernelArg {
     b.map_or(KernelArg::Null, write)
 }
 
+pub(crate) fn read_write_opt(b: Option<Buf>) -> KernelArg {
+    b.map_or(KernelArg::Null, read_write)
+}
+
 pub(crate) const fn buffer(elem: &'static str, access: Access, optional: bool) -> ParamKind {
     ParamKind::Buffer {
         elem,
@@ -153,7 +157,8 @@ pub(crate) const fn buffer(elem: &'static str, access: Access, optional: bool) -
 }
 
 /// Declares a kernel. Fields are `name: In<T>` (read), `InOpt<T>` (read, may be null),
-/// `Out<T>` (written), `OutOpt<T>`, `InOut<T>` (read and written), `U32`, `I32`, `F32`;
+/// `Out<T>` (written), `OutOpt<T>`, `InOut<T>` (read and written), `InOutOpt<T>`, `U32`, `I32`,
+/// `F32`;
 /// `grid(a) = expr` computes the launch configuration from the struct `a`; each
 /// `CONST = "module::func" => twin f, emit g;` line declares one kernel taking these
 /// arguments (several kernels may share one struct), its CPU twin (`fn(View) -> Result`) and
@@ -264,6 +269,7 @@ macro_rules! field_ty {
     (Out $e:ty) => { $crate::kernels::Buf };
     (OutOpt $e:ty) => { Option<$crate::kernels::Buf> };
     (InOut $e:ty) => { $crate::kernels::Buf };
+    (InOutOpt $e:ty) => { Option<$crate::kernels::Buf> };
     (U32) => { u32 };
     (I32) => { i32 };
     (F32) => { f32 };
@@ -275,6 +281,7 @@ macro_rules! view_ty {
     ($l:lifetime; Out $e:ty) => { $crate::kernels::view::Out<$l, $e> };
     ($l:lifetime; OutOpt $e:ty) => { $crate::kernels::view::OutOpt<$l, $e> };
     ($l:lifetime; InOut $e:ty) => { $crate::kernels::view::Out<$l, $e> };
+    ($l:lifetime; InOutOpt $e:ty) => { $crate::kernels::view::OutOpt<$l, $e> };
     ($l:lifetime; U32) => { $crate::kernels::view::Dim<$l> };
     ($l:lifetime; I32) => { i32 };
     ($l:lifetime; F32) => { f32 };
@@ -295,6 +302,9 @@ macro_rules! read_arg {
     };
     ($ctx:ident, $i:ident, $n:expr; InOut $e:ty) => {
         $crate::kernels::view::Out::<$e>::read($ctx, $i, $n)?
+    };
+    ($ctx:ident, $i:ident, $n:expr; InOutOpt $e:ty) => {
+        $crate::kernels::view::OutOpt::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; U32) => {
         $crate::kernels::view::Dim::read($ctx, $i, $n)?
@@ -343,6 +353,13 @@ macro_rules! param_kind {
             false,
         )
     };
+    (InOutOpt $e:ty) => {
+        $crate::kernels::decl::buffer(
+            <$e as solder_gpu_runtime::Element>::NAME,
+            solder_gpu_runtime::Access::ReadWrite,
+            true,
+        )
+    };
     (U32) => {
         $crate::kernels::decl::ParamKind::U32
     };
@@ -369,6 +386,9 @@ macro_rules! to_arg {
     };
     ($v:expr; InOut) => {
         $crate::kernels::decl::read_write($v)
+    };
+    ($v:expr; InOutOpt) => {
+        $crate::kernels::decl::read_write_opt($v)
     };
     ($v:expr; U32) => {
         solder_gpu_runtime::KernelArg::U32($v)

@@ -18,11 +18,17 @@
 //!   row once per block with 16-byte loads against every row of its group; fused norms
 //!   recompute their rows' 1/rms per block.
 //!
+//! Every projection kernel's last argument, `scratch`, is the split-K scratch (`split`): a
+//! streaming launch with few blocks splits each dot's k into grid.z ranges and merges their
+//! segment sums in order through it (the unsplit bits); null when unsplit (the classic entry
+//! never splits).
+//!
 //! Static shared memory only (32 KiB of staged x rows). `qkv_rope_kv` has only the classic
 //! shape and gives each block one whole head (q, k or v; `grid.y` = heads + 2·kv_heads) so its
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 pub(crate) mod matvec;
+pub mod split;
 #[macro_use]
 mod stream;
 mod twin;
@@ -37,7 +43,8 @@ use super::Buf;
 use crate::emit::{View, R};
 use crate::error::ExecError;
 
-pub use stream::{entry, stream_config, Entry, RowTile, GEMV_CLASSIC};
+pub use split::GEMV_UNSPLIT;
+pub use stream::{entry, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
 
 /// Output features per block (one warp each).
 const FEATURES_PER_BLOCK: u32 = 8;
@@ -71,6 +78,7 @@ kernel! {
         rows: U32,
         k: U32,
         n_out: U32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.n_out as u64, a.rows);
     LINEAR = "gemv::linear" => twin twin::linear, emit emit_linear;
@@ -86,6 +94,7 @@ kernel! {
         rows: U32,
         k: U32,
         vocab: U32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.vocab as u64, a.rows);
     LM_HEAD = "gemv::lm_head" => twin twin::lm_head, emit emit_lm_head;
@@ -103,6 +112,7 @@ kernel! {
         k: U32,
         n_out: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.n_out as u64, a.rows);
     NORM_LINEAR = "gemv::norm_linear" => twin twin::norm_linear, emit emit_norm_linear;
@@ -126,6 +136,7 @@ kernel! {
         k: U32,
         nq: U32,
         nkv: U32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
     QKV = "gemv::qkv" => twin twin::qkv, emit emit_qkv;
@@ -150,6 +161,7 @@ kernel! {
         nq: U32,
         nkv: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
     NORM_QKV = "gemv::norm_qkv" => twin twin::norm_qkv, emit emit_norm_qkv;
@@ -176,6 +188,7 @@ kernel! {
         nq: U32,
         nkv: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
     ADD_NORM_QKV = "gemv::add_norm_qkv" => twin twin::add_norm_qkv, emit emit_add_norm_qkv;
@@ -192,6 +205,7 @@ kernel! {
         rows: U32,
         k: U32,
         inter: U32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.inter as u64, a.rows);
     GATE_UP_SILU = "gemv::gate_up_silu" => twin twin::gate_up_silu, emit emit_gate_up_silu;
@@ -209,6 +223,7 @@ kernel! {
         k: U32,
         inter: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.inter as u64, a.rows);
     NORM_GATE_UP_SILU = "gemv::norm_gate_up_silu" =>
@@ -229,6 +244,7 @@ kernel! {
         k: U32,
         inter: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.inter as u64, a.rows);
     ADD_NORM_GATE_UP_SILU = "gemv::add_norm_gate_up_silu" =>
@@ -246,6 +262,7 @@ kernel! {
         rows: U32,
         k: U32,
         n_out: U32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.n_out as u64, a.rows);
     LINEAR_RESIDUAL_ADD = "gemv::linear_residual_add" =>
@@ -264,6 +281,7 @@ kernel! {
         k: U32,
         vocab: U32,
         eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = gemv_config(a.vocab as u64, a.rows);
     ADD_NORM_LM_HEAD = "gemv::add_norm_lm_head" =>
@@ -363,6 +381,7 @@ fn emit_linear(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
+        scratch: None,
     };
     Ok(vec![
         gemv_launch!(v, args, LINEAR, LINEAR_STREAM, a => a.n_out as u64),
@@ -385,6 +404,7 @@ fn emit_lm_head(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(h, "hidden")?,
         vocab,
+        scratch: None,
     };
     Ok(vec![
         gemv_launch!(v, args, LM_HEAD, LM_HEAD_STREAM, a => a.vocab as u64),
@@ -403,6 +423,7 @@ fn emit_norm_linear(v: &View<'_>) -> R {
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
         eps: v.f32(n, "eps")?,
+        scratch: None,
     };
     Ok(vec![
         gemv_launch!(v, args, NORM_LINEAR, NORM_LINEAR_STREAM, a => a.n_out as u64),
@@ -466,6 +487,7 @@ fn emit_qkv(v: &View<'_>) -> R {
         k,
         nq,
         nkv,
+        scratch: None,
     };
     Ok(vec![
         gemv_launch!(v, a, QKV, QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
@@ -494,6 +516,7 @@ fn emit_norm_qkv(v: &View<'_>) -> R {
         nq,
         nkv,
         eps,
+        scratch: None,
     };
     Ok(vec![
         gemv_launch!(v, a, NORM_QKV, NORM_QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
@@ -529,6 +552,7 @@ fn emit_add_norm_qkv(v: &View<'_>) -> R {
         nq,
         nkv,
         eps,
+        scratch: None,
     };
     Ok(vec![gemv_launch!(
         v,
@@ -581,9 +605,10 @@ fn emit_gate_up_silu(v: &View<'_>) -> R {
         rows: v.rows(),
         k,
         inter,
+        scratch: None,
     };
     Ok(vec![
-        gemv_launch!(v, a, GATE_UP_SILU, GATE_UP_SILU_STREAM, a => a.inter as u64),
+        gemv_launch!(v, a, GATE_UP_SILU, GATE_UP_SILU_STREAM, a => a.inter as u64, nw 2),
     ])
 }
 
@@ -610,13 +635,15 @@ fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
         k,
         inter,
         eps,
+        scratch: None,
     };
     Ok(vec![gemv_launch!(
         v,
         a,
         NORM_GATE_UP_SILU,
         NORM_GATE_UP_SILU_STREAM,
-        a => a.inter as u64
+        a => a.inter as u64,
+        nw 2
     )])
 }
 
@@ -648,13 +675,15 @@ fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
         k,
         inter,
         eps,
+        scratch: None,
     };
     Ok(vec![gemv_launch!(
         v,
         args,
         ADD_NORM_GATE_UP_SILU,
         ADD_NORM_GATE_UP_SILU_STREAM,
-        a => a.inter as u64
+        a => a.inter as u64,
+        nw 2
     )])
 }
 
@@ -672,6 +701,7 @@ fn emit_linear_residual_add(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
+        scratch: None,
     };
     Ok(vec![gemv_launch!(
         v,
@@ -698,6 +728,7 @@ fn emit_add_norm_lm_head(v: &View<'_>) -> R {
         k: v.u32(h, "hidden")?,
         vocab: v.u32(h, "vocab")?,
         eps: v.f32(n, "eps")?,
+        scratch: None,
     };
     Ok(vec![gemv_launch!(
         v,

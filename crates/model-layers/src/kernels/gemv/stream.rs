@@ -79,6 +79,11 @@ pub fn entry(classic: bool, rows: u32) -> Entry {
     }
 }
 
+/// Whether a block of `tile` stages all of k at once (else in spans, one feature per warp).
+pub fn stages_whole(k: u32, tile: RowTile) -> bool {
+    k <= STREAM_STAGE / tile.rows()
+}
+
 /// A streaming launch: grid.x = row groups of the tile's rows, grid.y = feature blocks of 8
 /// features (one per warp at a time), capped so grid.x · grid.y <= `STREAM_BLOCKS` when k fits
 /// the stage; when it does not (k staged in spans), one block per 8 features, so each warp
@@ -86,8 +91,7 @@ pub fn entry(classic: bool, rows: u32) -> Entry {
 pub fn stream_config(features: u64, rows: u32, k: u32, tile: RowTile) -> LaunchConfig {
     let row_groups = rows.div_ceil(tile.rows()).max(1);
     let feature_blocks = features.div_ceil(FEATURES_PER_BLOCK as u64).max(1);
-    let spans = k.div_ceil(STREAM_STAGE / tile.rows());
-    let blocks = if spans > 1 {
+    let blocks = if !stages_whole(k, tile) {
         feature_blocks
     } else {
         feature_blocks.min((STREAM_BLOCKS / row_groups as u64).max(1))
@@ -125,15 +129,34 @@ macro_rules! streaming {
 }
 
 /// The launch of a gemv kernel's arguments `$args`: its streaming entry for the plan's rows,
-/// or the classic kernel under `gemv_classic`. `$a => $features` names the output features.
+/// split over k (`split::splits`, with the group's stream's scratch slot) unless lever
+/// `gemv_unsplit` is on, or the classic kernel under `gemv_classic`. `$a => $features` names
+/// the output features; `nw` the weight rows per feature (2 for gate/up; 1 when omitted).
 macro_rules! gemv_launch {
-    ($v:expr, $args:expr, $classic:expr, $stream:expr, $a:ident => $features:expr) => {{
-        let args = $args;
+    ($v:expr, $args:expr, $classic:expr, $stream:expr, $a:ident => $features:expr) => {
+        gemv_launch!($v, $args, $classic, $stream, $a => $features, nw 1)
+    };
+    ($v:expr, $args:expr, $classic:expr, $stream:expr, $a:ident => $features:expr, nw $nw:expr) => {{
+        let mut args = $args;
         match entry($v.lever(GEMV_CLASSIC), args.rows) {
             Entry::Classic => args.launch($classic),
             Entry::Stream(tile) => {
-                let $a = &args;
-                let config = stream_config($features, args.rows, args.k, tile);
+                let features = {
+                    let $a = &args;
+                    $features
+                };
+                let mut config = stream_config(features, args.rows, args.k, tile);
+                if !$v.lever(split::GEMV_UNSPLIT) {
+                    let whole = stages_whole(args.k, tile);
+                    let z = split::splits(config.grid, features, args.rows, args.k, $nw, whole);
+                    let words = split::scratch_words(config.grid, features, args.rows, args.k, $nw);
+                    if let (true, Some(words)) = (z > 1, words) {
+                        if let Some(scratch) = $v.gemv_scratch(words * 4) {
+                            args.scratch = Some(scratch);
+                            config.grid[2] = z;
+                        }
+                    }
+                }
                 args.launch_with($stream[tile.index()], config)
             }
         }

@@ -7,6 +7,7 @@ use half::bf16;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::matvec::{for_each_dot, Widened};
+use super::split;
 use super::{
     AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs, LinearArgs,
     LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs,
@@ -14,7 +15,7 @@ use super::{
 };
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
-use crate::kernels::view::{macs, size, threads_for, In, InOpt, Out};
+use crate::kernels::view::{macs, size, threads_for, In, InOpt, Out, OutOpt};
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
 
 /// One projection's weights `[n][k]` and optional bias `[n]`.
@@ -183,6 +184,33 @@ fn logits(
     );
 }
 
+/// A split launch (grid.z > 1) must carry its split-K scratch of `split::scratch_words` f32
+/// (the twin computes each dot whole and leaves the scratch alone); an unsplit one may pass
+/// any scratch or none.
+fn check_split(
+    ctx: &TwinCtx<'_>,
+    scratch: OutOpt<'_, f32>,
+    features: usize,
+    rows: usize,
+    k: usize,
+    nw: u32,
+) -> Result<(), GpuError> {
+    let grid = ctx.config().grid;
+    if grid[2] <= 1 {
+        return Ok(());
+    }
+    let at = scratch.at;
+    let words = split::scratch_words(grid, features as u64, rows as u32, k as u32, nw)
+        .ok_or_else(|| at.bad("a split launch wider than a split-K scratch slot"))?;
+    match scratch.len(words)? {
+        Some(_) => Ok(()),
+        None => Err(at.bad(format!(
+            "a split-K launch (grid.z = {}) without its scratch",
+            grid[2]
+        ))),
+    }
+}
+
 /// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
 fn normed(h: &[f32], wn: &[bf16], k: usize, eps: f32) -> Vec<bf16> {
     let mut x = vec![bf16::ZERO; h.len()];
@@ -193,6 +221,7 @@ fn normed(h: &[f32], wn: &[bf16], k: usize, eps: f32) -> Vec<bf16> {
 pub(super) fn linear(a: LinearArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    check_split(ctx, a.scratch, n, rows, k, 1)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let p = Proj::read(ctx, a.w, a.bias, n, k)?;
     let y = a.y.len(size(ctx, &[rows, n])?)?;
@@ -203,6 +232,7 @@ pub(super) fn linear(a: LinearArgs<'_>) -> Result<(), GpuError> {
 pub(super) fn lm_head(a: LmHeadArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, vocab) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?);
+    check_split(ctx, a.scratch, vocab, rows, k, 1)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let w = a.w.len(size(ctx, &[vocab, k])?)?;
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
@@ -214,6 +244,7 @@ pub(super) fn lm_head(a: LmHeadArgs<'_>) -> Result<(), GpuError> {
 pub(super) fn norm_linear(a: NormLinearArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, n, eps) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?, a.eps);
+    check_split(ctx, a.scratch, n, rows, k, 1)?;
     let h = a.h.len(size(ctx, &[rows, k])?)?;
     let wn = a.wn.len(k)?;
     let p = Proj::read(ctx, a.w, a.bias, n, k)?;
@@ -258,6 +289,7 @@ fn qkv_outputs<'a>(
 pub(super) fn qkv(a: QkvArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, nq, nkv) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?);
+    check_split(ctx, a.scratch, nq + 2 * nkv, rows, k, 1)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
     let p = qkv_weights(ctx, weights, k, nq, nkv)?;
@@ -270,6 +302,7 @@ pub(super) fn qkv(a: QkvArgs<'_>) -> Result<(), GpuError> {
 pub(super) fn norm_qkv(a: NormQkvArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, nq, nkv, eps) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?, a.eps);
+    check_split(ctx, a.scratch, nq + 2 * nkv, rows, k, 1)?;
     let h = a.h.len(size(ctx, &[rows, k])?)?;
     let wn = a.wn.len(k)?;
     let weights = [(a.wq, a.bq), (a.wk, a.bk), (a.wv, a.bv)];
@@ -283,6 +316,7 @@ pub(super) fn norm_qkv(a: NormQkvArgs<'_>) -> Result<(), GpuError> {
 pub(super) fn add_norm_qkv(a: AddNormQkvArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, nq, nkv, eps) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?, a.eps);
+    check_split(ctx, a.scratch, nq + 2 * nkv, rows, k, 1)?;
     let n = size(ctx, &[rows, k])?;
     let h = a.h.len(n)?;
     let d = a.d.len(n)?;
@@ -313,6 +347,7 @@ fn gate_up_weights<'a>(
 pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, inter) = (a.rows.count(), a.k.dim()?, a.inter.dim()?);
+    check_split(ctx, a.scratch, inter, rows, k, 2)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let (wg, wu) = gate_up_weights(ctx, a.wg, a.wu, inter, k)?;
     let act = a.act.len(size(ctx, &[rows, inter])?)?;
@@ -324,6 +359,7 @@ pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
 pub(super) fn norm_gate_up_silu(a: NormGateUpSiluArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, inter, eps) = (a.rows.count(), a.k.dim()?, a.inter.dim()?, a.eps);
+    check_split(ctx, a.scratch, inter, rows, k, 2)?;
     let h = a.h.len(size(ctx, &[rows, k])?)?;
     let wn = a.wn.len(k)?;
     let (wg, wu) = gate_up_weights(ctx, a.wg, a.wu, inter, k)?;
@@ -336,6 +372,7 @@ pub(super) fn norm_gate_up_silu(a: NormGateUpSiluArgs<'_>) -> Result<(), GpuErro
 pub(super) fn add_norm_gate_up_silu(a: AddNormGateUpSiluArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, inter, eps) = (a.rows.count(), a.k.dim()?, a.inter.dim()?, a.eps);
+    check_split(ctx, a.scratch, inter, rows, k, 2)?;
     let n = size(ctx, &[rows, k])?;
     let h = a.h.len(n)?;
     let o = a.o.len(n)?;
@@ -353,6 +390,7 @@ pub(super) fn add_norm_gate_up_silu(a: AddNormGateUpSiluArgs<'_>) -> Result<(), 
 pub(super) fn linear_residual_add(a: LinearResidualAddArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    check_split(ctx, a.scratch, n, rows, k, 1)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let p = Proj::read(ctx, a.w, a.bias, n, k)?;
     let h = a.h.len(size(ctx, &[rows, n])?)?;
@@ -374,6 +412,7 @@ pub(super) fn linear_residual_add(a: LinearResidualAddArgs<'_>) -> Result<(), Gp
 pub(super) fn add_norm_lm_head(a: AddNormLmHeadArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, vocab, eps) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?, a.eps);
+    check_split(ctx, a.scratch, vocab, rows, k, 1)?;
     let n = size(ctx, &[rows, k])?;
     let h = a.h.len(n)?;
     let d = a.d.len(n)?;

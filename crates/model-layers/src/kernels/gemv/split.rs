@@ -1,0 +1,165 @@
+//! gemv's split-K (`gemv_stream` in gemv.cu, "split-K"): how many k ranges a streaming launch
+//! splits each dot into (`splits`), and the scratch it then needs (`scratch_words`).
+//!
+//! A dot is a sum of `DOT_SEG`-element segment sums added in segment order (common.cuh
+//! `warp_dot`), in every entry. A split launch (grid.z = splits) gives each grid.z index a
+//! contiguous range of segments; its warps store every segment sum in the scratch's partials
+//! and the last split to finish a feature folds them in segment order: the unsplit bits, so the
+//! choice is the launch shape's alone (no rule, no plan change), and lever `gemv_unsplit` turns
+//! it off for A/B timing.
+//!
+//! The scratch of one stream's launches is one slot (the workspace holds one per stream,
+//! `Layout::gemv_scratch_offset`, each of `slot_bytes`: a bound on what a projection launch
+//! could use, at most `SLOT_BYTES`): `COUNTERS` u32 arrival counters [row group][feature]
+//! (zero between launches: the merging warp sets its counter back), then the partials f32
+//! [segment][weight row][row][feature]. A launch whose counters or partials would not fit its
+//! slot is not split.
+
+use solder_circuit::ir::{Attr, Circuit, Op};
+use solder_circuit::{ExecutionPlan, OpKind};
+
+/// The lever that keeps every streaming launch unsplit (A/B timing; the same bytes).
+pub const GEMV_UNSPLIT: &str = "gemv_unsplit";
+
+/// Elements per dot segment (`DOT_SEG` in common.cuh).
+pub const DOT_SEG: u32 = 1024;
+
+/// Arrival counters at the start of a slot (`GEMV_SPLIT_COUNTERS` in gemv.cu): the most
+/// row groups × features a split launch has (`SPLIT_TARGET_BLOCKS` · 8 = 4224, rounded up).
+pub const COUNTERS: usize = 4352;
+
+/// Partial words a slot holds after its counters: 512 KiB, the most any builtin shape needs
+/// being Llama-3-8B's down projection at decode (14 segments × 4096 features = 57,344 words)
+/// and the 8-row q/k/v of a 1B model (2 × 8 × 3072 = 49,152).
+pub const PARTIAL_WORDS: usize = 131_072;
+
+/// The most bytes of one stream's slot.
+pub const SLOT_BYTES: usize = (COUNTERS + PARTIAL_WORDS) * 4;
+
+/// A launch with fewer blocks than this (4 per SM of a 132-SM H200) splits k until it has at
+/// least as many, or has one segment per split.
+const SPLIT_TARGET_BLOCKS: u64 = 528;
+
+/// The dot segments of a k-element dot.
+pub fn segments(k: u32) -> u32 {
+    k.div_ceil(DOT_SEG)
+}
+
+/// The scratch words a split launch of `grid` uses: the counters region, then
+/// `segments · nw · rows · features` partials (the kernel finds its partials after
+/// `COUNTERS` words whatever the launch).
+pub fn scratch_words(grid: [u32; 3], features: u64, rows: u32, k: u32, nw: u32) -> Option<usize> {
+    let counters = (grid[0] as u64).checked_mul(features)?;
+    let partials = (segments(k) as u64)
+        .checked_mul(nw as u64)?
+        .checked_mul(rows as u64)?
+        .checked_mul(features)?;
+    if counters > COUNTERS as u64 || partials > PARTIAL_WORDS as u64 {
+        return None;
+    }
+    Some(COUNTERS + partials as usize)
+}
+
+/// The splits (grid.z) of a streaming launch of `grid` (from `stream_config`) over a
+/// k-element dot with `nw` weight rows per feature: 1 (unsplit) when the grid already has
+/// `SPLIT_TARGET_BLOCKS` blocks, when k is staged in spans (`staged_whole` false), when k has one
+/// segment, or when the scratch slot cannot hold the launch; else the fewest splits that reach
+/// the target, each a non-empty range of ⌈segments / splits⌉ segments.
+pub fn splits(
+    grid: [u32; 3],
+    features: u64,
+    rows: u32,
+    k: u32,
+    nw: u32,
+    staged_whole: bool,
+) -> u32 {
+    let blocks = grid[0] as u64 * grid[1] as u64;
+    let segs = segments(k);
+    if !staged_whole || segs < 2 || blocks == 0 || blocks >= SPLIT_TARGET_BLOCKS {
+        return 1;
+    }
+    if scratch_words(grid, features, rows, k, nw).is_none() {
+        return 1;
+    }
+    let wanted = SPLIT_TARGET_BLOCKS.div_ceil(blocks).min(segs as u64) as u32;
+    // Only non-empty ranges: the live splits of ⌈segments / wanted⌉ segments each.
+    let per = segs.div_ceil(wanted);
+    segs.div_ceil(per)
+}
+
+/// Bytes of one stream's slot for `plans` of `circuit`'s projections: a bound on the scratch
+/// any projection launch could split with — the longest dot's segments × the widest plan's rows
+/// × the most features one launch has (three projections' outputs for q/k/v, two for gate/up,
+/// the vocabulary, the experts) — at most `SLOT_BYTES`; zero when no dot has two segments
+/// (nothing ever splits). Bounded from the circuit's ops, not from the plans' groups: plans of
+/// other circuits (a draft head's) share the workspace; a launch whose need exceeds its slot
+/// runs unsplit.
+pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
+    let attr = |op: &Op, key: &str| {
+        op.attrs.iter().find_map(|(k, v)| match v {
+            Attr::Int(v) if k == key && *v > 0 => Some(*v as u64),
+            _ => None,
+        })
+    };
+    let (mut k, mut features) = (0u64, 0u64);
+    for op in &circuit.ops {
+        let (depth, width) = match op.kind {
+            OpKind::Linear => (attr(op, "in"), attr(op, "out").map(|w| 3 * w)),
+            OpKind::LmHead => (attr(op, "hidden"), attr(op, "vocab")),
+            OpKind::Router => (attr(op, "hidden"), attr(op, "experts")),
+            _ => continue,
+        };
+        k = k.max(depth.unwrap_or(0));
+        features = features.max(width.unwrap_or(0));
+    }
+    let rows = plans.iter().map(|p| p.rows as u64).max().unwrap_or(0);
+    let segs = k.div_ceil(DOT_SEG as u64);
+    if segs < 2 || rows == 0 {
+        return 0;
+    }
+    let need = COUNTERS as u64 + segs.saturating_mul(rows).saturating_mul(features);
+    need.min((COUNTERS + PARTIAL_WORDS) as u64) as usize * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_1b_decode_splits_its_tall_projections_and_not_the_wide_ones() {
+        // Down projection (k = 8192, 2048 features): 256 blocks → 3 splits of 3, 3, 2 segments.
+        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, true), 3);
+        // o projection (k = 2048): 2 segments, 2 splits.
+        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, true), 2);
+        // q/k/v (3072 features): 384 blocks → 2 splits.
+        assert_eq!(splits([1, 384, 1], 3072, 1, 2048, 1, true), 2);
+        // gate/up (8192 features, 1024 blocks) and the LM head (capped at 1056): unsplit.
+        assert_eq!(splits([1, 1024, 1], 8192, 1, 2048, 2, true), 1);
+        assert_eq!(splits([1, 1056, 1], 128_256, 1, 2048, 1, true), 1);
+    }
+
+    #[test]
+    fn no_split_without_segments_to_split_a_staged_whole_k_or_room_in_the_slot() {
+        assert_eq!(splits([1, 16, 1], 128, 1, 1024, 1, true), 1);
+        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, false), 1);
+        // 5000 features need more counters than a slot has.
+        assert_eq!(splits([1, 300, 1], 5000, 1, 4096, 1, true), 1);
+        assert_eq!(scratch_words([1, 300, 1], 5000, 1, 4096, 1), None);
+        // 3 segments at a target of many splits: 3 live splits of one segment each.
+        assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, true), 3);
+        // 5 segments, 4 wanted: ⌈5/4⌉ = 2 per split, so 3 live splits.
+        assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, true), 3);
+    }
+
+    #[test]
+    fn the_scratch_is_the_counters_then_every_segment_sum() {
+        assert_eq!(
+            scratch_words([1, 256, 3], 2048, 1, 8192, 1),
+            Some(COUNTERS + 8 * 2048)
+        );
+        assert_eq!(
+            scratch_words([1, 64, 2], 512, 3, 2048, 2),
+            Some(COUNTERS + 2 * 2 * 3 * 512)
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! gemv's split-K through the host emulation of its CUDA source: a streaming launch split over
+//! k (grid.z) stores the classic kernel's bytes — f32 logits and residual sums, where every bit
+//! of a dot shows, and the gate/up product with its stored residual sum — for one and several
+//! row groups, whole and partial segments, more splits than segments (empty splits), a grid
+//! with several features per warp, and the split count the host policy picks; every counter is
+//! zero again after each launch. Blocks run one at a time here, in grid order, so the last
+//! split to count in is always the highest grid.z index; the merge reads every segment sum
+//! back from the scratch whichever split is last, so the arrival order has no path into the
+//! bits (the device bundle's racecheck checks the protocol itself).
+
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::{CpuBackend, GpuBackend, LaunchConfig};
+use solder_model_layers::kernels::gemv::split::{self, COUNTERS, SLOT_BYTES};
+use solder_model_layers::kernels::gemv::{
+    stages_whole, stream_config, AddNormGateUpSilu, AddNormLmHead, LinearResidualAdd, RowTile,
+    ADD_NORM_GATE_UP_SILU, ADD_NORM_GATE_UP_SILU_STREAM, ADD_NORM_LM_HEAD, ADD_NORM_LM_HEAD_STREAM,
+    LINEAR_RESIDUAL_ADD, LINEAR_RESIDUAL_ADD_STREAM,
+};
+use solder_model_layers::kernels::Buf;
+
+use super::tests::{bf16_values, download, emulated, f32_values, run, upload};
+
+fn out(backend: &mut CpuBackend, bytes: u32) -> Buf {
+    let bytes = bytes as usize;
+    Buf::new(backend.alloc(bytes).unwrap(), bytes)
+}
+
+/// The scratch slot, zeroed, as a launch of `grid` over this shape sees it.
+fn slot(
+    backend: &mut CpuBackend,
+    grid: [u32; 3],
+    features: u32,
+    rows: u32,
+    k: u32,
+    nw: u32,
+) -> Buf {
+    let words = split::scratch_words(grid, features as u64, rows, k, nw)
+        .expect("the shape fits a split-K slot");
+    let ptr = backend.alloc(SLOT_BYTES).unwrap();
+    backend.copy_h2d(ptr, &vec![0u8; SLOT_BYTES]).unwrap();
+    Buf::new(ptr, words * 4)
+}
+
+fn counters_are_zero(backend: &mut CpuBackend, scratch: Buf, at: &str) {
+    let counters = download(backend, scratch.ptr, COUNTERS * 4);
+    assert!(
+        counters.iter().all(|b| *b == 0),
+        "{at}: a counter was left set"
+    );
+}
+
+/// The grids a shape is tried at: unsplit, 2 and 3 splits, one split per segment, more splits
+/// than segments, and 2 splits with at most 2 feature blocks (several features per warp).
+fn grids(features: u32, rows: u32, k: u32, tile: RowTile) -> Vec<(String, LaunchConfig)> {
+    let base = stream_config(features as u64, rows, k, tile);
+    let segments = split::segments(k);
+    let mut out = vec![("unsplit".to_string(), base)];
+    for z in [2, 3, segments, segments + 2] {
+        let mut c = base;
+        c.grid[2] = z;
+        out.push((format!("{z} splits"), c));
+    }
+    let mut few = base;
+    few.grid[1] = few.grid[1].min(2);
+    few.grid[2] = 2;
+    out.push(("2 splits, 2 feature blocks".to_string(), few));
+    out
+}
+
+#[test]
+fn split_launches_store_the_classic_bytes() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Run, &mut backend);
+    for (rows, k, n) in [
+        (1u32, 3000u32, 37u32),
+        (1, 8192, 20),
+        (2, 5000, 5),
+        (3, 2051, 9),
+        (8, 2048, 9),
+        (9, 1500, 11),
+    ] {
+        let tile = RowTile::for_rows(rows);
+        assert!(
+            stages_whole(k, tile),
+            "rows {rows}, k {k}: a split shape stages k whole"
+        );
+        let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+        let w = upload(&mut backend, &bf16_values(n * k, 2.0));
+        let wu = upload(&mut backend, &bf16_values(n * k, 3.0));
+        let bias = upload(&mut backend, &bf16_values(n, 4.0));
+        let h = upload(&mut backend, &f32_values(rows * k, 5.0));
+        let d = upload(&mut backend, &bf16_values(rows * k, 6.0));
+        let wn = upload(&mut backend, &bf16_values(k, 7.0));
+        let hn = upload(&mut backend, &f32_values(rows * n, 8.0));
+
+        // The classic kernels' bytes.
+        let logits = out(&mut backend, rows * n * 4);
+        let lm = AddNormLmHead {
+            h,
+            d,
+            wn,
+            w,
+            logits,
+            rows,
+            k,
+            vocab: n,
+            eps: 1e-6,
+            scratch: None,
+        };
+        run(&mut backend, &lm.launch(ADD_NORM_LM_HEAD));
+        let want_logits = download(&mut backend, logits.ptr, logits.bytes);
+        let (act, sum) = (
+            out(&mut backend, rows * n * 2),
+            out(&mut backend, rows * k * 4),
+        );
+        let gu = AddNormGateUpSilu {
+            h,
+            o: d,
+            wn,
+            wg: w,
+            wu,
+            h_out: Some(sum),
+            act,
+            rows,
+            k,
+            inter: n,
+            eps: 1e-5,
+            scratch: None,
+        };
+        run(&mut backend, &gu.launch(ADD_NORM_GATE_UP_SILU));
+        let want_act = download(&mut backend, act.ptr, act.bytes);
+        let want_sum = download(&mut backend, sum.ptr, sum.bytes);
+        let res_out = out(&mut backend, rows * n * 4);
+        let res = LinearResidualAdd {
+            x,
+            w,
+            bias: Some(bias),
+            h: hn,
+            h_out: res_out,
+            rows,
+            k,
+            n_out: n,
+            scratch: None,
+        };
+        run(&mut backend, &res.launch(LINEAR_RESIDUAL_ADD));
+        let want_res = download(&mut backend, res_out.ptr, res_out.bytes);
+
+        for (what, config) in grids(n, rows, k, tile) {
+            let at = format!("rows {rows}, k {k}, features {n}, {what}");
+            let split = config.grid[2] > 1;
+            let scratch = |backend: &mut CpuBackend, nw| {
+                split.then(|| slot(backend, config.grid, n, rows, k, nw))
+            };
+
+            let logits = out(&mut backend, rows * n * 4);
+            let s = scratch(&mut backend, 1);
+            let a = AddNormLmHead {
+                logits,
+                scratch: s,
+                ..lm
+            };
+            run(
+                &mut backend,
+                &a.launch_with(ADD_NORM_LM_HEAD_STREAM[tile.index()], config),
+            );
+            let got = download(&mut backend, logits.ptr, logits.bytes);
+            assert_eq!(got, want_logits, "add_norm_lm_head logits: {at}");
+            if let Some(s) = s {
+                counters_are_zero(&mut backend, s, &format!("add_norm_lm_head: {at}"));
+            }
+
+            let (act, sum) = (
+                out(&mut backend, rows * n * 2),
+                out(&mut backend, rows * k * 4),
+            );
+            let s = scratch(&mut backend, 2);
+            let a = AddNormGateUpSilu {
+                h_out: Some(sum),
+                act,
+                scratch: s,
+                ..gu
+            };
+            run(
+                &mut backend,
+                &a.launch_with(ADD_NORM_GATE_UP_SILU_STREAM[tile.index()], config),
+            );
+            assert_eq!(
+                download(&mut backend, act.ptr, act.bytes),
+                want_act,
+                "add_norm_gate_up_silu act: {at}"
+            );
+            assert_eq!(
+                download(&mut backend, sum.ptr, sum.bytes),
+                want_sum,
+                "add_norm_gate_up_silu h_out: {at}"
+            );
+            if let Some(s) = s {
+                counters_are_zero(&mut backend, s, &format!("add_norm_gate_up_silu: {at}"));
+            }
+
+            let h_out = out(&mut backend, rows * n * 4);
+            let s = scratch(&mut backend, 1);
+            let a = LinearResidualAdd {
+                h_out,
+                scratch: s,
+                ..res
+            };
+            run(
+                &mut backend,
+                &a.launch_with(LINEAR_RESIDUAL_ADD_STREAM[tile.index()], config),
+            );
+            assert_eq!(
+                download(&mut backend, h_out.ptr, h_out.bytes),
+                want_res,
+                "linear_residual_add: {at}"
+            );
+            if let Some(s) = s {
+                counters_are_zero(&mut backend, s, &format!("linear_residual_add: {at}"));
+            }
+        }
+    }
+}
+
+/// The split count the host picks for a decode-shaped launch (few feature blocks, long k),
+/// run in shadow mode: the twin accepts the launch with its scratch, and the emulated bytes
+/// are the classic kernel's.
+#[test]
+fn the_host_policy_splits_a_tall_launch_and_keeps_its_bytes() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let (rows, k, n) = (1u32, 4096u32, 64u32);
+    let tile = RowTile::for_rows(rows);
+    let mut config = stream_config(n as u64, rows, k, tile);
+    let z = split::splits(config.grid, n as u64, rows, k, 1, stages_whole(k, tile));
+    assert_eq!(
+        z, 4,
+        "8 blocks of 64 features over 4 segments: one split per segment"
+    );
+    config.grid[2] = z;
+    let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+    let w = upload(&mut backend, &bf16_values(n * k, 2.0));
+    let h = upload(&mut backend, &f32_values(rows * n, 3.0));
+    let (want, got) = (
+        out(&mut backend, rows * n * 4),
+        out(&mut backend, rows * n * 4),
+    );
+    let a = LinearResidualAdd {
+        x,
+        w,
+        bias: None,
+        h,
+        h_out: want,
+        rows,
+        k,
+        n_out: n,
+        scratch: None,
+    };
+    run(&mut backend, &a.launch(LINEAR_RESIDUAL_ADD));
+    let s = slot(&mut backend, config.grid, n, rows, k, 1);
+    let b = LinearResidualAdd {
+        h_out: got,
+        scratch: Some(s),
+        ..a
+    };
+    run(
+        &mut backend,
+        &b.launch_with(LINEAR_RESIDUAL_ADD_STREAM[tile.index()], config),
+    );
+    assert_eq!(
+        download(&mut backend, got.ptr, got.bytes),
+        download(&mut backend, want.ptr, want.bytes)
+    );
+    counters_are_zero(&mut backend, s, "linear_residual_add, host policy");
+    let report = backend.emulation().unwrap().report();
+    let entry = &report["gemv::linear_residual_add_r1"];
+    assert_eq!(entry.launches, 1, "{entry:?}");
+}
