@@ -34,9 +34,9 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     ),
     (
         "gemv_unsplit",
-        "every streaming gemv launch unsplit: no split-K over grid.z for launches with few \
-         blocks (each dot's segment sums merged in order by the last split): kept for A/B \
-         timing; same plans, same logits",
+        "every gemv launch unsplit: no split-K over grid.z for streaming launches with few \
+         blocks (each dot's segment sums merged in order by the last split), no split heads \
+         for qkv_rope_kv (one block per head): kept for A/B timing; same plans, same logits",
     ),
 ];
 

@@ -212,16 +212,31 @@ struct MapHead {
             out[0] = weight_row(wv, f - nq - nkv, k);
         }
     }
-    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
-        bf16 y;
+    __device__ __forceinline__ bf16 value(unsigned f, float dot) const {
         if (f < nq) {
-            y = linear_value(s[0], bq, f);
-        } else if (f < nq + nkv) {
-            y = linear_value(s[0], bk, f - nq);
-        } else {
-            y = linear_value(s[0], bv, f - nq - nkv);
+            return linear_value(dot, bq, f);
         }
-        ys[r - r0][f - f_base] = y;
+        if (f < nq + nkv) {
+            return linear_value(dot, bk, f - nq);
+        }
+        return linear_value(dot, bv, f - nq - nkv);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        ys[r - r0][f - f_base] = value(f, s[0]);
+    }
+};
+
+// `MapHead`'s values, each stored as its bf16 bits in a u32 word of vals[row][feature] (the
+// split head's scratch: the part of a head one block computes, for the last part to gather).
+struct MapHeadParts {
+    MapHead head;
+    unsigned* vals;
+    unsigned features;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        head.rows(f, k, out);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        vals[(unsigned long long)r * features + f] = bf16_bits(head.value(f, s[0]));
     }
 };
 
@@ -876,6 +891,11 @@ GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict
 // one block owns one whole head (its rotary pairs and its qk-norm) for its rows, its 8 warps
 // walking the head's head_dim features 8 at a time; the block's h_out is stored by the blocks of
 // head 0. head_dim <= GEMV_HEAD_DIM_MAX (the CPU twin refuses more; the kernel stores nothing).
+// Split heads (grid.y = (heads + 2·kv_heads) · P, with `scratch`): P blocks per head, block p
+// computing features [p·⌈head_dim/P⌉, ...) of it, each value as `linear` stores it, to the
+// scratch (GEMV_SPLIT_COUNTERS u32 counters [row group][head], then u32 words [row][feature]
+// holding bf16 bits); the last of the head's P blocks to count in gathers the head into shared
+// memory, sets the counter back to zero and runs the head epilogue: the bits of one block.
 GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
                         const bf16* __restrict__ wn, const bf16* __restrict__ wq,
                         const bf16* __restrict__ bq, const bf16* __restrict__ wk,
@@ -886,16 +906,23 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
                         float* __restrict__ h_out, bf16* __restrict__ q_out,
                         bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads,
                         unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
-                        unsigned block_size, unsigned num_pages, float eps, float qk_eps) {
+                        unsigned block_size, unsigned num_pages, float eps, float qk_eps,
+                        float* __restrict__ scratch) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
     __shared__ bf16 ys[GEMV_ROWS][GEMV_HEAD_DIM_MAX];
+    __shared__ unsigned gather;
     pdl_wait();
     pdl_launch_dependents();
+    const unsigned all_heads = heads + 2u * kv_heads;
+    // Split heads (grid.y = all_heads · parts, scratch given): part p of a head's features.
+    const unsigned parts =
+        scratch != nullptr && all_heads > 0u && gridDim.y > all_heads ? gridDim.y / all_heads : 1u;
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
-    const unsigned head = blockIdx.y;
+    const unsigned head = blockIdx.y / parts;
+    const unsigned part = blockIdx.y % parts;
     if (r0 >= rows || k == 0u || head_dim == 0u || head_dim > GEMV_HEAD_DIM_MAX ||
-        head >= heads + 2u * kv_heads) {
+        head >= all_heads) {
         return; // the whole block: nothing to do
     }
     const unsigned nrows = min(GEMV_ROWS, rows - r0);
@@ -906,8 +933,47 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
     __syncthreads();
     const unsigned f_base = head * head_dim;
     const MapHead map{wq, bq, wk, bk, wv, bv, ys, nq, nkv, r0, f_base};
-    gemv_rows<1>(src, map, r0, nrows, k, 0u, 1u, f_base, head_dim, head == 0u, xs, inv);
-    __syncthreads(); // every feature of the head is in ys
+    if (parts == 1u) {
+        gemv_rows<1>(src, map, r0, nrows, k, 0u, 1u, f_base, head_dim, head == 0u, xs, inv);
+        __syncthreads(); // every feature of the head is in ys
+    } else {
+        // This part's features, as `linear` stores them, to the scratch; the last part of the
+        // head to count in gathers the whole head into ys (the same bits as one block).
+        const unsigned features = nq + 2u * nkv;
+        unsigned* vals = reinterpret_cast<unsigned*>(scratch) + GEMV_SPLIT_COUNTERS;
+        const unsigned per = (head_dim + parts - 1u) / parts;
+        const unsigned f0 = min(head_dim, part * per);
+        const unsigned nf = min(head_dim, f0 + per) - f0;
+        if (nf > 0u) {
+            const MapHeadParts out{map, vals, features};
+            gemv_rows<1>(src, out, r0, nrows, k, 0u, 1u, f_base + f0, nf,
+                         head == 0u && part == 0u, xs, inv);
+        }
+        __threadfence(); // this part's values are visible device-wide before it counts in
+        __syncthreads();
+        if (threadIdx.x == 0u) {
+            unsigned* counter = reinterpret_cast<unsigned*>(scratch) +
+                                (unsigned long long)blockIdx.x * all_heads + head;
+            const bool last = atomicAdd(counter, 1u) + 1u == parts;
+            if (last) {
+                *counter = 0u; // every part has counted in: zero again for the next launch
+            }
+            gather = last ? 1u : 0u;
+        }
+        __syncthreads();
+        if (gather == 0u) {
+            return;
+        }
+        __threadfence();
+        for (unsigned idx = threadIdx.x; idx < nrows * head_dim; idx += blockDim.x) {
+            const unsigned rr = idx / head_dim;
+            const unsigned i = idx % head_dim;
+            const unsigned bits =
+                __ldcg(vals + (unsigned long long)(r0 + rr) * features + f_base + i);
+            ys[rr][i] = __ushort_as_bfloat16((unsigned short)bits);
+        }
+        __syncthreads();
+    }
 
     // The head pass: warp rr takes row r0 + rr (GEMV_ROWS == GEMV_WARPS).
     const unsigned lane = threadIdx.x & 31u;

@@ -132,18 +132,31 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     // The attention scratch follows the arena and starts zeroed (its counters' invariant).
     assert!(layout.attn_scratch_offset >= layout.arena_offset + layout.arena_bytes);
     assert!(layout.attn_scratch_bytes > 0);
+    // Then the o-fold scratch (none here) and gemv's split-K slots, one per stream.
+    assert_eq!(
+        layout.gemv_scratch_offset,
+        layout.attn_scratch_offset + layout.attn_scratch_bytes + layout.o_scratch_bytes
+    );
+    let streams = exec.plans.iter().map(|p| p.num_streams).max().unwrap();
+    assert!(layout.gemv_slot_bytes > 0, "tiny-llama's heads split");
+    assert_eq!(layout.gemv_scratch_bytes, streams * layout.gemv_slot_bytes);
     assert_eq!(
         layout.workspace_bytes,
-        layout.attn_scratch_offset + layout.attn_scratch_bytes
+        layout.gemv_scratch_offset + layout.gemv_scratch_bytes
     );
-    let mut scratch = vec![0xAAu8; layout.attn_scratch_bytes];
+    let zeroed =
+        layout.gemv_scratch_offset + layout.gemv_scratch_bytes - layout.attn_scratch_offset;
+    let mut scratch = vec![0xAAu8; zeroed];
     backend
         .copy_d2h(
             exec.workspace().offset(layout.attn_scratch_offset),
             &mut scratch,
         )
         .unwrap();
-    assert!(scratch.iter().all(|b| *b == 0), "attention scratch zeroed");
+    assert!(
+        scratch.iter().all(|b| *b == 0),
+        "attention and split-K scratches zeroed"
+    );
     // Workspace, weights and KV cache: three allocations, nothing else kept.
     assert_eq!(backend.live_allocations(), allocations + 3);
     assert_eq!(
@@ -453,7 +466,7 @@ const WIDE_LLAMA: &str = r#"{
 }"#;
 
 #[test]
-fn few_block_projections_split_k_into_their_streams_slot_unless_gemv_unsplit() {
+fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
     let mut backend = backend();
     let split = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
     let mut policy = Policy::default();
@@ -485,7 +498,20 @@ fn few_block_projections_split_k_into_their_streams_slot_unless_gemv_unsplit() {
             else {
                 continue;
             };
-            if !name.starts_with("gemv::") || *name == "gemv::qkv_rope_kv" {
+            if *name == "gemv::qkv_rope_kv" {
+                // 17 + 2 heads, one row group: each head in 8 parts of 8 features.
+                assert_eq!(config.grid[1], 19 * 8, "{mode}:{rows} split heads");
+                assert!(
+                    matches!(
+                        args.last(),
+                        Some(solder_gpu_runtime::KernelArg::Buffer { .. })
+                    ),
+                    "{mode}:{rows}: split heads without their scratch"
+                );
+                splits += 1;
+                continue;
+            }
+            if !name.starts_with("gemv::") {
                 continue;
             }
             match (config.grid[2], args.last()) {
@@ -509,6 +535,9 @@ fn few_block_projections_split_k_into_their_streams_slot_unless_gemv_unsplit() {
                         config.grid[2], 1,
                         "{mode}:{rows} `{name}` under gemv_unsplit"
                     );
+                    if *name == "gemv::qkv_rope_kv" {
+                        assert_eq!(config.grid[1], 19, "{mode}:{rows} heads under gemv_unsplit");
+                    }
                 }
                 _ => {}
             }

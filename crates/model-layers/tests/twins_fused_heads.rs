@@ -363,6 +363,7 @@ fn qkv_rope_kv_matches_add_norm_qkv_then_the_head_kernels() {
                 num_pages: PAGES as u32,
                 eps: EPS,
                 qk_eps: EPS,
+                scratch: None,
             }
             .launch(gemv::QKV_ROPE_KV));
             assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "q {what}");

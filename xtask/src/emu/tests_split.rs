@@ -275,3 +275,110 @@ fn the_host_policy_splits_a_tall_launch_and_keeps_its_bytes() {
     let entry = &report["gemv::linear_residual_add_r1"];
     assert_eq!(entry.launches, 1, "{entry:?}");
 }
+
+/// `qkv_rope_kv` with its heads split over 2, 3 (uneven: parts of 22, 22 and 20 features) and 8
+/// blocks stores the one-block bytes — q roped (after qk-norm, and without it), k and v in their
+/// cache slots, the residual sum — for one and two row groups; the counters are zero after.
+#[test]
+fn split_heads_store_the_one_block_bytes() {
+    use solder_model_layers::kernels::gemv::{QkvRopeKv, QKV_ROPE_KV};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Run, &mut backend);
+    let (heads, kv_heads, head_dim, k) = (3u32, 1u32, 64u32, 200u32);
+    let (block_size, pages) = (4u32, 8u32);
+    let all_heads = heads + 2 * kv_heads;
+    let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
+    let features = nq + 2 * nkv;
+    for rows in [1u32, 3, 9] {
+        let h = upload(&mut backend, &f32_values(rows * k, 1.0));
+        let d = upload(&mut backend, &bf16_values(rows * k, 2.0));
+        let wn = upload(&mut backend, &bf16_values(k, 3.0));
+        let wq = upload(&mut backend, &bf16_values(nq * k, 4.0));
+        let wk = upload(&mut backend, &bf16_values(nkv * k, 5.0));
+        let wv = upload(&mut backend, &bf16_values(nkv * k, 6.0));
+        let bq = upload(&mut backend, &bf16_values(nq, 7.0));
+        let qwn = upload(&mut backend, &bf16_values(head_dim, 8.0));
+        let kwn = upload(&mut backend, &bf16_values(head_dim, 9.0));
+        let positions: Vec<u8> = (0..rows as i32)
+            .flat_map(|r| (3 * r + 1).to_le_bytes())
+            .collect();
+        let positions = upload(&mut backend, &positions);
+        let inv_freq: Vec<u8> = (0..head_dim / 2)
+            .flat_map(|i| (10000f32.powf(-2.0 * i as f32 / head_dim as f32)).to_le_bytes())
+            .collect();
+        let inv_freq = upload(&mut backend, &inv_freq);
+        // Row r writes slot 2r + 1 (inside the cache's 32 slots).
+        let slots: Vec<u8> = (0..rows as i32)
+            .flat_map(|r| (2 * r + 1).to_le_bytes())
+            .collect();
+        let slots = upload(&mut backend, &slots);
+        let cache_bytes = pages * 2 * block_size * nkv * 2;
+        for qk in [false, true] {
+            let launch_with = |backend: &mut CpuBackend, parts: u32| {
+                let (q_out, sum) = (out(backend, rows * nq * 2), out(backend, rows * k * 4));
+                let cache = upload(backend, &vec![0u8; cache_bytes as usize]);
+                let a = QkvRopeKv {
+                    h,
+                    d: Some(d),
+                    wn,
+                    wq,
+                    bq: Some(bq),
+                    wk,
+                    bk: None,
+                    wv,
+                    bv: None,
+                    qwn: qk.then_some(qwn),
+                    kwn: qk.then_some(kwn),
+                    positions,
+                    inv_freq,
+                    slot_mapping: slots,
+                    h_out: Some(sum),
+                    q_out,
+                    cache,
+                    rows,
+                    k,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    rotary_dim: head_dim,
+                    block_size,
+                    num_pages: pages,
+                    eps: 1e-5,
+                    qk_eps: 1e-6,
+                    scratch: None,
+                };
+                let mut config = a.config();
+                let scratch = (parts > 1).then(|| {
+                    let words =
+                        split::head_scratch_words(config.grid, rows, features as u64).unwrap();
+                    let ptr = backend.alloc(SLOT_BYTES).unwrap();
+                    backend.copy_h2d(ptr, &vec![0u8; SLOT_BYTES]).unwrap();
+                    Buf::new(ptr, words * 4)
+                });
+                config.grid[1] *= parts;
+                let a = QkvRopeKv { scratch, ..a };
+                run(backend, &a.launch_with(QKV_ROPE_KV, config));
+                if let Some(s) = scratch {
+                    counters_are_zero(
+                        backend,
+                        s,
+                        &format!("qkv_rope_kv rows {rows}, {parts} parts"),
+                    );
+                }
+                [q_out, sum, cache].map(|b| download(backend, b.ptr, b.bytes))
+            };
+            let want = launch_with(&mut backend, 1);
+            assert!(want[0].iter().any(|b| *b != 0), "rows {rows}: q all zero");
+            assert_eq!(all_heads, 5);
+            for parts in [2u32, 3, 8] {
+                let got = launch_with(&mut backend, parts);
+                for (what, (g, w)) in ["q", "h_out", "cache"].iter().zip(got.iter().zip(&want)) {
+                    assert_eq!(
+                        g, w,
+                        "qkv_rope_kv {what}: rows {rows}, qk-norm {qk}, {parts} parts"
+                    );
+                }
+            }
+        }
+    }
+}

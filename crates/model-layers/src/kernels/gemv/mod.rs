@@ -335,6 +335,7 @@ kernel! {
         num_pages: U32,
         eps: F32,
         qk_eps: F32,
+        scratch: InOutOpt<f32>,
     }
     grid(a) = qkv_heads_config(a.rows, a.heads, a.kv_heads);
     QKV_ROPE_KV = "gemv::qkv_rope_kv" => twin twin::qkv_rope_kv, emit emit_qkv_rope_kv;
@@ -796,6 +797,25 @@ fn emit_qkv_rope_kv(v: &View<'_>) -> R {
         num_pages: v.kv_pages(),
         eps: v.f32(n, "eps")?,
         qk_eps,
+        scratch: None,
     };
-    Ok(vec![args.launch(QKV_ROPE_KV)])
+    Ok(vec![head_split_launch(v, args)])
+}
+
+/// `qkv_rope_kv`'s launch: each head split into `split::head_parts` blocks through the group's
+/// stream's scratch slot, unless lever `gemv_unsplit` is on or the slot cannot hold it.
+fn head_split_launch(v: &View<'_>, mut args: QkvRopeKv) -> super::Launch {
+    let mut config = args.config();
+    if !v.lever(split::GEMV_UNSPLIT) {
+        let features = qkv_features(args.heads, args.kv_heads) * args.head_dim as u64;
+        let parts = split::head_parts(config.grid, args.rows, features, args.head_dim);
+        let words = split::head_scratch_words(config.grid, args.rows, features);
+        if let (true, Some(words)) = (parts > 1, words) {
+            if let Some(scratch) = v.gemv_scratch(words * 4) {
+                args.scratch = Some(scratch);
+                config.grid[1] *= parts;
+            }
+        }
+    }
+    args.launch_with(QKV_ROPE_KV, config)
 }

@@ -6,7 +6,9 @@
 //! contiguous range of segments; its warps store every segment sum in the scratch's partials
 //! and the last split to finish a feature folds them in segment order: the unsplit bits, so the
 //! choice is the launch shape's alone (no rule, no plan change), and lever `gemv_unsplit` turns
-//! it off for A/B timing.
+//! it off for A/B timing. `gemv::qkv_rope_kv`, whose blocks own whole heads, splits each head's
+//! features over several blocks instead (`head_parts`): each stores its values, and the last
+//! of a head's blocks gathers them and runs the head epilogue.
 //!
 //! The scratch of one stream's launches is one slot (the workspace holds one per stream,
 //! `Layout::gemv_scratch_offset`, each of `slot_bytes`: a bound on what a projection launch
@@ -28,10 +30,10 @@ pub const DOT_SEG: u32 = 1024;
 /// row groups × features a split launch has (`SPLIT_TARGET_BLOCKS` · 8 = 4224, rounded up).
 pub const COUNTERS: usize = 4352;
 
-/// Partial words a slot holds after its counters: 512 KiB, the most any builtin shape needs
-/// being Llama-3-8B's down projection at decode (14 segments × 4096 features = 57,344 words)
-/// and the 8-row q/k/v of a 1B model (2 × 8 × 3072 = 49,152).
-pub const PARTIAL_WORDS: usize = 131_072;
+/// Words a slot holds after its counters: 1 MiB. Llama-3-8B's down projection at decode needs
+/// 57,344 (14 segments × 4096 features), the 8-row q/k/v of a 1B model 49,152 (2 × 8 × 3072),
+/// and a 1B model's split heads at 64 rows 196,608 (64 × 3072).
+pub const PARTIAL_WORDS: usize = 262_144;
 
 /// The most bytes of one stream's slot.
 pub const SLOT_BYTES: usize = (COUNTERS + PARTIAL_WORDS) * 4;
@@ -39,6 +41,36 @@ pub const SLOT_BYTES: usize = (COUNTERS + PARTIAL_WORDS) * 4;
 /// A launch with fewer blocks than this (4 per SM of a 132-SM H200) splits k until it has at
 /// least as many, or has one segment per split.
 const SPLIT_TARGET_BLOCKS: u64 = 528;
+
+/// The parts (blocks) each head of a `gemv::qkv_rope_kv` launch of `grid` (one block per
+/// row group and head) is split into: 1 when the grid already has `SPLIT_TARGET_BLOCKS`
+/// blocks or the scratch slot cannot hold the launch, else enough to reach the target, at most
+/// one part per 8 of a head's features (one feature per warp).
+pub fn head_parts(grid: [u32; 3], rows: u32, features: u64, head_dim: u32) -> u32 {
+    let blocks = grid[0] as u64 * grid[1] as u64;
+    if blocks == 0
+        || blocks >= SPLIT_TARGET_BLOCKS
+        || head_scratch_words(grid, rows, features).is_none()
+    {
+        return 1;
+    }
+    SPLIT_TARGET_BLOCKS
+        .div_ceil(blocks)
+        .min(head_dim.div_ceil(8) as u64)
+        .max(1) as u32
+}
+
+/// The scratch words a split-head `gemv::qkv_rope_kv` launch uses (grid.x row groups,
+/// grid.y heads before the split): the counters region ([row group][head], within
+/// `COUNTERS`), then one word per row and q/k/v feature.
+pub fn head_scratch_words(grid: [u32; 3], rows: u32, features: u64) -> Option<usize> {
+    let counters = (grid[0] as u64).checked_mul(grid[1] as u64)?;
+    let values = (rows as u64).checked_mul(features)?;
+    if counters > COUNTERS as u64 || values > PARTIAL_WORDS as u64 {
+        return None;
+    }
+    Some(COUNTERS + values as usize)
+}
 
 /// The dot segments of a k-element dot.
 pub fn segments(k: u32) -> u32 {
@@ -90,8 +122,8 @@ pub fn splits(
 /// Bytes of one stream's slot for `plans` of `circuit`'s projections: a bound on the scratch
 /// any projection launch could split with — the longest dot's segments × the widest plan's rows
 /// × the most features one launch has (three projections' outputs for q/k/v, two for gate/up,
-/// the vocabulary, the experts) — at most `SLOT_BYTES`; zero when no dot has two segments
-/// (nothing ever splits). Bounded from the circuit's ops, not from the plans' groups: plans of
+/// the vocabulary, the experts), which also holds a split head's values (one word per row and
+/// feature) — at most `SLOT_BYTES`; zero without projections. Bounded from the circuit's ops, not from the plans' groups: plans of
 /// other circuits (a draft head's) share the workspace; a launch whose need exceeds its slot
 /// runs unsplit.
 pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
@@ -114,10 +146,11 @@ pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
     }
     let rows = plans.iter().map(|p| p.rows as u64).max().unwrap_or(0);
     let segs = k.div_ceil(DOT_SEG as u64);
-    if segs < 2 || rows == 0 {
+    if rows == 0 || features == 0 {
         return 0;
     }
-    let need = COUNTERS as u64 + segs.saturating_mul(rows).saturating_mul(features);
+    // Split heads need one word per row and feature even when no dot has two segments.
+    let need = COUNTERS as u64 + segs.max(1).saturating_mul(rows).saturating_mul(features);
     need.min((COUNTERS + PARTIAL_WORDS) as u64) as usize * 4
 }
 
@@ -149,6 +182,26 @@ mod tests {
         assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, true), 3);
         // 5 segments, 4 wanted: ⌈5/4⌉ = 2 per split, so 3 live splits.
         assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, true), 3);
+    }
+
+    #[test]
+    fn qkv_rope_kv_splits_each_head_into_parts_of_at_least_8_features() {
+        // Llama-3.2-1B at decode: 32 + 2·8 heads, 48 blocks → 8 parts of 8 features each.
+        assert_eq!(head_parts([1, 48, 1], 1, 3072, 64), 8);
+        // 8 row groups of 48 heads: 384 blocks → 2 parts.
+        assert_eq!(head_parts([8, 48, 1], 64, 3072, 64), 2);
+        // 4 row groups: 192 blocks → 3 parts (of 22, 22 and 20 features).
+        assert_eq!(head_parts([4, 48, 1], 32, 3072, 64), 3);
+        // 88 rows' values would not fit the slot: one part.
+        assert_eq!(head_parts([11, 48, 1], 88, 3072, 64), 1);
+        // Already wide enough, or a head of 8 features: one part.
+        assert_eq!(head_parts([16, 48, 1], 128, 3072, 64), 1);
+        assert_eq!(head_parts([1, 6, 1], 1, 48, 8), 1);
+        assert_eq!(
+            head_scratch_words([1, 48, 1], 1, 3072),
+            Some(COUNTERS + 3072)
+        );
+        assert_eq!(head_scratch_words([1, 48, 1], 88, 3072), None);
     }
 
     #[test]

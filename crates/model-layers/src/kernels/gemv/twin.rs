@@ -211,6 +211,36 @@ fn check_split(
     }
 }
 
+/// A split-head `qkv_rope_kv` launch (grid.y a multiple of the heads, more than one part)
+/// must carry its scratch of `split::head_scratch_words`; an unsplit one may pass any or none.
+fn check_head_split(
+    ctx: &TwinCtx<'_>,
+    scratch: OutOpt<'_, f32>,
+    rows: usize,
+    all_heads: usize,
+    head_dim: usize,
+) -> Result<(), GpuError> {
+    let mut grid = ctx.config().grid;
+    if all_heads == 0 || grid[1] as usize <= all_heads {
+        return Ok(());
+    }
+    let at = scratch.at;
+    if grid[1] as usize % all_heads != 0 {
+        return Err(at.bad(format!(
+            "grid.y {} splits {all_heads} heads unevenly",
+            grid[1]
+        )));
+    }
+    grid[1] = all_heads as u32;
+    let features = (all_heads * head_dim) as u64;
+    let words = split::head_scratch_words(grid, rows as u32, features)
+        .ok_or_else(|| at.bad("a split-head launch wider than a split-K scratch slot"))?;
+    match scratch.len(words)? {
+        Some(_) => Ok(()),
+        None => Err(at.bad("a split-head launch (grid.y past the heads) without its scratch")),
+    }
+}
+
 /// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
 fn normed(h: &[f32], wn: &[bf16], k: usize, eps: f32) -> Vec<bf16> {
     let mut x = vec![bf16::ZERO; h.len()];
@@ -432,6 +462,7 @@ pub(super) fn qkv_rope_kv(a: QkvRopeKvArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, k, eps) = (a.rows.count(), a.k.dim()?, a.eps);
     let (heads, kv_heads, head_dim) = (a.heads.dim()?, a.kv_heads.dim()?, a.head_dim.dim()?);
+    check_head_split(ctx, a.scratch, rows, heads + 2 * kv_heads, head_dim)?;
     if head_dim > HEAD_DIM_MAX as usize {
         return Err(a.head_dim.bad(format!(
             "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
