@@ -242,6 +242,25 @@ struct MapHeadParts {
 
 // ---- the projection body -------------------------------------------------------------------
 
+// The end of a dot segment (DOT_SEG, common.cuh): for each weight row n and row rr, the
+// butterfly sum of the lane partials acc[n][rr] (every lane gets it) is handed to
+// take(n, rr, sum) on lane rr only, and the partials start again from +0.
+template <unsigned NW, unsigned RT, class Take>
+__device__ __forceinline__ void segment_end(float (&acc)[NW][RT], unsigned lane,
+                                            const Take& take) {
+#pragma unroll
+    for (unsigned n = 0; n < NW; ++n) {
+#pragma unroll
+        for (unsigned rr = 0; rr < RT; ++rr) {
+            const float sum = warp_sum(acc[n][rr]);
+            acc[n][rr] = 0.0f;
+            if (lane == rr) {
+                take(n, rr, sum);
+            }
+        }
+    }
+}
+
 // RT rows in registers (RT >= the block's row count; extra rows are staged as zeros and never
 // stored), NW weight rows per feature (2 for gate/up).
 // Feature blocks fb0, fb0 + fb_step, ... cover features [f_base, f_base + features); the sum of
@@ -327,17 +346,9 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
                     // The end of a dot segment (DOT_SEG, common.cuh) that exists: fold it in.
                     const unsigned ds_base = seg_base + (j - (DOT_SEG_LANE_CHUNKS - 1u)) * 256u;
                     if (j % DOT_SEG_LANE_CHUNKS == DOT_SEG_LANE_CHUNKS - 1u && ds_base < k) {
-#pragma unroll
-                        for (unsigned n = 0; n < NW; ++n) {
-#pragma unroll
-                            for (unsigned rr = 0; rr < RT; ++rr) {
-                                const float seg_sum = warp_sum(acc[n][rr]);
-                                acc[n][rr] = 0.0f;
-                                if (lane == rr) {
-                                    tot[n] = dot_fold(tot[n], seg_sum, ds_base / DOT_SEG);
-                                }
-                            }
-                        }
+                        segment_end(acc, lane, [&](unsigned n, unsigned, float sum) {
+                            tot[n] = dot_fold(tot[n], sum, ds_base / DOT_SEG);
+                        });
                     }
                 }
             }
@@ -698,22 +709,13 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
                     kb + (g * TC + j - (DOT_SEG_LANE_CHUNKS - 1u)) * 256u;
                 if (j % DOT_SEG_LANE_CHUNKS == DOT_SEG_LANE_CHUNKS - 1u && ds_base < ke) {
                     const unsigned ds = ds_base / DOT_SEG;
-#pragma unroll
-                    for (unsigned n = 0; n < NW; ++n) {
-#pragma unroll
-                        for (unsigned rr = 0; rr < RT; ++rr) {
-                            const float seg_sum = warp_sum(acc[n][rr]);
-                            acc[n][rr] = 0.0f;
-                            if (lane != rr) {
-                                // every lane holds the sum; lane rr keeps or stores row rr's
-                            } else if (!split) {
-                                tot[n] = dot_fold(tot[n], seg_sum, ds);
-                            } else if (rr < nrows) {
-                                *split_partial(scratch, ds, n, NW, r0 + rr, rows, f, features) =
-                                    seg_sum;
-                            }
+                    segment_end(acc, lane, [&](unsigned n, unsigned rr, float sum) {
+                        if (!split) {
+                            tot[n] = dot_fold(tot[n], sum, ds);
+                        } else if (rr < nrows) {
+                            *split_partial(scratch, ds, n, NW, r0 + rr, rows, f, features) = sum;
                         }
-                    }
+                    });
                 }
             }
         }

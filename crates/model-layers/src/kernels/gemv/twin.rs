@@ -199,15 +199,26 @@ fn check_split(
     if grid[2] <= 1 {
         return Ok(());
     }
+    let words = split::scratch_words(grid, features as u64, rows as u32, k as u32, nw);
+    require_scratch(
+        scratch,
+        words,
+        &format!("a split-K launch (grid.z = {})", grid[2]),
+    )
+}
+
+/// The scratch of a split launch (`what`): present, of `words` f32 (`None`: the launch is
+/// wider than a scratch slot).
+fn require_scratch(
+    scratch: OutOpt<'_, f32>,
+    words: Option<usize>,
+    what: &str,
+) -> Result<(), GpuError> {
     let at = scratch.at;
-    let words = split::scratch_words(grid, features as u64, rows as u32, k as u32, nw)
-        .ok_or_else(|| at.bad("a split launch wider than a split-K scratch slot"))?;
+    let words = words.ok_or_else(|| at.bad(format!("{what} wider than a split-K scratch slot")))?;
     match scratch.len(words)? {
         Some(_) => Ok(()),
-        None => Err(at.bad(format!(
-            "a split-K launch (grid.z = {}) without its scratch",
-            grid[2]
-        ))),
+        None => Err(at.bad(format!("{what} without its scratch"))),
     }
 }
 
@@ -232,13 +243,12 @@ fn check_head_split(
         )));
     }
     grid[1] = all_heads as u32;
-    let features = (all_heads * head_dim) as u64;
-    let words = split::head_scratch_words(grid, rows as u32, features)
-        .ok_or_else(|| at.bad("a split-head launch wider than a split-K scratch slot"))?;
-    match scratch.len(words)? {
-        Some(_) => Ok(()),
-        None => Err(at.bad("a split-head launch (grid.y past the heads) without its scratch")),
-    }
+    let words = split::head_scratch_words(grid, rows as u32, (all_heads * head_dim) as u64);
+    require_scratch(
+        scratch,
+        words,
+        "a split-head launch (grid.y past the heads)",
+    )
 }
 
 /// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
