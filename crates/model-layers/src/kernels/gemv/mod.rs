@@ -44,7 +44,7 @@ use crate::emit::{View, R};
 use crate::error::ExecError;
 
 pub use split::GEMV_UNSPLIT;
-pub use stream::{entry, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
+pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
 
 /// Output features per block (one warp each).
 const FEATURES_PER_BLOCK: u32 = 8;

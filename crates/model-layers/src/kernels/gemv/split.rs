@@ -93,27 +93,26 @@ pub fn scratch_words(grid: [u32; 3], features: u64, rows: u32, k: u32, nw: u32) 
 }
 
 /// The splits (grid.z) of a streaming launch of `grid` (from `stream_config`) over a
-/// k-element dot with `nw` weight rows per feature: 1 (unsplit) when the grid already has
-/// `SPLIT_TARGET_BLOCKS` blocks, when k is staged in spans (`staged_whole` false), when k has one
-/// segment, or when the scratch slot cannot hold the launch; else the fewest splits that reach
-/// the target, each a non-empty range of ⌈segments / splits⌉ segments.
-pub fn splits(
-    grid: [u32; 3],
-    features: u64,
-    rows: u32,
-    k: u32,
-    nw: u32,
-    staged_whole: bool,
-) -> u32 {
+/// k-element dot with `nw` weight rows per feature, whose blocks stage `stage` elements of a
+/// row at a time (`GEMV_STREAM_STAGE` over the row tile): 1 (unsplit) when the grid already
+/// has `SPLIT_TARGET_BLOCKS` blocks, when k has one segment, or when the scratch slot cannot
+/// hold the launch; else the fewest splits that reach the target and give each split a range
+/// its blocks stage whole (k staged in spans otherwise: once per span per block), each a
+/// non-empty range of ⌈segments / splits⌉ segments.
+pub fn splits(grid: [u32; 3], features: u64, rows: u32, k: u32, nw: u32, stage: u32) -> u32 {
     let blocks = grid[0] as u64 * grid[1] as u64;
     let segs = segments(k);
-    if !staged_whole || segs < 2 || blocks == 0 || blocks >= SPLIT_TARGET_BLOCKS {
+    if segs < 2 || blocks == 0 || blocks >= SPLIT_TARGET_BLOCKS {
         return 1;
     }
     if scratch_words(grid, features, rows, k, nw).is_none() {
         return 1;
     }
-    let wanted = SPLIT_TARGET_BLOCKS.div_ceil(blocks).min(segs as u64) as u32;
+    let to_stage = segs.div_ceil((stage / DOT_SEG).max(1)) as u64;
+    let wanted = SPLIT_TARGET_BLOCKS
+        .div_ceil(blocks)
+        .max(to_stage)
+        .min(segs as u64) as u32;
     // Only non-empty ranges: the live splits of ⌈segments / wanted⌉ segments each.
     let per = segs.div_ceil(wanted);
     segs.div_ceil(per)
@@ -161,27 +160,31 @@ mod tests {
     #[test]
     fn llama_1b_decode_splits_its_tall_projections_and_not_the_wide_ones() {
         // Down projection (k = 8192, 2048 features): 256 blocks → 3 splits of 3, 3, 2 segments.
-        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, true), 3);
+        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, 16_384), 3);
         // o projection (k = 2048): 2 segments, 2 splits.
-        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, true), 2);
+        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, 16_384), 2);
         // q/k/v (3072 features): 384 blocks → 2 splits.
-        assert_eq!(splits([1, 384, 1], 3072, 1, 2048, 1, true), 2);
+        assert_eq!(splits([1, 384, 1], 3072, 1, 2048, 1, 16_384), 2);
         // gate/up (8192 features, 1024 blocks) and the LM head (capped at 1056): unsplit.
-        assert_eq!(splits([1, 1024, 1], 8192, 1, 2048, 2, true), 1);
-        assert_eq!(splits([1, 1056, 1], 128_256, 1, 2048, 1, true), 1);
+        assert_eq!(splits([1, 1024, 1], 8192, 1, 2048, 2, 16_384), 1);
+        assert_eq!(splits([1, 1056, 1], 128_256, 1, 2048, 1, 16_384), 1);
     }
 
     #[test]
-    fn no_split_without_segments_to_split_a_staged_whole_k_or_room_in_the_slot() {
-        assert_eq!(splits([1, 16, 1], 128, 1, 1024, 1, true), 1);
-        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, false), 1);
+    fn no_split_without_segments_or_room_and_ranges_the_blocks_stage_whole() {
+        assert_eq!(splits([1, 16, 1], 128, 1, 1024, 1, 16_384), 1);
+        // The down projection at 8 rows: k (8192) is 4 times the r8 stage (2048 per row), so 4
+        // splits, each range staged whole.
+        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, 2048), 4);
+        // At 4 rows (a 4096 stage): the target's 3 splits of at most 3 segments fit it.
+        assert_eq!(splits([1, 256, 1], 2048, 4, 8192, 1, 4096), 3);
         // 5000 features need more counters than a slot has.
-        assert_eq!(splits([1, 300, 1], 5000, 1, 4096, 1, true), 1);
+        assert_eq!(splits([1, 300, 1], 5000, 1, 4096, 1, 16_384), 1);
         assert_eq!(scratch_words([1, 300, 1], 5000, 1, 4096, 1), None);
         // 3 segments at a target of many splits: 3 live splits of one segment each.
-        assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, true), 3);
+        assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, 16_384), 3);
         // 5 segments, 4 wanted: ⌈5/4⌉ = 2 per split, so 3 live splits.
-        assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, true), 3);
+        assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, 16_384), 3);
     }
 
     #[test]

@@ -79,9 +79,14 @@ pub fn entry(classic: bool, rows: u32) -> Entry {
     }
 }
 
+/// The x elements of one row a block of `tile` stages at once.
+pub fn stage_elems(tile: RowTile) -> u32 {
+    STREAM_STAGE / tile.rows()
+}
+
 /// Whether a block of `tile` stages all of k at once (else in spans, one feature per warp).
 pub fn stages_whole(k: u32, tile: RowTile) -> bool {
-    k <= STREAM_STAGE / tile.rows()
+    k <= stage_elems(tile)
 }
 
 /// A streaming launch: grid.x = row groups of the tile's rows, grid.y = feature blocks of 8
@@ -147,8 +152,8 @@ macro_rules! gemv_launch {
                 };
                 let mut config = stream_config(features, args.rows, args.k, tile);
                 if !$v.lever(split::GEMV_UNSPLIT) {
-                    let whole = stages_whole(args.k, tile);
-                    let z = split::splits(config.grid, features, args.rows, args.k, $nw, whole);
+                    let stage = stage_elems(tile);
+                    let z = split::splits(config.grid, features, args.rows, args.k, $nw, stage);
                     let words = split::scratch_words(config.grid, features, args.rows, args.k, $nw);
                     if let (true, Some(words)) = (z > 1, words) {
                         if let Some(scratch) = $v.gemv_scratch(words * 4) {
