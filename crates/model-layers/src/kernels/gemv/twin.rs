@@ -236,7 +236,7 @@ fn check_head_split(
         return Ok(());
     }
     let at = scratch.at;
-    if grid[1] as usize % all_heads != 0 {
+    if !(grid[1] as usize).is_multiple_of(all_heads) {
         return Err(at.bad(format!(
             "grid.y {} splits {all_heads} heads unevenly",
             grid[1]
