@@ -13,7 +13,8 @@
 //    warp issues its loads 8 iterations ahead), then streams weight tiles with the next tile
 //    in registers while the current one computes.
 //    k longer than the stage (16384 elements over the tile's rows) is staged in spans, once per
-//    span per block, with one feature per warp (no cap) so no span is staged twice.
+//    span per block, with one feature per warp (no cap) so no span is staged twice. A launch
+//    with grid.z > 1 and a scratch splits k (split-K, below): the same bytes.
 //  - classic entries `<kernel>` (the `gemv_classic` lever; `gemv_run`): one warp per output
 //    feature, 8 features per block; grid.x = row groups of 8 rows (the fastest index, so the
 //    row groups that share a weight tile run side by side and read it from L2), grid.y =
@@ -22,18 +23,21 @@
 // Every entry calls pdl_wait, then pdl_launch_dependents (common.cuh), before it reads an
 // activation or writes anything; a streaming entry first puts its first weight tile in flight.
 // Static shared memory only. `qkv_rope_kv` has only the classic shape, with grid.y = one block
-// per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write).
+// per whole q, k or v head, for its head epilogue (rope, qk-norm, the KV write), or several
+// blocks per head whose last gathers it (split heads).
 //
 // Every dot and norm has one order, in every entry:
 //  - x is staged into shared memory as bf16: copied from x (reference kernels), or recomputed
 //    from h (+ d) with the 1/rms of `row_inv_rms` (lane l sums i = l, l + 32, ... with fma, then
 //    warp_sum) and `norm_value`, exactly the bytes norm::rms_norm / norm::add_rms_norm store;
-//  - each warp streams a feature's weight row(s) with 16-byte loads (lane l takes chunks of 8
-//    elements c ≡ l mod 32, in increasing order), multiplies against every staged row and
-//    accumulates with fma in element order; then the butterfly `warp_sum`.
-// So a dot's order depends only on k: the same in every kernel and entry, at every row count
-// and in any row position, which makes each fused kernel byte-identical to its reference
-// routing and each streaming entry to its classic one.
+//  - each warp streams a feature's weight row(s) with 16-byte loads, in DOT_SEG (1024-element)
+//    segments: lane l takes the segment's chunks of 8 elements c ≡ l mod 32, in increasing
+//    order, multiplies against every staged row and accumulates with fma in element order from
+//    +0; the butterfly `warp_sum` gives the segment's sum (`segment_end`), and the dot is the
+//    segment sums added in order (`dot_fold`, common.cuh `warp_dot`).
+// So a dot's order depends only on k: the same in every kernel and entry, at every row count,
+// in any row position and at any split, which makes each fused kernel byte-identical to its
+// reference routing and each streaming (or split) entry to its classic one.
 #include "common.cuh"
 
 #define GEMV_WARPS 8u            // output features per block, one warp each
@@ -411,8 +415,9 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
 // the stage (GEMV_STREAM_STAGE elements for all RT rows), it is staged in spans, one staging
 // per span per block: the grid then gives every warp one feature (no cap), so no span is
 // staged twice.
-// The dot of every (row, feature) is `gemv_block`'s: lane l takes chunks c ≡ l (mod 32) in
-// increasing order, fma in element order, then warp_sum; the norm is `row_inv_rms`'s.
+// The dot of every (row, feature) is `gemv_block`'s: per 1024-element segment lane l takes
+// chunks c ≡ l (mod 32) in increasing order, fma in element order, then warp_sum, the segment
+// sums folded in order; the norm is `row_inv_rms`'s.
 
 #define GEMV_STREAM_STAGE 16384u // staged x elements per block (32 KiB), all rows together
 #define GEMV_STREAM_CHUNKS 8u    // 16-byte weight chunks per lane in flight per buffer
