@@ -112,7 +112,7 @@ pub fn compile(
     for step in &plan.steps {
         match step.kind {
             StepKind::Launch(g) => {
-                for launch in emit_group(bind, plan.group(g))? {
+                for launch in emit_group(bind, plan.group(g), step.stream)? {
                     steps.push(ProgramStep::Launch {
                         stream: step.stream,
                         kernel: backend.kernel(launch.kernel)?,

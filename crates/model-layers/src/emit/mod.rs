@@ -19,11 +19,16 @@ use crate::kernels::{Buf, Launch};
 /// What an emitter returns.
 pub type R = Result<Vec<Launch>, ExecError>;
 
-/// The launches of `group`, checked against its rule's kernel list.
-pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, ExecError> {
+/// The launches of `group` (run on `stream`), checked against its rule's kernel list.
+pub fn emit_group(
+    bind: &Bindings<'_>,
+    group: &Group,
+    stream: u8,
+) -> Result<Vec<Launch>, ExecError> {
     let view = View {
         bind,
         group,
+        stream,
         passed: RefCell::new(Vec::new()),
     };
     let emitter = group
@@ -60,6 +65,8 @@ pub fn emit_group(bind: &Bindings<'_>, group: &Group) -> Result<Vec<Launch>, Exe
 pub struct View<'a> {
     bind: &'a Bindings<'a>,
     group: &'a Group,
+    /// The stream the plan runs the group on.
+    stream: u8,
     passed: RefCell<Vec<TensorId>>,
 }
 
@@ -250,20 +257,9 @@ impl<'a> View<'a> {
         self.bind.o_scratch(heads, n_out)
     }
 
-    /// The stream the plan runs this group on (0 for a group outside the plan).
-    pub fn stream(&self) -> u8 {
-        let plan = self.bind.plan;
-        plan.fusion
-            .groups
-            .iter()
-            .position(|g| std::ptr::eq(g, self.group))
-            .and_then(|i| plan.stream_of.get(i).copied())
-            .unwrap_or(0)
-    }
-
     /// `bytes` of the gemv split-K scratch slot of this group's stream, if the workspace has it.
     pub fn gemv_scratch(&self, bytes: usize) -> Option<Buf> {
-        self.bind.gemv_scratch(self.stream(), bytes)
+        self.bind.gemv_scratch(self.stream, bytes)
     }
 
     pub fn u32(&self, op: &Op, key: &str) -> Result<u32, ExecError> {

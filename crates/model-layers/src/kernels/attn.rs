@@ -109,16 +109,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
 // ---- twins ---------------------------------------------------------------------------------
 
 fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
-    let dims = AttnDims {
-        rows: a.rows,
-        heads: a.heads,
-        kv_heads: a.kv_heads,
-        head_dim: a.head_dim,
-        block_size: a.block_size,
-        max_blocks: a.max_blocks,
-        num_pages: a.num_pages,
-        window: a.window,
-    };
+    let dims = attn_dims!(a);
     let attention = Attention::check(a.ctx, [a.q, a.cache], [a.block_tables, a.seq_lens], dims)?;
     let out = a.out.len(attention.out_len())?;
     attention.check_scratch(a.scratch)?;
@@ -135,6 +126,33 @@ pub(super) struct AttnDims<'c> {
     pub max_blocks: Dim<'c>,
     pub num_pages: Dim<'c>,
     pub window: Dim<'c>,
+}
+
+/// The `AttnDims` of a launch view that has every field of it (`PagedAttentionArgs`,
+/// `PagedAttentionOArgs`).
+macro_rules! attn_dims {
+    ($a:expr) => {
+        $crate::kernels::attn::AttnDims {
+            rows: $a.rows,
+            heads: $a.heads,
+            kv_heads: $a.kv_heads,
+            head_dim: $a.head_dim,
+            block_size: $a.block_size,
+            max_blocks: $a.max_blocks,
+            num_pages: $a.num_pages,
+            window: $a.window,
+        }
+    };
+}
+pub(super) use attn_dims;
+
+/// The paged KV cache attention op `a` reads (its input 1, a KV state).
+pub(super) fn kv_cache_of(v: &View<'_>, a: &Op) -> Result<super::Buf, ExecError> {
+    let kv_edge = *a
+        .inputs
+        .get(1)
+        .ok_or_else(|| v.err(format!("`{}` reads no KV state", a.name)))?;
+    v.state_of(kv_edge)
 }
 
 /// An attention launch's inputs, checked (`paged_decode`/`paged_causal` and the o-fold
@@ -316,14 +334,10 @@ fn emit_paged_causal(v: &View<'_>) -> R {
 
 fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
     let a = v.op(OpKind::Attention, None)?;
-    let kv_edge = *a
-        .inputs
-        .get(1)
-        .ok_or_else(|| v.err(format!("`{}` reads no KV state", a.name)))?;
     let (heads, head_dim) = (v.u32(a, "heads")?, v.u32(a, "head_dim")?);
     Ok(vec![PagedAttention {
         q: v.input(a, 0)?,
-        cache: v.state_of(kv_edge)?,
+        cache: kv_cache_of(v, a)?,
         block_tables: v.meta(MetaField::BlockTables),
         seq_lens: v.meta(MetaField::SeqLens),
         out: v.output(a, 0)?,

@@ -24,7 +24,7 @@ use solder_circuit::ir::{Attr, Circuit, MetaField, Op};
 use solder_circuit::{ExecutionPlan, OpKind};
 use solder_gpu_runtime::{par_chunks_mut, GpuError};
 
-use super::{attn_config, window_of, Attention, AttnDims};
+use super::{attn_config, attn_dims, kv_cache_of, window_of, Attention};
 use crate::emit::{View, R};
 use crate::kernels::act::sigmoid;
 use crate::kernels::decl::{kernel, Name};
@@ -121,16 +121,7 @@ kernel! {
 
 fn paged_attention_o(a: PagedAttentionOArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
-    let dims = AttnDims {
-        rows: a.rows,
-        heads: a.heads,
-        kv_heads: a.kv_heads,
-        head_dim: a.head_dim,
-        block_size: a.block_size,
-        max_blocks: a.max_blocks,
-        num_pages: a.num_pages,
-        window: a.window,
-    };
+    let dims = attn_dims!(a);
     let attention = Attention::check(ctx, [a.q, a.cache], [a.block_tables, a.seq_lens], dims)?;
     let (rows, heads, head_dim) = (attention.rows, attention.heads, attention.head_dim);
     let n_out = a.n_out.dim()?;
@@ -185,10 +176,6 @@ fn fold_of(v: &View<'_>, kernel: Name<PagedAttentionO>) -> R {
     let a = v.op(OpKind::Attention, None)?;
     let o = v.op(OpKind::Linear, Some("o_proj"))?;
     let add = v.op(OpKind::ResidualAdd, None)?;
-    let kv_edge = *a
-        .inputs
-        .get(1)
-        .ok_or_else(|| v.err(format!("`{}` reads no KV state", a.name)))?;
     let (heads, head_dim) = (v.u32(a, "heads")?, v.u32(a, "head_dim")?);
     let n_out = v.u32(o, "out")?;
     if v.u32(o, "in")? as u64 != heads as u64 * head_dim as u64 {
@@ -209,7 +196,7 @@ fn fold_of(v: &View<'_>, kernel: Name<PagedAttentionO>) -> R {
     };
     Ok(vec![PagedAttentionO {
         q: v.input(a, 0)?,
-        cache: v.state_of(kv_edge)?,
+        cache: kv_cache_of(v, a)?,
         block_tables: v.meta(MetaField::BlockTables),
         seq_lens: v.meta(MetaField::SeqLens),
         gate,
