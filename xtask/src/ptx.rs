@@ -234,10 +234,10 @@ fn check_in(
     Ok(failures)
 }
 
-/// `module::func` of every `.entry` in the PTX embedded in this binary (`solder_kernels::PTX`),
-/// which is what a device loads.
+/// `module::func` of every `.entry` in the PTX embedded in this binary
+/// (`solder_kernels::ptx_modules`), which is what a device loads.
 pub fn embedded_entries() -> std::collections::BTreeSet<String> {
-    solder_kernels::PTX
+    solder_kernels::ptx_modules()
         .iter()
         .flat_map(|(module, text)| ptxas::entries_of(module, text))
         .collect()
@@ -280,4 +280,50 @@ fn relative(root: &Path, path: &Path) -> String {
         .unwrap_or(path)
         .display()
         .to_string()
+}
+
+/// Assembles the PTX embedded in this binary for sm_90 with the pinned ptxas (installed into
+/// `target/cuda-wheels` first if absent) into `out/<module>.cubin`, and writes `out/MANIFEST`
+/// naming the digest of the PTX each came from (`solder_model_layers::kernels::cubins`).
+/// Returns the cubins' total bytes.
+pub fn assemble_cubins(out: &Path) -> Result<u64, String> {
+    use solder_model_layers::kernels::cubins::{manifest_text, CubinEntry, MANIFEST};
+    let tools = toolchain::Toolchain::ensure(&workspace_root())?;
+    fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let mut entries = Vec::new();
+    for (module, text) in solder_kernels::ptx_modules() {
+        let ptx = out.join(format!("{module}.ptx"));
+        let cubin = out.join(format!("{module}.cubin"));
+        fs::write(&ptx, text).map_err(|e| format!("{}: {e}", ptx.display()))?;
+        let output = std::process::Command::new(&tools.ptxas)
+            .arg("-arch=sm_90")
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&cubin)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", tools.ptxas.display()))?;
+        let _ = fs::remove_file(&ptx);
+        if !output.status.success() {
+            return Err(format!(
+                "ptxas -arch=sm_90 failed on the embedded {module}.ptx ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim_end()
+            ));
+        }
+        let bytes = fs::metadata(&cubin)
+            .map_err(|e| format!("{}: {e}", cubin.display()))?
+            .len();
+        entries.push(CubinEntry {
+            module: module.to_string(),
+            ptx_sha256: solder_kernels::ptx_sha256(module)
+                .ok_or_else(|| format!("module `{module}` has no digest"))?
+                .to_string(),
+            bytes,
+        });
+    }
+    let assembler = format!("ptxas {}", toolchain::NVCC_PIN);
+    let manifest = out.join(MANIFEST);
+    fs::write(&manifest, manifest_text("sm_90", &assembler, &entries))
+        .map_err(|e| format!("{}: {e}", manifest.display()))?;
+    Ok(entries.iter().map(|e| e.bytes).sum())
 }

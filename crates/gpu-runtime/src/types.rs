@@ -137,9 +137,12 @@ pub struct DeviceFacts {
     pub host_threads: usize,
 }
 
-/// A module to load: its name (`norm`, `gemv`, ...) and, for the CUDA backend, its PTX.
+/// A module to load: its name (`norm`, `gemv`, ...) and, for the CUDA backend, its PTX and
+/// optionally a cubin assembled from that PTX for the device's architecture, loaded first (no
+/// JIT) with the PTX as the fallback when the driver refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModuleImage<'a> {
     pub name: &'a str,
     pub ptx: Option<&'a str>,
+    pub cubin: Option<&'a [u8]>,
 }

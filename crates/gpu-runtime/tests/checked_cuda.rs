@@ -31,6 +31,7 @@ fn device() -> Option<(MutexGuard<'static, ()>, Checked<CudaBackend>)> {
     gpu.load_module(&ModuleImage {
         name: "arith",
         ptx: Some(ARITH_PTX),
+        cubin: None,
     })
     .expect("load arith");
     Some((guard, gpu))

@@ -57,6 +57,7 @@ fn unknown_kernel_is_refused() {
     gpu.load_module(&ModuleImage {
         name: "norm",
         ptx: Some("ignored"),
+        cubin: None,
     })
     .unwrap();
     assert!(gpu.kernel("norm::rms_norm").is_ok());
@@ -69,6 +70,7 @@ fn module_with_no_twins_is_unknown() {
         .load_module(&ModuleImage {
             name: "tes",
             ptx: None,
+            cubin: None,
         })
         .unwrap_err();
     assert!(
@@ -90,16 +92,19 @@ fn kernel_names_are_sorted_and_only_of_loaded_modules() {
     gpu.load_module(&ModuleImage {
         name: "b",
         ptx: None,
+        cubin: None,
     })
     .unwrap();
     gpu.load_module(&ModuleImage {
         name: "a",
         ptx: None,
+        cubin: None,
     })
     .unwrap();
     gpu.load_module(&ModuleImage {
         name: "a",
         ptx: None,
+        cubin: None,
     })
     .unwrap();
     assert_eq!(gpu.kernel_names(), vec!["a::m", "b::a", "b::z"]);

@@ -56,6 +56,7 @@ fn load_arith(backend: &mut CudaBackend) -> Arith {
         .load_module(&ModuleImage {
             name: "arith",
             ptx: Some(ARITH_PTX),
+            cubin: None,
         })
         .expect("load arith");
     Arith {
@@ -211,6 +212,7 @@ fn ptx_kernels_launch_with_every_argument_kind() {
     let bad = ModuleImage {
         name: "broken",
         ptx: Some(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(\n{\n"),
+        cubin: None,
     };
     match backend.load_module(&bad) {
         Err(GpuError::Driver { call, message }) => {

@@ -20,6 +20,7 @@ fn ns_per_launch(gpu: &mut CpuBackend, extra_stream: bool, fork_join: bool) -> f
     gpu.load_module(&ModuleImage {
         name: "bench",
         ptx: None,
+        cubin: None,
     })
     .unwrap();
     let kernel = gpu.kernel("bench::six").unwrap();

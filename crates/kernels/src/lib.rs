@@ -10,37 +10,62 @@
 
 #![forbid(unsafe_code)]
 
-/// Embeds one text per module from `$dir/<module>.$ext`, in the order given.
-macro_rules! embedded {
-    ($dir:literal, $ext:literal: $($module:literal),* $(,)?) => {
-        &[$(($module, include_str!(concat!("../", $dir, "/", $module, ".", $ext)))),*]
-    };
-}
+use std::sync::OnceLock;
 
-/// The kernel modules, one per `cuda/<module>.cu`, sorted.
-pub const MODULES: &[&str] = &[
-    "act", "add", "attn", "embed", "gdn", "gemv", "kv", "moe", "norm", "rope",
-];
-
-/// Every module's PTX, by module name, in `MODULES` order.
-pub const PTX: &[(&str, &str)] = embedded!(
-    "ptx", "ptx": "act", "add", "attn", "embed", "gdn", "gemv", "kv", "moe", "norm", "rope",
-);
+// `MODULES`, the packed PTX (`PTX_PACKED`, `PTX_UNPACKED_BYTES`, `PTX_LENGTHS`,
+// `PTX_SHA256`) and `SOURCE_TEXTS`, written by build.rs. Every item is a `static` or a small
+// const: the PTX is embedded once whatever the number of its users (a `const` slice of
+// `include_str!` is copied into every crate that names it).
+include!(concat!(env!("OUT_DIR"), "/modules.rs"));
 
 /// Every module's CUDA C source, by module name, in `MODULES` order (the host side checks
 /// its declarations against these signatures).
-pub const SOURCES: &[(&str, &str)] = embedded!(
-    "cuda", "cu": "act", "add", "attn", "embed", "gdn", "gemv", "kv", "moe", "norm", "rope",
-);
+pub static SOURCES: &[(&str, &str)] = SOURCE_TEXTS;
 
 /// The shared device helpers every module includes.
-pub const COMMON_HEADER: &str = include_str!("../cuda/common.cuh");
+pub static COMMON_HEADER: &str = include_str!("../cuda/common.cuh");
+
+/// Every module's PTX, by module name, in `MODULES` order: unpacked on first use (a few tens of
+/// milliseconds), then shared for the life of the process.
+pub fn ptx_modules() -> &'static [(&'static str, &'static str)] {
+    static UNPACKED: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    UNPACKED.get_or_init(|| {
+        let bytes =
+            miniz_oxide::inflate::decompress_to_vec_with_limit(PTX_PACKED, PTX_UNPACKED_BYTES)
+                .expect("the PTX blob build.rs packed unpacks");
+        let text: &'static str = Box::leak(
+            String::from_utf8(bytes)
+                .expect("the PTX build.rs packed is UTF-8")
+                .into_boxed_str(),
+        );
+        let mut rest = text;
+        MODULES
+            .iter()
+            .zip(PTX_LENGTHS)
+            .map(|(module, &len)| {
+                let (ptx, tail) = rest.split_at(len);
+                rest = tail;
+                (*module, ptx)
+            })
+            .collect()
+    })
+}
 
 /// The embedded PTX of `module`.
 pub fn ptx(module: &str) -> Option<&'static str> {
-    PTX.iter()
+    ptx_modules()
+        .iter()
         .find(|(m, _)| *m == module)
         .map(|(_, text)| *text)
+}
+
+/// The SHA-256 (lowercase hex) of `module`'s embedded PTX, known without unpacking it: what a
+/// cubin assembled from that PTX is matched against.
+pub fn ptx_sha256(module: &str) -> Option<&'static str> {
+    MODULES
+        .iter()
+        .position(|m| *m == module)
+        .map(|i| PTX_SHA256[i])
 }
 
 /// The embedded CUDA C source of `module`.
@@ -61,22 +86,37 @@ mod tests {
 
     #[test]
     fn every_module_is_embedded_once_in_order() {
-        let ptx: Vec<&str> = PTX.iter().map(|(m, _)| *m).collect();
+        let ptx: Vec<&str> = ptx_modules().iter().map(|(m, _)| *m).collect();
         let cu: Vec<&str> = SOURCES.iter().map(|(m, _)| *m).collect();
         assert_eq!(ptx, MODULES);
         assert_eq!(cu, MODULES);
         let mut sorted = MODULES.to_vec();
         sorted.sort();
         assert_eq!(sorted, MODULES);
-        for (module, text) in PTX {
+        for (module, text) in ptx_modules() {
             assert!(text.contains(".entry"), "{module}.ptx defines no kernel");
         }
-        for (module, text) in SOURCES {
+        for (module, text) in SOURCES.iter() {
             assert!(
                 text.contains("extern \"C\""),
                 "{module}.cu declares no kernel"
             );
         }
+    }
+
+    /// The unpacked PTX is the file's text, byte for byte, and its digest is the file's.
+    #[test]
+    fn the_packed_ptx_unpacks_to_the_files() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+        for (module, text) in ptx_modules() {
+            let file = std::fs::read_to_string(format!("{root}ptx/{module}.ptx")).unwrap();
+            assert!(file == *text, "{module}.ptx differs from its embedded copy");
+            assert_eq!(ptx(module), Some(*text));
+            let digest = ptx_sha256(module).unwrap();
+            assert_eq!(digest.len(), 64, "{module}: {digest}");
+        }
+        assert_eq!(ptx("nope"), None);
+        assert_eq!(ptx_sha256("nope"), None);
     }
 
     #[test]

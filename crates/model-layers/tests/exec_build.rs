@@ -253,6 +253,7 @@ fn reference_kernels_backend() -> CpuBackend {
             .load_module(&ModuleImage {
                 name: module,
                 ptx: None,
+                cubin: None,
             })
             .unwrap();
     }

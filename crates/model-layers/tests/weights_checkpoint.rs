@@ -462,6 +462,7 @@ fn a_missing_tensor_is_refused_before_any_plan_is_built() {
         bare.load_module(&ModuleImage {
             name: module,
             ptx: None,
+            cubin: None,
         })
         .unwrap();
     }

@@ -86,6 +86,7 @@ fn backend(dir: &Path) -> CpuBackend {
         .load_module(&ModuleImage {
             name: "t",
             ptx: None,
+            cubin: None,
         })
         .unwrap();
     backend.set_emulation(Some(Emulation::open(dir, &["t"], EmuMode::Run).unwrap()));

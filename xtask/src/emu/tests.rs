@@ -140,6 +140,7 @@ fn a_twin_that_disagrees_is_reported_with_its_first_differing_element() {
         .load_module(&ModuleImage {
             name: "add",
             ptx: None,
+            cubin: None,
         })
         .unwrap();
     emulated(EmuMode::Shadow, &mut backend);

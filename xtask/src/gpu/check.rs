@@ -1,28 +1,31 @@
 //! `gpu-check`: builds, on this machine, the folder a GPU machine runs: `target/gpu-check/`
-//! with `solder` (this xtask in release with `--features cuda`, its debug info stripped),
-//! `run.sh` (from `run.sh` beside this file) and `BUILD` (what it was built from). The golden
-//! folders and configs the script reads are in the working tree, which the device tool copies.
+//! with `bundle.tgz` (`solder`: this xtask in release with `--features cuda`, its debug info
+//! stripped; `cubin/`: the embedded PTX assembled for sm_90, loaded before any JIT), `run.sh`
+//! (from `run.sh` beside this file; it unpacks the archive into a scratch folder) and `BUILD`
+//! (what it was built from). The golden folders and configs the script reads are in the working
+//! tree, which the device tool copies.
 //!
 //! Invariants: the bundle embeds every module of `MODULES` (a missing PTX stops the build);
-//! what travels (the working tree plus the bundle) stays under the device tool's 64 MiB.
+//! what travels (the working tree plus the bundle) stays under `bundle::BUDGET_BYTES`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::bundle;
 use crate::args::Args;
 
 /// The script, copied into the bundle.
 const SCRIPT: &str = include_str!("run.sh");
-/// What the device tool carries at most: the working tree plus carried paths.
-const CARRY_LIMIT: u64 = 64 << 20;
 /// The device call's limit: run.sh's stage limits (480 s in all) and a margin, inside a
 /// lease of about 10 minutes of run time.
 const TIMEOUT_S: u32 = 520;
 
 const HELP: &str = "usage: cargo xtask gpu-check
 
-  builds target/gpu-check/{solder, run.sh, BUILD} (cargo build --release -p xtask --features
-  cuda, into the workspace's target/) and prints the device call that runs it:
+  builds target/gpu-check/{bundle.tgz, run.sh, BUILD}: bundle.tgz packs `solder` (cargo build
+  --release -p xtask --features cuda, into the workspace's target/, debug info stripped) and
+  cubin/ (the embedded PTX assembled for sm_90 by the pinned ptxas, with its MANIFEST); fails
+  when the working tree plus the bundle weigh more than 48 MiB; prints the device call:
   bash target/gpu-check/run.sh, from the repository root, carrying target/gpu-check";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
@@ -54,30 +57,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Err("cargo build --release -p xtask --features cuda failed".into());
     }
 
-    let bundle = target.join("gpu-check");
-    if bundle.exists() {
-        std::fs::remove_dir_all(&bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
-    }
-    std::fs::create_dir_all(&bundle).map_err(|e| format!("{}: {e}", bundle.display()))?;
-    let binary = bundle.join("solder");
-    let built = target.join("release/xtask");
-    std::fs::copy(&built, &binary).map_err(|e| format!("{}: {e}", built.display()))?;
-    // Symbols stay (names in backtraces); the line tables go.
-    match Command::new("strip")
-        .arg("--strip-debug")
-        .arg(&binary)
-        .status()
-    {
-        Ok(s) if s.success() => {}
-        _ => eprintln!("warning: `strip --strip-debug` failed: the bundle keeps its debug info"),
-    }
-    write_file(&bundle.join("run.sh"), SCRIPT)?;
-    write_file(&bundle.join("BUILD"), &build_facts(&root))?;
+    let staging = bundle::fresh_folder(&target.join("gpu-check-staging"))?;
+    let binary_bytes = bundle::stage_executable(&target.join("release/xtask"), &staging, "solder")?;
+    eprintln!("assembling the embedded PTX for sm_90 (ptxas from the pinned nvcc wheel)");
+    crate::ptx::assemble_cubins(&staging.join("cubin"))?;
+    let unpacked = bundle::folder_bytes(&staging)?;
+    let out = bundle::fresh_folder(&target.join("gpu-check"))?;
+    bundle::pack(&staging, &["solder", "cubin"], &out)?;
+    write_file(&out.join("run.sh"), SCRIPT)?;
+    write_file(&out.join("BUILD"), &build_facts(&root))?;
+    std::fs::remove_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
 
-    let bundle_bytes = folder_bytes(&bundle)?;
-    let tree_bytes = tree_bytes(&root)?;
     println!("target/gpu-check/:");
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(&bundle)
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&out)
         .map_err(|e| e.to_string())?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
@@ -85,24 +77,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     for path in entries {
         let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         println!(
-            "  {:<8} {:>12} bytes",
+            "  {:<10} {:>12} bytes",
             path.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
             bytes
         );
     }
-    let travels = bundle_bytes + tree_bytes;
-    println!(
-        "bundle {:.1} MiB + working tree {:.1} MiB = {:.1} MiB to carry (limit 64 MiB)",
-        mib(bundle_bytes),
-        mib(tree_bytes),
-        mib(travels)
-    );
-    if travels > CARRY_LIMIT {
-        return Err(format!(
-            "{:.1} MiB would travel, over the device tool's 64 MiB",
-            mib(travels)
-        ));
-    }
+    let weights = bundle::Weights {
+        tree: bundle::tree_bytes(&root)?,
+        bundle: bundle::folder_bytes(&out)?,
+        binary: binary_bytes,
+        unpacked,
+    };
+    println!("{}", weights.describe());
+    weights.check()?;
     println!(
         "device call: run with command `bash target/gpu-check/run.sh`, carry [\"target/gpu-check\"], timeout_s {TIMEOUT_S}"
     );
@@ -114,10 +101,6 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 20) as f64
 }
 
 /// What the bundle was built from: commit, local changes, toolchain, PTX modules.
@@ -143,41 +126,6 @@ fn build_facts(root: &Path) -> String {
         run("rustc", &["-V"]),
         solder_model_layers::kernels::MODULES.join(" ")
     )
-}
-
-fn folder_bytes(dir: &Path) -> Result<u64, String> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let entry = entry.map_err(|e| e.to_string())?;
-        total += entry.metadata().map(|m| m.len()).unwrap_or(0);
-    }
-    Ok(total)
-}
-
-/// Bytes of what the device tool sends besides carried paths: tracked files and untracked
-/// files git does not ignore.
-fn tree_bytes(root: &Path) -> Result<u64, String> {
-    let out = Command::new("git")
-        .args([
-            "ls-files",
-            "-z",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-        ])
-        .current_dir(root)
-        .output()
-        .map_err(|e| format!("git ls-files: {e}"))?;
-    if !out.status.success() {
-        return Err("git ls-files failed".into());
-    }
-    Ok(out
-        .stdout
-        .split(|&b| b == 0)
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| std::fs::metadata(root.join(String::from_utf8_lossy(p).as_ref())).ok())
-        .map(|m| m.len())
-        .sum())
 }
 
 #[cfg(test)]

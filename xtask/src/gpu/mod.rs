@@ -8,6 +8,7 @@
 //! fails with `BUILD_HINT`, never at compile time.
 
 pub mod bench;
+pub mod bundle;
 pub mod check;
 pub mod cross;
 pub mod facts;
@@ -41,10 +42,25 @@ impl BackendKind {
     }
 }
 
-/// A CUDA backend on device 0 with every kernel module loaded.
+/// The variable naming a folder of cubins (`cargo xtask gpu-check` assembles them into the
+/// bundle's `cubin/`; run.sh sets it): modules load from them without JIT where they match the
+/// embedded PTX.
+#[cfg(feature = "cuda")]
+pub const CUBINS_VAR: &str = "SOLDER_CUBINS";
+
+/// A CUDA backend on device 0 with every kernel module loaded, from the cubins `SOLDER_CUBINS`
+/// names where they match, else from the embedded PTX.
 #[cfg(feature = "cuda")]
 pub fn cuda_backend() -> Result<solder_gpu_runtime::CudaBackend, String> {
-    solder_model_layers::kernels::cuda_backend(0).map_err(|e| format!("cuda backend: {e}"))
+    use solder_model_layers::kernels::cubins::Cubins;
+    let cubins = match std::env::var_os(CUBINS_VAR) {
+        Some(dir) if !dir.is_empty() => Some(
+            Cubins::open(std::path::Path::new(&dir)).map_err(|e| format!("{CUBINS_VAR}: {e}"))?,
+        ),
+        _ => None,
+    };
+    solder_model_layers::kernels::cuda_backend(0, cubins.as_ref())
+        .map_err(|e| format!("cuda backend: {e}"))
 }
 
 /// Refuses a device-only command in a build without the feature.

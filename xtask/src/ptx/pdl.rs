@@ -207,7 +207,7 @@ mod tests {
     /// The checked-in PTX of every module passes.
     #[test]
     fn the_checked_in_ptx_waits_in_every_kernel() {
-        let modules: Vec<(String, String)> = solder_kernels::PTX
+        let modules: Vec<(String, String)> = solder_kernels::ptx_modules()
             .iter()
             .map(|(module, text)| (module.to_string(), text.to_string()))
             .collect();

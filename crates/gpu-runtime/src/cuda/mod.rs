@@ -31,6 +31,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 
 pub use driver::{driver_library_loads, driver_library_names};
+pub use module::ModuleOrigin;
 pub use ptx::ptx_entries;
 
 use crate::backend::{fresh_instance_id, GpuBackend};
@@ -112,6 +113,11 @@ impl CudaBackend {
             streams: vec![Some(stream0)],
             ctx,
         })
+    }
+
+    /// Every loaded module's name and the image it loaded from (cubin or JIT-compiled PTX).
+    pub fn module_origins(&self) -> Vec<(String, ModuleOrigin)> {
+        self.modules.origins()
     }
 
     /// Allocations not yet freed.

@@ -1,6 +1,9 @@
-//! Loaded PTX modules and their kernels, looked up by `module::func`.
+//! Loaded modules and their kernels, looked up by `module::func`. A module loads from its cubin
+//! where one is given (no JIT), else, or where the driver refuses the cubin (another
+//! architecture, a damaged file), from its PTX, which the driver JIT-compiles.
 //!
-//! Invariants: a `KernelId` indexes `kernels` and stays valid while the backend lives
+//! Invariants: the kernels of a module are the `.entry` names of its PTX, whichever image
+//! loaded; a `KernelId` indexes `kernels` and stays valid while the backend lives
 //! (modules are unloaded only when it drops); every kernel listed was found in its module by
 //! `cuModuleGetFunction` when the module loaded.
 
@@ -20,6 +23,28 @@ const JIT_LOG_BYTES: usize = 16 * 1024;
 struct Module {
     name: String,
     raw: CUmodule,
+    origin: ModuleOrigin,
+}
+
+/// Which image of a module the driver loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleOrigin {
+    /// The cubin given with it: no JIT.
+    Cubin,
+    /// Its PTX, JIT-compiled: no cubin was given.
+    Ptx,
+    /// Its PTX, JIT-compiled, because the driver refused the cubin given with it.
+    PtxAfterCubinRefused,
+}
+
+impl ModuleOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModuleOrigin::Cubin => "cubin",
+            ModuleOrigin::Ptx => "ptx (jit)",
+            ModuleOrigin::PtxAfterCubinRefused => "ptx (jit; the cubin was refused)",
+        }
+    }
 }
 
 pub(super) struct Kernel {
@@ -39,8 +64,8 @@ pub(super) struct Modules {
 unsafe impl Send for Modules {}
 
 impl Modules {
-    /// Loads `image`'s PTX (JIT-compiled by the driver) and finds each of its `.entry`
-    /// kernels. Loading a module already loaded does nothing, as on the CPU backend.
+    /// Loads `image`'s cubin, else its PTX (JIT-compiled by the driver), and finds each of
+    /// its PTX's `.entry` kernels. Loading a module already loaded does nothing, as on the CPU backend.
     /// The backend's context must be current.
     pub(super) fn load(&mut self, image: &ModuleImage<'_>) -> Result<(), GpuError> {
         if self.modules.iter().any(|module| module.name == image.name) {
@@ -60,7 +85,23 @@ impl Modules {
             .into_iter()
             .map(|func| kernel_c_name(image.name, &func).map(|c_name| (func, c_name)))
             .collect::<Result<Vec<_>, _>>()?;
-        let raw = load_ptx(image.name, ptx)?;
+        let (raw, origin) = match image.cubin {
+            Some(cubin) => match load_cubin(image.name, cubin) {
+                Ok(raw) => (raw, ModuleOrigin::Cubin),
+                Err(error) => {
+                    tracing::warn!(
+                        module = image.name,
+                        %error,
+                        "the driver refused the cubin; JIT-compiling the PTX"
+                    );
+                    (
+                        load_ptx(image.name, ptx)?,
+                        ModuleOrigin::PtxAfterCubinRefused,
+                    )
+                }
+            },
+            None => (load_ptx(image.name, ptx)?, ModuleOrigin::Ptx),
+        };
         let mut found = Vec::with_capacity(entries.len());
         for (func, c_name) in entries {
             let name = format!("{}::{func}", image.name);
@@ -76,11 +117,13 @@ impl Modules {
         tracing::debug!(
             module = image.name,
             kernels = found.len(),
+            origin = origin.as_str(),
             "cuda module loaded"
         );
         self.modules.push(Module {
             name: image.name.to_string(),
             raw,
+            origin,
         });
         for kernel in found {
             let id = KernelId(self.kernels.len() as u32);
@@ -113,6 +156,14 @@ impl Modules {
         names
     }
 
+    /// Every loaded module's name and the image it loaded from, in load order.
+    pub(super) fn origins(&self) -> Vec<(String, ModuleOrigin)> {
+        self.modules
+            .iter()
+            .map(|module| (module.name.clone(), module.origin))
+            .collect()
+    }
+
     /// Unloads every module. The backend's context must be current.
     pub(super) fn unload_all(&mut self) {
         self.by_name.clear();
@@ -124,6 +175,32 @@ impl Modules {
             }
         }
     }
+}
+
+/// `cuModuleLoadData` on a cubin (an ELF image the driver loads without JIT).
+fn load_cubin(module: &str, cubin: &[u8]) -> Result<CUmodule, GpuError> {
+    // An ELF image starts with its magic; anything else is refused here, not by the driver.
+    if !cubin.starts_with(b"\x7fELF") {
+        return Err(GpuError::Driver {
+            call: "cuModuleLoadData",
+            message: format!("module `{module}`: the cubin is not an ELF image"),
+        });
+    }
+    // The driver reads the image in place; an 8-byte aligned copy satisfies its ELF reader.
+    let mut aligned = vec![0u64; cubin.len().div_ceil(8)];
+    // SAFETY: `aligned` holds at least `cubin.len()` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(cubin.as_ptr(), aligned.as_mut_ptr().cast(), cubin.len())
+    };
+    let mut raw: CUmodule = std::ptr::null_mut();
+    // SAFETY: `aligned` holds the whole image and outlives the call.
+    unsafe { sys::cuModuleLoadData(&mut raw, aligned.as_ptr().cast()) }
+        .result()
+        .map(|()| raw)
+        .map_err(|error| GpuError::Driver {
+            call: "cuModuleLoadData",
+            message: format!("module `{module}` (cubin): {}", describe(error)),
+        })
 }
 
 /// `cuModuleLoadDataEx` on NUL-terminated PTX, with the JIT error log in the error.

@@ -93,6 +93,7 @@ pub fn backend_with_threads(threads: usize) -> CpuBackend {
     gpu.load_module(&ModuleImage {
         name: "test",
         ptx: None,
+        cubin: None,
     })
     .unwrap();
     gpu

@@ -17,6 +17,7 @@
 //! reference twins' primitives (`crate::numerics`) in the same order, so its bytes equal the
 //! reference routing's; results never depend on the number of host threads.
 
+pub mod cubins;
 pub(crate) mod decl;
 mod grid;
 mod heads;
@@ -124,32 +125,59 @@ pub fn cpu_backend(threads: Option<usize>) -> Result<CpuBackend, GpuError> {
         backend.load_module(&ModuleImage {
             name: module,
             ptx: None,
+            cubin: None,
         })?;
     }
     Ok(backend)
 }
 
+pub use solder_kernels::{ptx as module_ptx, ptx_modules};
+
 #[cfg(feature = "cuda")]
-pub use cuda::{cuda_backend, module_ptx, PTX};
+pub use cuda::cuda_backend;
 
 #[cfg(feature = "cuda")]
 mod cuda {
     use solder_gpu_runtime::{CudaBackend, GpuBackend, GpuError, ModuleImage};
 
-    pub use solder_kernels::{ptx as module_ptx, PTX};
+    use super::cubins::Cubins;
+    use super::module_ptx;
 
-    /// A CUDA backend on device `device` with every module loaded (the driver JIT-compiles
-    /// the PTX for the device). `GpuError::NoDriver` where no CUDA driver is installed.
-    pub fn cuda_backend(device: usize) -> Result<CudaBackend, GpuError> {
+    /// A CUDA backend on device `device` with every module loaded: from `cubins` where the
+    /// folder holds a cubin assembled from the embedded PTX for this device's architecture (no
+    /// JIT), else the embedded PTX, which the driver JIT-compiles (each such module logged
+    /// with the reason). `GpuError::NoDriver` where no CUDA driver is installed.
+    pub fn cuda_backend(device: usize, cubins: Option<&Cubins>) -> Result<CudaBackend, GpuError> {
         let mut backend = CudaBackend::new(device)?;
+        let capability = backend.facts().compute_capability;
+        let cubins = cubins.filter(|cubins| {
+            let suits = capability.is_some_and(|c| cubins.suits(c));
+            if !suits {
+                tracing::warn!(
+                    arch = cubins.arch,
+                    device = ?capability,
+                    "the cubins are for another architecture; JIT-compiling the PTX"
+                );
+            }
+            suits
+        });
         for module in super::MODULES {
             let ptx = module_ptx(module).ok_or_else(|| GpuError::Driver {
                 call: "load_module",
                 message: format!("module `{module}` has no embedded PTX"),
             })?;
+            let digest = solder_kernels::ptx_sha256(module).unwrap_or_default();
+            let cubin = cubins.and_then(|cubins| match cubins.image(module, digest) {
+                Ok(bytes) => Some(bytes),
+                Err(why) => {
+                    tracing::warn!(module, "{why}; JIT-compiling the embedded PTX");
+                    None
+                }
+            });
             backend.load_module(&ModuleImage {
                 name: module,
                 ptx: Some(ptx),
+                cubin: cubin.as_deref(),
             })?;
         }
         Ok(backend)
