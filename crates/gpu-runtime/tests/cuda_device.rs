@@ -364,3 +364,36 @@ fn a_capture_with_an_unjoined_stream_is_refused() {
         .expect("synchronize after a refused capture");
     assert_eq!(read_f32s(&mut backend, out, n), vec![2.0; n]);
 }
+
+/// A cubin the driver refuses (not an ELF image, or an ELF of no use) falls back to the
+/// module's PTX, which then runs; the origin says which image loaded.
+#[test]
+fn a_refused_cubin_falls_back_to_the_ptx() {
+    use solder_gpu_runtime::cuda::ModuleOrigin;
+    let Some((_guard, mut backend)) = device() else {
+        return;
+    };
+    for (name, cubin) in [
+        ("arith_text", &b"not a cubin"[..]),
+        ("arith_elf", &b"\x7fELF\x02\x01\x01\0 truncated"[..]),
+    ] {
+        backend
+            .load_module(&ModuleImage {
+                name,
+                ptx: Some(ARITH_PTX),
+                cubin: Some(cubin),
+            })
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        backend
+            .kernel(&format!("{name}::add_f32"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let origins = backend.module_origins();
+    assert_eq!(
+        origins,
+        vec![
+            ("arith_text".to_string(), ModuleOrigin::PtxAfterCubinRefused),
+            ("arith_elf".to_string(), ModuleOrigin::PtxAfterCubinRefused),
+        ]
+    );
+}
