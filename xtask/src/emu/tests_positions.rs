@@ -67,7 +67,7 @@ fn the_cuda_sources_decode_at_position_262143_as_their_twins() {
         .chunks_exact(4)
         .all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_finite()));
     let report = backend.emulation().unwrap().report();
-    let verdict = EmuVerdict::of(&report);
+    let verdict = EmuVerdict::of(report);
     verdict.print();
     assert!(
         report.keys().any(|k| k.starts_with("attn::")),
