@@ -335,6 +335,13 @@ mod tests {
             let err = run(args).unwrap_err();
             assert!(err.contains("max_position_embeddings 131072"), "{err}");
         }
+        // run.sh's longest timing: 131,069 tokens and the step's own positions fit exactly.
+        let config = crate::files::model_config(
+            &crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json"),
+        )
+        .unwrap();
+        timing::check_positions("1b", &config, 131_069, &[1]).unwrap();
+        assert!(timing::check_positions("1b", &config, 131_070, &[1]).is_err());
     }
 
     #[test]

@@ -339,7 +339,7 @@ mod tests {
             "\"width sweep\"",
             "\"decode ctx 1024\"",
             "\"decode ctx 8192\"",
-            "\"decode ctx 131072\"",
+            "\"decode ctx 131069\"",
         ];
         let mut at = 0;
         for stage in order {
