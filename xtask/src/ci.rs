@@ -137,6 +137,28 @@ pub const STEPS: &[Step] = &[
             "--compare",
         ],
     },
+    // run.sh's stress stage on the CPU: the wide model (gemv splits k, attention splits 600
+    // tokens into three chunks) with `pdl` on, each compared graph replayed 20 times from the
+    // same state, the bytes compared every time.
+    Step {
+        name: "gpu-step stress cpu",
+        cargo: &[
+            "xtask",
+            "gpu-step",
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-llama-wide",
+            "--context",
+            "600",
+            "--width",
+            "8",
+            "--replays",
+            "20",
+            "--levers",
+            "pdl",
+        ],
+    },
 ];
 
 const HELP: &str = "usage: cargo xtask ci [--list]

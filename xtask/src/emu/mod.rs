@@ -187,4 +187,6 @@ mod tests;
 #[cfg(test)]
 mod tests_fold;
 #[cfg(test)]
+mod tests_positions;
+#[cfg(test)]
 mod tests_split;

@@ -21,8 +21,8 @@ const HELP: &str =
                      (default llama-3.2-1b)
   --model DIR        a Hugging Face checkpoint folder instead
   --builtin NAME     one of parity's built-in tiny models instead (random weights)
-  --context T        tokens each sequence holds before the timed step, 0..=65536 and
-                     within the model's max_position_embeddings (default 32)
+  --context T        tokens each sequence holds before the timed step, within the model's
+                     max_position_embeddings (default 32)
   --runs N           timed eager runs and graph replays per width, each, 1..=100000
                      (default 100; with --ab per variant per round, default 10)
   --max-seconds S    stop one width's eager or graph timing after S seconds, 0.001..=3600
@@ -82,7 +82,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 /// `gpu-bench --ab LEVERS`.
 fn run_ab(args: &Args, list: &str) -> Result<(), String> {
     let (name, config, weights) = timing::model(args)?;
-    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
+    let context = args
+        .number_in("context", 0..=crate::gpu::MAX_CONTEXT)?
+        .unwrap_or(32);
     let serve = solder_config::ServeShape::default();
     let default_widths = AB_WIDTHS
         .into_iter()
@@ -312,6 +314,34 @@ mod tests {
             .unwrap_err()
             .contains("`--rounds` goes with `--ab`"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn contexts_past_the_models_positions_are_refused_naming_them() {
+        // 131,072 tokens are past the old 65,536 cap; Llama-3.2-1B's limit is what refuses
+        // them (with the step's own positions), before anything is allocated.
+        for ab in [&[][..], &["--ab", "pdl"][..]] {
+            let mut args = argv(&[
+                "--backend",
+                "cpu",
+                "--synth",
+                "llama-3.2-1b",
+                "--widths",
+                "1",
+                "--context",
+                "131072",
+            ]);
+            args.extend(argv(ab));
+            let err = run(args).unwrap_err();
+            assert!(err.contains("max_position_embeddings 131072"), "{err}");
+        }
+        // run.sh's longest timing: 131,069 tokens and the step's own positions fit exactly.
+        let config = crate::files::model_config(
+            &crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json"),
+        )
+        .unwrap();
+        timing::check_positions("1b", &config, 131_069, &[1]).unwrap();
+        assert!(timing::check_positions("1b", &config, 131_070, &[1]).is_err());
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! `gpu-check`: builds, on this machine, the folder a GPU machine runs: `target/gpu-check/`
 //! with `bundle.tgz` (`solder`: this xtask in release with `--features cuda`, its debug info
-//! stripped; `cubin/`: the embedded PTX assembled for sm_90, loaded before any JIT), `run.sh`
-//! (from `run.sh` beside this file; it unpacks the archive into a scratch folder) and `BUILD`
-//! (what it was built from). The golden folders and configs the script reads are in the working
-//! tree, which the device tool copies.
+//! stripped; `checked_cuda`: the `Checked<CudaBackend>` test binary of `solder-gpu-runtime`,
+//! built with `--no-run`, stripped; `cubin/`: the embedded PTX assembled for sm_90, loaded
+//! before any JIT), `run.sh` (from `run.sh` beside this file; it unpacks the archive into a
+//! scratch folder) and `BUILD` (what it was built from); then prints the two device calls
+//! (run.sh's part 1, then part 2). The golden folders and configs the script reads are in the
+//! working tree, which the device tool copies.
 //!
 //! Invariants: the bundle embeds every module of `MODULES` (a missing PTX stops the build);
 //! what travels (the working tree plus the bundle) stays under `bundle::BUDGET_BYTES`.
@@ -16,9 +18,11 @@ use crate::args::Args;
 
 /// The script, copied into the bundle.
 const SCRIPT: &str = include_str!("run.sh");
-/// The device call's limit: run.sh's stage limits (480 s in all) and a margin, inside a
-/// lease of about 10 minutes of run time.
+/// The first device call's limit: run.sh's part 1 stage limits (480 s in all) and a margin,
+/// inside a lease of about 10 minutes of run time.
 const TIMEOUT_S: u32 = 520;
+/// The second device call's limit: part 2's stage limits (300 s in all) and a margin.
+const TIMEOUT_PART2_S: u32 = 340;
 
 const HELP: &str = "usage: cargo xtask gpu-check
 
@@ -59,11 +63,13 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
     let staging = bundle::fresh_folder(&target.join("gpu-check-staging"))?;
     let binary_bytes = bundle::stage_executable(&target.join("release/xtask"), &staging, "solder")?;
+    let checked = build_checked_cuda(&root, &target)?;
+    bundle::stage_executable(Path::new(&checked), &staging, "checked_cuda")?;
     eprintln!("assembling the embedded PTX for sm_90 (ptxas from the pinned nvcc wheel)");
     crate::ptx::assemble_cubins(&staging.join("cubin"))?;
     let unpacked = bundle::folder_bytes(&staging)?;
     let out = bundle::fresh_folder(&target.join("gpu-check"))?;
-    bundle::pack(&staging, &["solder", "cubin"], &out)?;
+    bundle::pack(&staging, &["solder", "checked_cuda", "cubin"], &out)?;
     write_file(&out.join("run.sh"), SCRIPT)?;
     write_file(&out.join("BUILD"), &build_facts(&root))?;
     std::fs::remove_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
@@ -91,12 +97,61 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     println!("{}", weights.describe());
     weights.check()?;
     println!(
-        "device call: run with command `bash target/gpu-check/run.sh`, carry [\"target/gpu-check\"], timeout_s {TIMEOUT_S}"
+        "device call 1: run with command `bash target/gpu-check/run.sh 1`, carry [\"target/gpu-check\"], timeout_s {TIMEOUT_S}"
+    );
+    println!(
+        "device call 2: run with command `bash target/gpu-check/run.sh 2`, carry [\"target/gpu-check\"], timeout_s {TIMEOUT_PART2_S}"
+    );
+    println!(
+        "(each stage's row is appended to summary.txt under $OUT as it ends, so a cut keeps the finished rows)"
     );
     println!(
         "(each stage's limit is at the top of run.sh and can be set in the command, e.g. `LIMIT_BENCH=120 bash target/gpu-check/run.sh`)"
     );
     Ok(())
+}
+
+/// `cargo test --release -p solder-gpu-runtime --features cuda --test checked_cuda --no-run`,
+/// the executable it names copied to `to` and stripped.
+/// Builds the `Checked<CudaBackend>` tests without running them; returns the executable.
+fn build_checked_cuda(root: &Path, target: &Path) -> Result<String, String> {
+    const COMMAND: &str =
+        "cargo test --release -p solder-gpu-runtime --features cuda --test checked_cuda --no-run";
+    eprintln!("building the Checked<CudaBackend> tests ({COMMAND})");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "solder-gpu-runtime",
+            "--features",
+            "cuda",
+        ])
+        .args([
+            "--test",
+            "checked_cuda",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", target)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{COMMAND} failed"));
+    }
+    test_executable(&String::from_utf8_lossy(&out.stdout), "checked_cuda")
+        .ok_or_else(|| format!("{COMMAND} named no executable"))
+}
+
+/// The executable of the test target `name` among cargo's JSON messages.
+fn test_executable(messages: &str, name: &str) -> Option<String> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(str::to_string))
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
@@ -132,61 +187,150 @@ fn build_facts(root: &Path) -> String {
 mod tests {
     use super::*;
 
-    /// The `LIMIT_*=${LIMIT_*:-N}` defaults of run.sh.
-    fn limits() -> Vec<(String, u32)> {
-        SCRIPT
-            .lines()
-            .filter(|l| l.starts_with("LIMIT_"))
-            .filter_map(|l| {
-                let (name, rest) = l.split_once('=')?;
-                let n = rest.split(":-").nth(1)?.split('}').next()?.parse().ok()?;
-                Some((name.to_string(), n))
-            })
-            .collect()
+    /// The `LIMIT_*=${LIMIT_*:-N}` defaults of run.sh, each with its part (the `# Part N:`
+    /// comment above it).
+    fn limits() -> Vec<(u32, String, u32)> {
+        let mut part = 0;
+        let mut out = Vec::new();
+        for line in SCRIPT.lines() {
+            if let Some(rest) = line.strip_prefix("# Part ") {
+                part = rest
+                    .split(':')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            }
+            let Some((name, rest)) = line.split_once('=').filter(|_| line.starts_with("LIMIT_"))
+            else {
+                continue;
+            };
+            let n = rest.split(":-").nth(1).and_then(|r| r.split('}').next());
+            if let Some(n) = n.and_then(|n| n.parse().ok()) {
+                out.push((part, name.to_string(), n));
+            }
+        }
+        out
+    }
+
+    /// The body of run.sh's function `name`, through its closing brace.
+    fn function(name: &str) -> &'static str {
+        let start = SCRIPT.find(&format!("\n{name}() {{\n")).expect(name);
+        let body = &SCRIPT[start + 1..];
+        &body[..body.find("\n}\n").expect("closing brace")]
     }
 
     #[test]
-    fn every_stage_is_time_boxed_well_inside_the_device_call() {
+    fn every_stage_is_time_boxed_well_inside_its_device_call() {
         let limits = limits();
-        assert!(limits.len() >= 10, "{limits:?}");
-        // Every limit is used by a stage.
-        for (name, _) in &limits {
+        assert!(limits.len() >= 20, "{limits:?}");
+        for (_, name, _) in &limits {
             assert!(
                 SCRIPT.contains(&format!("\"${name}\"")),
                 "{name} is never used"
             );
         }
-        // memcheck runs three models; the rest once.
-        let total: u32 = limits
-            .iter()
-            .map(|(name, n)| if name == "LIMIT_MEMCHECK" { 3 * n } else { *n })
-            .sum();
+        for (part, timeout) in [(1, TIMEOUT_S), (2, TIMEOUT_PART2_S)] {
+            // The model memcheck runs over two checkpoints; the rest once.
+            let total: u32 = limits
+                .iter()
+                .filter(|(p, _, _)| *p == part)
+                .map(|(_, name, n)| {
+                    if name == "LIMIT_MEMCHECK_MODEL" {
+                        2 * n
+                    } else {
+                        *n
+                    }
+                })
+                .sum();
+            assert!(total > 0, "no limits in part {part}");
+            assert!(
+                total + 40 <= timeout,
+                "part {part}: {total} s of stages in a {timeout} s call"
+            );
+            assert!(
+                SCRIPT.contains(&format!("# Part {part}: {total} s in all")),
+                "run.sh's comment on part {part} says another total than {total} s"
+            );
+        }
         assert!(
-            total + 40 <= TIMEOUT_S,
-            "{total} s of stages in a {TIMEOUT_S} s call"
+            limits.iter().all(|(part, _, _)| *part == 1 || *part == 2),
+            "a limit outside the parts: {limits:?}"
         );
-        const { assert!(TIMEOUT_S <= 540, "the call must end well under 9 minutes") };
-        assert!(
-            SCRIPT.contains(&format!("{total} s in all")),
-            "run.sh's comment says another total"
-        );
+        const { assert!(TIMEOUT_S <= 540, "a call must end well under 9 minutes") };
+        const {
+            assert!(
+                TIMEOUT_PART2_S <= 540,
+                "a call must end well under 9 minutes"
+            )
+        };
     }
 
     #[test]
-    fn results_go_to_at_most_eight_files() {
+    fn part_one_runs_its_stages_in_the_order_of_their_value() {
+        let part1 = function("part1");
+        let order = [
+            "\"decode w1 graph/eager\"",
+            "\"step twin ctx 4200\"",
+            "\"parity split k/heads\"",
+            "\"gpu-bench A/B\"",
+            "\"ncu profile\"",
+            "\"memcheck split\"",
+            "\"racecheck split\"",
+            "\"checked_cuda tests\"",
+            "stage goldens",
+            "\"width sweep\"",
+            "\"decode ctx 1024\"",
+            "\"decode ctx 8192\"",
+            "\"decode ctx 131069\"",
+        ];
+        let mut at = 0;
+        for stage in order {
+            let found = part1[at..]
+                .find(stage)
+                .unwrap_or_else(|| panic!("{stage} is missing from part 1, or out of order"));
+            at += found + stage.len();
+        }
+        let part2 = function("part2");
+        for stage in [
+            "initcheck",
+            "synccheck",
+            "--levers pdl",
+            "qwen3_moe",
+            "qwen3_next",
+        ] {
+            assert!(part2.contains(stage), "part 2 lacks {stage}");
+        }
+        assert!(part2.contains("--replays \"$STRESS_REPLAYS\""));
+        assert!(SCRIPT.contains("STRESS_REPLAYS=${STRESS_REPLAYS:-1000}"));
+    }
+
+    #[test]
+    fn results_go_to_at_most_ten_files() {
         let mut files: Vec<&str> = SCRIPT
             .split("$LOG/")
             .skip(1)
-            .filter_map(|rest| rest.split(['"', ' ', ')']).next())
+            .filter_map(|rest| rest.split(['"', ' ', ')', ',']).next())
             .filter(|name| !name.is_empty())
             .collect();
         files.sort();
         files.dedup();
-        assert!(files.len() <= 8, "{files:?}");
-        assert!(
-            files.contains(&"ncu.csv") && files.contains(&"checks.log"),
-            "{files:?}"
+        assert!(files.len() <= 10, "{files:?}");
+        for needed in ["ncu.csv", "checks.log", "summary.txt"] {
+            assert!(files.contains(&needed), "{files:?}");
+        }
+    }
+
+    #[test]
+    fn the_test_executable_is_found_among_cargos_messages() {
+        let messages = r#"{"reason":"compiler-artifact","target":{"name":"solder_gpu_runtime"},"executable":null}
+not json
+{"reason":"compiler-artifact","target":{"name":"checked_cuda"},"executable":"/t/release/deps/checked_cuda-1a2b"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            test_executable(messages, "checked_cuda").as_deref(),
+            Some("/t/release/deps/checked_cuda-1a2b")
         );
+        assert_eq!(test_executable(messages, "other"), None);
     }
 
     #[test]
@@ -208,5 +352,68 @@ mod tests {
             );
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// run.sh in a scratch repository with a stand-in `solder` that prints a table line and
+    /// exits 0 (after `sleep_on`'s command sleeps); returns the summary file and the status.
+    fn run_script(part: &str, sleep_on: &str, cut_after_s: u32) -> (String, Option<i32>) {
+        let dir = std::env::temp_dir().join(format!("solder-run-sh-{}-{part}", std::process::id()));
+        let bundle = dir.join("target/gpu-check");
+        std::fs::create_dir_all(&bundle).unwrap();
+        std::fs::write(bundle.join("run.sh"), SCRIPT).unwrap();
+        let fake = bundle.join("solder");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho 'decode     1    98  2000.00  500.0  1000.0  750.0  50%  67%  1333'\n\
+                 case \"$*\" in *'{sleep_on}'*) exec sleep 60 >/dev/null 2>&1 ;; esac\nexit 0\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.join("out");
+        let status = Command::new("timeout")
+            .arg(cut_after_s.to_string())
+            .arg("bash")
+            .arg(bundle.join("run.sh"))
+            .arg(part)
+            .env("OUT", &log)
+            .env("BIN", &fake)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        let summary = std::fs::read_to_string(log.join("summary.txt")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        (summary, status.code())
+    }
+
+    #[test]
+    fn a_cut_keeps_every_finished_row_and_part_two_runs_the_rest() {
+        if Command::new("timeout").arg("--version").output().is_err() {
+            return; // no coreutils timeout: run.sh cannot run here either
+        }
+        // The A/B hangs and the call is cut: the rows before it are already in the file.
+        let (summary, status) = run_script("1", "--ab", 6);
+        assert_eq!(status, Some(124), "{summary}");
+        for row in [
+            "facts ",
+            "decode w1 graph/eager",
+            "step twin",
+            "parity split",
+        ] {
+            assert!(summary.contains(row), "{row} missing:\n{summary}");
+        }
+        assert!(
+            summary.contains("graph 750.0 us, eager 1000.0 us"),
+            "{summary}"
+        );
+        assert!(!summary.contains("A/B rows"), "{summary}");
+        // Part 2 to its end: no device tools here, so the sanitizer stages are SKIP rows.
+        let (summary, status) = run_script("2", "no-such-argument", 60);
+        assert_eq!(status, Some(0), "{summary}");
+        assert!(summary.contains("part 2"), "{summary}");
+        assert!(summary.contains("stress replays"), "{summary}");
+        let (_, status) = run_script("3", "", 10);
+        assert_eq!(status, Some(2));
     }
 }

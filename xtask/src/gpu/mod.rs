@@ -23,6 +23,10 @@ pub const BUILD_HINT: &str = "this xtask was built without the `cuda` feature; b
 (or `cargo run --release -p xtask --features cuda -- <command> ...`), or use the bundle \
 `target/gpu-check/solder` that `cargo xtask gpu-check` builds";
 
+/// The most tokens `--context` takes (gpu-step, gpu-bench) before the model's own
+/// `max_position_embeddings` is asked: positions travel as i32 in the metadata region.
+pub const MAX_CONTEXT: usize = i32::MAX as usize / 2;
+
 /// The backend a command runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {

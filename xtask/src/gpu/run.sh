@@ -1,67 +1,113 @@
 #!/usr/bin/env bash
 # solder's device check: `cargo xtask gpu-check` copies this file (xtask/src/gpu/run.sh) into
-# target/gpu-check/ beside the `solder` binary it builds. Run on the GPU machine from the
-# repository root:   bash target/gpu-check/run.sh
+# target/gpu-check/ beside the `solder` binary and the `checked_cuda` test binary it builds.
+# Run on the GPU machine from the repository root, in two device calls:
+#   bash target/gpu-check/run.sh 1     (or PART=1; the default)
+#   bash target/gpu-check/run.sh 2     (or PART=2; `all` runs both)
 #
-# Stages, each under `timeout` (so one hang cannot eat the lease; limits in seconds, each
-# overridable by its variable): facts and clocks; parity (built-in models, then every golden
-# checkpoint) on the GPU; gpu-step checks (eager == graph replay == a second run, byte for
-# byte, past 4,096 tokens on Llama-3.2-1B's shape; a tiny model against its CPU twin);
-# compute-sanitizer memcheck (three models), racecheck and synccheck (a tiny model); ncu's
-# per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step, as a table
-# against the peak and each launch's floor; gpu-bench; gpu-bench --ab (the same model once per
-# lever set of AB_LEVERS, timed interleaved, logits bytes checked); clocks again. A tool that is missing
-# is a SKIP row naming it. Results go to $OUT (the device tool's folder) or
-# /tmp/solder-gpu-check, in eight files: facts.log parity.log parity.json goldens.json
-# checks.log bench.log bench.json ncu.csv. A summary table is printed last.
+# Part 1 runs the stages in the order of their value, so that a cut loses the least: facts
+# and the JIT warm-up; decode at width 1, graph against eager (Llama-3.2-1B's shape); a long
+# context step against the CPU twin; parity on the built-ins whose launches split k and heads;
+# the lever A/B at widths 1 and 8; ncu over one decode and one 16-wide step; memcheck and
+# racecheck on a model that splits (tiny-llama-wide past 256 tokens: gemv's split-K and split
+# heads, attention in two chunks); the `Checked<CudaBackend>` test binary; the goldens; the
+# width sweep; decode timed at contexts 1,024, 8,192 and 131,069 (the 1B's 131,072 positions
+# less the timed step's own). Part 2 runs the rest:
+# parity on every built-in; Llama-3.2-1B's shape past 4,096 tokens, eager == graph == a
+# second run; initcheck and synccheck on the splitting model; memcheck and racecheck with
+# `pdl` on; memcheck on an MoE and a hybrid checkpoint; a stress stage replaying the split
+# steps 1,000 times, comparing the logits bytes every time.
+#
+# Each stage runs under `timeout` (limits in seconds below, each overridable by its variable)
+# and, as soon as it ends, appends its row to $LOG/summary.txt and prints it, so a cut of the
+# whole call keeps every finished row. A tool that is missing is a SKIP row naming it. Results
+# go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in ten files: summary.txt
+# facts.log parity.log parity.json goldens.json checks.log bench.log bench.json ab.json
+# ncu.csv. The summary of the part is printed again last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+PART=${1:-${PART:-1}}
+case $PART in
+    1 | 2 | all) ;;
+    *)
+        echo "run.sh: part \`$PART\`: want 1, 2 or all" >&2
+        exit 2
+        ;;
+esac
 
-# 480 s in all (gpu-check's device call gives 520): well under a 10-minute lease. The A/B
-# stage's 105 s came from 25 s more in all (455 s before it) and 80 s trimmed from the others
-# (parity, the long step, the twin step, racecheck, synccheck 5 s each, goldens 10, ncu 20,
-# gpu-bench 25: it times every ladder width for 0.3 s now, and the A/B re-times the key
-# widths). Split-K's lever in the A/B took 20 s more there, from goldens 5, ncu 10 and
-# gpu-bench 5. None of these limits has met a device yet: the first run's summary sets them.
-LIMIT_FACTS=${LIMIT_FACTS:-15}
-LIMIT_PARITY=${LIMIT_PARITY:-35}
-LIMIT_GOLDENS=${LIMIT_GOLDENS:-30}
-LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-55}   # Llama-3.2-1B's shape, 4,200 tokens, compared
-LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-25}   # tiny-llama, 4,200 tokens, against the CPU twin
-LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}     # per model, three models
-LIMIT_RACECHECK=${LIMIT_RACECHECK:-25}
-LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-20}
-LIMIT_NCU=${LIMIT_NCU:-50}   # builds the 1B shape (~20 s), profiles 196 kernels
+# Part 1: 480 s in all (gpu-check's first device call gives 520). None of these limits has
+# met a device yet: the first run's summary sets them.
+LIMIT_FACTS=${LIMIT_FACTS:-15}          # each part starts with it (the JIT warm-up)
+LIMIT_BENCH_W1=${LIMIT_BENCH_W1:-35}    # 1B shape: the build (~20 s), decode timed
+LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-25}  # tiny-llama, 4,200 tokens, against the CPU twin
+LIMIT_PARITY_SPLIT=${LIMIT_PARITY_SPLIT:-20}
+LIMIT_AB=${LIMIT_AB:-95}                # 1B shape, one build per variant, widths 1 and 8
+LIMIT_NCU=${LIMIT_NCU:-40}              # builds the 1B shape, profiles two steps
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
-LIMIT_BENCH=${LIMIT_BENCH:-30}
-LIMIT_AB=${LIMIT_AB:-125}    # 1B shape, one build per variant (7 with five levers), 4 widths
+LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}
+LIMIT_RACECHECK=${LIMIT_RACECHECK:-25}
+LIMIT_CHECKED=${LIMIT_CHECKED:-15}      # the Checked<CudaBackend> test binary
+LIMIT_GOLDENS=${LIMIT_GOLDENS:-25}
+LIMIT_SWEEP=${LIMIT_SWEEP:-25}          # every ladder width for 0.3 s
+LIMIT_CTX_1K=${LIMIT_CTX_1K:-25}
+LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}
+LIMIT_CTX_128K=${LIMIT_CTX_128K:-75}    # 131,069 tokens prefilled 8 at a time, then timed
+# Part 2: 300 s in all (the second device call gives 340).
+LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-20}  # every module JIT-compiled from its PTX (no cubins)
+LIMIT_PARITY=${LIMIT_PARITY:-35}
+LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-55}  # Llama-3.2-1B's shape, 4,200 tokens, compared
+LIMIT_INITCHECK=${LIMIT_INITCHECK:-30}
+LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-25}
+LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-25}
+LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-30}
+LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-20}   # per checkpoint, two of them
+LIMIT_STRESS=${LIMIT_STRESS:-40}
 # The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
 # it): programmatic launch, the six-launch layer, the classic gemv entries, the streaming
 # entries without split-K, the o projection folded into attention (its logits differ within
 # its rule's tolerance, not byte for byte).
 AB_LEVERS=${AB_LEVERS:-pdl,split_rope_kv,gemv_classic,gemv_unsplit,fold_o_proj}
+# The model whose launches split: gemv's split-K and split heads (hidden 1088), attention's
+# chunks (300 tokens: two), at 8 rows.
+SPLIT_MODEL=(--builtin tiny-llama-wide --context 300 --width 8)
+STRESS_REPLAYS=${STRESS_REPLAYS:-1000}
 
-BIN=${BIN:-target/gpu-check/solder}
-chmod +x "$BIN" 2>/dev/null
 LOG=${OUT:-/tmp/solder-gpu-check}
 mkdir -p "$LOG"
 SCRATCH=$(mktemp -d /tmp/solder-gpu-check.XXXXXX)
+# The executables and the sm_90 cubins travel packed (bundle.tgz); unpacked here in a second.
+# BIN set by the caller skips the archive (a stand-in binary, or one built on the machine).
+if [ -z "${BIN:-}" ]; then
+    if ! tar -xzf target/gpu-check/bundle.tgz -C "$SCRATCH"; then
+        echo "cannot unpack target/gpu-check/bundle.tgz: build it with \`cargo xtask gpu-check\` and carry target/gpu-check"
+        exit 2
+    fi
+    BIN=$SCRATCH/solder
+    # Modules load from the cubins where they match the embedded PTX (no JIT); an empty
+    # SOLDER_CUBINS given by the caller JIT-compiles the PTX instead.
+    export SOLDER_CUBINS=${SOLDER_CUBINS-$SCRATCH/cubin}
+fi
+CHECKED=${CHECKED:-$(dirname "$BIN")/checked_cuda}
+chmod +x "$BIN" 2>/dev/null
 # One JIT of the PTX per machine, reused by every later process (the default cache is small).
 export CUDA_CACHE_MAXSIZE=2147483648
 export SOLDER_LOG=${SOLDER_LOG:-warn}
 START=$(date +%s)
 SUMMARY=()
 FAILED=0
+STAGE_OUT=$SCRATCH/stage.out
 
-# stage NAME LIMIT LOGFILE COMMAND...: runs COMMAND under timeout, appends its output to LOGFILE.
+# stage NAME LIMIT LOGFILE COMMAND...: runs COMMAND under timeout, appends its output to LOGFILE
+# (and to STAGE_OUT alone, where `record` finds the stage's key figure).
 stage() {
     local name=$1 limit=$2 log=$3
     shift 3
     echo
     echo "=== $name (limit ${limit} s): $*" | tee -a "$log"
     local t0 rc ms
+    : >"$STAGE_OUT"
     t0=$(date +%s%N)
-    timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$log"
+    timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$log" "$STAGE_OUT"
     rc=${PIPESTATUS[0]}
     ms=$((($(date +%s%N) - t0) / 1000000))
     STAGE_SECONDS="$((ms / 1000)).$((ms % 1000 / 100))"
@@ -72,16 +118,22 @@ stage() {
     esac
 }
 
-# record NAME KEY LOG: one row of the summary for the stage just run (KEY, else LOG's last
-# error line, else its last line).
+# record NAME KEY [LOG]: one row of the summary for the stage just run (KEY, else the stage's
+# last error line, else its last line), appended to summary.txt and printed at once.
 record() {
-    local key=$2
+    local key=$2 row
     if [ -z "${key// /}" ] && [ -n "${3:-}" ]; then
-        key=$(last_line "$3" 'error|Error|ERROR|panicked')
-        [ -z "$key" ] && key="last output: $(last_line "$3" '.')"
+        key=$(last_line "$STAGE_OUT" 'error|Error|ERROR|panicked')
+        [ -z "$key" ] && key="last output: $(last_line "$STAGE_OUT" '.')"
     fi
-    SUMMARY+=("$(printf '%-24s %-9s %7s  %s' "$1" "$STAGE_STATUS" "${STAGE_SECONDS}s" "${key:0:110}")")
+    row=$(printf '%-24s %-9s %7s  %s' "$1" "$STAGE_STATUS" "${STAGE_SECONDS}s" "${key:0:110}")
+    SUMMARY+=("$row")
+    echo "$row" >>"$LOG/summary.txt"
+    echo "--- summary row: $row"
 }
+
+# key PATTERN: the stage's last output line matching PATTERN.
+key() { last_line "$STAGE_OUT" "$1"; }
 
 # skip NAME WHY: a summary row for a stage that could not run.
 skip() {
@@ -113,6 +165,7 @@ clocks() {
         return
     fi
     echo "--- clocks $1" >>"$LOG/facts.log"
+    : >"$STAGE_OUT"
     out=$(nvidia-smi --query-gpu="$CLOCK_FIELDS,$REASONS" --format=csv 2>&1) ||
         out=$(nvidia-smi --query-gpu="$CLOCK_FIELDS" --format=csv 2>&1)
     echo "$out" | tee -a "$LOG/facts.log"
@@ -120,44 +173,11 @@ clocks() {
     record "clocks $1" "$(echo "$out" | sed -n 2p)"
 }
 
-# --- facts
-: >"$LOG/facts.log"
-echo "=== solder device check, $(date -u +%FT%TZ), $(uname -m)"
-tee -a "$LOG/facts.log" 2>/dev/null <target/gpu-check/BUILD
-if command -v nvidia-smi >/dev/null; then
-    nvidia-smi -L 2>&1 | tee -a "$LOG/facts.log"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 |
-        tee -a "$LOG/facts.log"
-fi
-clocks before
-stage facts "$LIMIT_FACTS" "$LOG/facts.log" "$BIN" gpu-facts
-key=$(last_line "$LOG/facts.log" '^cuda backend:' | cut -d: -f2-)
-[ -n "$key" ] && key="$key; JIT $(last_line "$LOG/facts.log" '^modules loaded' | grep -oE '[0-9.]+ s$')"
-record facts "$key" "$LOG/facts.log"
 
-# --- parity on the GPU: built-in models, then every golden case
-: >"$LOG/parity.log"
-stage parity "$LIMIT_PARITY" "$LOG/parity.log" \
-    "$BIN" parity --backend cuda --json "$LOG/parity.json"
-record "parity (built-in)" "$(last_line "$LOG/parity.log" '^(PASS|FAIL)')" "$LOG/parity.log"
-stage goldens "$LIMIT_GOLDENS" "$LOG/parity.log" \
-    "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$LOG/goldens.json"
-record "parity (goldens)" "$(last_line "$LOG/parity.log" '^(PASS|FAIL)')" "$LOG/parity.log"
-
-# --- gpu-step: eager == graph == a second run past 4,096 tokens; a tiny model's CPU twin
-: >"$LOG/checks.log"
-stage "step 1b ctx 4200" "$LIMIT_STEP_LONG" "$LOG/checks.log" \
-    "$BIN" gpu-step --synth llama-3.2-1b --context 4200 --width 8 --compare
-record "step 1b ctx 4200" "$(last_line "$LOG/checks.log" '^(second identical run|gpu-step )')" "$LOG/checks.log"
-stage "step twin ctx 4200" "$LIMIT_STEP_TWIN" "$LOG/checks.log" \
-    "$BIN" gpu-step --builtin tiny-llama --context 4200 --compare --cpu-twin
-record "step twin ctx 4200" "$(last_line "$LOG/checks.log" '^cpu twin:')" "$LOG/checks.log"
-
-# --- compute-sanitizer: memcheck over a dense, an MoE and a hybrid model; racecheck and
-# synccheck over a tiny dense model
 SANITIZER=$(find_tool compute-sanitizer)
-echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
-# sanitize NAME TOOL LIMIT MODEL...: one compute-sanitizer run of gpu-step.
+NCU=$(find_tool ncu)
+
+# sanitize NAME TOOL LIMIT ARGS...: one compute-sanitizer run of gpu-step ARGS, two decode steps.
 sanitize() {
     local name=$1 tool=$2 limit=$3
     shift 3
@@ -167,59 +187,164 @@ sanitize() {
     fi
     stage "$name" "$limit" "$LOG/checks.log" \
         "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BIN" gpu-step "$@" --steps 2
-    record "$name" "$(last_line "$LOG/checks.log" 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')" "$LOG/checks.log"
+    record "$name" "$(key 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')" "$LOG/checks.log"
 }
-sanitize "memcheck tiny-llama" memcheck "$LIMIT_MEMCHECK" --builtin tiny-llama
-sanitize "memcheck qwen3_moe" memcheck "$LIMIT_MEMCHECK" --model tests/fixtures/golden/qwen3_moe
-sanitize "memcheck qwen3_next" memcheck "$LIMIT_MEMCHECK" --model tests/fixtures/golden/qwen3_next
-sanitize "racecheck tiny-llama" racecheck "$LIMIT_RACECHECK" --builtin tiny-llama
-sanitize "synccheck tiny-llama" synccheck "$LIMIT_SYNCCHECK" --builtin tiny-llama
 
-# --- ncu: per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step
-: >"$LOG/bench.log"
-NCU=$(find_tool ncu)
-echo "ncu: ${NCU:-not found}" | tee -a "$LOG/bench.log"
-if [ -z "$NCU" ]; then
-    skip "ncu" "ncu not found"
-else
-    stage "ncu profile" "$LIMIT_NCU" "$LOG/bench.log" \
-        "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        --log-file "$SCRATCH/ncu.csv" \
-        "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 16 --profile
-    record "ncu profile" "$(grep -c '^"[0-9]' "$SCRATCH/ncu.csv" 2>/dev/null) CSV lines" "$LOG/bench.log"
-    cp "$SCRATCH/ncu.csv" "$LOG/ncu.csv" 2>/dev/null
-    stage "ncu table" "$LIMIT_NCU_TABLE" "$LOG/bench.log" \
-        "$BIN" gpu-ncu-table --csv "$SCRATCH/ncu.csv" --programs decode:1,multi_seq:16 \
-        --synth llama-3.2-1b --context 32 --launches
-    # n, time_us, dram_MB, floor_MB, TB/s, %peak, floor_us, floor/time
-    for program in decode:1 multi_seq:16; do
-        record "ncu $program" "$(last_line "$LOG/bench.log" "^ncu $program total" |
-            awk '{printf "%s kernels %s us, %s MB DRAM = %s TB/s (%s of peak); floor %s us = %s of it", $4, $5, $6, $8, $9, $10, $11}')" "$LOG/bench.log"
+# decode_row NAME: the summary row of a gpu-bench stage from its table's `decode 1` line
+# (mode rows launches MB/step floor_us eager_us graph_us fl/eager fl/graph tok/s).
+decode_row() {
+    record "$1" "$(key '^decode +1 ' | awk \
+        '{printf "decode: graph %s us, eager %s us, floor %s us = %s of graph, %s launches", $7, $6, $5, $9, $3}')" \
+        "$LOG/bench.log"
+}
+
+# bench_context NAME LIMIT CONTEXT: decode alone, timed after CONTEXT tokens (1B shape).
+bench_context() {
+    stage "$1" "$2" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --widths 1 --context "$3" --runs 100 --max-seconds 1
+    decode_row "$1"
+}
+
+facts() {
+    echo "=== solder device check part $PART, $(date -u +%FT%TZ), $(uname -m)" |
+        tee -a "$LOG/facts.log" "$LOG/summary.txt"
+    tee -a "$LOG/facts.log" 2>/dev/null <target/gpu-check/BUILD
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi -L 2>&1 | tee -a "$LOG/facts.log"
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 |
+            tee -a "$LOG/facts.log"
+    fi
+    clocks before
+    # Loads every module: the JIT of the PTX, cached for every later process.
+    stage facts "$LIMIT_FACTS" "$LOG/facts.log" "$BIN" gpu-facts
+    local line
+    line=$(key '^cuda backend:' | cut -d: -f2-)
+    [ -n "$line" ] && line="$line; $(key '^modules loaded' |
+        sed -E 's/^modules loaded \(([0-9]+ of [0-9]+) from cubins.*in ([0-9.]+ s)$/\1 modules from cubins, loaded in \2/')"
+    record facts "$line" "$LOG/facts.log"
+}
+
+part1() {
+    # The headline: one decode step of the 1B shape, graph replay against eager.
+    stage "decode w1 graph/eager" "$LIMIT_BENCH_W1" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --widths 1 --runs 200 --max-seconds 1
+    decode_row "decode w1 graph/eager"
+
+    stage "step twin ctx 4200" "$LIMIT_STEP_TWIN" "$LOG/checks.log" \
+        "$BIN" gpu-step --builtin tiny-llama --context 4200 --compare --cpu-twin
+    record "step twin ctx 4200" "$(key '^cpu twin:')" "$LOG/checks.log"
+
+    stage "parity split k/heads" "$LIMIT_PARITY_SPLIT" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --only tiny-llama-wide,tiny-llama-long \
+        --json "$LOG/parity.json"
+    record "parity split k/heads" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+
+    # The same model per lever set (baseline, each of AB_LEVERS, all together), timed
+    # interleaved, graph and eager, at 1 and 8 rows.
+    stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --widths 1,8 --rounds 6 \
+        --runs 10 --max-seconds 4 --json "$LOG/ab.json"
+    local rows program
+    for rows in 1 8; do
+        record "A/B rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
     done
-fi
 
-# --- gpu-bench: Llama-3.2-1B's shape, random weights
-stage gpu-bench "$LIMIT_BENCH" "$LOG/bench.log" \
-    "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$LOG/bench.json"
-key=$(last_line "$LOG/bench.log" '^decode +1 ' | awk \
-    '{printf "decode: graph %s us, eager %s us, floor %s us = %s of graph, %s launches", $7, $6, $5, $9, $3}')
-record gpu-bench "$key" "$LOG/bench.log"
+    # ncu: per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step.
+    echo "ncu: ${NCU:-not found}" | tee -a "$LOG/bench.log"
+    if [ -z "$NCU" ]; then
+        skip "ncu" "ncu not found"
+    else
+        stage "ncu profile" "$LIMIT_NCU" "$LOG/bench.log" \
+            "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+            --log-file "$SCRATCH/ncu.csv" \
+            "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 16 --profile
+        record "ncu profile" "$(grep -c '^"[0-9]' "$SCRATCH/ncu.csv" 2>/dev/null) CSV lines" "$LOG/bench.log"
+        cp "$SCRATCH/ncu.csv" "$LOG/ncu.csv" 2>/dev/null
+        stage "ncu table" "$LIMIT_NCU_TABLE" "$LOG/bench.log" \
+            "$BIN" gpu-ncu-table --csv "$SCRATCH/ncu.csv" --programs decode:1,multi_seq:16 \
+            --synth llama-3.2-1b --context 32 --launches
+        # n, time_us, dram_MB, floor_MB, TB/s, %peak, floor_us, floor/time
+        for program in decode:1 multi_seq:16; do
+            record "ncu $program" "$(key "^ncu $program total" |
+                awk '{printf "%s kernels %s us, %s MB DRAM = %s TB/s (%s of peak); floor %s us = %s of it", $4, $5, $6, $8, $9, $10, $11}')" "$LOG/bench.log"
+        done
+    fi
 
-# --- A/B: the same model per lever set (baseline, each of AB_LEVERS, all together), timed
-# interleaved graph and eager at 1, 8, 32 and 128 rows; figures under "ab" in bench.json
-stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
-    "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --rounds 6 --runs 10 \
-    --max-seconds 4 --json "$LOG/bench.json"
-for rows in 1 128; do
-    record "A/B rows $rows" "$(last_line "$LOG/bench.log" "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
-done
+    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
+    sanitize "memcheck split" memcheck "$LIMIT_MEMCHECK" "${SPLIT_MODEL[@]}"
+    sanitize "racecheck split" racecheck "$LIMIT_RACECHECK" "${SPLIT_MODEL[@]}"
 
+    # The Checked<CudaBackend> tests, made to fail (not skip) where no device answers.
+    if [ -x "$CHECKED" ]; then
+        stage "checked_cuda tests" "$LIMIT_CHECKED" "$LOG/checks.log" \
+            env SOLDER_REQUIRE_CUDA=1 "$CHECKED" --test-threads 1
+        record "checked_cuda tests" "$(key '^test result:')" "$LOG/checks.log"
+    else
+        skip "checked_cuda tests" "$CHECKED is not there (not in the bundle?)"
+    fi
+
+    stage goldens "$LIMIT_GOLDENS" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$LOG/goldens.json"
+    record "parity (goldens)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+
+    # Every width of the default ladder, 0.3 s each.
+    stage "width sweep" "$LIMIT_SWEEP" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$LOG/bench.json"
+    decode_row "width sweep"
+    record "width sweep rows 8" "$(key '^multi_seq +8 ' | awk '{printf "graph %s us, eager %s us, floor %s us = %s of graph", $7, $6, $5, $9}')"
+
+    bench_context "decode ctx 1024" "$LIMIT_CTX_1K" 1024
+    bench_context "decode ctx 8192" "$LIMIT_CTX_8K" 8192
+    # 131,069 tokens: the step's own positions (and the warm-up's) fill the 1B's 131,072.
+    bench_context "decode ctx 131069" "$LIMIT_CTX_128K" 131069
+}
+
+part2() {
+    # The fallback path: every module from its PTX, JIT-compiled by this driver.
+    stage "facts, ptx jit" "$LIMIT_FACTS_JIT" "$LOG/facts.log" \
+        env SOLDER_CUBINS= CUDA_CACHE_DISABLE=1 "$BIN" gpu-facts
+    record "facts, ptx jit" "$(key '^modules loaded')" "$LOG/facts.log"
+
+    stage "parity (built-in)" "$LIMIT_PARITY" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --json "$LOG/parity.json"
+    record "parity (built-in)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+
+    stage "step 1b ctx 4200" "$LIMIT_STEP_LONG" "$LOG/checks.log" \
+        "$BIN" gpu-step --synth llama-3.2-1b --context 4200 --width 8 --compare
+    record "step 1b ctx 4200" "$(key '^(second identical run|gpu-step )')" "$LOG/checks.log"
+
+    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
+    sanitize "initcheck split" initcheck "$LIMIT_INITCHECK" "${SPLIT_MODEL[@]}"
+    sanitize "synccheck split" synccheck "$LIMIT_SYNCCHECK" "${SPLIT_MODEL[@]}"
+    sanitize "memcheck split pdl" memcheck "$LIMIT_MEMCHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
+    sanitize "racecheck split pdl" racecheck "$LIMIT_RACECHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
+    sanitize "memcheck qwen3_moe" memcheck "$LIMIT_MEMCHECK_MODEL" --model tests/fixtures/golden/qwen3_moe
+    sanitize "memcheck qwen3_next" memcheck "$LIMIT_MEMCHECK_MODEL" --model tests/fixtures/golden/qwen3_next
+
+    # The split steps (decode, multi_seq:8) replayed from the same state, bytes compared
+    # every time; the first difference fails with its replay's index.
+    stage "stress replays" "$LIMIT_STRESS" "$LOG/checks.log" \
+        "$BIN" gpu-step "${SPLIT_MODEL[@]}" --replays "$STRESS_REPLAYS"
+    local equal
+    equal=$(grep -c 'graph replays from the same state' "$STAGE_OUT")
+    record "stress replays" "$([ "$equal" -gt 0 ] && echo "$equal steps x $STRESS_REPLAYS replays equal; $(key '^gpu-step ')")" "$LOG/checks.log"
+}
+
+facts
+case $PART in
+    1) part1 ;;
+    2) part2 ;;
+    all)
+        part1
+        part2
+        ;;
+esac
 clocks after
 rm -rf "$SCRATCH"
 
 echo
-echo "=== summary ($(($(date +%s) - START)) s; logs and JSON in $LOG)"
+echo "=== summary of part $PART ($(($(date +%s) - START)) s; every row also in $LOG/summary.txt, logs and JSON beside it)"
 printf '%-24s %-9s %8s  %s\n' stage status time "key figure"
 printf '%s\n' "${SUMMARY[@]}"
 exit $FAILED

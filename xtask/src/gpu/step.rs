@@ -10,7 +10,10 @@
 //! must equal the first's byte for byte. `--cpu-twin` runs the schedule on the CPU backend
 //! too and bounds `max |device - cpu| / max |cpu|` by `cross::TOLERANCE`. `--profile` brackets
 //! the last decode step and the multi-seq step with cuProfilerStart/Stop (for
-//! `ncu --profile-from-start off`). Fails on non-finite logits or any difference.
+//! `ncu --profile-from-start off`). `--replays N` replays each compared step's graph N times
+//! from the same state, comparing bytes every time (run.sh's stress stage); `--levers` builds
+//! with levers on (the sanitizer stages with `pdl`). Fails on non-finite logits or any
+//! difference. `--context` reaches the model's `max_position_embeddings`, refused past it.
 
 use std::path::PathBuf;
 
@@ -24,14 +27,19 @@ const HELP: &str = "usage: target/gpu-check/solder gpu-step [--model DIR | --bui
   --builtin NAME   one of parity's built-in tiny models (default tiny-llama); random weights,
                    so its max_position_embeddings is raised to what --context needs
   --synth NAME     random weights in the full shape of tests/fixtures/configs/NAME.json
-  --context T      prompt tokens prefilled before the decode steps, 1..=65536 (default 3)
+  --context T      prompt tokens prefilled before the decode steps (default 3); with the
+                   steps, within the model's max_position_embeddings
   --steps K        decode steps after the prefill, 1..=4096 (default 1)
   --width W        rows of the multi-seq step (W - 1 live sequences, one padding row),
-                   2..=128 (default 4)
+                   a width of the multi-seq ladder from 4 to 128 (default 4)
   --compare        eager and graph replay of the last decode and the multi-seq step against
                    the session's logits, and a second identical run, all byte for byte
   --cpu-twin       run the same schedule on the CPU backend and compare (tolerance 2e-2 of
                    the largest |logit|)
+  --replays N      with --compare (implied): replay each compared step's graph N times,
+                   each from the same state, comparing the logits bytes every time; the
+                   first difference fails with its replay's index (default 1)
+  --levers A,B     turn levers on (`solder_config::KNOWN_LEVERS`), e.g. pdl
   --profile        cuProfilerStart/Stop around the last decode step and the multi-seq step
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
   --backend B      cuda (default), or cpu: the same run on the CPU backend (for tests and CI)";
@@ -41,6 +49,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         argv,
         &[
             "model", "builtin", "synth", "context", "steps", "width", "rules", "backend",
+            "replays", "levers",
         ],
         &["compare", "cpu-twin", "profile", "help"],
     )?;
@@ -131,9 +140,61 @@ mod tests {
     }
 
     #[test]
+    // run.sh's stress stage in small (CI's `gpu-step stress cpu` step runs it on the wide
+    // model that splits k, in release): levers on, each compared graph replayed three times.
+    fn the_cpu_run_replays_each_compared_step_with_levers() {
+        run(argv(&[
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-llama",
+            "--context",
+            "20",
+            "--replays",
+            "3",
+            "--levers",
+            "pdl",
+        ]))
+        .unwrap();
+    }
+
+    #[test]
+    fn contexts_reach_the_models_limit_and_stop_there() {
+        // Qwen3-Next serves 262,144 positions: 262,141 tokens and one step fit exactly (the
+        // check comes before anything is built).
+        let config = crate::files::model_config(
+            &crate::workspace_root().join("tests/fixtures/configs/qwen3-next-80b-a3b.json"),
+        )
+        .unwrap();
+        assert_eq!(config.max_position_embeddings, 262_144);
+        schedule::check_positions("next", &config, 262_141, 1).unwrap();
+        let e = schedule::check_positions("next", &config, 262_142, 1).unwrap_err();
+        assert!(e.contains("max_position_embeddings 262144"), "{e}");
+        // Past the old 65,536 cap, refused by the model's limit, not by the flag's range.
+        let e = run(argv(&[
+            "--backend",
+            "cpu",
+            "--synth",
+            "llama-3.2-1b",
+            "--context",
+            "131072",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("max_position_embeddings 131072"), "{e}");
+        let e = run(argv(&["--backend", "cpu", "--replays", "0"])).unwrap_err();
+        assert!(e.contains("--replays"), "{e}");
+        let e = run(argv(&["--backend", "cpu", "--levers", "turbo"])).unwrap_err();
+        assert!(e.contains("turbo"), "{e}");
+    }
+
+    #[test]
     fn out_of_range_and_conflicting_flags_are_refused() {
-        let e = run(argv(&["--backend", "cpu", "--width", "1"])).unwrap_err();
-        assert!(e.contains("--width"), "{e}");
+        // At 2 the one live row would run the decode program, not the compared multi-seq one;
+        // 3 rows pad to 4, 5 is no width of the ladder.
+        for width in ["1", "2", "3", "5"] {
+            let e = run(argv(&["--backend", "cpu", "--width", width])).unwrap_err();
+            assert!(e.contains("--width"), "{e}");
+        }
         let e = run(argv(&[
             "--backend",
             "cpu",

@@ -155,4 +155,20 @@ mod tests {
         assert_eq!(pool.free_count(), 5, "the scratch page is never given back");
         assert!(!pool.free.contains(&SCRATCH_PAGE));
     }
+
+    #[test]
+    fn a_sequence_grows_to_262144_positions() {
+        // Two sequences of 262,144 tokens in pages of 16, and the scratch page.
+        let mut pool = PagePool::new(2 * 16_384 + 1, 16);
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        assert_eq!(pool.grow(&mut first, 262_143).unwrap(), 16_384);
+        assert_eq!(pool.needed(262_144, first.len()), 0);
+        assert_eq!(pool.needed(262_145, first.len()), 1);
+        assert_eq!(pool.grow(&mut second, 262_144).unwrap(), 16_384);
+        assert_eq!(second.last(), Some(&32_768));
+        assert_eq!(pool.free_count(), 0);
+        assert_eq!(pool.lent(), 32_768);
+        pool.shrink(&mut first, 0);
+        assert_eq!(pool.free_count(), 16_384);
+    }
 }

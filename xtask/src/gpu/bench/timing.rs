@@ -128,7 +128,9 @@ pub(super) fn prompt(s: usize, context: usize, vocab: u32) -> Vec<u32> {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let (name, config, weights) = model(args)?;
-    let context = args.number_in("context", 0..=65536)?.unwrap_or(32);
+    let context = args
+        .number_in("context", 0..=crate::gpu::MAX_CONTEXT)?
+        .unwrap_or(32);
     let limits = Limits {
         runs: args.number_in("runs", 1..=100_000)?.unwrap_or(100),
         max_seconds: args.real_in("max-seconds", 0.001..=3600.0)?.unwrap_or(2.0),

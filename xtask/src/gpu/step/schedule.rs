@@ -22,6 +22,8 @@ struct Schedule {
     steps: usize,
     width: usize,
     compare: bool,
+    /// Graph replays of each compared step, each from the same state, each compared.
+    replays: usize,
     profile: bool,
     device: BackendKind,
 }
@@ -30,28 +32,39 @@ struct Schedule {
 type Trace = Vec<(String, Vec<f32>)>;
 
 pub fn run(args: &Args) -> Result<(), String> {
-    let context = args.number_in("context", 1..=65536)?.unwrap_or(3);
+    // Positions travel as i32 in the metadata; the model's own limit is checked below.
+    let context = args
+        .number_in("context", 1..=crate::gpu::MAX_CONTEXT)?
+        .unwrap_or(3);
     let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
-    let width = args.number_in("width", 2..=128)?.unwrap_or(4);
+    // A width of the ladder, 4 or more: W - 1 live rows must pad to W (one live row would
+    // run the decode program, and 3 rows pad to 4).
+    let width = args.number_in("width", 4..=128)?.unwrap_or(4);
+    let ladder = ServeShape::default().multi_seq_ladder;
+    if !ladder.contains(&width) {
+        return Err(format!(
+            "`--width {width}`: not a width of the multi-seq ladder {ladder:?}"
+        ));
+    }
+    let replays = args.number_in("replays", 1..=1_000_000)?.unwrap_or(1);
     // The prefill, the decode steps, two multi-seq steps.
     let tokens = context + steps + 2;
     let (name, config, weights) = model(args, tokens)?;
-    if tokens > config.max_position_embeddings {
-        return Err(format!(
-            "`--context {context} --steps {steps}`: {tokens} positions, more than {name}'s \
-             max_position_embeddings {}",
-            config.max_position_embeddings
-        ));
-    }
+    check_positions(&name, &config, context, steps)?;
     let rules = RuleSet::from_file(&super::rules_path(args)).map_err(|e| e.to_string())?;
     let kind = BackendKind::parse(Some(args.value("backend").unwrap_or("cuda")))?;
     let schedule = Schedule {
         context,
         steps,
         width,
-        compare: args.flag("compare"),
+        compare: args.flag("compare") || args.value("replays").is_some(),
+        replays,
         profile: args.flag("profile"),
         device: kind,
+    };
+    let policy = Policy {
+        levers: args.levers()?,
+        ..Policy::default()
     };
     let started = Instant::now();
     let mut cpu = None;
@@ -63,9 +76,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     println!("{}", crate::gpu::describe(&backend.facts()));
     let boot = || Boot {
         config: config.clone(),
-        serve: ServeShape::with_max_batch(width).expect("2..=128 is a valid batch"),
+        serve: ServeShape::with_max_batch(width).expect("a ladder width is a valid batch"),
         rules: rules.clone(),
-        policy: Policy::default(),
+        policy: policy.clone(),
         weights: weights.source(),
         kv: KvShape {
             pages: 2 * tokens.div_ceil(16) + 2 * width + 2,
@@ -85,6 +98,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         (Ok(_), true) => {
             let again = Schedule {
                 compare: false,
+                replays: 1,
                 profile: false,
                 ..schedule
             };
@@ -116,6 +130,25 @@ pub fn run(args: &Args) -> Result<(), String> {
         "gpu-step {name}: ok, context {context}, logits checksum {checksum:.6e}, {:.2} s",
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Refuses a schedule whose positions pass the model's `max_position_embeddings`, naming it.
+pub(super) fn check_positions(
+    name: &str,
+    config: &ModelConfig,
+    context: usize,
+    steps: usize,
+) -> Result<(), String> {
+    let tokens = context + steps + 2;
+    if tokens > config.max_position_embeddings {
+        return Err(format!(
+            "`--context {context} --steps {steps}`: {tokens} positions (the prefill, the \
+             decode steps and two multi-seq steps), more than {name}'s \
+             max_position_embeddings {}",
+            config.max_position_embeddings
+        ));
+    }
     Ok(())
 }
 
@@ -263,7 +296,15 @@ fn steps(
         }
         let logits = logits?;
         if let (true, Some(((decode, _), snapshot))) = (last, compare) {
-            again(exec, backend, snapshot, decode, &logits, name)?;
+            again(
+                exec,
+                backend,
+                snapshot,
+                decode,
+                &logits,
+                name,
+                schedule.replays,
+            )?;
         }
         token = record(format!("decode step {step}"), logits)?;
     }
@@ -288,7 +329,15 @@ fn steps(
         }
         let logits = logits?.concat();
         if let (true, Some(((_, multi), snapshot))) = (last, compare) {
-            again(exec, backend, snapshot, multi, &logits, name)?;
+            again(
+                exec,
+                backend,
+                snapshot,
+                multi,
+                &logits,
+                name,
+                schedule.replays,
+            )?;
         }
         let stage = format!(
             "multi_seq step {step} ({} live rows of {})",
@@ -321,7 +370,9 @@ fn save(
 }
 
 /// The step the session just ran, from the state before it: eagerly, then as `graph`'s
-/// replay; each one's logits must be `session`'s bytes. Leaves the state as the step left it.
+/// replay, `replays` times (each from the same state); each one's logits must be `session`'s
+/// bytes, the first difference failing with its replay's index. Leaves the state as the step
+/// left it.
 fn again(
     exec: &CircuitExec,
     backend: &mut dyn GpuBackend,
@@ -329,6 +380,7 @@ fn again(
     graph: &CapturedGraph,
     session: &[f32],
     name: &str,
+    replays: usize,
 ) -> Result<(), String> {
     let program = exec
         .program(graph.mode, graph.rows)
@@ -338,13 +390,21 @@ fn again(
     exec.run(backend, program).map_err(|e| e.to_string())?;
     let eager = read_logits(exec, backend, session.len())?;
     same_bytes(session, &eager).map_err(|e| format!("{name}: {stage} eager again: {e}"))?;
-    save(exec, backend, snapshot, false)?;
-    exec.replay(backend, graph).map_err(|e| e.to_string())?;
-    backend.synchronize().map_err(|e| e.to_string())?;
-    let replayed = read_logits(exec, backend, session.len())?;
-    same_bytes(session, &replayed).map_err(|e| format!("{name}: {stage} graph replay: {e}"))?;
+    for replay in 0..replays {
+        save(exec, backend, snapshot, false)?;
+        exec.replay(backend, graph).map_err(|e| e.to_string())?;
+        backend.synchronize().map_err(|e| e.to_string())?;
+        let replayed = read_logits(exec, backend, session.len())?;
+        same_bytes(session, &replayed)
+            .map_err(|e| format!("{name}: {stage} graph replay {replay} (of {replays}): {e}"))?;
+    }
+    let replayed = if replays == 1 {
+        "graph replay".to_string()
+    } else {
+        format!("{replays} graph replays")
+    };
     println!(
-        "{stage}: eager run and graph replay from the same state equal the session's {} logits byte for byte",
+        "{stage}: eager run and {replayed} from the same state equal the session's {} logits byte for byte",
         session.len()
     );
     Ok(())
@@ -373,6 +433,7 @@ fn cpu_twin(name: &str, device: &Trace, boot: Boot, schedule: Schedule) -> Resul
     let mut exec = CircuitExec::build(&mut cpu, boot).map_err(|e| format!("{name} (cpu): {e}"))?;
     let plain = Schedule {
         compare: false,
+        replays: 1,
         profile: false,
         device: BackendKind::Cpu,
         ..schedule
