@@ -5,6 +5,8 @@
 //! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes. Sizes
 //! saturate, never wrap: `usize::MAX` marks an arena too large, which the driver refuses.
 
+mod search;
+
 use std::collections::BTreeSet;
 
 use super::liveness::Lifetime;
@@ -138,8 +140,16 @@ pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
 
 /// Greedy first-fit under several orderings, keeping the smallest arena (ties keep the
 /// earlier ordering). Largest-first is the classic; the others repair its fragmentation on
-/// circuits whose buffer sizes are close to one another.
-pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
+/// circuits whose buffer sizes are close to one another. When none reaches
+/// `live_lower_bound`, a bounded search (`search::tightest`) tries the bound and capacities
+/// between it and the greedy pool, and wins if it packs tighter: first-fit places every
+/// repetition of a layer alike, and some layers pack to the bound only when consecutive ones
+/// differ.
+pub fn place(
+    lifetimes: &[Lifetime],
+    adjacency: &[Vec<usize>],
+    live_lower_bound: usize,
+) -> Placement {
     let size = |i: usize| align_up(lifetimes[i].bytes);
     let span = |i: usize| lifetimes[i].last - lifetimes[i].first + 1;
     type Key<'a> = Box<dyn Fn(usize) -> (usize, usize, usize) + 'a>;
@@ -177,11 +187,22 @@ pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
             best = Some(candidate);
         }
     }
-    best.unwrap_or(Placement {
+    let greedy = best.unwrap_or(Placement {
         offsets: Vec::new(),
         pool_bytes: 0,
         strategy: "empty",
-    })
+    });
+    if greedy.pool_bytes <= live_lower_bound {
+        return greedy;
+    }
+    match search::tightest(lifetimes, adjacency, live_lower_bound, greedy.pool_bytes) {
+        Some((offsets, pool_bytes)) => Placement {
+            offsets,
+            pool_bytes,
+            strategy: "gap-search",
+        },
+        None => greedy,
+    }
 }
 
 fn first_fit(
