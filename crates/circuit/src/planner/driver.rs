@@ -109,8 +109,8 @@ impl ExecutionPlan {
             verify::check_streams(circuit, &fusion, &streams)?;
         }
         let adjacency = memory::conflicts(&lifetimes, &streams);
-        let placement = memory::place(&lifetimes, &adjacency);
         let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
+        let placement = memory::place(&lifetimes, &adjacency, live_lower_bound);
         if placement.pool_bytes > MAX_ARENA_BYTES {
             return Err(CircuitError::TooLarge {
                 what: "arena".to_string(),

@@ -1,9 +1,12 @@
-//! Pass 4, memory: offsets for every arena buffer in one arena, and the lower bound.
+//! Pass 4, memory: offsets for every arena buffer in one arena, and the lower bound. First-fit
+//! under several orderings, then, where none reaches the bound, `search`.
 //!
 //! Invariants: offsets are multiples of `ALIGN`; two buffers that may be live at the same
 //! time (neither's uses all happen before the other's writer) never share a byte;
 //! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes. Sizes
 //! saturate, never wrap: `usize::MAX` marks an arena too large, which the driver refuses.
+
+mod search;
 
 use std::collections::BTreeSet;
 
@@ -24,7 +27,7 @@ pub fn align_up(bytes: usize) -> usize {
 pub struct Placement {
     pub offsets: Vec<usize>,
     pub pool_bytes: usize,
-    /// Which ordering won (for the plan's display).
+    /// Which ordering won, or `gap-search` (for the plan's display).
     pub strategy: &'static str,
 }
 
@@ -138,8 +141,17 @@ pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
 
 /// Greedy first-fit under several orderings, keeping the smallest arena (ties keep the
 /// earlier ordering). Largest-first is the classic; the others repair its fragmentation on
-/// circuits whose buffer sizes are close to one another.
-pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
+/// circuits whose buffer sizes are close to one another. When none reaches
+/// `live_lower_bound` nor the heaviest conflict clique found (`search::clique_bound`, which
+/// side streams can lift above the linear bound), a bounded search (`search::tightest`)
+/// tries that floor and capacities between it and the greedy pool, and wins if it packs
+/// tighter: first-fit places every repetition of a layer alike, and some layers pack to the
+/// bound only when consecutive ones differ.
+pub fn place(
+    lifetimes: &[Lifetime],
+    adjacency: &[Vec<usize>],
+    live_lower_bound: usize,
+) -> Placement {
     let size = |i: usize| align_up(lifetimes[i].bytes);
     let span = |i: usize| lifetimes[i].last - lifetimes[i].first + 1;
     type Key<'a> = Box<dyn Fn(usize) -> (usize, usize, usize) + 'a>;
@@ -177,11 +189,26 @@ pub fn place(lifetimes: &[Lifetime], adjacency: &[Vec<usize>]) -> Placement {
             best = Some(candidate);
         }
     }
-    best.unwrap_or(Placement {
+    let greedy = best.unwrap_or(Placement {
         offsets: Vec::new(),
         pool_bytes: 0,
         strategy: "empty",
-    })
+    });
+    if greedy.pool_bytes <= live_lower_bound {
+        return greedy;
+    }
+    let floor = live_lower_bound.max(search::clique_bound(lifetimes, adjacency));
+    if greedy.pool_bytes <= floor {
+        return greedy;
+    }
+    match search::tightest(lifetimes, adjacency, floor, greedy.pool_bytes) {
+        Some((offsets, pool_bytes)) => Placement {
+            offsets,
+            pool_bytes,
+            strategy: "gap-search",
+        },
+        None => greedy,
+    }
 }
 
 fn first_fit(
