@@ -482,14 +482,29 @@ fn every_shipped_program_pools_within_2_percent_of_its_bound() {
     ];
     let configs = shipped_configs();
     assert!(configs.len() >= 11, "{configs:?}");
-    let (mut failures, mut plans, mut worst) = (Vec::new(), 0usize, (0.0f64, String::new()));
+    // Every program of the default serve shape, and the MTP head's draft programs where a
+    // config has the head (its plans run beside the shared expert's side stream).
+    let mut served: Vec<(String, Instance, bool)> = Vec::new();
     for model in &configs {
-        let instance = instance(model);
+        served.push((model.clone(), instance(model), false));
+        if let Ok(with_draft) = solder_tests::load_instance_with_draft(model, &[1, 2, 4, 8]) {
+            served.push((format!("{model} (draft)"), with_draft, true));
+        }
+    }
+    assert!(
+        served.iter().any(|(_, _, draft)| *draft),
+        "no shipped config has an MTP head: the draft programs went untested"
+    );
+    let (mut failures, mut plans, mut worst) = (Vec::new(), 0usize, (0.0f64, String::new()));
+    for (model, instance, draft_only) in &served {
         for (policy_name, policy) in &policies {
             for (mode, rows) in instance.shapes() {
+                if *draft_only && mode != Mode::Draft {
+                    continue;
+                }
                 let at = format!("{model} [{policy_name}] {mode} rows={rows}");
                 let plan = ExecutionPlan::build_with(
-                    &instance,
+                    instance,
                     &rules,
                     &available,
                     policy,

@@ -61,6 +61,9 @@ pub struct ExecutionPlan {
     pub num_streams: usize,
     pub event_count: usize,
     pub pool_bytes: usize,
+    /// No placement is smaller: the peak over steps of the live bytes, or, where the pool
+    /// misses that, the heaviest set of buffers found that may all be live at once (side
+    /// streams can make it heavier; `planner::memory::lower_bound`).
     pub live_lower_bound: usize,
     pub placement: &'static str,
     pub kernel_count_original: usize,

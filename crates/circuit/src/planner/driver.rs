@@ -111,6 +111,12 @@ impl ExecutionPlan {
         let adjacency = memory::conflicts(&lifetimes, &streams);
         let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
         let placement = memory::place(&lifetimes, &adjacency, live_lower_bound);
+        let live_lower_bound = memory::lower_bound(
+            &lifetimes,
+            &adjacency,
+            live_lower_bound,
+            placement.pool_bytes,
+        );
         if placement.pool_bytes > MAX_ARENA_BYTES {
             return Err(CircuitError::TooLarge {
                 what: "arena".to_string(),

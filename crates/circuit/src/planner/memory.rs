@@ -3,7 +3,9 @@
 //!
 //! Invariants: offsets are multiples of `ALIGN`; two buffers that may be live at the same
 //! time (neither's uses all happen before the other's writer) never share a byte;
-//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes. Sizes
+//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes, and
+//! >= `lower_bound`, which adds the heaviest set of buffers found that may all be live at once
+//! (side streams can make that heavier than any one step's live bytes). Sizes
 //! saturate, never wrap: `usize::MAX` marks an arena too large, which the driver refuses.
 
 mod search;
@@ -137,6 +139,22 @@ pub fn live_lower_bound(lifetimes: &[Lifetime], positions: usize) -> usize {
         peak = peak.max(live);
     }
     usize::try_from(peak).unwrap_or(usize::MAX)
+}
+
+/// The plan's lower bound: `live_lower_bound` (linear order), raised, where `pool_bytes` misses
+/// it, to the heaviest conflict clique found (`search::clique_bound`: buffers that pairwise
+/// may be live together, so no placement is smaller). Where the pool reaches the linear bound
+/// the clique is not looked for: it cannot be heavier than a placement.
+pub fn lower_bound(
+    lifetimes: &[Lifetime],
+    adjacency: &[Vec<usize>],
+    live_lower_bound: usize,
+    pool_bytes: usize,
+) -> usize {
+    if pool_bytes <= live_lower_bound {
+        return live_lower_bound;
+    }
+    live_lower_bound.max(search::clique_bound(lifetimes, adjacency))
 }
 
 /// Greedy first-fit under several orderings, keeping the smallest arena (ties keep the
