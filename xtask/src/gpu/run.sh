@@ -39,7 +39,7 @@ LIMIT_AB=${LIMIT_AB:-125}    # 1B shape, one build per variant (7 with five leve
 # it): programmatic launch, the six-launch layer, the classic gemv entries, the streaming
 # entries without split-K, the o projection folded into attention (its logits differ within
 # its rule's tolerance, not byte for byte).
-AB_LEVERS=${AB_LEVERS:-pdl,split_rope_kv,gemv_classic,gemv_unsplit,fold_o_proj}
+AB_LEVERS=${AB_LEVERS:-pdl,split_rope_kv,gemv_classic,gemv_unsplit,split_resident,qkv_norm_ahead,fold_o_proj}
 
 BIN=${BIN:-target/gpu-check/solder}
 chmod +x "$BIN" 2>/dev/null

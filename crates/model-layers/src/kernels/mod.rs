@@ -77,7 +77,7 @@ pub fn kernel_names() -> Vec<&'static str> {
 /// levers (gemv's streaming entries `gemv::linear_r1`, ...). Rules and plans name only the
 /// kernel.
 pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
-    gemv::VARIANTS.iter().copied()
+    gemv::VARIANTS.iter().chain(gemv::HEAD_VARIANTS).copied()
 }
 
 /// The kernel `entry` is a variant of, if it is one.
