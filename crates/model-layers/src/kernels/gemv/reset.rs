@@ -126,11 +126,7 @@ pub fn counters_reset_launch(bind: &Bindings<'_>) -> Option<Launch> {
         layout.attn_scratch_bytes,
     );
     let attn_count = rows * heads;
-    let attn_stride = if attn_count > 0 {
-        attn_bytes / 4 / attn_count
-    } else {
-        0
-    };
+    let attn_stride = (attn_bytes / 4).checked_div(attn_count).unwrap_or(0);
     // The o fold: one counter per row slot of O_SCRATCH_HEADER_WORDS + heads · n_out words.
     let n_out = widest(OpKind::Linear, Some("o_proj"), "out");
     let ofold_bytes = fold::o_scratch_bytes(rows, heads, n_out);
@@ -138,11 +134,7 @@ pub fn counters_reset_launch(bind: &Bindings<'_>) -> Option<Launch> {
     let ofold_stride = O_SCRATCH_HEADER_WORDS + heads * n_out;
     // gemv: the counters at the start of every stream's slot.
     let slot = layout.gemv_slot_bytes;
-    let gemv_slots = if slot > 0 {
-        layout.gemv_scratch_bytes / slot
-    } else {
-        0
-    };
+    let gemv_slots = layout.gemv_scratch_bytes.checked_div(slot).unwrap_or(0);
     let gemv = region(
         layout.gemv_scratch_offset,
         gemv_slots * slot,
