@@ -80,6 +80,9 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
     gemv::VARIANTS.iter().chain(gemv::HEAD_VARIANTS).copied()
 }
 
+/// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).
+pub const PROGRAM_KERNELS: &[&str] = &[gemv::COUNTERS_RESET.as_str()];
+
 /// The kernel `entry` is a variant of, if it is one.
 pub fn variant_of(entry: &str) -> Option<&'static str> {
     variants().find(|(v, _)| *v == entry).map(|(_, base)| base)
