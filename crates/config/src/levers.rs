@@ -38,6 +38,18 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          blocks (each dot's segment sums merged in order by the last split), no split heads \
          for qkv_rope_kv (one block per head): kept for A/B timing; same plans, same logits",
     ),
+    (
+        "qkv_norm_ahead",
+        "qkv_rope_kv's entry that asks L2 for its weight rows before waiting on the previous \
+         launch and computes the row norm from one pass of independent loads (the same order): \
+         kept for A/B timing; same plans, same logits",
+    ),
+    (
+        "split_resident",
+        "split-K and split heads sized to one wave of resident blocks (132 SMs x 2 blocks, the \
+         occupancy ptxas's registers give the streaming entries and qkv_rope_kv) instead of \
+         528 blocks: same plans, same logits",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

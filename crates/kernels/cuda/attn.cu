@@ -247,7 +247,7 @@ __device__ __forceinline__ void attention_block(
         __threadfence(); // this block's partial is visible device-wide before it counts in
         __syncthreads();
         if (threadIdx.x == 0u) {
-            const unsigned arrived = atomicAdd(counter, 1u);
+            const unsigned arrived = counter_arrive(counter);
             last_s = arrived == splits - 1u ? 1u : 0u;
         }
         __syncthreads();
@@ -275,7 +275,7 @@ __device__ __forceinline__ void attention_block(
                 total = __fmaf_rn(split_l[t], e, total);
             }
             den_s = total;
-            *counter = 0u; // all S blocks have counted in: zero again for the next launch
+            counter_clear(counter); // all S blocks have counted in: zero again for the next launch
         }
         __syncthreads();
         den = den_s;
@@ -396,7 +396,7 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
     __syncthreads();
     unsigned* counter = reinterpret_cast<unsigned*>(row_slot);
     if (threadIdx.x == 0u) {
-        const unsigned arrived = atomicAdd(counter, 1u);
+        const unsigned arrived = counter_arrive(counter);
         last_row_s = arrived == heads - 1u ? 1u : 0u;
     }
     __syncthreads();
@@ -416,7 +416,7 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
         fold.h_out[row_at + f] = residual_value(fold.h[row_at + f], linear_value(acc, fold.bias, f));
     }
     if (threadIdx.x == 0u) {
-        *counter = 0u; // every head has counted in: zero again for the next launch
+        counter_clear(counter); // every head has counted in: zero again for the next launch
     }
 }
 

@@ -39,6 +39,42 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// ---- arrival counters (split-K, split heads, flash-decoding merges) ------------------------
+// A split kernel's blocks each store a partial, fence, and count in on a counter; the one that
+// counts last reads every partial back. `counter_arrive` is an acq_rel atomic add at gpu scope:
+// it releases the counting thread's writes (and, through the fence and barrier before it, its
+// block's) and acquires those of every block that counted before, which the PTX memory model
+// requires of the last arriver (a relaxed atomicAdd between fences is only correct on today's
+// hardware). `counter_clear` sets it back to zero for the next launch; `gemv::counters_reset`
+// also zeroes every counter at the start of each step, so a grid aborted between its count
+// and its clear cannot poison later steps. Outside CUDA (the host emulation) they are the plain
+// add and store.
+__device__ __forceinline__ unsigned counter_arrive(unsigned* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+    return old;
+#else
+    return atomicAdd(counter, 1u);
+#endif
+}
+
+__device__ __forceinline__ void counter_clear(unsigned* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("st.relaxed.gpu.u32 [%0], %1;" ::"l"(counter), "r"(0u) : "memory");
+#else
+    *counter = 0u;
+#endif
+}
+
+// Asks L2 for the 128-byte line holding p (a weight: no launch writes it, so this may come
+// before pdl_wait). No value is read; outside CUDA (the host emulation) a no-op.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------
 
 // bf16 -> f32, exactly.

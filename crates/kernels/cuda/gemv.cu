@@ -737,7 +737,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
             __syncwarp();
             unsigned arrived = 0u;
             if (lane == 0u) {
-                arrived = atomicAdd(counter, 1u);
+                arrived = counter_arrive(counter);
             }
             arrived = __shfl_sync(SOLDER_FULL_MASK, arrived, 0);
             if (arrived + 1u == live_splits) {
@@ -759,7 +759,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
                     map.store(r0 + lane, f, s);
                 }
                 if (lane == 0u) {
-                    *counter = 0u; // zero again for the next launch
+                    counter_clear(counter); // zero again for the next launch
                 }
             }
         }
@@ -903,24 +903,28 @@ GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict
 // scratch (GEMV_SPLIT_COUNTERS u32 counters [row group][head], then u32 words [row][feature]
 // holding bf16 bits); the last of the head's P blocks to count in gathers the head into shared
 // memory, sets the counter back to zero and runs the head epilogue: the bits of one block.
-GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
-                        const bf16* __restrict__ wn, const bf16* __restrict__ wq,
-                        const bf16* __restrict__ bq, const bf16* __restrict__ wk,
-                        const bf16* __restrict__ bk, const bf16* __restrict__ wv,
-                        const bf16* __restrict__ bv, const bf16* __restrict__ qwn,
-                        const bf16* __restrict__ kwn, const int* __restrict__ positions,
-                        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-                        float* __restrict__ h_out, bf16* __restrict__ q_out,
-                        bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads,
-                        unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
-                        unsigned block_size, unsigned num_pages, float eps, float qk_eps,
-                        float* __restrict__ scratch) {
+//
+// AHEAD (the `qkv_rope_kv_ahead` entry, lever `qkv_norm_ahead`): before pdl_wait the block asks
+// L2 for its features' weight rows (prefetch_l2: weights, which no launch writes), and the
+// rows' 1/rms is `stream_prologue`'s — the whole block loads the rows' residual values into
+// shared memory in one pass of independent loads, then each row's warp runs the fma chain of
+// `row_inv_rms` from there (`row_inv_rms_ahead` past 8192 values) — where the classic entry's
+// warp walks its row with one dependent round trip per 32 elements before any weight load is
+// issued. The same values in the same order: the same bytes.
+template <bool AHEAD>
+__device__ __forceinline__ void qkv_rope_kv_body(
+    const float* __restrict__ h, const bf16* __restrict__ d, const bf16* __restrict__ wn,
+    const bf16* __restrict__ wq, const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+    const bf16* __restrict__ bk, const bf16* __restrict__ wv, const bf16* __restrict__ bv,
+    const bf16* __restrict__ qwn, const bf16* __restrict__ kwn, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+    float* __restrict__ h_out, bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
+    unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+    unsigned block_size, unsigned num_pages, float eps, float qk_eps, float* __restrict__ scratch) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
     __shared__ float inv[GEMV_ROWS];
     __shared__ bf16 ys[GEMV_ROWS][GEMV_HEAD_DIM_MAX];
     __shared__ unsigned gather;
-    pdl_wait();
-    pdl_launch_dependents();
     const unsigned all_heads = heads + 2u * kv_heads;
     // Split heads (grid.y = all_heads · parts, scratch given): part p of a head's features.
     const unsigned parts =
@@ -928,18 +932,38 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
     const unsigned head = blockIdx.y / parts;
     const unsigned part = blockIdx.y % parts;
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const unsigned f_base = head * head_dim;
+    const MapHead map{wq, bq, wk, bk, wv, bv, ys, nq, nkv, r0, f_base};
+    if (AHEAD && r0 < rows && k > 0u && head_dim <= GEMV_HEAD_DIM_MAX && head < all_heads) {
+        // This block's weight rows into L2, one 128-byte line per thread per pass.
+        const unsigned per = (head_dim + parts - 1u) / parts;
+        const unsigned f0 = min(head_dim, part * per);
+        const unsigned nf = min(head_dim, f0 + per) - f0;
+        const unsigned lines = (k * 2u + 127u) / 128u; // of one weight row
+        for (unsigned idx = threadIdx.x; idx < nf * lines; idx += blockDim.x) {
+            const bf16* row[1];
+            map.rows(f_base + f0 + idx / lines, k, row);
+            prefetch_l2(reinterpret_cast<const char*>(row[0]) + (idx % lines) * 128u);
+        }
+    }
+    pdl_wait();
+    pdl_launch_dependents();
     if (r0 >= rows || k == 0u || head_dim == 0u || head_dim > GEMV_HEAD_DIM_MAX ||
         head >= all_heads) {
         return; // the whole block: nothing to do
     }
     const unsigned nrows = min(GEMV_ROWS, rows - r0);
-    const unsigned nq = heads * head_dim;
-    const unsigned nkv = kv_heads * head_dim;
     const XNormRows src{h, d, wn, h_out, eps};
-    src.prologue(r0, nrows, k, inv);
+    if (AHEAD) {
+        // xs (8 · 2048 bf16) holds GEMV_STREAM_STAGE / 2 f32: the one-pass path's limit.
+        static_assert(sizeof(xs) >= GEMV_STREAM_STAGE / 2u * sizeof(float), "the norm's scratch");
+        stream_prologue(src, r0, nrows, k, inv, reinterpret_cast<float*>(xs));
+    } else {
+        src.prologue(r0, nrows, k, inv);
+    }
     __syncthreads();
-    const unsigned f_base = head * head_dim;
-    const MapHead map{wq, bq, wk, bk, wv, bv, ys, nq, nkv, r0, f_base};
     if (parts == 1u) {
         gemv_rows<1>(src, map, r0, nrows, k, 0u, 1u, f_base, head_dim, head == 0u, xs, inv);
         __syncthreads(); // every feature of the head is in ys
@@ -961,9 +985,9 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
         if (threadIdx.x == 0u) {
             unsigned* counter = reinterpret_cast<unsigned*>(scratch) +
                                 (unsigned long long)blockIdx.x * all_heads + head;
-            const bool last = atomicAdd(counter, 1u) + 1u == parts;
+            const bool last = counter_arrive(counter) + 1u == parts;
             if (last) {
-                *counter = 0u; // every part has counted in: zero again for the next launch
+                counter_clear(counter); // every part has counted in: zero again for the next launch
             }
             gather = last ? 1u : 0u;
         }
@@ -1013,6 +1037,42 @@ GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
             dst[i] = ys[rr][i];
         }
     }
+}
+
+GEMV_KERNEL qkv_rope_kv(const float* __restrict__ h, const bf16* __restrict__ d,
+                        const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                        const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                        const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                        const bf16* __restrict__ bv, const bf16* __restrict__ qwn,
+                        const bf16* __restrict__ kwn, const int* __restrict__ positions,
+                        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+                        float* __restrict__ h_out, bf16* __restrict__ q_out,
+                        bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads,
+                        unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+                        unsigned block_size, unsigned num_pages, float eps, float qk_eps,
+                        float* __restrict__ scratch) {
+    qkv_rope_kv_body<false>(h, d, wn, wq, bq, wk, bk, wv, bv, qwn, kwn, positions, inv_freq,
+                            slot_mapping, h_out, q_out, cache, rows, k, heads, kv_heads,
+                            head_dim, rotary_dim, block_size, num_pages, eps, qk_eps, scratch);
+}
+
+// `qkv_rope_kv` with its weights asked for before the wait and its norm in one pass of
+// independent loads (AHEAD above; lever `qkv_norm_ahead`): the same arguments and bytes.
+GEMV_KERNEL qkv_rope_kv_ahead(const float* __restrict__ h, const bf16* __restrict__ d,
+                              const bf16* __restrict__ wn, const bf16* __restrict__ wq,
+                              const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                              const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                              const bf16* __restrict__ bv, const bf16* __restrict__ qwn,
+                              const bf16* __restrict__ kwn, const int* __restrict__ positions,
+                              const float* __restrict__ inv_freq,
+                              const int* __restrict__ slot_mapping, float* __restrict__ h_out,
+                              bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
+                              unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+                              unsigned rotary_dim, unsigned block_size, unsigned num_pages,
+                              float eps, float qk_eps, float* __restrict__ scratch) {
+    qkv_rope_kv_body<true>(h, d, wn, wq, bq, wk, bk, wv, bv, qwn, kwn, positions, inv_freq,
+                           slot_mapping, h_out, q_out, cache, rows, k, heads, kv_heads, head_dim,
+                           rotary_dim, block_size, num_pages, eps, qk_eps, scratch);
 }
 
 // ---- streaming entries ---------------------------------------------------------------------
@@ -1397,4 +1457,41 @@ GEMV_STREAM_R8 add_norm_lm_head_r8(const float* __restrict__ h, const bf16* __re
                                    unsigned vocab, float eps, float* __restrict__ scratch) {
     gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
                       vocab, scratch);
+}
+
+// ---- the step's counter reset --------------------------------------------------------------
+
+// Zeroes every arrival counter a step's split kernels use, as the first launch of each
+// program (so of each captured step): attn_count counters attn_stride words apart from attn
+// (attention's flash-decoding slots), ofold_count counters ofold_stride words apart from ofold
+// (the o fold's rows), and the first GEMV_SPLIT_COUNTERS words of gemv_slots slots
+// gemv_stride words apart from gemv (gemv's split-K and split heads, one slot per stream).
+// Each kernel also clears its own counter after its merge; this reset is what keeps a grid
+// aborted between its count and its clear from poisoning the next step. A null region is
+// skipped. Grid-stride over all counters.
+extern "C" __global__ void __launch_bounds__(256) counters_reset(
+    float* __restrict__ attn, unsigned attn_count, unsigned attn_stride,
+    float* __restrict__ ofold, unsigned ofold_count, unsigned ofold_stride,
+    float* __restrict__ gemv, unsigned gemv_slots, unsigned gemv_stride) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned na = attn != nullptr ? attn_count : 0u;
+    const unsigned no = ofold != nullptr ? ofold_count : 0u;
+    const unsigned ng = gemv != nullptr ? gemv_slots * GEMV_SPLIT_COUNTERS : 0u;
+    const unsigned step = gridDim.x * blockDim.x;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < na + no + ng; i += step) {
+        unsigned* counter;
+        if (i < na) {
+            counter = reinterpret_cast<unsigned*>(attn) + (unsigned long long)i * attn_stride;
+        } else if (i < na + no) {
+            counter = reinterpret_cast<unsigned*>(ofold) +
+                      (unsigned long long)(i - na) * ofold_stride;
+        } else {
+            const unsigned j = i - na - no;
+            counter = reinterpret_cast<unsigned*>(gemv) +
+                      (unsigned long long)(j / GEMV_SPLIT_COUNTERS) * gemv_stride +
+                      j % GEMV_SPLIT_COUNTERS;
+        }
+        *counter = 0u;
+    }
 }

@@ -1,7 +1,7 @@
 //! `Program`: one plan compiled to launches with final device pointers, and its runner.
 //!
 //! Invariants: a program's launches are exactly its plan's groups' kernels in the plan's
-//! order; it reads per-step values only from the workspace's metadata region (uploaded by the
+//! order, after one `gemv::counters_reset` where it has split kernels' counters; it reads per-step values only from the workspace's metadata region (uploaded by the
 //! session beforehand) and never allocates, synchronises or reads host memory while it runs.
 
 use solder_circuit::{ExecutionPlan, Mode, StepKind};
@@ -108,7 +108,26 @@ pub fn compile(
     backend: &dyn GpuBackend,
     launch_order: LaunchOrder,
 ) -> Result<Program, ExecError> {
-    let mut steps = Vec::with_capacity(plan.steps.len());
+    let mut steps = Vec::with_capacity(plan.steps.len() + 1);
+    // Every split kernel's arrival counters start the step at zero, whatever an earlier
+    // (aborted) step left: the reset is the program's first launch, on stream 0, which every
+    // other stream forks from.
+    // A backend without the reset (a reference-kernels-only CPU backend) runs without it.
+    let reset = crate::kernels::gemv::counters_reset_launch(bind)
+        .filter(|launch| backend.kernel(launch.kernel).is_ok());
+    let resets = match reset {
+        Some(launch) => {
+            steps.push(ProgramStep::Launch {
+                stream: 0,
+                kernel: backend.kernel(launch.kernel)?,
+                name: launch.kernel,
+                config: launch.config,
+                args: launch.args,
+            });
+            1
+        }
+        None => 0,
+    };
     for step in &plan.steps {
         match step.kind {
             StepKind::Launch(g) => {
@@ -142,9 +161,9 @@ pub fn compile(
         arm: None,
         launch_order,
     };
-    if program.launches() != plan.kernel_count_fused {
+    if program.launches() != plan.kernel_count_fused + resets {
         return Err(ExecError::Build(format!(
-            "{} program at {} rows has {} launches, its plan {}",
+            "{} program at {} rows has {} launches, its plan {} and {resets} counter reset",
             plan.mode,
             plan.rows,
             program.launches(),

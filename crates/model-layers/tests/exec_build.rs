@@ -178,7 +178,13 @@ fn launch_counts_equal_the_plans() {
         let exec = build(&mut backend, TINY_QWEN2, policy, roomy_kv());
         for program in exec.programs() {
             let plan = exec.plan(program.mode, program.rows).unwrap();
-            assert_eq!(program.launches(), plan.kernel_count_fused);
+            // One counter reset first (the model has attention), then the plan's launches.
+            let first = program.steps.iter().find_map(|s| match s {
+                ProgramStep::Launch { name, .. } => Some(*name),
+                _ => None,
+            });
+            assert_eq!(first, Some(kernels::gemv::COUNTERS_RESET.as_str()));
+            assert_eq!(program.launches(), plan.kernel_count_fused + 1);
             assert_eq!(program.plan_digest, plan.digest);
             assert_eq!(program.num_streams, plan.num_streams);
             assert_eq!(program.event_count, plan.event_count);
@@ -395,7 +401,10 @@ fn gemv_launches(program: &solder_model_layers::Program) -> Vec<(&'static str, [
         .steps
         .iter()
         .filter_map(|step| match step {
-            ProgramStep::Launch { name, config, .. } if name.starts_with("gemv::") => {
+            ProgramStep::Launch { name, config, .. }
+                if name.starts_with("gemv::")
+                    && *name != kernels::gemv::COUNTERS_RESET.as_str() =>
+            {
                 Some((*name, config.grid))
             }
             _ => None,
@@ -512,7 +521,7 @@ fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
                 splits += 1;
                 continue;
             }
-            if !name.starts_with("gemv::") {
+            if !name.starts_with("gemv::") || *name == kernels::gemv::COUNTERS_RESET.as_str() {
                 continue;
             }
             match (config.grid[2], args.last()) {
@@ -549,4 +558,60 @@ fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
     let a = decode_all(&split, &mut backend, &tokens);
     let b = decode_all(&unsplit, &mut backend, &tokens);
     assert_same_bytes(&a, &b, "split-K vs gemv_unsplit");
+}
+
+/// Counters an aborted grid left set (attention's flash-decoding slots and gemv's split
+/// slots) are zero again after the next step, eager or replayed from a captured graph: the
+/// program's first launch, `gemv::counters_reset`, zeroes them, and the checker accepts it.
+/// The logits are the clean run's.
+#[test]
+fn poisoned_counters_are_reset_by_the_next_step_eager_and_replayed() {
+    let mut backend = backend();
+    let mut exec = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
+    let tokens = prompt(3, 128, 3);
+    let clean = decode_all(&exec, &mut backend, &tokens);
+    let layout = &exec.layout;
+    assert!(layout.gemv_slot_bytes > 0 && layout.attn_scratch_bytes > 0);
+    // Row 0's first two attention slot counters (heads 0 and 1), stream 0's split counters.
+    let attn_slot = kernels::attn::scratch_bytes(1, 1, 64);
+    let counters: Vec<(solder_gpu_runtime::DevicePtr, usize)> = [
+        (layout.attn_scratch_offset, 4),
+        (layout.attn_scratch_offset + attn_slot, 4),
+        (
+            layout.gemv_scratch_offset,
+            kernels::gemv::split::COUNTERS * 4,
+        ),
+    ]
+    .into_iter()
+    .map(|(at, bytes)| (exec.workspace().offset(at), bytes))
+    .collect();
+    let poison = |backend: &mut CpuBackend| {
+        for &(ptr, bytes) in &counters {
+            backend.copy_h2d(ptr, &vec![0x03; bytes]).unwrap();
+        }
+    };
+    let all_zero = |backend: &mut CpuBackend, at: &str| {
+        for &(ptr, bytes) in &counters {
+            let mut got = vec![0u8; bytes];
+            backend.copy_d2h(ptr, &mut got).unwrap();
+            assert!(got.iter().all(|b| *b == 0), "{at}: a counter is still set");
+        }
+    };
+    // Eager: every step starts with the reset.
+    {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let mut logits = Vec::new();
+        for &t in &tokens {
+            poison(&mut backend);
+            logits.extend(session.decode(&mut backend, id, t).unwrap());
+            all_zero(&mut backend, "eager");
+        }
+        assert_same_bytes(&logits, &clean, "poisoned counters, eager");
+    }
+    // Captured: the reset is part of the graph.
+    let graph = exec.capture(&mut backend, Mode::Decode, 1).unwrap();
+    poison(&mut backend);
+    exec.replay(&mut backend, &graph).unwrap();
+    all_zero(&mut backend, "replayed");
 }

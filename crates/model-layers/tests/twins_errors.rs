@@ -421,10 +421,15 @@ fn kernel_list_matches_the_rules_and_the_twins() {
     let names = kernels::kernel_names();
     let listed: BTreeSet<String> = names.iter().map(|k| k.to_string()).collect();
     assert_eq!(listed.len(), names.len(), "a kernel is declared twice");
+    let ruled: BTreeSet<String> = listed
+        .iter()
+        .filter(|k| !kernels::PROGRAM_KERNELS.contains(&k.as_str()))
+        .cloned()
+        .collect();
     assert_eq!(
-        listed,
+        ruled,
         kernels_in_rules(),
-        "kernels::registry() vs fusions/FUSIONS.toml"
+        "kernels::registry() (less PROGRAM_KERNELS) vs fusions/FUSIONS.toml"
     );
     let twin_names: Vec<&str> = kernels::twins().iter().map(|(name, _)| *name).collect();
     assert_eq!(twin_names, names, "twins() vs kernels::registry()");

@@ -13,9 +13,9 @@ use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend, LaunchConfig};
 use solder_model_layers::kernels::gemv::split::{self, COUNTERS, SLOT_BYTES};
 use solder_model_layers::kernels::gemv::{
-    stage_elems, stream_config, AddNormGateUpSilu, AddNormLmHead, LinearResidualAdd, RowTile,
-    ADD_NORM_GATE_UP_SILU, ADD_NORM_GATE_UP_SILU_STREAM, ADD_NORM_LM_HEAD, ADD_NORM_LM_HEAD_STREAM,
-    LINEAR_RESIDUAL_ADD, LINEAR_RESIDUAL_ADD_STREAM,
+    stage_elems, stream_config, AddNormGateUpSilu, AddNormLmHead, CountersReset, LinearResidualAdd,
+    RowTile, ADD_NORM_GATE_UP_SILU, ADD_NORM_GATE_UP_SILU_STREAM, ADD_NORM_LM_HEAD,
+    ADD_NORM_LM_HEAD_STREAM, COUNTERS_RESET, LINEAR_RESIDUAL_ADD, LINEAR_RESIDUAL_ADD_STREAM,
 };
 use solder_model_layers::kernels::Buf;
 
@@ -229,7 +229,15 @@ fn the_host_policy_splits_a_tall_launch_and_keeps_its_bytes() {
     let (rows, k, n) = (1u32, 4096u32, 64u32);
     let tile = RowTile::for_rows(rows);
     let mut config = stream_config(n as u64, rows, k, tile);
-    let z = split::splits(config.grid, n as u64, rows, k, 1, stage_elems(tile));
+    let z = split::splits(
+        config.grid,
+        n as u64,
+        rows,
+        k,
+        1,
+        stage_elems(tile),
+        split::Sizing::Target,
+    );
     assert_eq!(
         z, 4,
         "8 blocks of 64 features over 4 segments: one split per segment"
@@ -276,18 +284,22 @@ fn the_host_policy_splits_a_tall_launch_and_keeps_its_bytes() {
 
 /// `qkv_rope_kv` with its heads split over 2, 3 (uneven: parts of 22, 22 and 20 features) and 8
 /// blocks stores the one-block bytes — q roped (after qk-norm, and without it), k and v in their
-/// cache slots, the residual sum — for one and two row groups; the counters are zero after.
+/// cache slots, the residual sum — for one and two row groups; the counters are zero after. So
+/// does its `_ahead` entry (lever `qkv_norm_ahead`), unsplit and in 8 parts, on both of its
+/// norm paths (one pass through shared memory; row_inv_rms_ahead past 8192 values).
 #[test]
 fn split_heads_store_the_one_block_bytes() {
-    use solder_model_layers::kernels::gemv::{QkvRopeKv, QKV_ROPE_KV};
+    use solder_model_layers::kernels::gemv::{QkvRopeKv, QKV_ROPE_KV, QKV_ROPE_KV_AHEAD};
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Run, &mut backend);
-    let (heads, kv_heads, head_dim, k) = (3u32, 1u32, 64u32, 200u32);
+    let (heads, kv_heads, head_dim) = (3u32, 1u32, 64u32);
     let (block_size, pages) = (4u32, 8u32);
     let all_heads = heads + 2 * kv_heads;
     let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
     let features = nq + 2 * nkv;
-    for rows in [1u32, 3, 9] {
+    // k 1100 at 9 rows: 8 rows · 1100 values do not fit the one-pass norm (the `_ahead`
+    // entry's row_inv_rms_ahead path).
+    for (rows, k) in [(1u32, 200u32), (3, 200), (9, 200), (9, 1100)] {
         let h = upload(&mut backend, &f32_values(rows * k, 1.0));
         let d = upload(&mut backend, &bf16_values(rows * k, 2.0));
         let wn = upload(&mut backend, &bf16_values(k, 3.0));
@@ -312,7 +324,7 @@ fn split_heads_store_the_one_block_bytes() {
         let slots = upload(&mut backend, &slots);
         let cache_bytes = pages * 2 * block_size * nkv * 2;
         for qk in [false, true] {
-            let launch_with = |backend: &mut CpuBackend, parts: u32| {
+            let launch_with = |backend: &mut CpuBackend, parts: u32, ahead: bool| {
                 let (q_out, sum) = (out(backend, rows * nq * 2), out(backend, rows * k * 4));
                 let cache = upload(backend, &vec![0u8; cache_bytes as usize]);
                 let a = QkvRopeKv {
@@ -355,7 +367,12 @@ fn split_heads_store_the_one_block_bytes() {
                 });
                 config.grid[1] *= parts;
                 let a = QkvRopeKv { scratch, ..a };
-                run(backend, &a.launch_with(QKV_ROPE_KV, config));
+                let entry = if ahead {
+                    QKV_ROPE_KV_AHEAD
+                } else {
+                    QKV_ROPE_KV
+                };
+                run(backend, &a.launch_with(entry, config));
                 if let Some(s) = scratch {
                     counters_are_zero(
                         backend,
@@ -365,18 +382,111 @@ fn split_heads_store_the_one_block_bytes() {
                 }
                 [q_out, sum, cache].map(|b| download(backend, b.ptr, b.bytes))
             };
-            let want = launch_with(&mut backend, 1);
+            let want = launch_with(&mut backend, 1, false);
             assert!(want[0].iter().any(|b| *b != 0), "rows {rows}: q all zero");
             assert_eq!(all_heads, 5);
-            for parts in [2u32, 3, 8] {
-                let got = launch_with(&mut backend, parts);
+            for (parts, ahead) in [(1u32, true), (2, false), (3, false), (8, false), (8, true)] {
+                let got = launch_with(&mut backend, parts, ahead);
                 for (what, (g, w)) in ["q", "h_out", "cache"].iter().zip(got.iter().zip(&want)) {
                     assert_eq!(
                         g, w,
-                        "qkv_rope_kv {what}: rows {rows}, qk-norm {qk}, {parts} parts"
+                        "qkv_rope_kv {what}: rows {rows}, k {k}, qk-norm {qk}, {parts} parts, \
+                         ahead {ahead}"
                     );
                 }
             }
         }
     }
+}
+
+/// A counter left set by an aborted grid (a split that counted in and never finished): the
+/// next split launch merges too early and stores wrong bytes; with the step's
+/// `gemv::counters_reset` before it (the first launch of every program) it stores the classic
+/// bytes again. Every other word of the slot keeps its bytes through the reset.
+#[test]
+fn a_poisoned_counter_is_cleared_by_the_step_reset() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let (rows, k, n) = (1u32, 3000u32, 37u32);
+    let tile = RowTile::for_rows(rows);
+    let lm = AddNormLmHead {
+        h: upload(&mut backend, &f32_values(rows * k, 5.0)),
+        d: upload(&mut backend, &bf16_values(rows * k, 6.0)),
+        wn: upload(&mut backend, &bf16_values(k, 7.0)),
+        w: upload(&mut backend, &bf16_values(n * k, 2.0)),
+        logits: out(&mut backend, rows * n * 4),
+        rows,
+        k,
+        vocab: n,
+        eps: 1e-6,
+        scratch: None,
+    };
+    run(&mut backend, &lm.launch(ADD_NORM_LM_HEAD));
+    let want = download(&mut backend, lm.logits.ptr, lm.logits.bytes);
+
+    let mut config = stream_config(n as u64, rows, k, tile);
+    config.grid[2] = 2;
+    let scratch = slot(&mut backend, config.grid, n, rows, k, 1);
+    let whole = Buf::new(scratch.ptr, SLOT_BYTES);
+    // Every counter as if one split had counted in, every partial stale (0x7f7f7f7f).
+    let poison = |backend: &mut CpuBackend| {
+        let mut bytes: Vec<u8> = (0..COUNTERS).flat_map(|_| 1u32.to_le_bytes()).collect();
+        bytes.resize(SLOT_BYTES, 0x7f);
+        backend.copy_h2d(scratch.ptr, &bytes).unwrap();
+    };
+    let split = |backend: &mut CpuBackend| {
+        let logits = out(backend, rows * n * 4);
+        let a = AddNormLmHead {
+            logits,
+            scratch: Some(scratch),
+            ..lm
+        };
+        run(
+            backend,
+            &a.launch_with(ADD_NORM_LM_HEAD_STREAM[tile.index()], config),
+        );
+        download(backend, logits.ptr, logits.bytes)
+    };
+    assert_eq!(split(&mut backend), want, "a clean slot");
+
+    poison(&mut backend);
+    assert_ne!(
+        split(&mut backend),
+        want,
+        "a poisoned counter merges too early"
+    );
+
+    poison(&mut backend);
+    let partials = download(
+        &mut backend,
+        scratch.ptr.offset(COUNTERS * 4),
+        SLOT_BYTES - COUNTERS * 4,
+    );
+    let reset = CountersReset {
+        attn: None,
+        attn_count: 0,
+        attn_stride: 0,
+        ofold: None,
+        ofold_count: 0,
+        ofold_stride: 0,
+        gemv: Some(whole),
+        gemv_slots: 1,
+        gemv_stride: (SLOT_BYTES / 4) as u32,
+    };
+    run(&mut backend, &reset.launch(COUNTERS_RESET));
+    counters_are_zero(&mut backend, scratch, "after the reset");
+    assert_eq!(
+        download(
+            &mut backend,
+            scratch.ptr.offset(COUNTERS * 4),
+            SLOT_BYTES - COUNTERS * 4
+        ),
+        partials,
+        "the reset touches only the counters"
+    );
+    assert_eq!(split(&mut backend), want, "the reset clears the poison");
+    counters_are_zero(&mut backend, scratch, "after the split launch");
+    // Shadow mode: the reset's twin and its CUDA source wrote the same bytes.
+    let parity = &backend.emulation().unwrap().report()["gemv::counters_reset"];
+    assert_eq!((parity.launches, parity.identical), (1, 1), "{parity:?}");
 }

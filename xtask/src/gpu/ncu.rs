@@ -72,7 +72,12 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         )),
     };
     let text = crate::files::read_text(std::path::Path::new(csv_path))?;
-    let profiled = parse(&text).map_err(|e| format!("{csv_path}: {e}"))?;
+    // Every program's first launch, `gemv::counters_reset`, is no plan step: not matched.
+    let profiled: Vec<_> = parse(&text)
+        .map_err(|e| format!("{csv_path}: {e}"))?
+        .into_iter()
+        .filter(|k| k.name != "counters_reset")
+        .collect();
     let config = crate::files::model_config(&config_path)?;
     let rules = solder_circuit::RuleSet::from_file(&super::step::rules_path(&args))
         .map_err(|e| e.to_string())?;

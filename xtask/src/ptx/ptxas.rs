@@ -226,8 +226,34 @@ pub fn violations(report: &[KernelResources]) -> Vec<String> {
                 k.module, k.name, k.stack_frame
             ));
         }
+        if let Some(message) = resident_mismatch(k) {
+            out.push(message);
+        }
     }
     out
+}
+
+/// The host's `split_resident` sizing assumes `split::RESIDENT_BLOCKS_PER_SM` blocks per SM
+/// for gemv's streaming entries and `qkv_rope_kv` (model-layers `kernels::gemv::split`); a
+/// register count that changes it must change the constant too.
+fn resident_mismatch(k: &KernelResources) -> Option<String> {
+    use solder_model_layers::kernels::gemv::split::RESIDENT_BLOCKS_PER_SM;
+    let sized = k.module == "gemv"
+        && (k.name == "qkv_rope_kv"
+            || ["_r1", "_r2", "_r4", "_r8"]
+                .iter()
+                .any(|tile| k.name.ends_with(tile)));
+    let blocks = k
+        .threads
+        .and_then(|t| super::occupancy::occupancy(t, k.registers, k.smem_bytes))?
+        .blocks_per_sm;
+    (sized && blocks as u64 != RESIDENT_BLOCKS_PER_SM).then(|| {
+        format!(
+            "{}::{} runs {blocks} blocks per SM ({} registers), where split sizing assumes \
+             {RESIDENT_BLOCKS_PER_SM} (kernels::gemv::split::RESIDENT_BLOCKS_PER_SM)",
+            k.module, k.name, k.registers
+        )
+    })
 }
 
 #[cfg(test)]
@@ -292,5 +318,21 @@ ptxas info    : Used 96 registers, used 1 barriers, 32800 bytes smem, 400 bytes 
             ]
         );
         assert_eq!(lines[2][6..], ["-", "-", "-", "-", "no", ".maxntid"]);
+    }
+
+    #[test]
+    fn split_sized_entries_must_run_the_resident_blocks_per_sm() {
+        let kernel = |name: &str, registers| KernelResources {
+            module: "gemv".into(),
+            name: name.into(),
+            registers,
+            threads: Some(256),
+            ..Default::default()
+        };
+        assert!(violations(&[kernel("linear_r1", 100), kernel("qkv_rope_kv", 96)]).is_empty());
+        // 80 registers: 3 blocks per SM, so the sizing constant would be stale.
+        assert_eq!(violations(&[kernel("linear_r1", 80)]).len(), 1);
+        // Classic entries are not split-sized.
+        assert!(violations(&[kernel("gate_up_silu", 146)]).is_empty());
     }
 }

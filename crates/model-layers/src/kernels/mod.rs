@@ -78,8 +78,11 @@ pub fn kernel_names() -> Vec<&'static str> {
 /// levers (gemv's streaming entries `gemv::linear_r1`, ...). Rules and plans name only the
 /// kernel.
 pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
-    gemv::VARIANTS.iter().copied()
+    gemv::VARIANTS.iter().chain(gemv::HEAD_VARIANTS).copied()
 }
+
+/// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).
+pub const PROGRAM_KERNELS: &[&str] = &[gemv::COUNTERS_RESET.as_str()];
 
 /// The kernel `entry` is a variant of, if it is one.
 pub fn variant_of(entry: &str) -> Option<&'static str> {

@@ -28,6 +28,7 @@
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 pub(crate) mod matvec;
+mod reset;
 pub mod split;
 #[macro_use]
 mod stream;
@@ -43,7 +44,8 @@ use super::Buf;
 use crate::emit::{View, R};
 use crate::error::ExecError;
 
-pub use split::GEMV_UNSPLIT;
+pub use reset::{counters_reset_launch, CountersReset, COUNTERS_RESET};
+pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};
 pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
 
 /// Output features per block (one warp each).
@@ -368,6 +370,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LinearResidualAdd::DECLS,
     AddNormLmHead::DECLS,
     QkvRopeKv::DECLS,
+    reset::CountersReset::DECLS,
 ];
 
 // ---- emitters ------------------------------------------------------------------------------
@@ -808,7 +811,8 @@ fn head_split_launch(v: &View<'_>, mut args: QkvRopeKv) -> super::Launch {
     let mut config = args.config();
     if !v.lever(split::GEMV_UNSPLIT) {
         let features = qkv_features(args.heads, args.kv_heads) * args.head_dim as u64;
-        let parts = split::head_parts(config.grid, args.rows, features, args.head_dim);
+        let sizing = split::Sizing::of(v.lever(split::SPLIT_RESIDENT));
+        let parts = split::head_parts(config.grid, args.rows, features, args.head_dim, sizing);
         let words = split::head_scratch_words(config.grid, args.rows, features);
         if let (true, Some(words)) = (parts > 1, words) {
             if let Some(scratch) = v.gemv_scratch(words * 4) {
@@ -817,5 +821,23 @@ fn head_split_launch(v: &View<'_>, mut args: QkvRopeKv) -> super::Launch {
             }
         }
     }
-    args.launch_with(QKV_ROPE_KV, config)
+    let entry = if v.lever(QKV_NORM_AHEAD) {
+        QKV_ROPE_KV_AHEAD
+    } else {
+        QKV_ROPE_KV
+    };
+    args.launch_with(entry, config)
 }
+
+/// The lever that launches `qkv_rope_kv` as its `_ahead` entry (A/B timing; the same bytes).
+pub const QKV_NORM_AHEAD: &str = "qkv_norm_ahead";
+
+/// `qkv_rope_kv` with its block's weight rows asked of L2 before `pdl_wait` and the rows'
+/// 1/rms from one pass of independent loads into shared memory (gemv.cu `qkv_rope_kv_body`,
+/// AHEAD), where the classic entry walks the row with one dependent load per 32 elements
+/// before any weight is in flight: the same arguments, twin and bytes (`row_inv_rms`'s order).
+pub const QKV_ROPE_KV_AHEAD: Name<QkvRopeKv> = Name::new("gemv::qkv_rope_kv_ahead");
+
+/// Entries of `qkv_rope_kv` besides its own, with the kernel they are variants of.
+pub(super) const HEAD_VARIANTS: &[(&str, &str)] =
+    &[(QKV_ROPE_KV_AHEAD.as_str(), QKV_ROPE_KV.as_str())];

@@ -42,20 +42,72 @@ pub const SLOT_BYTES: usize = (COUNTERS + PARTIAL_WORDS) * 4;
 /// least as many, or has one segment per split.
 const SPLIT_TARGET_BLOCKS: u64 = 528;
 
+/// The lever that sizes splits to the resident slots (`Sizing::Resident`) instead of
+/// `SPLIT_TARGET_BLOCKS` (A/B timing; the same bytes).
+pub const SPLIT_RESIDENT: &str = "split_resident";
+
+/// SMs of the device the sizing is for (an H200).
+pub const SMS: u64 = 132;
+
+/// Blocks of 256 threads one SM holds at once for every streaming gemv entry (`_r1` … `_r8`,
+/// `__launch_bounds__(256, 2)`) and for `qkv_rope_kv`: ptxas gives them 92–128 registers, so
+/// 65,536 / (256 · registers) = 2. `cargo xtask ptx --check` refuses PTX where that no longer
+/// holds.
+pub const RESIDENT_BLOCKS_PER_SM: u64 = 2;
+
+/// Blocks an H200 runs at once for these entries: one wave.
+pub const RESIDENT_SLOTS: u64 = SMS * RESIDENT_BLOCKS_PER_SM;
+
+/// How many blocks a split launch aims at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    /// The default: at least `SPLIT_TARGET_BLOCKS` (528, four blocks per SM, which ptxas's
+    /// registers do not allow: two waves of 264 resident blocks).
+    Target,
+    /// Lever `split_resident`: as many blocks as fit `RESIDENT_SLOTS` (264) in one wave, no
+    /// more: a launch already over half the slots stays unsplit.
+    Resident,
+}
+
+impl Sizing {
+    /// The sizing a build's levers ask for.
+    pub fn of(resident: bool) -> Sizing {
+        if resident {
+            Sizing::Resident
+        } else {
+            Sizing::Target
+        }
+    }
+
+    /// Whether a launch of `blocks` already has enough.
+    fn full(self, blocks: u64) -> bool {
+        match self {
+            Sizing::Target => blocks >= SPLIT_TARGET_BLOCKS,
+            Sizing::Resident => blocks * 2 > RESIDENT_SLOTS,
+        }
+    }
+
+    /// The parts (splits) a launch of `blocks` wants, before the caller's bounds.
+    fn wanted(self, blocks: u64) -> u64 {
+        match self {
+            Sizing::Target => SPLIT_TARGET_BLOCKS.div_ceil(blocks),
+            Sizing::Resident => (RESIDENT_SLOTS / blocks).max(1),
+        }
+    }
+}
+
 /// The parts (blocks) each head of a `gemv::qkv_rope_kv` launch of `grid` (one block per
 /// row group and head) is split into: 1 when the grid already has `SPLIT_TARGET_BLOCKS`
 /// blocks or the scratch slot cannot hold the launch, else enough to reach the target, at most
 /// one part per 8 of a head's features (one feature per warp).
-pub fn head_parts(grid: [u32; 3], rows: u32, features: u64, head_dim: u32) -> u32 {
+/// With `Sizing::Resident`, as many parts as keep the launch within one wave of resident slots.
+pub fn head_parts(grid: [u32; 3], rows: u32, features: u64, head_dim: u32, sizing: Sizing) -> u32 {
     let blocks = grid[0] as u64 * grid[1] as u64;
-    if blocks == 0
-        || blocks >= SPLIT_TARGET_BLOCKS
-        || head_scratch_words(grid, rows, features).is_none()
-    {
+    if blocks == 0 || sizing.full(blocks) || head_scratch_words(grid, rows, features).is_none() {
         return 1;
     }
-    SPLIT_TARGET_BLOCKS
-        .div_ceil(blocks)
+    sizing
+        .wanted(blocks)
         .min(head_dim.div_ceil(8) as u64)
         .max(1) as u32
 }
@@ -98,21 +150,28 @@ pub fn scratch_words(grid: [u32; 3], features: u64, rows: u32, k: u32, nw: u32) 
 /// has `SPLIT_TARGET_BLOCKS` blocks, when k has one segment, or when the scratch slot cannot
 /// hold the launch; else the fewest splits that reach the target and give each split a range
 /// its blocks stage whole (k staged in spans otherwise: once per span per block), each a
-/// non-empty range of ⌈segments / splits⌉ segments.
-pub fn splits(grid: [u32; 3], features: u64, rows: u32, k: u32, nw: u32, stage: u32) -> u32 {
+/// non-empty range of ⌈segments / splits⌉ segments. With `Sizing::Resident` the target is one
+/// wave of `RESIDENT_SLOTS`: the most splits that keep the launch within it (the staging bound
+/// still applies).
+pub fn splits(
+    grid: [u32; 3],
+    features: u64,
+    rows: u32,
+    k: u32,
+    nw: u32,
+    stage: u32,
+    sizing: Sizing,
+) -> u32 {
     let blocks = grid[0] as u64 * grid[1] as u64;
     let segs = segments(k);
-    if segs < 2 || blocks == 0 || blocks >= SPLIT_TARGET_BLOCKS {
+    if segs < 2 || blocks == 0 || sizing.full(blocks) {
         return 1;
     }
     if scratch_words(grid, features, rows, k, nw).is_none() {
         return 1;
     }
     let to_stage = segs.div_ceil((stage / DOT_SEG).max(1)) as u64;
-    let wanted = SPLIT_TARGET_BLOCKS
-        .div_ceil(blocks)
-        .max(to_stage)
-        .min(segs as u64) as u32;
+    let wanted = sizing.wanted(blocks).max(to_stage).min(segs as u64) as u32;
     // Only non-empty ranges: the live splits of ⌈segments / wanted⌉ segments each.
     let per = segs.div_ceil(wanted);
     segs.div_ceil(per)
@@ -157,49 +216,52 @@ pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
 mod tests {
     use super::*;
 
+    const T: Sizing = Sizing::Target;
+    const R: Sizing = Sizing::Resident;
+
     #[test]
     fn llama_1b_decode_splits_its_tall_projections_and_not_the_wide_ones() {
         // Down projection (k = 8192, 2048 features): 256 blocks → 3 splits of 3, 3, 2 segments.
-        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, 16_384), 3);
+        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, 16_384, T), 3);
         // o projection (k = 2048): 2 segments, 2 splits.
-        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, 16_384), 2);
+        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, 16_384, T), 2);
         // q/k/v (3072 features): 384 blocks → 2 splits.
-        assert_eq!(splits([1, 384, 1], 3072, 1, 2048, 1, 16_384), 2);
+        assert_eq!(splits([1, 384, 1], 3072, 1, 2048, 1, 16_384, T), 2);
         // gate/up (8192 features, 1024 blocks) and the LM head (capped at 1056): unsplit.
-        assert_eq!(splits([1, 1024, 1], 8192, 1, 2048, 2, 16_384), 1);
-        assert_eq!(splits([1, 1056, 1], 128_256, 1, 2048, 1, 16_384), 1);
+        assert_eq!(splits([1, 1024, 1], 8192, 1, 2048, 2, 16_384, T), 1);
+        assert_eq!(splits([1, 1056, 1], 128_256, 1, 2048, 1, 16_384, T), 1);
     }
 
     #[test]
     fn no_split_without_segments_or_room_and_ranges_the_blocks_stage_whole() {
-        assert_eq!(splits([1, 16, 1], 128, 1, 1024, 1, 16_384), 1);
+        assert_eq!(splits([1, 16, 1], 128, 1, 1024, 1, 16_384, T), 1);
         // The down projection at 8 rows: k (8192) is 4 times the r8 stage (2048 per row), so 4
         // splits, each range staged whole.
-        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, 2048), 4);
+        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, 2048, T), 4);
         // At 4 rows (a 4096 stage): the target's 3 splits of at most 3 segments fit it.
-        assert_eq!(splits([1, 256, 1], 2048, 4, 8192, 1, 4096), 3);
+        assert_eq!(splits([1, 256, 1], 2048, 4, 8192, 1, 4096, T), 3);
         // 5000 features need more counters than a slot has.
-        assert_eq!(splits([1, 300, 1], 5000, 1, 4096, 1, 16_384), 1);
+        assert_eq!(splits([1, 300, 1], 5000, 1, 4096, 1, 16_384, T), 1);
         assert_eq!(scratch_words([1, 300, 1], 5000, 1, 4096, 1), None);
         // 3 segments at a target of many splits: 3 live splits of one segment each.
-        assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, 16_384), 3);
+        assert_eq!(splits([1, 1, 1], 8, 1, 3000, 1, 16_384, T), 3);
         // 5 segments, 4 wanted: ⌈5/4⌉ = 2 per split, so 3 live splits.
-        assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, 16_384), 3);
+        assert_eq!(splits([1, 132, 1], 1056, 1, 5 * 1024, 1, 16_384, T), 3);
     }
 
     #[test]
     fn qkv_rope_kv_splits_each_head_into_parts_of_at_least_8_features() {
         // Llama-3.2-1B at decode: 32 + 2·8 heads, 48 blocks → 8 parts of 8 features each.
-        assert_eq!(head_parts([1, 48, 1], 1, 3072, 64), 8);
+        assert_eq!(head_parts([1, 48, 1], 1, 3072, 64, T), 8);
         // 8 row groups of 48 heads: 384 blocks → 2 parts.
-        assert_eq!(head_parts([8, 48, 1], 64, 3072, 64), 2);
+        assert_eq!(head_parts([8, 48, 1], 64, 3072, 64, T), 2);
         // 4 row groups: 192 blocks → 3 parts (of 22, 22 and 20 features).
-        assert_eq!(head_parts([4, 48, 1], 32, 3072, 64), 3);
+        assert_eq!(head_parts([4, 48, 1], 32, 3072, 64, T), 3);
         // 88 rows' values would not fit the slot: one part.
-        assert_eq!(head_parts([11, 48, 1], 88, 3072, 64), 1);
+        assert_eq!(head_parts([11, 48, 1], 88, 3072, 64, T), 1);
         // Already wide enough, or a head of 8 features: one part.
-        assert_eq!(head_parts([16, 48, 1], 128, 3072, 64), 1);
-        assert_eq!(head_parts([1, 6, 1], 1, 48, 8), 1);
+        assert_eq!(head_parts([16, 48, 1], 128, 3072, 64, T), 1);
+        assert_eq!(head_parts([1, 6, 1], 1, 48, 8, T), 1);
         assert_eq!(
             head_scratch_words([1, 48, 1], 1, 3072),
             Some(COUNTERS + 3072)
@@ -217,5 +279,25 @@ mod tests {
             scratch_words([1, 64, 2], 512, 3, 2048, 2),
             Some(COUNTERS + 2 * 2 * 3 * 512)
         );
+    }
+
+    #[test]
+    fn resident_sizing_keeps_a_launch_within_one_wave_of_264_blocks() {
+        assert_eq!(RESIDENT_SLOTS, 264);
+        // Llama-3.2-1B at decode: o and down projections (256 blocks) already fill the wave.
+        assert_eq!(splits([1, 256, 1], 2048, 1, 2048, 1, 16_384, R), 1);
+        assert_eq!(splits([1, 256, 1], 2048, 1, 8192, 1, 16_384, R), 1);
+        // The down projection at 8 rows fills the wave too: unsplit, k staged in spans.
+        assert_eq!(splits([1, 256, 1], 2048, 8, 8192, 1, 2048, R), 1);
+        // 64 blocks of a 4-segment dot: 4 splits, 256 blocks.
+        assert_eq!(splits([1, 64, 1], 512, 1, 4096, 1, 16_384, R), 4);
+        // 100 blocks: 2 splits (200 blocks), not 3 (300, a second wave).
+        assert_eq!(splits([1, 100, 1], 800, 1, 4096, 1, 16_384, R), 2);
+        // qkv_rope_kv at 1B decode: 48 heads → 5 parts, 240 blocks (not 8 parts, 384).
+        assert_eq!(head_parts([1, 48, 1], 1, 3072, 64, R), 5);
+        // 4 row groups (32 rows): 192 blocks, over half the slots: one part.
+        assert_eq!(head_parts([4, 48, 1], 32, 3072, 64, R), 1);
+        // A tiny model's heads: bounded by one part per 8 features.
+        assert_eq!(head_parts([1, 19, 1], 1, 1216, 64, R), 8);
     }
 }

@@ -153,7 +153,10 @@ macro_rules! gemv_launch {
                 let mut config = stream_config(features, args.rows, args.k, tile);
                 if !$v.lever(split::GEMV_UNSPLIT) {
                     let stage = stage_elems(tile);
-                    let z = split::splits(config.grid, features, args.rows, args.k, $nw, stage);
+                    let sizing = split::Sizing::of($v.lever(split::SPLIT_RESIDENT));
+                    let z = split::splits(
+                        config.grid, features, args.rows, args.k, $nw, stage, sizing,
+                    );
                     let words = split::scratch_words(config.grid, features, args.rows, args.k, $nw);
                     if let (true, Some(words)) = (z > 1, words) {
                         if let Some(scratch) = $v.gemv_scratch(words * 4) {
