@@ -65,7 +65,7 @@ struct OFold {
 };
 
 __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* num_s, float den,
-                                                unsigned h, unsigned r, unsigned heads,
+                                                bool empty, unsigned h, unsigned r, unsigned heads,
                                                 unsigned head_dim,
                                                 unsigned long long q_at);
 
@@ -168,10 +168,10 @@ __device__ __forceinline__ void attention_block(
                 s = __fmul_rn(dot, scale);
             }
         }
-        const float m_new = fmaxf(m, warp_max(s));
-        if (m_new == NEG_INF) {
-            continue; // no valid key in this tile (uniform: every lane holds the same max)
-        }
+        // NaN-keeping max: a NaN score makes m NaN, and with it every p, l and acc (the twin's
+        // sum is NaN). No tile is skipped for its scores: a tile whose keys all score -inf
+        // (m_new still -inf) adds p = 0 for each, which is 0·v = NaN where v is not finite.
+        const float m_new = fmax_nan(m, warp_max_nan(s));
         const float p = s == NEG_INF ? 0.0f : expf(__fsub_rn(s, m_new));
         const float corr = m == NEG_INF ? 0.0f : expf(__fsub_rn(m, m_new));
         l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
@@ -182,8 +182,21 @@ __device__ __forceinline__ void attention_block(
         for (unsigned jj = 0; jj < 32u; ++jj) {
             const float pj = __shfl_sync(SOLDER_FULL_MASK, p, jj);
             const unsigned long long vj = __shfl_sync(SOLDER_FULL_MASK, v_at, jj);
+            if (vj == 0ull) {
+                continue; // no key (v_at of a real key is never 0: part 1 of its page)
+            }
             if (pj == 0.0f) {
-                continue; // invalid key or underflow (uniform across the warp)
+                // A real key of weight 0 (score -inf or underflow): the twin adds 0·v, an
+                // exact zero unless v is not finite, then NaN.
+#pragma unroll
+                for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                    const unsigned d = t * 32u + lane;
+                    if (d < head_dim) {
+                        const float v = to_f32(cache[vj + d]);
+                        acc[t] = is_finite(v) ? acc[t] : __fmaf_rn(pj, v, acc[t]);
+                    }
+                }
+                continue; // uniform across the warp
             }
 #pragma unroll
             for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
@@ -210,10 +223,12 @@ __device__ __forceinline__ void attention_block(
     __syncthreads();
 
     // Merge the warps' partials in warp order: the block's (max_all, den, num[d]), num kept in
-    // acc_s[0][d] (thread d is the only reader and writer of column d from here on).
+    // acc_s[0][d] (thread d is the only reader and writer of column d from here on). A warp
+    // whose max is -inf (no key, or every key -inf) has l = 0 and acc +0 or NaN (0·v of a
+    // non-finite v): its NaN still counts (0·NaN).
     float max_all = NEG_INF;
     for (unsigned w = 0; w < ATTN_WARPS; ++w) {
-        max_all = fmaxf(max_all, m_s[w]);
+        max_all = fmax_nan(max_all, m_s[w]);
     }
     float den = 0.0f;
     for (unsigned w = 0; w < ATTN_WARPS; ++w) {
@@ -224,8 +239,11 @@ __device__ __forceinline__ void attention_block(
     for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
         float num = 0.0f;
         for (unsigned w = 0; w < ATTN_WARPS; ++w) {
+            const float a = acc_s[w][d];
             if (m_s[w] != NEG_INF) {
-                num = __fmaf_rn(acc_s[w][d], expf(__fsub_rn(m_s[w], max_all)), num);
+                num = __fmaf_rn(a, expf(__fsub_rn(m_s[w], max_all)), num);
+            } else if (!is_finite(a)) {
+                num = __fmaf_rn(a, 0.0f, num);
             }
         }
         acc_s[0][d] = num;
@@ -264,7 +282,7 @@ __device__ __forceinline__ void attention_block(
         if (threadIdx.x == 0u) {
             float max_split = NEG_INF;
             for (unsigned t = 0; t < splits; ++t) {
-                max_split = fmaxf(max_split, split_e[t]);
+                max_split = fmax_nan(max_split, split_e[t]);
             }
             float total = 0.0f;
             for (unsigned t = 0; t < splits; ++t) {
@@ -282,20 +300,25 @@ __device__ __forceinline__ void attention_block(
         for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
             float num = 0.0f;
             for (unsigned t = 0; t < splits; ++t) {
-                if (split_e[t] != 0.0f) {
-                    num = __fmaf_rn(__ldcg(slot + 3u + t * split_words + d), split_e[t], num);
+                // A split of weight 0 adds an exact zero unless its acc is not finite.
+                const float a = __ldcg(slot + 3u + t * split_words + d);
+                if (split_e[t] != 0.0f || !is_finite(a)) {
+                    num = __fmaf_rn(a, split_e[t], num);
                 }
             }
             acc_s[0][d] = num;
         }
     }
 
+    // num / den, NaN included (den is NaN after a NaN or +inf score, 0 when every key scored
+    // -inf: 0/0, as the twin's); zeros only for a row with no token at all (len 0).
+    const bool empty = span == 0u;
     if (kFold) {
-        o_fold_epilogue(fold, acc_s[0], den, h, r, heads, head_dim, q_at);
+        o_fold_epilogue(fold, acc_s[0], den, empty, h, r, heads, head_dim, q_at);
     } else {
         for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
             const float num = acc_s[0][d];
-            out[q_at + d] = to_bf16(den > 0.0f ? __fdiv_rn(num, den) : 0.0f);
+            out[q_at + d] = to_bf16(empty ? 0.0f : __fdiv_rn(num, den));
         }
     }
 }
@@ -330,7 +353,7 @@ __device__ __forceinline__ void paged_attention_block(
 #define OFOLD_HEADER_WORDS 4u // ops::attn::fold::O_SCRATCH_HEADER_WORDS
 
 __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* num_s, float den,
-                                                unsigned h, unsigned r, unsigned heads,
+                                                bool empty, unsigned h, unsigned r, unsigned heads,
                                                 unsigned head_dim,
                                                 unsigned long long q_at) {
     __shared__ __align__(16) bf16 out_s[ATTN_MAX_HEAD_DIM];
@@ -342,7 +365,7 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
     for (unsigned d = threadIdx.x; d < ATTN_MAX_HEAD_DIM; d += ATTN_THREADS) {
         bf16 o = to_bf16(0.0f); // zeros past head_dim: a chunk's tail reads them
         if (d < head_dim) {
-            o = to_bf16(den > 0.0f ? __fdiv_rn(num_s[d], den) : 0.0f);
+            o = to_bf16(empty ? 0.0f : __fdiv_rn(num_s[d], den));
             if (fold.gate != nullptr) {
                 o = to_bf16(__fmul_rn(to_f32(o), sigmoid_f32(to_f32(fold.gate[q_at + d]))));
             }

@@ -139,10 +139,35 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Max over the 32 lanes; NaN is dropped (fmaxf), as Rust's f32::max drops it.
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int m = 16; m >= 1; m >>= 1) {
         v = fmaxf(v, __shfl_xor_sync(SOLDER_FULL_MASK, v, m));
+    }
+    return v;
+}
+
+// ---- non-finite values ---------------------------------------------------------------------
+// Rule: NaN and ±inf travel through every kernel as through its CPU twin; a kernel never
+// skips a term because of its value, only because of its index (a masked or padding key, a
+// row past the launch), unless the skipped term is one the twin adds as an exact zero.
+
+// Neither NaN nor ±inf (exponent bits not all ones).
+__device__ __forceinline__ bool is_finite(float x) {
+    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// max(a, b) that keeps NaN (fmaxf drops it): NaN if either is NaN, else fmaxf's value.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+    return a != a ? a : (b != b ? b : fmaxf(a, b));
+}
+
+// `warp_max` that keeps NaN: NaN on every lane if any lane holds NaN.
+__device__ __forceinline__ float warp_max_nan(float v) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        v = fmax_nan(v, __shfl_xor_sync(SOLDER_FULL_MASK, v, m));
     }
     return v;
 }

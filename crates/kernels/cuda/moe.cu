@@ -33,9 +33,12 @@
 extern __shared__ float route_probs[];
 
 // Is candidate (p, i) ahead of (bp, bi)? Larger probability first, ties to the lower id; an
-// empty candidate (ROUTE_NONE) is behind everything.
+// empty candidate (ROUTE_NONE) is behind everything. Two NaNs tie: a row's probabilities are
+// all NaN or none (a NaN, +inf or all -inf logits make the softmax's sum NaN), and the twin
+// then picks the lowest untaken ids (nothing is greater than NaN), as the tie does here.
 __device__ __forceinline__ bool route_ahead(float p, unsigned i, float bp, unsigned bi) {
-    return i != ROUTE_NONE && (bi == ROUTE_NONE || p > bp || (p == bp && i < bi));
+    const bool tie = p == bp || (p != p && bp != bp);
+    return i != ROUTE_NONE && (bi == ROUTE_NONE || p > bp || (tie && i < bi));
 }
 
 // Softmax of the row's logits (in route_probs[0..experts)), then the top k by repeated

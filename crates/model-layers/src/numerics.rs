@@ -18,10 +18,15 @@ pub fn to_f32(x: bf16) -> f32 {
     f32::from_bits((x.to_bits() as u32) << 16)
 }
 
-/// f32 → bf16, round to nearest even (NaN stays NaN).
+/// f32 → bf16, round to nearest even; every NaN becomes the canonical NaN 0x7fff, as the GPU's
+/// `cvt.rn.bf16.f32` (and the host emulation's) stores it, so a NaN's bytes match too.
 #[inline(always)]
 pub fn to_bf16(x: f32) -> bf16 {
-    bf16::from_f32(x)
+    if x.is_nan() {
+        bf16::from_bits(0x7fff)
+    } else {
+        bf16::from_f32(x)
+    }
 }
 
 /// Combines the lanes in a fixed pairwise tree: 16 → 8 → 4 → 2 → 1.

@@ -125,7 +125,8 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
 }
 
 /// Builds what is stale and opens the emulation of every module. A parameter named
-/// `scratch` (attention's flash-decoding partials, gemv's split-K partials) is not compared in
+/// `scratch` (attention's flash-decoding partials, gemv's split-K partials) or `o_scratch`
+/// (the o-fold kernels' per-head partials) is not compared in
 /// shadow mode, in a kernel or any variant entry of it: the twin computes in one pass and
 /// leaves it alone.
 pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
@@ -138,7 +139,7 @@ pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
             .map(|(variant, _)| variant);
         for name in std::iter::once(decl.name).chain(variants) {
             for (index, param) in decl.params.iter().enumerate() {
-                if param.name == "scratch" {
+                if param.name == "scratch" || param.name == "o_scratch" {
                     emulation.scratch_argument(name, index);
                 }
             }
@@ -186,6 +187,8 @@ mod tests;
 
 #[cfg(test)]
 mod tests_fold;
+#[cfg(test)]
+mod tests_nan;
 #[cfg(test)]
 mod tests_positions;
 #[cfg(test)]

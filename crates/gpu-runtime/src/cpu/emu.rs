@@ -52,7 +52,8 @@ pub enum EmuMode {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KernelParity {
     pub launches: u64,
-    /// Launches whose every writable byte the emulation wrote as the twin did.
+    /// Launches whose every writable byte the emulation wrote as the twin did (two f32 NaNs
+    /// count as equal whatever their bits: `same_element`).
     pub identical: u64,
     /// The first difference seen: argument, element, twin and emulated values.
     pub first_mismatch: Option<String>,
@@ -371,17 +372,31 @@ fn relative_difference(code: u8, twin: &[u8], emu: &[u8]) -> f64 {
     worst / scale
 }
 
+/// Whether two elements of a buffer of kind `code` are the same: the same bytes, or two f32
+/// NaNs whatever their sign and payload (a GPU stores the canonical NaN, the host whatever its
+/// operand order leaves: NaN-ness is the contract, its bits are not; bf16 NaN is canonical on
+/// both sides and compared by its bytes).
+fn same_element(code: u8, a: &[u8], b: &[u8]) -> bool {
+    let f32_nan = |v: &[u8]| match v {
+        &[x, y, z, w] => f32::from_le_bytes([x, y, z, w]).is_nan(),
+        _ => false,
+    };
+    a == b || (code == b'F' && f32_nan(a) && f32_nan(b))
+}
+
 /// "arg N element E: twin V, emulation W" of the first differing element of argument
-/// `index`, read as the signature's element type.
+/// `index`, read as the signature's element type (`same_element`).
 fn first_difference(signature: &[u8], index: usize, twin: &[u8], emu: &[u8]) -> Option<String> {
-    let byte = twin.iter().zip(emu).position(|(a, b)| a != b)?;
     let code = signature.get(index).copied().unwrap_or(b'P');
     let size = match code {
         b'H' => 2,
         b'F' | b'I' | b'U' => 4,
         _ => 1,
     };
-    let element = byte / size;
+    let element = twin
+        .chunks(size)
+        .zip(emu.chunks(size))
+        .position(|(a, b)| !same_element(code, a, b))?;
     let at = element * size;
     let value = |bytes: &[u8]| -> String {
         let raw = &bytes[at..(at + size).min(bytes.len())];
@@ -402,7 +417,7 @@ fn first_difference(signature: &[u8], index: usize, twin: &[u8], emu: &[u8]) -> 
     let differing = twin
         .chunks(size)
         .zip(emu.chunks(size))
-        .filter(|(a, b)| a != b)
+        .filter(|(a, b)| !same_element(code, a, b))
         .count();
     Some(format!(
         "arg {index} element {element}: twin {}, emulation {} ({differing} of {} elements differ)",
@@ -410,4 +425,32 @@ fn first_difference(signature: &[u8], index: usize, twin: &[u8], emu: &[u8]) -> 
         value(emu),
         twin.len() / size
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_nans_are_equal_whatever_their_bits_bf16_and_integers_by_bytes() {
+        let bytes = |bits: u32| bits.to_le_bytes().to_vec();
+        let (quiet, negative) = (bytes(0x7fc0_0000), bytes(0xffc0_0000));
+        assert!(same_element(b'F', &quiet, &negative));
+        assert!(same_element(b'F', &bytes(0x7fff_ffff), &quiet));
+        assert!(
+            !same_element(b'F', &quiet, &bytes(0x7f80_0000)),
+            "NaN is not inf"
+        );
+        assert!(
+            !same_element(b'F', &bytes(0x8000_0000), &bytes(0)),
+            "-0 is not +0"
+        );
+        assert!(!same_element(b'U', &quiet, &negative));
+        assert!(!same_element(b'H', &[0xff, 0x7f], &[0xc0, 0xff]));
+        let twin = [quiet.clone(), bytes(1)].concat();
+        let emu = [negative, bytes(1)].concat();
+        assert_eq!(first_difference(b"F", 0, &twin, &emu), None);
+        let emu = [bytes(0x7f80_0000), bytes(1)].concat();
+        assert!(first_difference(b"F", 0, &twin, &emu).is_some());
+    }
 }
