@@ -2,6 +2,7 @@
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
 pub(crate) mod builtin;
+mod claims;
 mod differs;
 pub(crate) mod golden;
 mod mtp;
