@@ -399,19 +399,15 @@ fn save_synth(config: &ModelConfig, dir: &Path) -> Result<(), String> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let leaf = dir
-        .file_name()
-        .ok_or_else(|| format!("--save {}: names no folder", dir.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.partial-{}",
-        leaf.to_string_lossy(),
-        std::process::id()
-    ));
+    // Unpredictable, created exclusively; a killed earlier save's partial folder is removed.
+    let tmp = crate::files::partial_dir(dir).map_err(|e| format!("--save: {e}"))?;
     let written = (|| {
-        std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let config_path = tmp.join("config.json");
-        std::fs::write(&config_path, &config_text)
-            .map_err(|e| format!("{}: {e}", config_path.display()))?;
+        crate::files::write_output(
+            &config_path,
+            config_text.as_bytes(),
+            &crate::files::Inputs::default(),
+        )?;
         weights
             .save(&instance.circuit, &tmp.join("model.safetensors"))
             .map_err(|e| e.to_string())?;

@@ -95,6 +95,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+    // Every file the run reads: `--json` may name none of them.
+    let mut inputs = crate::files::Inputs::default();
+    inputs.add(&rules_path);
     let tokens_flag = args.number_in("tokens", TOKENS)?;
     let tokens = tokens_flag.unwrap_or(40);
     let threads = args.number_in("threads", crate::args::THREADS)?;
@@ -102,6 +105,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
         (Some(dir), None) => {
+            inputs.add_checkpoint(Path::new(dir));
+            if let Some(g) = args.value("golden") {
+                inputs.add(Path::new(g));
+            }
             let golden = args
                 .value("golden")
                 .map(|g| Golden::load(Path::new(g)))
@@ -117,6 +124,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             dirs.sort();
             let mut cases = Vec::new();
             for dir in dirs {
+                inputs.add_checkpoint(&dir);
                 // A family solder does not model yet is listed and skipped, not failed.
                 let config = crate::files::model_config(&dir.join("config.json"));
                 let unsupported = match &config {
@@ -174,6 +182,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
     };
 
+    if let Some(path) = args.value("json") {
+        inputs.check_output(Path::new(path))?;
+    }
     let cases: Vec<Case> = cases
         .into_iter()
         .map(|case| Case {
@@ -261,7 +272,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         && failed_runs.is_empty()
         && emu_verdict.as_ref().is_none_or(|v| v.passes());
     if let Some(path) = args.value("json") {
-        report::write_json(Path::new(path), &reports, pass, &rules.digest, |doc| {
+        let out = Path::new(path);
+        report::write_json(out, &inputs, &reports, pass, &rules.digest, |doc| {
             if let Some(line) = &device_line {
                 crate::gpu::cross::annotate(doc, line, &crosses);
             }
@@ -351,6 +363,47 @@ mod tests {
         assert!(e.contains("--tokens"), "{e}");
         let e = parity(&["--threads", "0"]).unwrap_err();
         assert!(e.contains("--threads"), "{e}");
+    }
+
+    /// Issue 19.2: `--json D/model.safetensors` printed PASS and left the report where the
+    /// checkpoint was. Every input is refused as the output, before any model runs.
+    #[test]
+    fn json_over_an_input_is_refused_and_the_input_untouched() {
+        let fixture = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let dir = std::env::temp_dir().join(format!("xtask-parity-json-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["config.json", "model.safetensors", "golden.safetensors"] {
+            std::fs::copy(fixture.join(name), dir.join(name)).unwrap();
+        }
+        let rules = dir.join("R.toml");
+        std::fs::copy(crate::workspace_root().join("fusions/FUSIONS.toml"), &rules).unwrap();
+        let before: Vec<Vec<u8>> = ["config.json", "model.safetensors", "golden.safetensors"]
+            .iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect();
+        let d = dir.display().to_string();
+        let golden = dir.join("golden.safetensors").display().to_string();
+        let r = rules.display().to_string();
+        for out in [
+            "model.safetensors",
+            "config.json",
+            "golden.safetensors",
+            "R.toml",
+        ] {
+            let json = dir.join(out).display().to_string();
+            let e = parity(&[
+                "--model", &d, "--golden", &golden, "--rules", &r, "--json", &json,
+            ])
+            .unwrap_err();
+            assert!(e.contains("is an input of this run"), "{out}: {e}");
+        }
+        let after: Vec<Vec<u8>> = ["config.json", "model.safetensors", "golden.safetensors"]
+            .iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect();
+        assert!(before == after, "an input was written");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

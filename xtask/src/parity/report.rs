@@ -346,10 +346,12 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
     })
 }
 
-/// Writes beside the target, then renames: a failed write never leaves half a report.
-/// `annotate` adds backend-specific figures (the GPU's cross-check) before the write.
+/// Writes the report at `path` (`files::write_output`: never over one of `inputs`, through an
+/// exclusive temporary, then renamed). `annotate` adds backend-specific figures (the GPU's
+/// cross-check) before the write.
 pub fn write_json(
     path: &Path,
+    inputs: &crate::files::Inputs,
     reports: &[CaseReport],
     pass: bool,
     rules_digest: &str,
@@ -368,7 +370,5 @@ pub fn write_json(
     }
     annotate(&mut doc);
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    crate::files::write_output(path, text.as_bytes(), inputs)
 }
