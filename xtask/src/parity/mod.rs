@@ -88,7 +88,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             .map_err(|e| e.replace("(known: cpu, cuda)", "(known: cpu, emu, cuda)"))?,
     };
     let only: Option<Vec<&str>> = args.value("only").map(|v| v.split(',').collect());
-    let max_batch = args.number_in("max-batch", 1..=solder_config::MAX_BATCH)?;
+    // Parity runs the default serve's ladder or a cut of it: a wider width was clamped to
+    // 128 without a word, so it is refused at parse like any count out of range.
+    let widest = solder_config::ServeShape::default().max_batch;
+    let max_batch = args.number_in("max-batch", 1..=widest)?;
     let levers = args.levers()?;
     let rules_path = args
         .value("rules")
@@ -404,6 +407,15 @@ mod tests {
             .collect();
         assert!(before == after, "an input was written");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 19.7: `--max-batch 4096` ran 128 wide without a word.
+    #[test]
+    fn a_max_batch_past_the_ladder_is_refused_not_clamped() {
+        for n in ["129", "4096"] {
+            let e = parity(&["--max-batch", n]).unwrap_err();
+            assert!(e.contains("--max-batch") && e.contains("1..=128"), "{e}");
+        }
     }
 
     #[test]

@@ -283,6 +283,13 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     }
     let serve = serve_of(case);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
+    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
+        eprintln!(
+            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
+             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
+            case.name, serve.max_batch
+        );
+    }
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let fused_policy = Policy {
         levers: case.levers.clone(),
