@@ -799,7 +799,7 @@ fn verify_chunks(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::parity::builtin_named;
     use safetensors::tensor::TensorView;
@@ -824,10 +824,12 @@ mod tests {
     }
 
     /// tiny-llama saved as a checkpoint whose `lm_head` row `row` is NaN.
-    fn nan_lm_head_checkpoint(row: usize) -> std::path::PathBuf {
+    pub(crate) fn nan_lm_head_checkpoint(row: usize) -> std::path::PathBuf {
         let builtin = builtin_named("tiny-llama").unwrap();
         let config = builtin.config().unwrap();
-        let dir = std::env::temp_dir().join(format!("xtask-nan-lm-head-{}", std::process::id()));
+        // One folder per row: two tests may build theirs at once.
+        let dir =
+            std::env::temp_dir().join(format!("xtask-nan-lm-head-{}-{row}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), builtin.config_json).unwrap();
