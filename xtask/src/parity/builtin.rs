@@ -4,8 +4,10 @@
 //! six windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 whose
 //! layer 0 attends over everything and layer 1 over 16 (five windows), and two prompts past
 //! 1,024 tokens (flash-decoding splits a context above 256 over several blocks): a
-//! full-attention Llama and a Mistral whose 300-token window itself spans two splits; and a
-//! Llama whose hidden size (1,088) spans two of the CUDA kernels' 1,024-element dot segments.
+//! full-attention Llama and a Mistral whose 300-token window itself spans two splits; a
+//! Llama whose hidden size (1,088) spans two of the CUDA kernels' 1,024-element dot segments;
+//! and a Mistral of head_dim 64 whose `fold_o_proj` programs change bytes, so a `differs`
+//! rule falsely claimed `bit_identical` fails on it.
 
 use solder_config::ModelConfig;
 
