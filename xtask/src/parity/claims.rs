@@ -39,7 +39,7 @@ pub struct Blame<'a> {
 /// A `bit_identical` rule applied in a row's programs, where it first launches.
 struct Candidate {
     rule: String,
-    /// `decode rows 1, launch 3 of 10 (attn::paged_decode_o, layer 0)`.
+    /// `3 of 10 in decode rows 1 (`attn::paged_decode_o`, layer 0)`.
     launch: String,
 }
 
@@ -63,10 +63,12 @@ impl Blame<'_> {
         let candidates = self.candidates(programs);
         for candidate in &candidates {
             if self.restores_bytes(&candidate.rule, backend, reference, rerun)? {
+                // The launch's program is named only where it is not the row's own.
+                let launch = candidate.launch.replace(&format!(" in {label} ("), " (");
                 row.broken_claim = Some(format!(
                     "rule `{}` is bit_identical but changed bytes in {label}: first \
-                     differing launch {} (without the rule the row is byte-identical)",
-                    candidate.rule, candidate.launch
+                     differing launch {launch} (without the rule the row is byte-identical)",
+                    candidate.rule
                 ));
                 return Ok(());
             }
