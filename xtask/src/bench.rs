@@ -247,6 +247,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             .prefill(backend, id, &prompt)
             .map_err(|e| e.to_string())?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        finite("prefill", &logits, vocab)?;
         token = greedy(&logits[(prompt_len - 1) * vocab..]);
     }
     let mut step_ms = vec![Vec::with_capacity(gen); paths.len()];
@@ -259,6 +260,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 .decode(backend, id, token)
                 .map_err(|e| e.to_string())?;
             step_ms[p].push(t.elapsed().as_secs_f64() * 1e3);
+            finite(&format!("decode step {step}"), &logits, vocab)?;
             logits_of.push(logits);
         }
         if logits_of.windows(2).any(|w| !same_bits(&w[0], &w[1])) {
@@ -307,6 +309,22 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         1e3 / median
     );
     Ok(())
+}
+
+/// Refuses to time a model whose logits are not finite (NaN or infinite weights, say): the
+/// first such value is named by run, position and vocabulary index. Checked outside the
+/// timed region.
+fn finite(run: &str, logits: &[f32], vocab: usize) -> Result<(), String> {
+    match logits.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "{run}: logits not finite at position {}, vocab index {}: {} (are the weights \
+             finite?); no timing is reported for it",
+            at / vocab.max(1),
+            at % vocab.max(1),
+            logits[at]
+        )),
+    }
 }
 
 /// Whether two runs' logits are the same bytes.
@@ -399,19 +417,15 @@ fn save_synth(config: &ModelConfig, dir: &Path) -> Result<(), String> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let leaf = dir
-        .file_name()
-        .ok_or_else(|| format!("--save {}: names no folder", dir.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.partial-{}",
-        leaf.to_string_lossy(),
-        std::process::id()
-    ));
+    // Unpredictable, created exclusively; a killed earlier save's partial folder is removed.
+    let tmp = crate::files::partial_dir(dir).map_err(|e| format!("--save: {e}"))?;
     let written = (|| {
-        std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let config_path = tmp.join("config.json");
-        std::fs::write(&config_path, &config_text)
-            .map_err(|e| format!("{}: {e}", config_path.display()))?;
+        crate::files::write_output(
+            &config_path,
+            config_text.as_bytes(),
+            &crate::files::Inputs::default(),
+        )?;
         weights
             .save(&instance.circuit, &tmp.join("model.safetensors"))
             .map_err(|e| e.to_string())?;
@@ -492,6 +506,31 @@ mod tests {
         let dir = scratch("empty");
         check_save_target(&dir).unwrap();
         check_save_target(&dir.join("new")).unwrap();
+    }
+
+    /// Issue 19.7: `bench` timed a checkpoint with NaN weights without a word.
+    #[test]
+    fn non_finite_logits_are_refused_not_timed() {
+        let dir = crate::parity::run::tests::nan_lm_head_checkpoint(5);
+        let d = dir.display().to_string();
+        let ran = bench(&[
+            "--model",
+            &d,
+            "--prompt-len",
+            "2",
+            "--gen",
+            "2",
+            "--threads",
+            "1",
+            "--graphs",
+            "eager",
+        ]);
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = ran.unwrap_err();
+        assert!(
+            e.contains("prefill") && e.contains("vocab index 5") && e.contains("NaN"),
+            "{e}"
+        );
     }
 
     #[test]

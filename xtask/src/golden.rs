@@ -14,10 +14,8 @@ pub fn bless() -> Result<(), String> {
             println!("unchanged {}", path.display());
             continue;
         }
-        // Write beside, then rename: a failed bless never leaves a half-written golden.
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Through an exclusive temporary, then renamed: never half a golden, never a link.
+        crate::files::write_output(&path, text.as_bytes(), &crate::files::Inputs::default())?;
         println!(
             "{} {}",
             if old.is_some() { "rewrote" } else { "wrote" },

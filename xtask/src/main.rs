@@ -46,6 +46,7 @@ commands:
   fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)";
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SOLDER_LOG")
@@ -90,6 +91,33 @@ fn main() -> ExitCode {
     }
 }
 
+/// A reader that closed stdout early (`plan --all | head -1`) ends the run quietly, status
+/// 0, as `head` and `yes` do, instead of a panic: Rust ignores SIGPIPE, so `println!` sees
+/// EPIPE and panics with std's "failed printing to stdout" message, which this hook turns into
+/// an exit. Any other panic goes to the default hook. (Restoring SIGPIPE would need `unsafe`
+/// FFI, which xtask keeps to NVRTC.)
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if is_closed_stdout(message) {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether a panic message is std's for a print to a stdout whose reader has gone.
+fn is_closed_stdout(message: &str) -> bool {
+    message.starts_with("failed printing to stdout")
+        && (message.contains("Broken pipe") || message.contains("os error 32"))
+}
+
 /// The workspace root: the current directory when it holds `fusions/FUSIONS.toml` (the
 /// bundled binary runs from a copy of the tree, where the build's paths do not exist), else
 /// the folder above xtask's own.
@@ -101,4 +129,18 @@ pub fn workspace_root() -> PathBuf {
     }
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_a_closed_stdout_is_quiet() {
+        assert!(super::is_closed_stdout(
+            "failed printing to stdout: Broken pipe (os error 32)"
+        ));
+        assert!(!super::is_closed_stdout(
+            "failed printing to stdout: No space left on device (os error 28)"
+        ));
+        assert!(!super::is_closed_stdout("index out of bounds"));
+    }
 }

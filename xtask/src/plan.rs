@@ -172,17 +172,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     if args.flag("json") {
         let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
+        let mut traffic = Vec::new();
         if let Some((tbps, context)) = bytes {
             for (row, plan) in rows.iter_mut().zip(&plans) {
                 let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
                 row["traffic"] = crate::traffic::json(&t, tbps);
+                traffic.push(t);
             }
         }
         println!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
         );
-        return Ok(());
+        return overflow_check(&traffic);
     }
     if let Some((tbps, context)) = bytes {
         let traffic: Vec<_> = plans
@@ -197,7 +199,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 println!("{}", crate::traffic::summary(t, tbps));
             }
         }
-        return Ok(());
+        return overflow_check(&traffic);
     }
     if plans.len() == 1 && !args.flag("all") {
         let circuit = instance
@@ -322,6 +324,35 @@ fn plan_json(p: &ExecutionPlan) -> serde_json::Value {
         "pool_bytes": p.pool_bytes,
         "live_lower_bound": p.live_lower_bound,
     })
+}
+
+/// `--bytes` fails when a count overflowed u64 (printed as `overflow`, never as a figure),
+/// naming the plan and the counts.
+fn overflow_check(traffic: &[solder_circuit::traffic::PlanTraffic]) -> Result<(), String> {
+    let over: Vec<String> = traffic
+        .iter()
+        .filter_map(|t| {
+            let names = crate::traffic::overflowed(t);
+            (!names.is_empty()).then(|| {
+                format!(
+                    "{} rows {} context {}: {}",
+                    t.mode.as_str(),
+                    t.rows,
+                    t.context,
+                    names.join(", ")
+                )
+            })
+        })
+        .collect();
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--bytes: counts past u64::MAX bytes, printed as `{}`: {}",
+            crate::traffic::OVERFLOW,
+            over.join("; ")
+        ))
+    }
 }
 
 #[cfg(test)]

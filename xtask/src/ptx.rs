@@ -95,7 +95,7 @@ fn generate(
             fs::read_to_string(&cu).map_err(|e| format!("cannot read {}: {e}", cu.display()))?;
         let ptx = nvrtc::compile(tools, kernels_dir, module, &source, version)?;
         let path = out_dir.join(format!("{module}.ptx"));
-        fs::write(&path, ptx).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        crate::files::write_output(&path, ptx.as_bytes(), &crate::files::Inputs::default())?;
         written.push(path);
     }
     Ok(written)
@@ -294,7 +294,7 @@ pub fn assemble_cubins(out: &Path) -> Result<u64, String> {
     for (module, text) in solder_kernels::ptx_modules() {
         let ptx = out.join(format!("{module}.ptx"));
         let cubin = out.join(format!("{module}.cubin"));
-        fs::write(&ptx, text).map_err(|e| format!("{}: {e}", ptx.display()))?;
+        crate::files::write_output(&ptx, text.as_bytes(), &crate::files::Inputs::default())?;
         let output = std::process::Command::new(&tools.ptxas)
             .arg("-arch=sm_90")
             .arg(&ptx)
@@ -323,7 +323,7 @@ pub fn assemble_cubins(out: &Path) -> Result<u64, String> {
     }
     let assembler = format!("ptxas {}", toolchain::NVCC_PIN);
     let manifest = out.join(MANIFEST);
-    fs::write(&manifest, manifest_text("sm_90", &assembler, &entries))
-        .map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let text = manifest_text("sm_90", &assembler, &entries);
+    crate::files::write_output(&manifest, text.as_bytes(), &crate::files::Inputs::default())?;
     Ok(entries.iter().map(|e| e.bytes).sum())
 }

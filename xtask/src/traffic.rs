@@ -1,6 +1,11 @@
 //! `plan --bytes`: each launch's compulsory bytes (`solder_circuit::traffic`) and the step's
 //! bandwidth floor, as a table or JSON; the same figures `gpu-bench` and `gpu-ncu-table`
 //! relate their measurements to.
+//!
+//! Invariant: a count that overflowed is never printed as a figure. `solder_circuit::traffic`
+//! saturates instead of wrapping, so `u64::MAX` marks a count (and every sum over it) that
+//! overflowed: it prints as `overflow` (in JSON the string `"overflow"`, like parity's `"NaN"`),
+//! and `plan --bytes` then fails naming the plan and the count (`overflowed`).
 
 use serde_json::json;
 use solder_circuit::ir::Circuit;
@@ -12,6 +17,52 @@ pub const H200_TBPS: f64 = 4.8;
 /// The kernel a launch runs, without its module (what profilers name it).
 pub fn function_of(kernel: &str) -> &str {
     kernel.rsplit("::").next().unwrap_or(kernel)
+}
+
+/// What a saturated count prints as.
+pub const OVERFLOW: &str = "overflow";
+
+/// `x`, or `overflow` when it saturated.
+fn figure(x: u64) -> String {
+    if x == u64::MAX {
+        OVERFLOW.to_string()
+    } else {
+        x.to_string()
+    }
+}
+
+/// The floor of `total` bytes, or `overflow`.
+fn floor_text(total: u64, floor_us: f64, decimals: usize) -> String {
+    if total == u64::MAX {
+        OVERFLOW.to_string()
+    } else {
+        format!("{floor_us:.decimals$}")
+    }
+}
+
+fn figure_json(x: u64) -> serde_json::Value {
+    if x == u64::MAX {
+        json!(OVERFLOW)
+    } else {
+        json!(x)
+    }
+}
+
+/// The plan's counts that overflowed, by name (empty: every figure is real).
+pub fn overflowed(t: &PlanTraffic) -> Vec<&'static str> {
+    [
+        ("weights_read", t.weights_read()),
+        ("activations_read", t.activations_read()),
+        ("activations_written", t.activations_written()),
+        ("state_read", t.state_read()),
+        ("state_written", t.state_written()),
+        ("meta_read", t.meta_read()),
+        ("total", t.total()),
+    ]
+    .into_iter()
+    .filter(|&(_, x)| x == u64::MAX)
+    .map(|(name, _)| name)
+    .collect()
 }
 
 fn kernels(l: &LaunchTraffic) -> String {
@@ -45,18 +96,18 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, tbps: f64) -> String {
     );
     for (i, l) in t.launches.iter().enumerate() {
         out += &format!(
-            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9.3}\n",
+            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9}\n",
             i,
             kernels(l),
             layer(l),
-            l.weights_read,
-            l.activations_read,
-            l.activations_written,
-            l.state_read,
-            l.state_written,
-            l.meta_read,
-            l.total(),
-            l.floor_us(rate)
+            figure(l.weights_read),
+            figure(l.activations_read),
+            figure(l.activations_written),
+            figure(l.state_read),
+            figure(l.state_written),
+            figure(l.meta_read),
+            figure(l.total()),
+            floor_text(l.total(), l.floor_us(rate), 3)
         );
     }
     out += &summary(t, tbps);
@@ -68,19 +119,19 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, tbps: f64) -> String {
 pub fn summary(t: &PlanTraffic, tbps: f64) -> String {
     format!(
         "{:<10} rows={:<4} context={} launches={} weights={} act_read={} act_write={} \
-         state_read={} state_write={} meta={} total={} bytes floor={:.2} us at {tbps} TB/s",
+         state_read={} state_write={} meta={} total={} bytes floor={} us at {tbps} TB/s",
         t.mode.as_str(),
         t.rows,
         t.context,
         t.launches.len(),
-        t.weights_read(),
-        t.activations_read(),
-        t.activations_written(),
-        t.state_read(),
-        t.state_written(),
-        t.meta_read(),
-        t.total(),
-        t.floor_us(tbps * 1e12)
+        figure(t.weights_read()),
+        figure(t.activations_read()),
+        figure(t.activations_written()),
+        figure(t.state_read()),
+        figure(t.state_written()),
+        figure(t.meta_read()),
+        figure(t.total()),
+        floor_text(t.total(), t.floor_us(tbps * 1e12), 2)
     )
 }
 
@@ -90,27 +141,28 @@ pub fn json(t: &PlanTraffic, tbps: f64) -> serde_json::Value {
     json!({
         "context": t.context,
         "tbps": tbps,
-        "weights_read": t.weights_read(),
-        "activations_read": t.activations_read(),
-        "activations_written": t.activations_written(),
-        "state_read": t.state_read(),
-        "state_written": t.state_written(),
-        "meta_read": t.meta_read(),
-        "total_bytes": t.total(),
-        "floor_us": t.floor_us(rate),
+        "weights_read": figure_json(t.weights_read()),
+        "activations_read": figure_json(t.activations_read()),
+        "activations_written": figure_json(t.activations_written()),
+        "state_read": figure_json(t.state_read()),
+        "state_written": figure_json(t.state_written()),
+        "meta_read": figure_json(t.meta_read()),
+        "total_bytes": figure_json(t.total()),
+        "floor_us": if t.total() == u64::MAX { json!(OVERFLOW) } else { json!(t.floor_us(rate)) },
+        "overflowed": overflowed(t),
         "launches": t.launches.iter().enumerate().map(|(i, l)| json!({
             "index": i,
             "rule": l.rule,
             "kernels": l.kernels,
             "layer": l.layer,
-            "weights_read": l.weights_read,
-            "activations_read": l.activations_read,
-            "activations_written": l.activations_written,
-            "state_read": l.state_read,
-            "state_written": l.state_written,
-            "meta_read": l.meta_read,
-            "total_bytes": l.total(),
-            "floor_us": l.floor_us(rate),
+            "weights_read": figure_json(l.weights_read),
+            "activations_read": figure_json(l.activations_read),
+            "activations_written": figure_json(l.activations_written),
+            "state_read": figure_json(l.state_read),
+            "state_written": figure_json(l.state_written),
+            "meta_read": figure_json(l.meta_read),
+            "total_bytes": figure_json(l.total()),
+            "floor_us": if l.total() == u64::MAX { json!(OVERFLOW) } else { json!(l.floor_us(rate)) },
         })).collect::<Vec<_>>(),
     })
 }
@@ -152,5 +204,21 @@ mod tests {
         assert_eq!(doc["launches"].as_array().unwrap().len(), t.launches.len());
         assert_eq!(doc["total_bytes"], t.total());
         assert_eq!(function_of("gemv::lm_head"), "lm_head");
+        assert!(overflowed(&t).is_empty());
+
+        // Issue 19.7: a saturated count printed as 18446744073709551615 bytes.
+        let mut saturated = t.clone();
+        saturated.launches[0].state_read = u64::MAX;
+        assert_eq!(overflowed(&saturated), ["state_read", "total"]);
+        let text = table(&instance.circuit, &saturated, H200_TBPS);
+        assert!(!text.contains(&u64::MAX.to_string()), "{text}");
+        assert!(
+            text.contains("state_read=overflow") && text.contains("floor=overflow"),
+            "{text}"
+        );
+        let doc = json(&saturated, H200_TBPS);
+        assert_eq!(doc["state_read"], OVERFLOW);
+        assert_eq!(doc["launches"][0]["total_bytes"], OVERFLOW);
+        assert_eq!(doc["floor_us"], OVERFLOW);
     }
 }

@@ -81,14 +81,19 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
             continue;
         }
         let source = src_dir.join(format!("{module}.cpp"));
-        std::fs::write(&source, &unit.text).map_err(|e| format!("{}: {e}", source.display()))?;
+        crate::files::write_output(
+            &source,
+            unit.text.as_bytes(),
+            &crate::files::Inputs::default(),
+        )?;
         jobs.push((module, source, library, stamp, digest));
     }
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
     for batch in jobs.chunks(parallel) {
         let mut running = Vec::new();
         for (module, source, library, stamp, digest) in batch {
-            let partial = library.with_extension(format!("so.partial.{}", std::process::id()));
+            // g++ writes it; an unpredictable name, renamed over the library once built.
+            let partial = crate::files::temporary_beside(library);
             let child = Command::new(CXX)
                 .args(CXX_FLAGS)
                 .arg("-I")
@@ -112,7 +117,7 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
             }
             std::fs::rename(&partial, library)
                 .map_err(|e| format!("{}: {e}", library.display()))?;
-            std::fs::write(stamp, digest).map_err(|e| format!("{}: {e}", stamp.display()))?;
+            crate::files::write_output(stamp, digest.as_bytes(), &crate::files::Inputs::default())?;
         }
     }
     println!(

@@ -81,6 +81,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
 /// `gpu-bench --ab LEVERS`.
 fn run_ab(args: &Args, list: &str) -> Result<(), String> {
+    let json = timing::json_output(args)?;
     let (name, config, weights) = timing::model(args)?;
     let context = args
         .number_in("context", 0..=crate::gpu::MAX_CONTEXT)?
@@ -129,8 +130,8 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
         copy_bytes_per_s,
     };
     let figures = ab::measure(backend, setup, &variants)?;
-    if let Some(path) = args.value("json") {
-        write_merged(std::path::Path::new(path), "ab", figures.json())?;
+    if let Some((path, inputs)) = json {
+        write_merged(&path, &inputs, "ab", figures.json())?;
     }
     print!("{}", figures.table());
     let problems = figures.problems();
@@ -143,7 +144,12 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
 
 /// Writes `value` under `key` into the JSON object at `path` (kept when the file holds one,
 /// else a new object).
-fn write_merged(path: &std::path::Path, key: &str, value: serde_json::Value) -> Result<(), String> {
+fn write_merged(
+    path: &std::path::Path,
+    inputs: &crate::files::Inputs,
+    key: &str,
+    value: serde_json::Value,
+) -> Result<(), String> {
     let mut object = match crate::files::read_text(path) {
         Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
             Ok(serde_json::Value::Object(map)) => map,
@@ -154,7 +160,7 @@ fn write_merged(path: &std::path::Path, key: &str, value: serde_json::Value) -> 
     object.insert(key.to_string(), value);
     let text = serde_json::to_string_pretty(&serde_json::Value::Object(object))
         .map_err(|e| e.to_string())?;
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    crate::files::write_output(path, text.as_bytes(), inputs)
 }
 
 /// One width's figures.

@@ -155,7 +155,7 @@ fn test_executable(messages: &str, name: &str) -> Option<String> {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    crate::files::write_output(path, text.as_bytes(), &crate::files::Inputs::default())
 }
 
 /// What the bundle was built from: commit, local changes, toolchain, PTX modules.

@@ -4,8 +4,10 @@
 //! six windows (its KV pages recycled: the pool is smaller than its sequences), a Qwen2 whose
 //! layer 0 attends over everything and layer 1 over 16 (five windows), and two prompts past
 //! 1,024 tokens (flash-decoding splits a context above 256 over several blocks): a
-//! full-attention Llama and a Mistral whose 300-token window itself spans two splits; and a
-//! Llama whose hidden size (1,088) spans two of the CUDA kernels' 1,024-element dot segments.
+//! full-attention Llama and a Mistral whose 300-token window itself spans two splits; a
+//! Llama whose hidden size (1,088) spans two of the CUDA kernels' 1,024-element dot segments;
+//! and a Mistral of head_dim 64 whose `fold_o_proj` programs change bytes, so a `differs`
+//! rule falsely claimed `bit_identical` fails on it.
 
 use solder_config::ModelConfig;
 
@@ -154,6 +156,22 @@ pub const BUILTINS: &[Builtin] = &[
             "rope_theta": 10000.0, "sliding_window": 300, "hidden_act": "silu"
         }"#,
         tokens: Some(1040),
+    },
+    Builtin {
+        // The one built-in whose `fold_o_proj` programs are not byte-identical to the
+        // reference (head_dim 64: each head's partial o projection rounds apart from the
+        // single dot), so a `bit_identical` claim on a folding rule fails here (`--levers
+        // fold_o_proj`).
+        name: "tiny-mistral-fold",
+        seed: 0x3158,
+        config_json: r#"{
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 256,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_theta": 1000000.0, "sliding_window": null, "hidden_act": "silu"
+        }"#,
+        tokens: None,
     },
     Builtin {
         // Dots of two 1024-element segments (hidden 1088): the CUDA dot order's segment sums,

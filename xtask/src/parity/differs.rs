@@ -1,15 +1,18 @@
 //! `differs` rules in parity (`--levers`): with a lever on, the all-rules routing may apply
-//! rules whose numerics are `{ differs = "<lever>", tolerance = <rel> }`. Such a run cannot be
-//! byte-identical to the reference, so its reference-vs-all-rules comparison is held to the
-//! strictest applied rule's tolerance, relative to the largest |logit| of the reference's own
-//! decodes; every other comparison (each sequence against itself decoded alone under the same
-//! routing, graph replay against eager, the detection run, speculative decoding) stays byte
-//! for byte, and the golden ratio is the lever-on routing's.
+//! rules whose numerics are `{ differs = "<lever>", tolerance = <rel> }`. Such a program cannot
+//! be byte-identical to the reference, so a reference-vs-all-rules comparison is held to the
+//! strictest tolerance of the `differs` rules applied **in the programs that comparison ran**
+//! (`Differs::of_programs`), relative to the largest |logit| of the reference's own decodes;
+//! every other comparison (each sequence against itself decoded alone under the same routing,
+//! graph replay against eager, the detection run, speculative decoding) stays byte for byte,
+//! and the golden ratio is the lever-on routing's.
 //!
-//! Invariant: without a `differs` rule in any of the all-rules exec's plans, `Differs` is
-//! absent and parity is exactly the byte-identity check.
+//! Invariants: a tolerance belongs to the rule that fired in a program, never to the lever: a
+//! mode row whose programs apply no `differs` rule is byte identity, whatever other programs
+//! of the exec apply. Without a `differs` rule in any of the all-rules exec's plans, `Differs`
+//! is absent everywhere and parity is exactly the byte-identity check.
 
-use solder_circuit::Numerics;
+use solder_circuit::{ExecutionPlan, Mode, Numerics, RouteCondition};
 use solder_model_layers::CircuitExec;
 
 use super::run::Diff;
@@ -25,12 +28,46 @@ pub struct Differs {
     pub scale: f32,
 }
 
+/// A program of an exec: (mode, rows, the route arm it is, if any), as `Session::last_program`
+/// names the one a step ran.
+pub type ProgramKey = (Mode, usize, Option<RouteCondition>);
+
+/// The plans of `programs` in `exec` (a key the exec does not hold is skipped).
+pub fn plans_of<'a>(
+    exec: &'a CircuitExec,
+    programs: &'a [ProgramKey],
+) -> impl Iterator<Item = &'a ExecutionPlan> + 'a {
+    programs
+        .iter()
+        .filter_map(move |&(mode, rows, arm)| match arm {
+            None => exec.plan(mode, rows),
+            Some(condition) => exec
+                .arm_plans()
+                .find(|(c, p)| *c == condition && p.mode == mode && p.rows == rows)
+                .map(|(_, p)| p),
+        })
+}
+
 impl Differs {
-    /// The `differs` rules applied in any plan or route arm of `exec`; None when there are none.
+    /// The `differs` rules applied in any plan or route arm of `exec` (the report's summary
+    /// line); None when there are none.
     pub fn of(exec: &CircuitExec, scale: f32) -> Option<Differs> {
+        Differs::collect(
+            exec.plans.iter().chain(exec.arm_plans().map(|(_, p)| p)),
+            scale,
+        )
+    }
+
+    /// The `differs` rules applied in `programs` of `exec`: the bound of a comparison that
+    /// ran exactly those programs; None (byte identity) when they apply none.
+    pub fn of_programs(exec: &CircuitExec, programs: &[ProgramKey], scale: f32) -> Option<Differs> {
+        Differs::collect(plans_of(exec, programs), scale)
+    }
+
+    fn collect<'a>(plans: impl Iterator<Item = &'a ExecutionPlan>, scale: f32) -> Option<Differs> {
         let mut rules = Vec::new();
         let mut tolerance = f64::INFINITY;
-        for plan in exec.plans.iter().chain(exec.arm_plans().map(|(_, p)| p)) {
+        for plan in plans {
             for group in &plan.fusion.groups {
                 if let Numerics::Differs {
                     lever,

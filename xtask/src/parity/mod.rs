@@ -2,6 +2,7 @@
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
 pub(crate) mod builtin;
+mod claims;
 mod differs;
 pub(crate) mod golden;
 mod mtp;
@@ -87,13 +88,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             .map_err(|e| e.replace("(known: cpu, cuda)", "(known: cpu, emu, cuda)"))?,
     };
     let only: Option<Vec<&str>> = args.value("only").map(|v| v.split(',').collect());
-    let max_batch = args.number_in("max-batch", 1..=solder_config::MAX_BATCH)?;
+    // Parity runs the default serve's ladder or a cut of it: a wider width was clamped to
+    // 128 without a word, so it is refused at parse like any count out of range.
+    let widest = solder_config::ServeShape::default().max_batch;
+    let max_batch = args.number_in("max-batch", 1..=widest)?;
     let levers = args.levers()?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
+    // Every file the run reads: `--json` may name none of them.
+    let mut inputs = crate::files::Inputs::default();
+    inputs.add(&rules_path);
     let tokens_flag = args.number_in("tokens", TOKENS)?;
     let tokens = tokens_flag.unwrap_or(40);
     let threads = args.number_in("threads", crate::args::THREADS)?;
@@ -101,6 +108,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
         (Some(dir), None) => {
+            inputs.add_checkpoint(Path::new(dir));
+            if let Some(g) = args.value("golden") {
+                inputs.add(Path::new(g));
+            }
             let golden = args
                 .value("golden")
                 .map(|g| Golden::load(Path::new(g)))
@@ -116,6 +127,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             dirs.sort();
             let mut cases = Vec::new();
             for dir in dirs {
+                inputs.add_checkpoint(&dir);
                 // A family solder does not model yet is listed and skipped, not failed.
                 let config = crate::files::model_config(&dir.join("config.json"));
                 let unsupported = match &config {
@@ -173,6 +185,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
     };
 
+    if let Some(path) = args.value("json") {
+        inputs.check_output(Path::new(path))?;
+    }
     let cases: Vec<Case> = cases
         .into_iter()
         .map(|case| Case {
@@ -260,7 +275,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         && failed_runs.is_empty()
         && emu_verdict.as_ref().is_none_or(|v| v.passes());
     if let Some(path) = args.value("json") {
-        report::write_json(Path::new(path), &reports, pass, &rules.digest, |doc| {
+        let out = Path::new(path);
+        report::write_json(out, &inputs, &reports, pass, &rules.digest, |doc| {
             if let Some(line) = &device_line {
                 crate::gpu::cross::annotate(doc, line, &crosses);
             }
@@ -350,6 +366,56 @@ mod tests {
         assert!(e.contains("--tokens"), "{e}");
         let e = parity(&["--threads", "0"]).unwrap_err();
         assert!(e.contains("--threads"), "{e}");
+    }
+
+    /// Issue 19.2: `--json D/model.safetensors` printed PASS and left the report where the
+    /// checkpoint was. Every input is refused as the output, before any model runs.
+    #[test]
+    fn json_over_an_input_is_refused_and_the_input_untouched() {
+        let fixture = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let dir = std::env::temp_dir().join(format!("xtask-parity-json-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["config.json", "model.safetensors", "golden.safetensors"] {
+            std::fs::copy(fixture.join(name), dir.join(name)).unwrap();
+        }
+        let rules = dir.join("R.toml");
+        std::fs::copy(crate::workspace_root().join("fusions/FUSIONS.toml"), &rules).unwrap();
+        let before: Vec<Vec<u8>> = ["config.json", "model.safetensors", "golden.safetensors"]
+            .iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect();
+        let d = dir.display().to_string();
+        let golden = dir.join("golden.safetensors").display().to_string();
+        let r = rules.display().to_string();
+        for out in [
+            "model.safetensors",
+            "config.json",
+            "golden.safetensors",
+            "R.toml",
+        ] {
+            let json = dir.join(out).display().to_string();
+            let e = parity(&[
+                "--model", &d, "--golden", &golden, "--rules", &r, "--json", &json,
+            ])
+            .unwrap_err();
+            assert!(e.contains("is an input of this run"), "{out}: {e}");
+        }
+        let after: Vec<Vec<u8>> = ["config.json", "model.safetensors", "golden.safetensors"]
+            .iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect();
+        assert!(before == after, "an input was written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 19.7: `--max-batch 4096` ran 128 wide without a word.
+    #[test]
+    fn a_max_batch_past_the_ladder_is_refused_not_clamped() {
+        for n in ["129", "4096"] {
+            let e = parity(&["--max-batch", n]).unwrap_err();
+            assert!(e.contains("--max-batch") && e.contains("1..=128"), "{e}");
+        }
     }
 
     #[test]

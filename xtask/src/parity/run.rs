@@ -8,7 +8,8 @@ use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
 
-use super::differs::{max_abs, Differs};
+use super::claims::Blame;
+use super::differs::{max_abs, Differs, ProgramKey};
 use super::golden::{non_finite, Golden, GoldenFigures};
 use super::speculative::SpecFigures;
 use super::verified::verify_exec_plans;
@@ -106,6 +107,22 @@ pub struct ModeRow {
     pub vs_decode: Diff,
     /// The all-rules programs' graphs replayed vs the same programs run eagerly.
     pub graph_vs_eager: Diff,
+    /// The `differs` rules of the all-rules programs this row ran, and their bound: None
+    /// holds `ref_vs_fused` to byte identity (`differs` module).
+    pub differs: Option<Differs>,
+    /// A `bit_identical` claim this row disproved: the rule and its first launch
+    /// (`claims::blame`).
+    pub broken_claim: Option<String>,
+}
+
+impl ModeRow {
+    /// Byte identity, or with a `differs` rule in this row's programs its bound.
+    pub fn ref_vs_fused_ok(&self) -> bool {
+        match &self.differs {
+            None => self.ref_vs_fused.identical(),
+            Some(differs) => differs.allows(&self.ref_vs_fused),
+        }
+    }
 }
 
 pub struct Detection {
@@ -155,6 +172,8 @@ pub struct CaseReport {
 pub struct RouteLog {
     pub steps: BTreeMap<(&'static str, &'static str, Mode, usize), usize>,
     pub all_steps: BTreeMap<(&'static str, Mode, usize), usize>,
+    /// The all-rules programs run since the last `take_ran`, in first-run order.
+    ran: Vec<ProgramKey>,
 }
 
 impl RouteLog {
@@ -164,12 +183,20 @@ impl RouteLog {
             return;
         };
         *self.all_steps.entry((fusions, mode, rows)).or_default() += 1;
+        if fusions == "all" && !self.ran.contains(&(mode, rows, arm)) {
+            self.ran.push((mode, rows, arm));
+        }
         if let Some(condition) = arm {
             *self
                 .steps
                 .entry((fusions, condition.capability(), mode, rows))
                 .or_default() += 1;
         }
+    }
+
+    /// The all-rules programs run since the last call (a mode row's programs).
+    pub fn take_ran(&mut self) -> Vec<ProgramKey> {
+        std::mem::take(&mut self.ran)
     }
 
     /// All steps the routing ran at (mode, rows).
@@ -207,7 +234,8 @@ impl FiniteCheck<'_> {
 impl CaseReport {
     pub fn passes(&self) -> bool {
         self.modes.iter().all(|m| {
-            self.ref_vs_fused_ok(&m.ref_vs_fused)
+            m.ref_vs_fused_ok()
+                && m.broken_claim.is_none()
                 && m.vs_decode.identical()
                 && m.graph_vs_eager.identical()
         }) && self.detection.ok()
@@ -215,16 +243,6 @@ impl CaseReport {
             && self.non_finite.is_empty()
             && self.speculative.passes()
             && self.mtp.as_ref().is_none_or(|m| m.passes())
-    }
-}
-
-impl CaseReport {
-    /// Byte identity, or with a `differs` rule applied its bound (`Differs::allows`).
-    pub fn ref_vs_fused_ok(&self, d: &Diff) -> bool {
-        match &self.differs {
-            None => d.identical(),
-            Some(differs) => differs.allows(d),
-        }
     }
 }
 
@@ -265,6 +283,13 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     }
     let serve = serve_of(case);
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
+    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
+        eprintln!(
+            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
+             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
+            case.name, serve.max_batch
+        );
+    }
     let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
     let fused_policy = Policy {
         levers: case.levers.clone(),
@@ -314,7 +339,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
     finite.check("all-rules decode rows 1", &fused_alone);
     // With a `differs` rule the all-rules routing is its own batch-invariance reference: every
     // prompt decoded alone under it too (byte identity with the reference routing is moot).
-    let differs = Differs::of(&fused_exec, max_abs(&alone));
+    let scale = max_abs(&alone);
+    let differs = Differs::of(&fused_exec, scale);
     let alone_fused: Vec<Vec<f32>> = match &differs {
         None => alone.clone(),
         Some(_) => std::iter::once(Ok(fused_alone.clone()))
@@ -329,14 +355,35 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
     })?;
 
-    let mut modes = vec![ModeRow {
+    // Each row's tolerance comes from the all-rules programs it ran (`Differs::of_programs`);
+    // a row that changed bytes under none is a broken `bit_identical` claim, blamed on a rule.
+    let blame = Blame {
+        case,
+        rules,
+        policy: &fused_policy,
+        exec: &fused_exec,
+        scale,
+    };
+    let programs = routes.take_ran();
+    let mut decode_row = ModeRow {
         mode: Mode::Decode,
         rows: 1,
         live: 1,
         ref_vs_fused: Diff::of(&alone[0], &fused_alone, vocab),
         vs_decode: Diff::of(&fused_alone, &alone_fused[0], vocab),
         graph_vs_eager: Diff::of(&fused_alone, &fused_eager, vocab),
-    }];
+        differs: None,
+        broken_claim: None,
+    };
+    blame.judge(&mut decode_row, &programs, backend, &alone[..1], &|r, b| {
+        Ok(vec![decode_logged(
+            r,
+            b,
+            &prompts[0],
+            &mut RouteLog::default(),
+        )?])
+    })?;
+    let mut modes = vec![decode_row];
     let mut widths: Vec<(usize, usize)> = serve.multi_seq_ladder.iter().map(|&w| (w, w)).collect();
     if serve.multi_seq_ladder.len() >= 2 {
         // The widest width again with padding rows: one more live sequence than the width below.
@@ -351,7 +398,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
         })?;
         let label = format!("multi_seq rows {width} ({live} live)");
-        let row = per_sequence_row(
+        let mut row = per_sequence_row(
             Mode::MultiSeq,
             width,
             &label,
@@ -359,6 +406,9 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             [&alone, &alone_fused],
             &mut finite,
         );
+        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
+            multi_seq(routing, b, &prompts[..live], &mut RouteLog::default())
+        })?;
         modes.push(row);
     }
     for &k in &serve.verify_widths {
@@ -369,14 +419,32 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         })?;
         finite.check(&format!("reference verify rows {k}"), &r);
         finite.check(&format!("all-rules verify rows {k}"), &f);
-        modes.push(ModeRow {
+        let mut row = ModeRow {
             mode: Mode::Verify,
             rows: k,
             live: 1,
             ref_vs_fused: Diff::of(&r, &f, vocab),
             vs_decode: Diff::of(&f, &alone_fused[0], vocab).merge(Diff::of(&r, &alone[0], vocab)),
             graph_vs_eager: Diff::of(&f, &fe, vocab),
-        });
+            differs: None,
+            broken_claim: None,
+        };
+        blame.judge(
+            &mut row,
+            &routes.take_ran(),
+            backend,
+            &[r],
+            &|routing, b| {
+                Ok(vec![verify_chunks(
+                    routing,
+                    b,
+                    &prompts[0],
+                    k,
+                    &mut RouteLog::default(),
+                )?])
+            },
+        )?;
+        modes.push(row);
     }
 
     // Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
@@ -389,7 +457,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
         })?;
         let label = format!("verify_batch rows {width} ({m} x {k})");
-        let row = per_sequence_row(
+        let mut row = per_sequence_row(
             Mode::VerifyBatch,
             width,
             &label,
@@ -397,6 +465,9 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             [&alone, &alone_fused],
             &mut finite,
         );
+        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
+            verify_batched(routing, b, &prompts[..m], k, &mut RouteLog::default())
+        })?;
         modes.push(row);
     }
 
@@ -504,6 +575,8 @@ fn per_sequence_row(
         ref_vs_fused: Diff::NONE,
         vs_decode: Diff::NONE,
         graph_vs_eager: Diff::NONE,
+        differs: None,
+        broken_claim: None,
     };
     for s in 0..r.len() {
         for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
@@ -628,7 +701,7 @@ pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u3
 }
 
 /// `decode_all`, counting the steps that ran on route arms.
-fn decode_logged(
+pub(super) fn decode_logged(
     routing: Routing,
     backend: &mut dyn GpuBackend,
     prompt: &[u32],
@@ -726,7 +799,7 @@ fn verify_chunks(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::parity::builtin_named;
     use safetensors::tensor::TensorView;
@@ -751,10 +824,12 @@ mod tests {
     }
 
     /// tiny-llama saved as a checkpoint whose `lm_head` row `row` is NaN.
-    fn nan_lm_head_checkpoint(row: usize) -> std::path::PathBuf {
+    pub(crate) fn nan_lm_head_checkpoint(row: usize) -> std::path::PathBuf {
         let builtin = builtin_named("tiny-llama").unwrap();
         let config = builtin.config().unwrap();
-        let dir = std::env::temp_dir().join(format!("xtask-nan-lm-head-{}", std::process::id()));
+        // One folder per row: two tests may build theirs at once.
+        let dir =
+            std::env::temp_dir().join(format!("xtask-nan-lm-head-{}-{row}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), builtin.config_json).unwrap();
@@ -853,6 +928,57 @@ mod tests {
         let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
         let e = run_case(&case, &rules(), &mut backend).err().unwrap();
         assert!(e.contains("max_position_embeddings 512"), "{e}");
+    }
+
+    /// FUSIONS.toml with `rule`'s numerics replaced by `numerics`.
+    fn rules_with(rule: &str, numerics: &str) -> RuleSet {
+        let path = crate::workspace_root().join("fusions/FUSIONS.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let at = text.find(&format!("id = \"{rule}\"")).unwrap();
+        let from = at + text[at..].find("numerics = ").unwrap();
+        let to = from + text[from..].find('\n').unwrap();
+        let edited = format!("{}numerics = {numerics}{}", &text[..from], &text[to..]);
+        RuleSet::from_toml_str(&edited, "edited FUSIONS.toml").unwrap()
+    }
+
+    /// Issue 19.1: the decode rule claimed `bit_identical` while the verify rule stays
+    /// `differs`; the verify rule's tolerance used to cover the decode program too.
+    #[test]
+    fn a_false_bit_identical_claim_fails_naming_the_rule_and_its_launch() {
+        let mut case = builtin_case("tiny-mistral-fold", None);
+        // tiny-mistral-fold's fold first changes a byte at position 29 of its 40 tokens.
+        case.prompt = random_prompt(0x3158, case.config.vocab_size, 40);
+        case.max_batch = Some(1);
+        case.levers.set("fold_o_proj", true).unwrap();
+        let rules = rules_with("attention_o_proj_residual", "\"bit_identical\"");
+        let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
+        let report = run_case(&case, &rules, &mut backend).unwrap();
+        assert!(!report.passes(), "a false bit_identical claim passed");
+        let decode = &report.modes[0];
+        assert_eq!(decode.mode, Mode::Decode);
+        assert!(decode.differs.is_none(), "{:?}", decode.differs);
+        let claim = decode.broken_claim.as_deref().unwrap_or_default();
+        assert!(
+            claim.contains("`attention_o_proj_residual`")
+                && claim.contains("first differing launch 3 of")
+                && claim.contains("attn::paged_decode_o"),
+            "{claim}"
+        );
+        // The verify rows run the causal rule, still `differs`: held to its tolerance.
+        let verify: Vec<&ModeRow> = report
+            .modes
+            .iter()
+            .filter(|m| m.mode == Mode::Verify)
+            .collect();
+        assert!(!verify.is_empty());
+        for row in verify {
+            let differs = row.differs.as_ref().expect("the causal fold applies");
+            assert_eq!(
+                differs.rules,
+                ["attention_causal_o_proj_residual (fold_o_proj)"]
+            );
+            assert!(row.ref_vs_fused_ok() && row.broken_claim.is_none());
+        }
     }
 
     #[test]

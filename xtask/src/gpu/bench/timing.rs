@@ -127,6 +127,7 @@ pub(super) fn prompt(s: usize, context: usize, vocab: u32) -> Vec<u32> {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
+    let json = json_output(args)?;
     let (name, config, weights) = model(args)?;
     let context = args
         .number_in("context", 0..=crate::gpu::MAX_CONTEXT)?
@@ -274,9 +275,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         capture_all_ms,
         build_s,
     };
-    if let Some(path) = args.value("json") {
+    if let Some((path, inputs)) = json {
         let text = serde_json::to_string_pretty(&figures.json()).map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+        crate::files::write_output(&path, text.as_bytes(), &inputs)?;
     }
     print!("{}", figures.table());
     Ok(())
@@ -295,11 +296,29 @@ pub(super) fn backend(args: &Args) -> Result<Box<dyn GpuBackend>, String> {
 
 /// `--rules FILE`, else fusions/FUSIONS.toml.
 pub(super) fn rules(args: &Args) -> Result<RuleSet, String> {
-    let path = args
-        .value("rules")
+    RuleSet::from_file(&rules_path(args)).map_err(|e| e.to_string())
+}
+
+fn rules_path(args: &Args) -> PathBuf {
+    args.value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
-    RuleSet::from_file(&path).map_err(|e| e.to_string())
+        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"))
+}
+
+/// `--json PATH`, checked before anything runs: not one of the run's inputs (the rules, the
+/// checkpoint's files).
+pub(super) fn json_output(args: &Args) -> Result<Option<(PathBuf, crate::files::Inputs)>, String> {
+    let Some(path) = args.value("json") else {
+        return Ok(None);
+    };
+    let mut inputs = crate::files::Inputs::default();
+    inputs.add(&rules_path(args));
+    if let Some(dir) = args.value("model") {
+        inputs.add_checkpoint(Path::new(dir));
+    }
+    let path = PathBuf::from(path);
+    inputs.check_output(&path)?;
+    Ok(Some((path, inputs)))
 }
 
 /// Median bytes read + written per second of a device-to-device copy of `bytes`.
