@@ -22,6 +22,7 @@ mod error;
 mod family;
 mod features;
 mod fields;
+pub mod file_guard;
 mod hybrid;
 mod keys;
 mod levers;

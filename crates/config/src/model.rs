@@ -75,32 +75,22 @@ impl ModelConfig {
     /// (a device or a pipe such as `/dev/zero` is refused before anything is read); errors
     /// name the path.
     pub fn from_file(path: &Path) -> Result<ModelConfig, ConfigError> {
-        use std::io::Read as _;
+        use crate::file_guard::{read_capped, FileRefusal};
         let source = path.display().to_string();
-        let read_err = |err| ConfigError::Read {
-            file: source.clone(),
-            source: err,
-        };
-        let meta = std::fs::metadata(path).map_err(read_err)?;
-        if !meta.is_file() {
-            return Err(ConfigError::NotAConfigFile {
+        let bytes = read_capped(path, MAX_CONFIG_BYTES).map_err(|refusal| match refusal {
+            FileRefusal::Io(err) => ConfigError::Read {
                 file: source.clone(),
-                problem: "is not a regular file".to_string(),
-            });
-        }
-        let mut text = String::new();
-        // Read one byte past the cap, so a file that grew after the check is still caught.
-        std::fs::File::open(path)
-            .map_err(read_err)?
-            .take(MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(read_err)?;
-        if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::NotAConfigFile {
-                file: source,
-                problem: format!("is larger than {MAX_CONFIG_BYTES} bytes"),
-            });
-        }
+                source: err,
+            },
+            other => ConfigError::NotAConfigFile {
+                file: source.clone(),
+                problem: other.to_string(),
+            },
+        })?;
+        let text = String::from_utf8(bytes).map_err(|err| ConfigError::Read {
+            file: source.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, err),
+        })?;
         Self::from_json_str(&text, &source)
     }
 
