@@ -71,7 +71,10 @@ mod tests {
     fn devices_and_folders_are_refused_before_a_read() {
         for path in ["/dev/zero", "/", "/dev/null"] {
             let refused = read_capped(Path::new(path), 1 << 20).unwrap_err();
-            assert!(matches!(refused, FileRefusal::NotRegular), "{path}: {refused}");
+            assert!(
+                matches!(refused, FileRefusal::NotRegular),
+                "{path}: {refused}"
+            );
         }
     }
 

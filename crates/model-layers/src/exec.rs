@@ -774,6 +774,11 @@ impl CircuitExec {
         }
     }
 
+    /// Unique in the process: what graphs and rewind points name their exec by.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     pub(crate) fn check_live(&self) -> Result<(), ExecError> {
         if self.freed {
             return Err(ExecError::Build("the exec's workspace was freed".into()));

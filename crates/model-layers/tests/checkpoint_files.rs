@@ -47,7 +47,9 @@ fn write_checkpoint(dir: &Path) {
 fn refusal(dir: PathBuf) -> String {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let result = Checkpoint::open(&dir).map(|_| ()).map_err(|e| e.to_string());
+        let result = Checkpoint::open(&dir)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
         let _ = tx.send(result);
     });
     match rx.recv_timeout(Duration::from_secs(20)) {

@@ -41,13 +41,14 @@ impl ShardFile {
             message: e.to_string(),
         };
         // A FIFO, device or folder is refused before it is opened (a FIFO's open blocks).
-        let (file, _len) = open_regular(path, MAX_SHARD_BYTES).map_err(|refusal| match refusal {
-            FileRefusal::Io(e) => io(e),
-            other => WeightsError::Format {
-                path: path.to_path_buf(),
-                message: format!("a checkpoint file {other}"),
-            },
-        })?;
+        let (file, _len) =
+            open_regular(path, MAX_SHARD_BYTES).map_err(|refusal| match refusal {
+                FileRefusal::Io(e) => io(e),
+                other => WeightsError::Format {
+                    path: path.to_path_buf(),
+                    message: format!("a checkpoint file {other}"),
+                },
+            })?;
         // SAFETY: the mapping is read-only; a file changed under us while mapped is outside
         // what solder promises (as for every engine that maps checkpoints).
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
