@@ -207,7 +207,7 @@ impl<'e> Session<'e> {
                 vocab,
             });
         }
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let (start, pages_before, slot_before) = {
             let seq = self
                 .seqs

@@ -126,7 +126,7 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         id: SeqId,
     ) -> Result<RewindPoint, SessionError> {
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let seq = self
             .seqs
             .get(&id)
@@ -161,8 +161,7 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         point: &RewindPoint,
     ) -> Result<(), SessionError> {
-        self.exec.check_live()?;
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let id = point.seq;
         let refuse = |why: String| {
             Err(SessionError::Rewind(format!(
