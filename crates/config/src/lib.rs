@@ -30,6 +30,7 @@ mod model;
 mod moe;
 mod rope;
 mod serve;
+mod shape;
 mod window;
 
 pub use bounds::{dim_bound, DimBound, DIM_BOUNDS};

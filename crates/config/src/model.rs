@@ -136,7 +136,8 @@ impl ModelConfig {
     }
 
     /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
-    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32. Compilers
+    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32, and the
+    /// structure (`shape`: positive dims, divisibility, top-k within the experts). Compilers
     /// call it before computing any size from the config.
     pub fn check_bounds(&self) -> Result<(), ConfigError> {
         let empty = serde_json::Map::new();
@@ -217,7 +218,10 @@ impl ModelConfig {
         }
         positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
         positive_f32(&fields, "rope_theta", self.rope.theta)?;
-        Ok(())
+        // The structure the parser checks key by key (positive dims, kv heads dividing heads,
+        // an even head_dim, top-k within the experts, ...): a hand-built config passes the
+        // same rules, refused by the same key, at build instead of at a twin's first step.
+        crate::shape::check_shape(self, &fields)
     }
 }
 

@@ -267,3 +267,31 @@ fn a_freed_exec_refuses_steps_and_a_second_free() {
     drop(session);
     assert!(matches!(exec.free(&mut backend), Err(ExecError::Freed)));
 }
+
+#[test]
+fn a_hand_built_config_the_parser_would_refuse_fails_the_build_by_key() {
+    let mut backend = backend();
+    let live = backend.live_allocations();
+    let edits: [(&str, fn(&mut solder_config::ModelConfig)); 3] = [
+        ("vocab_size", |c| c.vocab_size = 0),
+        ("head_dim", |c| c.head_dim = 15),
+        ("num_key_value_heads", |c| c.num_key_value_heads = 3),
+    ];
+    for (key, edit) in edits {
+        let mut hand_built = config(TINY_LLAMA);
+        edit(&mut hand_built);
+        let err = CircuitExec::build(
+            &mut backend,
+            boot(
+                hand_built,
+                Policy::default(),
+                WeightSource::Random { seed: 1 },
+                roomy_kv(),
+            ),
+        )
+        .err()
+        .expect("refused at build");
+        assert!(err.to_string().contains(key), "{key}: {err}");
+        assert_eq!(backend.live_allocations(), live);
+    }
+}
