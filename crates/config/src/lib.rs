@@ -24,6 +24,7 @@ mod features;
 mod fields;
 pub mod file_guard;
 mod hybrid;
+pub mod json_keys;
 mod keys;
 mod levers;
 mod model;

@@ -96,6 +96,9 @@ impl ModelConfig {
 
     /// Parses the text of a `config.json`; `source` names it in errors and in `self.source`.
     pub fn from_json_str(text: &str, source: &str) -> Result<ModelConfig, ConfigError> {
+        // serde_json keeps the last of two equal keys: refused first, naming the key.
+        crate::json_keys::first_duplicate(text.as_bytes())
+            .map_err(|err| json_error(source, &err))?;
         let value: Value = serde_json::from_str(text).map_err(|err| json_error(source, &err))?;
         let Value::Object(map) = &value else {
             return Err(ConfigError::NotAnObject {

@@ -149,3 +149,35 @@ fn a_sparse_3_gib_index_is_refused_by_its_length() {
     assert!(message.contains(INDEX), "{message}");
     assert!(message.contains("larger than"), "{message}");
 }
+
+#[test]
+fn a_tensor_named_twice_in_a_header_is_refused_by_name() {
+    let dir = TempDir::new("files-dup-header");
+    // Two entries for `w` over the same bytes: safetensors' own checks pass (the offsets
+    // still cover the data), and a map keeps whichever came last.
+    let header = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&[0u8; 8]);
+    std::fs::write(dir.path().join("model.safetensors"), bytes).unwrap();
+    let message = refusal(dir.path().to_path_buf());
+    assert!(message.contains("model.safetensors"), "{message}");
+    assert!(message.contains("duplicate key `w`"), "{message}");
+}
+
+#[test]
+fn a_tensor_mapped_twice_in_the_index_is_refused_by_name() {
+    let dir = TempDir::new("files-dup-index");
+    write_checkpoint(dir.path());
+    let text = std::fs::read_to_string(dir.path().join(INDEX)).unwrap();
+    let doubled = text.replacen(
+        "{\"weight_map\":{",
+        "{\"weight_map\":{\"lm_head.weight\":\"elsewhere.safetensors\",",
+        1,
+    );
+    assert_ne!(doubled, text);
+    std::fs::write(dir.path().join(INDEX), doubled).unwrap();
+    let message = refusal(dir.path().to_path_buf());
+    assert!(message.contains(INDEX), "{message}");
+    assert!(message.contains("duplicate key `lm_head.weight`"), "{message}");
+}

@@ -57,6 +57,15 @@ impl ShardFile {
                 path: path.to_path_buf(),
                 message: format!("not a valid safetensors file (truncated?): {e}"),
             })?;
+        // safetensors parses the header with serde_json, which keeps the last of two equal
+        // keys: a tensor named twice is refused, naming it, not resolved last-wins.
+        let header = mmap
+            .get(8..8usize.saturating_add(header_len))
+            .unwrap_or_default();
+        solder_config::json_keys::first_duplicate(header).map_err(|e| WeightsError::Format {
+            path: path.to_path_buf(),
+            message: format!("header: {e}"),
+        })?;
         // The 8-byte length prefix, then the header, then the data the offsets index.
         let data_start = 8usize.saturating_add(header_len);
         let mut tensors = BTreeMap::new();

@@ -34,6 +34,8 @@ impl WeightMap {
             },
             other => format(format!("the index {other}")),
         })?;
+        // A tensor mapped twice would resolve last-wins: refused, naming it.
+        solder_config::json_keys::first_duplicate(&bytes).map_err(|e| format(e.to_string()))?;
         let json: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| format(e.to_string()))?;
         let map = json
