@@ -8,6 +8,8 @@ mod common;
 use common::{llama_with, moe_with, next_with};
 use solder_config::{ConfigError, ModelConfig};
 
+type Edit = fn(&mut ModelConfig);
+
 fn refused_key(config: &ModelConfig) -> String {
     match config.check_bounds() {
         Err(ConfigError::InvalidValue { key, .. }) => key,
@@ -30,7 +32,7 @@ fn the_parsed_configs_pass() {
 #[test]
 fn dense_dimensions_are_refused_by_key() {
     let base = llama_with(|_| {}).unwrap();
-    let cases: [(&str, fn(&mut ModelConfig)); 6] = [
+    let cases: [(&str, Edit); 6] = [
         ("vocab_size", |c| c.vocab_size = 0),
         ("hidden_size", |c| c.hidden_size = 0),
         ("num_key_value_heads", |c| {
@@ -38,7 +40,9 @@ fn dense_dimensions_are_refused_by_key() {
         }),
         ("num_key_value_heads", |c| c.num_key_value_heads = 0),
         ("head_dim", |c| c.head_dim = 15),
-        ("layer_types", |c| drop(c.layer_types.pop())),
+        ("layer_types", |c| {
+            c.layer_types.pop();
+        }),
     ];
     for (key, edit) in cases {
         let mut config = base.clone();

@@ -179,5 +179,8 @@ fn a_tensor_mapped_twice_in_the_index_is_refused_by_name() {
     std::fs::write(dir.path().join(INDEX), doubled).unwrap();
     let message = refusal(dir.path().to_path_buf());
     assert!(message.contains(INDEX), "{message}");
-    assert!(message.contains("duplicate key `lm_head.weight`"), "{message}");
+    assert!(
+        message.contains("duplicate key `lm_head.weight`"),
+        "{message}"
+    );
 }
