@@ -272,7 +272,8 @@ fn a_freed_exec_refuses_steps_and_a_second_free() {
 fn a_hand_built_config_the_parser_would_refuse_fails_the_build_by_key() {
     let mut backend = backend();
     let live = backend.live_allocations();
-    let edits: [(&str, fn(&mut solder_config::ModelConfig)); 3] = [
+    type Edit = fn(&mut solder_config::ModelConfig);
+    let edits: [(&str, Edit); 3] = [
         ("vocab_size", |c| c.vocab_size = 0),
         ("head_dim", |c| c.head_dim = 15),
         ("num_key_value_heads", |c| c.num_key_value_heads = 3),
