@@ -168,3 +168,65 @@ fn a_kv_only_model_checks_the_same_names() {
     );
     assert_eq!(a.tokens(ida).unwrap(), &[1, 4, 4, 4]);
 }
+
+/// A 2-layer Mistral with a window of 8 in every layer (pages out of it are recycled).
+const MISTRAL_WINDOW_8: &str = r#"{
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+    "vocab_size": 128, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": false, "rope_theta": 10000.0, "sliding_window": 8,
+    "hidden_act": "silu"
+}"#;
+
+#[test]
+fn a_take_back_past_a_recycled_window_page_is_refused() {
+    let mut backend = backend();
+    let exec = build(
+        &mut backend,
+        MISTRAL_WINDOW_8,
+        Policy::default(),
+        kv(12, 4, 64),
+    );
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    let early = session.rewind_point(&mut backend, id).unwrap();
+    feed(&mut session, &mut backend, id, &prompt(3, 128, 5));
+    let p5 = session.rewind_point(&mut backend, id).unwrap();
+    feed(&mut session, &mut backend, id, &prompt(4, 128, 35));
+    // Window 8 + widest verify 8 keep positions 24..40; the pages before went to the pool.
+    let held = (
+        session.seq_len(id).unwrap(),
+        session.held_pages(id).unwrap(),
+    );
+    let tokens = session.tokens(id).unwrap().to_vec();
+    for err in [
+        session.truncate_to(id, 10).unwrap_err(),
+        session.rewind(&mut backend, &p5).unwrap_err(),
+    ] {
+        assert_rewind_refused(err, "sliding window");
+        assert_eq!(
+            (
+                session.seq_len(id).unwrap(),
+                session.held_pages(id).unwrap()
+            ),
+            held
+        );
+        assert_eq!(session.tokens(id).unwrap(), tokens.as_slice());
+    }
+    // Within the kept margin it still works, and so does going back to the empty sequence
+    // (its next step reads nothing before it).
+    session
+        .truncate_to(id, 32)
+        .expect("back by the widest verify width");
+    // Positions 24..32 are the window of a step at 32; 20..24 went back to the pool.
+    session
+        .truncate_to(id, 31)
+        .expect("window 24..=31: block 5 is not read");
+    assert_rewind_refused(session.truncate_to(id, 30).unwrap_err(), "sliding window");
+    session
+        .rewind(&mut backend, &early)
+        .expect("back to no tokens");
+    assert_eq!(session.held_pages(id).unwrap(), 0);
+    feed(&mut session, &mut backend, id, &[1, 2, 3]);
+}

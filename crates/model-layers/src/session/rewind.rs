@@ -115,6 +115,7 @@ impl Session<'_> {
                  back; take a rewind point before the tokens to drop"
             )));
         }
+        self.check_window_kept(id, len)?;
         let pages = self.exec.layout.kv_block_size;
         self.truncate(id, len, len.div_ceil(pages));
         Ok(())
@@ -207,6 +208,7 @@ impl Session<'_> {
         if point.len > seq.len {
             return refuse(format!("the sequence holds only {} tokens", seq.len));
         }
+        self.check_window_kept(id, point.len)?;
         let regions: Vec<_> = self
             .exec
             .layout
