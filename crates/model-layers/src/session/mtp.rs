@@ -241,9 +241,11 @@ impl<'e> MtpDrafter<'e> {
         }
         if Some(first) != len.checked_add(held) {
             return Err(SessionError::DraftHead(format!(
-                "sequence {seq}: hidden rows observed from position {first} ({rows} of them) \
-                 but the head holds positions up to {} (every target step of the sequence must \
-                 be observed, in order)",
+                "sequence {seq}: hidden rows observed for positions {first}..{} but the head \
+                 holds positions up to {} (every target step of the sequence must be observed, \
+                 in order)",
+                // Checked against the position limit above: no wrap.
+                first + rows,
                 len.saturating_add(held)
             )));
         }
