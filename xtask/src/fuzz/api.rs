@@ -248,9 +248,8 @@ fn run_calls(
             }
             5 => {
                 let id = seq_id(rng, &ids);
-                match session.rewind_point(backend, id) {
-                    Ok(point) => points.push(point),
-                    Err(_) => {}
+                if let Ok(point) = session.rewind_point(backend, id) {
+                    points.push(point);
                 }
                 if points.is_empty() {
                     continue;
