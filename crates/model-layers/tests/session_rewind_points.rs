@@ -230,3 +230,30 @@ fn a_take_back_past_a_recycled_window_page_is_refused() {
     assert_eq!(session.held_pages(id).unwrap(), 0);
     feed(&mut session, &mut backend, id, &[1, 2, 3]);
 }
+
+#[test]
+fn a_rewind_whose_state_copy_fails_part_way_leaves_the_sequence_as_it_was() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend);
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    feed(&mut session, &mut backend, id, &[3, 1, 4]);
+    let point = session.rewind_point(&mut backend, id).unwrap();
+    assert!(
+        point.state_bytes().len() > 1,
+        "the test needs two state regions"
+    );
+    feed(&mut session, &mut backend, id, &[1, 5]);
+    let before = snapshot(&session, &mut backend, id);
+    // The second region's copy fails, after the first was written.
+    backend.fail_call("copy_h2d", 1);
+    session.rewind(&mut backend, &point).unwrap_err();
+    assert_eq!(
+        snapshot(&session, &mut backend, id),
+        before,
+        "a failed rewind moved it"
+    );
+    session
+        .rewind(&mut backend, &point)
+        .expect("the rewind then succeeds");
+}

@@ -9,6 +9,7 @@
 
 use solder_gpu_runtime::GpuBackend;
 
+use super::backup::StateBackup;
 use super::{SeqId, Session};
 use crate::error::SessionError;
 
@@ -229,10 +230,22 @@ impl Session<'_> {
         }
         match seq.slot {
             Some(slot) if point.state.len() == regions.len() => {
+                // One region per copy: a copy that fails part-way puts the saved state back,
+                // so a failed rewind leaves the sequence as it was.
+                let backup = StateBackup::save(self.exec, backend, &[slot])?;
                 let states = self.exec.kv_cache();
                 for (region, bytes) in regions.iter().zip(&point.state) {
                     let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-                    backend.copy_h2d(at, bytes)?;
+                    if let Err(e) = backend.copy_h2d(at, bytes) {
+                        if let Err(restore) = backup.restore(self.exec, backend) {
+                            return Err(SessionError::StateLost {
+                                step: Box::new(e.into()),
+                                seqs: vec![id],
+                                restore,
+                            });
+                        }
+                        return Err(e.into());
+                    }
                 }
             }
             Some(_) if point.state.is_empty() && point.len == 0 => {
