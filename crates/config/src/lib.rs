@@ -22,13 +22,16 @@ mod error;
 mod family;
 mod features;
 mod fields;
+pub mod file_guard;
 mod hybrid;
+pub mod json_keys;
 mod keys;
 mod levers;
 mod model;
 mod moe;
 mod rope;
 mod serve;
+mod shape;
 mod window;
 
 pub use bounds::{dim_bound, DimBound, DIM_BOUNDS};

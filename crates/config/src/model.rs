@@ -75,37 +75,30 @@ impl ModelConfig {
     /// (a device or a pipe such as `/dev/zero` is refused before anything is read); errors
     /// name the path.
     pub fn from_file(path: &Path) -> Result<ModelConfig, ConfigError> {
-        use std::io::Read as _;
+        use crate::file_guard::{read_capped, FileRefusal};
         let source = path.display().to_string();
-        let read_err = |err| ConfigError::Read {
-            file: source.clone(),
-            source: err,
-        };
-        let meta = std::fs::metadata(path).map_err(read_err)?;
-        if !meta.is_file() {
-            return Err(ConfigError::NotAConfigFile {
+        let bytes = read_capped(path, MAX_CONFIG_BYTES).map_err(|refusal| match refusal {
+            FileRefusal::Io(err) => ConfigError::Read {
                 file: source.clone(),
-                problem: "is not a regular file".to_string(),
-            });
-        }
-        let mut text = String::new();
-        // Read one byte past the cap, so a file that grew after the check is still caught.
-        std::fs::File::open(path)
-            .map_err(read_err)?
-            .take(MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(read_err)?;
-        if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::NotAConfigFile {
-                file: source,
-                problem: format!("is larger than {MAX_CONFIG_BYTES} bytes"),
-            });
-        }
+                source: err,
+            },
+            other => ConfigError::NotAConfigFile {
+                file: source.clone(),
+                problem: other.to_string(),
+            },
+        })?;
+        let text = String::from_utf8(bytes).map_err(|err| ConfigError::Read {
+            file: source.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, err),
+        })?;
         Self::from_json_str(&text, &source)
     }
 
     /// Parses the text of a `config.json`; `source` names it in errors and in `self.source`.
     pub fn from_json_str(text: &str, source: &str) -> Result<ModelConfig, ConfigError> {
+        // serde_json keeps the last of two equal keys: refused first, naming the key.
+        crate::json_keys::first_duplicate(text.as_bytes())
+            .map_err(|err| json_error(source, &err))?;
         let value: Value = serde_json::from_str(text).map_err(|err| json_error(source, &err))?;
         let Value::Object(map) = &value else {
             return Err(ConfigError::NotAnObject {
@@ -146,7 +139,8 @@ impl ModelConfig {
     }
 
     /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
-    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32. Compilers
+    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32, and the
+    /// structure (`shape`: positive dims, divisibility, top-k within the experts). Compilers
     /// call it before computing any size from the config.
     pub fn check_bounds(&self) -> Result<(), ConfigError> {
         let empty = serde_json::Map::new();
@@ -227,7 +221,10 @@ impl ModelConfig {
         }
         positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
         positive_f32(&fields, "rope_theta", self.rope.theta)?;
-        Ok(())
+        // The structure the parser checks key by key (positive dims, kv heads dividing heads,
+        // an even head_dim, top-k within the experts, ...): a hand-built config passes the
+        // same rules, refused by the same key, at build instead of at a twin's first step.
+        crate::shape::check_shape(self, &fields)
     }
 }
 

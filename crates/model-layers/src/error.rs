@@ -87,6 +87,18 @@ pub enum ExecError {
     },
     #[error("{0}")]
     Build(String),
+    /// A size or index a caller handed in that the exec cannot serve, by the argument's name.
+    #[error("`{field}` = {value}: {message}")]
+    Argument {
+        field: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error(
+        "this exec was freed: its workspace, weights and state are gone, and nothing may run, \
+         capture or free on it again"
+    )]
+    Freed,
     #[error(
         "this exec was built on the {built_on} and was handed the {given}: its workspace, \
          weights, state, streams and events live on the first"
@@ -178,6 +190,12 @@ pub enum SessionError {
     DraftVocab { draft: usize, target: usize },
     #[error("rewind: {0}")]
     Rewind(String),
+    /// An argument a caller handed in, refused by its name.
+    #[error("`{field}`: {message}")]
+    Argument {
+        field: &'static str,
+        message: String,
+    },
     #[error("MTP draft head: {0}")]
     DraftHead(String),
     #[error(transparent)]

@@ -40,7 +40,7 @@ use crate::error::ExecError;
 use crate::graphs::{
     CaptureReport, Decision, GraphCache, GraphCounters, GraphPolicy, ProgramKey, StepRun,
 };
-use crate::layout::Layout;
+use crate::layout::{check_state_bytes, Layout};
 use crate::program::{compile, Program};
 use crate::session::Pools;
 use crate::weights::HostWeights;
@@ -68,6 +68,63 @@ pub struct KvShape {
     pub max_seq_len: usize,
     /// Sequences alive at once (recurrent state slots; KV pages are shared from one pool).
     pub max_sequences: usize,
+}
+
+impl KvShape {
+    /// Page ids travel as i32 in the block tables the kernels read.
+    pub const MAX_PAGES: usize = i32::MAX as usize;
+    /// The circuit's own bound on tokens per page.
+    pub const MAX_BLOCK_SIZE: usize = solder_circuit::families::MAX_KV_BLOCK_SIZE;
+    /// `max_position_embeddings`' bound (`DIM_BOUNDS`): no model reaches further.
+    pub const MAX_SEQ_LEN: usize = 1 << 26;
+    /// Recurrent-state slots (slot ids are u32; a million live sequences is far past any
+    /// serve).
+    pub const MAX_SEQUENCES: usize = 1 << 20;
+
+    /// Each field within its range, refused by name (the state allocation's size is checked
+    /// at build, once the model's state is known: `layout::check_state_bytes`).
+    pub fn check(&self) -> Result<(), ExecError> {
+        let fields = [
+            (
+                "KvShape::pages",
+                self.pages,
+                2,
+                Self::MAX_PAGES,
+                "one is the scratch page",
+            ),
+            (
+                "KvShape::block_size",
+                self.block_size,
+                1,
+                Self::MAX_BLOCK_SIZE,
+                "tokens per page",
+            ),
+            (
+                "KvShape::max_seq_len",
+                self.max_seq_len,
+                1,
+                Self::MAX_SEQ_LEN,
+                "longest sequence",
+            ),
+            (
+                "KvShape::max_sequences",
+                self.max_sequences,
+                0,
+                Self::MAX_SEQUENCES,
+                "state slots",
+            ),
+        ];
+        for (field, value, min, max, what) in fields {
+            if !(min..=max).contains(&value) {
+                return Err(ExecError::Argument {
+                    field,
+                    value: value.to_string(),
+                    message: format!("must be {min}..={max} ({what})"),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Everything a build needs.
@@ -132,6 +189,10 @@ struct Owned {
 }
 
 impl Owned {
+    fn is_empty(&self) -> bool {
+        self.allocations.is_empty() && self.streams.is_empty() && self.events.is_empty()
+    }
+
     fn alloc(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -250,9 +311,7 @@ impl CircuitExec {
             weights,
             kv,
         } = boot;
-        if kv.block_size == 0 || kv.pages < 2 || kv.max_seq_len == 0 {
-            return Err(ExecError::Build(format!("KV shape {kv:?}: need block_size >= 1, pages >= 2 (one is the scratch page), max_seq_len >= 1")));
-        }
+        kv.check()?;
         let options = CircuitOptions {
             kv_block_size: kv.block_size,
         };
@@ -312,6 +371,20 @@ impl CircuitExec {
             .iter()
             .chain(arm_plans.iter().map(|(_, p)| p))
             .collect();
+        let max_rows = served.iter().map(|p| p.rows).max().unwrap_or(1);
+        check_state_bytes(instance.storage(), max_rows, kv.pages, kv.max_sequences).map_err(
+            |(field, message)| {
+                let (field, value) = match field {
+                    "pages" => ("KvShape::pages", kv.pages),
+                    _ => ("KvShape::max_sequences", kv.max_sequences),
+                };
+                ExecError::Argument {
+                    field,
+                    value: value.to_string(),
+                    message,
+                }
+            },
+        )?;
         let layout = Layout::new(
             instance.storage(),
             &served,
@@ -774,9 +847,21 @@ impl CircuitExec {
         }
     }
 
+    /// Unique in the process: what graphs and rewind points name their exec by.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `check_live` then `check_backend`: what every session call checks before it touches
+    /// the exec's memory (a session made after `free` must not reach freed memory).
+    pub(crate) fn check_usable(&self, backend: &dyn GpuBackend) -> Result<(), ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)
+    }
+
     pub(crate) fn check_live(&self) -> Result<(), ExecError> {
         if self.freed {
-            return Err(ExecError::Build("the exec's workspace was freed".into()));
+            return Err(ExecError::Freed);
         }
         Ok(())
     }
@@ -800,9 +885,13 @@ impl CircuitExec {
 
     /// Frees the workspace, weights and KV cache and destroys the exec's side streams and
     /// events; refused while captured graphs live. A free that fails part-way keeps what it
-    /// could not give back, and a second call retries only that.
+    /// could not give back, and a second call retries only that; a free after a whole one is
+    /// `ExecError::Freed`.
     pub fn free(&mut self, backend: &mut dyn GpuBackend) -> Result<(), ExecError> {
         self.check_backend(backend)?;
+        if self.freed && self.owned.is_empty() {
+            return Err(ExecError::Freed);
+        }
         if self.live_graphs > 0 {
             return Err(ExecError::GraphsAlive {
                 live: self.live_graphs,
@@ -828,11 +917,6 @@ impl CircuitExec {
     ) -> Result<(), ExecError> {
         self.check_live()?;
         self.check_backend(backend)?;
-        if pages < 2 {
-            return Err(ExecError::Build(format!(
-                "resize_kv to {pages} page(s): need at least 2 (one is the scratch page)"
-            )));
-        }
         if self.live_graphs > 0 {
             return Err(ExecError::GraphsAlive {
                 live: self.live_graphs,
@@ -846,6 +930,27 @@ impl CircuitExec {
                 )));
             }
         }
+        if !(2..=KvShape::MAX_PAGES).contains(&pages) {
+            return Err(ExecError::Argument {
+                field: "pages",
+                value: pages.to_string(),
+                message: format!(
+                    "resize_kv: must be 2..={} (one is the scratch page)",
+                    KvShape::MAX_PAGES
+                ),
+            });
+        }
+        check_state_bytes(
+            self.instance.storage(),
+            self.layout.max_rows,
+            pages,
+            self.layout.state_slots - 1,
+        )
+        .map_err(|(_, message)| ExecError::Argument {
+            field: "pages",
+            value: pages.to_string(),
+            message: format!("resize_kv: {message}"),
+        })?;
         let served: Vec<&ExecutionPlan> = self.plans.iter().chain(&self.arm_plans).collect();
         let layout = Layout::new(
             self.instance.storage(),

@@ -5,7 +5,8 @@
 //! the draft program can run before a session drives it.
 //!
 //! Invariant: each call checks the exec is live and bound to `backend`, that it serves draft
-//! programs, and that the rows lie within the widest program; nothing here writes outside the
+//! programs, and that the rows lie within the widest program (checked
+//! arithmetic: no row index wraps); nothing here writes outside the
 //! two hidden regions and the metadata region.
 
 use half::bf16;
@@ -30,7 +31,7 @@ impl CircuitExec {
         self.instance.draft.is_some()
     }
 
-    fn check_draft(&self, backend: &dyn GpuBackend, rows: usize) -> Result<(), ExecError> {
+    fn check_draft(&self, backend: &dyn GpuBackend) -> Result<(), ExecError> {
         self.check_live()?;
         self.check_backend(backend)?;
         if !self.has_draft_head() {
@@ -40,13 +41,36 @@ impl CircuitExec {
                 self.instance.circuit.name
             )));
         }
-        if rows > self.layout.max_rows {
-            return Err(ExecError::Build(format!(
-                "{rows} hidden rows: the widest program has {}",
-                self.layout.max_rows
-            )));
-        }
         Ok(())
+    }
+
+    /// Rows `first..first + rows` lie within the hidden regions' rows (checked arithmetic:
+    /// `first` near `usize::MAX` is refused, not wrapped), refused by the argument's name.
+    fn check_hidden_rows(
+        &self,
+        first_field: &'static str,
+        first: usize,
+        rows_field: &'static str,
+        rows: usize,
+    ) -> Result<(), ExecError> {
+        let max = self.layout.max_rows;
+        if rows > max {
+            return Err(ExecError::Argument {
+                field: rows_field,
+                value: rows.to_string(),
+                message: format!("the hidden regions hold {max} rows (the widest program's)"),
+            });
+        }
+        match first.checked_add(rows) {
+            Some(end) if end <= max => Ok(()),
+            _ => Err(ExecError::Argument {
+                field: first_field,
+                value: first.to_string(),
+                message: format!(
+                    "{rows} row(s) from row {first} lie past the {max} rows the hidden regions hold"
+                ),
+            }),
+        }
     }
 
     fn hidden_ptr(&self, which: HiddenRows, row: usize) -> solder_gpu_runtime::DevicePtr {
@@ -78,7 +102,8 @@ impl CircuitExec {
         first: usize,
         rows: usize,
     ) -> Result<Vec<bf16>, ExecError> {
-        self.check_draft(backend, first + rows)?;
+        self.check_draft(backend)?;
+        self.check_hidden_rows("first", first, "rows", rows)?;
         let mut raw = vec![0u8; rows * self.config.hidden_size * 2];
         backend.copy_d2h(self.hidden_ptr(which, first), &mut raw)?;
         Ok(raw
@@ -101,7 +126,13 @@ impl CircuitExec {
                 values.len()
             )));
         }
-        self.check_draft(backend, values.len() / hidden)?;
+        self.check_draft(backend)?;
+        self.check_hidden_rows(
+            "first",
+            0,
+            "values.len() / hidden_size",
+            values.len() / hidden,
+        )?;
         backend.copy_h2d(
             self.hidden_ptr(HiddenRows::Target, 0),
             bytes::bf16_bytes(values),
@@ -117,7 +148,9 @@ impl CircuitExec {
         from: usize,
         to: usize,
     ) -> Result<(), ExecError> {
-        self.check_draft(backend, from.max(to) + 1)?;
+        self.check_draft(backend)?;
+        self.check_hidden_rows("from", from, "rows", 1)?;
+        self.check_hidden_rows("to", to, "rows", 1)?;
         backend.copy_d2d(
             self.hidden_ptr(HiddenRows::Target, to),
             self.hidden_ptr(HiddenRows::Draft, from),

@@ -243,3 +243,65 @@ fn attn_scratch_max(circuit: &Circuit, max_rows: usize) -> usize {
     }
     attn::scratch_bytes(max_rows, heads, head_dim)
 }
+
+/// The state allocation's bytes for `kv_pages` KV pages and `max_sequences` state slots at
+/// `max_rows` rows, by checked arithmetic before `Layout::new` computes it plainly. An
+/// overflow, or a total past `MAX_TENSOR_BYTES`, is refused naming the `KvShape` field whose
+/// value makes it so (`pages` for the KV pages, `max_sequences` for the slots).
+pub(crate) fn check_state_bytes(
+    circuit: &Circuit,
+    max_rows: usize,
+    kv_pages: usize,
+    max_sequences: usize,
+) -> Result<usize, (&'static str, String)> {
+    use solder_circuit::ir::MAX_TENSOR_BYTES;
+    let product = |factors: &[usize]| {
+        factors
+            .iter()
+            .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+            .and_then(|bytes| bytes.checked_next_multiple_of(ALIGN))
+    };
+    let too_large = |field: &'static str| {
+        (
+            field,
+            format!("the state allocation would pass {MAX_TENSOR_BYTES} bytes"),
+        )
+    };
+    let mut total = 0usize;
+    for decl in &circuit.states {
+        let (field, bytes) = match decl.kind {
+            StateKind::KvPages {
+                block_size,
+                num_kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => (
+                "pages",
+                product(&[
+                    kv_pages,
+                    2,
+                    block_size,
+                    num_kv_heads,
+                    head_dim,
+                    dtype.size_bytes(),
+                ]),
+            ),
+            ref kind => {
+                let slot = kind.checked_slot_bytes();
+                let slots = max_sequences
+                    .checked_add(1)
+                    .and_then(|s| s.checked_add(max_rows.checked_mul(2)?));
+                (
+                    "max_sequences",
+                    slot.zip(slots).and_then(|(b, n)| product(&[b, n])),
+                )
+            }
+        };
+        total = bytes
+            .and_then(|b| total.checked_add(b))
+            .filter(|&t| t <= MAX_TENSOR_BYTES)
+            .ok_or_else(|| too_large(field))?;
+    }
+    Ok(total)
+}

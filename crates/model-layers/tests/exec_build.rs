@@ -165,10 +165,13 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     );
     exec.free(&mut backend).unwrap();
     assert_eq!(backend.live_allocations(), allocations);
-    // Freeing twice is harmless; running after free is refused.
-    exec.free(&mut backend).unwrap();
+    // A second free is refused by name (issue 19 item 7: it returned Ok), and so is a run.
+    assert!(matches!(exec.free(&mut backend), Err(ExecError::Freed)));
     let decode = exec.decode_program().unwrap().clone();
-    assert!(exec.run(&mut backend, &decode).is_err());
+    assert!(matches!(
+        exec.run(&mut backend, &decode),
+        Err(ExecError::Freed)
+    ));
 }
 
 #[test]
@@ -375,7 +378,7 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
             ),
         );
         assert!(
-            matches!(result, Err(ExecError::Build(_))),
+            matches!(result, Err(ExecError::Argument { .. })),
             "{bad:?} was accepted"
         );
     }

@@ -168,6 +168,7 @@ fn free_destroys_the_streams_and_events() {
     );
     exec.free(&mut backend).expect("free");
     assert_eq!(held(&backend), before);
-    exec.free(&mut backend)
-        .expect("a second free has nothing left to give back");
+    // Nothing is left to give back: a second free is refused by name (issue 19 item 7).
+    assert!(matches!(exec.free(&mut backend), Err(ExecError::Freed)));
+    assert_eq!(held(&backend), before);
 }

@@ -6,9 +6,14 @@
 //! reproduces a run, and a finding prints its case and writes its input under
 //! `target/fuzz/findings/`.
 //!
+//! The `api` target (`api`) drives the library itself: sequences of session and exec calls
+//! with hostile arguments on the CPU backend, each refused call checked to leave every
+//! sequence byte for byte as it was.
+//!
 //! CI runs a bounded number of cases per target (`cargo xtask ci`); `--seconds N` runs longer.
 
 pub mod alloc;
+mod api;
 mod mutate;
 mod targets;
 
@@ -24,10 +29,10 @@ const USAGE: &str = "usage: cargo xtask fuzz [--cases N | --seconds N] [--target
 
   --cases N     cases per target (default 2000; at most 10000000)
   --seconds N   run each target for N seconds instead (at most 86400)
-  --target T    config, rules, checkpoint or all (default all)
+  --target T    config, rules, checkpoint, api or all (default all)
   --seed S      the run's seed (default 1); case i of a target is seeded from (S, target, i)";
 
-const TARGETS: &[&str] = &["config", "rules", "checkpoint"];
+const TARGETS: &[&str] = &["config", "rules", "checkpoint", "api"];
 
 /// How long or how many.
 #[derive(Clone, Copy)]
@@ -68,7 +73,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         t if TARGETS.contains(&t) => vec![t],
         other => {
             return Err(format!(
-                "unknown target `{other}` (expected config, rules, checkpoint or all)"
+                "unknown target `{other}` (expected config, rules, checkpoint, api or all)"
             ))
         }
     };
@@ -139,6 +144,19 @@ fn run_target(
     scratch: &Path,
 ) -> Tally {
     let mut tally = Tally::default();
+    // The api target's execs are built once, before any case is armed.
+    let mut api = match target {
+        "api" => match api::Api::build(corpus.shipped_rules()) {
+            Ok(api) => Some(api),
+            Err(e) => {
+                tally
+                    .findings
+                    .push(format!("the api target's execs did not build: {e}"));
+                return tally;
+            }
+        },
+        _ => None,
+    };
     // SOLDER_FUZZ_TRACE=1 names each case before it runs (to find a hang).
     let trace = std::env::var_os("SOLDER_FUZZ_TRACE").is_some();
     let start = Instant::now();
@@ -157,9 +175,10 @@ fn run_target(
         }
         alloc::arm(case);
         let began = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| match target {
-            "config" => targets::config_case(corpus, &mut rng),
-            "rules" => targets::rules_case(corpus, &mut rng),
+        let result = catch_unwind(AssertUnwindSafe(|| match (target, api.as_mut()) {
+            ("config", _) => targets::config_case(corpus, &mut rng),
+            ("rules", _) => targets::rules_case(corpus, &mut rng),
+            ("api", Some(api)) => api::api_case(api, &mut rng),
             _ => targets::checkpoint_case(corpus, &mut rng, case_dir),
         }));
         tally.largest_allocation = tally.largest_allocation.max(alloc::disarm());
@@ -180,6 +199,9 @@ fn run_target(
                 input,
                 format!("case {case}: refused without naming the input: {message}"),
             )),
+            Ok((input, Outcome::Broken(message))) => {
+                Some((input, format!("case {case}: {message}")))
+            }
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<String>()
@@ -215,6 +237,8 @@ fn regenerate(corpus: &Corpus, target: &str, rng: &mut Rng, case_dir: &Path) -> 
     let hook_safe = catch_unwind(AssertUnwindSafe(|| match target {
         "config" => targets::config_case(corpus, rng).0,
         "rules" => targets::rules_case(corpus, rng).0,
+        // Its execs may be what the panic broke: the seed and case number reproduce it.
+        "api" => b"api case: rerun with the same --seed and --cases to reproduce".to_vec(),
         _ => targets::checkpoint_case(corpus, rng, case_dir).0,
     }));
     hook_safe.unwrap_or_default()

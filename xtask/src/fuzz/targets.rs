@@ -26,6 +26,8 @@ pub enum Outcome {
     Refused,
     /// Refused, but the error does not say which input: a finding.
     Unnamed(String),
+    /// A library call broke a promise (a refused call changed a sequence): a finding.
+    Broken(String),
 }
 
 /// The inputs every target mutates.
@@ -39,6 +41,11 @@ pub struct Corpus {
 }
 
 impl Corpus {
+    /// The shipped rules, parsed (what the `api` target's execs are built with).
+    pub fn shipped_rules(&self) -> &RuleSet {
+        &self.shipped_rules
+    }
+
     pub fn load(root: &Path, scratch: &Path) -> Result<Corpus, String> {
         let mut configs = Vec::new();
         let dir = root.join("tests/fixtures/configs");

@@ -112,39 +112,18 @@ impl RuleSet {
     /// Reads and parses a rules file, which must be a regular file of at most
     /// `MAX_FILE_BYTES` (so `/dev/zero` or a FIFO is refused, not read without end).
     pub fn from_file(path: &Path) -> Result<RuleSet, CircuitError> {
-        use std::io::Read as _;
-        let io = |source| CircuitError::RulesIo {
-            path: path.to_path_buf(),
-            source,
-        };
+        use solder_config::file_guard::{read_capped, FileRefusal};
         let refuse = |message: String| CircuitError::Rules {
             source_name: path.display().to_string(),
             message,
         };
-        let meta = std::fs::metadata(path).map_err(io)?;
-        if !meta.is_file() {
-            return Err(refuse("not a regular file".into()));
-        }
-        if meta.len() > Self::MAX_FILE_BYTES {
-            return Err(refuse(format!(
-                "{} bytes, more than the {} a rules file may hold",
-                meta.len(),
-                Self::MAX_FILE_BYTES
-            )));
-        }
-        // Read one byte past the cap: a file that grew after the check is refused too.
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .map_err(io)?
-            .take(Self::MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        if bytes.len() as u64 > Self::MAX_FILE_BYTES {
-            return Err(refuse(format!(
-                "more than the {} bytes a rules file may hold",
-                Self::MAX_FILE_BYTES
-            )));
-        }
+        let bytes = read_capped(path, Self::MAX_FILE_BYTES).map_err(|refusal| match refusal {
+            FileRefusal::Io(source) => CircuitError::RulesIo {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => refuse(format!("a rules file {other}")),
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| refuse(format!("not UTF-8: {e}")))?;
         RuleSet::from_toml_str(&text, &path.display().to_string())
     }

@@ -4,14 +4,19 @@
 //! checked against the file's length when it was parsed).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
+use solder_config::file_guard::{open_regular, FileRefusal};
+
 use crate::error::WeightsError;
+
+/// The largest safetensors file mapped: 1 TiB (published shards are a few GiB; the cap only
+/// refuses a length nothing real has).
+pub const MAX_SHARD_BYTES: u64 = 1 << 40;
 
 /// Where one tensor's bytes are in its file.
 pub struct TensorEntry {
@@ -35,7 +40,15 @@ impl ShardFile {
             path: path.to_path_buf(),
             message: e.to_string(),
         };
-        let file = File::open(path).map_err(io)?;
+        // A FIFO, device or folder is refused before it is opened (a FIFO's open blocks).
+        let (file, _len) =
+            open_regular(path, MAX_SHARD_BYTES).map_err(|refusal| match refusal {
+                FileRefusal::Io(e) => io(e),
+                other => WeightsError::Format {
+                    path: path.to_path_buf(),
+                    message: format!("a checkpoint file {other}"),
+                },
+            })?;
         // SAFETY: the mapping is read-only; a file changed under us while mapped is outside
         // what solder promises (as for every engine that maps checkpoints).
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
@@ -44,6 +57,15 @@ impl ShardFile {
                 path: path.to_path_buf(),
                 message: format!("not a valid safetensors file (truncated?): {e}"),
             })?;
+        // safetensors parses the header with serde_json, which keeps the last of two equal
+        // keys: a tensor named twice is refused, naming it, not resolved last-wins.
+        let header = mmap
+            .get(8..8usize.saturating_add(header_len))
+            .unwrap_or_default();
+        solder_config::json_keys::first_duplicate(header).map_err(|e| WeightsError::Format {
+            path: path.to_path_buf(),
+            message: format!("header: {e}"),
+        })?;
         // The 8-byte length prefix, then the header, then the data the offsets index.
         let data_start = 8usize.saturating_add(header_len);
         let mut tensors = BTreeMap::new();

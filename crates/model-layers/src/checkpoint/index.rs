@@ -7,8 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use solder_config::file_guard::{read_capped, FileRefusal};
+
 use super::header::ShardFile;
 use crate::error::WeightsError;
+
+/// The largest index read (a 1,000-shard model's is well under 1 MiB).
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
 
 /// The index's weight map: tensor name → shard file name.
 pub struct WeightMap {
@@ -22,12 +27,17 @@ impl WeightMap {
             path: path.to_path_buf(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| WeightsError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        let bytes = read_capped(path, MAX_INDEX_BYTES).map_err(|refusal| match refusal {
+            FileRefusal::Io(e) => WeightsError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            },
+            other => format(format!("the index {other}")),
         })?;
+        // A tensor mapped twice would resolve last-wins: refused, naming it.
+        solder_config::json_keys::first_duplicate(&bytes).map_err(|e| format(e.to_string()))?;
         let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
+            serde_json::from_slice(&bytes).map_err(|e| format(e.to_string()))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())

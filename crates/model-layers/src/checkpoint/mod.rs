@@ -44,6 +44,8 @@ impl Checkpoint {
         let single = dir.join(SINGLE);
         let index_path = dir.join(INDEX);
         // transformers checks for model.safetensors before the index (`from_pretrained`).
+        // `is_file` is false for a FIFO or device: such a `model.safetensors` beside an index
+        // is passed over for it; alone, it is opened below and refused by the file guard.
         let (weight_map, paths) = if single.is_file() {
             if index_path.exists() {
                 tracing::warn!(
@@ -60,6 +62,8 @@ impl Checkpoint {
                 .map(|name| dir.join(name))
                 .collect();
             (Some(weight_map), paths)
+        } else if single.exists() {
+            (None, vec![single])
         } else {
             return Err(WeightsError::Io {
                 path: dir.to_path_buf(),

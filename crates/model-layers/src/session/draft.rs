@@ -245,7 +245,7 @@ impl ModelDrafter<'_> {
         match before {
             Some(point) => {
                 self.session.rewind(backend, point)?;
-                self.seq(seq)?.fed = point.len;
+                self.seq(seq)?.fed = point.len();
             }
             None => {
                 self.session.truncate_to(id, fed + keep)?;

@@ -92,10 +92,14 @@ struct Sequence {
     sampler: Option<crate::sampling::Sampler>,
     /// Speculative steps' acceptance history.
     acceptances: speculative::Acceptances,
+    /// The cuts its history took: which rewind points still describe it.
+    cuts: rewind::Cuts,
 }
 
 pub struct Session<'e> {
     exec: &'e CircuitExec,
+    /// Unique in the process: what a `RewindPoint` names its session by.
+    id: u64,
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
     /// Whether steps may take runtime routes (arms); on by default.
@@ -110,8 +114,10 @@ impl<'e> Session<'e> {
     /// A session on `exec`, lending pages and slots from the exec's pools (shared with every
     /// other session on it).
     pub fn new(exec: &'e CircuitExec) -> Session<'e> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Session {
             exec,
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             seqs: BTreeMap::new(),
             next_id: 1,
             routes: true,
@@ -201,7 +207,7 @@ impl<'e> Session<'e> {
                 vocab,
             });
         }
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let (start, pages_before, slot_before) = {
             let seq = self
                 .seqs
@@ -269,6 +275,9 @@ impl<'e> Session<'e> {
     /// Puts a sequence back to `len` tokens and `pages` pages (the rest return to the pool).
     fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
         if let Some(seq) = self.seqs.get_mut(&id) {
+            if len < seq.len {
+                seq.cuts.cut(len);
+            }
             seq.len = len;
             seq.tokens.truncate(len);
             self.exec.pools().pages.shrink(&mut seq.pages, pages);

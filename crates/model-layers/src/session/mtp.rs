@@ -220,17 +220,33 @@ impl<'e> MtpDrafter<'e> {
             )));
         }
         let rows = values.len() / hidden;
-        let head = self.head(seq);
-        let id = head.id;
-        let held = head.rows.len() / hidden;
-        let len = self.session.seq_len(id)?;
-        if first != len + held {
+        // Checked before `head` makes an entry: a refused call leaves the drafter as it was.
+        let (len, held) = match self.seqs.get(&seq) {
+            Some(head) => (self.session.seq_len(head.id)?, head.rows.len() / hidden),
+            None => (0, 0),
+        };
+        let limit = self
+            .exec
+            .config
+            .max_position_embeddings
+            .min(self.exec.layout.max_seq_len);
+        if first.checked_add(rows).is_none_or(|end| end > limit) {
+            return Err(SessionError::Argument {
+                field: "first",
+                message: format!(
+                    "sequence {seq}: {rows} hidden row(s) from position {first} reach past the \
+                     position limit {limit}"
+                ),
+            });
+        }
+        if Some(first) != len.checked_add(held) {
             return Err(SessionError::DraftHead(format!(
                 "sequence {seq}: hidden rows observed for positions {first}..{} but the head \
                  holds positions up to {} (every target step of the sequence must be observed, \
                  in order)",
+                // Checked against the position limit above: no wrap.
                 first + rows,
-                len + held
+                len.saturating_add(held)
             )));
         }
         self.head(seq).rows.extend(values);

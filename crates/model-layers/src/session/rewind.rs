@@ -9,24 +9,81 @@
 
 use solder_gpu_runtime::GpuBackend;
 
+use super::backup::StateBackup;
 use super::{SeqId, Session};
 use crate::error::SessionError;
 
-/// A sequence's length and recurrent state at one moment, to go back to.
+/// A sequence's length and recurrent state at one moment, to go back to. It names the exec,
+/// session and sequence it was taken from and the sequence's history generation then: any
+/// other sequence refuses it, and so does its own once its history was cut below the point
+/// (a rewind or truncation to fewer tokens, even if tokens were fed again since).
 #[derive(Debug, Clone)]
 pub struct RewindPoint {
-    pub seq: SeqId,
-    pub len: usize,
+    exec: u64,
+    session: u64,
+    seq: SeqId,
+    generation: u64,
+    len: usize,
     /// Per recurrent state region, the slot's bytes (empty without recurrent state or before
     /// the sequence took a slot).
     state: Vec<Vec<u8>>,
 }
 
 impl RewindPoint {
+    /// The sequence it was taken from.
+    pub fn seq(&self) -> SeqId {
+        self.seq
+    }
+
+    /// The sequence's length when it was taken.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it was taken before the sequence's first token.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The recurrent state it holds: one slot's bytes per recurrent state region, in layout
     /// order (empty without recurrent state).
     pub fn state_bytes(&self) -> &[Vec<u8>] {
         &self.state
+    }
+}
+
+/// The cuts a sequence's history took (truncations to fewer tokens), so a rewind point knows
+/// whether the tokens before it are still the ones it saw.
+///
+/// Invariant: `stack` holds (generation after the cut, length cut to) with both rising, and
+/// the shortest cut made after any generation is the first entry after it (a cut pops every
+/// entry at least as long, which it makes redundant).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Cuts {
+    generation: u64,
+    stack: Vec<(u64, usize)>,
+}
+
+impl Cuts {
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Records a cut of the history to `len` tokens.
+    pub(super) fn cut(&mut self, len: usize) {
+        self.generation = self.generation.wrapping_add(1);
+        while self.stack.last().is_some_and(|&(_, cut)| cut >= len) {
+            self.stack.pop();
+        }
+        self.stack.push((self.generation, len));
+    }
+
+    /// The fewest tokens the history was cut to after `generation` (None: no cut since).
+    fn shortest_since(&self, generation: u64) -> Option<usize> {
+        self.stack
+            .iter()
+            .find(|&&(g, _)| g > generation)
+            .map(|&(_, len)| len)
     }
 }
 
@@ -59,6 +116,7 @@ impl Session<'_> {
                  back; take a rewind point before the tokens to drop"
             )));
         }
+        self.check_window_kept(id, len)?;
         let pages = self.exec.layout.kv_block_size;
         self.truncate(id, len, len.div_ceil(pages));
         Ok(())
@@ -70,7 +128,7 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         id: SeqId,
     ) -> Result<RewindPoint, SessionError> {
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let seq = self
             .seqs
             .get(&id)
@@ -86,32 +144,72 @@ impl Session<'_> {
             }
         }
         Ok(RewindPoint {
+            exec: self.exec.id(),
+            session: self.id,
             seq: id,
+            generation: seq.cuts.generation(),
             len: seq.len,
             state,
         })
     }
 
     /// Takes the sequence back to `point`: its length, block table, token history and
-    /// recurrent state. Refused if the sequence is shorter than the point (it was already
-    /// taken back past it) or the point's state does not match the sequence's slot.
+    /// recurrent state. Refused, with nothing changed, if the point was taken on another
+    /// exec, in another session or from another sequence, if the sequence's history was cut
+    /// below the point since it was taken (or it is shorter than the point), or if the point's
+    /// state does not match the sequence's slot.
     pub fn rewind(
         &mut self,
         backend: &mut dyn GpuBackend,
         point: &RewindPoint,
     ) -> Result<(), SessionError> {
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let id = point.seq;
+        let refuse = |why: String| {
+            Err(SessionError::Rewind(format!(
+                "a rewind point of sequence {id} at {} tokens: {why}",
+                point.len
+            )))
+        };
+        if point.exec != self.exec.id() {
+            return refuse(format!(
+                "it was taken on exec {}, not on this session's exec {}",
+                point.exec,
+                self.exec.id()
+            ));
+        }
+        if point.session != self.id {
+            return refuse(format!(
+                "it was taken in session {}, not in this one ({}): a point only serves the \
+                 sequence it was taken from",
+                point.session, self.id
+            ));
+        }
         let seq = self
             .seqs
             .get(&id)
             .ok_or(SessionError::UnknownSequence(id))?;
-        if point.len > seq.len {
-            return Err(SessionError::Rewind(format!(
-                "sequence {id} holds {} tokens, fewer than the rewind point's {}",
-                seq.len, point.len
-            )));
+        if point.generation > seq.cuts.generation() {
+            return refuse(format!(
+                "its generation {} is past the sequence's {}",
+                point.generation,
+                seq.cuts.generation()
+            ));
         }
+        if let Some(cut) = seq
+            .cuts
+            .shortest_since(point.generation)
+            .filter(|&cut| cut < point.len)
+        {
+            return refuse(format!(
+                "the sequence was taken back to {cut} tokens after it was taken, so the tokens \
+                 before the point are no longer the ones it saw"
+            ));
+        }
+        if point.len > seq.len {
+            return refuse(format!("the sequence holds only {} tokens", seq.len));
+        }
+        self.check_window_kept(id, point.len)?;
         let regions: Vec<_> = self
             .exec
             .layout
@@ -119,12 +217,35 @@ impl Session<'_> {
             .iter()
             .filter(|r| r.slot_bytes > 0)
             .collect();
+        if let Some((region, bytes)) = regions
+            .iter()
+            .zip(&point.state)
+            .find(|(region, bytes)| bytes.len() != region.slot_bytes)
+        {
+            return refuse(format!(
+                "it holds {} bytes of a state region whose slot is {} bytes",
+                bytes.len(),
+                region.slot_bytes
+            ));
+        }
         match seq.slot {
             Some(slot) if point.state.len() == regions.len() => {
+                // One region per copy: a copy that fails part-way puts the saved state back,
+                // so a failed rewind leaves the sequence as it was.
+                let backup = StateBackup::save(self.exec, backend, &[slot])?;
                 let states = self.exec.kv_cache();
                 for (region, bytes) in regions.iter().zip(&point.state) {
                     let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-                    backend.copy_h2d(at, bytes)?;
+                    if let Err(e) = backend.copy_h2d(at, bytes) {
+                        if let Err(restore) = backup.restore(self.exec, backend) {
+                            return Err(SessionError::StateLost {
+                                step: Box::new(e.into()),
+                                seqs: vec![id],
+                                restore,
+                            });
+                        }
+                        return Err(e.into());
+                    }
                 }
             }
             Some(_) if point.state.is_empty() && point.len == 0 => {

@@ -50,13 +50,43 @@ pub enum SpecPolicy {
 
 impl SpecPolicy {
     /// The k of the next step, given the sequence's average accepted drafts (None: no history).
+    /// Never panics: an `Adaptive` policy with `min > max` gives `max` (`check` refuses it).
     pub fn k(&self, mean_accepted: Option<f64>) -> usize {
         match *self {
             SpecPolicy::Fixed(k) => k,
             SpecPolicy::Adaptive { min, max } => match mean_accepted {
                 None => max,
-                Some(mean) => ((mean.round() as usize) + 1).clamp(min, max),
+                // `as` saturates (NaN gives 0); the clamp is written so it cannot panic.
+                Some(mean) => (mean.round() as usize).saturating_add(1).max(min).min(max),
             },
+        }
+    }
+
+    /// Refuses a policy no step could follow, by field: k 0, `min` 0 or above `max`, or a k
+    /// past `widest_k` (the most drafts the widest verify program holds).
+    pub fn check(&self, widest_k: usize) -> Result<(), SessionError> {
+        let refuse =
+            |field: &'static str, message: String| Err(SessionError::Argument { field, message });
+        match *self {
+            SpecPolicy::Fixed(k) if k == 0 || k > widest_k => refuse(
+                "SpecPolicy::Fixed",
+                format!(
+                    "k = {k}: it must be 1..={widest_k} (k + 1 rows fit the widest verify program)"
+                ),
+            ),
+            SpecPolicy::Adaptive { min: 0, .. } => refuse(
+                "SpecPolicy::Adaptive::min",
+                "0: a speculative step drafts at least one token".into(),
+            ),
+            SpecPolicy::Adaptive { min, max } if min > max => refuse(
+                "SpecPolicy::Adaptive::min",
+                format!("{min} is above max {max}"),
+            ),
+            SpecPolicy::Adaptive { max, .. } if max > widest_k => refuse(
+                "SpecPolicy::Adaptive::max",
+                format!("{max}: at most {widest_k} (k + 1 rows fit the widest verify program)"),
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -111,6 +141,8 @@ impl Session<'_> {
         drafter: &mut dyn Drafter,
         policy: SpecPolicy,
     ) -> Result<SpeculativeStep, SessionError> {
+        let widest = self.exec.instance.program_shapes().widest(Mode::Verify);
+        policy.check(widest.unwrap_or(1).saturating_sub(1))?;
         let k = policy.k(self.acceptances(id)?.mean);
         self.speculative_step(backend, id, pending, k, drafter)
     }
@@ -155,7 +187,7 @@ impl Session<'_> {
         drafter: &mut dyn Drafter,
         batched: bool,
     ) -> Result<Vec<SpeculativeStep>, SessionError> {
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         if batch.is_empty() {
             return Err(SessionError::Empty("speculative step of no sequences"));
         }
@@ -175,7 +207,8 @@ impl Session<'_> {
             if batch[..i].iter().any(|(other, _, _)| *other == id) {
                 return Err(SessionError::DuplicateSequence(id));
             }
-            if k == 0 || k + 1 > widest {
+            // `k >= widest`, not `k + 1 > widest`: k = usize::MAX must not wrap.
+            if k == 0 || k >= widest {
                 return Err(SessionError::DraftLength {
                     k,
                     widest: widest.saturating_sub(1),

@@ -65,7 +65,7 @@ impl Session<'_> {
         advance: &[(SeqId, usize)],
         save: SaveState,
     ) -> Result<Vec<f32>, SessionError> {
-        self.exec.check_backend(backend)?;
+        self.exec.check_usable(backend)?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
         if save == SaveState::PerStep {

@@ -23,6 +23,7 @@ use solder_circuit::Mode;
 use super::pages::PagePool;
 use super::{SeqId, Session};
 use crate::error::SessionError;
+use crate::meta::SCRATCH_PAGE;
 
 impl Session<'_> {
     /// Positions kept before a sequence's length: the widest window plus the widest verify
@@ -41,6 +42,38 @@ impl Session<'_> {
             .get(&id)
             .map(|s| PagePool::live(&s.pages))
             .ok_or(SessionError::UnknownSequence(id))
+    }
+
+    /// Refuses to take sequence `id` back to `len` tokens when a page its next step's window
+    /// reads (a block covering a position at or after `len + 1 - W`) was recycled: the kernels
+    /// would read the scratch page in its place. A take-back of at most the widest verify
+    /// width always passes (the module's invariant); each further one is checked again.
+    pub(super) fn check_window_kept(&self, id: SeqId, len: usize) -> Result<(), SessionError> {
+        if self.kv_keep().is_none() {
+            return Ok(());
+        }
+        let Some(window) = self.exec.config.kv_window() else {
+            return Ok(());
+        };
+        // The next step's first row, at position `len`, reads positions `len + 1 - W..=len`.
+        let needed_from = len.saturating_add(1).saturating_sub(window);
+        let Some(seq) = self.seqs.get(&id) else {
+            return Err(SessionError::UnknownSequence(id));
+        };
+        let block_size = self.exec.layout.kv_block_size;
+        let first = needed_from / block_size;
+        let last = len.div_ceil(block_size).min(seq.pages.len());
+        if let Some(block) = (first..last).find(|&b| seq.pages.get(b) == Some(&SCRATCH_PAGE)) {
+            return Err(SessionError::Rewind(format!(
+                "sequence {id}: taking it back to {len} tokens needs the KV of positions from {}, \
+                 but block {block} (positions {}..{}) went back to the pool when the sliding \
+                 window moved past it",
+                needed_from,
+                block * block_size,
+                (block + 1) * block_size
+            )));
+        }
+        Ok(())
     }
 
     /// Gives back the pages of `ids` that lie wholly before `kv_keep` positions from their

@@ -1,0 +1,136 @@
+//! The structure a config's dimensions must have beyond their bounds, checked on a
+//! `ModelConfig` however it was made: the parser checks each rule as it reads the key, and
+//! `check_bounds` runs these on a hand-built config (its fields are public) before a compiler
+//! computes any size from it, so a config the parser would refuse is refused by the same key.
+//!
+//! Invariant: a config that passes has every dimension positive, kv heads dividing heads, an
+//! even head_dim with an even positive rotary dim, top-k within the experts, linear value
+//! heads a multiple of linear key heads, and one layer type and one window per layer.
+
+use crate::error::ConfigError;
+use crate::fields::Fields;
+use crate::model::ModelConfig;
+
+pub(crate) fn check_shape(config: &ModelConfig, fields: &Fields<'_>) -> Result<(), ConfigError> {
+    let positive = [
+        ("hidden_size", config.hidden_size),
+        ("intermediate_size", config.intermediate_size),
+        ("num_hidden_layers", config.num_hidden_layers),
+        ("num_attention_heads", config.num_attention_heads),
+        ("num_key_value_heads", config.num_key_value_heads),
+        ("head_dim", config.head_dim),
+        ("vocab_size", config.vocab_size),
+        ("max_position_embeddings", config.max_position_embeddings),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(fields.invalid(key, 0, "a positive integer"));
+        }
+    }
+    if !config
+        .num_attention_heads
+        .is_multiple_of(config.num_key_value_heads)
+    {
+        return Err(fields.invalid(
+            "num_key_value_heads",
+            config.num_key_value_heads,
+            format!(
+                "a positive divisor of num_attention_heads ({})",
+                config.num_attention_heads
+            ),
+        ));
+    }
+    if !config.head_dim.is_multiple_of(2) {
+        return Err(fields.invalid(
+            "head_dim",
+            config.head_dim,
+            "an even positive integer (rope rotates channel pairs)",
+        ));
+    }
+    let rotary_dim = config.rope.rotary_dim(config.head_dim);
+    if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) || rotary_dim > config.head_dim {
+        return Err(fields.invalid(
+            "partial_rotary_factor",
+            config.rope.partial_rotary_factor,
+            format!(
+                "a factor giving an even positive rotary dim of at most head_dim {} (got {rotary_dim})",
+                config.head_dim
+            ),
+        ));
+    }
+    if config.layer_types.len() != config.num_hidden_layers {
+        return Err(fields.invalid(
+            "layer_types",
+            format!("{} entries", config.layer_types.len()),
+            format!(
+                "one per layer (num_hidden_layers = {})",
+                config.num_hidden_layers
+            ),
+        ));
+    }
+    if let Some(moe) = &config.moe {
+        if moe.num_experts == 0 {
+            return Err(fields.invalid("num_experts", 0, "a positive integer"));
+        }
+        if moe.experts_per_token == 0 || moe.experts_per_token > moe.num_experts {
+            return Err(fields.invalid(
+                "num_experts_per_tok",
+                moe.experts_per_token,
+                format!("between 1 and num_experts ({})", moe.num_experts),
+            ));
+        }
+        if moe.moe_intermediate_size == 0 {
+            return Err(fields.invalid("moe_intermediate_size", 0, "a positive integer"));
+        }
+        if moe.decoder_sparse_step == 0 {
+            return Err(fields.invalid("decoder_sparse_step", 0, "a positive integer"));
+        }
+        if moe.shared_expert_intermediate_size == Some(0) {
+            return Err(fields.invalid(
+                "shared_expert_intermediate_size",
+                0,
+                "a positive integer (None: no shared expert)",
+            ));
+        }
+        if let Some(layer) = moe
+            .mlp_only_layers
+            .iter()
+            .find(|l| **l >= config.num_hidden_layers)
+        {
+            return Err(fields.invalid(
+                "mlp_only_layers",
+                format!("entry {layer}"),
+                format!(
+                    "layer indices below num_hidden_layers ({})",
+                    config.num_hidden_layers
+                ),
+            ));
+        }
+    }
+    if let Some(la) = &config.linear_attn {
+        let positive = [
+            ("linear_num_key_heads", la.num_key_heads),
+            ("linear_num_value_heads", la.num_value_heads),
+            ("linear_key_head_dim", la.key_head_dim),
+            ("linear_value_head_dim", la.value_head_dim),
+            ("linear_conv_kernel_dim", la.conv_kernel),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(fields.invalid(key, 0, "a positive integer"));
+            }
+        }
+        if !la.num_value_heads.is_multiple_of(la.num_key_heads) {
+            return Err(fields.invalid(
+                "linear_num_value_heads",
+                la.num_value_heads,
+                format!(
+                    "a multiple of linear_num_key_heads ({}): each key head serves a group of \
+                     value heads",
+                    la.num_key_heads
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
