@@ -45,6 +45,13 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          kept for A/B timing; same plans, same logits",
     ),
     (
+        "attn_prefetch",
+        "paged_decode's entry that issues its loads ahead of their use (the next tile's \
+         page-table entry and K/V rows before the tile is consumed, K 4 16-byte chunks at a \
+         time, V 16 bytes a lane for 4 keys at once): kept for A/B timing; same plans, same \
+         logits",
+    ),
+    (
         "split_resident",
         "split-K and split heads sized to one wave of resident blocks (132 SMs x 2 blocks, the \
          occupancy ptxas's registers give the streaming entries and qkv_rope_kv) instead of \

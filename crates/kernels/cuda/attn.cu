@@ -36,6 +36,12 @@
 // adds the bias, rounds to bf16, adds the residual, stores h_out and zeroes the counter. See
 // o_fold_epilogue. The per-head partial sums make the projection's bits differ from
 // gemv::linear's single dot over heads·head_dim (a `differs` rule).
+//
+// paged_decode_prefetch (the `attn_prefetch` lever; a variant entry of paged_decode): the same
+// body with another load schedule (kPrefetch, PREFETCH in the key loop): the next tile's
+// page-table entry read and its K/V rows asked of L2 before the tile is consumed, K issued 4
+// 16-byte chunks at a time, V read 16 bytes a lane for 4 keys at once. Arithmetic and its
+// order are paged_decode's, so the bytes are too (NaN and inf included).
 #include "common.cuh"
 
 #define ATTN_WARPS 8u
@@ -44,6 +50,8 @@
 #define ATTN_DIMS_PER_LANE 8u // ATTN_MAX_HEAD_DIM / 32
 #define ATTN_SPLITS 16u       // ops::attn::ATTN_SPLITS
 #define ATTN_SPLIT_MIN_TOKENS 256u
+#define ATTN_K_BATCH 4u // paged_decode_prefetch: 16-byte K loads issued before the first is used
+#define ATTN_V_BATCH 4u // paged_decode_prefetch: keys whose V rows are in flight at once
 
 // Chunks a context of `len` tokens is cut into: a function of len alone (batch invariance).
 __device__ __forceinline__ unsigned attn_splits(unsigned len) {
@@ -69,7 +77,26 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
                                                 unsigned head_dim,
                                                 unsigned long long q_at);
 
-template <bool kFold>
+// dot + q[0..8] · k (8 packed bf16), fma in dim order: the plain body's inner step.
+__device__ __forceinline__ float attn_dot8(const float* q8, uint4 k, float dot) {
+    float kf[8];
+    widen8(k, kf);
+    const float4 qa = *reinterpret_cast<const float4*>(q8);
+    const float4 qb = *reinterpret_cast<const float4*>(q8 + 4);
+    dot = __fmaf_rn(qa.x, kf[0], dot);
+    dot = __fmaf_rn(qa.y, kf[1], dot);
+    dot = __fmaf_rn(qa.z, kf[2], dot);
+    dot = __fmaf_rn(qa.w, kf[3], dot);
+    dot = __fmaf_rn(qb.x, kf[4], dot);
+    dot = __fmaf_rn(qb.y, kf[5], dot);
+    dot = __fmaf_rn(qb.z, kf[6], dot);
+    dot = __fmaf_rn(qb.w, kf[7], dot);
+    return dot;
+}
+
+// kPrefetch: the `attn_prefetch` lever's load schedule (paged_decode_prefetch; PREFETCH in the
+// key loop): the same arithmetic in the same order, so the same bytes.
+template <bool kFold, bool kPrefetch>
 __device__ __forceinline__ void attention_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
@@ -137,76 +164,171 @@ __device__ __forceinline__ void attention_block(
         acc[t] = 0.0f;
     }
 
-    for (unsigned base = begin; base < end; base += 32u) {
-        const unsigned j = base + lane;
-        float s = NEG_INF;
-        unsigned long long v_at = 0ull;
-        if (j < end) {
-            const int page = table[j / block_size];
-            if (page >= 0 && (unsigned)page < num_pages) {
+    if (kPrefetch) {
+        // PREFETCH (the `attn_prefetch` lever): the same keys, scores, softmax and fma order,
+        // only the loads move. The next tile's page-table entry is read (and its K and V rows
+        // asked of L2) before this tile is consumed; a key's K row is loaded 4 chunks (32 dims)
+        // at a time before any of them is used; V is read 16 bytes a lane (lane holds dims
+        // lane·8 .. lane·8+7, where the plain body holds t·32 + lane), 4 keys' rows issued
+        // before the first is added.
+        int page_next = begin + lane < end ? table[(begin + lane) / block_size] : -1;
+        for (unsigned base = begin; base < end; base += 32u) {
+            const unsigned j = base + lane;
+            const int page = page_next;
+            const unsigned jn = j + 32u;
+            page_next = jn < end ? table[jn / block_size] : -1;
+            if (page_next >= 0 && (unsigned)page_next < num_pages) {
+                prefetch_l2(cache + cache_offset((unsigned)page_next, 0, jn % block_size,
+                                                 block_size, row_elems) +
+                            (unsigned long long)kvh * head_dim);
+                prefetch_l2(cache + cache_offset((unsigned)page_next, 1, jn % block_size,
+                                                 block_size, row_elems) +
+                            (unsigned long long)kvh * head_dim);
+            }
+            float s = NEG_INF;
+            unsigned long long v_at = 0ull;
+            if (j < end && page >= 0 && (unsigned)page < num_pages) {
                 const unsigned long long k_at =
                     cache_offset((unsigned)page, 0, j % block_size, block_size, row_elems) +
                     (unsigned long long)kvh * head_dim;
                 v_at = cache_offset((unsigned)page, 1, j % block_size, block_size, row_elems) +
                        (unsigned long long)kvh * head_dim;
-                // s = (q · k_j) · scale, fma in dim order.
                 float dot = 0.0f;
-                for (unsigned d0 = 0; d0 < head_dim; d0 += 8u) {
-                    float kf[8];
-                    widen8(load8_bits(cache + k_at + d0, min(8u, head_dim - d0), vec), kf);
-                    const float4 qa = *reinterpret_cast<const float4*>(&q_s[d0]);
-                    const float4 qb = *reinterpret_cast<const float4*>(&q_s[d0 + 4u]);
-                    dot = __fmaf_rn(qa.x, kf[0], dot);
-                    dot = __fmaf_rn(qa.y, kf[1], dot);
-                    dot = __fmaf_rn(qa.z, kf[2], dot);
-                    dot = __fmaf_rn(qa.w, kf[3], dot);
-                    dot = __fmaf_rn(qb.x, kf[4], dot);
-                    dot = __fmaf_rn(qb.y, kf[5], dot);
-                    dot = __fmaf_rn(qb.z, kf[6], dot);
-                    dot = __fmaf_rn(qb.w, kf[7], dot);
+                for (unsigned g0 = 0; g0 < head_dim; g0 += 8u * ATTN_K_BATCH) {
+                    uint4 kb[ATTN_K_BATCH];
+#pragma unroll
+                    for (unsigned u = 0; u < ATTN_K_BATCH; ++u) {
+                        const unsigned d0 = g0 + 8u * u;
+                        kb[u] = d0 < head_dim
+                                    ? load8_bits(cache + k_at + d0, min(8u, head_dim - d0), vec)
+                                    : make_uint4(0u, 0u, 0u, 0u);
+                    }
+#pragma unroll
+                    for (unsigned u = 0; u < ATTN_K_BATCH; ++u) {
+                        const unsigned d0 = g0 + 8u * u;
+                        if (d0 < head_dim) {
+                            dot = attn_dot8(&q_s[d0], kb[u], dot);
+                        }
+                    }
                 }
                 s = __fmul_rn(dot, scale);
             }
-        }
-        // NaN-keeping max: a NaN score makes m NaN, and with it every p, l and acc (the twin's
-        // sum is NaN). No tile is skipped for its scores: a tile whose keys all score -inf
-        // (m_new still -inf) adds p = 0 for each, which is 0·v = NaN where v is not finite.
-        const float m_new = fmax_nan(m, warp_max_nan(s));
-        const float p = s == NEG_INF ? 0.0f : expf(__fsub_rn(s, m_new));
-        const float corr = m == NEG_INF ? 0.0f : expf(__fsub_rn(m, m_new));
-        l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
+            const float m_new = fmax_nan(m, warp_max_nan(s));
+            const float p = s == NEG_INF ? 0.0f : expf(__fsub_rn(s, m_new));
+            const float corr = m == NEG_INF ? 0.0f : expf(__fsub_rn(m, m_new));
+            l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
 #pragma unroll
-        for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
-            acc[t] = __fmul_rn(acc[t], corr);
-        }
-        for (unsigned jj = 0; jj < 32u; ++jj) {
-            const float pj = __shfl_sync(SOLDER_FULL_MASK, p, jj);
-            const unsigned long long vj = __shfl_sync(SOLDER_FULL_MASK, v_at, jj);
-            if (vj == 0ull) {
-                continue; // no key (v_at of a real key is never 0: part 1 of its page)
+            for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                acc[t] = __fmul_rn(acc[t], corr);
             }
-            if (pj == 0.0f) {
-                // A real key of weight 0 (score -inf or underflow): the twin adds 0·v, an
-                // exact zero unless v is not finite, then NaN.
+            const unsigned dv = lane * 8u;
+            const unsigned v_valid = dv < head_dim ? min(8u, head_dim - dv) : 0u;
+            for (unsigned j0 = 0; j0 < 32u; j0 += ATTN_V_BATCH) {
+                uint4 vb[ATTN_V_BATCH];
+                float pb[ATTN_V_BATCH];
+                bool key[ATTN_V_BATCH];
 #pragma unroll
+                for (unsigned u = 0; u < ATTN_V_BATCH; ++u) {
+                    pb[u] = __shfl_sync(SOLDER_FULL_MASK, p, j0 + u);
+                    const unsigned long long vj = __shfl_sync(SOLDER_FULL_MASK, v_at, j0 + u);
+                    key[u] = vj != 0ull; // v_at of a real key is never 0 (part 1 of its page)
+                    vb[u] = key[u] && v_valid > 0u ? load8_bits(cache + vj + dv, v_valid, vec)
+                                                   : make_uint4(0u, 0u, 0u, 0u);
+                }
+#pragma unroll
+                for (unsigned u = 0; u < ATTN_V_BATCH; ++u) {
+                    if (!key[u]) {
+                        continue; // uniform across the warp
+                    }
+                    float vf[8];
+                    widen8(vb[u], vf);
+                    const float pj = pb[u];
+#pragma unroll
+                    for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                        if (dv + t < head_dim) {
+                            // Weight 0: the twin's 0·v, an exact zero unless v is not finite.
+                            acc[t] = (pj == 0.0f && is_finite(vf[t]))
+                                         ? acc[t]
+                                         : __fmaf_rn(pj, vf[t], acc[t]);
+                        }
+                    }
+                }
+            }
+            m = m_new;
+        }
+    } else {
+        for (unsigned base = begin; base < end; base += 32u) {
+            const unsigned j = base + lane;
+            float s = NEG_INF;
+            unsigned long long v_at = 0ull;
+            if (j < end) {
+                const int page = table[j / block_size];
+                if (page >= 0 && (unsigned)page < num_pages) {
+                    const unsigned long long k_at =
+                        cache_offset((unsigned)page, 0, j % block_size, block_size, row_elems) +
+                        (unsigned long long)kvh * head_dim;
+                    v_at = cache_offset((unsigned)page, 1, j % block_size, block_size, row_elems) +
+                           (unsigned long long)kvh * head_dim;
+                    // s = (q · k_j) · scale, fma in dim order.
+                    float dot = 0.0f;
+                    for (unsigned d0 = 0; d0 < head_dim; d0 += 8u) {
+                        float kf[8];
+                        widen8(load8_bits(cache + k_at + d0, min(8u, head_dim - d0), vec), kf);
+                        const float4 qa = *reinterpret_cast<const float4*>(&q_s[d0]);
+                        const float4 qb = *reinterpret_cast<const float4*>(&q_s[d0 + 4u]);
+                        dot = __fmaf_rn(qa.x, kf[0], dot);
+                        dot = __fmaf_rn(qa.y, kf[1], dot);
+                        dot = __fmaf_rn(qa.z, kf[2], dot);
+                        dot = __fmaf_rn(qa.w, kf[3], dot);
+                        dot = __fmaf_rn(qb.x, kf[4], dot);
+                        dot = __fmaf_rn(qb.y, kf[5], dot);
+                        dot = __fmaf_rn(qb.z, kf[6], dot);
+                        dot = __fmaf_rn(qb.w, kf[7], dot);
+                    }
+                    s = __fmul_rn(dot, scale);
+                }
+            }
+            // NaN-keeping max: a NaN score makes m NaN, and with it every p, l and acc (the twin's
+            // sum is NaN). No tile is skipped for its scores: a tile whose keys all score -inf
+            // (m_new still -inf) adds p = 0 for each, which is 0·v = NaN where v is not finite.
+            const float m_new = fmax_nan(m, warp_max_nan(s));
+            const float p = s == NEG_INF ? 0.0f : expf(__fsub_rn(s, m_new));
+            const float corr = m == NEG_INF ? 0.0f : expf(__fsub_rn(m, m_new));
+            l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
+    #pragma unroll
+            for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                acc[t] = __fmul_rn(acc[t], corr);
+            }
+            for (unsigned jj = 0; jj < 32u; ++jj) {
+                const float pj = __shfl_sync(SOLDER_FULL_MASK, p, jj);
+                const unsigned long long vj = __shfl_sync(SOLDER_FULL_MASK, v_at, jj);
+                if (vj == 0ull) {
+                    continue; // no key (v_at of a real key is never 0: part 1 of its page)
+                }
+                if (pj == 0.0f) {
+                    // A real key of weight 0 (score -inf or underflow): the twin adds 0·v, an
+                    // exact zero unless v is not finite, then NaN.
+    #pragma unroll
+                    for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
+                        const unsigned d = t * 32u + lane;
+                        if (d < head_dim) {
+                            const float v = to_f32(cache[vj + d]);
+                            acc[t] = is_finite(v) ? acc[t] : __fmaf_rn(pj, v, acc[t]);
+                        }
+                    }
+                    continue; // uniform across the warp
+                }
+    #pragma unroll
                 for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
                     const unsigned d = t * 32u + lane;
                     if (d < head_dim) {
-                        const float v = to_f32(cache[vj + d]);
-                        acc[t] = is_finite(v) ? acc[t] : __fmaf_rn(pj, v, acc[t]);
+                        acc[t] = __fmaf_rn(pj, to_f32(cache[vj + d]), acc[t]);
                     }
                 }
-                continue; // uniform across the warp
             }
-#pragma unroll
-            for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
-                const unsigned d = t * 32u + lane;
-                if (d < head_dim) {
-                    acc[t] = __fmaf_rn(pj, to_f32(cache[vj + d]), acc[t]);
-                }
-            }
+            m = m_new;
         }
-        m = m_new;
+
     }
 
     if (lane == 0u) {
@@ -215,7 +337,7 @@ __device__ __forceinline__ void attention_block(
     }
 #pragma unroll
     for (unsigned t = 0; t < ATTN_DIMS_PER_LANE; ++t) {
-        const unsigned d = t * 32u + lane;
+        const unsigned d = kPrefetch ? lane * 8u + t : t * 32u + lane;
         if (d < head_dim) {
             acc_s[warp][d] = acc[t];
         }
@@ -324,6 +446,7 @@ __device__ __forceinline__ void attention_block(
 }
 
 // The plain kernels' body: attention only, `out` stored.
+template <bool kPrefetch>
 __device__ __forceinline__ void paged_attention_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
@@ -331,9 +454,9 @@ __device__ __forceinline__ void paged_attention_block(
     unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
     unsigned window, float scale) {
     const OFold none = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0u};
-    attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
-                           kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
-                           none);
+    attention_block<false, kPrefetch>(q, cache, block_tables, seq_lens, out, scratch, rows,
+                                      heads, kv_heads, head_dim, block_size, max_blocks,
+                                      num_pages, window, scale, none);
 }
 
 // The fold epilogue, run by the one block that holds (head h, row r)'s final attention output:
@@ -454,9 +577,26 @@ extern "C" __global__ void __launch_bounds__(256) paged_decode(
     unsigned window, float scale) {
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
-    paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                          head_dim, block_size, max_blocks, num_pages, window,
-                          scale);
+    paged_attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
+                                 kv_heads, head_dim, block_size, max_blocks, num_pages, window,
+                                 scale);
+}
+
+// paged_decode with the `attn_prefetch` lever's load schedule: the next tile's page-table entry
+// read (and its K/V rows asked of L2) before this tile is consumed, each key's K row issued 4
+// 16-byte chunks at a time before the first is used, V read 16 bytes a lane for 4 keys at once.
+// The same arguments, launch, arithmetic order and bytes as paged_decode (NaN and inf too).
+extern "C" __global__ void __launch_bounds__(256) paged_decode_prefetch(
+    const bf16* __restrict__ q, const bf16* __restrict__ cache,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
+    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
+    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
+    unsigned window, float scale) {
+    pdl_wait(); // before any early return and any buffer another launch writes
+    pdl_launch_dependents();
+    paged_attention_block<true>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
+                                kv_heads, head_dim, block_size, max_blocks, num_pages, window,
+                                scale);
 }
 
 // K query rows of one sequence (or several, verify_batch), causal among themselves through
@@ -469,9 +609,9 @@ extern "C" __global__ void __launch_bounds__(256) paged_causal(
     unsigned window, float scale) {
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
-    paged_attention_block(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                          head_dim, block_size, max_blocks, num_pages, window,
-                          scale);
+    paged_attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
+                                 kv_heads, head_dim, block_size, max_blocks, num_pages, window,
+                                 scale);
 }
 
 // Attention, then the o projection and the residual add (the `fold_o_proj` lever): the same
@@ -490,9 +630,9 @@ __device__ __forceinline__ void paged_o_block(
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
     const OFold fold = {gate, wo, bias, h, h_out, o_scratch, n_out};
-    attention_block<true>(q, cache, block_tables, seq_lens, nullptr, scratch, rows, heads,
-                          kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
-                          fold);
+    attention_block<true, false>(q, cache, block_tables, seq_lens, nullptr, scratch, rows,
+                                 heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                                 window, scale, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(256) paged_decode_o(

@@ -469,6 +469,58 @@ fn gemv_entries_follow_the_rows_and_the_gemv_classic_lever() {
     assert_same_bytes(&a, &b, "streaming vs gemv_classic");
 }
 
+/// The `attn_prefetch` lever: the same plans; decode-attention launches become
+/// `attn::paged_decode_prefetch` (a variant of `paged_decode`), verify keeps `paged_causal`.
+#[test]
+fn attn_prefetch_lever_picks_the_prefetch_entry() {
+    let mut backend = backend();
+    let plain = build_llama(&mut backend, roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("attn_prefetch", true).unwrap();
+    let prefetch = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
+    assert_eq!(plain.plans_digest(), prefetch.plans_digest());
+    let attn = |program: &solder_model_layers::Program| -> Vec<&'static str> {
+        program
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ProgramStep::Launch { name, .. } if name.starts_with("attn::") => Some(*name),
+                _ => None,
+            })
+            .collect()
+    };
+    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 3)] {
+        let at = format!("{mode}:{rows}");
+        let a = attn(plain.program(mode, rows).unwrap());
+        let b = attn(prefetch.program(mode, rows).unwrap());
+        assert!(!a.is_empty(), "{at}: no attention launch");
+        assert_eq!(a.len(), b.len(), "{at}");
+        for (kernel, entry) in a.iter().zip(&b) {
+            if *kernel == kernels::attn::PAGED_DECODE.as_str() {
+                assert_eq!(
+                    *entry,
+                    kernels::attn::PAGED_DECODE_PREFETCH.as_str(),
+                    "{at}"
+                );
+                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            } else {
+                assert_eq!(entry, kernel, "{at}");
+            }
+        }
+        if mode == Mode::Decode {
+            assert!(
+                b.contains(&kernels::attn::PAGED_DECODE_PREFETCH.as_str()),
+                "{at}"
+            );
+        }
+    }
+    // And the same bytes on the CPU (the variant runs paged_decode's twin).
+    let tokens = prompt(7, plain.config.vocab_size, 6);
+    let x = decode_all(&plain, &mut backend, &tokens);
+    let y = decode_all(&prefetch, &mut backend, &tokens);
+    assert_same_bytes(&x, &y, "paged_decode vs attn_prefetch");
+}
+
 /// Hidden 1088: every projection's dot spans two 1024-element segments.
 const WIDE_LLAMA: &str = r#"{
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",

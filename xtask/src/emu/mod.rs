@@ -197,4 +197,6 @@ mod tests_nan;
 #[cfg(test)]
 mod tests_positions;
 #[cfg(test)]
+mod tests_prefetch;
+#[cfg(test)]
 mod tests_split;

@@ -33,7 +33,7 @@ const ROUNDING: &[&str] = &["attn::paged_decode_o", "attn::paged_causal_o"];
 
 /// A value at index `i` of a stream `seed`: NaN, +inf or −inf at fixed sparse places
 /// (`poisoned`), else a finite value in −1..1.
-fn value(i: usize, seed: f32, poisoned: bool) -> f32 {
+pub(super) fn value(i: usize, seed: f32, poisoned: bool) -> f32 {
     if poisoned {
         match i % 29 {
             3 => return f32::NAN,
@@ -46,13 +46,13 @@ fn value(i: usize, seed: f32, poisoned: bool) -> f32 {
 }
 
 /// `rows` rows of `width` values; rows in `poisoned` carry NaN and ±inf.
-fn rows_of(rows: usize, width: usize, seed: f32, poisoned: &[usize]) -> Vec<f32> {
+pub(super) fn rows_of(rows: usize, width: usize, seed: f32, poisoned: &[usize]) -> Vec<f32> {
     (0..rows * width)
         .map(|i| value(i, seed, poisoned.contains(&(i / width))))
         .collect()
 }
 
-fn bf16_bytes(values: &[f32]) -> Vec<u8> {
+pub(super) fn bf16_bytes(values: &[f32]) -> Vec<u8> {
     values
         .iter()
         .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
@@ -63,7 +63,7 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-fn i32_bytes(values: &[i32]) -> Vec<u8> {
+pub(super) fn i32_bytes(values: &[i32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
@@ -617,11 +617,11 @@ fn projections_carry_nan_and_inf_as_their_twins() {
 }
 
 /// The attention rows: (seq_len, what is poisoned).
-const ATTN_ROWS: usize = 7;
-const ATTN_HEADS: u32 = 2;
-const ATTN_HEAD_DIM: usize = 32;
-const ATTN_BLOCK: usize = 16;
-const ATTN_MAX_BLOCKS: usize = 19; // 300 tokens
+pub(super) const ATTN_ROWS: usize = 7;
+pub(super) const ATTN_HEADS: u32 = 2;
+pub(super) const ATTN_HEAD_DIM: usize = 32;
+pub(super) const ATTN_BLOCK: usize = 16;
+pub(super) const ATTN_MAX_BLOCKS: usize = 19; // 300 tokens
 
 /// q, cache and block tables of `ATTN_ROWS` rows, each on its own pages (one kv head):
 /// 0. 40 tokens, clean (finite output);
@@ -632,7 +632,7 @@ const ATTN_MAX_BLOCKS: usize = 19; // 300 tokens
 /// 4. 300 tokens (two flash-decoding splits), v of key 280 NaN at dim 5;
 /// 5. 300 tokens, key 290 scores +inf (k[0] = +inf);
 /// 6. 300 tokens, clean.
-fn attention_inputs() -> (Vec<f32>, Vec<f32>, Vec<i32>, Vec<i32>) {
+pub(super) fn attention_inputs() -> (Vec<f32>, Vec<f32>, Vec<i32>, Vec<i32>) {
     let lens = [40, 40, 40, 20, 300, 300, 300];
     let d = ATTN_HEAD_DIM;
     let pages = ATTN_ROWS * ATTN_MAX_BLOCKS + 1;

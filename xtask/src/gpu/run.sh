@@ -68,6 +68,8 @@ LIMIT_STRESS=${LIMIT_STRESS:-40}
 # streaming entries without split-K, the o projection folded into attention (its logits
 # differ within its rule's tolerance, not byte for byte). split_rope_kv and gemv_classic are
 # left out of the default to keep five levers in the stage's limit (set AB_LEVERS to time them).
+# attn_prefetch (decode attention's loads issued ahead of their use: paged_decode_prefetch,
+# same bytes) is also left out of the default; add it to AB_LEVERS to time it.
 AB_LEVERS=${AB_LEVERS:-pdl,split_resident,qkv_norm_ahead,gemv_unsplit,fold_o_proj}
 # The model whose launches split: gemv's split-K and split heads (hidden 1088), attention's
 # chunks (300 tokens: two), at 8 rows.

@@ -100,6 +100,19 @@ kernel! {
     GATE_SPLIT = "attn::gate_split" => twin gate_split, emit emit_gate_split;
 }
 
+/// The lever that launches `paged_decode` as its `_prefetch` entry (A/B timing; the same bytes).
+pub const ATTN_PREFETCH: &str = "attn_prefetch";
+
+/// `paged_decode` with its loads issued ahead of their use (attn.cu, kPrefetch): the next
+/// tile's page-table entry read (and its K/V rows asked of L2) before the tile is consumed,
+/// each key's K row 4 16-byte chunks at a time, V 16 bytes a lane for 4 keys at once. The same
+/// arguments, twin and bytes (the same arithmetic in the same order).
+pub const PAGED_DECODE_PREFETCH: Name<PagedAttention> = Name::new("attn::paged_decode_prefetch");
+
+/// Entries of attention kernels besides their own, with the kernel they are variants of.
+pub(super) const VARIANTS: &[(&str, &str)] =
+    &[(PAGED_DECODE_PREFETCH.as_str(), PAGED_DECODE.as_str())];
+
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     PagedAttention::DECLS,
     GateSplit::DECLS,
@@ -325,7 +338,12 @@ fn gate_split(a: GateSplitArgs<'_>) -> Result<(), GpuError> {
 // ---- emitters ------------------------------------------------------------------------------
 
 fn emit_paged_decode(v: &View<'_>) -> R {
-    attention_of(v, PAGED_DECODE)
+    let entry = if v.lever(ATTN_PREFETCH) {
+        PAGED_DECODE_PREFETCH
+    } else {
+        PAGED_DECODE
+    };
+    attention_of(v, entry)
 }
 
 fn emit_paged_causal(v: &View<'_>) -> R {

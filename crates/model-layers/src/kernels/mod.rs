@@ -75,10 +75,14 @@ pub fn kernel_names() -> Vec<&'static str> {
 
 /// Variant entries, each with the kernel it is a variant of: another PTX entry taking the
 /// same arguments, with the same twin and the same bytes, chosen at emit time by rows and
-/// levers (gemv's streaming entries `gemv::linear_r1`, ...). Rules and plans name only the
-/// kernel.
+/// levers (gemv's streaming entries `gemv::linear_r1`, ..., attention's
+/// `attn::paged_decode_prefetch`). Rules and plans name only the kernel.
 pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
-    gemv::VARIANTS.iter().chain(gemv::HEAD_VARIANTS).copied()
+    gemv::VARIANTS
+        .iter()
+        .chain(gemv::HEAD_VARIANTS)
+        .chain(attn::VARIANTS)
+        .copied()
 }
 
 /// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).
