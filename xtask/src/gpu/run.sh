@@ -63,14 +63,13 @@ LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-30}
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-20}   # per checkpoint, two of them
 LIMIT_STRESS=${LIMIT_STRESS:-40}
 # The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
-# it): programmatic launch, the two batch-1 levers (split_resident: splits sized to one wave
-# of resident blocks; qkv_norm_ahead: weight loads in flight before qkv_rope_kv's norm), the
-# streaming entries without split-K, the o projection folded into attention (its logits
-# differ within its rule's tolerance, not byte for byte). split_rope_kv and gemv_classic are
-# left out of the default to keep five levers in the stage's limit (set AB_LEVERS to time them).
-# attn_prefetch (decode attention's loads issued ahead of their use: paged_decode_prefetch,
-# same bytes) is also left out of the default; add it to AB_LEVERS to time it.
-AB_LEVERS=${AB_LEVERS:-pdl,split_resident,qkv_norm_ahead,gemv_unsplit,fold_o_proj}
+# it): programmatic launch and the three batch-1 levers (split_resident: splits sized to one
+# wave of resident blocks; qkv_norm_ahead: weight loads in flight before qkv_rope_kv's norm;
+# attn_prefetch: decode attention's loads issued ahead of their use), all four byte-identical,
+# then the o projection folded into attention (its logits differ within its rule's tolerance,
+# not byte for byte). split_rope_kv, gemv_classic and gemv_unsplit are left out of the default
+# to keep five levers in the stage's limit (set AB_LEVERS to time them).
+AB_LEVERS=${AB_LEVERS:-pdl,split_resident,qkv_norm_ahead,attn_prefetch,fold_o_proj}
 # The model whose launches split: gemv's split-K and split heads (hidden 1088), attention's
 # chunks (300 tokens: two), at 8 rows.
 SPLIT_MODEL=(--builtin tiny-llama-wide --context 300 --width 8)
