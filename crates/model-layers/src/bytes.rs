@@ -61,3 +61,10 @@ mod tests {
         );
     }
 }
+
+pub const ALIGN: usize = 256;
+
+/// `bytes` rounded up to the next `ALIGN` boundary.
+pub(crate) fn align(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}

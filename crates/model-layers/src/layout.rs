@@ -15,15 +15,9 @@ use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
 use solder_circuit::ops::OpKind;
 use solder_circuit::ExecutionPlan;
 
+use crate::bytes::{align, ALIGN};
 use crate::kernels::attn;
-pub use crate::meta::MetaLayout;
-
-pub const ALIGN: usize = 256;
-
-/// `bytes` rounded up to the next `ALIGN` boundary.
-pub(crate) fn align(bytes: usize) -> usize {
-    bytes.div_ceil(ALIGN) * ALIGN
-}
+use crate::meta::MetaLayout;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {

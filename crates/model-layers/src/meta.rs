@@ -16,9 +16,9 @@
 use solder_circuit::ir::MetaField;
 use solder_gpu_runtime::{DevicePtr, GpuBackend, GpuError, StreamId};
 
+use crate::bytes::align;
 use crate::bytes::put_i32s;
 use crate::error::MetaError;
-use crate::layout::align;
 
 /// The KV page padding rows and unused block-table entries name; the page pool never lends it.
 pub const SCRATCH_PAGE: u32 = 0;

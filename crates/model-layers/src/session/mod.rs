@@ -27,9 +27,7 @@
 mod backup;
 pub mod draft;
 pub mod mtp;
-mod pages;
 mod rewind;
-mod slots;
 pub mod speculative;
 mod step;
 mod window;
@@ -37,44 +35,17 @@ mod window;
 use std::collections::BTreeMap;
 
 use solder_circuit::{Mode, RouteCondition};
-use solder_gpu_runtime::{DevicePtr, GpuBackend};
+use solder_gpu_runtime::GpuBackend;
 
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
 use crate::graphs::StepRun;
-use crate::layout::Layout;
 use backup::StateBackup;
 pub use draft::{Draft, Drafter, ModelDrafter};
 pub use mtp::MtpDrafter;
-use pages::PagePool;
 pub use rewind::RewindPoint;
-use slots::SlotPool;
 pub use speculative::{Acceptances, SpecPolicy, SpeculativeStep};
 use step::{Row, SaveState};
-
-/// The KV page pool and the recurrent-state slot pool of one `CircuitExec`, which every
-/// session on it lends from.
-#[derive(Debug)]
-pub(crate) struct Pools {
-    pages: PagePool,
-    slots: SlotPool,
-}
-
-impl Pools {
-    /// The pools of `layout`'s pages and slots in the state allocation at `states`.
-    pub(crate) fn new(layout: &Layout, states: DevicePtr) -> Pools {
-        Pools {
-            pages: PagePool::new(layout.kv_pages, layout.kv_block_size),
-            slots: SlotPool::new(layout, states),
-        }
-    }
-
-    /// What sequences hold now, in words, or None when every page and slot is in the pools.
-    pub(crate) fn held(&self) -> Option<String> {
-        let (pages, slots) = (self.pages.lent(), self.slots.lent());
-        (pages + slots > 0).then(|| format!("{pages} KV page(s) and {slots} state slot(s) are"))
-    }
-}
 
 pub type SeqId = u64;
 

@@ -20,9 +20,9 @@
 
 use solder_circuit::Mode;
 
-use super::pages::PagePool;
 use super::{SeqId, Session};
 use crate::error::SessionError;
+use crate::exec::PagePool;
 use crate::meta::SCRATCH_PAGE;
 
 impl Session<'_> {

@@ -55,12 +55,12 @@ impl SlotPool {
     }
 
     /// Whether the model keeps recurrent state, so each sequence needs a slot.
-    pub(super) fn recurrent(&self) -> bool {
+    pub(crate) fn recurrent(&self) -> bool {
         !self.regions.is_empty()
     }
 
     /// Checks that `needed` slots are free.
-    pub(super) fn check(&self, needed: usize) -> Result<(), SessionError> {
+    pub(crate) fn check(&self, needed: usize) -> Result<(), SessionError> {
         if needed > self.free.len() {
             return Err(SessionError::SlotsExhausted {
                 needed,
@@ -71,7 +71,7 @@ impl SlotPool {
     }
 
     /// Lends the lowest free slot, zeroed; a slot that fails to zero stays free.
-    pub(super) fn take(&mut self, backend: &mut dyn GpuBackend) -> Result<u32, SessionError> {
+    pub(crate) fn take(&mut self, backend: &mut dyn GpuBackend) -> Result<u32, SessionError> {
         let Some(slot) = self.free.pop_first() else {
             return Err(SessionError::SlotsExhausted { needed: 1, free: 0 });
         };
@@ -86,7 +86,7 @@ impl SlotPool {
     }
 
     /// Returns a slot (zeroed again when next lent).
-    pub(super) fn give_back(&mut self, slot: u32) {
+    pub(crate) fn give_back(&mut self, slot: u32) {
         self.free.insert(slot);
     }
 }

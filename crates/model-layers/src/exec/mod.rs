@@ -42,8 +42,10 @@ use crate::graphs::{
 };
 use crate::layout::{check_state_bytes, Layout};
 use crate::program::{compile, Program};
-use crate::session::Pools;
+mod pools;
+
 use crate::weights::HostWeights;
+pub(crate) use pools::{PagePool, Pools};
 
 /// The lever that launches every kernel with programmatic dependent launch
 /// (`LaunchOrder::Programmatic`): a launch mode, not a rule, so plans and their digests are

@@ -37,17 +37,17 @@ impl PagePool {
         self.lendable - self.free.len()
     }
 
-    pub(super) fn free_count(&self) -> usize {
+    pub(crate) fn free_count(&self) -> usize {
         self.free.len()
     }
 
     /// Pages a sequence holding `held` pages needs to hold `tokens` tokens.
-    pub(super) fn needed(&self, tokens: usize, held: usize) -> usize {
+    pub(crate) fn needed(&self, tokens: usize, held: usize) -> usize {
         tokens.div_ceil(self.block_size).saturating_sub(held)
     }
 
     /// Checks that `needed` more pages are free.
-    pub(super) fn check(&self, needed: usize) -> Result<(), SessionError> {
+    pub(crate) fn check(&self, needed: usize) -> Result<(), SessionError> {
         if needed > self.free.len() {
             return Err(SessionError::PagesExhausted {
                 needed,
@@ -59,7 +59,7 @@ impl PagePool {
 
     /// Grows `held` until it holds `tokens` tokens; returns the pages lent. All or nothing:
     /// refused, with `held` unchanged, when too few pages are free.
-    pub(super) fn grow(
+    pub(crate) fn grow(
         &mut self,
         held: &mut Vec<u32>,
         tokens: usize,
@@ -72,7 +72,7 @@ impl PagePool {
 
     /// Shrinks `held` to its first `keep` pages; the rest come back to the pool (placeholders
     /// of recycled pages are only dropped).
-    pub(super) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
+    pub(crate) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
         while held.len() > keep {
             if let Some(page) = held.pop().filter(|page| *page != SCRATCH_PAGE) {
                 self.free.insert(page);
@@ -83,7 +83,7 @@ impl PagePool {
     /// Gives back the pages of `held`'s first `before` blocks, each replaced by the scratch
     /// page so later blocks keep their positions; returns how many came back (blocks already
     /// recycled count once).
-    pub(super) fn recycle(&mut self, held: &mut [u32], before: usize) -> usize {
+    pub(crate) fn recycle(&mut self, held: &mut [u32], before: usize) -> usize {
         let mut freed = 0;
         for page in held.iter_mut().take(before) {
             if *page != SCRATCH_PAGE {
@@ -95,7 +95,7 @@ impl PagePool {
     }
 
     /// Pages of `held` that are real pages, not placeholders of recycled ones.
-    pub(super) fn live(held: &[u32]) -> usize {
+    pub(crate) fn live(held: &[u32]) -> usize {
         held.iter().filter(|page| **page != SCRATCH_PAGE).count()
     }
 }
