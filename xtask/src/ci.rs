@@ -159,6 +159,14 @@ pub const STEPS: &[Step] = &[
             "pdl",
         ],
     },
+    // The engine author's examples (`examples/`: decode, batch, speculative, mtp), each run
+    // once (`harness = false`: `cargo test` runs its `main`) on a tiny seeded checkpoint it
+    // writes; each exits non-zero when its own check fails (batched sequences equal to their
+    // solo decodes, speculative output equal to plain greedy decoding).
+    Step {
+        name: "examples",
+        cargo: &["test", "-p", "solder-examples", "--examples"],
+    },
 ];
 
 const HELP: &str = "usage: cargo xtask ci [--list]
