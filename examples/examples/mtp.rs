@@ -4,15 +4,16 @@
 //!
 //!     cargo run -p solder-examples --example mtp -- [CHECKPOINT] [--tokens N] [--k K] [--cuda]
 //!
-//! CHECKPOINT is a qwen3_next folder with its `mtp.*` tensors; without one a tiny random one
-//! is written (its head is random too, so few drafts are accepted; a trained head accepts
-//! most). The check: the tokens equal plain greedy decoding's on the same exec.
+//! CHECKPOINT is a qwen3_next folder with its `mtp.*` tensors; without one a tiny one is
+//! written whose head is set up to agree with the target about half the time (a random head
+//! would almost never; `write_tiny_mtp` says how), so steps both keep drafts and roll back.
+//! The check: the tokens equal plain greedy decoding's on the same exec.
 
 use std::time::Instant;
 
 use solder_config::ServeShape;
 use solder_examples::{backend, build, check, greedy_reference, kv_shape, prompt};
-use solder_examples::{write_tiny, Args, Result, TINY_QWEN3_NEXT};
+use solder_examples::{write_tiny_mtp, Args, Result, TINY_QWEN3_NEXT};
 use solder_model_layers::{greedy, Session};
 
 const PROMPT_LEN: usize = 10;
@@ -21,7 +22,7 @@ fn main() -> Result<()> {
     let args = Args::parse("mtp [CHECKPOINT] [--tokens N] [--k K] [--cuda]", 24, 3)?;
     let tiny = match args.checkpoints.first() {
         Some(_) => None,
-        None => Some(write_tiny("tiny-qwen3-next", TINY_QWEN3_NEXT, 5)?),
+        None => Some(write_tiny_mtp("tiny-qwen3-next", TINY_QWEN3_NEXT, 5)?),
     };
     let dir = args
         .checkpoints

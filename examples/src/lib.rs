@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use half::bf16;
 use solder_circuit::{Instance, Policy, RuleSet};
 use solder_config::{Family, ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
@@ -189,6 +190,42 @@ pub fn write_tiny(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoint> {
     let circuit = tiny_instance(json)?;
     let circuit = circuit.storage();
     write_weights(name, json, circuit, HostWeights::random(circuit, seed))
+}
+
+/// A tiny qwen3_next whose MTP head is set up to predict what the target will: every layer's
+/// output projection scaled to 1/20 (a near-bigram model, context still moving its choices), and
+/// the head reading only the embedding of the token it is given (`mtp.fc` = [I | 0]) under the
+/// target's final norm. Its drafts are often accepted, as a trained head's are, so speculative
+/// steps keep drafts and roll back the rest; random weights otherwise (from `seed`).
+pub fn write_tiny_mtp(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoint> {
+    let instance = tiny_instance(json)?;
+    let circuit = instance.storage();
+    let mut weights = HostWeights::random(circuit, seed);
+    let slot = |name: &str| -> Result<usize> {
+        let found = circuit.weights.iter().position(|w| w.name == name);
+        Ok(found.ok_or(format!("no weight slot {name}"))?)
+    };
+    for (i, w) in circuit.weights.iter().enumerate() {
+        let outputs = ["o_proj.weight", "out_proj.weight", "down_proj.weight"];
+        if std::iter::once(&w.name)
+            .chain(&w.parts)
+            .any(|n| outputs.iter().any(|o| n.ends_with(o)))
+        {
+            for v in &mut weights.slots[i] {
+                *v = bf16::from_f32(v.to_f32() * 0.05);
+            }
+        }
+    }
+    let hidden = instance.circuit.weights[slot("model.norm.weight")?].shape[0];
+    let fc = &mut weights.slots[slot("mtp.fc.weight")?];
+    for (at, v) in fc.iter_mut().enumerate() {
+        let (row, column) = (at / (2 * hidden), at % (2 * hidden));
+        *v = bf16::from_f32(if row == column { 1.0 } else { 0.0 });
+    }
+    // Zero-centred norms: a weight of 0 scales by 1.
+    weights.slots[slot("mtp.pre_fc_norm_embedding.weight")?].fill(bf16::ZERO);
+    weights.slots[slot("mtp.norm.weight")?] = weights.slots[slot("model.norm.weight")?].clone();
+    write_weights(name, json, circuit, weights)
 }
 
 /// A layer-skip draft of `target` (written by `write_tiny` from `target_json`): the same
