@@ -14,7 +14,22 @@ use solder_config::{Family, ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{greedy, Boot, CircuitExec, HostWeights, KvShape, Session, WeightSource};
 
-pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+pub type Result<T> = std::result::Result<T, Failure>;
+
+/// Any error, kept as its message: `main` returning it prints the message and exits with 1.
+pub struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(error: E) -> Failure {
+        Failure(error.to_string())
+    }
+}
+
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// `[CHECKPOINT...] [--tokens N] [--k N] [--cuda]`.
 pub struct Args {
@@ -50,6 +65,9 @@ impl Args {
                 flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}").into()),
                 path => args.checkpoints.push(PathBuf::from(path)),
             }
+        }
+        if args.tokens == 0 {
+            return Err("--tokens 0: generate at least one token".into());
         }
         Ok(args)
     }
@@ -171,7 +189,7 @@ pub const TINY_QWEN3_NEXT: &str = r#"{
     "shared_expert_intermediate_size": 24, "norm_topk_prob": true
 }"#;
 
-/// A checkpoint folder written by `write_tiny`, removed when dropped.
+/// A checkpoint folder written here, removed when dropped.
 pub struct TinyCheckpoint(pub PathBuf);
 
 impl Drop for TinyCheckpoint {
@@ -216,7 +234,7 @@ pub fn write_tiny_mtp(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoin
             }
         }
     }
-    let hidden = instance.circuit.weights[slot("model.norm.weight")?].shape[0];
+    let hidden = circuit.weights[slot("model.norm.weight")?].shape[0];
     let fc = &mut weights.slots[slot("mtp.fc.weight")?];
     for (at, v) in fc.iter_mut().enumerate() {
         let (row, column) = (at / (2 * hidden), at % (2 * hidden));
@@ -228,8 +246,8 @@ pub fn write_tiny_mtp(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoin
     write_weights(name, json, circuit, weights)
 }
 
-/// A layer-skip draft of `target` (written by `write_tiny` from `target_json`): the same
-/// config cut to `layers` layers, with the target's own weights for the layers it keeps.
+/// A layer-skip draft of the checkpoint `target` (of `target_json`): `draft_json`, the same
+/// config with fewer layers, over the target's own weights for the layers it keeps.
 pub fn write_layer_skip_draft(
     target: &Path,
     target_json: &str,
