@@ -20,14 +20,16 @@ const PROMPT_LEN: usize = 10;
 fn main() -> Result<()> {
     let usage = "speculative [TARGET [DRAFT]] [--tokens N] [--k K] [--cuda]";
     let args = Args::parse(usage, 32, 3)?;
-    let mut tiny = Vec::new();
+    let mut tiny = Vec::new(); // the built-in checkpoints' folders, removed at the end
     let (target_dir, draft_dir) = match args.checkpoints.as_slice() {
         [] => {
+            // A 4-layer target and a 2-layer draft made of its first two layers.
             let (big, small) = (tiny_llama_json(4), tiny_llama_json(2));
             let target = write_tiny("tiny-llama", &big, 11)?;
-            tiny.push(write_layer_skip_draft(&target.0, &big, &small)?);
-            tiny.push(target);
-            (tiny[1].0.clone(), tiny[0].0.clone())
+            let draft = write_layer_skip_draft(&target.0, &big, &small)?;
+            let dirs = (target.0.clone(), draft.0.clone());
+            tiny.extend([target, draft]);
+            dirs
         }
         [target] => (target.clone(), target.clone()),
         [target, draft, ..] => (target.clone(), draft.clone()),
