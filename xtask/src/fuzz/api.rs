@@ -283,7 +283,10 @@ fn run_calls(
                 (
                     format!("speculate({id}, {pending}, {policy:?})"),
                     session
-                        .speculate(backend, id, pending, &mut drafter, policy)
+                        .next_k(id, policy)
+                        .and_then(|k| {
+                            session.speculative_step(backend, id, pending, k, &mut drafter)
+                        })
                         .map(drop)
                         .map_err(|e| e.to_string()),
                 )
