@@ -18,12 +18,12 @@ use crate::exec::CircuitExec;
 use crate::sampling::{Sampler, Sampling};
 use crate::session::{RewindPoint, SeqId, Session};
 
-/// One target sequence's draft-side state.
+/// One target sequence's state in the draft model.
 #[derive(Debug)]
 struct DraftSeq {
     /// The drafter's own sequence.
     id: SeqId,
-    /// Committed target tokens the draft cache holds (a prefix of the target's).
+    /// Committed target tokens the draft model's cache holds (a prefix of the target's).
     fed: usize,
     /// The tokens the last `draft` fed past `fed` (pending and all drafts but the last), and
     /// the rewind point before them (models with recurrent state only).
@@ -188,7 +188,7 @@ impl Drafter for ModelDrafter<'_> {
 }
 
 impl ModelDrafter<'_> {
-    /// Leaves the draft sequence of `seq` holding its `fed` committed tokens plus the first
+    /// Leaves the draft model's sequence of `seq` holding its `fed` committed tokens plus the first
     /// `keep` tokens it drafted past them: truncated (KV only) or rewound to the point before
     /// the draft, the kept tokens to be fed again at the next catch-up.
     fn take_back(

@@ -1,8 +1,9 @@
-//! Taking a sequence back to an earlier length: `truncate_to` (KV-only models: the cells past
-//! the new length are simply never read again), rewind points (a host copy of the recurrent
-//! state, for models that keep one: a draft model's decode steps keep no snapshots), and the
-//! roll-back of a verify step to one of its rows from the per-row snapshots the chained
-//! recurrence kernels write (what `speculative_step` uses on the target).
+//! Taking a sequence back to an earlier length, the mechanisms behind the one rollback story
+//! (`speculative`'s module doc): rewind points (`RewindPoint`: the length and a host copy of
+//! the recurrent state, for any sequence), `truncate_to` (a sequence holding no recurrent
+//! state: the KV cells past the new length are simply never read again), and, inside a
+//! speculative step only, the roll-back of a verify step to one of its rows from the per-row
+//! snapshots the chained recurrence kernels write (`keep_verify_rows`).
 //!
 //! Invariant: after any of them the sequence's KV length, block table, token history and
 //! recurrent state are exactly those a sequence fed only the kept tokens would have.

@@ -1,6 +1,6 @@
 //! Running the MTP head for `MtpDrafter`: pairing observed target hidden rows with the tokens
 //! after them (`catch_up`, and the start of every draft), then chaining the head's own output
-//! row through k draft steps (`draft_inner`). A failure puts the head sequence back to its
+//! row through the k steps of a draft (`draft_inner`). A failure puts the head sequence back to its
 //! length and rows before the call.
 
 use half::bf16;

@@ -2,11 +2,11 @@
 //! exec (`MtpDrafter::new`). The head's step is its own program (circuit's `Mode::Draft`,
 //! `families::build_draft`, run by `Session::mtp_step`): the pair (target hidden[p], token[p+1]) at position p predicts
 //! token p+2, and the head's own output row (`HiddenRows::Draft`) stands in for the target's
-//! hidden state at the next draft position, so k draft steps chain (vLLM's MTP proposer does
+//! hidden state at the next draft position, so the k steps of a draft chain (vLLM's MTP proposer does
 //! the same with `num_speculative_tokens > num_nextn_predict_layers`).
 //!
 //! Where the target's hidden rows come from: every target program leaves its final-norm rows
-//! in the workspace's hidden region (the draft serve keeps them); the drafter copies the rows
+//! in the workspace's hidden region (a serve with `draft_widths` keeps them); the drafter copies the rows
 //! of each target step of a sequence before another step overwrites them — the verify rows it
 //! kept at `settle`, and the rows of plain steps through `MtpDrafter::prefill`/`decode` (or
 //! `observe`, after any other single target step). A `draft` needs every committed position's
@@ -15,9 +15,9 @@
 //!
 //! The head's KV cache: the head's layer (`kv.{num_hidden_layers}`) lives on pages of the
 //! drafter's own sequence (one per target sequence, from the exec's shared pool), position p
-//! holding the pair at p. Positions paired with a target hidden row stay; the draft positions
-//! past the target's kept tokens are taken back at `settle` (KV only: the head keeps no
-//! recurrent state, and its sequences take no state slot).
+//! holding the pair at p. Positions paired with a target hidden row stay; the positions of
+//! the draft past the target's kept tokens are taken back at `settle` (KV only: the head
+//! keeps no recurrent state, and its sequences take no state slot).
 //!
 //! It is written on public API alone: `Session::mtp_step` and `truncate_to` on its own
 //! session, `CircuitExec::{read_hidden_at, write_hidden, chain_hidden}` for the hidden rows,
@@ -59,7 +59,7 @@ struct HeadSeq {
     sampler: Sampler,
 }
 
-/// The MTP draft head as a drafter: greedy by default, or sampling under `Sampling`.
+/// The MTP head as a drafter: greedy by default, or sampling under `Sampling`.
 pub struct MtpDrafter<'e> {
     exec: &'e CircuitExec,
     /// The head's sequences: their pages hold the head layer's KV.
@@ -69,7 +69,7 @@ pub struct MtpDrafter<'e> {
 }
 
 impl<'e> MtpDrafter<'e> {
-    /// The MTP draft head of `exec` as a greedy drafter for sessions on it; refused for an
+    /// The MTP head of `exec` as a greedy drafter for sessions on it; refused for an
     /// exec that serves no MTP head programs.
     pub fn new(exec: &'e CircuitExec) -> Result<MtpDrafter<'e>, SessionError> {
         if !exec.has_draft_head() {
