@@ -281,7 +281,7 @@ fn run_calls(
                 };
                 let (id, pending) = (seq_id(rng, &ids), token(rng, vocab));
                 (
-                    format!("speculate({id}, {pending}, {policy:?})"),
+                    format!("speculative_step({id}, {pending}, next_k({policy:?}))"),
                     session
                         .next_k(id, policy)
                         .and_then(|k| {
