@@ -37,9 +37,9 @@ pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource, PDL_LEVE
 pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
 pub use hidden::HiddenRows;
 pub use program::{Program, ProgramStep};
-pub use sampling::{Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
+pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
-    greedy, Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session,
-    SpecPolicy, SpeculativeStep,
+    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session, SpecPolicy,
+    SpeculativeStep, Verdict,
 };
 pub use weights::HostWeights;

@@ -10,8 +10,8 @@ use solder_circuit::Policy;
 use solder_config::ServeShape;
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{
-    Boot, CircuitExec, ExecError, HiddenRows, KvShape, ModelDrafter, Session, SessionError,
-    SpecPolicy, WeightSource,
+    Boot, CircuitExec, ExecError, HiddenRows, KvShape, ModelDrafter, MtpDrafter, Session,
+    SessionError, SpecPolicy, WeightSource,
 };
 
 fn draft_exec(backend: &mut CpuBackend) -> CircuitExec {
@@ -83,7 +83,7 @@ fn hidden_row_indices_near_usize_max_are_refused_by_name() {
 fn observe_at_past_the_hidden_rows_is_refused() {
     let mut backend = backend();
     let exec = draft_exec(&mut backend);
-    let mut drafter = exec.draft_runner().unwrap();
+    let mut drafter = MtpDrafter::new(&exec).unwrap();
     let err = drafter
         .observe_at(&mut backend, 1, 0, usize::MAX, 2)
         .unwrap_err();
@@ -230,12 +230,18 @@ fn adaptive_policies_no_step_can_follow_are_refused_by_field() {
         (SpecPolicy::Fixed(0), "SpecPolicy::Fixed"),
     ];
     // A step first, so the adaptive policy has a history and reaches its clamp.
+    let k = session
+        .next_k(id, SpecPolicy::Fixed(2))
+        .expect("a valid policy");
     session
-        .speculate(&mut backend, id, 4, &mut drafter, SpecPolicy::Fixed(2))
+        .speculative_step(&mut backend, id, 4, k, &mut drafter)
         .expect("a valid policy");
     let len = session.seq_len(id).unwrap();
     for (policy, field) in cases {
-        match session.speculate(&mut backend, id, 4, &mut drafter, policy) {
+        let step = session
+            .next_k(id, policy)
+            .and_then(|k| session.speculative_step(&mut backend, id, 4, k, &mut drafter));
+        match step {
             Err(SessionError::Argument { field: got, .. }) => assert_eq!(got, field, "{policy:?}"),
             other => panic!("{policy:?}: expected a refusal naming {field}, got {other:?}"),
         }

@@ -2,12 +2,13 @@
 //! final hidden rows left where the draft program reads them, the draft step's logits equal to
 //! a reference computed here from the same weights (the composition of vLLM's
 //! `qwen3_next_mtp.py`), one-row chaining equal to an n-row step, the head as a `Drafter`
-//! (`CircuitExec::draft_runner`) giving exactly plain greedy decoding's tokens and logits bytes
+//! (`MtpDrafter::new`) giving exactly plain greedy decoding's tokens and logits bytes
 //! for every k, and the refusals (a family without a head, draft programs without
 //! `draft_widths`, a draft whose target rows were never observed).
 
 mod exec_support;
 
+use exec_support::drafters::Oracle;
 use exec_support::*;
 use half::bf16;
 use solder_circuit::{Mode, Policy};
@@ -15,8 +16,8 @@ use solder_config::ServeShape;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::meta::{MetaRow, StepMeta};
 use solder_model_layers::{
-    greedy, Boot, CircuitExec, Draft, Drafter, ExecError, HiddenRows, HostWeights, MtpDrafter,
-    Sampling, SamplingParams, SeqId, Session, SessionError, WeightSource,
+    greedy, Boot, CircuitExec, Drafter, ExecError, HiddenRows, HostWeights, MtpDrafter, Sampling,
+    SamplingParams, SeqId, Session, SessionError, Verdict, WeightSource,
 };
 
 const TINY_NEXT: &str = r#"{
@@ -382,7 +383,7 @@ fn draft_logits_match_the_reference_and_chain_like_a_wide_step() {
         assert_same_bytes(&wide[p * 128..][..128], &one_row[p], &format!("row {p}"));
     }
     // A drafter fed the same tokens through a session pairs them to the same bytes.
-    let mut drafter = exec.draft_runner().expect("head");
+    let mut drafter = MtpDrafter::new(&exec).expect("head");
     let mut session = Session::new(&exec);
     let id = session.add_sequence();
     for &t in &tokens {
@@ -503,7 +504,7 @@ fn a_draft_needs_every_target_row_observed_and_a_head() {
     let mut backend = backend();
     let exec = build_draft(&mut backend, &[4]).expect("build");
     let vocab = exec.config.vocab_size;
-    let mut drafter = exec.draft_runner().expect("a draft head");
+    let mut drafter = MtpDrafter::new(&exec).expect("a draft head");
     let mut session = Session::new(&exec);
     let id = session.add_sequence();
     let prompt = prompt(5, 128, 9);
@@ -522,51 +523,8 @@ fn a_draft_needs_every_target_row_observed_and_a_head() {
 
     // No head: no drafter.
     let plain = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
-    let err = plain.draft_runner().err().expect("no head");
+    let err = MtpDrafter::new(&plain).err().expect("no head");
     assert!(err.to_string().contains("no MTP draft head"), "{err}");
-}
-
-/// The MTP drafter, its proposals replaced by the target's own greedy continuation (an
-/// oracle): every draft is accepted, so `settle` keeps k + 1 rows.
-struct Oracle<'e> {
-    inner: MtpDrafter<'e>,
-    /// The target's greedy tokens after the prompt (from plain decoding).
-    future: Vec<u32>,
-    prompt_len: usize,
-}
-
-impl Drafter for Oracle<'_> {
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn draft(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
-        // `pending` is future[committed - prompt]; the drafts follow it.
-        let at = committed.len() - self.prompt_len + 1;
-        draft.tokens = self.future[at..at + k].to_vec();
-        Ok(draft)
-    }
-
-    fn settle(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        kept: usize,
-    ) -> Result<(), SessionError> {
-        self.inner.settle(backend, seq, kept)
-    }
-
-    fn forget(&mut self, seq: SeqId) {
-        self.inner.forget(seq)
-    }
 }
 
 /// The head layer's K and V bytes at the first `positions` positions of head sequence `id`.
@@ -606,7 +564,7 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
     let prompt = prompt(7, 128, 6);
     // The target's greedy continuation, fed through an observing drafter step by step: its
     // head, caught up in one draft at the end, is the reference.
-    let mut reference = exec.draft_runner().expect("head");
+    let mut reference = MtpDrafter::new(&exec).expect("head");
     let mut plain = Session::new(&exec);
     let rid = plain.add_sequence();
     let logits = reference
@@ -624,14 +582,16 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
     reference
         .draft(&mut backend, rid, &committed, future[GEN], 1)
         .expect("catch-up");
-    reference.settle(&mut backend, rid, 1).expect("settle");
+    reference
+        .settle(&mut backend, rid, Verdict { kept: 1, row: 0 })
+        .expect("settle");
     let final_positions = committed.len();
     assert_eq!(reference.paired(rid), Some((final_positions, 1)));
 
     for k in [2, 3, 4] {
         let mut oracle = Oracle {
-            inner: exec.draft_runner().expect("head"),
-            future: future.clone(),
+            inner: MtpDrafter::new(&exec).expect("head"),
+            futures: Default::default(),
             prompt_len: prompt.len(),
         };
         let mut session = Session::new(&exec);
@@ -640,6 +600,7 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
             .inner
             .prefill(&mut backend, &mut session, id, &prompt)
             .expect("prefill");
+        oracle.futures.insert(id, future.clone());
         let mut pending = future[0];
         while session.seq_len(id).unwrap() + k < final_positions {
             let step = session
@@ -660,46 +621,6 @@ fn accepted_drafts_leave_the_head_as_a_head_fed_the_kept_pairs() {
     }
 }
 
-/// Oracles for several sequences at once (each its own future, keyed by target sequence).
-struct Oracles<'e> {
-    inner: MtpDrafter<'e>,
-    futures: std::collections::BTreeMap<SeqId, Vec<u32>>,
-    prompt_len: usize,
-}
-
-impl Drafter for Oracles<'_> {
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn draft(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
-        let at = committed.len() - self.prompt_len + 1;
-        draft.tokens = self.futures[&seq][at..at + k].to_vec();
-        Ok(draft)
-    }
-
-    fn settle(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        kept: usize,
-    ) -> Result<(), SessionError> {
-        self.inner.settle(backend, seq, kept)
-    }
-
-    fn forget(&mut self, seq: SeqId) {
-        self.inner.forget(seq)
-    }
-}
-
 #[test]
 fn batched_verify_with_the_head_keeps_each_sequence_as_alone() {
     let mut backend = backend();
@@ -709,7 +630,7 @@ fn batched_verify_with_the_head_keeps_each_sequence_as_alone() {
     // Each sequence alone: its greedy future and its head, caught up over it (the reference).
     let mut references = Vec::new();
     for p in &prompts {
-        let mut drafter = exec.draft_runner().expect("head");
+        let mut drafter = MtpDrafter::new(&exec).expect("head");
         let mut plain = Session::new(&exec);
         let rid = plain.add_sequence();
         let logits = drafter
@@ -731,8 +652,8 @@ fn batched_verify_with_the_head_keeps_each_sequence_as_alone() {
         references.push((drafter, plain, rid, future));
     }
     // All three in batched speculative steps, each with its own k, every draft accepted.
-    let mut oracles = Oracles {
-        inner: exec.draft_runner().expect("head"),
+    let mut oracles = Oracle {
+        inner: MtpDrafter::new(&exec).expect("head"),
         futures: Default::default(),
         prompt_len: 5,
     };

@@ -493,7 +493,7 @@ fn greedy_speculation_accepts_while_the_draft_is_the_arg_max() {
         };
         let draft: Vec<Vec<f64>> = tokens.iter().map(|&t| one_hot(t)).collect();
         assert_eq!(
-            Sampler::greedy().verify(target, &draft, tokens).unwrap(),
+            Sampler::greedy().accept(target, &draft, tokens).unwrap(),
             want
         );
         // The sampled rule on one-hot p and q is the same rule.
@@ -510,7 +510,7 @@ fn sampled_verify_uses_the_samplers_transforms() {
     let draft = vec![vec![0.2, 0.3, 0.5]];
     let mut s = sampler(1.0, 1, 1.0, 0);
     for token in 0..3 {
-        let step = s.verify(&rows, &draft, &[token]).unwrap();
+        let step = s.accept(&rows, &draft, &[token]).unwrap();
         let want = accept_greedy(&rows, &[token]).unwrap();
         assert_eq!(step, want, "token {token}");
     }
@@ -578,7 +578,7 @@ fn bad_verify_input_is_refused_by_name_and_draws_nothing() {
         );
     }
     let message = Sampler::greedy()
-        .verify(&[vec![f32::NAN; 2]], &Vec::<Vec<f64>>::new(), &[])
+        .accept(&[vec![f32::NAN; 2]], &Vec::<Vec<f64>>::new(), &[])
         .unwrap_err()
         .to_string();
     assert!(

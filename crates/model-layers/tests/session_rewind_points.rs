@@ -257,3 +257,22 @@ fn a_rewind_whose_state_copy_fails_part_way_leaves_the_sequence_as_it_was() {
         .rewind(&mut backend, &point)
         .expect("the rewind then succeeds");
 }
+
+#[test]
+fn a_truncation_is_refused_only_for_a_sequence_holding_recurrent_state() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend);
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    // No step yet: no state slot, so nothing a truncation could fail to take back.
+    session
+        .truncate_to(id, 0)
+        .expect("a sequence holding no state");
+    feed(&mut session, &mut backend, id, &[3, 1, 4]);
+    let before = snapshot(&session, &mut backend, id);
+    assert_rewind_refused(
+        session.truncate_to(id, 1).unwrap_err(),
+        "keeps recurrent state",
+    );
+    assert_eq!(snapshot(&session, &mut backend, id), before);
+}

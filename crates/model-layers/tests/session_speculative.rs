@@ -6,105 +6,14 @@
 
 mod exec_support;
 
+use exec_support::drafters::{Bend, Bent, Fixed};
 use exec_support::*;
 use solder_circuit::Policy;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::{
-    greedy, CircuitExec, Draft, Drafter, ExecError, ModelDrafter, Sampling, SamplingParams, SeqId,
+    greedy, CircuitExec, Drafter, ExecError, ModelDrafter, Sampling, SamplingParams, SeqId,
     Session, SessionError, SpecPolicy, WeightSource,
 };
-
-/// How a test drafter bends a model drafter's proposals.
-#[derive(Clone, Copy, Debug)]
-enum Bend {
-    /// As the model drafts (the same model as the target: always agrees).
-    None,
-    /// Every token moved by one: never the target's choice when the model is the target.
-    Always,
-    /// Each token moved with probability 1/2 (a fixed-seed generator).
-    Random(u64),
-}
-
-struct Bent<'d> {
-    inner: ModelDrafter<'d>,
-    bend: Bend,
-    vocab: u32,
-}
-
-impl Drafter for Bent<'_> {
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn draft(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
-        for t in &mut draft.tokens {
-            let moved = match &mut self.bend {
-                Bend::None => false,
-                Bend::Always => true,
-                Bend::Random(state) => {
-                    *state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (*state >> 62) & 1 == 1
-                }
-            };
-            if moved {
-                *t = (*t + 1) % self.vocab;
-            }
-        }
-        Ok(draft)
-    }
-
-    fn settle(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        kept: usize,
-    ) -> Result<(), SessionError> {
-        self.inner.settle(backend, seq, kept)
-    }
-
-    fn forget(&mut self, seq: SeqId) {
-        self.inner.forget(seq)
-    }
-}
-
-/// Proposes fixed tokens and touches no device (so an injected failure hits the verify step).
-struct Fixed(Vec<u32>);
-
-impl Drafter for Fixed {
-    fn vocab_size(&self) -> usize {
-        128
-    }
-
-    fn draft(
-        &mut self,
-        _: &mut dyn GpuBackend,
-        _: SeqId,
-        _: &[u32],
-        _: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        Ok(Draft {
-            tokens: self.0.iter().copied().cycle().take(k).collect(),
-            probs: None,
-        })
-    }
-
-    fn settle(&mut self, _: &mut dyn GpuBackend, _: SeqId, _: usize) -> Result<(), SessionError> {
-        Ok(())
-    }
-
-    fn forget(&mut self, _: SeqId) {}
-}
 
 const GEN: usize = 14;
 
@@ -182,13 +91,11 @@ fn greedy_speculative_decoding_is_lossless_for_every_k_and_drafter() {
         };
         let prompt = prompt(3, 128, 9);
         let (want_tokens, want_logits) = plain(&mut backend, &target, &prompt);
-        let vocab = target.config.vocab_size as u32;
         for k in 1..=7 {
             for bend in [Bend::None, Bend::Always, Bend::Random(k as u64)] {
                 let mut drafter = Bent {
                     inner: ModelDrafter::new(&same),
                     bend,
-                    vocab,
                 };
                 let (tokens, logits, accepted) =
                     speculative(&mut backend, &target, &mut drafter, &prompt, k);
@@ -260,7 +167,6 @@ fn after_a_rejection_the_state_equals_a_fresh_sequence_fed_the_kept_tokens() {
             let mut drafter = Bent {
                 inner: ModelDrafter::new(&same),
                 bend: Bend::Random(seed),
-                vocab: 128,
             };
             let mut session = Session::new(&target);
             let id = session.add_sequence();
@@ -284,7 +190,7 @@ fn after_a_rejection_the_state_equals_a_fresh_sequence_fed_the_kept_tokens() {
                 "{json:.40}: seed {seed}: state after rollback differs"
             );
             // The drafter's sequence follows: a prefix of the target's tokens.
-            let draft_len = drafter.inner.draft_len(id).expect("draft seq");
+            let draft_len = drafter.inner.cached_len(id).expect("draft seq");
             assert!(draft_len <= kept.len());
         }
     }
@@ -449,8 +355,9 @@ fn the_adaptive_policy_follows_acceptance() {
         .expect("prefill");
     let mut pending = 3;
     for _ in 0..4 {
+        let k = session.next_k(id, p).expect("k");
         let step = session
-            .speculate(&mut backend, id, pending, &mut drafter, p)
+            .speculative_step(&mut backend, id, pending, k, &mut drafter)
             .expect("step");
         pending = *step.tokens.last().expect("token");
     }
@@ -540,7 +447,6 @@ fn batched_speculative_steps_equal_each_sequence_alone() {
         let mut drafter = Bent {
             inner: ModelDrafter::new(&same),
             bend: Bend::Random(3),
-            vocab: 128,
         };
         let mut session = Session::new(&target);
         let mut pendings = Vec::new();

@@ -281,9 +281,12 @@ fn run_calls(
                 };
                 let (id, pending) = (seq_id(rng, &ids), token(rng, vocab));
                 (
-                    format!("speculate({id}, {pending}, {policy:?})"),
+                    format!("speculative_step({id}, {pending}, next_k({policy:?}))"),
                     session
-                        .speculate(backend, id, pending, &mut drafter, policy)
+                        .next_k(id, policy)
+                        .and_then(|k| {
+                            session.speculative_step(backend, id, pending, k, &mut drafter)
+                        })
                         .map(drop)
                         .map_err(|e| e.to_string()),
                 )

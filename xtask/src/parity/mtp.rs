@@ -13,7 +13,7 @@
 
 use solder_config::{Family, ServeShape};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{greedy, CircuitExec, Drafter, Session};
+use solder_model_layers::{greedy, CircuitExec, Drafter, MtpDrafter, Session};
 
 use super::golden::GoldenFigures;
 use super::run::{build_exec_with, Case, Diff, Weights};
@@ -155,7 +155,7 @@ fn head_over_prompt(
     backend: &mut dyn GpuBackend,
     prompt: &[u32],
 ) -> R<(Vec<f32>, Vec<f32>)> {
-    let mut drafter = exec.draft_runner().map_err(err)?;
+    let mut drafter = MtpDrafter::new(exec).map_err(err)?;
     let mut session = Session::new(exec);
     let id = session.add_sequence();
     let target = drafter
@@ -175,7 +175,7 @@ fn head_over_rows(
     prompt: &[u32],
     hidden: &[f32],
 ) -> R<Vec<f32>> {
-    let mut drafter = exec.draft_runner().map_err(err)?;
+    let mut drafter = MtpDrafter::new(exec).map_err(err)?;
     let rows = hidden
         .iter()
         .map(|&v| solder_model_layers::numerics::to_bf16(v))
@@ -223,7 +223,7 @@ fn speculative(
     };
     let mut spec = Spec::default();
     for k in KS {
-        let mut drafter = exec.draft_runner().map_err(err)?;
+        let mut drafter = MtpDrafter::new(exec).map_err(err)?;
         let mut session = Session::new(exec);
         let id = session.add_sequence();
         let logits = drafter

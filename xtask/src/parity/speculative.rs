@@ -4,9 +4,12 @@
 //! decoding from the same prefix.
 
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{
-    greedy, CircuitExec, Draft, Drafter, ModelDrafter, SeqId, Session, SessionError,
-};
+use solder_model_layers::{greedy, CircuitExec, Drafter, ModelDrafter, Session};
+
+/// The test drafters, shared with model-layers' tests (one copy, public API only).
+#[path = "../../../crates/model-layers/tests/exec_support/drafters.rs"]
+mod drafters;
+use drafters::{Bend, Bent};
 
 /// The k each case runs (k + 1 must fit the widest verify program, 8).
 pub const KS: [usize; 4] = [1, 2, 4, 7];
@@ -33,60 +36,6 @@ impl SpecFigures {
 }
 
 pub const DRAFTERS: [&str; 3] = ["agrees", "never", "random"];
-
-/// The target drafting for itself, its drafts bent as `mode` says (0 as is, 1 all moved by
-/// one, 2 each moved with probability 1/2 from a fixed seed).
-struct Bent<'d> {
-    inner: ModelDrafter<'d>,
-    mode: usize,
-    state: u64,
-}
-
-impl Drafter for Bent<'_> {
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn draft(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        let vocab = self.vocab_size() as u32;
-        let mut draft = self.inner.draft(backend, seq, committed, pending, k)?;
-        for t in &mut draft.tokens {
-            self.state = self
-                .state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let moved = match self.mode {
-                0 => false,
-                1 => true,
-                _ => (self.state >> 62) & 1 == 1,
-            };
-            if moved {
-                *t = (*t + 1) % vocab;
-            }
-        }
-        Ok(draft)
-    }
-
-    fn settle(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        kept: usize,
-    ) -> Result<(), SessionError> {
-        self.inner.settle(backend, seq, kept)
-    }
-
-    fn forget(&mut self, seq: SeqId) {
-        self.inner.forget(seq)
-    }
-}
 
 type R<T> = Result<T, String>;
 
@@ -130,10 +79,12 @@ pub fn check(
     let mut figures = SpecFigures::default();
     for k in KS {
         for (mode, name) in DRAFTERS.iter().enumerate() {
+            // The target drafting for itself, its drafts as is, all moved by one, or each
+            // moved with probability 1/2 from a seed of k.
+            let bend = [Bend::None, Bend::Always, Bend::Random(k as u64)][mode];
             let mut drafter = Bent {
                 inner: ModelDrafter::new(exec),
-                mode,
-                state: k as u64,
+                bend,
             };
             let mut session = Session::new(exec);
             let id = session.add_sequence();

@@ -5,8 +5,8 @@
 //!
 //! Parts: `rng` (`Rng`: xoshiro256** seeded by SplitMix64), `transform` (temperature, then
 //! top-k, then top-p, then softmax — vLLM's and Hugging Face's order; `greedy`, the arg-max),
-//! `speculative` (`accept`: the accept/resample rule over a verify step, `accept_greedy`: its
-//! temperature-0 case).
+//! `accept` (speculative sampling's accept rule over a verify step: `accept`, the
+//! accept/resample rule, and `accept_greedy`, its temperature-0 case).
 //!
 //! Parameters: temperature is finite and ≥ 0, and 0 is greedy (top-k and top-p then change
 //! nothing: the arg-max is always kept); `top_k` 0 turns top-k off, and a `top_k` at or above
@@ -18,15 +18,15 @@
 //! it is given, on every platform (see `rng` and `transform`); a call that is refused draws
 //! nothing from the generator; NaN is never sampled; greedy is `greedy(logits)`.
 
+mod accept;
 mod rng;
-mod speculative;
 mod transform;
 
+pub use accept::{accept, accept_greedy, Acceptance};
 pub use rng::{splitmix64, Rng};
-pub use speculative::{accept, accept_greedy, Acceptance};
 pub use transform::greedy;
 
-use speculative::{check_length, check_shapes, in_row};
+use accept::{check_length, check_shapes, in_row};
 use transform::Transforms;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -203,12 +203,12 @@ impl Sampler {
         Ok((token, probs))
     }
 
-    /// One verify step under this sampler's rule: the target's logits at the k + 1 verified
-    /// positions, the k distributions the draft drew `draft_tokens` from (what its
-    /// `sample_with_probs` returned), and the tokens. Greedy is `accept_greedy` and reads
+    /// Speculative sampling's accept rule over one verify step, under this sampler's rule:
+    /// the target's logits at the k + 1 verified positions, the k distributions the drafter
+    /// drew `draft_tokens` from (what its `sample_with_probs` returned), and the tokens. Greedy is `accept_greedy` and reads
     /// nothing of `draft_probs` but their count; sampled is `accept` on this sampler's
     /// transforms of the target's logits and its generator.
-    pub fn verify<T: AsRef<[f32]>, D: AsRef<[f64]>>(
+    pub fn accept<T: AsRef<[f32]>, D: AsRef<[f64]>>(
         &mut self,
         target_logits: &[T],
         draft_probs: &[D],

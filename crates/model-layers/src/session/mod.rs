@@ -1,21 +1,25 @@
 //! `Session`: decoding over a `CircuitExec` — live sequences with their block tables and
 //! state slots, prefill through verify programs in chunks, decode, multi-sequence steps on the
-//! narrowest compiled width, and greedy sampling.
+//! narrowest compiled width, speculative steps, and taking a sequence back.
 //!
-//! Parts: `pages` (the KV page pool; page 0 is the scratch page), `slots` (the recurrent-state
-//! slot pool; a slot is zeroed when taken), `backup` (the recurrent state of a step's
-//! sequences, saved before it runs and restored if it fails), `step` (one all-or-nothing
-//! step: check, save the state, take pages and slots, pick the route, upload the step's
-//! `meta::StepMeta`, run its program's graph or launches, read the logits), `window` (sliding
-//! windows: after each step, and after a whole prefill, the KV pages wholly outside every
-//! layer's window, with a margin for rollback, go back to the pool; their block-table entries
-//! become the scratch page), `draft`, `speculative` and `rewind` (speculative steps and the
-//! roll-back of rejected tokens).
+//! Where to read: this file is the whole public API — every public method of `Session`, each
+//! a few lines that call into the rooms below.
+//! - `decode`: plain decoding, how prefill, verify, decode, multi-seq and batched-verify steps
+//!   lay out their rows.
+//! - `state`: the mechanisms every step relies on — `step` (one all-or-nothing step: check,
+//!   save the state, take pages and slots, pick the route, upload the step's `meta::StepMeta`,
+//!   run its program's graph or launches, read the logits), `backup` (the recurrent state of a
+//!   step's sequences, saved before it runs and restored if it fails), `window` (sliding
+//!   windows: KV pages wholly outside every layer's window, with a margin for rollback, go
+//!   back to the pool) and `rewind` (taking a sequence back to an earlier length).
+//! - `speculative`: speculative decoding — the step, the `Drafter` trait, the built-in
+//!   drafters (`ModelDrafter`, `MtpDrafter`), `SpecPolicy` and the rollback story.
 //!
-//! Sharing: the pools belong to the `CircuitExec` (`Pools`, one per exec, behind a lock), not
-//! to a session. Several sessions may run on one exec, one step at a time (each step takes
-//! the one backend mutably); they share its pages and slots, never the same one, and a
-//! session gives back everything its sequences hold when it is dropped.
+//! Sharing: the pools (KV pages, recurrent-state slots) belong to the `CircuitExec`
+//! (`exec::Pools`, one per exec, behind a lock), not to a session. Several sessions may run
+//! on one exec, one step at a time (each step takes the one backend mutably); they share its
+//! pages and slots, never the same one, and a session gives back everything its sequences
+//! hold when it is dropped.
 //!
 //! Invariants: per-step values reach a program only through the workspace's metadata region,
 //! uploaded before the run; a step — and a whole prefill — that fails validation (token id,
@@ -24,13 +28,9 @@
 //! other sequence of any session (the scratch page a block table names in place of a
 //! recycled page is no page held: it is never read through that entry, never given back).
 
-mod backup;
-pub mod draft;
-pub mod mtp;
-mod rewind;
-pub mod speculative;
-mod step;
-mod window;
+mod decode;
+mod speculative;
+mod state;
 
 use std::collections::BTreeMap;
 
@@ -40,13 +40,15 @@ use solder_gpu_runtime::GpuBackend;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
 use crate::graphs::StepRun;
-use backup::StateBackup;
-pub use draft::{Draft, Drafter, ModelDrafter};
-pub use mtp::MtpDrafter;
-pub use rewind::RewindPoint;
-pub use speculative::{Acceptances, SpecPolicy, SpeculativeStep};
-use step::{Row, SaveState};
+use crate::sampling::{Sampler, Sampling};
+use state::SaveState;
 
+pub use speculative::{
+    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, SpecPolicy, SpeculativeStep, Verdict,
+};
+pub use state::RewindPoint;
+
+/// A sequence's name in its session.
 pub type SeqId = u64;
 
 #[derive(Debug, Clone, Default)]
@@ -60,13 +62,14 @@ struct Sequence {
     /// Recurrent-state slot (models with recurrent layers), taken at the first step.
     slot: Option<u32>,
     /// How speculative steps accept drafts (None: greedy).
-    sampler: Option<crate::sampling::Sampler>,
+    sampler: Option<Sampler>,
     /// Speculative steps' acceptance history.
-    acceptances: speculative::Acceptances,
+    acceptances: Acceptances,
     /// The cuts its history took: which rewind points still describe it.
-    cuts: rewind::Cuts,
+    cuts: state::Cuts,
 }
 
+/// Live sequences decoding over one `CircuitExec`, their pages and slots lent by its pools.
 pub struct Session<'e> {
     exec: &'e CircuitExec,
     /// Unique in the process: what a `RewindPoint` names its session by.
@@ -81,6 +84,7 @@ pub struct Session<'e> {
     last_run: Option<StepRun>,
 }
 
+/// Sessions and sequences.
 impl<'e> Session<'e> {
     /// A session on `exec`, lending pages and slots from the exec's pools (shared with every
     /// other session on it).
@@ -97,21 +101,17 @@ impl<'e> Session<'e> {
         }
     }
 
+    /// The exec the session runs on (its config, layout and compiled program shapes).
+    pub fn exec(&self) -> &'e CircuitExec {
+        self.exec
+    }
+
     /// Lets steps take runtime routes (the default) or keeps them on primary programs.
     pub fn set_routes(&mut self, on: bool) {
         self.routes = on;
     }
 
-    /// The (mode, rows, arm condition) of the program the last step ran.
-    pub fn last_program(&self) -> Option<(Mode, usize, Option<RouteCondition>)> {
-        self.last_program
-    }
-
-    /// How the last step that reached its run ran (graph replayed, captured, or eager).
-    pub fn last_run(&self) -> Option<StepRun> {
-        self.last_run
-    }
-
+    /// A new, empty sequence; it takes pages (and a state slot) at its first step.
     pub fn add_sequence(&mut self) -> SeqId {
         let id = self.next_id;
         self.next_id += 1;
@@ -132,20 +132,28 @@ impl<'e> Session<'e> {
         }
         Ok(())
     }
+}
 
+/// What a session and its sequences hold now.
+impl Session<'_> {
     /// The tokens a sequence's cache holds, in order.
     pub fn tokens(&self, id: SeqId) -> Result<&[u32], SessionError> {
-        self.seqs
-            .get(&id)
-            .map(|s| s.tokens.as_slice())
-            .ok_or(SessionError::UnknownSequence(id))
+        self.seq(id).map(|s| s.tokens.as_slice())
     }
 
+    /// How many tokens a sequence's cache holds (the position its next token takes).
     pub fn seq_len(&self, id: SeqId) -> Result<usize, SessionError> {
-        self.seqs
-            .get(&id)
-            .map(|s| s.len)
-            .ok_or(SessionError::UnknownSequence(id))
+        self.seq(id).map(|s| s.len)
+    }
+
+    /// The pages holding a sequence's tokens, in order (its block table).
+    pub fn block_table(&self, id: SeqId) -> Result<&[u32], SessionError> {
+        self.seq(id).map(|s| s.pages.as_slice())
+    }
+
+    /// Pages a sequence holds in the pool (placeholders of recycled pages not counted).
+    pub fn held_pages(&self, id: SeqId) -> Result<usize, SessionError> {
+        self.seq(id).map(|s| crate::exec::PagePool::live(&s.pages))
     }
 
     /// Pages free in the exec's pool (shared with every session on the exec).
@@ -153,153 +161,58 @@ impl<'e> Session<'e> {
         self.exec.pools().pages.free_count()
     }
 
+    /// Positions kept before a sequence's length under sliding windows: the widest window
+    /// plus the widest verify width (see `state::window`); `None` when pages are never
+    /// recycled (a layer attends over the whole context).
+    pub fn kv_keep(&self) -> Option<usize> {
+        state::window::kv_keep(self.exec)
+    }
+
+    /// Whether the model keeps recurrent state (so a length alone cannot be rewound).
+    pub fn recurrent(&self) -> bool {
+        self.exec.layout.states.iter().any(|r| r.slot_bytes > 0)
+    }
+
+    /// The (mode, rows, arm condition) of the program the last step ran.
+    pub fn last_program(&self) -> Option<(Mode, usize, Option<RouteCondition>)> {
+        self.last_program
+    }
+
+    /// How the last step that reached its run ran (graph replayed, captured, or eager).
+    pub fn last_run(&self) -> Option<StepRun> {
+        self.last_run
+    }
+
+    /// The mode a step of `n` sequences runs in.
+    pub fn mode_for(n: usize) -> Mode {
+        if n == 1 {
+            Mode::Decode
+        } else {
+            Mode::MultiSeq
+        }
+    }
+
+    fn seq(&self, id: SeqId) -> Result<&Sequence, SessionError> {
+        self.seqs.get(&id).ok_or(SessionError::UnknownSequence(id))
+    }
+}
+
+/// Plain decoding: every step all or nothing (see `decode` and `state::step`).
+impl Session<'_> {
     /// Feeds a prompt through verify programs in chunks (the widest compiled width that fits,
     /// then narrower; a last single token through decode); returns the logits of every
-    /// prompt position, `[tokens.len() * vocab]`.
+    /// prompt position, `[tokens.len() * vocab]`. All or nothing: a failed chunk takes back
+    /// the chunks before it.
     pub fn prefill(
         &mut self,
         backend: &mut dyn GpuBackend,
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
-        if tokens.is_empty() {
-            return Err(SessionError::Empty("prefill of no tokens"));
-        }
-        // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
-        let vocab = self.exec.config.vocab_size;
-        if let Some((index, &token)) = tokens
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t as usize >= vocab)
-        {
-            return Err(SessionError::TokenOutOfRange {
-                token,
-                index,
-                vocab,
-            });
-        }
-        self.exec.check_usable(backend)?;
-        let (start, pages_before, slot_before) = {
-            let seq = self
-                .seqs
-                .get(&id)
-                .ok_or(SessionError::UnknownSequence(id))?;
-            (seq.len, seq.pages.len(), seq.slot)
-        };
-        let limit = self.position_limit();
-        if start + tokens.len() > limit {
-            return Err(SessionError::PositionPastLimit {
-                seq: id,
-                position: start + tokens.len() - 1,
-                limit,
-            });
-        }
-        {
-            let pools = self.exec.pools();
-            pools
-                .pages
-                .check(pools.pages.needed(start + tokens.len(), pages_before))?;
-        }
-        // A slot the sequence holds advances with every chunk: saved once, for all of them.
-        let backup = match slot_before {
-            Some(slot) => Some(StateBackup::save(self.exec, backend, &[slot])?),
-            None => None,
-        };
-        let shapes = self.exec.instance.program_shapes();
-        let mut logits = Vec::with_capacity(tokens.len() * vocab);
-        let mut at = 0;
-        while at < tokens.len() {
-            let left = tokens.len() - at;
-            // The widest verify program the rest fills; a last single token runs decode.
-            let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
-            // The prefill saved the slot it had, or the slot is new and goes back on failure.
-            let save = SaveState::SavedByCaller;
-            match self.verify_saving(backend, id, &tokens[at..at + width], save) {
-                Ok(chunk) => logits.extend(chunk),
-                Err(e) => {
-                    self.truncate(id, start, pages_before);
-                    // A slot taken by this prefill goes back (re-zeroed when next taken); a
-                    // slot the sequence already had is restored to its state before.
-                    if slot_before.is_none() {
-                        if let Some(slot) = self.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                            self.exec.pools().slots.give_back(slot);
-                        }
-                    }
-                    if let Some(backup) = &backup {
-                        if let Err(restore) = backup.restore(self.exec, backend) {
-                            return Err(SessionError::StateLost {
-                                step: Box::new(e),
-                                seqs: vec![id],
-                                restore,
-                            });
-                        }
-                    }
-                    return Err(e);
-                }
-            }
-            at += width;
-        }
-        self.recycle_out_of_window([id]);
-        Ok(logits)
+        decode::prefill(self, backend, id, tokens)
     }
 
-    /// Puts a sequence back to `len` tokens and `pages` pages (the rest return to the pool).
-    fn truncate(&mut self, id: SeqId, len: usize, pages: usize) {
-        if let Some(seq) = self.seqs.get_mut(&id) {
-            if len < seq.len {
-                seq.cuts.cut(len);
-            }
-            seq.len = len;
-            seq.tokens.truncate(len);
-            self.exec.pools().pages.shrink(&mut seq.pages, pages);
-        }
-    }
-
-    /// Positions a sequence may reach: the model's limit and the KV shape's.
-    fn position_limit(&self) -> usize {
-        self.exec
-            .config
-            .max_position_embeddings
-            .min(self.exec.layout.max_seq_len)
-    }
-
-    /// K consecutive tokens of one sequence in one verify step (K = 1 runs decode).
-    pub fn verify(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        id: SeqId,
-        tokens: &[u32],
-    ) -> Result<Vec<f32>, SessionError> {
-        self.verify_saving(backend, id, tokens, SaveState::PerStep)
-    }
-
-    /// `verify`, with the recurrent state saved by the step or already by the caller.
-    fn verify_saving(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        id: SeqId,
-        tokens: &[u32],
-        save: SaveState,
-    ) -> Result<Vec<f32>, SessionError> {
-        let start = self.seq_len(id)?;
-        let rows: Vec<Row> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| Row {
-                seq: Some(id),
-                token,
-                position: start + i,
-            })
-            .collect();
-        let program = match tokens.len() {
-            0 => return Err(SessionError::Empty("verify of no tokens")),
-            1 => self.exec.decode_program(),
-            k => self.exec.verify_program(k),
-        }?;
-        self.step(backend, program, &rows, &[(id, tokens.len())], save)
-    }
-
-    /// One token of one sequence.
+    /// One token of one sequence; returns its logits, `[vocab]`.
     pub fn decode(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -309,6 +222,17 @@ impl<'e> Session<'e> {
         self.verify(backend, id, &[token])
     }
 
+    /// K consecutive tokens of one sequence in one verify step (K = 1 runs decode); returns
+    /// their logits, `[K * vocab]`.
+    pub fn verify(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        decode::verify(self, backend, id, tokens, SaveState::PerStep)
+    }
+
     /// One token for each of several sequences, on the narrowest multi-seq width that holds
     /// them (padding rows run on the scratch page); returns each sequence's logits in order.
     pub fn multi_seq_step(
@@ -316,40 +240,7 @@ impl<'e> Session<'e> {
         backend: &mut dyn GpuBackend,
         batch: &[(SeqId, u32)],
     ) -> Result<Vec<Vec<f32>>, SessionError> {
-        let n = batch.len();
-        if n == 0 {
-            return Err(SessionError::Empty("multi-seq step of no sequences"));
-        }
-        for (i, (id, _)) in batch.iter().enumerate() {
-            if batch[..i].iter().any(|(other, _)| other == id) {
-                return Err(SessionError::DuplicateSequence(*id));
-            }
-        }
-        let shapes = self.exec.instance.program_shapes();
-        let program = if n == 1 {
-            self.exec.decode_program()?
-        } else {
-            let width = shapes
-                .narrowest(Mode::MultiSeq, n)
-                .ok_or(SessionError::TooWide {
-                    asked: n,
-                    widest: shapes.widest(Mode::MultiSeq).unwrap_or(1),
-                })?;
-            self.exec.multi_seq_program(width)?
-        };
-        let mut rows = Vec::with_capacity(program.rows);
-        for &(id, token) in batch {
-            rows.push(Row {
-                seq: Some(id),
-                token,
-                position: self.seq_len(id)?,
-            });
-        }
-        rows.resize(program.rows, Row::PADDING);
-        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
-        let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
-        let vocab = self.exec.config.vocab_size;
-        Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+        decode::multi_seq_step(self, backend, batch)
     }
 
     /// Several sequences' consecutive tokens in one batched-verify step (the narrowest
@@ -360,52 +251,118 @@ impl<'e> Session<'e> {
         backend: &mut dyn GpuBackend,
         batch: &[(SeqId, &[u32])],
     ) -> Result<Vec<Vec<f32>>, SessionError> {
-        if batch.is_empty() || batch.iter().any(|(_, t)| t.is_empty()) {
-            return Err(SessionError::Empty("verify_batch of no tokens"));
-        }
-        for (i, (id, _)) in batch.iter().enumerate() {
-            if batch[..i].iter().any(|(other, _)| other == id) {
-                return Err(SessionError::DuplicateSequence(*id));
-            }
-        }
-        let total: usize = batch.iter().map(|(_, t)| t.len()).sum();
-        let shapes = self.exec.instance.program_shapes();
-        let width = shapes
-            .narrowest(Mode::VerifyBatch, total)
-            .ok_or(SessionError::TooWide {
-                asked: total,
-                widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
-            })?;
-        let program = self.exec.program(Mode::VerifyBatch, width)?;
-        let mut rows = Vec::with_capacity(width);
-        for &(id, tokens) in batch {
-            let start = self.seq_len(id)?;
-            rows.extend(tokens.iter().enumerate().map(|(i, &token)| Row {
-                seq: Some(id),
-                token,
-                position: start + i,
-            }));
-        }
-        rows.resize(width, Row::PADDING);
-        let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
-        let logits = self.step(backend, program, &rows, &advance, SaveState::PerStep)?;
-        let vocab = self.exec.config.vocab_size;
-        let mut out = Vec::with_capacity(batch.len());
-        let mut at = 0;
-        for (_, tokens) in batch {
-            out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
-            at += tokens.len();
-        }
-        Ok(out)
+        decode::verify_batch(self, backend, batch)
+    }
+}
+
+/// Taking a sequence back: the one rollback story (see `state::rewind` and `speculative`).
+impl Session<'_> {
+    /// The sequence's length and recurrent state now (the state copied to the host): a point
+    /// `rewind` can take it back to.
+    pub fn rewind_point(
+        &self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+    ) -> Result<RewindPoint, SessionError> {
+        state::rewind::point(self, backend, id)
     }
 
-    /// The mode a step of `n` sequences runs in.
-    pub fn mode_for(n: usize) -> Mode {
-        if n == 1 {
-            Mode::Decode
-        } else {
-            Mode::MultiSeq
-        }
+    /// Takes the sequence back to `point`: its length, block table, token history and
+    /// recurrent state. Refused, with nothing changed, if the point was taken on another
+    /// exec, in another session or from another sequence, if the sequence's history was cut
+    /// below the point since it was taken (or it is shorter than the point), if the point's
+    /// state does not match the sequence's slot, or if a page the sequence's next step would
+    /// read went back to the pool under a sliding window.
+    pub fn rewind(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        point: &RewindPoint,
+    ) -> Result<(), SessionError> {
+        state::rewind::rewind(self, backend, point)
+    }
+
+    /// Takes a sequence back to its first `len` tokens: `rewind` without a point, for a
+    /// sequence that holds no recurrent state (a model without recurrent layers, or an MTP
+    /// head's sequence, which takes no state slot); one that holds some is refused (take a
+    /// rewind point before the tokens to drop).
+    pub fn truncate_to(&mut self, id: SeqId, len: usize) -> Result<(), SessionError> {
+        state::rewind::truncate_to(self, id, len)
+    }
+}
+
+/// Speculative decoding (see `speculative`): one entry point for one sequence, one for a batch.
+impl Session<'_> {
+    /// Sets how sequence `id`'s speculative steps accept drafts (greedy by default).
+    pub fn set_sampling(&mut self, id: SeqId, sampling: Sampling) -> Result<(), SessionError> {
+        let sampler = Sampler::new(sampling)?;
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        seq.sampler = Some(sampler);
+        Ok(())
+    }
+
+    /// The acceptance history of sequence `id`.
+    pub fn acceptances(&self, id: SeqId) -> Result<Acceptances, SessionError> {
+        self.seq(id).map(|s| s.acceptances)
+    }
+
+    /// The k (draft length) `policy` gives sequence `id`'s next speculative step, from its
+    /// acceptance history; a policy no step could follow is refused by field.
+    pub fn next_k(&self, id: SeqId, policy: SpecPolicy) -> Result<usize, SessionError> {
+        let widest = self.exec.instance.program_shapes().widest(Mode::Verify);
+        policy.check(widest.unwrap_or(1).saturating_sub(1))?;
+        Ok(policy.k(self.acceptances(id)?.mean))
+    }
+
+    /// One speculative step of sequence `id`: `drafter` proposes `k` tokens to follow
+    /// `pending` (the token the sequence feeds next), the verify program of k + 1 rows feeds
+    /// `[pending, drafts…]`, and the sequence keeps `pending` plus the accepted drafts. The
+    /// returned `tokens` end with the target's own next token: the next step's `pending`.
+    /// All or nothing: a refusal or failure leaves the sequence (and the drafter, told
+    /// nothing was kept) as it was.
+    pub fn speculative_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        pending: u32,
+        k: usize,
+        drafter: &mut dyn Drafter,
+    ) -> Result<SpeculativeStep, SessionError> {
+        let batch = [(id, pending, k)];
+        let mut steps = speculative::step(self, backend, &batch, drafter, false)?;
+        steps
+            .pop()
+            .ok_or(SessionError::Empty("speculative step of no sequences"))
+    }
+
+    /// One speculative step of several sequences, each `(sequence, pending, k)` with its own
+    /// k, verified together in one batched-verify program (the narrowest width that holds
+    /// Σ (k + 1) rows, padded); each sequence ends exactly as `speculative_step` would leave
+    /// it. All or nothing: a refusal or failure leaves every sequence as it was.
+    pub fn speculative_step_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32, usize)],
+        drafter: &mut dyn Drafter,
+    ) -> Result<Vec<SpeculativeStep>, SessionError> {
+        speculative::step(self, backend, batch, drafter, true)
+    }
+
+    /// A drafter's hook: one step of the exec's MTP head program (circuit's `Mode::Draft`)
+    /// for sequence `id` over `tokens` at its next positions, each paired with the hidden row
+    /// already written to the head's input (`CircuitExec::write_hidden`/`chain_hidden`);
+    /// returns the rows' logits, `[tokens.len() * vocab]`. The sequence's pages hold the head
+    /// layer's KV; it takes no state slot (the head keeps no recurrent state), so
+    /// `truncate_to` takes it back. All or nothing.
+    pub fn mtp_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        state::step::mtp_step(self, backend, id, tokens)
     }
 }
 
@@ -420,10 +377,4 @@ impl Drop for Session<'_> {
             }
         }
     }
-}
-
-/// The arg-max token (the lowest index among equal maxima; NaN never wins):
-/// `sampling::greedy`, the greedy case of `sampling::Sampler`.
-pub fn greedy(logits: &[f32]) -> u32 {
-    crate::sampling::greedy(logits)
 }

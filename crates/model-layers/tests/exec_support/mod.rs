@@ -1,6 +1,9 @@
 //! Shared helpers for the weights, exec and session tests: tiny configs, builds on the CPU
-//! backend, temporary checkpoint folders and safetensors writers, byte comparisons.
+//! backend, temporary checkpoint folders and safetensors writers, byte comparisons, and the
+//! test drafters (`drafters`).
 #![allow(dead_code)]
+
+pub mod drafters;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

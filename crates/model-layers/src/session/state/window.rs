@@ -7,7 +7,7 @@
 //! widest verify width the exec compiled: a later rollback of up to R tokens (speculative
 //! decoding rejecting a draft) still finds every position its next step's window reads (the
 //! first row of that step, at position `L - R`, reads from `L - R + 1 - W`). Pages wholly
-//! before that are recycled after each step (`Session::step`, once the sequences advanced) and
+//! before that are recycled after each step (`state::step`, once the sequences advanced) and
 //! after a whole prefill (never between its chunks: a failed prefill rolls back to where it
 //! started, which may be further back than R; so a prefill holds the pages of its whole
 //! prompt until it ends). A recycled block's entry in the block table
@@ -20,35 +20,27 @@
 
 use solder_circuit::Mode;
 
-use super::{SeqId, Session};
 use crate::error::SessionError;
-use crate::exec::PagePool;
+use crate::exec::CircuitExec;
 use crate::meta::SCRATCH_PAGE;
+use crate::session::{SeqId, Session};
+
+/// `Session::kv_keep`: positions kept before a sequence's length, the widest window plus the
+/// widest verify width (see the module doc); `None` when pages are never recycled (a layer
+/// attends over the whole context).
+pub(crate) fn kv_keep(exec: &CircuitExec) -> Option<usize> {
+    let window = exec.config.kv_window()?;
+    let shapes = exec.instance.program_shapes();
+    let rollback = shapes.widest(Mode::Verify).unwrap_or(1);
+    Some(window.saturating_add(rollback))
+}
 
 impl Session<'_> {
-    /// Positions kept before a sequence's length: the widest window plus the widest verify
-    /// width (see the module doc); `None` when pages are never recycled (a layer attends over
-    /// the whole context).
-    pub fn kv_keep(&self) -> Option<usize> {
-        let window = self.exec.config.kv_window()?;
-        let shapes = self.exec.instance.program_shapes();
-        let rollback = shapes.widest(Mode::Verify).unwrap_or(1);
-        Some(window.saturating_add(rollback))
-    }
-
-    /// Pages a sequence holds in the pool (placeholders of recycled pages not counted).
-    pub fn held_pages(&self, id: SeqId) -> Result<usize, SessionError> {
-        self.seqs
-            .get(&id)
-            .map(|s| PagePool::live(&s.pages))
-            .ok_or(SessionError::UnknownSequence(id))
-    }
-
     /// Refuses to take sequence `id` back to `len` tokens when a page its next step's window
     /// reads (a block covering a position at or after `len + 1 - W`) was recycled: the kernels
     /// would read the scratch page in its place. A take-back of at most the widest verify
     /// width always passes (the module's invariant); each further one is checked again.
-    pub(super) fn check_window_kept(&self, id: SeqId, len: usize) -> Result<(), SessionError> {
+    pub(crate) fn check_window_kept(&self, id: SeqId, len: usize) -> Result<(), SessionError> {
         if self.kv_keep().is_none() {
             return Ok(());
         }
@@ -78,7 +70,7 @@ impl Session<'_> {
 
     /// Gives back the pages of `ids` that lie wholly before `kv_keep` positions from their
     /// ends; nothing when the model has a full-attention layer.
-    pub(super) fn recycle_out_of_window(&mut self, ids: impl IntoIterator<Item = SeqId>) {
+    pub(crate) fn recycle_out_of_window(&mut self, ids: impl IntoIterator<Item = SeqId>) {
         let Some(keep) = self.kv_keep() else {
             return;
         };

@@ -1,71 +1,29 @@
-//! Drafters: what proposes the tokens a speculative step verifies. `Drafter` is the trait a
-//! `Session::speculative_step` drives; `ModelDrafter` is a second model (its own
-//! `CircuitExec`, same vocabulary: e.g. qwen3-0.6b drafting qwen3-8b) with its own session,
-//! KV pages and state, which follows the target's acceptances.
+//! `ModelDrafter`: a draft model — a second `CircuitExec` with the same vocabulary (e.g.
+//! qwen3-0.6b drafting qwen3-8b) and its own session, KV pages and state — proposing drafts
+//! by decoding, greedily or sampling, and following the target's verdicts. It is written on
+//! `Session`'s public API alone: catch up with `prefill`, draft with `decode`, take back with
+//! `rewind` to a `RewindPoint` taken before the draft (recurrent models) or `truncate_to`
+//! (KV-only models).
 //!
-//! The protocol, per target sequence and speculative step: `draft(committed, pending, k)`
-//! proposes k tokens to follow `pending` (the token the target will feed next), given every
-//! token the target's cache holds (`committed`, so a drafter catches up on tokens fed by plain
-//! steps or a prefill); then `settle(kept)` says how many of `[pending, drafts…]` the target
-//! kept (0 when the step failed), and the drafter takes back what it fed past them.
-//!
-//! Invariant (`ModelDrafter`): after `settle`, its sequence holds a prefix of the target's
-//! committed tokens, with the KV and recurrent state a sequence fed only that prefix has.
+//! Invariant: after `settle`, its sequence holds a prefix of the target's committed tokens,
+//! with the KV and recurrent state a sequence fed only that prefix has.
 
 use std::collections::BTreeMap;
 
 use solder_gpu_runtime::GpuBackend;
 
-use super::rewind::RewindPoint;
-use super::{SeqId, Session};
+use super::{Draft, Drafter, Verdict};
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
 use crate::sampling::{Sampler, Sampling};
+use crate::session::{RewindPoint, SeqId, Session};
 
-/// The tokens a drafter proposes, and (sampled drafting) the distribution each was drawn
-/// from, for speculative sampling's accept/resample rule.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Draft {
-    pub tokens: Vec<u32>,
-    /// One distribution over the vocabulary per token; None for greedy drafting.
-    pub probs: Option<Vec<Vec<f64>>>,
-}
-
-/// What proposes draft tokens for a target sequence.
-pub trait Drafter {
-    /// The vocabulary the drafter's tokens index (must equal the target's).
-    fn vocab_size(&self) -> usize;
-
-    /// Proposes `k` tokens to follow `pending` for target sequence `seq`, whose cache holds
-    /// `committed`, in order.
-    fn draft(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError>;
-
-    /// The target kept the first `kept` tokens of `[pending, drafts…]` of the last `draft`
-    /// for `seq` (0: the step failed and kept nothing).
-    fn settle(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        kept: usize,
-    ) -> Result<(), SessionError>;
-
-    /// The target sequence ended: give back what the drafter holds for it.
-    fn forget(&mut self, seq: SeqId);
-}
-
-/// One target sequence's draft-side state.
+/// One target sequence's state in the draft model.
 #[derive(Debug)]
 struct DraftSeq {
     /// The drafter's own sequence.
     id: SeqId,
-    /// Committed target tokens the draft cache holds (a prefix of the target's).
+    /// Committed target tokens the draft model's cache holds (a prefix of the target's).
     fed: usize,
     /// The tokens the last `draft` fed past `fed` (pending and all drafts but the last), and
     /// the rewind point before them (models with recurrent state only).
@@ -104,8 +62,8 @@ impl<'d> ModelDrafter<'d> {
         })
     }
 
-    /// Tokens the drafter's sequence for target `seq` holds.
-    pub fn draft_len(&self, seq: SeqId) -> Option<usize> {
+    /// Tokens the drafter's own sequence for target `seq` holds.
+    pub fn cached_len(&self, seq: SeqId) -> Option<usize> {
         self.seqs
             .get(&seq)
             .and_then(|d| self.session.seq_len(d.id).ok())
@@ -139,7 +97,7 @@ impl<'d> ModelDrafter<'d> {
 
 impl Drafter for ModelDrafter<'_> {
     fn vocab_size(&self) -> usize {
-        self.session.exec.config.vocab_size
+        self.session.exec().config.vocab_size
     }
 
     fn draft(
@@ -211,13 +169,13 @@ impl Drafter for ModelDrafter<'_> {
         &mut self,
         backend: &mut dyn GpuBackend,
         seq: SeqId,
-        kept: usize,
+        verdict: Verdict,
     ) -> Result<(), SessionError> {
         let d = self.seq(seq)?;
         let (fed, before) = (d.fed, d.before.take());
         let drafted = std::mem::take(&mut d.drafted);
         // The draft fed `[pending, d1 … d(k−1)]`; the target kept `kept` of `[pending, d1 … dk]`.
-        let keep = kept.min(drafted.len());
+        let keep = verdict.kept.min(drafted.len());
         self.take_back(backend, seq, fed, &before, keep)?;
         Ok(())
     }
@@ -230,7 +188,7 @@ impl Drafter for ModelDrafter<'_> {
 }
 
 impl ModelDrafter<'_> {
-    /// Leaves the draft sequence of `seq` holding its `fed` committed tokens plus the first
+    /// Leaves the draft model's sequence of `seq` holding its `fed` committed tokens plus the first
     /// `keep` tokens it drafted past them: truncated (KV only) or rewound to the point before
     /// the draft, the kept tokens to be fed again at the next catch-up.
     fn take_back(

@@ -6,6 +6,9 @@
 //! succeeded, and then give back the KV pages that left every layer's sliding window
 //! (`window`).
 //!
+//! The MTP head's step (`mtp_step`) is the same, smaller: no state slot (the head keeps no
+//! recurrent state), no route, no backup; the pages it grows go back if it fails.
+//!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
 //! restores the recurrent state it saved and advances no sequence, so every sequence is as it
 //! was before the step (KV cells it wrote lie past every sequence's length: never read).
@@ -13,15 +16,17 @@
 use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
-use super::{SeqId, Session, StateBackup};
+use super::StateBackup;
 use crate::bytes::f32s_from_bytes;
 use crate::error::SessionError;
+use crate::exec::CircuitExec;
 use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
 use crate::program::Program;
+use crate::session::{SeqId, Session};
 
 /// One row of a step: which sequence (None for padding) and its token.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Row {
+pub(crate) struct Row {
     pub seq: Option<SeqId>,
     pub token: u32,
     pub position: usize,
@@ -38,7 +43,7 @@ impl Row {
 
 /// Who saves the recurrent state a step advances, to restore it if the step fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SaveState {
+pub(crate) enum SaveState {
     /// The step saves its sequences' slots and restores them on failure.
     PerStep,
     /// The caller (a prefill, around all its chunks) saved them and restores them.
@@ -55,9 +60,17 @@ struct Lent {
 }
 
 impl Session<'_> {
+    /// Positions a sequence may reach: the model's limit and the KV shape's.
+    pub(crate) fn position_limit(&self) -> usize {
+        self.exec
+            .config
+            .max_position_embeddings
+            .min(self.exec.layout.max_seq_len)
+    }
+
     /// Runs `program` over `rows`, then advances each `(sequence, tokens)` of `advance`;
     /// returns the live rows' logits, `[live rows * vocab]`.
-    pub(super) fn step(
+    pub(crate) fn step(
         &mut self,
         backend: &mut dyn GpuBackend,
         program: &Program,
@@ -207,10 +220,32 @@ impl Session<'_> {
             program
         };
         self.last_program = Some((program.mode, program.rows, program.arm));
+        self.upload_meta(backend, rows, &slots)?;
+        // The program's graph (captured on first use) or its launches, as the exec's policy says.
+        self.last_run = Some(self.exec.run_step(backend, program)?);
 
+        let vocab = self.exec.config.vocab_size;
+        let mut raw = vec![0u8; rows.len() * vocab * 4];
+        backend.copy_d2h(
+            self.exec.workspace().offset(self.exec.layout.logits_offset),
+            &mut raw,
+        )?;
+        let live = rows.iter().filter(|r| r.seq.is_some()).count();
+        let mut logits = f32s_from_bytes(&raw);
+        logits.truncate(live * vocab);
+        Ok(logits)
+    }
+
+    /// Uploads the step's metadata: each row's token, position, block table and state slot.
+    fn upload_meta(
+        &self,
+        backend: &mut dyn GpuBackend,
+        rows: &[Row],
+        slots: &[u32],
+    ) -> Result<(), SessionError> {
         let meta_rows = rows
             .iter()
-            .zip(&slots)
+            .zip(slots)
             .map(|(row, &state_slot)| match row.seq {
                 None => Ok(MetaRow::Padding),
                 Some(id) => {
@@ -229,19 +264,7 @@ impl Session<'_> {
             .collect::<Result<Vec<_>, SessionError>>()?;
         let meta = StepMeta::new(&self.exec.layout.meta, &meta_rows)?;
         meta.upload(backend, self.exec.default_stream(), self.exec.workspace())?;
-        // The program's graph (captured on first use) or its launches, as the exec's policy says.
-        self.last_run = Some(self.exec.run_step(backend, program)?);
-
-        let vocab = self.exec.config.vocab_size;
-        let mut raw = vec![0u8; rows.len() * vocab * 4];
-        backend.copy_d2h(
-            self.exec.workspace().offset(self.exec.layout.logits_offset),
-            &mut raw,
-        )?;
-        let live = rows.iter().filter(|r| r.seq.is_some()).count();
-        let mut logits = f32s_from_bytes(&raw);
-        logits.truncate(live * vocab);
-        Ok(logits)
+        Ok(())
     }
 
     /// Gives back what a failed step lent, last lent first, so the pools are as they were,
@@ -277,4 +300,107 @@ impl Session<'_> {
         }
         Err(error)
     }
+}
+
+/// `Session::mtp_step`: one MTP head program step of sequence `id` over `tokens` (the hidden
+/// rows already written), its pages grown as needed and given back on failure.
+pub(crate) fn mtp_step(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    id: SeqId,
+    tokens: &[u32],
+) -> Result<Vec<f32>, SessionError> {
+    let exec = session.exec;
+    let (program, width) = mtp_program(exec, tokens)?;
+    let limit = session.position_limit();
+    let seq = session
+        .seqs
+        .get_mut(&id)
+        .ok_or(SessionError::UnknownSequence(id))?;
+    let n = tokens.len();
+    let start = seq.len;
+    if start + n > limit {
+        return Err(SessionError::PositionPastLimit {
+            seq: id,
+            position: start + n - 1,
+            limit,
+        });
+    }
+    let pages_before = seq.pages.len();
+    {
+        let mut pools = exec.pools();
+        pools
+            .pages
+            .check(pools.pages.needed(start + n, pages_before))?;
+        pools.pages.grow(&mut seq.pages, start + n)?;
+    }
+    match run_mtp(exec, backend, (program, width), tokens, start, &seq.pages) {
+        Ok(logits) => {
+            seq.len += n;
+            seq.tokens.extend_from_slice(tokens);
+            session.last_program = Some((Mode::Draft, width, None));
+            Ok(logits)
+        }
+        Err(e) => {
+            exec.pools().pages.shrink(&mut seq.pages, pages_before);
+            Err(e)
+        }
+    }
+}
+
+/// The narrowest MTP head program that holds `tokens` (each in the vocabulary), and its width.
+fn mtp_program<'x>(
+    exec: &'x CircuitExec,
+    tokens: &[u32],
+) -> Result<(&'x Program, usize), SessionError> {
+    let vocab = exec.config.vocab_size;
+    if let Some((index, &token)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t as usize >= vocab)
+    {
+        return Err(SessionError::TokenOutOfRange {
+            token,
+            index,
+            vocab,
+        });
+    }
+    let n = tokens.len();
+    let shapes = exec.instance.program_shapes();
+    let width = shapes
+        .narrowest(Mode::Draft, n)
+        .ok_or(SessionError::TooWide {
+            asked: n,
+            widest: shapes.widest(Mode::Draft).unwrap_or(0),
+        })?;
+    Ok((exec.program(Mode::Draft, width)?, width))
+}
+
+/// Uploads the MTP step's metadata (`tokens` from position `start` on `pages`, padding to the
+/// program's width, no state slot), runs it and reads the rows' logits.
+fn run_mtp(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    (program, width): (&Program, usize),
+    tokens: &[u32],
+    start: usize,
+    pages: &[u32],
+) -> Result<Vec<f32>, SessionError> {
+    let rows: Vec<MetaRow<'_>> = (0..width)
+        .map(|i| match tokens.get(i) {
+            Some(&token) => MetaRow::Live {
+                token,
+                position: start + i,
+                pages,
+                state_slot: SCRATCH_SLOT,
+            },
+            None => MetaRow::Padding,
+        })
+        .collect();
+    let meta = StepMeta::new(&exec.layout.meta, &rows)?;
+    meta.upload(backend, exec.default_stream(), exec.workspace())?;
+    exec.run_step(backend, program)?;
+    let mut raw = vec![0u8; tokens.len() * exec.config.vocab_size * 4];
+    backend.copy_d2h(exec.workspace().offset(exec.layout.logits_offset), &mut raw)?;
+    Ok(f32s_from_bytes(&raw))
 }

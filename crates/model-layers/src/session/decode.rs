@@ -1,0 +1,228 @@
+//! Plain decoding: how each of `Session`'s plain entry points lays out its rows and picks its
+//! program — prefill in chunks (the widest verify width the rest fills, a last single token
+//! through decode), verify and decode (one sequence), multi-seq steps (one token each of
+//! several sequences) and batched verify (several sequences' consecutive tokens) — before one
+//! `state::step` runs it.
+//!
+//! Invariant: a prefill is all or nothing over all its chunks: on failure the sequence's
+//! length, pages, token history and recurrent state (saved once, before the first chunk) are
+//! as they were before it.
+
+use solder_circuit::Mode;
+use solder_gpu_runtime::GpuBackend;
+
+use super::state::{Row, SaveState, StateBackup};
+use super::{SeqId, Session};
+use crate::error::SessionError;
+
+/// `Session::prefill`.
+pub(super) fn prefill(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    id: SeqId,
+    tokens: &[u32],
+) -> Result<Vec<f32>, SessionError> {
+    // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
+    let (start, pages_before, slot_before) = check_prefill(session, backend, id, tokens)?;
+    let exec = session.exec;
+    // A slot the sequence holds advances with every chunk: saved once, for all of them.
+    let backup = match slot_before {
+        Some(slot) => Some(StateBackup::save(exec, backend, &[slot])?),
+        None => None,
+    };
+    let shapes = exec.instance.program_shapes();
+    let mut logits = Vec::with_capacity(tokens.len() * exec.config.vocab_size);
+    let mut at = 0;
+    while at < tokens.len() {
+        let left = tokens.len() - at;
+        // The widest verify program the rest fills; a last single token runs decode.
+        let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
+        // The prefill saved the slot it had, or the slot is new and goes back on failure.
+        let save = SaveState::SavedByCaller;
+        match verify(session, backend, id, &tokens[at..at + width], save) {
+            Ok(chunk) => logits.extend(chunk),
+            Err(e) => {
+                session.truncate(id, start, pages_before);
+                // A slot taken by this prefill goes back (re-zeroed when next taken); a
+                // slot the sequence already had is restored to its state before.
+                if slot_before.is_none() {
+                    if let Some(slot) = session.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+                        exec.pools().slots.give_back(slot);
+                    }
+                }
+                if let Some(backup) = &backup {
+                    if let Err(restore) = backup.restore(exec, backend) {
+                        return Err(SessionError::StateLost {
+                            step: Box::new(e),
+                            seqs: vec![id],
+                            restore,
+                        });
+                    }
+                }
+                return Err(e);
+            }
+        }
+        at += width;
+    }
+    session.recycle_out_of_window([id]);
+    Ok(logits)
+}
+
+/// Everything a prefill can be refused for before its first chunk; returns the sequence's
+/// length, page count and slot before it.
+fn check_prefill(
+    session: &Session<'_>,
+    backend: &dyn GpuBackend,
+    id: SeqId,
+    tokens: &[u32],
+) -> Result<(usize, usize, Option<u32>), SessionError> {
+    if tokens.is_empty() {
+        return Err(SessionError::Empty("prefill of no tokens"));
+    }
+    let vocab = session.exec.config.vocab_size;
+    if let Some((index, &token)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t as usize >= vocab)
+    {
+        return Err(SessionError::TokenOutOfRange {
+            token,
+            index,
+            vocab,
+        });
+    }
+    session.exec.check_usable(backend)?;
+    let (start, pages_before, slot_before) = {
+        let seq = session.seq(id)?;
+        (seq.len, seq.pages.len(), seq.slot)
+    };
+    let limit = session.position_limit();
+    if start + tokens.len() > limit {
+        return Err(SessionError::PositionPastLimit {
+            seq: id,
+            position: start + tokens.len() - 1,
+            limit,
+        });
+    }
+    let pools = session.exec.pools();
+    pools
+        .pages
+        .check(pools.pages.needed(start + tokens.len(), pages_before))?;
+    Ok((start, pages_before, slot_before))
+}
+
+/// `Session::verify`, with the recurrent state saved by the step or already by the caller.
+pub(super) fn verify(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    id: SeqId,
+    tokens: &[u32],
+    save: SaveState,
+) -> Result<Vec<f32>, SessionError> {
+    let start = session.seq_len(id)?;
+    let rows: Vec<Row> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| Row {
+            seq: Some(id),
+            token,
+            position: start + i,
+        })
+        .collect();
+    let exec = session.exec;
+    let program = match tokens.len() {
+        0 => return Err(SessionError::Empty("verify of no tokens")),
+        1 => exec.decode_program(),
+        k => exec.verify_program(k),
+    }?;
+    session.step(backend, program, &rows, &[(id, tokens.len())], save)
+}
+
+/// `Session::multi_seq_step`.
+pub(super) fn multi_seq_step(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[(SeqId, u32)],
+) -> Result<Vec<Vec<f32>>, SessionError> {
+    let n = batch.len();
+    if n == 0 {
+        return Err(SessionError::Empty("multi-seq step of no sequences"));
+    }
+    for (i, (id, _)) in batch.iter().enumerate() {
+        if batch[..i].iter().any(|(other, _)| other == id) {
+            return Err(SessionError::DuplicateSequence(*id));
+        }
+    }
+    let exec = session.exec;
+    let shapes = exec.instance.program_shapes();
+    let program = if n == 1 {
+        exec.decode_program()?
+    } else {
+        let width = shapes
+            .narrowest(Mode::MultiSeq, n)
+            .ok_or(SessionError::TooWide {
+                asked: n,
+                widest: shapes.widest(Mode::MultiSeq).unwrap_or(1),
+            })?;
+        exec.multi_seq_program(width)?
+    };
+    let mut rows = Vec::with_capacity(program.rows);
+    for &(id, token) in batch {
+        rows.push(Row {
+            seq: Some(id),
+            token,
+            position: session.seq_len(id)?,
+        });
+    }
+    rows.resize(program.rows, Row::PADDING);
+    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
+    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+    let vocab = exec.config.vocab_size;
+    Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+}
+
+/// `Session::verify_batch`.
+pub(super) fn verify_batch(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[(SeqId, &[u32])],
+) -> Result<Vec<Vec<f32>>, SessionError> {
+    if batch.is_empty() || batch.iter().any(|(_, t)| t.is_empty()) {
+        return Err(SessionError::Empty("verify_batch of no tokens"));
+    }
+    for (i, (id, _)) in batch.iter().enumerate() {
+        if batch[..i].iter().any(|(other, _)| other == id) {
+            return Err(SessionError::DuplicateSequence(*id));
+        }
+    }
+    let exec = session.exec;
+    let total: usize = batch.iter().map(|(_, t)| t.len()).sum();
+    let shapes = exec.instance.program_shapes();
+    let width = shapes
+        .narrowest(Mode::VerifyBatch, total)
+        .ok_or(SessionError::TooWide {
+            asked: total,
+            widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+        })?;
+    let program = exec.program(Mode::VerifyBatch, width)?;
+    let mut rows = Vec::with_capacity(width);
+    for &(id, tokens) in batch {
+        let start = session.seq_len(id)?;
+        rows.extend(tokens.iter().enumerate().map(|(i, &token)| Row {
+            seq: Some(id),
+            token,
+            position: start + i,
+        }));
+    }
+    rows.resize(width, Row::PADDING);
+    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
+    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+    let vocab = exec.config.vocab_size;
+    let mut out = Vec::with_capacity(batch.len());
+    let mut at = 0;
+    for (_, tokens) in batch {
+        out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
+        at += tokens.len();
+    }
+    Ok(out)
+}

@@ -1,0 +1,325 @@
+//! The speculative step behind `Session::speculative_step` (one sequence, a verify program of
+//! k + 1 rows) and `Session::speculative_step_many` (several, one batched-verify program):
+//! check everything, draft every sequence, run one verify step, accept, keep each accepted
+//! prefix, settle the drafter.
+//!
+//! Invariants: a kept token's logits are the bytes a plain decode step feeding it returns (the
+//! verify program's rows are byte-identical to decode: parity); after a step, each sequence is
+//! exactly as plain decoding of its kept tokens leaves it; a step refused or failed leaves
+//! every sequence as it was and tells the drafter `Verdict::NOTHING` for every sequence it
+//! drafted.
+
+use solder_circuit::Mode;
+use solder_gpu_runtime::GpuBackend;
+
+use super::{Acceptances, Draft, Drafter, SpeculativeStep, Verdict};
+use crate::error::SessionError;
+use crate::program::Program;
+use crate::sampling::{Acceptance, Sampler};
+use crate::session::state::{Row, SaveState, StateBackup};
+use crate::session::{SeqId, Session};
+
+/// One sequence of a speculative step: `(sequence, pending, k)`.
+type Entry = (SeqId, u32, usize);
+
+/// Checks, drafts, verifies (one verify program for one sequence unless `batched`, else one
+/// batched-verify program) and keeps the accepted prefixes.
+pub(crate) fn step(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[Entry],
+    drafter: &mut dyn Drafter,
+    batched: bool,
+) -> Result<Vec<SpeculativeStep>, SessionError> {
+    let (starts, width) = check(session, backend, batch, drafter, batched)?;
+    // Drafts, all before the verify; a failure takes back the ones made.
+    let mut drafts = Vec::with_capacity(batch.len());
+    for &(id, pending, k) in batch {
+        match drafter.draft(backend, id, session.tokens(id)?, pending, k) {
+            Ok(draft) if draft.tokens.len() == k => drafts.push(draft),
+            outcome => {
+                settle_all(backend, drafter, &batch[..drafts.len()], None);
+                return Err(match outcome {
+                    Err(e) => e,
+                    Ok(draft) => SessionError::Rewind(format!(
+                        "the drafter proposed {} tokens for sequence {id}, asked for {k}",
+                        draft.tokens.len()
+                    )),
+                });
+            }
+        }
+    }
+    match verify_drafts(session, backend, batch, &starts, &drafts, width, batched) {
+        Ok(steps) => {
+            let kept: Vec<usize> = steps.iter().map(|s| s.accepted + 1).collect();
+            settle_all(backend, drafter, batch, Some(&kept));
+            Ok(steps)
+        }
+        Err(e) => {
+            settle_all(backend, drafter, batch, None);
+            Err(e)
+        }
+    }
+}
+
+/// Everything a speculative step can be refused for before it drafts; returns each
+/// sequence's length and the verify program's width.
+fn check(
+    session: &Session<'_>,
+    backend: &dyn GpuBackend,
+    batch: &[Entry],
+    drafter: &dyn Drafter,
+    batched: bool,
+) -> Result<(Vec<usize>, usize), SessionError> {
+    let exec = session.exec;
+    exec.check_usable(backend)?;
+    if batch.is_empty() {
+        return Err(SessionError::Empty("speculative step of no sequences"));
+    }
+    let vocab = exec.config.vocab_size;
+    let shapes = exec.instance.program_shapes();
+    let widest = shapes.widest(Mode::Verify).unwrap_or(1);
+    if drafter.vocab_size() != vocab {
+        return Err(SessionError::DraftVocab {
+            draft: drafter.vocab_size(),
+            target: vocab,
+        });
+    }
+    let limit = session.position_limit();
+    let mut pages_needed = 0;
+    let mut starts = Vec::with_capacity(batch.len());
+    for (i, &(id, pending, k)) in batch.iter().enumerate() {
+        if batch[..i].iter().any(|(other, _, _)| *other == id) {
+            return Err(SessionError::DuplicateSequence(id));
+        }
+        // `k >= widest`, not `k + 1 > widest`: k = usize::MAX must not wrap.
+        if k == 0 || k >= widest {
+            return Err(SessionError::DraftLength {
+                k,
+                widest: widest.saturating_sub(1),
+            });
+        }
+        if pending as usize >= vocab {
+            return Err(SessionError::TokenOutOfRange {
+                token: pending,
+                index: 0,
+                vocab,
+            });
+        }
+        let seq = session.seq(id)?;
+        if seq.len + k + 1 > limit {
+            return Err(SessionError::PositionPastLimit {
+                seq: id,
+                position: seq.len + k,
+                limit,
+            });
+        }
+        pages_needed += exec.pools().pages.needed(seq.len + k + 1, seq.pages.len());
+        starts.push(seq.len);
+    }
+    exec.pools().pages.check(pages_needed)?;
+    let total: usize = batch.iter().map(|&(_, _, k)| k + 1).sum();
+    let width = if batched {
+        shapes
+            .narrowest(Mode::VerifyBatch, total)
+            .ok_or(SessionError::TooWide {
+                asked: total,
+                widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+            })?
+    } else {
+        total
+    };
+    Ok((starts, width))
+}
+
+/// Tells the drafter what each sequence kept and where its rows lay (None: nothing, the step
+/// failed).
+fn settle_all(
+    backend: &mut dyn GpuBackend,
+    drafter: &mut dyn Drafter,
+    batch: &[Entry],
+    kept: Option<&[usize]>,
+) {
+    let mut row = 0;
+    for (i, &(id, _, k)) in batch.iter().enumerate() {
+        let verdict = kept.map_or(Verdict::NOTHING, |kept| Verdict { kept: kept[i], row });
+        row += k + 1;
+        if let Err(e) = drafter.settle(backend, id, verdict) {
+            let kept = verdict.kept;
+            tracing::warn!(error = %e, seq = id, kept, "the drafter could not settle a speculative step");
+        }
+    }
+}
+
+/// Verifies every sequence's `[pending, drafts…]` in one program of `width` rows and keeps
+/// each accepted prefix.
+fn verify_drafts(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[Entry],
+    starts: &[usize],
+    drafts: &[Draft],
+    width: usize,
+    batched: bool,
+) -> Result<Vec<SpeculativeStep>, SessionError> {
+    let exec = session.exec;
+    let rows = verify_rows(session, batch, starts, drafts, width)?;
+    let program: &Program = if batched {
+        exec.program(Mode::VerifyBatch, width)?
+    } else {
+        exec.verify_program(width)?
+    };
+    // Saved here, not by the step: an acceptance that fails after the step ran puts the
+    // state back too.
+    let held: Vec<(SeqId, u32)> = batch
+        .iter()
+        .filter_map(|&(id, _, _)| session.seqs.get(&id).and_then(|s| s.slot).map(|s| (id, s)))
+        .collect();
+    let slots: Vec<u32> = held.iter().map(|&(_, s)| s).collect();
+    let backup = if slots.is_empty() {
+        None
+    } else {
+        Some(StateBackup::save(exec, backend, &slots)?)
+    };
+    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _, k)| (id, k + 1)).collect();
+    let ids: Vec<SeqId> = batch.iter().map(|&(id, _, _)| id).collect();
+    let logits = match session.step(backend, program, &rows, &advance, SaveState::SavedByCaller) {
+        Ok(logits) => logits,
+        Err(e) => return Err(restore_state(session, backend, &ids, backup.as_ref(), e)),
+    };
+    // Acceptance for every sequence first, so a refusal keeps nothing of the step.
+    let acceptances = match accept_all(session, batch, drafts, &logits) {
+        Ok(acceptances) => acceptances,
+        Err(e) => {
+            // Nothing of the step stays: back to before `pending`, state included.
+            let block = exec.layout.kv_block_size;
+            for (&(id, _, _), &start) in batch.iter().zip(starts) {
+                session.truncate(id, start, start.div_ceil(block));
+                if !held.iter().any(|&(h, _)| h == id) {
+                    session.zero_state(backend, id)?;
+                }
+            }
+            return Err(restore_state(session, backend, &ids, backup.as_ref(), e));
+        }
+    };
+    let steps = keep_accepted(session, backend, batch, drafts, &acceptances, &logits)?;
+    // The step itself (its state saved by this caller) left recycling to here.
+    session.recycle_out_of_window(ids.iter().copied());
+    Ok(steps)
+}
+
+/// The verify program's rows: each sequence's `[pending, drafts…]` at its next positions, in
+/// batch order, padded to `width`; a draft token outside the vocabulary is refused.
+fn verify_rows(
+    session: &Session<'_>,
+    batch: &[Entry],
+    starts: &[usize],
+    drafts: &[Draft],
+    width: usize,
+) -> Result<Vec<Row>, SessionError> {
+    let vocab = session.exec.config.vocab_size;
+    let mut rows = Vec::with_capacity(width);
+    for ((&(id, pending, _), &start), draft) in batch.iter().zip(starts).zip(drafts) {
+        if let Some((index, &token)) = draft
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= vocab)
+        {
+            return Err(SessionError::TokenOutOfRange {
+                token,
+                index: index + 1,
+                vocab,
+            });
+        }
+        let fed = std::iter::once(pending).chain(draft.tokens.iter().copied());
+        rows.extend(fed.enumerate().map(|(i, token)| Row {
+            seq: Some(id),
+            token,
+            position: start + i,
+        }));
+    }
+    rows.resize(width, Row::PADDING);
+    Ok(rows)
+}
+
+/// Each sequence's acceptance of its draft under its sampler (greedy unless set, or when the
+/// drafter drafted greedily).
+fn accept_all(
+    session: &mut Session<'_>,
+    batch: &[Entry],
+    drafts: &[Draft],
+    logits: &[f32],
+) -> Result<Vec<Acceptance>, SessionError> {
+    let vocab = session.exec.config.vocab_size;
+    let mut acceptances = Vec::with_capacity(batch.len());
+    let mut at = 0;
+    for (&(id, _, k), draft) in batch.iter().zip(drafts) {
+        let target: Vec<&[f32]> = logits[at * vocab..(at + k + 1) * vocab]
+            .chunks(vocab)
+            .collect();
+        at += k + 1;
+        let seq = session
+            .seqs
+            .get_mut(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        let sampler = seq.sampler.get_or_insert_with(Sampler::greedy);
+        let acceptance = match &draft.probs {
+            Some(probs) if !sampler.is_greedy() => sampler.accept(&target, probs, &draft.tokens),
+            _ => crate::sampling::accept_greedy(&target, &draft.tokens),
+        };
+        acceptances.push(acceptance?);
+    }
+    Ok(acceptances)
+}
+
+/// Keeps each sequence's accepted prefix (its state from the kernels' snapshot after the last
+/// kept row), records its acceptance and says what the step did.
+fn keep_accepted(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[Entry],
+    drafts: &[Draft],
+    acceptances: &[Acceptance],
+    logits: &[f32],
+) -> Result<Vec<SpeculativeStep>, SessionError> {
+    let vocab = session.exec.config.vocab_size;
+    let mut steps = Vec::with_capacity(batch.len());
+    let mut first = 0;
+    for ((&(id, _, k), draft), acceptance) in batch.iter().zip(drafts).zip(acceptances) {
+        let n = acceptance.accepted;
+        session.keep_verify_rows(backend, id, first, k + 1, n)?;
+        if let Some(seq) = session.seqs.get_mut(&id) {
+            Acceptances::record(&mut seq.acceptances, k, n);
+        }
+        let mut tokens = draft.tokens[..n].to_vec();
+        tokens.push(acceptance.next_token);
+        steps.push(SpeculativeStep {
+            tokens,
+            proposed: k,
+            accepted: n,
+            logits: logits[first * vocab..(first + n + 1) * vocab].to_vec(),
+        });
+        first += k + 1;
+    }
+    Ok(steps)
+}
+
+/// Puts back the state `backup` saved (if any) and returns `error`, or the error saying the
+/// state is lost.
+fn restore_state(
+    session: &Session<'_>,
+    backend: &mut dyn GpuBackend,
+    ids: &[SeqId],
+    backup: Option<&StateBackup>,
+    error: SessionError,
+) -> SessionError {
+    match backup.map(|b| b.restore(session.exec, backend)) {
+        Some(Err(restore)) => SessionError::StateLost {
+            step: Box::new(error),
+            seqs: ids.to_vec(),
+            restore,
+        },
+        _ => error,
+    }
+}

@@ -1,0 +1,22 @@
+//! The mechanisms every `Session` step relies on, below its features:
+//! - `step`: one all-or-nothing step (check, save the state, lend pages and slots, pick the
+//!   route, upload the metadata, run, read the logits), and the MTP head's step;
+//! - `backup`: the recurrent state of a step's slots, saved before it runs and restored if it
+//!   fails (`StateBackup`);
+//! - `window`: sliding windows, the KV pages that left every layer's window going back to
+//!   the pool;
+//! - `rewind`: taking a sequence back to an earlier length (`RewindPoint`, `truncate_to`, and
+//!   the roll-back of a verify step's rejected rows from the kernels' per-row snapshots).
+//!
+//! Invariant: nothing here is public API; `Session`'s façade (`session/mod.rs`) and the
+//! speculative step are its only callers.
+
+mod backup;
+pub(crate) mod rewind;
+pub(crate) mod step;
+pub(crate) mod window;
+
+pub(crate) use backup::StateBackup;
+pub(crate) use rewind::Cuts;
+pub use rewind::RewindPoint;
+pub(crate) use step::{Row, SaveState};
