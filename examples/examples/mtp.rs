@@ -14,7 +14,7 @@ use std::time::Instant;
 use solder_config::ServeShape;
 use solder_examples::{backend, build, check, greedy_reference, kv_shape, prompt};
 use solder_examples::{write_tiny_mtp, Args, Result, TINY_QWEN3_NEXT};
-use solder_model_layers::{greedy, Session};
+use solder_model_layers::{greedy, MtpDrafter, Session};
 
 const PROMPT_LEN: usize = 10;
 
@@ -50,7 +50,7 @@ fn main() -> Result<()> {
     // The head drafts from the target's hidden rows, so it must see every target step of the
     // sequence: prefill (and plain decode steps) go through the drafter, which runs them on
     // the target session and keeps their rows; speculative steps hand it their kept rows.
-    let mut drafter = exec.draft_runner()?;
+    let mut drafter = MtpDrafter::new(&exec)?;
     let mut session = Session::new(&exec);
     let seq = session.add_sequence();
     let logits = drafter.prefill(backend, &mut session, seq, &prompt)?;

@@ -64,13 +64,8 @@ fn main() -> Result<()> {
     while tokens.len() < args.tokens {
         // One step: k drafts, one verify of k + 1 rows; `step.tokens` are the accepted drafts
         // then the target's own next token (the new pending one).
-        let step = session.speculate(
-            backend,
-            seq,
-            pending,
-            &mut drafter,
-            SpecPolicy::Fixed(args.k),
-        )?;
+        let k = session.next_k(seq, SpecPolicy::Fixed(args.k))?;
+        let step = session.speculative_step(backend, seq, pending, k, &mut drafter)?;
         println!(
             "step {steps:>2}: accepted {}/{} -> {:?}",
             step.accepted, step.proposed, step.tokens
