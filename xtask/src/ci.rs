@@ -181,7 +181,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     // The cargo that runs xtask, so nested runs use the same toolchain.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let started = Instant::now();
     let mut times = Vec::with_capacity(STEPS.len());
     for (i, step) in STEPS.iter().enumerate() {
@@ -240,7 +240,8 @@ mod tests {
 
     #[test]
     fn ci_run_calls_the_test_command_and_this_job_only() {
-        let script = std::fs::read_to_string(crate::workspace_root().join(".ci/run")).unwrap();
+        let script =
+            std::fs::read_to_string(crate::paths::workspace_root().join(".ci/run")).unwrap();
         let commands: Vec<&str> = script
             .lines()
             .map(str::trim)
