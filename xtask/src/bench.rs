@@ -148,7 +148,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
+        .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let policy = Policy {
         levers: args.levers()?,
@@ -360,13 +360,15 @@ fn synth_json(name: &str) -> Result<serde_json::Value, String> {
 
 /// The config a synth model starts from: `tests/fixtures/configs/<base>.json`.
 fn synth_base_config(base: &str) -> Result<serde_json::Value, String> {
-    let path = crate::workspace_root().join(format!("tests/fixtures/configs/{base}.json"));
+    let path = crate::paths::workspace_root().join(format!("tests/fixtures/configs/{base}.json"));
     let text = crate::files::read_text(&path)?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn synth_checkpoint(name: &str) -> Result<PathBuf, String> {
-    let dir = crate::workspace_root().join("target/synth").join(name);
+    let dir = crate::paths::workspace_root()
+        .join("target/synth")
+        .join(name);
     if !dir.join("model.safetensors").exists() {
         save_synth(&synth_config(name)?, &dir)?;
     }

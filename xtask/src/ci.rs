@@ -9,16 +9,63 @@ use std::time::Instant;
 
 use crate::args::Args;
 
-/// One CI step: a name for the header and the failure, and `cargo`'s arguments.
+/// One CI step: a name for the header and the failure, `cargo`'s arguments, and the
+/// environment variables set for it (on top of xtask's own).
 pub struct Step {
     pub name: &'static str,
     pub cargo: &'static [&'static str],
+    pub env: &'static [(&'static str, &'static str)],
 }
 
 pub const STEPS: &[Step] = &[
     Step {
         name: "format",
         cargo: &["fmt", "--all", "--", "--check"],
+        env: &[],
+    },
+    // Every lint a warning by default fails CI, and the workspace's `[lints]` (an `unsafe`
+    // block without its `// SAFETY:` comment is denied) hold in tests, examples and benches too.
+    Step {
+        name: "clippy",
+        cargo: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+    },
+    // The CUDA backend's code is compiled only under its feature; clippy reads it there.
+    Step {
+        name: "clippy gpu-runtime cuda",
+        cargo: &[
+            "clippy",
+            "-p",
+            "solder-gpu-runtime",
+            "--features",
+            "cuda",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+    },
+    // A rustdoc link to a renamed or removed item is an error, so the docs cannot name what
+    // is no longer there: private items too (where module docs and invariants live), and the
+    // `cuda` code.
+    Step {
+        name: "docs",
+        cargo: &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--document-private-items",
+            "--all-features",
+        ],
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
     },
     Step {
         name: "gpu-runtime cuda unit tests",
@@ -30,6 +77,7 @@ pub const STEPS: &[Step] = &[
             "cuda",
             "--lib",
         ],
+        env: &[],
     },
     Step {
         name: "model-layers cuda unit tests",
@@ -41,10 +89,12 @@ pub const STEPS: &[Step] = &[
             "cuda",
             "--lib",
         ],
+        env: &[],
     },
     Step {
         name: "ptx check",
         cargo: &["xtask", "ptx", "--check"],
+        env: &[],
     },
     // The device bundle: the GPU code compiles without a GPU (cudarc loads the driver at run
     // time), the embedded PTX assembles into sm_90 cubins, and the tree plus the bundle stay
@@ -52,6 +102,7 @@ pub const STEPS: &[Step] = &[
     Step {
         name: "gpu bundle (cuda build, cubins, size budget)",
         cargo: &["xtask", "gpu-check"],
+        env: &[],
     },
     Step {
         name: "plans (verified)",
@@ -63,10 +114,12 @@ pub const STEPS: &[Step] = &[
             "--all",
             "--verify",
         ],
+        env: &[],
     },
     Step {
         name: "parity",
         cargo: &["xtask", "parity"],
+        env: &[],
     },
     Step {
         name: "parity goldens",
@@ -78,6 +131,7 @@ pub const STEPS: &[Step] = &[
             "--json",
             "target/parity-goldens.json",
         ],
+        env: &[],
     },
     // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
     // by launch beside their twins on a small model: the CUDA routings byte-identical, every
@@ -97,11 +151,13 @@ pub const STEPS: &[Step] = &[
             "--tokens",
             "4",
         ],
+        env: &[],
     },
     // A bounded fuzz run: every case seeded, so a finding reproduces from its number.
     Step {
         name: "fuzz (bounded)",
         cargo: &["xtask", "fuzz", "--cases", "3000"],
+        env: &[],
     },
     // The device bundle's gpu-step stages on the CPU backend: eager == graph replay == a
     // second run, byte for byte, past 4,096 tokens, and the CPU twin's comparison; then a
@@ -120,6 +176,7 @@ pub const STEPS: &[Step] = &[
             "--compare",
             "--cpu-twin",
         ],
+        env: &[],
     },
     Step {
         name: "gpu-step qwen3_next cpu",
@@ -136,6 +193,7 @@ pub const STEPS: &[Step] = &[
             "2",
             "--compare",
         ],
+        env: &[],
     },
     // run.sh's stress stage on the CPU: the wide model (gemv splits k, attention splits 600
     // tokens into three chunks) with `pdl` on, each compared graph replayed 20 times from the
@@ -158,6 +216,7 @@ pub const STEPS: &[Step] = &[
             "--levers",
             "pdl",
         ],
+        env: &[],
     },
     // The engine author's examples (`examples/`: decode, batch, speculative, mtp), each run
     // once (`harness = false`: `cargo test` runs its `main`) on a tiny seeded checkpoint it
@@ -189,7 +248,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     // The cargo that runs xtask, so nested runs use the same toolchain.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let started = Instant::now();
     let mut times = Vec::with_capacity(STEPS.len());
     for (i, step) in STEPS.iter().enumerate() {
@@ -203,6 +262,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         let t = Instant::now();
         let status = Command::new(&cargo)
             .args(step.cargo)
+            .envs(step.env.iter().copied())
             .current_dir(&root)
             .status()
             .map_err(|e| format!("ci step `{}`: cannot start cargo: {e}", step.name))?;
@@ -229,8 +289,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
+/// The step as a shell line: `NAME="value" ... cargo args...`.
 fn command_line(step: &Step) -> String {
-    format!("cargo {}", step.cargo.join(" "))
+    let env: String = step
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}={value:?} "))
+        .collect();
+    format!("{env}cargo {}", step.cargo.join(" "))
 }
 
 #[cfg(test)]
@@ -248,12 +314,29 @@ mod tests {
 
     #[test]
     fn ci_run_calls_the_test_command_and_this_job_only() {
-        let script = std::fs::read_to_string(crate::workspace_root().join(".ci/run")).unwrap();
+        let script =
+            std::fs::read_to_string(crate::paths::workspace_root().join(".ci/run")).unwrap();
         let commands: Vec<&str> = script
             .lines()
             .map(str::trim)
             .filter(|l| l.starts_with("cargo "))
             .collect();
         assert_eq!(commands, ["cargo test --workspace", "cargo xtask ci"]);
+    }
+
+    #[test]
+    fn warnings_fail_the_lint_and_doc_steps() {
+        let step = |name: &str| STEPS.iter().find(|s| s.name == name).unwrap();
+        let denies = |s: &Step| s.cargo.ends_with(&["--", "-D", "warnings"]);
+        let clippy = step("clippy");
+        assert!(clippy
+            .cargo
+            .starts_with(&["clippy", "--workspace", "--all-targets"]));
+        assert!(denies(clippy));
+        assert!(denies(step("clippy gpu-runtime cuda")));
+        assert_eq!(
+            command_line(step("docs")),
+            "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --document-private-items --all-features"
+        );
     }
 }

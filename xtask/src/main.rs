@@ -11,13 +11,14 @@ mod args;
 mod bench;
 mod ci;
 mod emu;
-// The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
 mod files;
+// The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
 #[allow(unsafe_code)]
 mod fuzz;
 mod golden;
 mod gpu;
 mod parity;
+mod paths;
 mod peer;
 mod plan;
 mod speculate;
@@ -26,11 +27,10 @@ mod speculate;
 mod ptx;
 mod traffic;
 
-use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[global_allocator]
 static ALLOCATOR: fuzz::alloc::CappedAlloc = fuzz::alloc::CappedAlloc;
-use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <command> [options]
 
@@ -116,19 +116,6 @@ fn quiet_on_closed_stdout() {
 fn is_closed_stdout(message: &str) -> bool {
     message.starts_with("failed printing to stdout")
         && (message.contains("Broken pipe") || message.contains("os error 32"))
-}
-
-/// The workspace root: the current directory when it holds `fusions/FUSIONS.toml` (the
-/// bundled binary runs from a copy of the tree, where the build's paths do not exist), else
-/// the folder above xtask's own.
-pub fn workspace_root() -> PathBuf {
-    if let Ok(cwd) = std::env::current_dir() {
-        if cwd.join("fusions/FUSIONS.toml").is_file() {
-            return cwd;
-        }
-    }
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
 #[cfg(test)]

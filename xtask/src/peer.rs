@@ -24,7 +24,7 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
         (None, Some(synth)) => crate::bench::synth_checkpoint(synth)?,
         _ => return Err("give one of --model DIR or --synth NAME".into()),
     };
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     eprintln!("building the candle peer (first time: several minutes)");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--quiet", "--manifest-path"])

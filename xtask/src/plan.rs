@@ -81,7 +81,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
+        .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
     let mut serve = match args.number_in("max-batch", 1..=4096)? {
         Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
         None => ServeShape::default(),
@@ -360,7 +360,7 @@ mod tests {
     use super::*;
 
     fn ladder() -> Vec<ExecutionPlan> {
-        let root = crate::workspace_root();
+        let root = crate::paths::workspace_root();
         let config =
             crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
                 .unwrap();
@@ -413,7 +413,8 @@ mod tests {
             e.contains("/dev/zero") && e.contains("not a regular file"),
             "{e}"
         );
-        let config = crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
+        let config =
+            crate::paths::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json");
         let config = config.display().to_string();
         let e = run(argv(&[
             "--config",

@@ -22,7 +22,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::args::Args;
-use crate::workspace_root;
+use crate::paths::workspace_root;
 
 const USAGE: &str = "usage: cargo xtask ptx [--check]
 

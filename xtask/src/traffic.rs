@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn llama_1b_decode_floor_is_its_weights_over_the_rate() {
-        let root = crate::workspace_root();
+        let root = crate::paths::workspace_root();
         let config =
             crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
                 .unwrap();

@@ -1,11 +1,11 @@
-//! `CircuitBuilder`: the API that builds a circuit op by op, for solder's own families and
+//! [`CircuitBuilder`]: the API that builds a circuit op by op, for solder's own families and
 //! for engines that describe their models themselves.
 //!
-//! Invariant: what `finish` returns satisfies `ir`'s invariants (topological op order, one
-//! writer per tensor, unique op names, unique weight slots) and every size in it fits: each
-//! tensor at `MAX_ROWS` rows, each weight slot and each state slot or page takes at most
-//! `MAX_TENSOR_BYTES`, computed with checked arithmetic; violations are errors naming the op,
-//! tensor, weight or state, never panics.
+//! Invariant: what [`finish`](CircuitBuilder::finish) returns satisfies [`ir`](crate::ir)'s
+//! invariants (topological op order, one writer per tensor, unique op names, unique weight slots)
+//! and every size in it fits: each tensor at [`MAX_ROWS`] rows, each weight slot and each state
+//! slot or page takes at most [`MAX_TENSOR_BYTES`], computed with checked arithmetic; violations
+//! are errors naming the op, tensor, weight or state, never panics.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! Text and DOT renderings of an `ExecutionPlan` (the golden plan files are the text form).
+//! Text and DOT renderings of an [`ExecutionPlan`] (the golden plan files are the text form).
 
 use std::fmt::Write as _;
 

@@ -1,6 +1,6 @@
 //! The fuser: a deterministic greedy cover of every node by exactly one rule group.
 //!
-//! Invariants of a returned `FusionPlan`: every node is in exactly one group; every group's
+//! Invariants of a returned [`FusionPlan`]: every node is in exactly one group; every group's
 //! kernels are available; an edge is fused (never stored) exactly when its writer and all
 //! its readers are in one group and it is an arena tensor; contracting the groups leaves the
 //! graph acyclic.

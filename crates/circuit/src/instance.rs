@@ -1,8 +1,9 @@
-//! `Instance`: a circuit with the programs it is served with (`ProgramShapes`) and its
+//! [`Instance`]: a circuit with the programs it is served with ([`ProgramShapes`]) and its
 //! precision, and, when the serve asks for draft programs, the MTP draft head's circuit.
-//! Invariants: an instance's serve shape passed `ProgramShapes::new`; it has a draft circuit
-//! exactly when its shapes hold draft programs, and that circuit extends the target's weights
-//! and states (`families::build_draft`), so `storage()` lists every slot and state of both.
+//! Invariants: an instance's serve shape passed [`ProgramShapes::new`](crate::ProgramShapes::new);
+//! it has a draft circuit exactly when its shapes hold draft programs, and that circuit extends the
+//! target's weights and states ([`families::build_draft`](crate::families::build_draft)), so
+//! `storage()` lists every slot and state of both.
 
 use solder_config::{ModelConfig, ServeShape};
 

@@ -1,6 +1,6 @@
 //! The circuit IR: ops (nodes) and tensors (edges) of one decode step, rows symbolic.
 //!
-//! Invariants: `Circuit::ops` is in execution order and that order is topological (every
+//! Invariants: [`Circuit::ops`] is in execution order and that order is topological (every
 //! tensor an op reads is a model input or was written by an earlier op); every tensor has at
 //! most one writer; weight slots are unique by checkpoint name.
 

@@ -1,11 +1,11 @@
 //! solder's compiler: no GPU, no environment reads, no I/O but the rules file it is handed.
 //!
-//! From a model's step circuit (`ir`, built by `families` or by an engine through `builder`)
-//! and fusion rules (`rules`), `fuser::fuse` covers every op by exactly one rule group, and
+//! From a model's step circuit ([`ir`], built by [`families`] or by an engine through [`builder`])
+//! and fusion rules ([`rules`]), [`fuser::fuse`] covers every op by exactly one rule group, and
 //! the planner (`planner::{topo, liveness, streams, memory, linearise}`, run in order by its
-//! driver) turns the groups into an `ExecutionPlan` (`plan`) per (mode, rows): launch order,
-//! streams and events, and offsets of every kept edge in one arena. `verify` checks each
-//! pass's output when `BuildOptions::verify` is on (tests, debug builds, `plan --verify`);
+//! driver) turns the groups into an [`ExecutionPlan`] ([`plan`]) per (mode, rows): launch order,
+//! streams and events, and offsets of every kept edge in one arena. [`verify`] checks each
+//! pass's output when [`BuildOptions::verify`] is on (tests, debug builds, `plan --verify`);
 //! it depends on `plan` and the passes' results, never on the driver.
 //!
 //! Invariants: every node is covered by exactly one group and a plan never runs a kernel the

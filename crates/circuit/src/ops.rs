@@ -1,6 +1,6 @@
 //! The op vocabulary: every kind of node a circuit may hold, by its name in FUSIONS.toml.
 //!
-//! Invariant: `OpKind::ALL` lists every variant; names are unique and stable (rules and
+//! Invariant: [`OpKind::ALL`] lists every variant; names are unique and stable (rules and
 //! digests refer to them).
 
 /// Kinds of op. Adding one means adding a `reference` rule for it in FUSIONS.toml.

@@ -1,9 +1,9 @@
-//! The plan types: `ExecutionPlan` (one (mode, rows) of a model: launch order, streams,
-//! events and the arena), its `Step`s and `Buffer`s, and `plans_digest`.
+//! The plan types: [`ExecutionPlan`] (one (mode, rows) of a model: launch order, streams,
+//! events and the arena), its [`Step`]s and [`Buffer`]s, and [`plans_digest`].
 //!
-//! Data only, with what can be read off it: the planner (`planner`) builds it, the verifier
-//! (`verify`) checks it, `display` prints it. Invariant: this module depends on neither, so
-//! the verifier never depends on the passes' driver.
+//! Data only, with what can be read off it: the planner ([`planner`](crate::planner)) builds it,
+//! the verifier ([`verify`](crate::verify)) checks it, `display` prints it. Invariant: this module
+//! depends on neither, so the verifier never depends on the passes' driver.
 
 use std::fmt::Write as _;
 

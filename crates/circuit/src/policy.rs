@@ -1,5 +1,5 @@
-//! What a build may use: which rules (`Fusions`), which levers, how many streams (`Policy`),
-//! and which kernels and capabilities the backend offers (`Available`).
+//! What a build may use: which rules ([`Fusions`]), which levers, how many streams ([`Policy`]),
+//! and which kernels and capabilities the backend offers ([`Available`]).
 
 use std::collections::BTreeSet;
 

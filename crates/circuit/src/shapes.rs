@@ -1,12 +1,14 @@
-//! `ProgramShapes`: the (mode, rows) a build compiles a program for, read from a `ServeShape`
+//! [`ProgramShapes`]: the (mode, rows) a build compiles a program for, read from a [`ServeShape`]
 //! (plain data) once, and the one place that answers "which program runs n rows".
 //!
-//! Invariants: built only from a serve shape that passes `ServeShape::validate`; the list is in
-//! canonical order — decode at 1 row, then multi-seq widths ascending, then verify widths
-//! ascending, then batched-verify widths ascending, then draft (the MTP head's step) at 1 row
-//! and at every other `draft_widths` width ascending, when `draft_widths` asks for any — with
-//! no (mode, rows) twice; every entry passes `Mode::check_rows`. Whether the model has a draft
-//! head is the instance's question (`Instance::from_config_with` refuses draft widths for a
+//! Invariants: built only from a serve shape that passes
+//! [`ServeShape::validate`](solder_config::ServeShape::validate); the list is in canonical order —
+//! decode at 1 row, then multi-seq widths ascending, then verify widths ascending, then
+//! batched-verify widths ascending, then draft (the MTP head's step) at 1 row and at every other
+//! `draft_widths` width ascending, when `draft_widths` asks for any — with no (mode, rows) twice;
+//! every entry passes [`Mode::check_rows`](crate::Mode::check_rows). Whether the model has a draft
+//! head is the instance's question
+//! ([`Instance::from_config_with`](crate::Instance::from_config_with) refuses draft widths for a
 //! family without one).
 
 use solder_config::ServeShape;

@@ -1,6 +1,6 @@
 //! The plan verifier: checks a plan's invariants between passes and on the finished plan.
 //!
-//! `verify_plan` re-derives happens-before from the steps alone (vector clocks advanced by
+//! [`verify_plan`] re-derives happens-before from the steps alone (vector clocks advanced by
 //! launches, records and waits), independently of the streams pass, so a wrong pass cannot
 //! vouch for itself. Checks: every node covered once by available kernels; order respects
 //! data flow; every cross-stream use ordered by an event; side streams join stream 0; every

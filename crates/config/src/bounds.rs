@@ -8,7 +8,7 @@
 //! `rows * num_experts_per_tok * moe_intermediate_size` bf16, rows up to 2^18 = 4,096
 //! sequences * 64 verify tokens) at most 2^43 bytes.
 //!
-//! Invariant: a dim refused here is refused by `ConfigError::OutOfBounds`, naming the file,
+//! Invariant: a dim refused here is refused by [`ConfigError::OutOfBounds`], naming the file,
 //! the key, the value and the bound; a float that is not finite, or that rounds to 0, to a
 //! subnormal or to infinity as the f32 the kernels read, is refused naming the key.
 

@@ -1,7 +1,7 @@
 //! Attention and MLP features a config may ask for, checked against what solder models:
 //! activation, biases, dropout, tensor-parallel split. Anything that would change the step's
 //! maths and is not modelled is refused by value. Sliding windows and the dense families'
-//! `layer_types` are read by `window`.
+//! `layer_types` are read by [`window`](crate::window).
 
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 //! Configs, rules, a checkpoint's index and every shard use it, so `/dev/zero` or a FIFO is
 //! refused instead of read without end, and a sparse 3 GiB index is refused by its length.
 //!
-//! Invariant: `read_capped` never holds more than `cap + 1` bytes, and `open_regular` hands
+//! Invariant: [`read_capped`] never holds more than `cap + 1` bytes, and [`open_regular`] hands
 //! back only a handle whose own metadata (checked after the open, so a file swapped for a
 //! FIFO between the check and the open is caught) says a regular file within the cap.
 

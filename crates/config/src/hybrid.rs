@@ -1,6 +1,6 @@
 //! Qwen3-Next's hybrid stack: which layers are full (gated) attention and which are Gated
 //! DeltaNet linear attention, and the linear attention's dims. Invariant: `layer_types` has
-//! one entry per layer, and a `LinearAttnConfig` built here has every dim non-zero,
+//! one entry per layer, and a [`LinearAttnConfig`] built here has every dim non-zero,
 //! `num_value_heads` a multiple of `num_key_heads`, and a `conv_dim` that fits in `usize`.
 
 use serde_json::Value;

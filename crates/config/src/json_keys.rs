@@ -1,6 +1,6 @@
 //! Duplicate keys in a JSON document. serde_json (like most parsers) keeps the last of two
 //! equal keys in one object without a word, so a `config.json` or a safetensors header that
-//! names `vocab_size` or a tensor twice would load whichever came last. `first_duplicate`
+//! names `vocab_size` or a tensor twice would load whichever came last. [`first_duplicate`]
 //! walks the document once, without building it, and refuses the first key seen twice in
 //! one object, naming it; the callers run it before they parse.
 //!

@@ -1,5 +1,5 @@
-//! `Levers`: the named runtime switches a build may turn on. Invariant: only names listed in
-//! `KNOWN_LEVERS` are ever enabled, so a rule gated on a lever can trust the name.
+//! [`Levers`]: the named runtime switches a build may turn on. Invariant: only names listed in
+//! [`KNOWN_LEVERS`] are ever enabled, so a rule gated on a lever can trust the name.
 
 use std::collections::BTreeSet;
 

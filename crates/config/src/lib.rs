@@ -1,18 +1,18 @@
 //! `solder-config` owns what solder reads about a model and a serve before it compiles
-//! anything: `ModelConfig` parsed from a Hugging Face `config.json` (dense llama, mistral,
+//! anything: [`ModelConfig`] parsed from a Hugging Face `config.json` (dense llama, mistral,
 //! qwen2, qwen3; qwen3_moe with routed experts; qwen3_next with Gated DeltaNet layers, gated
 //! attention and a shared expert; sliding-window attention per layer, `layer_windows`, as
-//! transformers 5 assigns it), the rope's inverse frequencies, the `Levers` a build may turn
-//! on, and the `ServeShape` whose widths get programs.
+//! transformers 5 assigns it), the rope's inverse frequencies, the [`Levers`] a build may turn
+//! on, and the [`ServeShape`] whose widths get programs.
 //!
 //! Invariants:
-//! - No GPU and no I/O beyond reading the one file `ModelConfig::from_file` is handed.
+//! - No GPU and no I/O beyond reading the one file [`ModelConfig::from_file`] is handed.
 //! - Every top-level key of a config is classified (used, or ignored with a reason) or the
 //!   load is refused; nothing is dropped silently. A feature solder does not model
 //!   (quantization, another rope type, another activation, a bias, another layer type)
 //!   refuses the load, and so does a window of 0 or past `max_position_embeddings`.
-//! - No input panics: every refusal is a `ConfigError` naming the file and the key.
-//! - Every dimension is at most its `DIM_BOUNDS` entry and every float a normal f32, so no
+//! - No input panics: every refusal is a [`ConfigError`] naming the file and the key.
+//! - Every dimension is at most its [`DIM_BOUNDS`] entry and every float a normal f32, so no
 //!   size computed from a config overflows.
 
 #![forbid(unsafe_code)]

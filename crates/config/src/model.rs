@@ -1,11 +1,11 @@
-//! `ModelConfig`: the dims, rope, attention features, experts and layer kinds of a model,
-//! parsed from a Hugging Face `config.json`. Invariant: a `ModelConfig` built by
-//! `from_json_str` has every dim non-zero, `num_key_value_heads` dividing
-//! `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
-//! `usize`, every dim within `DIM_BOUNDS`, `rms_norm_eps` a normal f32, one `layer_types`
-//! entry per layer, one `layer_windows` entry per layer with every window in
-//! `1..=max_position_embeddings`, `moe` exactly for Qwen3-MoE and Qwen3-Next, and
-//! `linear_attn` exactly for Qwen3-Next.
+//! [`ModelConfig`]: the dims, rope, attention features, experts and layer kinds of a model, parsed
+//! from a Hugging Face `config.json`. Invariant: a `ModelConfig` built by
+//! [`from_json_str`](ModelConfig::from_json_str) has every dim non-zero, `num_key_value_heads`
+//! dividing `num_attention_heads`, an even `head_dim` and rotary dim, `q_dim`/`kv_dim` that fit in
+//! `usize`, every dim within [`DIM_BOUNDS`](crate::DIM_BOUNDS), `rms_norm_eps` a normal f32, one
+//! `layer_types` entry per layer, one `layer_windows` entry per layer with every window in
+//! `1..=max_position_embeddings`, `moe` exactly for Qwen3-MoE and Qwen3-Next, and `linear_attn`
+//! exactly for Qwen3-Next.
 
 use std::path::Path;
 

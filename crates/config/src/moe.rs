@@ -1,5 +1,5 @@
 //! The routed experts of Qwen3-MoE and Qwen3-Next: how many, how many per token, their width,
-//! which layers are sparse, and Qwen3-Next's shared expert. Invariant: a `MoeConfig` built
+//! which layers are sparse, and Qwen3-Next's shared expert. Invariant: a [`MoeConfig`] built
 //! here has `1 <= experts_per_token <= num_experts`, a non-zero `moe_intermediate_size` and
 //! `decoder_sparse_step`, and every `mlp_only_layers` entry below `num_hidden_layers`.
 

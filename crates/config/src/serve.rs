@@ -1,8 +1,8 @@
-//! `ServeShape`: the widths a build compiles programs for. Invariant after `validate`:
-//! `max_batch` lies in `1..=MAX_BATCH`, every multi-seq width in `2..=max_batch` (one
-//! sequence runs the decode program), every verify width in `2..=MAX_VERIFY_WIDTH`, every
-//! batched-verify width in `2..=max_batch · MAX_VERIFY_WIDTH`, every list is strictly
-//! increasing, and no width is zero.
+//! [`ServeShape`]: the widths a build compiles programs for. Invariant after
+//! [`validate`](ServeShape::validate): `max_batch` lies in `1..=MAX_BATCH`, every multi-seq width
+//! in `2..=max_batch` (one sequence runs the decode program), every verify width in
+//! `2..=MAX_VERIFY_WIDTH`, every batched-verify width in `2..=max_batch · MAX_VERIFY_WIDTH`, every
+//! list is strictly increasing, and no width is zero.
 
 use crate::ConfigError;
 

@@ -1,7 +1,8 @@
-//! The structure a config's dimensions must have beyond their bounds, checked on a
-//! `ModelConfig` however it was made: the parser checks each rule as it reads the key, and
-//! `check_bounds` runs these on a hand-built config (its fields are public) before a compiler
-//! computes any size from it, so a config the parser would refuse is refused by the same key.
+//! The structure a config's dimensions must have beyond their bounds, checked on a [`ModelConfig`]
+//! however it was made: the parser checks each rule as it reads the key, and
+//! [`check_bounds`](crate::ModelConfig::check_bounds) runs these on a hand-built config (its fields
+//! are public) before a compiler computes any size from it, so a config the parser would refuse is
+//! refused by the same key.
 //!
 //! Invariant: a config that passes has every dimension positive, kv heads dividing heads, an
 //! even head_dim with an even positive rotary dim, top-k within the experts, linear value

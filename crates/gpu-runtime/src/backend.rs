@@ -1,4 +1,4 @@
-//! The `GpuBackend` trait: the whole surface solder needs from a device.
+//! The [`GpuBackend`] trait: the whole surface solder needs from a device.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

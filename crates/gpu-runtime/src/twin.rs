@@ -1,5 +1,5 @@
 //! CPU twins: the host implementation of a kernel, registered under its `module::func` name,
-//! and `TwinCtx`, the typed view of a launch's arguments a twin reads and writes through.
+//! and [`TwinCtx`], the typed view of a launch's arguments a twin reads and writes through.
 //!
 //! Invariant (soundness of `TwinCtx`): a backend builds a `TwinCtx` only after checking that
 //! every buffer argument lies inside one live allocation, is aligned for its element type's

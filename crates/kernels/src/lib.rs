@@ -2,7 +2,7 @@
 //! `cuda/common.cuh`) and the PTX `cargo xtask ptx` generates from them (`ptx/<module>.ptx`),
 //! both embedded here by module name so that a binary needs no files and no CUDA toolkit.
 //!
-//! Invariants: `MODULES` names exactly the files `cuda/<module>.cu` and `ptx/<module>.ptx`
+//! Invariants: [`MODULES`] names exactly the files `cuda/<module>.cu` and `ptx/<module>.ptx`
 //! (a missing file is a build error, never a run-time one); the PTX is what NVRTC makes of the
 //! sources with the pinned toolchain (`cargo xtask ptx --check` proves it in CI). This crate
 //! has no code of its own: the host side of each kernel (its declaration, CPU twin and

@@ -9,20 +9,6 @@ use safetensors::{Dtype, SafeTensors};
 use solder_circuit::{Mode, Policy, RouteCondition};
 use solder_model_layers::{Checkpoint, HostWeights, Session, WeightsError};
 
-const TINY_NEXT: &str = r#"{
-    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
-    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-    "layer_types": ["linear_attention", "full_attention"],
-    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 128,
-    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-    "hidden_act": "silu", "attention_bias": false,
-    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_num_key_heads": 2,
-    "linear_num_value_heads": 4, "linear_value_head_dim": 8,
-    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
-    "shared_expert_intermediate_size": 24, "norm_topk_prob": true
-}"#;
-
 /// Each sequence's logits when it decodes alone.
 fn alone(
     backend: &mut solder_gpu_runtime::CpuBackend,

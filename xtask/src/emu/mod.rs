@@ -48,7 +48,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    build(&crate::workspace_root(), args.flag("force")).map(|_| ())
+    build(&crate::paths::workspace_root(), args.flag("force")).map(|_| ())
 }
 
 /// The folder the libraries are built in.

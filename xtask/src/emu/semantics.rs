@@ -48,7 +48,7 @@ EMU_TRAMPOLINE(t, split_barrier)
 "#;
 
 fn build(dir: &Path) {
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let source = dir.join("t.cpp");
     std::fs::write(&source, KERNELS).unwrap();
     let output = Command::new(super::CXX)

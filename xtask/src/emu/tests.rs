@@ -36,7 +36,7 @@ pub(super) fn run(backend: &mut CpuBackend, launch: &Launch) {
 }
 
 pub(super) fn emulated(mode: EmuMode, backend: &mut CpuBackend) {
-    let emulation = super::emulation(&crate::workspace_root(), mode).unwrap();
+    let emulation = super::emulation(&crate::paths::workspace_root(), mode).unwrap();
     backend.set_emulation(Some(emulation));
 }
 

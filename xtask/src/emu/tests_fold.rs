@@ -140,7 +140,7 @@ fn backend(emulated: bool) -> CpuBackend {
 fn backend_in(mode: Option<EmuMode>) -> CpuBackend {
     let mut b = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     if let Some(mode) = mode {
-        let emulation = super::emulation(&crate::workspace_root(), mode).unwrap();
+        let emulation = super::emulation(&crate::paths::workspace_root(), mode).unwrap();
         b.set_emulation(Some(emulation));
     }
     b

@@ -18,7 +18,7 @@ const BLOCK: usize = 16;
 
 #[test]
 fn the_cuda_sources_decode_at_position_262143_as_their_twins() {
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
     backend.set_emulation(Some(super::emulation(&root, EmuMode::Shadow).unwrap()));
     let builtin = crate::parity::builtin_named("tiny-llama").unwrap();

@@ -77,7 +77,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             ))
         }
     };
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let scratch = root.join("target/fuzz");
     let findings = fuzz(&root, &scratch, &chosen, budget, seed)?;
     if findings > 0 {

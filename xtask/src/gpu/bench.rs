@@ -343,7 +343,7 @@ mod tests {
         }
         // run.sh's longest timing: 131,069 tokens and the step's own positions fit exactly.
         let config = crate::files::model_config(
-            &crate::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json"),
+            &crate::paths::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json"),
         )
         .unwrap();
         timing::check_positions("1b", &config, 131_069, &[1]).unwrap();

@@ -38,7 +38,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         println!("{HELP}");
         return Ok(());
     }
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     for module in solder_model_layers::kernels::MODULES {
         let ptx = root.join(format!("{}/{module}.ptx", solder_kernels::PTX_DIR));
         if !ptx.is_file() {

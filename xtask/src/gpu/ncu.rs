@@ -62,7 +62,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let peak = args
         .real_in("peak-tbps", 0.001..=1000.0)?
         .unwrap_or(crate::traffic::H200_TBPS);
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     let config_path = match (args.value("config"), args.value("synth")) {
         (Some(_), Some(_)) => return Err("give --config or --synth, not both".into()),
         (Some(path), None) => path.into(),

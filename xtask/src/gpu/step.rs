@@ -64,7 +64,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 pub fn rules_path(args: &Args) -> PathBuf {
     args.value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"))
+        .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
 }
 
 /// Whether two logits vectors are the same bytes; else where they first differ.
@@ -163,7 +163,7 @@ mod tests {
         // Qwen3-Next serves 262,144 positions: 262,141 tokens and one step fit exactly (the
         // check comes before anything is built).
         let config = crate::files::model_config(
-            &crate::workspace_root().join("tests/fixtures/configs/qwen3-next-80b-a3b.json"),
+            &crate::paths::workspace_root().join("tests/fixtures/configs/qwen3-next-80b-a3b.json"),
         )
         .unwrap();
         assert_eq!(config.max_position_embeddings, 262_144);

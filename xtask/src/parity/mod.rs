@@ -96,7 +96,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"));
+        .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     // Every file the run reads: `--json` may name none of them.
     let mut inputs = crate::files::Inputs::default();
@@ -203,7 +203,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
     if emu {
         let emulation = crate::emu::emulation(
-            &crate::workspace_root(),
+            &crate::paths::workspace_root(),
             solder_gpu_runtime::cpu::emu::EmuMode::Shadow,
         )?;
         backend.set_emulation(Some(emulation));
@@ -372,7 +372,7 @@ mod tests {
     /// checkpoint was. Every input is refused as the output, before any model runs.
     #[test]
     fn json_over_an_input_is_refused_and_the_input_untouched() {
-        let fixture = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let fixture = crate::paths::workspace_root().join("tests/fixtures/golden/llama");
         let dir = std::env::temp_dir().join(format!("xtask-parity-json-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -380,7 +380,11 @@ mod tests {
             std::fs::copy(fixture.join(name), dir.join(name)).unwrap();
         }
         let rules = dir.join("R.toml");
-        std::fs::copy(crate::workspace_root().join("fusions/FUSIONS.toml"), &rules).unwrap();
+        std::fs::copy(
+            crate::paths::workspace_root().join("fusions/FUSIONS.toml"),
+            &rules,
+        )
+        .unwrap();
         let before: Vec<Vec<u8>> = ["config.json", "model.safetensors", "golden.safetensors"]
             .iter()
             .map(|n| std::fs::read(dir.join(n)).unwrap())
@@ -425,7 +429,7 @@ mod tests {
             e.contains("/dev/zero") && e.contains("not a regular file"),
             "{e}"
         );
-        let model = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let model = crate::paths::workspace_root().join("tests/fixtures/golden/llama");
         let model = model.display().to_string();
         let e = parity(&["--model", &model, "--golden", "/dev/zero"]).unwrap_err();
         assert!(

@@ -806,7 +806,7 @@ pub(crate) mod tests {
     use safetensors::SafeTensors;
 
     fn rules() -> RuleSet {
-        RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
+        RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
     }
 
     fn builtin_case(name: &str, weights: Option<Weights>) -> Case {
@@ -932,7 +932,7 @@ pub(crate) mod tests {
 
     /// FUSIONS.toml with `rule`'s numerics replaced by `numerics`.
     fn rules_with(rule: &str, numerics: &str) -> RuleSet {
-        let path = crate::workspace_root().join("fusions/FUSIONS.toml");
+        let path = crate::paths::workspace_root().join("fusions/FUSIONS.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let at = text.find(&format!("id = \"{rule}\"")).unwrap();
         let from = at + text[at..].find("numerics = ").unwrap();

@@ -86,7 +86,8 @@ mod tests {
     fn every_program_and_route_arm_is_verified() {
         let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
         let rules =
-            RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap();
+            RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
+                .unwrap();
         let exec = build_exec(&next_case(), &rules, &mut backend, Policy::default()).unwrap();
         assert!(!exec.arms().is_empty(), "the case must exercise route arms");
         let verified = verify_exec_plans(&exec, &rules, &Policy::default(), &backend).unwrap();
@@ -97,7 +98,8 @@ mod tests {
     fn a_plan_other_than_the_exec_ran_is_refused() {
         let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
         let rules =
-            RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap();
+            RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
+                .unwrap();
         let exec = build_exec(&next_case(), &rules, &mut backend, Policy::default()).unwrap();
         // Verifying under the reference policy rebuilds different plans than the exec holds.
         let error =

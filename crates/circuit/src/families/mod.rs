@@ -1,4 +1,4 @@
-//! Circuits of the model families solder models, built from a `ModelConfig`.
+//! Circuits of the model families solder models, built from a [`ModelConfig`].
 
 /// Every role the families' circuits give their ops (what a rule's `role` may name; a test
 /// builds every shipped config and checks both ways).

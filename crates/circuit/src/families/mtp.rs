@@ -1,30 +1,30 @@
 //! Qwen3-Next's multi-token-prediction (MTP) draft head, as the circuit of its own step
-//! (`Mode::Draft`). Composition as vLLM's `qwen3_next_mtp.py` (`Qwen3NextMultiTokenPredictor`,
-//! `Qwen3NextMTP`) does it, the reference serving engine for these checkpoints; transformers
-//! ignores `mtp.*`:
+//! ([`Mode::Draft`](crate::Mode::Draft)). Composition as vLLM's `qwen3_next_mtp.py`
+//! (`Qwen3NextMultiTokenPredictor`, `Qwen3NextMTP`) does it, the reference serving engine for these
+//! checkpoints; transformers ignores `mtp.*`:
 //!
 //! - `e = pre_fc_norm_embedding(embed_tokens(token))`, `h = pre_fc_norm_hidden(hidden)`, both
 //!   zero-centred RMSNorms, where `hidden` is the target's final-norm output (what its LM head
-//!   reads, `ModelInput::Hidden`), and the row's token is the *next* one: the pair
-//!   (hidden[p], token[p+1]) sits at position p and predicts token p+2;
+//!   reads, [`ModelInput::Hidden`]), and the row's token is the *next* one: the pair
+//!   (hidden\[p\], token\[p+1\]) sits at position p and predicts token p+2;
 //! - `x = fc([e; h])`, `mtp.fc.weight` `[hidden, 2 * hidden]`, embedding first (vLLM's
 //!   `torch.cat([inputs_embeds, hidden_states], dim=-1)`); `x` starts the head's residual
 //!   stream (vLLM passes `residual=None`);
 //! - one decoder layer of the full-attention kind (`mtp.layers.0.*`, the config's MLP: MoE and
 //!   the shared expert for the real models, the sparse/dense choice by the head's own layer
 //!   index 0 as vLLM's `extract_layer_index("mtp.layers.0")`), with its own KV cache;
-//! - `mtp.norm`, kept as `ModelOutput::DraftHidden` (the next draft step's `hidden`), then the
+//! - `mtp.norm`, kept as [`ModelOutput::DraftHidden`] (the next draft step's `hidden`), then the
 //!   target's LM head (vLLM shares `lm_head` and `embed_tokens` with the target).
 //!
 //! Differences kept on purpose: the concatenated pre-fc norms are one op (`MtpPreFc`), and `fc`
-//! writes f32 (an LM-head-shaped projection, `OpKind::LmHead` with role `mtp_fc`) because the
+//! writes f32 (an LM-head-shaped projection, [`OpKind::LmHead`] with role `mtp_fc`) because the
 //! head's residual stream is f32 like the target's.
 //!
 //! Invariant: the draft circuit starts from the target's weight slots and state declarations
-//! (`CircuitBuilder::extending`), so one weights layout and one state layout serve both, the
-//! shared embedding and LM head are the target's own slots, and the head's layer is numbered
-//! after the target's (`l{num_hidden_layers}`), its KV state `kv.{num_hidden_layers}` on the
-//! same pages and block tables as the target's layers.
+//! ([`CircuitBuilder::extending`](crate::builder::CircuitBuilder::extending)), so one weights
+//! layout and one state layout serve both, the shared embedding and LM head are the target's own
+//! slots, and the head's layer is numbered after the target's (`l{num_hidden_layers}`), its KV
+//! state `kv.{num_hidden_layers}` on the same pages and block tables as the target's layers.
 
 use solder_config::{Family, ModelConfig};
 

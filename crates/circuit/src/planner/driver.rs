@@ -1,9 +1,9 @@
-//! The pass driver: `ExecutionPlan::build` runs topo → liveness → streams → memory →
-//! linearise and, when `BuildOptions::verify` is on, the verifier after each pass and on the
-//! finished plan.
+//! The pass driver: [`ExecutionPlan::build`](crate::ExecutionPlan::build) runs topo → liveness →
+//! streams → memory → linearise and, when [`BuildOptions::verify`](crate::BuildOptions::verify) is
+//! on, the verifier after each pass and on the finished plan.
 //!
-//! Invariant: with verification on, `build` returns only plans `verify::verify_plan` accepts
-//! (a failure is a compiler bug reported as `CircuitError::Verify`).
+//! Invariant: with verification on, `build` returns only plans [`verify::verify_plan`] accepts
+//! (a failure is a compiler bug reported as [`CircuitError::Verify`]).
 
 use super::{linearise, liveness, memory, streams, topo};
 use crate::error::CircuitError;

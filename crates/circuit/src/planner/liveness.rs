@@ -1,6 +1,6 @@
 //! Pass 2, liveness: which arena buffers a plan needs and from which step to which.
 //!
-//! Invariant: one `Lifetime` per kept arena edge; `first` is its writer's position in the
+//! Invariant: one [`Lifetime`] per kept arena edge; `first` is its writer's position in the
 //! order, `last` its last reader's (or `first` when nothing reads it). Model-bound edges
 //! (tokens, logits) and state edges are constraints outside the arena and get none.
 

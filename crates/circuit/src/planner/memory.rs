@@ -1,11 +1,11 @@
 //! Pass 4, memory: offsets for every arena buffer in one arena, and the lower bound. First-fit
 //! under several orderings, then, where none reaches the bound, `search`.
 //!
-//! Invariants: offsets are multiples of `ALIGN`; two buffers that may be live at the same
+//! Invariants: offsets are multiples of [`ALIGN`]; two buffers that may be live at the same
 //! time (neither's uses all happen before the other's writer) never share a byte;
-//! `pool_bytes` >= `live_lower_bound`, the peak over steps of the live aligned bytes, and
-//! >= `lower_bound`, which adds the heaviest set of buffers found that may all be live at once
-//! (side streams can make that heavier than any one step's live bytes). Sizes
+//! `pool_bytes` is at least `live_lower_bound`, the peak over steps of the live aligned bytes,
+//! and at least `lower_bound`, which adds the heaviest set of buffers found that may all be
+//! live at once (side streams can make that heavier than any one step's live bytes). Sizes
 //! saturate, never wrap: `usize::MAX` marks an arena too large, which the driver refuses.
 
 mod search;

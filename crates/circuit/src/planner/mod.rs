@@ -1,6 +1,7 @@
-//! The planner: topo → liveness → streams → memory → linearise, from a `FusionPlan` to an
-//! `ExecutionPlan` (the types live in `crate::plan`). Each pass is a module with one entry
-//! function; `driver` runs them in order, with the verifier after each pass when asked.
+//! The planner: topo → liveness → streams → memory → linearise, from a
+//! [`FusionPlan`](crate::FusionPlan) to an [`ExecutionPlan`] (the types live in [`crate::plan`]).
+//! Each pass is a module with one entry function; `driver` runs them in order, with the verifier
+//! after each pass when asked.
 //!
 //! Imports go one way: the passes and `verify` use `crate::plan`, and only `driver` uses
 //! `verify`, so the verifier never depends on the driver.

@@ -2,8 +2,8 @@
 //!
 //! Invariants: rule ids are unique; every kernel name is `module::func`; a `reference` rule
 //! covers exactly one op with one kernel; a `differs` rule names a known lever; every
-//! capability and role is in the vocabulary the rules are parsed in (`Vocabulary`);
-//! `RuleSet::digest` is SHA-256 over a canonical text of the rules (not the file's bytes, so
+//! capability and role is in the vocabulary the rules are parsed in ([`Vocabulary`]);
+//! [`RuleSet::digest`] is SHA-256 over a canonical text of the rules (not the file's bytes, so
 //! comments, order and `why` do not change it).
 
 mod parse;

@@ -1,4 +1,4 @@
-//! TOML → `Rule`s, with every semantic check and messages carrying `file:line:column`.
+//! TOML → [`Rule`]s, with every semantic check and messages carrying `file:line:column`.
 
 use std::collections::{BTreeMap, HashMap};
 

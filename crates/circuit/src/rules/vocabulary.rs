@@ -1,8 +1,9 @@
-//! The words a rule may use beyond op kinds: capabilities (`requires`) and op roles
-//! (`role`). A misspelled one would otherwise make a rule match nothing, or never be allowed,
-//! without a word; `RuleSet::from_toml_str` refuses any word outside solder's vocabulary, and
-//! an engine with its own circuits or backend capabilities extends it (`with_roles`,
-//! `with_capabilities`) and parses with `RuleSet::from_toml_str_in`.
+//! The words a rule may use beyond op kinds: capabilities (`requires`) and op roles (`role`). A
+//! misspelled one would otherwise make a rule match nothing, or never be allowed, without a word;
+//! [`RuleSet::from_toml_str`](crate::RuleSet::from_toml_str) refuses any word outside solder's
+//! vocabulary, and an engine with its own circuits or backend capabilities extends it
+//! ([`with_roles`](Vocabulary::with_roles), [`with_capabilities`](Vocabulary::with_capabilities))
+//! and parses with [`RuleSet::from_toml_str_in`](crate::RuleSet::from_toml_str_in).
 
 use std::collections::BTreeSet;
 

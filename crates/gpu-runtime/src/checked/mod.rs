@@ -1,11 +1,11 @@
-//! `Checked<B>`: the CPU backend's checks as a layer over any backend.
+//! [`Checked<B>`](Checked): the CPU backend's checks as a layer over any backend.
 //!
-//! Every call is forwarded to the inner backend. Before a launch, copy or memset is
-//! forwarded, the layer checks what `CpuBackend` checks: every buffer lies inside one live
-//! allocation made through this layer (`memory`), no writable buffer overlaps another
-//! argument (`launch`), cross-stream accesses to overlapping bytes are ordered by events (the CPU
-//! backend's happens-before tracker, `cpu::hb`), and memory an active capture, a live graph
-//! or a live graph exec references cannot be freed (`graph`).
+//! Every call is forwarded to the inner backend. Before a launch, copy or memset is forwarded, the
+//! layer checks what [`CpuBackend`](crate::CpuBackend) checks: every buffer lies inside one live
+//! allocation made through this layer ([`memory`]), no writable buffer overlaps another argument
+//! ([`launch`]), cross-stream accesses to overlapping bytes are ordered by events (the CPU
+//! backend's happens-before tracker, [`cpu::hb`](crate::cpu::hb)), and memory an active capture, a
+//! live graph or a live graph exec references cannot be freed ([`graph`]).
 //!
 //! Invariants: a refused call is not forwarded; the layer's state changes only after the
 //! inner backend accepted the call; it never alters what the inner backend returns.

@@ -3,15 +3,15 @@
 //! `cargo xtask emu` compiles each `crates/kernels/cuda/<module>.cu`, unchanged, with g++ for
 //! the host (`crates/kernels/emu/cuda_emu.hpp`) into `libsolder_emu_<module>.so`, which
 //! exports `emu_<module>__<kernel>` (runs the grid) and `emu_<module>__<kernel>__sig` (the
-//! kernel's parameter kinds). With an `Emulation` set, a checked launch runs the emulated CUDA
-//! kernel instead of (`EmuMode::Run`) or after (`EmuMode::Shadow`) its twin; the backend's
+//! kernel's parameter kinds). With an [`Emulation`] set, a checked launch runs the emulated CUDA
+//! kernel instead of ([`EmuMode::Run`]) or after ([`EmuMode::Shadow`]) its twin; the backend's
 //! range, aliasing and race checks are unchanged and come first.
 //!
-//! Shadow mode proves the CUDA source equal to the twin launch by launch: the writable buffers
-//! are snapshotted, the twin runs, its outputs are kept aside and the snapshot restored, then
-//! the emulated kernel runs on the same inputs and every writable byte is compared. The
-//! emulation's bytes stay (so a whole run executes the CUDA source), and per kernel the
-//! launches, the identical ones and the first difference are recorded (`report`).
+//! Shadow mode proves the CUDA source equal to the twin launch by launch: the writable buffers are
+//! snapshotted, the twin runs, its outputs are kept aside and the snapshot restored, then the
+//! emulated kernel runs on the same inputs and every writable byte is compared. The emulation's
+//! bytes stay (so a whole run executes the CUDA source), and per kernel the launches, the identical
+//! ones and the first difference are recorded ([`report`](Emulation::report)).
 //!
 //! Invariants: an emulated kernel gets the host address of each buffer inside the allocation
 //! that holds it, and scalars by value, in the kernel's own parameter order; its parameter

@@ -2,7 +2,7 @@
 //! buffer overlapping another), the race check, and running the twin.
 //!
 //! Invariant: a twin runs only after all of these passed, which is what makes building its
-//! `TwinCtx` sound.
+//! [`TwinCtx`] sound.
 
 use super::hb::{Conflict, Label, Touch};
 use super::CpuBackend;

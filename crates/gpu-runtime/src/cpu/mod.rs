@@ -1,4 +1,4 @@
-//! `CpuBackend`: the reference executor and the checker.
+//! [`CpuBackend`]: the reference executor and the checker.
 //!
 //! Everything runs on the host at submission time, in submission order; streams and events
 //! only feed the checks. Every kernel is a twin registered under its `module::func` name
@@ -8,8 +8,8 @@
 //! unordered cross-stream accesses to overlapping bytes (`hb`). Graph capture records and
 //! replays through the same checks (`graph`).
 //!
-//! A test hook (`fail_call`) makes the n-th next call of a given name fail before it does
-//! anything, so callers' recovery from a device failure can be tested.
+//! A test hook ([`fail_call`](CpuBackend::fail_call)) makes the n-th next call of a given name fail
+//! before it does anything, so callers' recovery from a device failure can be tested.
 //!
 //! Invariant: a refused operation has no effect on memory; a twin only runs after every
 //! check of its launch passed.

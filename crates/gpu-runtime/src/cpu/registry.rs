@@ -1,7 +1,7 @@
 //! The CPU twins: registered by `module::func` name, visible as kernels once their module is
 //! loaded.
 //!
-//! Invariants: a name is registered at most once; a `KernelId` indexes `kernels` and is only
+//! Invariants: a name is registered at most once; a [`KernelId`] indexes `kernels` and is only
 //! handed out for a twin of a loaded module; modules are never unloaded, so an id stays valid.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,6 +1,6 @@
-//! Finding the CUDA driver library, and turning driver errors into `GpuError`s.
+//! Finding the CUDA driver library, and turning driver errors into [`GpuError`]s.
 //!
-//! Invariant: no cudarc driver call is made before `driver_library_loads` returned true —
+//! Invariant: no cudarc driver call is made before [`driver_library_loads`] returned true —
 //! with dynamic loading, cudarc panics on its first call when the library is absent.
 
 use cudarc::driver::sys::CUresult;

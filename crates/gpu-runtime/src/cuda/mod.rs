@@ -1,4 +1,4 @@
-//! `CudaBackend`: the `GpuBackend` on a CUDA device, through cudarc's driver API with the
+//! [`CudaBackend`]: the [`GpuBackend`] on a CUDA device, through cudarc's driver API with the
 //! driver library loaded at run time (so it builds with no CUDA installed).
 //!
 //! Thin by design: it executes what it is handed and checks nothing the CPU backend checks
@@ -13,7 +13,7 @@
 //! Invariants: no driver call is made before the driver library was found to load
 //! (`driver`); the backend's context is bound on the calling thread before every driver call;
 //! calls CUDA forbids during stream capture (synchronous copies, memset, alloc, free,
-//! synchronize, `copy_h2d_async`) are refused with `GpuError::Capture` instead of
+//! synchronize, `copy_h2d_async`) are refused with [`GpuError::Capture`] instead of
 //! invalidating the capture.
 
 mod driver;

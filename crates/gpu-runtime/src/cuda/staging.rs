@@ -1,5 +1,6 @@
-//! Pinned host staging for `copy_h2d_async`: the caller's bytes are copied into page-locked
-//! memory before the call returns, and the DMA reads that copy later, on the stream.
+//! Pinned host staging for [`copy_h2d_async`](crate::GpuBackend::copy_h2d_async): the caller's
+//! bytes are copied into page-locked memory before the call returns, and the DMA reads that copy
+//! later, on the stream.
 //!
 //! Invariants: a slot's bytes are never rewritten while a copy that reads them may still be
 //! pending (its event, recorded after the copy, has not completed); every slot is freed

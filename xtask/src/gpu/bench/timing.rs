@@ -29,7 +29,7 @@ struct Limits {
 
 /// The model `--model`, `--synth` or `--builtin` names: its name, config and weights.
 pub(super) fn model(args: &Args) -> Result<(String, ModelConfig, WeightSource), String> {
-    let root = crate::workspace_root();
+    let root = crate::paths::workspace_root();
     match (
         args.value("model"),
         args.value("synth"),
@@ -302,7 +302,7 @@ pub(super) fn rules(args: &Args) -> Result<RuleSet, String> {
 fn rules_path(args: &Args) -> PathBuf {
     args.value("rules")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("fusions/FUSIONS.toml"))
+        .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
 }
 
 /// `--json PATH`, checked before anything runs: not one of the run's inputs (the rules, the

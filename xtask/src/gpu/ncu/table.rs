@@ -330,7 +330,8 @@ mod tests {
     fn an_execs_programs_launch_what_the_table_expects() {
         use solder_model_layers::{Boot, CircuitExec, KvShape, WeightSource};
         let rules =
-            RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap();
+            RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
+                .unwrap();
         for name in ["tiny-llama", "tiny-qwen3-next"] {
             let builtin = crate::parity::builtin_named(name).unwrap();
             let config = builtin.config().unwrap();
@@ -374,7 +375,7 @@ mod tests {
 
     #[test]
     fn llama_1b_plans_give_the_expected_launches() {
-        let root = crate::workspace_root();
+        let root = crate::paths::workspace_root();
         let config =
             crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
                 .unwrap();

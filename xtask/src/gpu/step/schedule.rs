@@ -184,7 +184,8 @@ fn model(args: &Args, tokens: usize) -> Result<(String, ModelConfig, Weights), S
             Ok((dir.into(), config, Weights::Checkpoint(dir.into())))
         }
         (None, None, Some(synth)) => {
-            let path = crate::workspace_root().join(format!("tests/fixtures/configs/{synth}.json"));
+            let path =
+                crate::paths::workspace_root().join(format!("tests/fixtures/configs/{synth}.json"));
             let config = crate::files::model_config(&path)?;
             Ok((synth.into(), config, Weights::Random(1)))
         }

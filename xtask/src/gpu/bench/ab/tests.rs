@@ -3,7 +3,7 @@
 use super::*;
 
 fn rules() -> RuleSet {
-    RuleSet::from_file(&crate::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
+    RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml")).unwrap()
 }
 
 #[test]
@@ -44,7 +44,7 @@ fn unknown_empty_and_repeated_levers_are_refused_by_name() {
 
 #[test]
 fn a_lever_a_differs_rule_names_is_not_bit_identical() {
-    let text = std::fs::read_to_string(crate::workspace_root().join("fusions/FUSIONS.toml"))
+    let text = std::fs::read_to_string(crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
         .unwrap()
         + r#"
 [[rule]]
@@ -123,7 +123,7 @@ fn the_ab_loop_runs_on_the_cpu_backend() {
 /// A variant that cannot build is reported and left out; the others are still measured.
 #[test]
 fn a_failing_variant_is_reported_and_the_others_still_run() {
-    let text = std::fs::read_to_string(crate::workspace_root().join("fusions/FUSIONS.toml"))
+    let text = std::fs::read_to_string(crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
         .unwrap()
         + r#"
 [[rule]]
