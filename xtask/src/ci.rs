@@ -225,6 +225,7 @@ pub const STEPS: &[Step] = &[
     Step {
         name: "examples",
         cargo: &["test", "-p", "solder-examples", "--examples"],
+        env: &[],
     },
 ];
 
