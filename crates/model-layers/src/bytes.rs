@@ -43,6 +43,14 @@ pub(crate) fn put_i32s(out: &mut [u8], values: &[i32]) {
     }
 }
 
+/// The alignment of every region and buffer of the workspace, in bytes.
+pub const ALIGN: usize = 256;
+
+/// `bytes` rounded up to the next `ALIGN` boundary.
+pub(crate) fn align(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,11 +68,4 @@ mod tests {
             [1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
         );
     }
-}
-
-pub const ALIGN: usize = 256;
-
-/// `bytes` rounded up to the next `ALIGN` boundary.
-pub(crate) fn align(bytes: usize) -> usize {
-    bytes.div_ceil(ALIGN) * ALIGN
 }
