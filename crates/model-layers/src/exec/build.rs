@@ -16,29 +16,28 @@ use solder_circuit::{
 use solder_gpu_runtime::{EventId, GpuBackend, LaunchOrder, StreamId};
 
 use super::boot::{Boot, WeightSource};
+use super::compile::{compile_all, Targets};
 use super::owned::{fresh_exec_id, BoundBackend, Owned};
 use super::pools::Pools;
-use super::workspace::{self, Memory};
+use super::workspace;
 use super::{CircuitExec, PDL_LEVER};
-use crate::bind::Bindings;
 use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
-use crate::graphs::Graphs;
+use crate::graphs::lifecycle::Graphs;
 use crate::layout::Layout;
-use crate::program::{compile, Program};
 use crate::weights::HostWeights;
 
 /// The plans of a build: the primaries in shape order, and the arms of the runtime routes
 /// whose plan differs from their primary's, each with its condition.
-pub(super) struct Planned {
-    pub(super) plans: Vec<ExecutionPlan>,
-    pub(super) arm_conditions: Vec<RouteCondition>,
-    pub(super) arm_plans: Vec<ExecutionPlan>,
+struct Planned {
+    plans: Vec<ExecutionPlan>,
+    arm_conditions: Vec<RouteCondition>,
+    arm_plans: Vec<ExecutionPlan>,
 }
 
 impl Planned {
     /// Every plan the workspace serves: primaries, then arms.
-    pub(super) fn served(&self) -> Vec<&ExecutionPlan> {
+    fn served(&self) -> Vec<&ExecutionPlan> {
         self.plans.iter().chain(&self.arm_plans).collect()
     }
 }
@@ -71,7 +70,8 @@ impl CircuitExec {
         };
         let planned = plan_all(&instance, &rules, &available, &policy)?;
         let inv_freq = config.rope.inv_freq(config.head_dim);
-        let layout = workspace::size(&instance, &planned, config.vocab_size, inv_freq.len(), &kv)?;
+        let served = planned.served();
+        let layout = workspace::size(&instance, &served, config.vocab_size, inv_freq.len(), &kv)?;
         let memory = workspace::allocate(backend, owned, &layout, host, &inv_freq)?;
         let launch_order = launch_order(&policy);
         let targets = Targets {
@@ -89,7 +89,7 @@ impl CircuitExec {
             launch_order,
         )?;
         let gdn_pitch = gdn_pitch(&instance, &layout);
-        let (streams, events) = make_lanes(backend, owned, &planned.served())?;
+        let (streams, events) = make_lanes(backend, owned, &served)?;
         tracing::info!(
             model = %instance.circuit.name, programs = programs.len(), workspace_bytes = layout.workspace_bytes,
             weights_bytes = layout.weights_bytes, state_bytes = layout.state_bytes, "built circuit exec"
@@ -212,48 +212,6 @@ fn make_lanes(
         .map(|_| owned.create_event(backend))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((streams, events))
-}
-
-/// Where programs bind: the layout and the three allocations; and the levers the emitters
-/// read.
-pub(super) struct Targets<'a> {
-    pub(super) layout: &'a Layout,
-    pub(super) memory: Memory,
-    pub(super) levers: &'a solder_config::Levers,
-}
-
-/// Compiles the primary programs of `plans` and the route arms of `arms`, bound to `targets`.
-pub(super) fn compile_all<'p>(
-    backend: &mut dyn GpuBackend,
-    instance: &'p Instance,
-    targets: &'p Targets<'p>,
-    plans: &'p [ExecutionPlan],
-    arms: impl Iterator<Item = (RouteCondition, &'p ExecutionPlan)>,
-    launch_order: LaunchOrder,
-) -> Result<(Vec<Program>, Vec<Program>), ExecError> {
-    let bind = |plan: &'p ExecutionPlan| -> Result<Bindings<'_>, ExecError> {
-        Ok(Bindings {
-            circuit: instance.circuit_for(plan.mode)?,
-            plan,
-            layout: targets.layout,
-            workspace: targets.memory.workspace,
-            weights: targets.memory.weights,
-            kv: targets.memory.kv,
-            levers: targets.levers,
-        })
-    };
-    let programs = plans
-        .iter()
-        .map(|plan| compile(plan, &bind(plan)?, backend, launch_order))
-        .collect::<Result<Vec<_>, _>>()?;
-    let arms = arms
-        .map(|(condition, plan)| {
-            let mut program = compile(plan, &bind(plan)?, backend, launch_order)?;
-            program.arm = Some(condition);
-            Ok(program)
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
-    Ok((programs, arms))
 }
 
 /// How the exec's launches are ordered: programmatic dependent launch with the `pdl` lever.

@@ -1,9 +1,10 @@
 //! `CircuitExec`: every compiled program of a model, its one workspace, its weights and its
 //! KV cache on a backend. This file is its public surface; the mechanisms live below it:
-//! `boot` (what a build is given), `build` (plans, weights, programs), `workspace` (the three
-//! allocations and `resize_kv`), `owned` (the device resources it must give back and the
-//! backend it is bound to), `pools` (KV pages and state slots), `hidden` (the MTP draft head's
-//! rows); the step graphs' policy, cache and lifecycle are `crate::graphs`'.
+//! `boot` (what a build is given), `build` (plans, weights, programs), `compile` (plans bound
+//! to the allocations), `workspace` (the three allocations and `resize_kv`), `owned` (the
+//! device resources it must give back and the backend it is bound to), `pools` (KV pages and
+//! state slots), `hidden` (the MTP draft head's rows); the step graphs' policy, cache and
+//! lifecycle are `crate::graphs`'.
 //!
 //! Invariants: the workspace is allocated once, sized for every program, and never moved, so
 //! a captured graph stays valid for the exec's life; `free` refuses while a graph that
@@ -26,6 +27,7 @@
 
 mod boot;
 mod build;
+mod compile;
 pub(crate) mod hidden;
 mod owned;
 mod pools;
@@ -40,17 +42,15 @@ use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, LaunchOrder, StreamId};
 
 use crate::bytes;
 use crate::error::ExecError;
-use crate::graphs::{
-    CaptureReport, CapturedGraph, GraphCounters, GraphPolicy, Graphs, Lanes, StepRun,
-};
+use crate::graphs::lifecycle::{Graphs, Lanes};
+use crate::graphs::{CaptureReport, CapturedGraph, GraphCounters, GraphPolicy, StepRun};
 use crate::layout::Layout;
 use crate::meta::StepMeta;
 use crate::program::Program;
 pub use boot::{Boot, KvShape, WeightSource};
 pub use hidden::HiddenRows;
-use owned::{BoundBackend, Owned};
+use owned::{BoundBackend, Memory, Owned};
 pub(crate) use pools::{PagePool, Pools};
-use workspace::Memory;
 
 /// The lever that launches every kernel with programmatic dependent launch
 /// (`LaunchOrder::Programmatic`): a launch mode, not a rule, so plans and their digests are

@@ -1,5 +1,6 @@
-//! What an exec holds on its backend: the device resources it made and must give back
-//! (`Owned`), the backend it is bound to (`BoundBackend`), and its process-wide id.
+//! What an exec holds on its backend: its three allocations (`Memory`), the device resources
+//! it made and must give back (`Owned`), the backend it is bound to (`BoundBackend`), and its
+//! process-wide id.
 //!
 //! Invariant: every allocation, side stream and event an exec (or a build in progress) makes
 //! is recorded in its `Owned` as it is made, so a failed build or a `free` gives back exactly
@@ -8,6 +9,14 @@
 use solder_gpu_runtime::{DevicePtr, EventId, GpuBackend, StreamId};
 
 use crate::error::ExecError;
+
+/// The exec's three allocations.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Memory {
+    pub(super) workspace: DevicePtr,
+    pub(super) weights: DevicePtr,
+    pub(super) kv: DevicePtr,
+}
 
 /// Process-wide unique exec ids (graphs name their owner by it).
 pub(super) fn fresh_exec_id() -> u64 {

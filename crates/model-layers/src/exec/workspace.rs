@@ -14,8 +14,8 @@ use solder_circuit::{ExecutionPlan, Instance};
 use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use super::boot::KvShape;
-use super::build::{compile_all, Planned, Targets};
-use super::owned::Owned;
+use super::compile::{compile_all, Targets};
+use super::owned::{Memory, Owned};
 use super::pools::Pools;
 use super::CircuitExec;
 use crate::bytes;
@@ -24,25 +24,16 @@ use crate::layout::{check_state_bytes, Layout};
 use crate::program::Program;
 use crate::weights::HostWeights;
 
-/// The exec's three allocations.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Memory {
-    pub(super) workspace: DevicePtr,
-    pub(super) weights: DevicePtr,
-    pub(super) kv: DevicePtr,
-}
-
 /// The layout of every plan the workspace serves, route arms included: the arena is sized
 /// for the largest of them, so an arm never overwrites what lies past the arena. The state
 /// allocation's size is checked first, refused by the `KvShape` field at fault.
 pub(super) fn size(
     instance: &Instance,
-    planned: &Planned,
+    served: &[&ExecutionPlan],
     vocab_size: usize,
     inv_freq_len: usize,
     kv: &KvShape,
 ) -> Result<Layout, ExecError> {
-    let served = planned.served();
     let max_rows = served.iter().map(|p| p.rows).max().unwrap_or(1);
     check_state_bytes(instance.storage(), max_rows, kv.pages, kv.max_sequences).map_err(
         |(field, message)| {
@@ -59,7 +50,7 @@ pub(super) fn size(
     )?;
     Ok(Layout::new(
         instance.storage(),
-        &served,
+        served,
         vocab_size,
         inv_freq_len,
         kv.pages,

@@ -19,15 +19,15 @@
 //! Invariants: the cache holds at most one graph per program key, each captured at the epoch
 //! it records; after a failed capture under `Auto` nothing is captured again until the policy
 //! is set anew (no retry storm). Nothing here imports `exec`: the exec hands the lifecycle its
-//! programs and lanes.
+//! programs and lanes. This file re-exports only the plain types (`policy`, `counters`,
+//! `captured`), so `program` and `error` can name them without reaching the lifecycle.
 
 mod cache;
 pub(crate) mod captured;
 mod counters;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod policy;
 
 pub use captured::CapturedGraph;
 pub use counters::{CaptureReport, GraphCounters};
-pub(crate) use lifecycle::{Graphs, Lanes};
 pub use policy::{EagerReason, GraphPolicy, ProgramKey, StepRun};
