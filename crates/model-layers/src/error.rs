@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use solder_circuit::CircuitError;
 use solder_gpu_runtime::GpuError;
 
+use crate::graphs::captured::CapturedGraph;
+
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
     #[error("{path}: {message}")]
@@ -120,7 +122,7 @@ pub enum ExecError {
         owner: u64,
         this: u64,
         /// A graph handed to `release` comes back here, so its owner can still release it.
-        graph: Option<Box<crate::exec::CapturedGraph>>,
+        graph: Option<Box<CapturedGraph>>,
     },
 }
 

@@ -21,7 +21,6 @@ pub mod emit;
 pub mod error;
 pub mod exec;
 pub mod graphs;
-pub mod hidden;
 pub mod kernels;
 pub mod layout;
 pub mod meta;
@@ -33,9 +32,12 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
-pub use exec::{Boot, CapturedGraph, CircuitExec, KvShape, WeightSource, PDL_LEVER};
-pub use graphs::{CaptureReport, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun};
-pub use hidden::HiddenRows;
+/// `crate::hidden`, where `session` names `HiddenRows` from (it lives in `exec::hidden`).
+pub(crate) use exec::hidden;
+pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
+pub use graphs::{
+    CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun,
+};
 pub use program::{Program, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{

@@ -1,30 +1,18 @@
 //! `CircuitExec::build`: a program for every serve shape, stable digests, one workspace sized
 //! by the layout, launch counts from the plans, fallbacks when fused kernels are absent, and
-//! the same logits from every weight source and routing.
+//! the same logits from every weight source and routing. The launch entries and splits the
+//! levers pick are `exec_launches.rs`'.
 
 mod exec_support;
 
 use exec_support::{
-    assert_same_bytes, backend, boot, build, build_llama, config, kv, prompt, roomy_kv, rules,
-    TempDir, TINY_LLAMA, TINY_QWEN2,
+    assert_same_bytes, backend, boot, build, build_llama, config, decode_alone, kv, prompt,
+    roomy_kv, rules, TempDir, TINY_LLAMA, TINY_QWEN2,
 };
 use solder_circuit::{Mode, Numerics, Policy};
 use solder_gpu_runtime::{CpuBackend, GpuBackend, ModuleImage};
 use solder_model_layers::kernels::{self, MODULES};
-use solder_model_layers::{
-    CircuitExec, ExecError, HostWeights, ProgramStep, Session, WeightSource,
-};
-
-/// Teacher-forced decode of `tokens`, one per step: `[T * V]`.
-fn decode_all(exec: &CircuitExec, backend: &mut CpuBackend, tokens: &[u32]) -> Vec<f32> {
-    let mut session = Session::new(exec);
-    let id = session.add_sequence();
-    let mut logits = Vec::new();
-    for &t in tokens {
-        logits.extend(session.decode(backend, id, t).unwrap());
-    }
-    logits
-}
+use solder_model_layers::{CircuitExec, ExecError, HostWeights, ProgramStep, WeightSource};
 
 #[test]
 fn a_program_for_every_serve_shape() {
@@ -211,8 +199,8 @@ fn reference_only_and_all_rules_give_identical_decode_logits() {
             f.kernel_count_fused < r.kernel_count_fused,
             "all-rules must actually fuse"
         );
-        let a = decode_all(&reference, &mut backend, &tokens);
-        let b = decode_all(&fused, &mut backend, &tokens);
+        let a = decode_alone(&mut backend, &reference, &tokens);
+        let b = decode_alone(&mut backend, &fused, &tokens);
         assert_same_bytes(&a, &b, "reference vs all-rules decode");
         assert!(a.iter().all(|v| v.is_finite()));
     }
@@ -223,12 +211,12 @@ fn same_inputs_give_the_same_logits_run_after_run() {
     let mut backend = backend();
     let exec = build_llama(&mut backend, roomy_kv());
     let tokens = prompt(9, 128, 5);
-    let a = decode_all(&exec, &mut backend, &tokens);
-    let b = decode_all(&exec, &mut backend, &tokens);
+    let a = decode_alone(&mut backend, &exec, &tokens);
+    let b = decode_alone(&mut backend, &exec, &tokens);
     assert_same_bytes(&a, &b, "two sessions over one exec");
     let mut changed = tokens.clone();
     changed[2] = (changed[2] + 1) % 128;
-    let c = decode_all(&exec, &mut backend, &changed);
+    let c = decode_alone(&mut backend, &exec, &changed);
     let v = 128;
     assert_same_bytes(&a[..2 * v], &c[..2 * v], "before the change");
     assert_ne!(
@@ -309,12 +297,12 @@ fn backend_without_fused_kernels_falls_back_to_reference_rules_only_when_asked()
         assert_eq!(plan.kernel_count_fused, plan.kernel_count_original);
     }
     let tokens = prompt(4, 128, 4);
-    let fallback = decode_all(&exec, &mut bare, &tokens);
+    let fallback = decode_alone(&mut bare, &exec, &tokens);
     let mut full = backend();
     let fused = build(&mut full, TINY_QWEN2, Policy::default(), roomy_kv());
     assert_same_bytes(
         &fallback,
-        &decode_all(&fused, &mut full, &tokens),
+        &decode_alone(&mut full, &fused, &tokens),
         "fallback vs fused",
     );
 }
@@ -351,14 +339,14 @@ fn checkpoint_weights_give_the_same_logits_as_the_seeded_weights() {
     )
     .unwrap();
     let tokens = prompt(5, 128, 4);
-    let want = decode_all(&seeded, &mut backend, &tokens);
+    let want = decode_alone(&mut backend, &seeded, &tokens);
     assert_same_bytes(
-        &decode_all(&from_disk, &mut backend, &tokens),
+        &decode_alone(&mut backend, &from_disk, &tokens),
         &want,
         "checkpoint",
     );
     assert_same_bytes(
-        &decode_all(&from_host, &mut backend, &tokens),
+        &decode_alone(&mut backend, &from_host, &tokens),
         &want,
         "host",
     );
@@ -396,277 +384,4 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
         Err(other) => panic!("expected Build, got {other}"),
         Ok(_) => panic!("a build with no weights succeeded"),
     }
-}
-
-/// The `gemv::*` launches of a program: (entry name, grid).
-fn gemv_launches(program: &solder_model_layers::Program) -> Vec<(&'static str, [u32; 3])> {
-    program
-        .steps
-        .iter()
-        .filter_map(|step| match step {
-            ProgramStep::Launch { name, config, .. }
-                if name.starts_with("gemv::")
-                    && *name != kernels::gemv::COUNTERS_RESET.as_str() =>
-            {
-                Some((*name, config.grid))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-#[test]
-fn gemv_entries_follow_the_rows_and_the_gemv_classic_lever() {
-    let mut backend = backend();
-    let streaming = build_llama(&mut backend, roomy_kv());
-    let mut policy = Policy::default();
-    policy.levers.set("gemv_classic", true).unwrap();
-    let classic = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
-    // Same rules, same plans: the entry is an emit-time choice.
-    assert_eq!(streaming.plans_digest(), classic.plans_digest());
-    for (mode, rows, tile) in [
-        (Mode::Decode, 1, "_r1"),
-        (Mode::MultiSeq, 2, "_r2"),
-        (Mode::MultiSeq, 4, "_r4"),
-        (Mode::Verify, 3, "_r4"),
-        (Mode::MultiSeq, 8, "_r8"),
-        (Mode::Verify, 5, "_r8"),
-    ] {
-        let at = format!("{mode}:{rows}");
-        let s = gemv_launches(streaming.program(mode, rows).unwrap());
-        let c = gemv_launches(classic.program(mode, rows).unwrap());
-        assert!(!s.is_empty(), "{at}: no gemv launch");
-        assert_eq!(s.len(), c.len(), "{at}");
-        for ((entry, grid), (kernel, _)) in s.iter().zip(&c) {
-            if *kernel == "gemv::qkv_rope_kv" {
-                // Its blocks own whole heads: no streaming entry.
-                assert_eq!(entry, kernel, "{at}");
-                continue;
-            }
-            assert_eq!(
-                kernels::variant_of(kernel),
-                None,
-                "{at}: `{kernel}` under gemv_classic"
-            );
-            assert_eq!(*entry, format!("{kernel}{tile}"), "{at}");
-            assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
-            let row_tile: u32 = tile[2..].parse().unwrap();
-            assert_eq!(
-                grid[0],
-                (rows as u32).div_ceil(row_tile),
-                "{at}: `{entry}` row groups"
-            );
-            assert!(
-                grid[0] * grid[1] <= 1056,
-                "{at}: `{entry}` grid {grid:?} over the cap"
-            );
-        }
-    }
-    // And the same bytes on the CPU (each variant runs its kernel's twin).
-    let tokens = prompt(7, streaming.config.vocab_size, 6);
-    let a = decode_all(&streaming, &mut backend, &tokens);
-    let b = decode_all(&classic, &mut backend, &tokens);
-    assert_same_bytes(&a, &b, "streaming vs gemv_classic");
-}
-
-/// The `attn_prefetch` lever: the same plans; decode-attention launches become
-/// `attn::paged_decode_prefetch` (a variant of `paged_decode`), verify keeps `paged_causal`.
-#[test]
-fn attn_prefetch_lever_picks_the_prefetch_entry() {
-    let mut backend = backend();
-    let plain = build_llama(&mut backend, roomy_kv());
-    let mut policy = Policy::default();
-    policy.levers.set("attn_prefetch", true).unwrap();
-    let prefetch = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
-    assert_eq!(plain.plans_digest(), prefetch.plans_digest());
-    let attn = |program: &solder_model_layers::Program| -> Vec<&'static str> {
-        program
-            .steps
-            .iter()
-            .filter_map(|step| match step {
-                ProgramStep::Launch { name, .. } if name.starts_with("attn::") => Some(*name),
-                _ => None,
-            })
-            .collect()
-    };
-    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 3)] {
-        let at = format!("{mode}:{rows}");
-        let a = attn(plain.program(mode, rows).unwrap());
-        let b = attn(prefetch.program(mode, rows).unwrap());
-        assert!(!a.is_empty(), "{at}: no attention launch");
-        assert_eq!(a.len(), b.len(), "{at}");
-        for (kernel, entry) in a.iter().zip(&b) {
-            if *kernel == kernels::attn::PAGED_DECODE.as_str() {
-                assert_eq!(
-                    *entry,
-                    kernels::attn::PAGED_DECODE_PREFETCH.as_str(),
-                    "{at}"
-                );
-                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
-            } else {
-                assert_eq!(entry, kernel, "{at}");
-            }
-        }
-        if mode == Mode::Decode {
-            assert!(
-                b.contains(&kernels::attn::PAGED_DECODE_PREFETCH.as_str()),
-                "{at}"
-            );
-        }
-    }
-    // And the same bytes on the CPU (the variant runs paged_decode's twin).
-    let tokens = prompt(7, plain.config.vocab_size, 6);
-    let x = decode_all(&plain, &mut backend, &tokens);
-    let y = decode_all(&prefetch, &mut backend, &tokens);
-    assert_same_bytes(&x, &y, "paged_decode vs attn_prefetch");
-}
-
-/// Hidden 1088: every projection's dot spans two 1024-element segments.
-const WIDE_LLAMA: &str = r#"{
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 128,
-    "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
-    "rope_theta": 10000.0, "hidden_act": "silu"
-}"#;
-
-#[test]
-fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
-    let mut backend = backend();
-    let split = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
-    let mut policy = Policy::default();
-    policy.levers.set("gemv_unsplit", true).unwrap();
-    let unsplit = build(&mut backend, WIDE_LLAMA, policy, roomy_kv());
-    assert_eq!(
-        split.plans_digest(),
-        unsplit.plans_digest(),
-        "a launch shape, not a plan"
-    );
-    let layout = &split.layout;
-    assert!(
-        layout.gemv_slot_bytes > 0,
-        "a 2-segment dot needs a split-K slot"
-    );
-    let region = layout.gemv_scratch_offset..layout.gemv_scratch_offset + layout.gemv_scratch_bytes;
-    let at = |ptr: solder_gpu_runtime::DevicePtr| ptr.0 - split.workspace().0;
-    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 2), (Mode::Verify, 5)] {
-        let program = split.program(mode, rows).unwrap();
-        let mut splits = 0;
-        for step in &program.steps {
-            let ProgramStep::Launch {
-                name,
-                config,
-                args,
-                stream,
-                ..
-            } = step
-            else {
-                continue;
-            };
-            if *name == "gemv::qkv_rope_kv" {
-                // 17 + 2 heads, one row group: each head in 8 parts of 8 features.
-                assert_eq!(config.grid[1], 19 * 8, "{mode}:{rows} split heads");
-                assert!(
-                    matches!(
-                        args.last(),
-                        Some(solder_gpu_runtime::KernelArg::Buffer { .. })
-                    ),
-                    "{mode}:{rows}: split heads without their scratch"
-                );
-                splits += 1;
-                continue;
-            }
-            if !name.starts_with("gemv::") || *name == kernels::gemv::COUNTERS_RESET.as_str() {
-                continue;
-            }
-            match (config.grid[2], args.last()) {
-                (1, Some(solder_gpu_runtime::KernelArg::Null)) => {}
-                (z, Some(solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. })) if z > 1 => {
-                    splits += 1;
-                    let start = at(*ptr) as usize;
-                    let slot = region.start + *stream as usize * layout.gemv_slot_bytes;
-                    assert_eq!(start, slot, "{mode}:{rows} `{name}`: its stream's slot");
-                    assert!(start + bytes <= region.end, "{mode}:{rows} `{name}`");
-                }
-                other => panic!("{mode}:{rows} `{name}`: grid.z and scratch disagree: {other:?}"),
-            }
-        }
-        assert!(splits > 0, "{mode}:{rows}: no split launch");
-        let unsplit_program = unsplit.program(mode, rows).unwrap();
-        for step in &unsplit_program.steps {
-            match step {
-                ProgramStep::Launch { name, config, .. } if name.starts_with("gemv::") => {
-                    assert_eq!(
-                        config.grid[2], 1,
-                        "{mode}:{rows} `{name}` under gemv_unsplit"
-                    );
-                    if *name == "gemv::qkv_rope_kv" {
-                        assert_eq!(config.grid[1], 19, "{mode}:{rows} heads under gemv_unsplit");
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    // The same bytes on the CPU (the twin computes each dot whole either way).
-    let tokens = prompt(11, split.config.vocab_size, 4);
-    let a = decode_all(&split, &mut backend, &tokens);
-    let b = decode_all(&unsplit, &mut backend, &tokens);
-    assert_same_bytes(&a, &b, "split-K vs gemv_unsplit");
-}
-
-/// Counters an aborted grid left set (attention's flash-decoding slots and gemv's split
-/// slots) are zero again after the next step, eager or replayed from a captured graph: the
-/// program's first launch, `gemv::counters_reset`, zeroes them, and the checker accepts it.
-/// The logits are the clean run's.
-#[test]
-fn poisoned_counters_are_reset_by_the_next_step_eager_and_replayed() {
-    let mut backend = backend();
-    let mut exec = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
-    let tokens = prompt(3, 128, 3);
-    let clean = decode_all(&exec, &mut backend, &tokens);
-    let layout = &exec.layout;
-    assert!(layout.gemv_slot_bytes > 0 && layout.attn_scratch_bytes > 0);
-    // Row 0's first two attention slot counters (heads 0 and 1), stream 0's split counters.
-    let attn_slot = kernels::attn::scratch_bytes(1, 1, 64);
-    let counters: Vec<(solder_gpu_runtime::DevicePtr, usize)> = [
-        (layout.attn_scratch_offset, 4),
-        (layout.attn_scratch_offset + attn_slot, 4),
-        (
-            layout.gemv_scratch_offset,
-            kernels::gemv::split::COUNTERS * 4,
-        ),
-    ]
-    .into_iter()
-    .map(|(at, bytes)| (exec.workspace().offset(at), bytes))
-    .collect();
-    let poison = |backend: &mut CpuBackend| {
-        for &(ptr, bytes) in &counters {
-            backend.copy_h2d(ptr, &vec![0x03; bytes]).unwrap();
-        }
-    };
-    let all_zero = |backend: &mut CpuBackend, at: &str| {
-        for &(ptr, bytes) in &counters {
-            let mut got = vec![0u8; bytes];
-            backend.copy_d2h(ptr, &mut got).unwrap();
-            assert!(got.iter().all(|b| *b == 0), "{at}: a counter is still set");
-        }
-    };
-    // Eager: every step starts with the reset.
-    {
-        let mut session = Session::new(&exec);
-        let id = session.add_sequence();
-        let mut logits = Vec::new();
-        for &t in &tokens {
-            poison(&mut backend);
-            logits.extend(session.decode(&mut backend, id, t).unwrap());
-            all_zero(&mut backend, "eager");
-        }
-        assert_same_bytes(&logits, &clean, "poisoned counters, eager");
-    }
-    // Captured: the reset is part of the graph.
-    let graph = exec.capture(&mut backend, Mode::Decode, 1).unwrap();
-    poison(&mut backend);
-    exec.replay(&mut backend, &graph).unwrap();
-    all_zero(&mut backend, "replayed");
 }

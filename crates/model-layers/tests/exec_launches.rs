@@ -1,0 +1,287 @@
+//! The launch entries and split shapes the levers pick at emit time (`gemv_classic`,
+//! `attn_prefetch`, `gemv_unsplit`): the same plans and the same bytes either way, split-K
+//! scratch in each stream's own slot, and counters an aborted grid left set reset by the next
+//! step.
+
+mod exec_support;
+
+use exec_support::{
+    assert_same_bytes, backend, build, build_llama, decode_alone, prompt, roomy_kv, TINY_LLAMA,
+};
+use solder_circuit::{Mode, Policy};
+use solder_gpu_runtime::{CpuBackend, GpuBackend};
+use solder_model_layers::kernels;
+use solder_model_layers::{ProgramStep, Session};
+
+/// The `gemv::*` launches of a program: (entry name, grid).
+fn gemv_launches(program: &solder_model_layers::Program) -> Vec<(&'static str, [u32; 3])> {
+    program
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            ProgramStep::Launch { name, config, .. }
+                if name.starts_with("gemv::")
+                    && *name != kernels::gemv::COUNTERS_RESET.as_str() =>
+            {
+                Some((*name, config.grid))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn gemv_entries_follow_the_rows_and_the_gemv_classic_lever() {
+    let mut backend = backend();
+    let streaming = build_llama(&mut backend, roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("gemv_classic", true).unwrap();
+    let classic = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
+    // Same rules, same plans: the entry is an emit-time choice.
+    assert_eq!(streaming.plans_digest(), classic.plans_digest());
+    for (mode, rows, tile) in [
+        (Mode::Decode, 1, "_r1"),
+        (Mode::MultiSeq, 2, "_r2"),
+        (Mode::MultiSeq, 4, "_r4"),
+        (Mode::Verify, 3, "_r4"),
+        (Mode::MultiSeq, 8, "_r8"),
+        (Mode::Verify, 5, "_r8"),
+    ] {
+        let at = format!("{mode}:{rows}");
+        let s = gemv_launches(streaming.program(mode, rows).unwrap());
+        let c = gemv_launches(classic.program(mode, rows).unwrap());
+        assert!(!s.is_empty(), "{at}: no gemv launch");
+        assert_eq!(s.len(), c.len(), "{at}");
+        for ((entry, grid), (kernel, _)) in s.iter().zip(&c) {
+            if *kernel == "gemv::qkv_rope_kv" {
+                // Its blocks own whole heads: no streaming entry.
+                assert_eq!(entry, kernel, "{at}");
+                continue;
+            }
+            assert_eq!(
+                kernels::variant_of(kernel),
+                None,
+                "{at}: `{kernel}` under gemv_classic"
+            );
+            assert_eq!(*entry, format!("{kernel}{tile}"), "{at}");
+            assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            let row_tile: u32 = tile[2..].parse().unwrap();
+            assert_eq!(
+                grid[0],
+                (rows as u32).div_ceil(row_tile),
+                "{at}: `{entry}` row groups"
+            );
+            assert!(
+                grid[0] * grid[1] <= 1056,
+                "{at}: `{entry}` grid {grid:?} over the cap"
+            );
+        }
+    }
+    // And the same bytes on the CPU (each variant runs its kernel's twin).
+    let tokens = prompt(7, streaming.config.vocab_size, 6);
+    let a = decode_alone(&mut backend, &streaming, &tokens);
+    let b = decode_alone(&mut backend, &classic, &tokens);
+    assert_same_bytes(&a, &b, "streaming vs gemv_classic");
+}
+
+/// The `attn_prefetch` lever: the same plans; decode-attention launches become
+/// `attn::paged_decode_prefetch` (a variant of `paged_decode`), verify keeps `paged_causal`.
+#[test]
+fn attn_prefetch_lever_picks_the_prefetch_entry() {
+    let mut backend = backend();
+    let plain = build_llama(&mut backend, roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("attn_prefetch", true).unwrap();
+    let prefetch = build(&mut backend, TINY_LLAMA, policy, roomy_kv());
+    assert_eq!(plain.plans_digest(), prefetch.plans_digest());
+    let attn = |program: &solder_model_layers::Program| -> Vec<&'static str> {
+        program
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ProgramStep::Launch { name, .. } if name.starts_with("attn::") => Some(*name),
+                _ => None,
+            })
+            .collect()
+    };
+    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 4), (Mode::Verify, 3)] {
+        let at = format!("{mode}:{rows}");
+        let a = attn(plain.program(mode, rows).unwrap());
+        let b = attn(prefetch.program(mode, rows).unwrap());
+        assert!(!a.is_empty(), "{at}: no attention launch");
+        assert_eq!(a.len(), b.len(), "{at}");
+        for (kernel, entry) in a.iter().zip(&b) {
+            if *kernel == kernels::attn::PAGED_DECODE.as_str() {
+                assert_eq!(
+                    *entry,
+                    kernels::attn::PAGED_DECODE_PREFETCH.as_str(),
+                    "{at}"
+                );
+                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            } else {
+                assert_eq!(entry, kernel, "{at}");
+            }
+        }
+        if mode == Mode::Decode {
+            assert!(
+                b.contains(&kernels::attn::PAGED_DECODE_PREFETCH.as_str()),
+                "{at}"
+            );
+        }
+    }
+    // And the same bytes on the CPU (the variant runs paged_decode's twin).
+    let tokens = prompt(7, plain.config.vocab_size, 6);
+    let x = decode_alone(&mut backend, &plain, &tokens);
+    let y = decode_alone(&mut backend, &prefetch, &tokens);
+    assert_same_bytes(&x, &y, "paged_decode vs attn_prefetch");
+}
+
+/// Hidden 1088: every projection's dot spans two 1024-element segments.
+const WIDE_LLAMA: &str = r#"{
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 128,
+    "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+    "rope_theta": 10000.0, "hidden_act": "silu"
+}"#;
+
+#[test]
+fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
+    let mut backend = backend();
+    let split = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
+    let mut policy = Policy::default();
+    policy.levers.set("gemv_unsplit", true).unwrap();
+    let unsplit = build(&mut backend, WIDE_LLAMA, policy, roomy_kv());
+    assert_eq!(
+        split.plans_digest(),
+        unsplit.plans_digest(),
+        "a launch shape, not a plan"
+    );
+    let layout = &split.layout;
+    assert!(
+        layout.gemv_slot_bytes > 0,
+        "a 2-segment dot needs a split-K slot"
+    );
+    let region = layout.gemv_scratch_offset..layout.gemv_scratch_offset + layout.gemv_scratch_bytes;
+    let at = |ptr: solder_gpu_runtime::DevicePtr| ptr.0 - split.workspace().0;
+    for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 2), (Mode::Verify, 5)] {
+        let program = split.program(mode, rows).unwrap();
+        let mut splits = 0;
+        for step in &program.steps {
+            let ProgramStep::Launch {
+                name,
+                config,
+                args,
+                stream,
+                ..
+            } = step
+            else {
+                continue;
+            };
+            if *name == "gemv::qkv_rope_kv" {
+                // 17 + 2 heads, one row group: each head in 8 parts of 8 features.
+                assert_eq!(config.grid[1], 19 * 8, "{mode}:{rows} split heads");
+                assert!(
+                    matches!(
+                        args.last(),
+                        Some(solder_gpu_runtime::KernelArg::Buffer { .. })
+                    ),
+                    "{mode}:{rows}: split heads without their scratch"
+                );
+                splits += 1;
+                continue;
+            }
+            if !name.starts_with("gemv::") || *name == kernels::gemv::COUNTERS_RESET.as_str() {
+                continue;
+            }
+            match (config.grid[2], args.last()) {
+                (1, Some(solder_gpu_runtime::KernelArg::Null)) => {}
+                (z, Some(solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. })) if z > 1 => {
+                    splits += 1;
+                    let start = at(*ptr) as usize;
+                    let slot = region.start + *stream as usize * layout.gemv_slot_bytes;
+                    assert_eq!(start, slot, "{mode}:{rows} `{name}`: its stream's slot");
+                    assert!(start + bytes <= region.end, "{mode}:{rows} `{name}`");
+                }
+                other => panic!("{mode}:{rows} `{name}`: grid.z and scratch disagree: {other:?}"),
+            }
+        }
+        assert!(splits > 0, "{mode}:{rows}: no split launch");
+        let unsplit_program = unsplit.program(mode, rows).unwrap();
+        for step in &unsplit_program.steps {
+            match step {
+                ProgramStep::Launch { name, config, .. } if name.starts_with("gemv::") => {
+                    assert_eq!(
+                        config.grid[2], 1,
+                        "{mode}:{rows} `{name}` under gemv_unsplit"
+                    );
+                    if *name == "gemv::qkv_rope_kv" {
+                        assert_eq!(config.grid[1], 19, "{mode}:{rows} heads under gemv_unsplit");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    // The same bytes on the CPU (the twin computes each dot whole either way).
+    let tokens = prompt(11, split.config.vocab_size, 4);
+    let a = decode_alone(&mut backend, &split, &tokens);
+    let b = decode_alone(&mut backend, &unsplit, &tokens);
+    assert_same_bytes(&a, &b, "split-K vs gemv_unsplit");
+}
+
+/// Counters an aborted grid left set (attention's flash-decoding slots and gemv's split
+/// slots) are zero again after the next step, eager or replayed from a captured graph: the
+/// program's first launch, `gemv::counters_reset`, zeroes them, and the checker accepts it.
+/// The logits are the clean run's.
+#[test]
+fn poisoned_counters_are_reset_by_the_next_step_eager_and_replayed() {
+    let mut backend = backend();
+    let mut exec = build(&mut backend, WIDE_LLAMA, Policy::default(), roomy_kv());
+    let tokens = prompt(3, 128, 3);
+    let clean = decode_alone(&mut backend, &exec, &tokens);
+    let layout = &exec.layout;
+    assert!(layout.gemv_slot_bytes > 0 && layout.attn_scratch_bytes > 0);
+    // Row 0's first two attention slot counters (heads 0 and 1), stream 0's split counters.
+    let attn_slot = kernels::attn::scratch_bytes(1, 1, 64);
+    let counters: Vec<(solder_gpu_runtime::DevicePtr, usize)> = [
+        (layout.attn_scratch_offset, 4),
+        (layout.attn_scratch_offset + attn_slot, 4),
+        (
+            layout.gemv_scratch_offset,
+            kernels::gemv::split::COUNTERS * 4,
+        ),
+    ]
+    .into_iter()
+    .map(|(at, bytes)| (exec.workspace().offset(at), bytes))
+    .collect();
+    let poison = |backend: &mut CpuBackend| {
+        for &(ptr, bytes) in &counters {
+            backend.copy_h2d(ptr, &vec![0x03; bytes]).unwrap();
+        }
+    };
+    let all_zero = |backend: &mut CpuBackend, at: &str| {
+        for &(ptr, bytes) in &counters {
+            let mut got = vec![0u8; bytes];
+            backend.copy_d2h(ptr, &mut got).unwrap();
+            assert!(got.iter().all(|b| *b == 0), "{at}: a counter is still set");
+        }
+    };
+    // Eager: every step starts with the reset.
+    {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let mut logits = Vec::new();
+        for &t in &tokens {
+            poison(&mut backend);
+            logits.extend(session.decode(&mut backend, id, t).unwrap());
+            all_zero(&mut backend, "eager");
+        }
+        assert_same_bytes(&logits, &clean, "poisoned counters, eager");
+    }
+    // Captured: the reset is part of the graph.
+    let graph = exec.capture(&mut backend, Mode::Decode, 1).unwrap();
+    poison(&mut backend);
+    exec.replay(&mut backend, &graph).unwrap();
+    all_zero(&mut backend, "replayed");
+}
