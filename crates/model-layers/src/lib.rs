@@ -32,8 +32,6 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
-/// `crate::hidden`, where `session` names `HiddenRows` from (it lives in `exec::hidden`).
-pub(crate) use exec::hidden;
 pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
 pub use graphs::{
     CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun,

@@ -38,7 +38,7 @@ use solder_gpu_runtime::GpuBackend;
 use super::{Draft, Drafter, Verdict};
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
-use crate::hidden::HiddenRows;
+use crate::exec::HiddenRows;
 use crate::sampling::{Sampler, Sampling};
 use crate::session::{SeqId, Session};
 
