@@ -11,8 +11,7 @@
 //! scratch's counters (and the o-fold and split-K scratches') are zero between launches (zeroed once at
 //! build, reset by each attention launch's merging blocks).
 
-use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
-use solder_circuit::ops::OpKind;
+use solder_circuit::ir::{Binding, Circuit, ModelInput, StateKind};
 use solder_circuit::ExecutionPlan;
 
 use crate::bytes::{align, ALIGN};
@@ -106,7 +105,7 @@ impl Layout {
         let arena_offset = logits_offset + align(max_rows * vocab * 4);
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
         let attn_scratch_offset = arena_offset + arena_bytes;
-        let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
+        let attn_scratch_bytes = align(attn::scratch_max(circuit, max_rows));
         let o_scratch_offset = attn_scratch_offset + attn_scratch_bytes;
         let o_scratch_bytes = align(attn::fold::o_scratch_max(circuit, plans));
         let gemv_scratch_offset = o_scratch_offset + o_scratch_bytes;
@@ -210,32 +209,6 @@ fn hidden_row_bytes(circuit: &Circuit) -> usize {
         .iter()
         .find(|t| t.binding == Binding::Input(ModelInput::Hidden))
         .map_or(0, |t| t.bytes(1))
-}
-
-/// Scratch bytes of the circuit's attention ops at `max_rows` (largest heads and head_dim;
-/// zero without attention). Every attention op of a circuit has the model's heads and
-/// head_dim, so all of them agree on where each (head, row)'s counter lies.
-fn attn_scratch_max(circuit: &Circuit, max_rows: usize) -> usize {
-    let attr = |op: &solder_circuit::ir::Op, key: &str| {
-        op.attrs.iter().find_map(|(k, v)| match v {
-            Attr::Int(v) if k == key && *v > 0 => Some(*v as usize),
-            _ => None,
-        })
-    };
-    let (heads, head_dim) = circuit
-        .ops
-        .iter()
-        .filter(|op| op.kind == OpKind::Attention)
-        .fold((0, 0), |(heads, head_dim), op| {
-            (
-                heads.max(attr(op, "heads").unwrap_or(0)),
-                head_dim.max(attr(op, "head_dim").unwrap_or(0)),
-            )
-        });
-    if heads == 0 || head_dim == 0 {
-        return 0;
-    }
-    attn::scratch_bytes(max_rows, heads, head_dim)
 }
 
 /// The state allocation's bytes for `kv_pages` KV pages and `max_sequences` state slots at

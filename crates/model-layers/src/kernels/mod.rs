@@ -17,11 +17,13 @@
 //! reference twins' primitives (`crate::numerics`) in the same order, so its bytes equal the
 //! reference routing's; results never depend on the number of host threads.
 
+pub mod args;
+pub mod attrs;
 pub mod cubins;
 pub(crate) mod decl;
+pub mod emit_view;
 mod grid;
 mod heads;
-pub mod view;
 
 pub mod act;
 pub mod add;
@@ -39,7 +41,7 @@ mod signature;
 
 use solder_gpu_runtime::{CpuBackend, GpuBackend, GpuError, ModuleImage, TwinFn};
 
-pub use decl::{Buf, EmitFn, KernelDecl, Launch, Name, Param, ParamKind};
+pub use decl::{Buf, EmitFn, KernelDecl, Launch, Name, Param, ParamKind, Shape};
 
 /// Every module's declarations, in `MODULES` order.
 const BY_MODULE: &[&[&[KernelDecl]]] = &[

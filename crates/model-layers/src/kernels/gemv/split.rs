@@ -17,7 +17,9 @@
 //! [segment][weight row][row][feature]. A launch whose counters or partials would not fit its
 //! slot is not split.
 
-use solder_circuit::ir::{Attr, Circuit, Op};
+use solder_circuit::ir::Circuit;
+
+use crate::kernels::attrs::positive as attr;
 use solder_circuit::{ExecutionPlan, OpKind};
 
 /// The lever that keeps every streaming launch unsplit (A/B timing; the same bytes).
@@ -185,12 +187,6 @@ pub fn splits(
 /// other circuits (a draft head's) share the workspace; a launch whose need exceeds its slot
 /// runs unsplit.
 pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
-    let attr = |op: &Op, key: &str| {
-        op.attrs.iter().find_map(|(k, v)| match v {
-            Attr::Int(v) if k == key && *v > 0 => Some(*v as u64),
-            _ => None,
-        })
-    };
     let (mut k, mut features) = (0u64, 0u64);
     for op in &circuit.ops {
         let (depth, width) = match op.kind {
