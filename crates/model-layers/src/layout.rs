@@ -121,53 +121,12 @@ impl Layout {
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
 
-        let mut weight_offsets = Vec::with_capacity(circuit.weights.len());
-        let mut at = 0;
-        for w in &circuit.weights {
-            weight_offsets.push(at);
-            at += align(w.shape.iter().product::<usize>() * 2);
-        }
-        let inv_freq_offset = at;
-        let weights_bytes = at + align(inv_freq_len * 4);
+        let (weight_offsets, inv_freq_offset) = weight_offsets(circuit);
+        let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
 
-        // One region per state declaration: KV pages, or sequence slots (slot 0 is the
-        // scratch slot padding rows use) followed by one snapshot and one backup slot per row
-        // of the widest plan.
         let state_slots = max_sequences + 1;
-        let mut states = Vec::with_capacity(circuit.states.len());
-        let mut state_bytes = 0;
-        for decl in &circuit.states {
-            let region = match decl.kind {
-                StateKind::KvPages {
-                    num_kv_heads,
-                    head_dim,
-                    dtype,
-                    ..
-                } => StateRegion {
-                    offset: state_bytes,
-                    bytes: align(
-                        kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
-                    ),
-                    slot_bytes: 0,
-                    snapshot_offset: state_bytes,
-                    backup_offset: state_bytes,
-                },
-                _ => {
-                    let slot = decl.kind.slot_bytes();
-                    let snapshot_offset = state_bytes + align(state_slots * slot);
-                    let backup_offset = snapshot_offset + align(max_rows * slot);
-                    StateRegion {
-                        offset: state_bytes,
-                        bytes: backup_offset + align(max_rows * slot) - state_bytes,
-                        slot_bytes: slot,
-                        snapshot_offset,
-                        backup_offset,
-                    }
-                }
-            };
-            state_bytes += region.bytes;
-            states.push(region);
-        }
+        let (states, state_bytes) =
+            state_regions(circuit, kv_pages, block_size, state_slots, max_rows);
         Layout {
             max_rows,
             max_seq_len,
@@ -198,6 +157,64 @@ impl Layout {
             state_bytes,
         }
     }
+}
+
+/// Each weight slot's offset in the weights allocation, then inv_freq's (after the last slot).
+fn weight_offsets(circuit: &Circuit) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::with_capacity(circuit.weights.len());
+    let mut at = 0;
+    for w in &circuit.weights {
+        offsets.push(at);
+        at += align(w.shape.iter().product::<usize>() * 2);
+    }
+    (offsets, at)
+}
+
+/// One region per state declaration, and their total bytes: KV pages, or `state_slots`
+/// sequence slots (slot 0 is the scratch slot padding rows use) followed by one snapshot and
+/// one backup slot per row of the widest plan.
+fn state_regions(
+    circuit: &Circuit,
+    kv_pages: usize,
+    block_size: usize,
+    state_slots: usize,
+    max_rows: usize,
+) -> (Vec<StateRegion>, usize) {
+    let mut states = Vec::with_capacity(circuit.states.len());
+    let mut state_bytes = 0;
+    for decl in &circuit.states {
+        let region = match decl.kind {
+            StateKind::KvPages {
+                num_kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => StateRegion {
+                offset: state_bytes,
+                bytes: align(
+                    kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
+                ),
+                slot_bytes: 0,
+                snapshot_offset: state_bytes,
+                backup_offset: state_bytes,
+            },
+            _ => {
+                let slot = decl.kind.slot_bytes();
+                let snapshot_offset = state_bytes + align(state_slots * slot);
+                let backup_offset = snapshot_offset + align(max_rows * slot);
+                StateRegion {
+                    offset: state_bytes,
+                    bytes: backup_offset + align(max_rows * slot) - state_bytes,
+                    slot_bytes: slot,
+                    snapshot_offset,
+                    backup_offset,
+                }
+            }
+        };
+        state_bytes += region.bytes;
+        states.push(region);
+    }
+    (states, state_bytes)
 }
 
 /// Bytes of one row of the draft head's hidden input (`ModelInput::Hidden`); zero for a

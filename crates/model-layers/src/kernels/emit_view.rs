@@ -307,3 +307,135 @@ impl<'a> View<'a> {
         self.bind.max_blocks() as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use solder_circuit::Numerics;
+    use solder_gpu_runtime::DevicePtr;
+
+    use super::*;
+
+    /// Operands with no tensors, whose only gemv slot (stream 0) holds `slot` bytes.
+    struct OneSlot {
+        circuit: Circuit,
+        levers: Levers,
+        slot: usize,
+    }
+
+    fn buf() -> Buf {
+        Buf::new(DevicePtr(4096), 0)
+    }
+
+    impl Operands for OneSlot {
+        fn circuit(&self) -> &Circuit {
+            &self.circuit
+        }
+        fn mode(&self) -> Mode {
+            Mode::Decode
+        }
+        fn rows(&self) -> usize {
+            1
+        }
+        fn levers(&self) -> &Levers {
+            &self.levers
+        }
+        fn tensor(&self, _: TensorId) -> Option<Buf> {
+            None
+        }
+        fn state(&self, _: StateId) -> Buf {
+            buf()
+        }
+        fn snapshots(&self, _: StateId) -> Buf {
+            buf()
+        }
+        fn weight(&self, _: WeightId) -> Buf {
+            buf()
+        }
+        fn meta(&self, _: MetaField) -> Buf {
+            buf()
+        }
+        fn inv_freq(&self) -> Buf {
+            buf()
+        }
+        fn attn_scratch(&self, _: usize, _: usize) -> Buf {
+            buf()
+        }
+        fn o_scratch(&self, _: usize, _: usize) -> Buf {
+            buf()
+        }
+        fn gemv_slot(&self, stream: u8) -> Option<Buf> {
+            (stream == 0 && self.slot > 0).then(|| Buf::new(DevicePtr(8192), self.slot))
+        }
+        fn state_slots(&self) -> usize {
+            1
+        }
+        fn kv_block_size(&self) -> usize {
+            16
+        }
+        fn kv_pages(&self) -> usize {
+            1
+        }
+        fn max_blocks(&self) -> usize {
+            1
+        }
+    }
+
+    fn group() -> Group {
+        Group {
+            rule: "linear_r".into(),
+            kernels: vec!["gemv::linear".into()],
+            emitter: None,
+            numerics: Numerics::Reference,
+            nodes: vec![],
+            inputs: vec![],
+            outputs: vec![],
+            fused: vec![],
+            layer: None,
+            branch: 0,
+        }
+    }
+
+    fn operands(slot: usize) -> OneSlot {
+        OneSlot {
+            circuit: Circuit {
+                name: "t".into(),
+                family: "t".into(),
+                num_layers: 0,
+                tensors: vec![],
+                ops: vec![],
+                weights: vec![],
+                states: vec![],
+                producers: vec![],
+                consumers: vec![],
+            },
+            levers: Levers::default(),
+            slot,
+        }
+    }
+
+    #[test]
+    fn a_split_scratch_slot_too_small_is_an_error_naming_kernel_slot_and_sizes() {
+        let group = group();
+        let small = operands(80_000);
+        let view = View::new(&small, &group, 0);
+        let fits = view.gemv_scratch("gemv::linear_r1", 3, 60_000).unwrap();
+        assert_eq!((fits.ptr, fits.bytes), (DevicePtr(8192), 60_000));
+        let message = view
+            .gemv_scratch("gemv::linear_r1", 3, 100_000)
+            .unwrap_err()
+            .to_string();
+        for part in ["gemv::linear_r1", "3 ways", "100000", "stream 0", "80000"] {
+            assert!(message.contains(part), "`{part}` missing from: {message}");
+        }
+        // Another stream has no slot at all: an error too, never an unsplit launch.
+        let other = View::new(&small, &group, 1);
+        let message = other
+            .gemv_scratch("gemv::linear_r1", 2, 10)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("stream 1's slot holds 0 bytes"),
+            "{message}"
+        );
+    }
+}

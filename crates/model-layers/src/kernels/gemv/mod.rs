@@ -32,9 +32,11 @@ pub(crate) mod matvec;
 mod reset;
 pub mod shape;
 pub mod split;
+mod table;
 #[macro_use]
 mod stream;
 mod twin;
+mod twin_split;
 
 use half::bf16;
 
@@ -45,6 +47,7 @@ use shape::{gemv_config, qkv_features, qkv_heads_config, Dims};
 pub use reset::{counters_reset_launch, CountersReset, ScratchRegions, COUNTERS_RESET};
 pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};
 pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
+pub use table::split_table;
 
 kernel! {
     /// x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].

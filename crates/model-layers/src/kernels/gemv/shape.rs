@@ -98,20 +98,32 @@ pub(super) fn qkv_heads_config(rows: u32, heads: u32, kv_heads: u32) -> LaunchCo
 /// and head (`qkv_heads_config`), each head split into `split::head_parts` blocks through the
 /// stream's scratch slot unless `gemv_unsplit` is on.
 pub fn heads(a: &QkvRopeKv, levers: &Levers) -> Shape<QkvRopeKv> {
+    heads_of(a.rows, a.heads, a.kv_heads, a.head_dim, levers)
+}
+
+/// `heads` of a launch of `rows` rows, `heads` q heads and `kv_heads` k and v heads of
+/// `head_dim` features.
+pub fn heads_of(
+    rows: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    levers: &Levers,
+) -> Shape<QkvRopeKv> {
     let entry = if levers.is_on(QKV_NORM_AHEAD) {
         QKV_ROPE_KV_AHEAD
     } else {
         QKV_ROPE_KV
     };
-    let mut shape = Shape::plain(entry, a.config());
+    let mut shape = Shape::plain(entry, qkv_heads_config(rows, heads, kv_heads));
     if levers.is_on(GEMV_UNSPLIT) {
         return shape;
     }
-    let features = qkv_features(a.heads, a.kv_heads) * a.head_dim as u64;
+    let features = qkv_features(heads, kv_heads) * head_dim as u64;
     let sizing = Sizing::of(levers.is_on(SPLIT_RESIDENT));
     let grid = shape.config.grid;
-    let parts = split::head_parts(grid, a.rows, features, a.head_dim, sizing);
-    if let (true, Some(words)) = (parts > 1, split::head_scratch_words(grid, a.rows, features)) {
+    let parts = split::head_parts(grid, rows, features, head_dim, sizing);
+    if let (true, Some(words)) = (parts > 1, split::head_scratch_words(grid, rows, features)) {
         shape.config.grid[1] *= parts;
         shape.splits = parts;
         shape.scratch_bytes = words * 4;
