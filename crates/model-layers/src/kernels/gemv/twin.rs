@@ -13,7 +13,7 @@ use super::{
     LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs,
     QkvRopeKvArgs, HEAD_DIM_MAX,
 };
-use crate::kernels::args::{macs, size, threads_for, In, InOpt, Out, OutOpt};
+use crate::kernels::args::{macs, size, threads_for, In, InOpt, Out};
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
