@@ -2,8 +2,14 @@
 //! accumulation) and their fusions with the residual add, RMSNorm, SiLU·mul and the residual
 //! epilogue.
 //!
-//! Two launch shapes per projection kernel, the same arguments, twin and bytes; the emitter
-//! picks one per launch (`stream::entry`), rules and plans name only the kernel:
+//! Files: this one declares the kernels (each `kernel!` with its classic `grid` and its
+//! `shape`), `shape` works out every launch shape, `emit` holds the emitters (which launch the
+//! declared shape), `twin` and `twin_split` the CPU twins, `matvec` the twins' dot driver,
+//! `stream` the streaming entries, `split` split-K, `reset` the counters reset, `table` the
+//! docs' split-K tables.
+//!
+//! Two launch shapes per projection kernel, the same arguments, twin and bytes; its declared
+//! `shape` picks one per launch (`stream::entry`), rules and plans name only the kernel:
 //! - streaming entries (default): `gemv::<kernel>_r1` (decode), `_r2`, `_r4`, `_r8` (up to 2,
 //!   4, 8 rows per block), variants of the kernel (`kernels::variants`), each a PTX entry with
 //!   its own register budget. `stream_config`: 256 threads; `grid.x` = row groups of the
