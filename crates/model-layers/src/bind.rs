@@ -5,10 +5,12 @@
 use solder_circuit::ir::{
     Binding, Circuit, MetaField, ModelInput, ModelOutput, StateId, TensorId, WeightId,
 };
-use solder_circuit::ExecutionPlan;
+use solder_circuit::{ExecutionPlan, Mode};
 use solder_config::Levers;
 use solder_gpu_runtime::DevicePtr;
 
+use crate::kernels::emit_view::Operands;
+use crate::kernels::gemv::ScratchRegions;
 use crate::kernels::Buf;
 use crate::layout::Layout;
 
@@ -138,19 +140,31 @@ impl Bindings<'_> {
         }
     }
 
-    /// `bytes` of the gemv split-K scratch slot of `stream` (`kernels::gemv::split`): each
-    /// stream has its own slot, so launches on concurrent streams never share counters. `None`
-    /// when the slot is missing or smaller (the launch then runs unsplit).
-    pub fn gemv_scratch(&self, stream: u8, bytes: usize) -> Option<Buf> {
+    /// The gemv split-K scratch slot of `stream` (`kernels::gemv::split`): each stream has
+    /// its own slot, so launches on concurrent streams never share counters. `None` when the
+    /// workspace has no slot for it.
+    pub fn gemv_slot(&self, stream: u8) -> Option<Buf> {
         let slot = self.layout.gemv_slot_bytes;
         let at = stream as usize * slot;
-        if bytes > slot || at + slot > self.layout.gemv_scratch_bytes {
+        if slot == 0 || at + slot > self.layout.gemv_scratch_bytes {
             return None;
         }
         Some(Buf {
             ptr: self.workspace.offset(self.layout.gemv_scratch_offset + at),
-            bytes,
+            bytes: slot,
         })
+    }
+
+    /// The workspace's split-kernel scratch regions, whole (what the counters reset zeroes).
+    pub fn scratch_regions(&self) -> ScratchRegions {
+        let whole = |offset: usize, bytes: usize| Buf::new(self.workspace.offset(offset), bytes);
+        let l = self.layout;
+        ScratchRegions {
+            attn: whole(l.attn_scratch_offset, l.attn_scratch_bytes),
+            o_fold: whole(l.o_scratch_offset, l.o_scratch_bytes),
+            gemv: whole(l.gemv_scratch_offset, l.gemv_scratch_bytes),
+            gemv_slot_bytes: l.gemv_slot_bytes,
+        }
     }
 
     pub fn inv_freq(&self) -> Buf {
@@ -158,5 +172,75 @@ impl Bindings<'_> {
             ptr: self.weights.offset(self.layout.inv_freq_offset),
             bytes: self.layout.inv_freq_len * 4,
         }
+    }
+}
+
+impl Operands for Bindings<'_> {
+    fn circuit(&self) -> &Circuit {
+        self.circuit
+    }
+
+    fn mode(&self) -> Mode {
+        self.plan.mode
+    }
+
+    fn rows(&self) -> usize {
+        Bindings::rows(self)
+    }
+
+    fn levers(&self) -> &Levers {
+        self.levers
+    }
+
+    fn tensor(&self, t: TensorId) -> Option<Buf> {
+        Bindings::tensor(self, t)
+    }
+
+    fn state(&self, state: StateId) -> Buf {
+        Bindings::state(self, state)
+    }
+
+    fn snapshots(&self, state: StateId) -> Buf {
+        Bindings::snapshots(self, state)
+    }
+
+    fn weight(&self, w: WeightId) -> Buf {
+        Bindings::weight(self, w)
+    }
+
+    fn meta(&self, field: MetaField) -> Buf {
+        Bindings::meta(self, field)
+    }
+
+    fn inv_freq(&self) -> Buf {
+        Bindings::inv_freq(self)
+    }
+
+    fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf {
+        Bindings::attn_scratch(self, heads, head_dim)
+    }
+
+    fn o_scratch(&self, heads: usize, n_out: usize) -> Buf {
+        Bindings::o_scratch(self, heads, n_out)
+    }
+
+    fn gemv_slot(&self, stream: u8) -> Option<Buf> {
+        Bindings::gemv_slot(self, stream)
+    }
+
+    fn state_slots(&self) -> usize {
+        self.layout.state_slots
+    }
+
+    fn kv_block_size(&self) -> usize {
+        self.layout.kv_block_size
+    }
+
+    fn kv_pages(&self) -> usize {
+        self.layout.kv_pages
+    }
+
+    fn max_blocks(&self) -> usize {
+        self.layout.max_blocks
     }
 }

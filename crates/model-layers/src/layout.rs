@@ -11,8 +11,7 @@
 //! scratch's counters (and the o-fold and split-K scratches') are zero between launches (zeroed once at
 //! build, reset by each attention launch's merging blocks).
 
-use solder_circuit::ir::{Attr, Binding, Circuit, ModelInput, StateKind};
-use solder_circuit::ops::OpKind;
+use solder_circuit::ir::{Binding, Circuit, ModelInput, StateKind};
 use solder_circuit::ExecutionPlan;
 
 use crate::bytes::{align, ALIGN};
@@ -106,7 +105,7 @@ impl Layout {
         let arena_offset = logits_offset + align(max_rows * vocab * 4);
         let arena_bytes = align(plans.iter().map(|p| p.pool_bytes).max().unwrap_or(0));
         let attn_scratch_offset = arena_offset + arena_bytes;
-        let attn_scratch_bytes = align(attn_scratch_max(circuit, max_rows));
+        let attn_scratch_bytes = align(attn::scratch_max(circuit, max_rows));
         let o_scratch_offset = attn_scratch_offset + attn_scratch_bytes;
         let o_scratch_bytes = align(attn::fold::o_scratch_max(circuit, plans));
         let gemv_scratch_offset = o_scratch_offset + o_scratch_bytes;
@@ -122,53 +121,12 @@ impl Layout {
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
 
-        let mut weight_offsets = Vec::with_capacity(circuit.weights.len());
-        let mut at = 0;
-        for w in &circuit.weights {
-            weight_offsets.push(at);
-            at += align(w.shape.iter().product::<usize>() * 2);
-        }
-        let inv_freq_offset = at;
-        let weights_bytes = at + align(inv_freq_len * 4);
+        let (weight_offsets, inv_freq_offset) = weight_offsets(circuit);
+        let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
 
-        // One region per state declaration: KV pages, or sequence slots (slot 0 is the
-        // scratch slot padding rows use) followed by one snapshot and one backup slot per row
-        // of the widest plan.
         let state_slots = max_sequences + 1;
-        let mut states = Vec::with_capacity(circuit.states.len());
-        let mut state_bytes = 0;
-        for decl in &circuit.states {
-            let region = match decl.kind {
-                StateKind::KvPages {
-                    num_kv_heads,
-                    head_dim,
-                    dtype,
-                    ..
-                } => StateRegion {
-                    offset: state_bytes,
-                    bytes: align(
-                        kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
-                    ),
-                    slot_bytes: 0,
-                    snapshot_offset: state_bytes,
-                    backup_offset: state_bytes,
-                },
-                _ => {
-                    let slot = decl.kind.slot_bytes();
-                    let snapshot_offset = state_bytes + align(state_slots * slot);
-                    let backup_offset = snapshot_offset + align(max_rows * slot);
-                    StateRegion {
-                        offset: state_bytes,
-                        bytes: backup_offset + align(max_rows * slot) - state_bytes,
-                        slot_bytes: slot,
-                        snapshot_offset,
-                        backup_offset,
-                    }
-                }
-            };
-            state_bytes += region.bytes;
-            states.push(region);
-        }
+        let (states, state_bytes) =
+            state_regions(circuit, kv_pages, block_size, state_slots, max_rows);
         Layout {
             max_rows,
             max_seq_len,
@@ -201,6 +159,64 @@ impl Layout {
     }
 }
 
+/// Each weight slot's offset in the weights allocation, then inv_freq's (after the last slot).
+fn weight_offsets(circuit: &Circuit) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::with_capacity(circuit.weights.len());
+    let mut at = 0;
+    for w in &circuit.weights {
+        offsets.push(at);
+        at += align(w.shape.iter().product::<usize>() * 2);
+    }
+    (offsets, at)
+}
+
+/// One region per state declaration, and their total bytes: KV pages, or `state_slots`
+/// sequence slots (slot 0 is the scratch slot padding rows use) followed by one snapshot and
+/// one backup slot per row of the widest plan.
+fn state_regions(
+    circuit: &Circuit,
+    kv_pages: usize,
+    block_size: usize,
+    state_slots: usize,
+    max_rows: usize,
+) -> (Vec<StateRegion>, usize) {
+    let mut states = Vec::with_capacity(circuit.states.len());
+    let mut state_bytes = 0;
+    for decl in &circuit.states {
+        let region = match decl.kind {
+            StateKind::KvPages {
+                num_kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => StateRegion {
+                offset: state_bytes,
+                bytes: align(
+                    kv_pages * 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
+                ),
+                slot_bytes: 0,
+                snapshot_offset: state_bytes,
+                backup_offset: state_bytes,
+            },
+            _ => {
+                let slot = decl.kind.slot_bytes();
+                let snapshot_offset = state_bytes + align(state_slots * slot);
+                let backup_offset = snapshot_offset + align(max_rows * slot);
+                StateRegion {
+                    offset: state_bytes,
+                    bytes: backup_offset + align(max_rows * slot) - state_bytes,
+                    slot_bytes: slot,
+                    snapshot_offset,
+                    backup_offset,
+                }
+            }
+        };
+        state_bytes += region.bytes;
+        states.push(region);
+    }
+    (states, state_bytes)
+}
+
 /// Bytes of one row of the draft head's hidden input (`ModelInput::Hidden`); zero for a
 /// circuit without one (`circuit` is the instance's `storage()`: the draft circuit when there
 /// is one).
@@ -210,32 +226,6 @@ fn hidden_row_bytes(circuit: &Circuit) -> usize {
         .iter()
         .find(|t| t.binding == Binding::Input(ModelInput::Hidden))
         .map_or(0, |t| t.bytes(1))
-}
-
-/// Scratch bytes of the circuit's attention ops at `max_rows` (largest heads and head_dim;
-/// zero without attention). Every attention op of a circuit has the model's heads and
-/// head_dim, so all of them agree on where each (head, row)'s counter lies.
-fn attn_scratch_max(circuit: &Circuit, max_rows: usize) -> usize {
-    let attr = |op: &solder_circuit::ir::Op, key: &str| {
-        op.attrs.iter().find_map(|(k, v)| match v {
-            Attr::Int(v) if k == key && *v > 0 => Some(*v as usize),
-            _ => None,
-        })
-    };
-    let (heads, head_dim) = circuit
-        .ops
-        .iter()
-        .filter(|op| op.kind == OpKind::Attention)
-        .fold((0, 0), |(heads, head_dim), op| {
-            (
-                heads.max(attr(op, "heads").unwrap_or(0)),
-                head_dim.max(attr(op, "head_dim").unwrap_or(0)),
-            )
-        });
-    if heads == 0 || head_dim == 0 {
-        return 0;
-    }
-    attn::scratch_bytes(max_rows, heads, head_dim)
 }
 
 /// The state allocation's bytes for `kv_pages` KV pages and `max_sequences` state slots at

@@ -113,8 +113,12 @@ pub fn compile(
     // (aborted) step left: the reset is the program's first launch, on stream 0, which every
     // other stream forks from.
     // A backend without the reset (a reference-kernels-only CPU backend) runs without it.
-    let reset = crate::kernels::gemv::counters_reset_launch(bind)
-        .filter(|launch| backend.kernel(launch.kernel).is_ok());
+    let reset = crate::kernels::gemv::counters_reset_launch(
+        bind.circuit,
+        bind.rows(),
+        &bind.scratch_regions(),
+    )
+    .filter(|launch| backend.kernel(launch.kernel).is_ok());
     let resets = match reset {
         Some(launch) => {
             steps.push(ProgramStep::Launch {

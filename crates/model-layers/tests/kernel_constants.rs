@@ -40,3 +40,21 @@ fn recurrence_constants_match_gdn_cu() {
         solder_model_layers::kernels::gdn::GDN_MAX_DK
     );
 }
+
+/// docs/PERFORMANCE.md's split-K tables are `split_table()`'s text, between its markers.
+#[test]
+fn the_split_k_tables_in_the_docs_are_the_declarations_shapes() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/PERFORMANCE.md"),
+    )
+    .expect("docs/PERFORMANCE.md");
+    let (begin, end) = ("<!-- split-table:begin -->\n", "<!-- split-table:end -->");
+    let start = doc.find(begin).expect("the begin marker") + begin.len();
+    let stop = doc[start..].find(end).expect("the end marker") + start;
+    let generated = solder_model_layers::kernels::gemv::split_table();
+    assert_eq!(
+        doc[start..stop],
+        generated,
+        "docs/PERFORMANCE.md's split-K tables differ from split_table(); paste:\n{generated}"
+    );
+}

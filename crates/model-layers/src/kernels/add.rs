@@ -4,10 +4,10 @@ use half::bf16;
 use solder_circuit::OpKind;
 use solder_gpu_runtime::GpuError;
 
+use super::args::size;
 use super::decl::kernel;
 use super::grid::elementwise;
-use super::view::size;
-use crate::emit::{View, R};
+use crate::kernels::emit_view::{View, R};
 use crate::numerics::residual_row;
 
 kernel! {

@@ -13,11 +13,11 @@ use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig, TwinCtx};
 
+use super::args::{macs, size, threads_for, Dim, In, Out};
 use super::decl::{kernel, Name};
 use super::grid::elementwise;
-use super::view::{macs, size, threads_for, Dim, In, Out};
-use crate::emit::{View, R};
 use crate::error::ExecError;
+use crate::kernels::emit_view::{View, R};
 use crate::numerics::attend;
 
 pub mod fold;
@@ -43,6 +43,18 @@ pub const ATTN_MAX_HEAD_DIM: u32 = 256;
 /// no plan's partials ever cover another plan's counter.
 pub fn scratch_bytes(rows: usize, heads: usize, head_dim: usize) -> usize {
     rows * heads * (1 + ATTN_SPLITS as usize * (head_dim + 2)) * 4
+}
+
+/// Scratch bytes of `circuit`'s attention ops at `max_rows` (largest heads and head_dim; zero
+/// without attention). Every attention op of a circuit has the model's heads and head_dim, so
+/// all of them agree on where each (head, row)'s counter lies.
+pub fn scratch_max(circuit: &solder_circuit::ir::Circuit, max_rows: usize) -> usize {
+    let heads = super::attrs::widest(circuit, OpKind::Attention, None, "heads");
+    let head_dim = super::attrs::widest(circuit, OpKind::Attention, None, "head_dim");
+    if heads == 0 || head_dim == 0 {
+        return 0;
+    }
+    scratch_bytes(max_rows, heads, head_dim)
 }
 
 /// `ATTN_SPLITS` blocks per (head, row); the kernels read `head_dim <= 256`.

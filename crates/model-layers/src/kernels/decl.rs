@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 
 use solder_gpu_runtime::{Access, DevicePtr, KernelArg, LaunchConfig, TwinFn};
 
-use crate::emit::View;
+use super::emit_view::View;
 use crate::error::ExecError;
 
 /// A device byte range.
@@ -66,6 +66,51 @@ impl<K> Copy for Name<K> {}
 impl<K> std::fmt::Debug for Name<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name)
+    }
+}
+
+/// How one launch of a kernel runs, as its declaration answers it from the launch's arguments
+/// and the build's levers: the entry (the kernel or a variant of it), the launch
+/// configuration, how many ways it splits its work, and the split scratch it needs. The
+/// emitter launches exactly this; the layout sizes the scratch for the most any shape asks.
+pub struct Shape<K> {
+    pub entry: Name<K>,
+    pub config: LaunchConfig,
+    /// Ways the launch splits its work (gemv: grid.z ranges of k, `qkv_rope_kv`: blocks per
+    /// head); 1 when unsplit.
+    pub splits: u32,
+    /// Bytes of its stream's gemv split-K scratch slot the launch uses; 0 when unsplit.
+    pub scratch_bytes: usize,
+}
+
+impl<K> Shape<K> {
+    /// `entry` launched in `config`, unsplit.
+    pub fn plain(entry: Name<K>, config: LaunchConfig) -> Shape<K> {
+        Shape {
+            entry,
+            config,
+            splits: 1,
+            scratch_bytes: 0,
+        }
+    }
+}
+
+impl<K> Clone for Shape<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Shape<K> {}
+
+impl<K> std::fmt::Debug for Shape<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shape")
+            .field("entry", &self.entry)
+            .field("config", &self.config)
+            .field("splits", &self.splits)
+            .field("scratch_bytes", &self.scratch_bytes)
+            .finish()
     }
 }
 
@@ -159,7 +204,11 @@ pub(crate) const fn buffer(elem: &'static str, access: Access, optional: bool) -
 /// Declares a kernel. Fields are `name: In<T>` (read), `InOpt<T>` (read, may be null),
 /// `Out<T>` (written), `OutOpt<T>`, `InOut<T>` (read and written), `InOutOpt<T>`, `U32`, `I32`,
 /// `F32`;
-/// `grid(a) = expr` computes the launch configuration from the struct `a`; each
+/// `grid(a) = expr` computes the launch configuration of the kernel's own entry from the struct
+/// `a`; an optional `, shape(levers) = expr` after it declares the whole `Shape` an emitter
+/// launches (entry, grid, splits and scratch) from the struct and the build's levers, where
+/// that is more than the kernel's own entry unsplit (gemv's streaming entries and splits);
+/// each
 /// `CONST = "module::func" => twin f, emit g;` line declares one kernel taking these
 /// arguments (several kernels may share one struct), its CPU twin (`fn(View) -> Result`) and
 /// its emitter.
@@ -169,7 +218,7 @@ macro_rules! kernel {
         pub struct $name:ident / $view:ident {
             $( $(#[$fmeta:meta])* $field:ident : $kind:ident $(<$elem:ty>)? ),+ $(,)?
         }
-        grid($a:ident) = $grid:expr;
+        grid($a:ident) = $grid:expr $(, shape($levers:ident) = $shape:expr)?;
         $( $cname:ident = $kname:literal => twin $twin:path, emit $emit:path; )+
     ) => {
         $(#[$meta])*
@@ -191,7 +240,7 @@ macro_rules! kernel {
             pub fn read(
                 ctx: &'c solder_gpu_runtime::TwinCtx<'c>,
             ) -> Result<$view<'c>, solder_gpu_runtime::GpuError> {
-                $crate::kernels::view::check_arity(ctx, $name::PARAMS)?;
+                $crate::kernels::args::check_arity(ctx, $name::PARAMS)?;
                 let mut index = 0usize;
                 $(
                     let $field = $crate::kernels::decl::read_arg!(
@@ -223,16 +272,14 @@ macro_rules! kernel {
                 }, )+
             ];
 
+            /// The launch configuration of these arguments as the kernel's own entry, unsplit.
             pub fn config(&self) -> solder_gpu_runtime::LaunchConfig {
                 let $a = self;
                 $grid
             }
 
-            pub fn args(&self) -> Vec<solder_gpu_runtime::KernelArg> {
-                vec![ $( $crate::kernels::decl::to_arg!(self.$field; $kind) ),+ ]
-            }
-
-            /// The launch of `kernel` with these arguments.
+            /// The launch of `kernel` with these arguments in `config` (its own entry, unsplit:
+            /// what twin tests launch; emitters launch `shape`).
             pub fn launch(self, kernel: $crate::kernels::decl::Name<$name>) -> $crate::kernels::Launch {
                 $crate::kernels::Launch {
                     kernel: kernel.as_str(),
@@ -241,9 +288,8 @@ macro_rules! kernel {
                 }
             }
 
-            /// The launch of `kernel` with these arguments in `config`: an entry of the same
-            /// arguments with a launch shape of its own (a variant, e.g. gemv's streaming
-            /// entries).
+            /// The launch of `kernel` with these arguments in `config`: a shape chosen by the
+            /// caller (tests of a variant entry or a split; emitters launch `shape`).
             #[allow(dead_code)]
             pub fn launch_with(
                 self,
@@ -256,10 +302,55 @@ macro_rules! kernel {
                     args: self.args(),
                 }
             }
+
+            $crate::kernels::decl::launch_shape!($name; $( $a, $levers, $shape )?);
+
+            pub fn args(&self) -> Vec<solder_gpu_runtime::KernelArg> {
+                vec![ $( $crate::kernels::decl::to_arg!(self.$field; $kind) ),+ ]
+            }
+
+            /// The launch of these arguments in `shape` (its entry and configuration).
+            #[allow(dead_code)]
+            pub fn launch_in(
+                self,
+                shape: $crate::kernels::decl::Shape<$name>,
+            ) -> $crate::kernels::Launch {
+                $crate::kernels::Launch {
+                    kernel: shape.entry.as_str(),
+                    config: shape.config,
+                    args: self.args(),
+                }
+            }
         }
 
         $( pub const $cname: $crate::kernels::decl::Name<$name> =
             $crate::kernels::decl::Name::new($kname); )+
+    };
+}
+
+/// A `kernel!` struct's `shape`: declared with `grid(a) = …, shape(levers) = expr`, else the kernel's own
+/// entry in `config`, unsplit.
+macro_rules! launch_shape {
+    ($name:ident;) => {
+        /// The launch shape of `kernel` with these arguments: itself, in `config`, unsplit.
+        #[allow(dead_code)]
+        pub fn shape(
+            &self,
+            kernel: $crate::kernels::decl::Name<$name>,
+            _levers: &solder_config::Levers,
+        ) -> $crate::kernels::decl::Shape<$name> {
+            $crate::kernels::decl::Shape::plain(kernel, self.config())
+        }
+    };
+    ($name:ident; $a:ident, $levers:ident, $shape:expr) => {
+        /// The launch shape of these arguments under `levers`: entry, grid, splits, scratch.
+        pub fn shape(
+            &self,
+            $levers: &solder_config::Levers,
+        ) -> $crate::kernels::decl::Shape<$name> {
+            let $a = self;
+            $shape
+        }
     };
 }
 
@@ -276,38 +367,38 @@ macro_rules! field_ty {
 }
 
 macro_rules! view_ty {
-    ($l:lifetime; In $e:ty) => { $crate::kernels::view::In<$l, $e> };
-    ($l:lifetime; InOpt $e:ty) => { $crate::kernels::view::InOpt<$l, $e> };
-    ($l:lifetime; Out $e:ty) => { $crate::kernels::view::Out<$l, $e> };
-    ($l:lifetime; OutOpt $e:ty) => { $crate::kernels::view::OutOpt<$l, $e> };
-    ($l:lifetime; InOut $e:ty) => { $crate::kernels::view::Out<$l, $e> };
-    ($l:lifetime; InOutOpt $e:ty) => { $crate::kernels::view::OutOpt<$l, $e> };
-    ($l:lifetime; U32) => { $crate::kernels::view::Dim<$l> };
+    ($l:lifetime; In $e:ty) => { $crate::kernels::args::In<$l, $e> };
+    ($l:lifetime; InOpt $e:ty) => { $crate::kernels::args::InOpt<$l, $e> };
+    ($l:lifetime; Out $e:ty) => { $crate::kernels::args::Out<$l, $e> };
+    ($l:lifetime; OutOpt $e:ty) => { $crate::kernels::args::OutOpt<$l, $e> };
+    ($l:lifetime; InOut $e:ty) => { $crate::kernels::args::Out<$l, $e> };
+    ($l:lifetime; InOutOpt $e:ty) => { $crate::kernels::args::OutOpt<$l, $e> };
+    ($l:lifetime; U32) => { $crate::kernels::args::Dim<$l> };
     ($l:lifetime; I32) => { i32 };
     ($l:lifetime; F32) => { f32 };
 }
 
 macro_rules! read_arg {
     ($ctx:ident, $i:ident, $n:expr; In $e:ty) => {
-        $crate::kernels::view::In::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::In::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; InOpt $e:ty) => {
-        $crate::kernels::view::InOpt::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::InOpt::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; Out $e:ty) => {
-        $crate::kernels::view::Out::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::Out::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; OutOpt $e:ty) => {
-        $crate::kernels::view::OutOpt::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::OutOpt::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; InOut $e:ty) => {
-        $crate::kernels::view::Out::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::Out::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; InOutOpt $e:ty) => {
-        $crate::kernels::view::OutOpt::<$e>::read($ctx, $i, $n)?
+        $crate::kernels::args::OutOpt::<$e>::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; U32) => {
-        $crate::kernels::view::Dim::read($ctx, $i, $n)?
+        $crate::kernels::args::Dim::read($ctx, $i, $n)?
     };
     ($ctx:ident, $i:ident, $n:expr; I32) => {
         $ctx.i32($i)?
@@ -401,4 +492,4 @@ macro_rules! to_arg {
     };
 }
 
-pub(crate) use {field_ty, kernel, param_kind, read_arg, to_arg, view_ty};
+pub(crate) use {field_ty, kernel, launch_shape, param_kind, read_arg, to_arg, view_ty};

@@ -6,7 +6,7 @@
 use half::bf16;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
-use super::view::{size, Dim, In, Out};
+use super::args::{size, Dim, In, Out};
 use crate::numerics::{rms_norm_row_bf16, rope_cos_sin, rope_head};
 
 /// What a pass does to each head of q and k.

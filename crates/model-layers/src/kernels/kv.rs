@@ -5,11 +5,11 @@ use solder_circuit::ir::MetaField;
 use solder_circuit::OpKind;
 use solder_gpu_runtime::GpuError;
 
+use super::args::size;
 use super::decl::kernel;
 use super::grid::per_row;
 use super::heads::{Cache, CacheArgs, HeadPass};
-use super::view::size;
-use crate::emit::{View, R};
+use crate::kernels::emit_view::{View, R};
 
 kernel! {
     /// k, v bf16[rows·kv_heads·head_dim], slot_mapping i32[rows] → cache (one layer's region,

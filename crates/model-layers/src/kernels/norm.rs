@@ -11,11 +11,11 @@ use half::bf16;
 use solder_circuit::OpKind;
 use solder_gpu_runtime::GpuError;
 
+use super::args::size;
 use super::decl::{kernel, Name};
 use super::grid::{per_head_block, per_warp_row};
 use super::heads::{geometry, with_norm};
-use super::view::size;
-use crate::emit::{View, R};
+use crate::kernels::emit_view::{View, R};
 use crate::numerics::{
     inv_rms, residual_row, rms_norm_row, sum_squares_bf16, sum_squares_f32, to_bf16, to_f32,
 };

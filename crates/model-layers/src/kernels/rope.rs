@@ -9,8 +9,8 @@ use solder_gpu_runtime::GpuError;
 use super::decl::kernel;
 use super::grid::per_head_block;
 use super::heads::{geometry, with_norm, with_rope, CacheArgs};
-use crate::emit::{View, R};
 use crate::error::ExecError;
+use crate::kernels::emit_view::{View, R};
 
 kernel! {
     /// q bf16[rows·heads·head_dim], k bf16[rows·kv_heads·head_dim], positions i32[rows],

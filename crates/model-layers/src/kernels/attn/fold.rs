@@ -20,15 +20,16 @@
 //! shares the region.
 
 use half::bf16;
-use solder_circuit::ir::{Attr, Circuit, MetaField, Op};
+use solder_circuit::ir::{Circuit, MetaField};
 use solder_circuit::{ExecutionPlan, OpKind};
 use solder_gpu_runtime::{par_chunks_mut, GpuError};
 
 use super::{attn_config, attn_dims, kv_cache_of, window_of, Attention};
-use crate::emit::{View, R};
 use crate::kernels::act::sigmoid;
+use crate::kernels::args::{macs, size, threads_for};
+use crate::kernels::attrs::widest;
 use crate::kernels::decl::{kernel, Name};
-use crate::kernels::view::{macs, size, threads_for};
+use crate::kernels::emit_view::{View, R};
 use crate::numerics::{dot_bf16, linear_value, residual_value, to_bf16, to_f32};
 
 /// Words before a row's partials in its `o_scratch` slot: the u32 counter and padding that
@@ -62,23 +63,8 @@ pub fn o_scratch_max(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
     let Some(rows) = rows else {
         return 0;
     };
-    let attr = |op: &Op, key: &str| {
-        op.attrs.iter().find_map(|(k, v)| match v {
-            Attr::Int(v) if k == key && *v > 0 => Some(*v as usize),
-            _ => None,
-        })
-    };
-    let widest = |kind: OpKind, role: Option<&str>, key: &str| {
-        circuit
-            .ops
-            .iter()
-            .filter(|op| op.kind == kind && role.is_none_or(|r| op.role == r))
-            .filter_map(|op| attr(op, key))
-            .max()
-            .unwrap_or(0)
-    };
-    let heads = widest(OpKind::Attention, None, "heads");
-    let n_out = widest(OpKind::Linear, Some("o_proj"), "out");
+    let heads = widest(circuit, OpKind::Attention, None, "heads");
+    let n_out = widest(circuit, OpKind::Linear, Some("o_proj"), "out");
     o_scratch_bytes(rows, heads, n_out)
 }
 

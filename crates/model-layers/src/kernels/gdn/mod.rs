@@ -27,8 +27,8 @@ use solder_gpu_runtime::LaunchConfig;
 use super::decl::kernel;
 use super::grid::elementwise;
 use super::Buf;
-use crate::emit::{View, R};
 use crate::error::ExecError;
+use crate::kernels::emit_view::{View, R};
 
 /// Channels per conv block (one thread each).
 const CONV_THREADS: u32 = 256;

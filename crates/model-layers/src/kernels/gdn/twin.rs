@@ -14,7 +14,7 @@ use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::{ConvArgs, GatedNormArgs, GatesArgs, RecurrenceArgs, GDN_MAX_DK};
-use crate::kernels::view::{macs, size, threads_for, Dim};
+use crate::kernels::args::{macs, size, threads_for, Dim};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).

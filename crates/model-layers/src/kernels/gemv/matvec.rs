@@ -8,7 +8,7 @@
 use half::bf16;
 use solder_gpu_runtime::par_chunks_mut;
 
-use crate::kernels::view::{columns, scatter};
+use crate::kernels::args::{columns, scatter};
 use crate::numerics::{dot_1x4, dot_4x1, dot_f32_bf16, to_f32};
 
 /// Input rows widened to f32 once per launch (exact), so each weight row is widened once.

@@ -2,8 +2,14 @@
 //! accumulation) and their fusions with the residual add, RMSNorm, SiLU·mul and the residual
 //! epilogue.
 //!
-//! Two launch shapes per projection kernel, the same arguments, twin and bytes; the emitter
-//! picks one per launch (`stream::entry`), rules and plans name only the kernel:
+//! Files: this one declares the kernels (each `kernel!` with its classic `grid` and its
+//! `shape`), `shape` works out every launch shape, `emit` holds the emitters (which launch the
+//! declared shape), `twin` and `twin_split` the CPU twins, `matvec` the twins' dot driver,
+//! `stream` the streaming entries, `split` split-K, `reset` the counters reset, `table` the
+//! docs' split-K tables.
+//!
+//! Two launch shapes per projection kernel, the same arguments, twin and bytes; its declared
+//! `shape` picks one per launch (`stream::entry`), rules and plans name only the kernel:
 //! - streaming entries (default): `gemv::<kernel>_r1` (decode), `_r2`, `_r4`, `_r8` (up to 2,
 //!   4, 8 rows per block), variants of the kernel (`kernels::variants`), each a PTX entry with
 //!   its own register budget. `stream_config`: 256 threads; `grid.x` = row groups of the
@@ -27,48 +33,27 @@
 //! shape and gives each block one whole head (q, k or v; `grid.y` = heads + 2·kv_heads) so its
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
+mod emit;
 pub(crate) mod matvec;
 mod reset;
+pub mod shape;
 pub mod split;
+mod table;
 #[macro_use]
 mod stream;
 mod twin;
+mod twin_split;
 
 use half::bf16;
-use solder_circuit::ir::{MetaField, Op};
-use solder_circuit::OpKind;
-use solder_gpu_runtime::LaunchConfig;
 
 use super::decl::{kernel, Name};
-use super::Buf;
-use crate::emit::{View, R};
-use crate::error::ExecError;
+use emit::*;
+use shape::{gemv_config, qkv_features, qkv_heads_config, Dims};
 
-pub use reset::{counters_reset_launch, CountersReset, COUNTERS_RESET};
+pub use reset::{counters_reset_launch, CountersReset, ScratchRegions, COUNTERS_RESET};
 pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};
 pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
-
-/// Output features per block (one warp each).
-const FEATURES_PER_BLOCK: u32 = 8;
-/// Input rows per block.
-const ROWS_PER_BLOCK: u32 = 8;
-/// The most blocks `grid.y` may hold.
-const MAX_GRID_Y: u64 = 65_535;
-
-fn gemv_config(features: u64, rows: u32) -> LaunchConfig {
-    let feature_blocks = features
-        .div_ceil(FEATURES_PER_BLOCK as u64)
-        .clamp(1, MAX_GRID_Y) as u32;
-    LaunchConfig {
-        grid: [rows.div_ceil(ROWS_PER_BLOCK).max(1), feature_blocks, 1],
-        block: [256, 1, 1],
-        shared_bytes: 0,
-    }
-}
-
-fn qkv_features(nq: u32, nkv: u32) -> u64 {
-    nq as u64 + 2 * nkv as u64
-}
+pub use table::split_table;
 
 kernel! {
     /// x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].
@@ -82,7 +67,10 @@ kernel! {
         n_out: U32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    grid(a) = gemv_config(a.n_out as u64, a.rows),
+        shape(levers) = shape::projection(LINEAR, a.config(), &LINEAR_STREAM, Dims {
+            features: a.n_out as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     LINEAR = "gemv::linear" => twin twin::linear, emit emit_linear;
 }
 
@@ -98,7 +86,10 @@ kernel! {
         vocab: U32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    grid(a) = gemv_config(a.vocab as u64, a.rows),
+        shape(levers) = shape::projection(LM_HEAD, a.config(), &LM_HEAD_STREAM, Dims {
+            features: a.vocab as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     LM_HEAD = "gemv::lm_head" => twin twin::lm_head, emit emit_lm_head;
 }
 
@@ -116,7 +107,10 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    grid(a) = gemv_config(a.n_out as u64, a.rows),
+        shape(levers) = shape::projection(NORM_LINEAR, a.config(), &NORM_LINEAR_STREAM, Dims {
+            features: a.n_out as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     NORM_LINEAR = "gemv::norm_linear" => twin twin::norm_linear, emit emit_norm_linear;
 }
 
@@ -140,7 +134,10 @@ kernel! {
         nkv: U32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows),
+        shape(levers) = shape::projection(QKV, a.config(), &QKV_STREAM, Dims {
+            features: qkv_features(a.nq, a.nkv), rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     QKV = "gemv::qkv" => twin twin::qkv, emit emit_qkv;
 }
 
@@ -165,7 +162,10 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows),
+        shape(levers) = shape::projection(NORM_QKV, a.config(), &NORM_QKV_STREAM, Dims {
+            features: qkv_features(a.nq, a.nkv), rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     NORM_QKV = "gemv::norm_qkv" => twin twin::norm_qkv, emit emit_norm_qkv;
 }
 
@@ -192,7 +192,10 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows);
+    grid(a) = gemv_config(qkv_features(a.nq, a.nkv), a.rows),
+        shape(levers) = shape::projection(ADD_NORM_QKV, a.config(), &ADD_NORM_QKV_STREAM, Dims {
+            features: qkv_features(a.nq, a.nkv), rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     ADD_NORM_QKV = "gemv::add_norm_qkv" => twin twin::add_norm_qkv, emit emit_add_norm_qkv;
 }
 
@@ -209,7 +212,10 @@ kernel! {
         inter: U32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.inter as u64, a.rows);
+    grid(a) = gemv_config(a.inter as u64, a.rows),
+        shape(levers) = shape::projection(GATE_UP_SILU, a.config(), &GATE_UP_SILU_STREAM, Dims {
+            features: a.inter as u64, rows: a.rows, k: a.k, nw: 2,
+        }, levers);
     GATE_UP_SILU = "gemv::gate_up_silu" => twin twin::gate_up_silu, emit emit_gate_up_silu;
 }
 
@@ -227,7 +233,10 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.inter as u64, a.rows);
+    grid(a) = gemv_config(a.inter as u64, a.rows),
+        shape(levers) = shape::projection(NORM_GATE_UP_SILU, a.config(), &NORM_GATE_UP_SILU_STREAM, Dims {
+            features: a.inter as u64, rows: a.rows, k: a.k, nw: 2,
+        }, levers);
     NORM_GATE_UP_SILU = "gemv::norm_gate_up_silu" =>
         twin twin::norm_gate_up_silu, emit emit_norm_gate_up_silu;
 }
@@ -248,7 +257,10 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.inter as u64, a.rows);
+    grid(a) = gemv_config(a.inter as u64, a.rows),
+        shape(levers) = shape::projection(ADD_NORM_GATE_UP_SILU, a.config(), &ADD_NORM_GATE_UP_SILU_STREAM, Dims {
+            features: a.inter as u64, rows: a.rows, k: a.k, nw: 2,
+        }, levers);
     ADD_NORM_GATE_UP_SILU = "gemv::add_norm_gate_up_silu" =>
         twin twin::add_norm_gate_up_silu, emit emit_add_norm_gate_up_silu;
 }
@@ -266,7 +278,10 @@ kernel! {
         n_out: U32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    grid(a) = gemv_config(a.n_out as u64, a.rows),
+        shape(levers) = shape::projection(LINEAR_RESIDUAL_ADD, a.config(), &LINEAR_RESIDUAL_ADD_STREAM, Dims {
+            features: a.n_out as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     LINEAR_RESIDUAL_ADD = "gemv::linear_residual_add" =>
         twin twin::linear_residual_add, emit emit_linear_residual_add;
 }
@@ -285,24 +300,16 @@ kernel! {
         eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    grid(a) = gemv_config(a.vocab as u64, a.rows),
+        shape(levers) = shape::projection(ADD_NORM_LM_HEAD, a.config(), &ADD_NORM_LM_HEAD_STREAM, Dims {
+            features: a.vocab as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
     ADD_NORM_LM_HEAD = "gemv::add_norm_lm_head" =>
         twin twin::add_norm_lm_head, emit emit_add_norm_lm_head;
 }
 
 /// The widest head `gemv::qkv_rope_kv` stages (`GEMV_HEAD_DIM_MAX` in gemv.cu).
 pub(crate) const HEAD_DIM_MAX: u32 = 256;
-
-/// One block per group of 8 rows (`grid.x`) and per head (`grid.y`: q heads, then k heads, then
-/// v heads), each owning the whole head.
-fn qkv_heads_config(rows: u32, heads: u32, kv_heads: u32) -> LaunchConfig {
-    let blocks = (heads as u64 + 2 * kv_heads as u64).clamp(1, MAX_GRID_Y) as u32;
-    LaunchConfig {
-        grid: [rows.div_ceil(ROWS_PER_BLOCK).max(1), blocks, 1],
-        block: [256, 1, 1],
-        shared_bytes: 0,
-    }
-}
 
 kernel! {
     /// (h f32 + d bf16 when d is present → h_out f32, optional), RMSNorm (weight wn), the q/k/v
@@ -339,7 +346,8 @@ kernel! {
         qk_eps: F32,
         scratch: InOutOpt<f32>,
     }
-    grid(a) = qkv_heads_config(a.rows, a.heads, a.kv_heads);
+    grid(a) = qkv_heads_config(a.rows, a.heads, a.kv_heads),
+        shape(levers) = shape::heads(a, levers);
     QKV_ROPE_KV = "gemv::qkv_rope_kv" => twin twin::qkv_rope_kv, emit emit_qkv_rope_kv;
 }
 
@@ -372,462 +380,6 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     QkvRopeKv::DECLS,
     reset::CountersReset::DECLS,
 ];
-
-// ---- emitters ------------------------------------------------------------------------------
-
-fn emit_linear(v: &View<'_>) -> R {
-    let l = v.op(OpKind::Linear, None)?;
-    let args = Linear {
-        x: v.input(l, 0)?,
-        w: v.weight(l, 0)?,
-        bias: v.weight_opt(l, 1),
-        y: v.output(l, 0)?,
-        rows: v.rows(),
-        k: v.u32(l, "in")?,
-        n_out: v.u32(l, "out")?,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, args, LINEAR, LINEAR_STREAM, a => a.n_out as u64),
-    ])
-}
-
-fn emit_lm_head(v: &View<'_>) -> R {
-    // The LM head and an MoE router are the same f32-output projection.
-    let (h, vocab) = match v.op(OpKind::LmHead, None) {
-        Ok(h) => (h, v.u32(h, "vocab")?),
-        Err(_) => {
-            let r = v.op(OpKind::Router, None)?;
-            (r, v.u32(r, "experts")?)
-        }
-    };
-    let args = LmHead {
-        x: v.input(h, 0)?,
-        w: v.weight(h, 0)?,
-        logits: v.output(h, 0)?,
-        rows: v.rows(),
-        k: v.u32(h, "hidden")?,
-        vocab,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, args, LM_HEAD, LM_HEAD_STREAM, a => a.vocab as u64),
-    ])
-}
-
-fn emit_norm_linear(v: &View<'_>) -> R {
-    let (n, l) = (v.op(OpKind::RmsNorm, None)?, v.op(OpKind::Linear, None)?);
-    let args = NormLinear {
-        h: v.input(n, 0)?,
-        wn: v.weight(n, 0)?,
-        w: v.weight(l, 0)?,
-        bias: v.weight_opt(l, 1),
-        y: v.output(l, 0)?,
-        rows: v.rows(),
-        k: v.u32(l, "in")?,
-        n_out: v.u32(l, "out")?,
-        eps: v.f32(n, "eps")?,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, args, NORM_LINEAR, NORM_LINEAR_STREAM, a => a.n_out as u64),
-    ])
-}
-
-/// The q/k/v projections of a group (`q_proj`, `k_proj`, `v_proj` linears): the arguments
-/// every qkv kernel takes after its input.
-struct Projections<'a> {
-    q_op: &'a Op,
-    w: [Buf; 3],
-    bias: [Option<Buf>; 3],
-    ops: [&'a Op; 3],
-    k: u32,
-    nq: u32,
-    nkv: u32,
-}
-
-fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
-    let mut ops = Vec::with_capacity(3);
-    for role in ["q_proj", "k_proj", "v_proj"] {
-        ops.push(v.op(OpKind::Linear, Some(role))?);
-    }
-    let (q, k, vp) = (ops[0], ops[1], ops[2]);
-    Ok(Projections {
-        q_op: q,
-        w: [v.weight(q, 0)?, v.weight(k, 0)?, v.weight(vp, 0)?],
-        bias: [v.weight_opt(q, 1), v.weight_opt(k, 1), v.weight_opt(vp, 1)],
-        ops: [q, k, vp],
-        k: v.u32(q, "in")?,
-        nq: v.u32(q, "out")?,
-        nkv: v.u32(k, "out")?,
-    })
-}
-
-impl Projections<'_> {
-    /// The q, k and v buffers (the plain qkv kernels store them).
-    fn outputs(&self, v: &View<'_>) -> Result<[Buf; 3], ExecError> {
-        let [q, k, vp] = self.ops;
-        Ok([v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?])
-    }
-}
-
-fn emit_qkv(v: &View<'_>) -> R {
-    let p = projections(v)?;
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
-    let x = v.input(p.q_op, 0)?;
-    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
-    let a = Qkv {
-        x,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        q,
-        k_out,
-        v: vo,
-        rows,
-        k,
-        nq,
-        nkv,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, a, QKV, QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
-    ])
-}
-
-fn emit_norm_qkv(v: &View<'_>) -> R {
-    let (p, n) = (projections(v)?, v.op(OpKind::RmsNorm, None)?);
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
-    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
-    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
-    let a = NormQkv {
-        h,
-        wn,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        q,
-        k_out,
-        v: vo,
-        rows,
-        k,
-        nq,
-        nkv,
-        eps,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, a, NORM_QKV, NORM_QKV_STREAM, a => qkv_features(a.nq, a.nkv)),
-    ])
-}
-
-fn emit_add_norm_qkv(v: &View<'_>) -> R {
-    let p = projections(v)?;
-    let (a, n) = (
-        v.op(OpKind::ResidualAdd, None)?,
-        v.op(OpKind::RmsNorm, None)?,
-    );
-    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
-    let (h, d, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
-    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
-    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
-    let args = AddNormQkv {
-        h,
-        d,
-        wn,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        h_out,
-        q,
-        k_out,
-        v: vo,
-        rows,
-        k,
-        nq,
-        nkv,
-        eps,
-        scratch: None,
-    };
-    Ok(vec![gemv_launch!(
-        v,
-        args,
-        ADD_NORM_QKV,
-        ADD_NORM_QKV_STREAM,
-        a => qkv_features(a.nq, a.nkv)
-    )])
-}
-
-/// Gate and up are the projections feeding SiLU·mul's first and second input: their weights,
-/// the activation output, the input width and the intermediate width.
-struct GateUp<'a> {
-    gate: &'a Op,
-    wg: Buf,
-    wu: Buf,
-    act: Buf,
-    k: u32,
-    inter: u32,
-}
-
-fn gate_up<'a>(v: &View<'a>) -> Result<GateUp<'a>, ExecError> {
-    let s = v.op(OpKind::SiluMul, None)?;
-    let (g, u) = (v.producer_in_group(s, 0)?, v.producer_in_group(s, 1)?);
-    Ok(GateUp {
-        gate: g,
-        wg: v.weight(g, 0)?,
-        wu: v.weight(u, 0)?,
-        act: v.output(s, 0)?,
-        k: v.u32(g, "in")?,
-        inter: v.u32(g, "out")?,
-    })
-}
-
-fn emit_gate_up_silu(v: &View<'_>) -> R {
-    let GateUp {
-        gate,
-        wg,
-        wu,
-        act,
-        k,
-        inter,
-    } = gate_up(v)?;
-    let x = v.input(gate, 0)?;
-    let a = GateUpSilu {
-        x,
-        wg,
-        wu,
-        act,
-        rows: v.rows(),
-        k,
-        inter,
-        scratch: None,
-    };
-    Ok(vec![
-        gemv_launch!(v, a, GATE_UP_SILU, GATE_UP_SILU_STREAM, a => a.inter as u64, nw 2),
-    ])
-}
-
-fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
-    let (
-        GateUp {
-            wg,
-            wu,
-            act,
-            k,
-            inter,
-            ..
-        },
-        n,
-    ) = (gate_up(v)?, v.op(OpKind::RmsNorm, None)?);
-    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
-    let a = NormGateUpSilu {
-        h,
-        wn,
-        wg,
-        wu,
-        act,
-        rows: v.rows(),
-        k,
-        inter,
-        eps,
-        scratch: None,
-    };
-    Ok(vec![gemv_launch!(
-        v,
-        a,
-        NORM_GATE_UP_SILU,
-        NORM_GATE_UP_SILU_STREAM,
-        a => a.inter as u64,
-        nw 2
-    )])
-}
-
-fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
-    let GateUp {
-        wg,
-        wu,
-        act,
-        k,
-        inter,
-        ..
-    } = gate_up(v)?;
-    let (a, n) = (
-        v.op(OpKind::ResidualAdd, None)?,
-        v.op(OpKind::RmsNorm, None)?,
-    );
-    let (h, o, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
-    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
-    let rows = v.rows();
-    let args = AddNormGateUpSilu {
-        h,
-        o,
-        wn,
-        wg,
-        wu,
-        h_out,
-        act,
-        rows,
-        k,
-        inter,
-        eps,
-        scratch: None,
-    };
-    Ok(vec![gemv_launch!(
-        v,
-        args,
-        ADD_NORM_GATE_UP_SILU,
-        ADD_NORM_GATE_UP_SILU_STREAM,
-        a => a.inter as u64,
-        nw 2
-    )])
-}
-
-fn emit_linear_residual_add(v: &View<'_>) -> R {
-    let (l, a) = (
-        v.op(OpKind::Linear, None)?,
-        v.op(OpKind::ResidualAdd, None)?,
-    );
-    let args = LinearResidualAdd {
-        x: v.input(l, 0)?,
-        w: v.weight(l, 0)?,
-        bias: v.weight_opt(l, 1),
-        h: v.input(a, 0)?,
-        h_out: v.output(a, 0)?,
-        rows: v.rows(),
-        k: v.u32(l, "in")?,
-        n_out: v.u32(l, "out")?,
-        scratch: None,
-    };
-    Ok(vec![gemv_launch!(
-        v,
-        args,
-        LINEAR_RESIDUAL_ADD,
-        LINEAR_RESIDUAL_ADD_STREAM,
-        a => a.n_out as u64
-    )])
-}
-
-fn emit_add_norm_lm_head(v: &View<'_>) -> R {
-    let (a, n, h) = (
-        v.op(OpKind::ResidualAdd, None)?,
-        v.op(OpKind::RmsNorm, None)?,
-        v.op(OpKind::LmHead, None)?,
-    );
-    let args = AddNormLmHead {
-        h: v.input(a, 0)?,
-        d: v.input(a, 1)?,
-        wn: v.weight(n, 0)?,
-        w: v.weight(h, 0)?,
-        logits: v.output(h, 0)?,
-        rows: v.rows(),
-        k: v.u32(h, "hidden")?,
-        vocab: v.u32(h, "vocab")?,
-        eps: v.f32(n, "eps")?,
-        scratch: None,
-    };
-    Ok(vec![gemv_launch!(
-        v,
-        args,
-        ADD_NORM_LM_HEAD,
-        ADD_NORM_LM_HEAD_STREAM,
-        a => a.vocab as u64
-    )])
-}
-
-/// Every variant of the q/k/v-with-rope rules: the residual add when the group has one, the
-/// input norm, the projections, qk-norm when the group has one, rope and the KV write.
-fn emit_qkv_rope_kv(v: &View<'_>) -> R {
-    let p = projections(v)?;
-    let n = v.op(OpKind::RmsNorm, None)?;
-    let (r, w) = (v.op(OpKind::Rope, None)?, v.op(OpKind::KvWrite, None)?);
-    let (h, d, h_out) = if v.has(OpKind::ResidualAdd) {
-        let a = v.op(OpKind::ResidualAdd, None)?;
-        (v.input(a, 0)?, Some(v.input(a, 1)?), v.output_opt(a, 0)?)
-    } else {
-        (v.input(n, 0)?, None, None)
-    };
-    let (qwn, kwn, qk_eps) = if v.has(OpKind::QkNorm) {
-        let qn = v.op(OpKind::QkNorm, None)?;
-        (
-            Some(v.weight(qn, 0)?),
-            Some(v.weight(qn, 1)?),
-            v.f32(qn, "eps")?,
-        )
-    } else {
-        (None, None, 0.0)
-    };
-    let head_dim = v.u32(r, "head_dim")?;
-    if head_dim > HEAD_DIM_MAX {
-        return Err(v.err(format!(
-            "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
-        )));
-    }
-    let (rows, [wq, wk, wv], [bq, bk, bv]) = (v.rows(), p.w, p.bias);
-    let args = QkvRopeKv {
-        h,
-        d,
-        wn: v.weight(n, 0)?,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        qwn,
-        kwn,
-        positions: v.meta(MetaField::Positions),
-        inv_freq: v.inv_freq(),
-        slot_mapping: v.meta(MetaField::SlotMapping),
-        h_out,
-        q_out: v.output(r, 0)?,
-        cache: v.state_of(w.outputs[0])?,
-        rows,
-        k: p.k,
-        heads: v.u32(r, "heads")?,
-        kv_heads: v.u32(r, "kv_heads")?,
-        head_dim,
-        rotary_dim: v.u32(r, "rotary_dim")?,
-        block_size: v.kv_block_size(),
-        num_pages: v.kv_pages(),
-        eps: v.f32(n, "eps")?,
-        qk_eps,
-        scratch: None,
-    };
-    Ok(vec![head_split_launch(v, args)])
-}
-
-/// `qkv_rope_kv`'s launch: each head split into `split::head_parts` blocks through the group's
-/// stream's scratch slot, unless lever `gemv_unsplit` is on or the slot cannot hold it.
-fn head_split_launch(v: &View<'_>, mut args: QkvRopeKv) -> super::Launch {
-    let mut config = args.config();
-    if !v.lever(split::GEMV_UNSPLIT) {
-        let features = qkv_features(args.heads, args.kv_heads) * args.head_dim as u64;
-        let sizing = split::Sizing::of(v.lever(split::SPLIT_RESIDENT));
-        let parts = split::head_parts(config.grid, args.rows, features, args.head_dim, sizing);
-        let words = split::head_scratch_words(config.grid, args.rows, features);
-        if let (true, Some(words)) = (parts > 1, words) {
-            if let Some(scratch) = v.gemv_scratch(words * 4) {
-                args.scratch = Some(scratch);
-                config.grid[1] *= parts;
-            }
-        }
-    }
-    let entry = if v.lever(QKV_NORM_AHEAD) {
-        QKV_ROPE_KV_AHEAD
-    } else {
-        QKV_ROPE_KV
-    };
-    args.launch_with(entry, config)
-}
 
 /// The lever that launches `qkv_rope_kv` as its `_ahead` entry (A/B timing; the same bytes).
 pub const QKV_NORM_AHEAD: &str = "qkv_norm_ahead";

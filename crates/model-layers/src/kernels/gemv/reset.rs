@@ -7,15 +7,15 @@
 //! kernel: `program::compile` launches it before the plan's steps, on stream 0, which every
 //! other stream forks from.
 
-use solder_circuit::ir::{Attr, Op};
+use solder_circuit::ir::Circuit;
 use solder_circuit::OpKind;
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
 use super::split;
-use crate::bind::Bindings;
-use crate::emit::{View, R};
 use crate::kernels::attn::fold::{self, O_SCRATCH_HEADER_WORDS};
+use crate::kernels::attrs::widest;
 use crate::kernels::decl::{kernel, Launch};
+use crate::kernels::emit_view::{View, R};
 use crate::kernels::Buf;
 
 /// Blocks of the reset (grid-stride over the counters): one per SM of an H200 at most.
@@ -92,55 +92,43 @@ fn emit_counters_reset(v: &View<'_>) -> R {
     ))
 }
 
-fn attr(op: &Op, key: &str) -> Option<usize> {
-    op.attrs.iter().find_map(|(k, v)| match v {
-        Attr::Int(v) if k == key && *v > 0 => Some(*v as usize),
-        _ => None,
-    })
+/// The workspace's split-kernel scratch regions, each its whole extent (the layout's): the
+/// attention scratch, the o-fold scratch, and every stream's gemv split slot of `gemv_slot_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct ScratchRegions {
+    pub attn: Buf,
+    pub o_fold: Buf,
+    pub gemv: Buf,
+    pub gemv_slot_bytes: usize,
 }
 
-/// The reset launch of `bind`'s program: every counter its attention, o-fold and gemv split
-/// launches may use at its rows (the regions the layout holds); `None` when it has none.
-pub fn counters_reset_launch(bind: &Bindings<'_>) -> Option<Launch> {
-    let layout = bind.layout;
-    let rows = bind.rows();
-    let widest = |kind: OpKind, role: Option<&str>, key: &str| {
-        bind.circuit
-            .ops
-            .iter()
-            .filter(|op| op.kind == kind && role.is_none_or(|r| op.role == r))
-            .filter_map(|op| attr(op, key))
-            .max()
-            .unwrap_or(0)
-    };
+/// The reset launch of a program of `circuit` at `rows` rows: every counter its attention,
+/// o-fold and gemv split launches may use (within `regions`); `None` when it has none.
+pub fn counters_reset_launch(
+    circuit: &Circuit,
+    rows: usize,
+    regions: &ScratchRegions,
+) -> Option<Launch> {
+    let widest = |kind, role, key| widest(circuit, kind, role, key);
     let heads = widest(OpKind::Attention, None, "heads");
     let head_dim = widest(OpKind::Attention, None, "head_dim");
-    let region = |offset: usize, bytes: usize, limit: usize| {
-        (bytes > 0 && bytes <= limit).then(|| Buf::new(bind.workspace.offset(offset), bytes))
+    let region = |whole: Buf, bytes: usize| {
+        (bytes > 0 && bytes <= whole.bytes).then(|| Buf::new(whole.ptr, bytes))
     };
     // Attention: one counter per (row, head) slot of 1 + ATTN_SPLITS · (head_dim + 2) words.
     let attn_bytes = crate::kernels::attn::scratch_bytes(rows, heads, head_dim);
-    let attn = region(
-        layout.attn_scratch_offset,
-        attn_bytes,
-        layout.attn_scratch_bytes,
-    );
+    let attn = region(regions.attn, attn_bytes);
     let attn_count = rows * heads;
     let attn_stride = (attn_bytes / 4).checked_div(attn_count).unwrap_or(0);
     // The o fold: one counter per row slot of O_SCRATCH_HEADER_WORDS + heads · n_out words.
     let n_out = widest(OpKind::Linear, Some("o_proj"), "out");
     let ofold_bytes = fold::o_scratch_bytes(rows, heads, n_out);
-    let ofold = region(layout.o_scratch_offset, ofold_bytes, layout.o_scratch_bytes);
+    let ofold = region(regions.o_fold, ofold_bytes);
     let ofold_stride = O_SCRATCH_HEADER_WORDS + heads * n_out;
     // gemv: the counters at the start of every stream's slot.
-    let slot = layout.gemv_slot_bytes;
-    let gemv_slots = layout.gemv_scratch_bytes.checked_div(slot).unwrap_or(0);
-    let gemv = region(
-        layout.gemv_scratch_offset,
-        gemv_slots * slot,
-        layout.gemv_scratch_bytes,
-    )
-    .filter(|_| slot >= split::COUNTERS * 4);
+    let slot = regions.gemv_slot_bytes;
+    let gemv_slots = regions.gemv.bytes.checked_div(slot).unwrap_or(0);
+    let gemv = region(regions.gemv, gemv_slots * slot).filter(|_| slot >= split::COUNTERS * 4);
     if attn.is_none() && ofold.is_none() && gemv.is_none() {
         return None;
     }

@@ -14,10 +14,13 @@
 //! `Layout::gemv_scratch_offset`, each of `slot_bytes`: a bound on what a projection launch
 //! could use, at most `SLOT_BYTES`): `COUNTERS` u32 arrival counters [row group][feature]
 //! (zero between launches: the merging warp sets its counter back), then the partials f32
-//! [segment][weight row][row][feature]. A launch whose counters or partials would not fit its
-//! slot is not split.
+//! [segment][weight row][row][feature]. A launch whose counters or partials would pass
+//! `COUNTERS` or `PARTIAL_WORDS` is not split (its declared shape says so); one whose shape
+//! asks for more than its stream's slot holds is an error at build (`View::gemv_scratch`).
 
-use solder_circuit::ir::{Attr, Circuit, Op};
+use solder_circuit::ir::Circuit;
+
+use crate::kernels::attrs::positive as attr;
 use solder_circuit::{ExecutionPlan, OpKind};
 
 /// The lever that keeps every streaming launch unsplit (A/B timing; the same bytes).
@@ -182,15 +185,9 @@ pub fn splits(
 /// × the most features one launch has (three projections' outputs for q/k/v, two for gate/up,
 /// the vocabulary, the experts), which also holds a split head's values (one word per row and
 /// feature) — at most `SLOT_BYTES`; zero without projections. Bounded from the circuit's ops, not from the plans' groups: plans of
-/// other circuits (a draft head's) share the workspace; a launch whose need exceeds its slot
-/// runs unsplit.
+/// other circuits (a draft head's) share the workspace; a launch whose declared shape needs
+/// more than the slot is refused at build, naming the kernel and both sizes.
 pub fn slot_bytes(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
-    let attr = |op: &Op, key: &str| {
-        op.attrs.iter().find_map(|(k, v)| match v {
-            Attr::Int(v) if k == key && *v > 0 => Some(*v as u64),
-            _ => None,
-        })
-    };
     let (mut k, mut features) = (0u64, 0u64);
     for op in &circuit.ops {
         let (depth, width) = match op.kind {

@@ -4,7 +4,7 @@
 
 use solder_gpu_runtime::LaunchConfig;
 
-use super::{FEATURES_PER_BLOCK, MAX_GRID_Y};
+use super::shape::{FEATURES_PER_BLOCK, MAX_GRID_Y};
 
 /// The lever that keeps the classic entries (A/B timing; the same bytes).
 pub const GEMV_CLASSIC: &str = "gemv_classic";
@@ -131,44 +131,6 @@ macro_rules! streaming {
             )+
         ];
     };
-}
-
-/// The launch of a gemv kernel's arguments `$args`: its streaming entry for the plan's rows,
-/// split over k (`split::splits`, with the group's stream's scratch slot) unless lever
-/// `gemv_unsplit` is on, or the classic kernel under `gemv_classic`. `$a => $features` names
-/// the output features; `nw` the weight rows per feature (2 for gate/up; 1 when omitted).
-macro_rules! gemv_launch {
-    ($v:expr, $args:expr, $classic:expr, $stream:expr, $a:ident => $features:expr) => {
-        gemv_launch!($v, $args, $classic, $stream, $a => $features, nw 1)
-    };
-    ($v:expr, $args:expr, $classic:expr, $stream:expr, $a:ident => $features:expr, nw $nw:expr) => {{
-        let mut args = $args;
-        match entry($v.lever(GEMV_CLASSIC), args.rows) {
-            Entry::Classic => args.launch($classic),
-            Entry::Stream(tile) => {
-                let features = {
-                    let $a = &args;
-                    $features
-                };
-                let mut config = stream_config(features, args.rows, args.k, tile);
-                if !$v.lever(split::GEMV_UNSPLIT) {
-                    let stage = stage_elems(tile);
-                    let sizing = split::Sizing::of($v.lever(split::SPLIT_RESIDENT));
-                    let z = split::splits(
-                        config.grid, features, args.rows, args.k, $nw, stage, sizing,
-                    );
-                    let words = split::scratch_words(config.grid, features, args.rows, args.k, $nw);
-                    if let (true, Some(words)) = (z > 1, words) {
-                        if let Some(scratch) = $v.gemv_scratch(words * 4) {
-                            args.scratch = Some(scratch);
-                            config.grid[2] = z;
-                        }
-                    }
-                }
-                args.launch_with($stream[tile.index()], config)
-            }
-        }
-    }};
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use solder_gpu_runtime::LaunchConfig;
 
 use super::decl::kernel;
 use super::grid::elementwise;
-use crate::emit::{View, R};
 use crate::error::ExecError;
+use crate::kernels::emit_view::{View, R};
 
 /// Threads of a routing block (one row).
 const ROUTE_THREADS: u32 = 256;

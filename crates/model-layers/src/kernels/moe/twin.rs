@@ -15,8 +15,8 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::{CombineSharedArgs, DownArgs, GateUpSiluArgs, RouterTopkArgs, TopkSoftmaxArgs};
 use crate::kernels::act::sigmoid;
+use crate::kernels::args::{macs, size, threads_for, Dim};
 use crate::kernels::gemv::matvec::{for_each_dot, Widened};
-use crate::kernels::view::{macs, size, threads_for, Dim};
 use crate::numerics::{linear_value, silu_mul_value, to_bf16, to_f32};
 
 /// Output features per work tile of the expert projections (fixed, so the split never

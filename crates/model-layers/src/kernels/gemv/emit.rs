@@ -1,0 +1,449 @@
+//! gemv's emitters: a plan group → its one launch, in the shape its declaration answers
+//! (`shape`), with the stream's split-K scratch slot when the shape splits (a slot too small
+//! for it is an error naming the kernel and both sizes, never an unsplit launch).
+
+use solder_circuit::ir::{MetaField, Op};
+use solder_circuit::OpKind;
+use solder_config::Levers;
+
+use super::*;
+use crate::error::ExecError;
+use crate::kernels::decl::Shape;
+use crate::kernels::emit_view::{View, R};
+use crate::kernels::{Buf, Launch};
+
+/// A gemv kernel's arguments: their declared shape, and where the split scratch goes.
+pub(super) trait Split: Sized {
+    fn shape(&self, levers: &Levers) -> Shape<Self>;
+    fn set_scratch(&mut self, scratch: Buf);
+    fn launch_in(self, shape: Shape<Self>) -> Launch;
+}
+
+macro_rules! split_args {
+    ($($kind:ident),+ $(,)?) => {$(
+        impl Split for $kind {
+            fn shape(&self, levers: &Levers) -> Shape<Self> {
+                $kind::shape(self, levers)
+            }
+
+            fn set_scratch(&mut self, scratch: Buf) {
+                self.scratch = Some(scratch);
+            }
+
+            fn launch_in(self, shape: Shape<Self>) -> Launch {
+                $kind::launch_in(self, shape)
+            }
+        }
+    )+};
+}
+
+split_args!(
+    Linear,
+    LmHead,
+    NormLinear,
+    Qkv,
+    NormQkv,
+    AddNormQkv,
+    GateUpSilu,
+    NormGateUpSilu,
+    AddNormGateUpSilu,
+    LinearResidualAdd,
+    AddNormLmHead,
+    QkvRopeKv,
+);
+
+/// The launch of `args` in the shape their declaration answers under the build's levers.
+fn launch<K: Split>(v: &View<'_>, mut args: K) -> Result<Launch, ExecError> {
+    let shape = args.shape(v.levers());
+    if shape.scratch_bytes > 0 {
+        let entry = shape.entry.as_str();
+        args.set_scratch(v.gemv_scratch(entry, shape.splits, shape.scratch_bytes)?);
+    }
+    Ok(args.launch_in(shape))
+}
+
+pub(super) fn emit_linear(v: &View<'_>) -> R {
+    let l = v.op(OpKind::Linear, None)?;
+    let args = Linear {
+        x: v.input(l, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        y: v.output(l, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+pub(super) fn emit_lm_head(v: &View<'_>) -> R {
+    // The LM head and an MoE router are the same f32-output projection.
+    let (h, vocab) = match v.op(OpKind::LmHead, None) {
+        Ok(h) => (h, v.u32(h, "vocab")?),
+        Err(_) => {
+            let r = v.op(OpKind::Router, None)?;
+            (r, v.u32(r, "experts")?)
+        }
+    };
+    let args = LmHead {
+        x: v.input(h, 0)?,
+        w: v.weight(h, 0)?,
+        logits: v.output(h, 0)?,
+        rows: v.rows(),
+        k: v.u32(h, "hidden")?,
+        vocab,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+pub(super) fn emit_norm_linear(v: &View<'_>) -> R {
+    let (n, l) = (v.op(OpKind::RmsNorm, None)?, v.op(OpKind::Linear, None)?);
+    let args = NormLinear {
+        h: v.input(n, 0)?,
+        wn: v.weight(n, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        y: v.output(l, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+        eps: v.f32(n, "eps")?,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+/// The q/k/v projections of a group (`q_proj`, `k_proj`, `v_proj` linears): the arguments
+/// every qkv kernel takes after its input.
+struct Projections<'a> {
+    q_op: &'a Op,
+    w: [Buf; 3],
+    bias: [Option<Buf>; 3],
+    ops: [&'a Op; 3],
+    k: u32,
+    nq: u32,
+    nkv: u32,
+}
+
+fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
+    let mut ops = Vec::with_capacity(3);
+    for role in ["q_proj", "k_proj", "v_proj"] {
+        ops.push(v.op(OpKind::Linear, Some(role))?);
+    }
+    let (q, k, vp) = (ops[0], ops[1], ops[2]);
+    Ok(Projections {
+        q_op: q,
+        w: [v.weight(q, 0)?, v.weight(k, 0)?, v.weight(vp, 0)?],
+        bias: [v.weight_opt(q, 1), v.weight_opt(k, 1), v.weight_opt(vp, 1)],
+        ops: [q, k, vp],
+        k: v.u32(q, "in")?,
+        nq: v.u32(q, "out")?,
+        nkv: v.u32(k, "out")?,
+    })
+}
+
+impl Projections<'_> {
+    /// The q, k and v buffers (the plain qkv kernels store them).
+    fn outputs(&self, v: &View<'_>) -> Result<[Buf; 3], ExecError> {
+        let [q, k, vp] = self.ops;
+        Ok([v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?])
+    }
+}
+
+pub(super) fn emit_qkv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
+    let x = v.input(p.q_op, 0)?;
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let a = Qkv {
+        x,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+        scratch: None,
+    };
+    Ok(vec![launch(v, a)?])
+}
+
+pub(super) fn emit_norm_qkv(v: &View<'_>) -> R {
+    let (p, n) = (projections(v)?, v.op(OpKind::RmsNorm, None)?);
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
+    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let a = NormQkv {
+        h,
+        wn,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+        eps,
+        scratch: None,
+    };
+    Ok(vec![launch(v, a)?])
+}
+
+pub(super) fn emit_add_norm_qkv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let (a, n) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+    );
+    let (rows, [wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (v.rows(), p.w, p.bias, p.outputs(v)?);
+    let (h, d, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
+    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
+    let (k, nq, nkv) = (p.k, p.nq, p.nkv);
+    let args = AddNormQkv {
+        h,
+        d,
+        wn,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        h_out,
+        q,
+        k_out,
+        v: vo,
+        rows,
+        k,
+        nq,
+        nkv,
+        eps,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+/// Gate and up are the projections feeding SiLU·mul's first and second input: their weights,
+/// the activation output, the input width and the intermediate width.
+struct GateUp<'a> {
+    gate: &'a Op,
+    wg: Buf,
+    wu: Buf,
+    act: Buf,
+    k: u32,
+    inter: u32,
+}
+
+fn gate_up<'a>(v: &View<'a>) -> Result<GateUp<'a>, ExecError> {
+    let s = v.op(OpKind::SiluMul, None)?;
+    let (g, u) = (v.producer_in_group(s, 0)?, v.producer_in_group(s, 1)?);
+    Ok(GateUp {
+        gate: g,
+        wg: v.weight(g, 0)?,
+        wu: v.weight(u, 0)?,
+        act: v.output(s, 0)?,
+        k: v.u32(g, "in")?,
+        inter: v.u32(g, "out")?,
+    })
+}
+
+pub(super) fn emit_gate_up_silu(v: &View<'_>) -> R {
+    let GateUp {
+        gate,
+        wg,
+        wu,
+        act,
+        k,
+        inter,
+    } = gate_up(v)?;
+    let x = v.input(gate, 0)?;
+    let a = GateUpSilu {
+        x,
+        wg,
+        wu,
+        act,
+        rows: v.rows(),
+        k,
+        inter,
+        scratch: None,
+    };
+    Ok(vec![launch(v, a)?])
+}
+
+pub(super) fn emit_norm_gate_up_silu(v: &View<'_>) -> R {
+    let (
+        GateUp {
+            wg,
+            wu,
+            act,
+            k,
+            inter,
+            ..
+        },
+        n,
+    ) = (gate_up(v)?, v.op(OpKind::RmsNorm, None)?);
+    let (h, wn, eps) = (v.input(n, 0)?, v.weight(n, 0)?, v.f32(n, "eps")?);
+    let a = NormGateUpSilu {
+        h,
+        wn,
+        wg,
+        wu,
+        act,
+        rows: v.rows(),
+        k,
+        inter,
+        eps,
+        scratch: None,
+    };
+    Ok(vec![launch(v, a)?])
+}
+
+pub(super) fn emit_add_norm_gate_up_silu(v: &View<'_>) -> R {
+    let GateUp {
+        wg,
+        wu,
+        act,
+        k,
+        inter,
+        ..
+    } = gate_up(v)?;
+    let (a, n) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+    );
+    let (h, o, h_out) = (v.input(a, 0)?, v.input(a, 1)?, v.output_opt(a, 0)?);
+    let (wn, eps) = (v.weight(n, 0)?, v.f32(n, "eps")?);
+    let rows = v.rows();
+    let args = AddNormGateUpSilu {
+        h,
+        o,
+        wn,
+        wg,
+        wu,
+        h_out,
+        act,
+        rows,
+        k,
+        inter,
+        eps,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+pub(super) fn emit_linear_residual_add(v: &View<'_>) -> R {
+    let (l, a) = (
+        v.op(OpKind::Linear, None)?,
+        v.op(OpKind::ResidualAdd, None)?,
+    );
+    let args = LinearResidualAdd {
+        x: v.input(l, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        h: v.input(a, 0)?,
+        h_out: v.output(a, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+pub(super) fn emit_add_norm_lm_head(v: &View<'_>) -> R {
+    let (a, n, h) = (
+        v.op(OpKind::ResidualAdd, None)?,
+        v.op(OpKind::RmsNorm, None)?,
+        v.op(OpKind::LmHead, None)?,
+    );
+    let args = AddNormLmHead {
+        h: v.input(a, 0)?,
+        d: v.input(a, 1)?,
+        wn: v.weight(n, 0)?,
+        w: v.weight(h, 0)?,
+        logits: v.output(h, 0)?,
+        rows: v.rows(),
+        k: v.u32(h, "hidden")?,
+        vocab: v.u32(h, "vocab")?,
+        eps: v.f32(n, "eps")?,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+/// Every variant of the q/k/v-with-rope rules: the residual add when the group has one, the
+/// input norm, the projections, qk-norm when the group has one, rope and the KV write.
+pub(super) fn emit_qkv_rope_kv(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let n = v.op(OpKind::RmsNorm, None)?;
+    let (r, w) = (v.op(OpKind::Rope, None)?, v.op(OpKind::KvWrite, None)?);
+    let (h, d, h_out) = if v.has(OpKind::ResidualAdd) {
+        let a = v.op(OpKind::ResidualAdd, None)?;
+        (v.input(a, 0)?, Some(v.input(a, 1)?), v.output_opt(a, 0)?)
+    } else {
+        (v.input(n, 0)?, None, None)
+    };
+    let (qwn, kwn, qk_eps) = if v.has(OpKind::QkNorm) {
+        let qn = v.op(OpKind::QkNorm, None)?;
+        (
+            Some(v.weight(qn, 0)?),
+            Some(v.weight(qn, 1)?),
+            v.f32(qn, "eps")?,
+        )
+    } else {
+        (None, None, 0.0)
+    };
+    let head_dim = v.u32(r, "head_dim")?;
+    if head_dim > HEAD_DIM_MAX {
+        return Err(v.err(format!(
+            "head_dim {head_dim} is wider than the {HEAD_DIM_MAX} a block stages"
+        )));
+    }
+    let (rows, [wq, wk, wv], [bq, bk, bv]) = (v.rows(), p.w, p.bias);
+    let args = QkvRopeKv {
+        h,
+        d,
+        wn: v.weight(n, 0)?,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        qwn,
+        kwn,
+        positions: v.meta(MetaField::Positions),
+        inv_freq: v.inv_freq(),
+        slot_mapping: v.meta(MetaField::SlotMapping),
+        h_out,
+        q_out: v.output(r, 0)?,
+        cache: v.state_of(w.outputs[0])?,
+        rows,
+        k: p.k,
+        heads: v.u32(r, "heads")?,
+        kv_heads: v.u32(r, "kv_heads")?,
+        head_dim,
+        rotary_dim: v.u32(r, "rotary_dim")?,
+        block_size: v.kv_block_size(),
+        num_pages: v.kv_pages(),
+        eps: v.f32(n, "eps")?,
+        qk_eps,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
