@@ -9,31 +9,11 @@
 
 use std::marker::PhantomData;
 
-use solder_gpu_runtime::{Access, DevicePtr, KernelArg, LaunchConfig, TwinFn};
+use solder_gpu_runtime::{Access, KernelArg, LaunchConfig, TwinFn};
 
 use super::emit_view::View;
+pub use super::launch::{Buf, Launch};
 use crate::error::ExecError;
-
-/// A device byte range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Buf {
-    pub ptr: DevicePtr,
-    pub bytes: usize,
-}
-
-impl Buf {
-    pub fn new(ptr: DevicePtr, bytes: usize) -> Buf {
-        Buf { ptr, bytes }
-    }
-}
-
-/// One kernel launch: the kernel by `module::func`, its configuration and arguments.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Launch {
-    pub kernel: &'static str,
-    pub config: LaunchConfig,
-    pub args: Vec<KernelArg>,
-}
 
 /// A kernel's `module::func` name, typed by the argument struct it launches with: a launch
 /// can only carry a name its struct declares.

@@ -12,7 +12,7 @@ use solder_circuit::ir::{Attr, Binding, Circuit, MetaField, Op, StateId, TensorI
 use solder_circuit::{Group, Mode, OpKind};
 use solder_config::Levers;
 
-use super::decl::{Buf, Launch};
+use super::launch::{Buf, Launch};
 use crate::error::ExecError;
 
 /// What an emitter returns.

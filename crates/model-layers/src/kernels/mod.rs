@@ -50,6 +50,7 @@ pub(crate) mod decl;
 pub mod emit_view;
 mod grid;
 mod heads;
+mod launch;
 
 pub mod act;
 pub mod add;

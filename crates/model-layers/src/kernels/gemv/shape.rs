@@ -9,16 +9,12 @@ use solder_config::Levers;
 use solder_gpu_runtime::LaunchConfig;
 
 use super::split::{self, Sizing, GEMV_UNSPLIT, SPLIT_RESIDENT};
-use super::stream::{entry, stage_elems, stream_config, Entry, GEMV_CLASSIC};
+use super::stream::{
+    entry, stage_elems, stream_config, Entry, FEATURES_PER_BLOCK, GEMV_CLASSIC, MAX_GRID_Y,
+    ROWS_PER_BLOCK,
+};
 use super::{QkvRopeKv, QKV_NORM_AHEAD, QKV_ROPE_KV, QKV_ROPE_KV_AHEAD};
 use crate::kernels::decl::{Name, Shape};
-
-/// Output features per block (one warp each).
-pub(super) const FEATURES_PER_BLOCK: u32 = 8;
-/// Input rows per block.
-const ROWS_PER_BLOCK: u32 = 8;
-/// The most blocks `grid.y` may hold.
-pub(super) const MAX_GRID_Y: u64 = 65_535;
 
 /// The classic entries' grid: one block per 8 features (`grid.y`) and 8 rows (`grid.x`).
 pub fn gemv_config(features: u64, rows: u32) -> LaunchConfig {

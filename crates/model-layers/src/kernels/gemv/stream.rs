@@ -4,7 +4,12 @@
 
 use solder_gpu_runtime::LaunchConfig;
 
-use super::shape::{FEATURES_PER_BLOCK, MAX_GRID_Y};
+/// Output features per block (one warp each).
+pub(super) const FEATURES_PER_BLOCK: u32 = 8;
+/// Input rows per block.
+pub(super) const ROWS_PER_BLOCK: u32 = 8;
+/// The most blocks `grid.y` may hold.
+pub(super) const MAX_GRID_Y: u64 = 65_535;
 
 /// The lever that keeps the classic entries (A/B timing; the same bytes).
 pub const GEMV_CLASSIC: &str = "gemv_classic";
