@@ -1,33 +1,46 @@
-//! solder's model layers: weights (`checkpoint`, `weights`), the host side of the kernels
-//! (`kernels`: one declaration per kernel — its typed arguments and grid, CPU twin and
-//! emitter side by side, one file or folder per kernel module; `numerics`: the shared
-//! arithmetic), `emit` (plan group → launches through the kernels' emitters), `program`
-//! (plan → `Program` with final pointers), `exec` (`CircuitExec`: every program of a model in
-//! one workspace), `graphs` (the exec's step graphs: policy, cache, lifecycle, counters),
-//! `meta` (the per-step metadata: its region's layout, a step's values, their encoding and
-//! upload), `session` (`Session`: paged KV cache, state slots, prefill, decode,
-//! multi-sequence steps) and `sampling` (greedy, temperature/top-k/top-p with a seeded
-//! generator per sequence, speculative sampling's accept/resample rule).
+//! solder's model layers: a compiled model on a backend, and decoding over it.
+//!
+//! An engine reads this page first. The API is the crate root:
+//! - [`CircuitExec`] — every program of a model (one per mode and padded width) compiled into
+//!   one workspace on a backend, with its weights and KV cache: [`CircuitExec::build`] from a
+//!   [`Boot`] (the instance, the rules, the weights as a [`WeightSource`], the [`KvShape`]).
+//!   Its step graphs follow a [`GraphPolicy`] and report [`GraphCounters`].
+//! - [`Session`] — sequences on an exec: prefill, decode, multi-sequence steps, speculative
+//!   steps ([`Session::speculative_step`], [`Session::speculative_step_many`]) with a
+//!   [`Drafter`] ([`ModelDrafter`], [`MtpDrafter`], or an engine's own), sampling per
+//!   sequence ([`Sampling`]), and taking a sequence back ([`RewindPoint`]).
+//! - [`HostWeights`] and [`Checkpoint`] — weights on the host; the errors [`ExecError`],
+//!   [`SessionError`], [`WeightsError`], [`MetaError`], each naming what is at fault.
+//!
+//! Public modules, for engines that go below the root: [`kernels`] (the kernel registry, the
+//! CPU and CUDA backends loaded with every module), [`meta`] (a step's metadata, for
+//! [`CircuitExec::step_with_meta`]), [`sampling`] (the samplers and the accept rule),
+//! [`weights`] (seeded random weights, the tolerated unused tensors) and [`numerics`] (the
+//! arithmetic every CPU twin is made of).
+//!
+//! Inside, the layers import downward only: `session` → `exec` → `graphs` → `program` →
+//! `emit` → `bind` → `layout` → [`kernels`] → [`numerics`]. The map is `docs/ARCHITECTURE.md`;
+//! `examples/` shows each use.
 //!
 //! Invariants: a program reads per-step values only from the workspace's metadata region;
-//! the workspace is allocated once per `CircuitExec` and freed only after every graph that
-//! captured one of its programs is destroyed; a fused twin that its rule calls
-//! `bit_identical` performs the same arithmetic in the same order as the reference twins.
+//! the workspace is allocated once per [`CircuitExec`] and freed only after every graph that
+//! captured one of its programs is destroyed; a fused twin whose rule says `bit_identical`
+//! performs the same arithmetic in the same order as the reference twins.
 
 mod bind;
 mod bytes;
-pub mod checkpoint;
-pub mod emit;
-pub mod error;
-pub mod exec;
-pub mod graphs;
+mod checkpoint;
+mod emit;
+mod error;
+mod exec;
+mod graphs;
 pub mod kernels;
-pub mod layout;
+mod layout;
 pub mod meta;
 pub mod numerics;
-pub mod program;
+mod program;
 pub mod sampling;
-pub mod session;
+mod session;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
@@ -36,6 +49,7 @@ pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
 pub use graphs::{
     CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun,
 };
+pub use layout::Layout;
 pub use program::{Program, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{

@@ -279,7 +279,7 @@ fn route_arms_are_planned_against_the_arena_kept_and_digested() {
 
 #[test]
 fn the_arena_is_sized_for_the_largest_plan_arms_included() {
-    use solder_model_layers::layout::Layout;
+    use solder_model_layers::Layout;
     let mut backend = backend();
     let exec = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
     let primary = &exec.plans[0];
