@@ -42,7 +42,7 @@ fn combine(mut acc: [f32; LANES]) -> f32 {
     acc[0]
 }
 
-/// Σ a[i]·b[i] over the shorter length, in the lane order.
+/// Σ a\[i\]·b\[i\] over the shorter length, in the lane order.
 ///
 /// On x86-64 with AVX2 the same code is compiled with AVX2 enabled (chosen at run time): the
 /// operations and their order are unchanged, so the bits are too.
@@ -118,7 +118,7 @@ pub fn dot_bf16_lanes(a: &[bf16], b: &[bf16]) -> f32 {
     sum
 }
 
-/// Σ a[i]·b[i] with `a` in f32, in the lane order.
+/// Σ a\[i\]·b\[i\] with `a` in f32, in the lane order.
 #[inline]
 pub fn dot_f32_bf16(a: &[f32], b: &[bf16]) -> f32 {
     let len = a.len().min(b.len());
@@ -138,7 +138,7 @@ pub fn dot_f32_bf16(a: &[f32], b: &[bf16]) -> f32 {
     sum
 }
 
-/// Σ x[i]², in the lane order.
+/// Σ x\[i\]², in the lane order.
 #[inline]
 pub fn sum_squares_f32(x: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
@@ -156,7 +156,7 @@ pub fn sum_squares_f32(x: &[f32]) -> f32 {
     sum
 }
 
-/// Σ x[i]² of bf16 values, in the lane order (equal to `sum_squares_f32` of the widened row).
+/// Σ x\[i\]² of bf16 values, in the lane order (equal to `sum_squares_f32` of the widened row).
 #[inline]
 pub fn sum_squares_bf16(x: &[bf16]) -> f32 {
     let mut acc = [0.0f32; LANES];
@@ -182,7 +182,7 @@ pub fn inv_rms(ss: f32, len: usize, eps: f32) -> f32 {
     1.0 / (ss / len as f32 + eps).sqrt()
 }
 
-/// RMSNorm of an f32 row: out[i] = bf16((x[i] · inv) · w[i]).
+/// RMSNorm of an f32 row: out\[i\] = bf16((x\[i\] · inv) · w\[i\]).
 pub fn rms_norm_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     let inv = inv_rms(sum_squares_f32(x), x.len(), eps);
     for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
@@ -190,7 +190,7 @@ pub fn rms_norm_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     }
 }
 
-/// RMSNorm of a bf16 row (qk-norm, one head): out[i] = bf16((x[i] · inv) · w[i]).
+/// RMSNorm of a bf16 row (qk-norm, one head): out\[i\] = bf16((x\[i\] · inv) · w\[i\]).
 pub fn rms_norm_row_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
     let inv = inv_rms(sum_squares_bf16(x), x.len(), eps);
     for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
@@ -207,7 +207,7 @@ pub fn linear_value(acc: f32, bias: Option<bf16>) -> bf16 {
     }
 }
 
-/// One row of a projection: y[o] = bf16(dot(x, w[o]) + bias[o]), `w` is `[y.len()][x.len()]`.
+/// One row of a projection: y\[o\] = bf16(dot(x, w\[o\]) + bias\[o\]), `w` is `[y.len()]\[x.len()\]`.
 pub fn linear_row(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, y: &mut [bf16]) {
     let k = x.len();
     for (o, out) in y.iter_mut().enumerate() {
@@ -215,7 +215,7 @@ pub fn linear_row(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, y: &mut [bf16])
     }
 }
 
-/// One row of the LM head: logits[o] = dot(x, w[o]).
+/// One row of the LM head: logits\[o\] = dot(x, w\[o\]).
 pub fn lm_head_row(x: &[bf16], w: &[bf16], logits: &mut [f32]) {
     let k = x.len();
     for (o, out) in logits.iter_mut().enumerate() {
@@ -229,7 +229,7 @@ pub fn residual_value(h: f32, x: bf16) -> f32 {
     h + to_f32(x)
 }
 
-/// out[i] = h[i] + x[i].
+/// out\[i\] = h\[i\] + x\[i\].
 pub fn residual_row(h: &[f32], x: &[bf16], out: &mut [f32]) {
     for ((o, a), b) in out.iter_mut().zip(h).zip(x) {
         *o = residual_value(*a, *b);
@@ -243,7 +243,7 @@ pub fn silu_mul_value(g: bf16, u: bf16) -> bf16 {
     to_bf16((g / (1.0 + (-g).exp())) * u)
 }
 
-/// The rotary tables of one position: cos/sin of position · inv_freq[i].
+/// The rotary tables of one position: cos/sin of position · inv_freq\[i\].
 pub fn rope_cos_sin(position: i32, inv_freq: &[f32], cos: &mut [f32], sin: &mut [f32]) {
     for ((f, c), s) in inv_freq.iter().zip(cos.iter_mut()).zip(sin.iter_mut()) {
         let angle = (position as f32) * *f;
@@ -264,7 +264,7 @@ pub fn rope_head(x: &[bf16], cos: &[f32], sin: &[f32], out: &mut [bf16]) {
     out[2 * half..].copy_from_slice(&x[2 * half..]);
 }
 
-/// acc[i] += p · x[i], elementwise (so any vector width gives the same bits).
+/// acc\[i\] += p · x\[i\], elementwise (so any vector width gives the same bits).
 #[inline]
 pub fn axpy_bf16(acc: &mut [f32], p: f32, x: &[bf16]) {
     #[cfg(target_arch = "x86_64")]
@@ -290,7 +290,7 @@ fn axpy_bf16_plain(acc: &mut [f32], p: f32, x: &[bf16]) {
 
 /// Softmax attention of one query head over `seq_len` keys and values.
 ///
-/// s_j = dot(q, k_j) · scale; p_j = exp(s_j − max); out[d] = (Σ_j p_j · v_j[d]) / Σ_j p_j, every
+/// s_j = dot(q, k_j) · scale; p_j = exp(s_j − max); out\[d\] = (Σ_j p_j · v_j\[d\]) / Σ_j p_j, every
 /// sum sequential over j. `scores` and `acc` are scratch (resized here).
 pub fn attend<'k>(
     q: &[bf16],
@@ -320,7 +320,7 @@ pub fn attend<'k>(
 }
 
 /// Four dots of one f32 row (a widened bf16 row) against four bf16 rows; each is bit-identical
-/// to `dot_f32_bf16(x, w[c])`, hence to `dot_bf16` of the bf16 row `x` came from. Four
+/// to `dot_f32_bf16(x, w\[c\])`, hence to `dot_bf16` of the bf16 row `x` came from. Four
 /// independent accumulator pairs hide the add latency that bounds a single dot.
 #[inline]
 pub fn dot_1x4(x: &[f32], w: [&[bf16]; 4]) -> [f32; 4] {
@@ -347,7 +347,7 @@ pub fn dot_4x1(x: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
 /// R×C dots in AVX2, each pair with the lane order of `dot_f32_bf16`: lanes 0..8 and 8..16
 /// in two registers, the same multiply then add, the same tree, the same tail.
 ///
-/// Safety: the CPU must support AVX2, and every row of `x` and `w` must be `x[0].len()` long.
+/// Safety: the CPU must support AVX2, and every row of `x` and `w` must be `x\[0\].len()` long.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn dot_tile_avx2<const R: usize, const C: usize>(

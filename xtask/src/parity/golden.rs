@@ -1,7 +1,7 @@
-//! Golden files (`../shared/golden/README.md`): `input_ids` (I64 [T]), `logits` (F32 [T, V],
+//! Golden files (`../shared/golden/README.md`): `input_ids` (I64 \[T\]), `logits` (F32 \[T, V\],
 //! transformers' fp32 forward over the bf16 weights) and `logits_bf16` (transformers' bf16
 //! forward); for a model with an MTP draft head, optionally `mtp_logits` and
-//! `mtp_logits_bf16` (F32 [T-1, V]: the head's logits at the pairs (hidden[p], input_ids[p+1]),
+//! `mtp_logits_bf16` (F32 \[T-1, V\]: the head's logits at the pairs (hidden\[p\], input_ids\[p+1\]),
 //! `tests/fixtures/golden/generate.py`'s `mtp_reference`).
 
 use std::path::Path;
@@ -14,10 +14,10 @@ pub struct Golden {
     pub logits: Vec<f32>,
     pub logits_bf16: Vec<f32>,
     pub vocab: usize,
-    /// The MTP draft head's logits `[T-1, V]`, fp32 then bf16 (both or neither).
+    /// The MTP draft head's logits `\[T-1, V\]`, fp32 then bf16 (both or neither).
     pub mtp: Option<(Vec<f32>, Vec<f32>)>,
-    /// The head alone: transformers' fp32 final hidden rows rounded to bf16 (`[T, H]`), and the
-    /// head's logits over them `[T-1, V]`, fp32 then bf16.
+    /// The head alone: transformers' fp32 final hidden rows rounded to bf16 (`\[T, H\]`), and the
+    /// head's logits over them `\[T-1, V\]`, fp32 then bf16.
     pub mtp_head: Option<MtpHeadGolden>,
 }
 
@@ -184,20 +184,20 @@ impl Golden {
         Ok(())
     }
 
-    /// The head-alone figures against `mtp_head_logits` (`ours` `[(T-1) * V]`).
+    /// The head-alone figures against `mtp_head_logits` (`ours` `\[(T-1) * V\]`).
     pub fn compare_mtp_head(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
         let h = self.mtp_head.as_ref()?;
         Some(figures(ours, &h.logits, &h.logits_bf16, self.vocab))
     }
 
-    /// The MTP head's figures against `mtp_logits` (`ours` `[(T-1) * V]`); None without them.
+    /// The MTP head's figures against `mtp_logits` (`ours` `\[(T-1) * V\]`); None without them.
     pub fn compare_mtp(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
         let (mtp, mtp_bf16) = self.mtp.as_ref()?;
         Some(figures(ours, mtp, mtp_bf16, self.vocab))
     }
 
     /// `e`, `e_hf`, and the share of positions whose argmax matches the reference; `ours`
-    /// must be `[T * V]` like the golden.
+    /// must be `\[T * V\]` like the golden.
     pub fn compare(&self, ours: &[f32]) -> Result<GoldenFigures, String> {
         figures(ours, &self.logits, &self.logits_bf16, self.vocab)
     }
@@ -291,7 +291,7 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     max
 }
 
-/// "at position P, vocab index I: VALUE" of the first non-finite value of `[T * V]` logits.
+/// "at position P, vocab index I: VALUE" of the first non-finite value of `\[T * V\]` logits.
 pub fn non_finite(values: &[f32], vocab: usize) -> Option<String> {
     let i = values.iter().position(|x| !x.is_finite())?;
     Some(format!(

@@ -1,8 +1,8 @@
 //! The MTP draft head in parity (qwen3_next cases whose weights carry one: random weights,
 //! which give the built-in tiny Qwen3-Next a random head, or a checkpoint with `mtp.*`
-//! tensors). Per case, on execs serving draft programs (`draft_widths` [4]):
+//! tensors). Per case, on execs serving draft programs (`draft_widths` \[4\]):
 //!
-//! - the head's logits over the prompt's pairs (hidden[p], token[p+1]) (`MtpDrafter::catch_up`,
+//! - the head's logits over the prompt's pairs (hidden\[p\], token\[p+1\]) (`MtpDrafter::catch_up`,
 //!   teacher-forced) under the reference routing and all rules: identical bytes;
 //! - the target's logits of the draft-serving exec against the plain exec's decode: identical
 //!   bytes (keeping the final hidden rows for the head changes nothing the target computes);
@@ -168,7 +168,7 @@ fn head_over_prompt(
 }
 
 /// The head's teacher-forced logits over `prompt` paired with the given hidden rows (f32
-/// values of bf16, `[T, H]`) instead of the target's own.
+/// values of bf16, `\[T, H\]`) instead of the target's own.
 fn head_over_rows(
     exec: &CircuitExec,
     backend: &mut dyn GpuBackend,

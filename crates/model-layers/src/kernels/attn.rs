@@ -2,7 +2,7 @@
 //! region, and the gate split of Qwen3-Next's gated attention.
 //!
 //! Twins of `paged_decode` and `paged_causal`: the same arithmetic (`attend`), row r over its
-//! sequence's first seq_lens[r] tokens, or with a sliding window W over the last W of them
+//! sequence's first seq_lens\[r\] tokens, or with a sliding window W over the last W of them
 //! (tokens `len - W..len`; the pages before are never read nor checked); causality comes from
 //! the lengths. The GPU's
 //! cross-block scratch is checked for its length and otherwise left alone: the twin attends in
@@ -38,7 +38,7 @@ pub const ATTN_MAX_HEAD_DIM: u32 = 256;
 
 /// Bytes of the attention scratch for `rows · heads` (head, row) pairs: per pair, in
 /// `(r · heads + h)` order, one u32 arrival counter, then `ATTN_SPLITS` partials of
-/// `head_dim + 2` f32 (max, sum, acc[head_dim]). The counter sits inside its pair's slot so
+/// `head_dim + 2` f32 (max, sum, acc\[head_dim\]). The counter sits inside its pair's slot so
 /// its address does not depend on the row count: every plan of an exec shares the region and
 /// no plan's partials ever cover another plan's counter.
 pub fn scratch_bytes(rows: usize, heads: usize, head_dim: usize) -> usize {
@@ -67,11 +67,11 @@ fn attn_config(rows: u32, heads: u32) -> LaunchConfig {
 }
 
 kernel! {
-    /// Paged attention: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
-    /// seq_lens i32[rows] → out bf16[rows·heads·head_dim], through `scratch`
+    /// Paged attention: q bf16\[rows·heads·head_dim\], block_tables i32\[rows·max_blocks\],
+    /// seq_lens i32\[rows\] → out bf16\[rows·heads·head_dim\], through `scratch`
     /// (`scratch_bytes`, counters zero before the launch and left zero after it).
     /// `ATTN_SPLITS` blocks of 8 warps per (head, row). `paged_decode` takes one query row per
-    /// sequence; `paged_causal` (verify: row r attends to its sequence's first seq_lens[r]
+    /// sequence; `paged_causal` (verify: row r attends to its sequence's first seq_lens\[r\]
     /// tokens) runs the same launch and arithmetic for now (sharing K/V tiles across a kv
     /// head's query rows is the follow-up). `window`: the layer's sliding window in tokens
     /// (the last `window` tokens attended), 0 for full causal attention.
@@ -98,8 +98,8 @@ kernel! {
 }
 
 kernel! {
-    /// Splits a gated q projection (Qwen3-Next): q2 bf16[rows·heads·2·head_dim], each head
-    /// `[q | gate]` → q, gate bf16[rows·heads·head_dim]. Elementwise.
+    /// Splits a gated q projection (Qwen3-Next): q2 bf16\[rows·heads·2·head_dim\], each head
+    /// `[q | gate]` → q, gate bf16\[rows·heads·head_dim\]. Elementwise.
     pub struct GateSplit / GateSplitArgs {
         q2: In<bf16>,
         q: Out<bf16>,
@@ -242,7 +242,7 @@ impl<'c> Attention<'c> {
         })
     }
 
-    /// Elements of the output: `[rows][heads][head_dim]`.
+    /// Elements of the output: `[rows]\[heads\]\[head_dim\]`.
     pub(super) fn out_len(&self) -> usize {
         self.q.len()
     }
@@ -257,7 +257,7 @@ impl<'c> Attention<'c> {
     }
 
     /// Checks every row's length and pages, then attends each (row, head) into
-    /// `out[(r · heads + h) · head_dim..]`, rounded to bf16 (`numerics::attend`).
+    /// `out\[(r · heads + h) · head_dim..\]`, rounded to bf16 (`numerics::attend`).
     pub(super) fn run(&self, scale: f32, out: &mut [bf16]) -> Result<(), GpuError> {
         let ctx = self.ctx;
         let (heads, head_dim, block_size, max_blocks) =

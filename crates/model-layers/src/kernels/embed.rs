@@ -12,7 +12,7 @@ use crate::kernels::emit_view::{View, R};
 use crate::numerics::to_f32;
 
 kernel! {
-    /// tokens i32[rows], table bf16[vocab·hidden] → out f32[rows·hidden].
+    /// tokens i32\[rows\], table bf16\[vocab·hidden\] → out f32\[rows·hidden\].
     pub struct Embedding / EmbeddingArgs {
         tokens: In<i32>,
         table: In<bf16>,

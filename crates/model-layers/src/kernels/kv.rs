@@ -12,8 +12,8 @@ use super::heads::{Cache, CacheArgs, HeadPass};
 use crate::kernels::emit_view::{View, R};
 
 kernel! {
-    /// k, v bf16[rows·kv_heads·head_dim], slot_mapping i32[rows] → cache (one layer's region,
-    /// `[num_pages][2][block_size][kv_heads][head_dim]` bf16).
+    /// k, v bf16\[rows·kv_heads·head_dim\], slot_mapping i32\[rows\] → cache (one layer's region,
+    /// `[num_pages][2][block_size]\[kv_heads\]\[head_dim\]` bf16).
     pub struct KvWrite / KvWriteArgs {
         k: In<bf16>,
         v: In<bf16>,

@@ -21,7 +21,7 @@ use crate::numerics::{
 };
 
 kernel! {
-    /// x f32[rows·hidden], w bf16[hidden] → out bf16[rows·hidden].
+    /// x f32\[rows·hidden\], w bf16\[hidden\] → out bf16\[rows·hidden\].
     pub struct RmsNorm / RmsNormArgs {
         x: In<f32>,
         w: In<bf16>,
@@ -53,8 +53,8 @@ kernel! {
 }
 
 kernel! {
-    /// Per-head RMSNorm of q bf16[rows·heads·head_dim] and k bf16[rows·kv_heads·head_dim] with
-    /// weights wq, wk bf16[head_dim]; one block per row, one warp per head.
+    /// Per-head RMSNorm of q bf16\[rows·heads·head_dim\] and k bf16\[rows·kv_heads·head_dim\] with
+    /// weights wq, wk bf16\[head_dim\]; one block per row, one warp per head.
     pub struct QkNorm / QkNormArgs {
         q: In<bf16>,
         k: In<bf16>,
@@ -75,8 +75,8 @@ kernel! {
 
 kernel! {
     /// The MTP draft head's input (Qwen3-Next): per row, the zero-centred RMSNorm of the
-    /// token's embedding e f32[rows·hidden] (weight we) and of the target's hidden row
-    /// x bf16[rows·hidden] (weight wh), side by side: out bf16[rows·2·hidden], embedding first.
+    /// token's embedding e f32\[rows·hidden\] (weight we) and of the target's hidden row
+    /// x bf16\[rows·hidden\] (weight wh), side by side: out bf16\[rows·2·hidden\], embedding first.
     pub struct MtpPreFc / MtpPreFcArgs {
         e: In<f32>,
         x: In<bf16>,
@@ -114,7 +114,7 @@ fn each_row(f: RowNorm, x: &[f32], w: &[bf16], hidden: usize, eps: f32, out: &mu
     }
 }
 
-/// Zero-centred RMSNorm of an f32 row: out[i] = bf16((x[i] · inv) · (1 + w[i])).
+/// Zero-centred RMSNorm of an f32 row: out\[i\] = bf16((x\[i\] · inv) · (1 + w\[i\])).
 fn rms_norm_zc_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     let inv = inv_rms(sum_squares_f32(x), x.len(), eps);
     for ((o, v), g) in out.iter_mut().zip(x).zip(w) {

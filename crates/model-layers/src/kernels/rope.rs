@@ -13,8 +13,8 @@ use crate::error::ExecError;
 use crate::kernels::emit_view::{View, R};
 
 kernel! {
-    /// q bf16[rows·heads·head_dim], k bf16[rows·kv_heads·head_dim], positions i32[rows],
-    /// inv_freq f32[rotary_dim/2] → q_out, k_out.
+    /// q bf16\[rows·heads·head_dim\], k bf16\[rows·kv_heads·head_dim\], positions i32\[rows\],
+    /// inv_freq f32\[rotary_dim/2\] → q_out, k_out.
     pub struct Rope / RopeArgs {
         q: In<bf16>,
         k: In<bf16>,
@@ -33,7 +33,7 @@ kernel! {
 }
 
 kernel! {
-    /// qk-norm (weights wq, wk bf16[head_dim]) then rope.
+    /// qk-norm (weights wq, wk bf16\[head_dim\]) then rope.
     pub struct QkNormRope / QkNormRopeArgs {
         q: In<bf16>,
         k: In<bf16>,

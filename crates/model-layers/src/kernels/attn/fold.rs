@@ -5,7 +5,7 @@
 //! The twin does the kernel's steps: each (row, head)'s attention output rounded to bf16 as
 //! `paged_decode` stores it (`Attention::run`), times sigmoid(gate) rounded again when gated
 //! (`act::sigmoid_mul`'s arithmetic); then per row and output feature f, each head's partial
-//! dot p_h = dot(out[r][h], wo[f][h·head_dim..(h + 1)·head_dim]) (`numerics::dot_bf16`, one dot
+//! dot p_h = dot(out\[r\]\[h\], wo\[f\]\[h·head_dim..(h + 1)·head_dim\]) (`numerics::dot_bf16`, one dot
 //! per head), summed in head order h = 0..heads-1 from +0, the bias added and rounded to bf16
 //! (`linear_value`), added to the residual (`residual_value`). `gemv::linear` takes one dot over
 //! all heads·head_dim inputs instead, so the bits differ from the reference routing in the last
@@ -71,8 +71,8 @@ pub fn o_scratch_max(circuit: &Circuit, plans: &[&ExecutionPlan]) -> usize {
 kernel! {
     /// Paged attention (as `PagedAttention`: q, cache, block tables, seq_lens, `scratch`),
     /// then the o projection of the heads' outputs — gated first by sigmoid(gate) when `gate`
-    /// (bf16[rows·heads·head_dim]) is given — through wo bf16[n_out][heads·head_dim] and the
-    /// optional bias bf16[n_out], added to the residual h f32[rows·n_out] → h_out. Per-head
+    /// (bf16\[rows·heads·head_dim\]) is given — through wo bf16\[n_out\]\[heads·head_dim\] and the
+    /// optional bias bf16\[n_out\], added to the residual h f32\[rows·n_out\] → h_out. Per-head
     /// partial dots go through `o_scratch` (`o_scratch_bytes`, counters zero before the launch
     /// and left zero after it). The launch of `PagedAttention`.
     pub struct PagedAttentionO / PagedAttentionOArgs {

@@ -8,10 +8,10 @@
 //! `in_proj_qkvz` before `fix_query_key_value_ordering`), a conv channel row `[q kd | k kd |
 //! v vd]` (kd = nk·dk, vd = nv·dv).
 //!
-//! State lives in per-sequence slots (`slots i32[rows]`): the conv history bf16
+//! State lives in per-sequence slots (`slots i32\[rows\]`): the conv history bf16
 //! `[num_slots][C][kernel − 1]` (oldest first) and the recurrent state f32
-//! `[num_slots][nv][dk][dv]`. `chain` = 0: each row is its own sequence on `slots[r]`;
-//! `chain` = 1: the rows are consecutive tokens of one sequence on `slots[0]`; `chain` = 2
+//! `[num_slots][nv]\[dk\]\[dv\]`. `chain` = 0: each row is its own sequence on `slots\[r\]`;
+//! `chain` = 1: the rows are consecutive tokens of one sequence on `slots\[0\]`; `chain` = 2
 //! (verify_batch): runs of consecutive rows on one slot, each run one sequence's consecutive
 //! tokens (a slot in two runs is refused by the twin; on the GPU the later run is dead). The optional
 //! `snapshots` receive row r's slot state after row r (in either mode; with `chain` = 1 they
@@ -83,8 +83,8 @@ fn gated_norm_config(a: &GatedNorm) -> LaunchConfig {
 
 kernel! {
     /// Depthwise causal conv (width `kernel`) + SiLU of each row's q/k/v channels, gathered
-    /// from qkvz bf16[rows·nk·G]; w bf16[C·kernel] (`kernel` ≥ 2); state bf16 (read-write);
-    /// out bf16[rows·C]; snapshots bf16[rows·C·(kernel − 1)] (optional).
+    /// from qkvz bf16\[rows·nk·G\]; w bf16\[C·kernel\] (`kernel` ≥ 2); state bf16 (read-write);
+    /// out bf16\[rows·C\]; snapshots bf16[rows·C·(kernel − 1)] (optional).
     pub struct Conv / ConvArgs {
         qkvz: In<bf16>,
         w: In<bf16>,
@@ -106,8 +106,8 @@ kernel! {
 }
 
 kernel! {
-    /// ba bf16[rows·2·nv] (HF's `in_proj_ba`), a_log, dt_bias bf16[nv] → beta = sigmoid(b)
-    /// and g = −exp(a_log) · softplus(a + dt_bias), both f32[rows·nv]. Elementwise.
+    /// ba bf16\[rows·2·nv\] (HF's `in_proj_ba`), a_log, dt_bias bf16\[nv\] → beta = sigmoid(b)
+    /// and g = −exp(a_log) · softplus(a + dt_bias), both f32\[rows·nv\]. Elementwise.
     pub struct Gates / GatesArgs {
         ba: In<bf16>,
         a_log: In<bf16>,
@@ -123,11 +123,11 @@ kernel! {
 }
 
 kernel! {
-    /// The gated delta rule with l2-normalised q and k: mixed bf16[rows·C] (the conv output),
-    /// beta, g f32[rows·nv], state f32 (read-write), out bf16[rows·nv·dv], snapshots
-    /// f32[rows·nv·dk·dv] (optional). `recurrence_pitched` is the runtime route for evenly
+    /// The gated delta rule with l2-normalised q and k: mixed bf16\[rows·C\] (the conv output),
+    /// beta, g f32\[rows·nv\], state f32 (read-write), out bf16\[rows·nv·dv\], snapshots
+    /// f32\[rows·nv·dk·dv\] (optional). `recurrence_pitched` is the runtime route for evenly
     /// pitched slots: the same arguments (`chain` 0, no snapshots); row r's state is
-    /// `slots[0] + r * (slots[1] - slots[0])`, a strided batch.
+    /// `slots\[0\] + r * (slots\[1\] - slots\[0\])`, a strided batch.
     pub struct Recurrence / RecurrenceArgs {
         mixed: In<bf16>,
         beta: In<f32>,
@@ -151,8 +151,8 @@ kernel! {
 }
 
 kernel! {
-    /// RMSNorm of each v head of core bf16[rows·nv·dv] (weight w bf16[dv]) times silu(z), z
-    /// from qkvz bf16[rows·nk·G] → out bf16[rows·nv·dv]. One warp per (row, v head).
+    /// RMSNorm of each v head of core bf16\[rows·nv·dv\] (weight w bf16\[dv\]) times silu(z), z
+    /// from qkvz bf16\[rows·nk·G\] → out bf16\[rows·nv·dv\]. One warp per (row, v head).
     pub struct GatedNorm / GatedNormArgs {
         core: In<bf16>,
         qkvz: In<bf16>,

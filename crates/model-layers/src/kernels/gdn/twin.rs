@@ -2,7 +2,7 @@
 //! `gdn::recurrence`, `gdn::gated_norm`. Geometry and state layout: see the module doc.
 //!
 //! Rows run in row order on their slots, so a launch equals its rows launched one at a time in
-//! sequence: with `chain` = 1 every row continues `slots[0]`; with `chain` = 0 rows sharing a
+//! sequence: with `chain` = 1 every row continues `slots\[0\]`; with `chain` = 0 rows sharing a
 //! slot (padding rows on a scratch slot) follow each other; with `chain` = 2 each run of
 //! consecutive rows on one slot continues it (a slot may not come back after another's run). The recurrence, the only heavy
 //! kernel, splits into (slot, v head) tasks that own disjoint state, output and snapshot
@@ -113,7 +113,7 @@ impl Heads {
     }
 }
 
-/// The slot each row runs on (`chain` 0 → slots[r], 1 → slots[0]), each checked against
+/// The slot each row runs on (`chain` 0 → slots\[r\], 1 → slots\[0\]), each checked against
 /// `num_slots`.
 fn row_slots(
     ctx: &TwinCtx<'_>,
@@ -254,7 +254,7 @@ fn l2norm(x: &[bf16], out: &mut [f32]) {
 }
 
 impl Recurrence<'_> {
-    /// One token of v head `head` on its state `s` (`[dk][dv]`), output into `out` (dv).
+    /// One token of v head `head` on its state `s` (`[dk]\[dv\]`), output into `out` (dv).
     fn step(&self, row: usize, head: usize, s: &mut [f32], t: &mut Scratch, out: &mut [bf16]) {
         let Heads { dk, dv, kd, .. } = self.heads;
         let m = &self.mixed[row * self.heads.channels..][..self.heads.channels];
@@ -355,7 +355,7 @@ pub(super) fn recurrence(a: RecurrenceArgs<'_>) -> Result<(), GpuError> {
 }
 
 /// `gdn::recurrence`'s arguments and arithmetic, for the runtime route whose rows' slots are
-/// evenly pitched: row r runs on `slots[0] + r * (slots[1] - slots[0])`, addressed as one
+/// evenly pitched: row r runs on `slots\[0\] + r * (slots\[1\] - slots\[0\])`, addressed as one
 /// strided batch instead of gathered; `chain` must be 0.
 pub(super) fn recurrence_pitched(a: RecurrenceArgs<'_>) -> Result<(), GpuError> {
     recurrence_on(a, true)

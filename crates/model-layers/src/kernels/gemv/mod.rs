@@ -1,4 +1,4 @@
-//! `gemv` module (`crates/kernels/cuda/gemv.cu`): projections (weights `[out][in]` bf16, f32
+//! `gemv` module (`crates/kernels/cuda/gemv.cu`): projections (weights `\[out\]\[in\]` bf16, f32
 //! accumulation) and their fusions with the residual add, RMSNorm, SiLU·mul and the residual
 //! epilogue.
 //!
@@ -56,7 +56,7 @@ pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile
 pub use table::split_table;
 
 kernel! {
-    /// x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out].
+    /// x bf16\[rows·k\], w bf16\[n_out·k\], bias bf16\[n_out\]? → y bf16\[rows·n_out\].
     pub struct Linear / LinearArgs {
         x: In<bf16>,
         w: In<bf16>,
@@ -75,7 +75,7 @@ kernel! {
 }
 
 kernel! {
-    /// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (also an MoE router's
+    /// x bf16\[rows·k\], w bf16\[vocab·k\] → logits f32\[rows·vocab\] (also an MoE router's
     /// logits: the same f32-output projection).
     pub struct LmHead / LmHeadArgs {
         x: In<bf16>,
@@ -94,7 +94,7 @@ kernel! {
 }
 
 kernel! {
-    /// RMSNorm of h f32[rows·k] (weight wn bf16[k]) then `linear`.
+    /// RMSNorm of h f32\[rows·k\] (weight wn bf16\[k\]) then `linear`.
     pub struct NormLinear / NormLinearArgs {
         h: In<f32>,
         wn: In<bf16>,
@@ -115,8 +115,8 @@ kernel! {
 }
 
 kernel! {
-    /// The q, k and v projections of one row set: x bf16[rows·k] → q bf16[rows·nq],
-    /// k_out bf16[rows·nkv], v bf16[rows·nkv].
+    /// The q, k and v projections of one row set: x bf16\[rows·k\] → q bf16\[rows·nq\],
+    /// k_out bf16\[rows·nkv\], v bf16\[rows·nkv\].
     pub struct Qkv / QkvArgs {
         x: In<bf16>,
         wq: In<bf16>,
@@ -142,7 +142,7 @@ kernel! {
 }
 
 kernel! {
-    /// RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
+    /// RMSNorm of h f32\[rows·k\] (weight wn) then `qkv`.
     pub struct NormQkv / NormQkvArgs {
         h: In<f32>,
         wn: In<bf16>,
@@ -200,8 +200,8 @@ kernel! {
 }
 
 kernel! {
-    /// Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then
-    /// act bf16[rows·inter] = silu(gate) · up.
+    /// Gate and up projections (wg, wu bf16\[inter·k\]) of x bf16\[rows·k\], then
+    /// act bf16\[rows·inter\] = silu(gate) · up.
     pub struct GateUpSilu / GateUpSiluArgs {
         x: In<bf16>,
         wg: In<bf16>,
@@ -220,7 +220,7 @@ kernel! {
 }
 
 kernel! {
-    /// RMSNorm of h f32[rows·k] (weight wn) then `gate_up_silu`.
+    /// RMSNorm of h f32\[rows·k\] (weight wn) then `gate_up_silu`.
     pub struct NormGateUpSilu / NormGateUpSiluArgs {
         h: In<f32>,
         wn: In<bf16>,
@@ -266,7 +266,7 @@ kernel! {
 }
 
 kernel! {
-    /// `linear` of x bf16[rows·k], then h_out f32[rows·n_out] = h f32 + the bf16 projection.
+    /// `linear` of x bf16\[rows·k\], then h_out f32\[rows·n_out\] = h f32 + the bf16 projection.
     pub struct LinearResidualAdd / LinearResidualAddArgs {
         x: In<bf16>,
         w: In<bf16>,
@@ -287,7 +287,7 @@ kernel! {
 }
 
 kernel! {
-    /// h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
+    /// h f32 + d bf16, RMSNorm (weight wn bf16\[k\]), then `lm_head` → logits f32\[rows·vocab\].
     pub struct AddNormLmHead / AddNormLmHeadArgs {
         h: In<f32>,
         d: In<bf16>,

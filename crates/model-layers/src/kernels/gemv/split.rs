@@ -12,9 +12,9 @@
 //!
 //! The scratch of one stream's launches is one slot (the workspace holds one per stream,
 //! `Layout::gemv_scratch_offset`, each of `slot_bytes`: a bound on what a projection launch
-//! could use, at most `SLOT_BYTES`): `COUNTERS` u32 arrival counters [row group][feature]
+//! could use, at most `SLOT_BYTES`): `COUNTERS` u32 arrival counters \[row group\]\[feature\]
 //! (zero between launches: the merging warp sets its counter back), then the partials f32
-//! [segment][weight row][row][feature]. A launch whose counters or partials would pass
+//! \[segment\]\[weight row\]\[row\]\[feature\]. A launch whose counters or partials would pass
 //! `COUNTERS` or `PARTIAL_WORDS` is not split (its declared shape says so); one whose shape
 //! asks for more than its stream's slot holds is an error at build (`View::gemv_scratch`).
 
@@ -116,7 +116,7 @@ pub fn head_parts(grid: [u32; 3], rows: u32, features: u64, head_dim: u32, sizin
 }
 
 /// The scratch words a split-head `gemv::qkv_rope_kv` launch uses (grid.x row groups,
-/// grid.y heads before the split): the counters region ([row group][head], within
+/// grid.y heads before the split): the counters region (\[row group\]\[head\], within
 /// `COUNTERS`), then one word per row and q/k/v feature.
 pub fn head_scratch_words(grid: [u32; 3], rows: u32, features: u64) -> Option<usize> {
     let counters = (grid[0] as u64).checked_mul(grid[1] as u64)?;

@@ -18,7 +18,7 @@ use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
 
-/// One projection's weights `[n][k]` and optional bias `[n]`.
+/// One projection's weights `[n]\[k\]` and optional bias `\[n\]`.
 #[derive(Clone, Copy)]
 struct Proj<'a> {
     w: &'a [bf16],
@@ -27,7 +27,7 @@ struct Proj<'a> {
 }
 
 impl Proj<'_> {
-    /// Weights `[n][k]` and the optional bias `[n]`.
+    /// Weights `[n]\[k\]` and the optional bias `\[n\]`.
     fn read<'a>(
         ctx: &TwinCtx<'_>,
         w: In<'a, bf16>,
@@ -46,14 +46,14 @@ impl Proj<'_> {
         &self.w[o * k..(o + 1) * k]
     }
 
-    /// bf16(dot + bias[o]): what `linear` stores for feature `o`.
+    /// bf16(dot + bias\[o\]): what `linear` stores for feature `o`.
     #[inline]
     fn finish(&self, o: usize, dot: f32) -> bf16 {
         linear_value(dot, self.bias.map(|b| b[o]))
     }
 }
 
-/// The linear projection of every row of `x` (`[rows][k]`) into `y` (`[rows][p.n]`).
+/// The linear projection of every row of `x` (`[rows]\[k\]`) into `y` (`[rows]\[p.n\]`).
 fn project(ctx: &TwinCtx<'_>, x: &[bf16], rows: usize, k: usize, p: Proj<'_>, y: &mut [bf16]) {
     let threads = threads_for(ctx, macs(&[rows, k, p.n]));
     let xs = Widened::new(x, k);
@@ -162,7 +162,7 @@ fn gate_up(
     }
 }
 
-/// logits[r][o] = dot(x[r], w[o]).
+/// logits\[r\]\[o\] = dot(x\[r\], w\[o\]).
 fn logits(
     ctx: &TwinCtx<'_>,
     x: &[bf16],
@@ -184,7 +184,7 @@ fn logits(
     );
 }
 
-/// RMSNorm of `h` (`[rows][k]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
+/// RMSNorm of `h` (`[rows]\[k\]`) into a local bf16 buffer, as `norm::rms_norm` would store it.
 fn normed(h: &[f32], wn: &[bf16], k: usize, eps: f32) -> Vec<bf16> {
     let mut x = vec![bf16::ZERO; h.len()];
     norm_rows(h, wn, k, eps, &mut x);
@@ -304,7 +304,7 @@ pub(super) fn add_norm_qkv(a: AddNormQkvArgs<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Gate and up weights `[inter][k]` each.
+/// Gate and up weights `[inter]\[k\]` each.
 fn gate_up_weights<'a>(
     ctx: &TwinCtx<'_>,
     wg: In<'a, bf16>,

@@ -2,8 +2,8 @@
 //! optionally fused with the router projection), the routed expert MLP (gate·up·SiLU, then
 //! down with the weighted sum), and the shared expert's gated combine (Qwen3-Next).
 //!
-//! Expert weights are stacked row-major: gate and up `[experts][inter][hidden]`, down
-//! `[experts][hidden][inter]`. Picks are `ids i32[rows·k]` and `weights f32[rows·k]`.
+//! Expert weights are stacked row-major: gate and up `[experts]\[inter\]\[hidden\]`, down
+//! `[experts]\[hidden\]\[inter\]`. Picks are `ids i32\[rows·k\]` and `weights f32\[rows·k\]`.
 //!
 //! Grid: routing runs one block of 256 threads per row and keeps the row's probabilities in
 //! dynamic shared memory; the expert projections run blocks of 256 threads (one warp per
@@ -50,8 +50,8 @@ fn expert_config(features: u32, slices: u32) -> LaunchConfig {
 }
 
 kernel! {
-    /// logits f32[rows·experts] → softmax → the `k` largest probabilities per row (descending,
-    /// ties to the lower expert id): ids i32[rows·k], weights f32[rows·k], renormalised to sum 1
+    /// logits f32\[rows·experts\] → softmax → the `k` largest probabilities per row (descending,
+    /// ties to the lower expert id): ids i32\[rows·k\], weights f32\[rows·k\], renormalised to sum 1
     /// when `norm_topk` != 0.
     pub struct TopkSoftmax / TopkSoftmaxArgs {
         logits: In<f32>,
@@ -67,7 +67,7 @@ kernel! {
 }
 
 kernel! {
-    /// The router projection of x bf16[rows·hidden] (w bf16[experts·hidden], f32 logits kept
+    /// The router projection of x bf16\[rows·hidden\] (w bf16\[experts·hidden\], f32 logits kept
     /// on chip) then `topk_softmax`.
     pub struct RouterTopk / RouterTopkArgs {
         x: In<bf16>,
@@ -85,8 +85,8 @@ kernel! {
 }
 
 kernel! {
-    /// For each row and pick j (expert ids[r·k + j]): act bf16[(r·k + j)·inter ..] =
-    /// silu(x_r · wg[e]ᵀ) · (x_r · wu[e]ᵀ), each projection stored bf16 first.
+    /// For each row and pick j (expert ids\[r·k + j\]): act bf16\[(r·k + j)·inter ..\] =
+    /// silu(x_r · wg\[e\]ᵀ) · (x_r · wu\[e\]ᵀ), each projection stored bf16 first.
     pub struct GateUpSilu / GateUpSiluArgs {
         x: In<bf16>,
         ids: In<i32>,
@@ -104,7 +104,7 @@ kernel! {
 }
 
 kernel! {
-    /// out bf16[rows·hidden] = Σ_j weights[r·k + j] · (act[r·k + j] · wd[ids[r·k + j]]ᵀ),
+    /// out bf16\[rows·hidden\] = Σ_j weights\[r·k + j\] · (act\[r·k + j\] · wd[ids\[r·k + j\]]ᵀ),
     /// summed in f32 over the picks in order, stored bf16 once.
     pub struct Down / DownArgs {
         act: In<bf16>,
@@ -123,8 +123,8 @@ kernel! {
 }
 
 kernel! {
-    /// out bf16[rows·hidden] = routed + sigmoid(gate[r]) · shared, in f32, stored bf16 once:
-    /// the shared expert's gated contribution (gate bf16[rows], the shared-expert gate
+    /// out bf16\[rows·hidden\] = routed + sigmoid(gate\[r\]) · shared, in f32, stored bf16 once:
+    /// the shared expert's gated contribution (gate bf16\[rows\], the shared-expert gate
     /// projection).
     pub struct CombineShared / CombineSharedArgs {
         routed: In<bf16>,

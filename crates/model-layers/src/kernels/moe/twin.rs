@@ -79,7 +79,7 @@ impl Router {
         }
     }
 
-    /// Routes every row of `logits` (`[rows][experts]`).
+    /// Routes every row of `logits` (`[rows]\[experts\]`).
     fn rows(
         logits: &[f32],
         experts: usize,
@@ -186,7 +186,7 @@ fn groups<'a>(
         .collect()
 }
 
-/// Output features `first..first + count` of one group: `values` is `[slots][count]`.
+/// Output features `first..first + count` of one group: `values` is `[slots]\[count\]`.
 struct Tile<'g, T> {
     group: &'g Group,
     first: usize,
@@ -267,7 +267,7 @@ pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Per row, the f32 sum over picks in order of dot(act slot, wd[e] row) · weight, stored bf16.
+/// Per row, the f32 sum over picks in order of dot(act slot, wd\[e\] row) · weight, stored bf16.
 pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, hidden, inter) = (a.rows.count(), a.hidden.dim()?, a.inter.dim()?);
@@ -317,7 +317,7 @@ pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// out = bf16(routed + sigmoid(gate[r]) · shared).
+/// out = bf16(routed + sigmoid(gate\[r\]) · shared).
 pub(super) fn combine_shared(a: CombineSharedArgs<'_>) -> Result<(), GpuError> {
     let (rows, hidden) = (a.rows.count(), a.hidden.dim()?);
     let n = size(a.ctx, &[rows, hidden])?;

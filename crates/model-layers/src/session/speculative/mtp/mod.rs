@@ -1,6 +1,6 @@
 //! `MtpDrafter`: Qwen3-Next's multi-token-prediction head as a `Drafter`, on the target's own
 //! exec (`MtpDrafter::new`). The head's step is its own program (circuit's `Mode::Draft`,
-//! `families::build_draft`, run by `Session::mtp_step`): the pair (target hidden[p], token[p+1]) at position p predicts
+//! `families::build_draft`, run by `Session::mtp_step`): the pair (target hidden\[p\], token\[p+1\]) at position p predicts
 //! token p+2, and the head's own output row (`HiddenRows::Draft`) stands in for the target's
 //! hidden state at the next draft position, so the k steps of a draft chain (vLLM's MTP proposer does
 //! the same with `num_speculative_tokens > num_nextn_predict_layers`).
@@ -170,7 +170,7 @@ impl<'e> MtpDrafter<'e> {
         self.observe_rows(seq, first, values)
     }
 
-    /// `observe` with the rows given (bf16 `[n, hidden]`: e.g. another engine's final hidden
+    /// `observe` with the rows given (bf16 `\[n, hidden\]`: e.g. another engine's final hidden
     /// rows of the same model), for positions `first..first + n`.
     pub fn observe_rows(
         &mut self,
