@@ -37,15 +37,20 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
-    // The CUDA backend's code is compiled only under its feature; clippy reads it there.
+    // The CUDA code (the backend, model-layers' cubins and backend loading, xtask's gpu
+    // commands) is compiled only under the `cuda` features; clippy reads it there.
     Step {
-        name: "clippy gpu-runtime cuda",
+        name: "clippy cuda",
         cargo: &[
             "clippy",
             "-p",
             "solder-gpu-runtime",
+            "-p",
+            "solder-model-layers",
+            "-p",
+            "xtask",
             "--features",
-            "cuda",
+            "solder-gpu-runtime/cuda,solder-model-layers/cuda,xtask/cuda",
             "--all-targets",
             "--",
             "-D",
@@ -334,7 +339,7 @@ mod tests {
             .cargo
             .starts_with(&["clippy", "--workspace", "--all-targets"]));
         assert!(denies(clippy));
-        assert!(denies(step("clippy gpu-runtime cuda")));
+        assert!(denies(step("clippy cuda")));
         assert_eq!(
             command_line(step("docs")),
             "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --document-private-items --all-features"
