@@ -205,7 +205,12 @@ pub(super) fn detection_verdict(r: &CaseReport) -> &'static str {
     }
 }
 
-pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String {
+pub fn verdict_line(
+    reports: &[CaseReport],
+    skipped: &[super::skips::Skip],
+    pass: bool,
+    seconds: f64,
+) -> String {
     let modes: usize = reports.iter().map(|r| r.modes.len()).sum();
     let verified: usize = reports.iter().map(|r| r.verified_plans).sum();
     let goldens: Vec<String> = reports
@@ -226,7 +231,7 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
         "byte-identical"
     };
     format!(
-        "{} {} models, {modes} mode runs {compared} (graph replay = eager), {verified} plans verified{}{}, \
+        "{} {} models, {modes} mode runs {compared} (graph replay = eager), {verified} plans verified{}{}{}, \
          {seconds:.1} s",
         if pass { "PASS" } else { "FAIL" },
         reports.len(),
@@ -239,6 +244,15 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
             String::new()
         } else {
             format!(", failed: {}", failed.join(", "))
+        },
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = skipped
+                .iter()
+                .map(|s| format!("{}{}", s.name, if s.allowed { " (allowed)" } else { "" }))
+                .collect();
+            format!(", {} goldens skipped: {}", skipped.len(), names.join(", "))
         }
     )
 }
