@@ -108,8 +108,9 @@ pub const STEPS: &[Step] = &[
         cargo: &["xtask", "fuzz", "--cases", "3000"],
     },
     // The device bundle's gpu-step stages on the CPU backend: eager == graph replay == a
-    // second run, byte for byte, past 4,096 tokens, and the CPU twin's comparison; then a
-    // recurrent model's replays from a restored state.
+    // second run, byte for byte, past 4,096 tokens, and the CPU twin's path as a smoke test
+    // (the CPU against itself: its line says so); then a recurrent model's replays from a
+    // restored state.
     Step {
         name: "gpu-step on the cpu backend",
         cargo: &[

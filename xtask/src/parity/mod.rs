@@ -282,7 +282,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let emu_verdict = backend
         .emulation()
         .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
+    // What the emulated kernels below ran in: the table rows' programs (the speculative and
+    // MTP checks run more).
+    let emu_programs = report::programs_run(&reports);
     if let Some(verdict) = &emu_verdict {
+        println!("== programs the rows ran under emulation (all rules; the reference routing ran their widths too)");
+        for line in &emu_programs {
+            println!("  {line}");
+        }
         verdict.print();
     }
     let pass = reports.iter().all(|r| r.passes())
@@ -299,6 +306,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             }
             if let Some(verdict) = &emu_verdict {
                 doc["emu"] = verdict.json();
+                doc["emu"]["programs"] = serde_json::json!(emu_programs);
             }
         })?;
     }
