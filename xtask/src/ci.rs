@@ -72,27 +72,31 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[("RUSTDOCFLAGS", "-D warnings")],
     },
+    // Every target with the CUDA backend compiled in: the tests that need no device run (the
+    // driver's absence, the PTX parser); those that need one are `#[ignore]`d with the reason,
+    // so each is listed as `ignored, needs a CUDA device` and counted in the `ignored` total,
+    // and the device bundle's run.sh runs them with `--ignored`.
     Step {
-        name: "gpu-runtime cuda unit tests",
+        name: "gpu-runtime cuda tests",
         cargo: &[
             "test",
             "-p",
             "solder-gpu-runtime",
             "--features",
             "cuda",
-            "--lib",
+            "--all-targets",
         ],
         env: &[],
     },
     Step {
-        name: "model-layers cuda unit tests",
+        name: "model-layers cuda tests",
         cargo: &[
             "test",
             "-p",
             "solder-model-layers",
             "--features",
             "cuda",
-            "--lib",
+            "--all-targets",
         ],
         env: &[],
     },
@@ -165,8 +169,9 @@ pub const STEPS: &[Step] = &[
         env: &[],
     },
     // The device bundle's gpu-step stages on the CPU backend: eager == graph replay == a
-    // second run, byte for byte, past 4,096 tokens, and the CPU twin's comparison; then a
-    // recurrent model's replays from a restored state.
+    // second run, byte for byte, past 4,096 tokens, and the CPU twin's path as a smoke test
+    // (the CPU against itself: its line says so); then a recurrent model's replays from a
+    // restored state.
     Step {
         name: "gpu-step on the cpu backend",
         cargo: &[

@@ -1,13 +1,16 @@
 //! `gpu-check`: builds, on this machine, the folder a GPU machine runs: `target/gpu-check/`
 //! with `bundle.tgz` (`solder`: this xtask in release with `--features cuda`, its debug info
-//! stripped; `checked_cuda`: the `Checked<CudaBackend>` test binary of `solder-gpu-runtime`,
-//! built with `--no-run`, stripped; `cubin/`: the embedded PTX assembled for sm_90, loaded
+//! stripped; `cuda_device` and `checked_cuda` (`DEVICE_TESTS`): the test binaries of
+//! `solder-gpu-runtime` whose tests need a device, built with `--no-run`, stripped, run by
+//! run.sh with `--ignored`; `cubin/`: the embedded PTX assembled for sm_90, loaded
 //! before any JIT), `run.sh` (from `run.sh` beside this file; it unpacks the archive into a
 //! scratch folder) and `BUILD` (what it was built from); then prints the two device calls
 //! (run.sh's part 1, then part 2). The golden folders and configs the script reads are in the
 //! working tree, which the device tool copies.
 //!
 //! Invariants: the bundle embeds every module of `MODULES` (a missing PTX stops the build);
+//! every `#[ignore]`d test of the workspace is a device test of `DEVICE_TESTS`, which run.sh
+//! runs with `--ignored` (a test ignored elsewhere would run nowhere);
 //! what travels (the working tree plus the bundle) stays under `bundle::BUDGET_BYTES`.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +18,10 @@ use std::process::Command;
 
 use super::bundle;
 use crate::args::Args;
+
+/// The test targets of `solder-gpu-runtime` whose tests need a CUDA device: `cargo test` lists
+/// them as ignored (with the reason), and run.sh runs each binary with `--ignored`.
+pub const DEVICE_TESTS: &[&str] = &["cuda_device", "checked_cuda"];
 
 /// The script, copied into the bundle.
 const SCRIPT: &str = include_str!("run.sh");
@@ -27,7 +34,8 @@ const TIMEOUT_PART2_S: u32 = 340;
 const HELP: &str = "usage: cargo xtask gpu-check
 
   builds target/gpu-check/{bundle.tgz, run.sh, BUILD}: bundle.tgz packs `solder` (cargo build
-  --release -p xtask --features cuda, into the workspace's target/, debug info stripped) and
+  --release -p xtask --features cuda, into the workspace's target/, debug info stripped), the
+  device test binaries (cuda_device, checked_cuda: run.sh runs their ignored tests) and
   cubin/ (the embedded PTX assembled for sm_90 by the pinned ptxas, with its MANIFEST); fails
   when the working tree plus the bundle weigh more than 48 MiB; prints the device call:
   bash target/gpu-check/run.sh, from the repository root, carrying target/gpu-check";
@@ -63,13 +71,18 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 
     let staging = bundle::fresh_folder(&target.join("gpu-check-staging"))?;
     let binary_bytes = bundle::stage_executable(&target.join("release/xtask"), &staging, "solder")?;
-    let checked = build_checked_cuda(&root, &target)?;
-    bundle::stage_executable(Path::new(&checked), &staging, "checked_cuda")?;
+    for (name, executable) in build_device_tests(&root, &target)? {
+        bundle::stage_executable(Path::new(&executable), &staging, name)?;
+    }
     eprintln!("assembling the embedded PTX for sm_90 (ptxas from the pinned nvcc wheel)");
     crate::ptx::assemble_cubins(&staging.join("cubin"))?;
     let unpacked = bundle::folder_bytes(&staging)?;
     let out = bundle::fresh_folder(&target.join("gpu-check"))?;
-    bundle::pack(&staging, &["solder", "checked_cuda", "cubin"], &out)?;
+    let entries: Vec<&str> = ["solder", "cubin"]
+        .into_iter()
+        .chain(DEVICE_TESTS.iter().copied())
+        .collect();
+    bundle::pack(&staging, &entries, &out)?;
     write_file(&out.join("run.sh"), SCRIPT)?;
     write_file(&out.join("BUILD"), &build_facts(&root))?;
     std::fs::remove_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
@@ -111,13 +124,16 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo test --release -p solder-gpu-runtime --features cuda --test checked_cuda --no-run`,
-/// the executable it names copied to `to` and stripped.
-/// Builds the `Checked<CudaBackend>` tests without running them; returns the executable.
-fn build_checked_cuda(root: &Path, target: &Path) -> Result<String, String> {
-    const COMMAND: &str =
-        "cargo test --release -p solder-gpu-runtime --features cuda --test checked_cuda --no-run";
-    eprintln!("building the Checked<CudaBackend> tests ({COMMAND})");
+/// `cargo test --release -p solder-gpu-runtime --features cuda --test NAME... --no-run` for
+/// every `DEVICE_TESTS` target: builds the device tests without running them; returns each
+/// target's executable.
+fn build_device_tests(root: &Path, target: &Path) -> Result<Vec<(&'static str, String)>, String> {
+    let tests: Vec<String> = DEVICE_TESTS.iter().map(|t| format!("--test {t}")).collect();
+    let command = format!(
+        "cargo test --release -p solder-gpu-runtime --features cuda {} --no-run",
+        tests.join(" ")
+    );
+    eprintln!("building the device tests ({command})");
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "test",
@@ -127,22 +143,25 @@ fn build_checked_cuda(root: &Path, target: &Path) -> Result<String, String> {
             "--features",
             "cuda",
         ])
-        .args([
-            "--test",
-            "checked_cuda",
-            "--no-run",
-            "--message-format=json",
-        ])
+        .args(DEVICE_TESTS.iter().flat_map(|t| ["--test", t]))
+        .args(["--no-run", "--message-format=json"])
         .current_dir(root)
         .env("CARGO_TARGET_DIR", target)
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cargo: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{COMMAND} failed"));
+        return Err(format!("{command} failed"));
     }
-    test_executable(&String::from_utf8_lossy(&out.stdout), "checked_cuda")
-        .ok_or_else(|| format!("{COMMAND} named no executable"))
+    let messages = String::from_utf8_lossy(&out.stdout);
+    DEVICE_TESTS
+        .iter()
+        .map(|&name| {
+            test_executable(&messages, name)
+                .map(|executable| (name, executable))
+                .ok_or_else(|| format!("{command} named no executable for `{name}`"))
+        })
+        .collect()
 }
 
 /// The executable of the test target `name` among cargo's JSON messages.
@@ -276,7 +295,8 @@ mod tests {
             "\"ncu profile\"",
             "\"memcheck split\"",
             "\"racecheck split\"",
-            "\"checked_cuda tests\"",
+            "device_tests cuda_device",
+            "device_tests checked_cuda",
             "stage goldens",
             "\"width sweep\"",
             "\"decode ctx 1024\"",
@@ -302,6 +322,67 @@ mod tests {
         }
         assert!(part2.contains("--replays \"$STRESS_REPLAYS\""));
         assert!(SCRIPT.contains("STRESS_REPLAYS=${STRESS_REPLAYS:-1000}"));
+    }
+
+    /// Every `.rs` file under `dir`, recursively, skipping build output and hidden folders.
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    rust_files(&path, out);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Issue 21: an `#[ignore]`d test ran nowhere (and one asserted nothing). Every ignored
+    /// test is a device test that gives its reason, in a `DEVICE_TESTS` target that run.sh runs
+    /// with `--ignored`.
+    #[test]
+    fn every_ignored_test_is_a_device_test_that_run_sh_runs() {
+        let root = crate::workspace_root();
+        let mut files = Vec::new();
+        for dir in ["crates", "xtask", "tests"] {
+            if root.join(dir).is_dir() {
+                rust_files(&root.join(dir), &mut files);
+            }
+        }
+        let mut ignored_in = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let shown = file.strip_prefix(&root).unwrap().display().to_string();
+            for line in text
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("#[ignore"))
+            {
+                assert!(
+                    line.starts_with("#[ignore = \"needs a CUDA device"),
+                    "{shown}: `{line}`: an ignored test must be a device test saying so"
+                );
+                let stem = file.file_stem().unwrap().to_string_lossy().to_string();
+                assert!(
+                    shown == format!("crates/gpu-runtime/tests/{stem}.rs")
+                        && DEVICE_TESTS.contains(&stem.as_str()),
+                    "{shown}: ignored, but not a DEVICE_TESTS target run.sh runs with --ignored"
+                );
+                ignored_in.push(stem);
+            }
+        }
+        ignored_in.dedup();
+        assert_eq!(ignored_in.len(), DEVICE_TESTS.len(), "{ignored_in:?}");
+        let part1 = function("part1");
+        for name in DEVICE_TESTS {
+            assert!(
+                part1.contains(&format!("device_tests {name} ")),
+                "run.sh's part 1 does not run {name}"
+            );
+        }
+        assert!(function("device_tests").contains("--ignored"));
     }
 
     #[test]

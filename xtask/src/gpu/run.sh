@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # solder's device check: `cargo xtask gpu-check` copies this file (xtask/src/gpu/run.sh) into
-# target/gpu-check/ beside the `solder` binary and the `checked_cuda` test binary it builds.
+# target/gpu-check/ beside the bundle it builds: the `solder` binary, the device test binaries
+# (`cuda_device`, `checked_cuda`) and the cubins.
 # Run on the GPU machine from the repository root, in two device calls:
 #   bash target/gpu-check/run.sh 1     (or PART=1; the default)
 #   bash target/gpu-check/run.sh 2     (or PART=2; `all` runs both)
@@ -10,7 +11,8 @@
 # context step against the CPU twin; parity on the built-ins whose launches split k and heads;
 # the lever A/B at widths 1 and 8; ncu over one decode and one 16-wide step; memcheck and
 # racecheck on a model that splits (tiny-llama-wide past 256 tokens: gemv's split-K and split
-# heads, attention in two chunks); the `Checked<CudaBackend>` test binary; the goldens; the
+# heads, attention in two chunks); the device tests (`cuda_device`, `checked_cuda`: the tests
+# `cargo test` lists as ignored, run with `--ignored`); the goldens; the
 # width sweep; decode timed at contexts 1,024, 8,192 and 131,069 (the 1B's 131,072 positions
 # less the timed step's own). Part 2 runs the rest:
 # parity on every built-in; Llama-3.2-1B's shape past 4,096 tokens, eager == graph == a
@@ -46,7 +48,8 @@ LIMIT_NCU=${LIMIT_NCU:-40}              # builds the 1B shape, profiles two step
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
 LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}
 LIMIT_RACECHECK=${LIMIT_RACECHECK:-25}
-LIMIT_CHECKED=${LIMIT_CHECKED:-15}      # the Checked<CudaBackend> test binary
+LIMIT_CUDA_DEVICE=${LIMIT_CUDA_DEVICE:-8}   # the CudaBackend device tests (7)
+LIMIT_CHECKED=${LIMIT_CHECKED:-7}      # the Checked<CudaBackend> device test
 LIMIT_GOLDENS=${LIMIT_GOLDENS:-25}
 LIMIT_SWEEP=${LIMIT_SWEEP:-25}          # every ladder width for 0.3 s
 LIMIT_CTX_1K=${LIMIT_CTX_1K:-25}
@@ -90,7 +93,6 @@ if [ -z "${BIN:-}" ]; then
     # SOLDER_CUBINS given by the caller JIT-compiles the PTX instead.
     export SOLDER_CUBINS=${SOLDER_CUBINS-$SCRATCH/cubin}
 fi
-CHECKED=${CHECKED:-$(dirname "$BIN")/checked_cuda}
 chmod +x "$BIN" 2>/dev/null
 # One JIT of the PTX per machine, reused by every later process (the default cache is small).
 export CUDA_CACHE_MAXSIZE=2147483648
@@ -193,6 +195,20 @@ sanitize() {
     record "$name" "$(key 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')" "$LOG/checks.log"
 }
 
+# device_tests NAME LIMIT: the bundle's test binary NAME (beside BIN), its tests that need a
+# device (`#[ignore]`d, so `cargo test` elsewhere lists them as not run) run with `--ignored`:
+# here a driver that does not load fails them.
+device_tests() {
+    local exe
+    exe=$(dirname "$BIN")/$1
+    if [ ! -x "$exe" ]; then
+        skip "$1 tests" "$exe is not there (not in the bundle?)"
+        return
+    fi
+    stage "$1 tests" "$2" "$LOG/checks.log" "$exe" --ignored --test-threads 1
+    record "$1 tests" "$(key '^test result:')" "$LOG/checks.log"
+}
+
 # decode_row NAME: the summary row of a gpu-bench stage from its table's `decode 1` line
 # (mode rows launches MB/step floor_us eager_us graph_us fl/eager fl/graph tok/s).
 decode_row() {
@@ -278,14 +294,8 @@ part1() {
     sanitize "memcheck split" memcheck "$LIMIT_MEMCHECK" "${SPLIT_MODEL[@]}"
     sanitize "racecheck split" racecheck "$LIMIT_RACECHECK" "${SPLIT_MODEL[@]}"
 
-    # The Checked<CudaBackend> tests, made to fail (not skip) where no device answers.
-    if [ -x "$CHECKED" ]; then
-        stage "checked_cuda tests" "$LIMIT_CHECKED" "$LOG/checks.log" \
-            env SOLDER_REQUIRE_CUDA=1 "$CHECKED" --test-threads 1
-        record "checked_cuda tests" "$(key '^test result:')" "$LOG/checks.log"
-    else
-        skip "checked_cuda tests" "$CHECKED is not there (not in the bundle?)"
-    fi
+    device_tests cuda_device "$LIMIT_CUDA_DEVICE"
+    device_tests checked_cuda "$LIMIT_CHECKED"
 
     stage goldens "$LIMIT_GOLDENS" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$LOG/goldens.json"

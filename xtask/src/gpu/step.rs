@@ -8,7 +8,8 @@
 //! before them, eagerly and as a graph replay, and their logits must equal the session's
 //! byte for byte; then a second session repeats the whole schedule and every logits vector
 //! must equal the first's byte for byte. `--cpu-twin` runs the schedule on the CPU backend
-//! too and bounds `max |device - cpu| / max |cpu|` by `cross::TOLERANCE`. `--profile` brackets
+//! too and bounds `max |device - cpu| / max |cpu|` by `cross::TOLERANCE` (on the CPU backend
+//! itself a smoke test of that path, labelled so, held to byte identity). `--profile` brackets
 //! the last decode step and the multi-seq step with cuProfilerStart/Stop (for
 //! `ncu --profile-from-start off`). `--replays N` replays each compared step's graph N times
 //! from the same state, comparing bytes every time (run.sh's stress stage); `--levers` builds
@@ -35,7 +36,8 @@ const HELP: &str = "usage: target/gpu-check/solder gpu-step [--model DIR | --bui
   --compare        eager and graph replay of the last decode and the multi-seq step against
                    the session's logits, and a second identical run, all byte for byte
   --cpu-twin       run the same schedule on the CPU backend and compare (tolerance 2e-2 of
-                   the largest |logit|)
+                   the largest |logit|); with --backend cpu a smoke test of that path (the
+                   CPU against itself, byte for byte), said so in its line
   --replays N      with --compare (implied): replay each compared step's graph N times,
                    each from the same state, comparing the logits bytes every time; the
                    first difference fails with its replay's index (default 1)

@@ -55,6 +55,7 @@ impl Blame<'_> {
         reference: &[Vec<f32>],
         rerun: &Rerun<'_>,
     ) -> R<()> {
+        row.programs = programs.to_vec();
         row.differs = Differs::of_programs(self.exec, programs, self.scale);
         if row.differs.is_some() || row.ref_vs_fused.identical() {
             return Ok(());

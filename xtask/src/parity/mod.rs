@@ -8,6 +8,7 @@ pub(crate) mod golden;
 mod mtp;
 mod report;
 pub(crate) mod run;
+mod skips;
 mod speculative;
 mod verified;
 
@@ -32,7 +33,11 @@ const HELP: &str =
   --model DIR      a Hugging Face checkpoint folder (config.json, model.safetensors)
   --golden FILE    a golden file (input_ids, logits, logits_bf16) for --model
   --goldens DIR    every case folder under DIR holding config.json, model.safetensors and
-                   golden.safetensors (families not yet modelled are listed and skipped)
+                   golden.safetensors; a case that cannot run (family not yet modelled,
+                   circuit unsupported) is a SKIP line and fails the run, unless allowed
+  --allow-skip NAMES  golden folders (comma-separated) whose skip does not fail the run;
+                   a name that is no folder, or a folder that runs, is an error; the JSON
+                   lists every skip with its reason
   --json PATH      write the report as JSON
   --rules FILE     fusion rules (default fusions/FUSIONS.toml)
   --tokens T       prompt length without a golden, 2..=4096 and at most the model's
@@ -73,6 +78,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "only",
             "max-batch",
             "levers",
+            "allow-skip",
         ],
         &["help"],
     )?;
@@ -104,7 +110,13 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let tokens_flag = args.number_in("tokens", TOKENS)?;
     let tokens = tokens_flag.unwrap_or(40);
     let threads = args.number_in("threads", crate::args::THREADS)?;
-    let mut skipped = Vec::new();
+    let allow_skip: Vec<&str> = args
+        .value("allow-skip")
+        .map_or_else(Vec::new, |v| v.split(',').collect());
+    if !allow_skip.is_empty() && args.value("goldens").is_none() {
+        return Err("--allow-skip names golden folders: it needs --goldens".into());
+    }
+    let mut skipped: Vec<skips::Skip> = Vec::new();
     let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
         (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
         (Some(dir), None) => {
@@ -126,30 +138,33 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 .collect();
             dirs.sort();
             let mut cases = Vec::new();
-            for dir in dirs {
-                inputs.add_checkpoint(&dir);
-                // A family solder does not model yet is listed and skipped, not failed.
-                let config = crate::files::model_config(&dir.join("config.json"));
-                let unsupported = match &config {
-                    Err(e) if e.contains("not yet modelled") => Some(e.clone()),
-                    Ok(c) => match solder_circuit::build_circuit(c, "probe", Default::default()) {
-                        Err(e @ solder_circuit::CircuitError::Unsupported { .. }) => {
-                            Some(e.to_string())
-                        }
-                        _ => None,
-                    },
-                    Err(_) => None,
-                };
-                match unsupported {
-                    Some(why) => skipped.push(format!("{}: {why}", dir.display())),
+            for dir in &dirs {
+                inputs.add_checkpoint(dir);
+                // A case that cannot run is listed, and fails the run unless allowed.
+                match skips::why_it_cannot_run(dir) {
+                    Some(reason) => {
+                        let name = skips::folder_name(dir);
+                        let allowed = allow_skip.contains(&name.as_str());
+                        skipped.push(skips::Skip {
+                            name,
+                            reason,
+                            allowed,
+                        });
+                    }
                     None => {
                         let golden = Golden::load(&dir.join("golden.safetensors"))?;
-                        cases.push(checkpoint_case(&dir, Some(golden), tokens)?);
+                        cases.push(checkpoint_case(dir, Some(golden), tokens)?);
                     }
                 }
             }
+            let folders: Vec<String> = dirs.iter().map(|d| skips::folder_name(d)).collect();
+            skips::check_allowed(&allow_skip, &folders, &skipped)?;
             if cases.is_empty() {
-                return Err(format!("no modelled golden case under {root}"));
+                let lines: Vec<String> = skipped.iter().map(skips::Skip::line).collect();
+                return Err(format!(
+                    "no golden case under {root} can run:\n{}",
+                    lines.join("\n")
+                ));
             }
             cases
         }
@@ -249,8 +264,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
         reports.push(report);
     }
-    for s in &skipped {
-        println!("SKIP {s}");
+    for skip in &skipped {
+        println!("{}", skip.line());
     }
     let cross_failed: Vec<&str> = crosses
         .iter()
@@ -267,27 +282,37 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let emu_verdict = backend
         .emulation()
         .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
+    // What the emulated kernels below ran in: the table rows' programs (the speculative and
+    // MTP checks run more).
+    let emu_programs = report::programs_run(&reports);
     if let Some(verdict) = &emu_verdict {
+        println!("== programs the rows ran under emulation (all rules; the reference routing ran their widths too)");
+        for line in &emu_programs {
+            println!("  {line}");
+        }
         verdict.print();
     }
     let pass = reports.iter().all(|r| r.passes())
         && cross_failed.is_empty()
         && failed_runs.is_empty()
-        && emu_verdict.as_ref().is_none_or(|v| v.passes());
+        && emu_verdict.as_ref().is_none_or(|v| v.passes())
+        && skipped.iter().all(|s| s.allowed);
     if let Some(path) = args.value("json") {
         let out = Path::new(path);
         report::write_json(out, &inputs, &reports, pass, &rules.digest, |doc| {
+            doc["skipped"] = skips::json(&skipped);
             if let Some(line) = &device_line {
                 crate::gpu::cross::annotate(doc, line, &crosses);
             }
             if let Some(verdict) = &emu_verdict {
                 doc["emu"] = verdict.json();
+                doc["emu"]["programs"] = serde_json::json!(emu_programs);
             }
         })?;
     }
     println!(
         "{}",
-        report::verdict_line(&reports, pass, started.elapsed().as_secs_f64())
+        report::verdict_line(&reports, &skipped, pass, started.elapsed().as_secs_f64())
     );
     if pass {
         Ok(())
@@ -410,6 +435,40 @@ mod tests {
             .map(|n| std::fs::read(dir.join(n)).unwrap())
             .collect();
         assert!(before == after, "an input was written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 21.4: a golden that could not run printed SKIP and the run passed. Here the
+    /// allowed names are checked before anything runs; an unallowed skip fails the run
+    /// (`pass` needs every skip allowed).
+    #[test]
+    fn a_skipped_golden_is_named_and_allow_skip_must_name_exactly_the_skips() {
+        let dir = std::env::temp_dir().join(format!("xtask-parity-skip-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (llama, fp8) = (dir.join("llama"), dir.join("fp8"));
+        std::fs::create_dir_all(&llama).unwrap();
+        std::fs::create_dir_all(&fp8).unwrap();
+        let quantized = super::skips::tests::quantized_llama();
+        std::fs::write(fp8.join("config.json"), quantized).unwrap();
+        std::fs::write(fp8.join("golden.safetensors"), b"").unwrap();
+        let d = dir.display().to_string();
+        let e = parity(&["--goldens", &d]).unwrap_err();
+        assert!(e.contains("can run") && e.contains("SKIP fp8:"), "{e}");
+        assert!(
+            e.contains("quantized checkpoints are not yet modelled"),
+            "{e}"
+        );
+        assert!(e.contains("NOT ALLOWED"), "{e}");
+        let fixture = crate::workspace_root().join("tests/fixtures/golden/llama");
+        for name in ["config.json", "model.safetensors", "golden.safetensors"] {
+            std::fs::copy(fixture.join(name), llama.join(name)).unwrap();
+        }
+        let e = parity(&["--goldens", &d, "--allow-skip", "llama"]).unwrap_err();
+        assert!(e.contains("--allow-skip llama: that golden runs"), "{e}");
+        let e = parity(&["--goldens", &d, "--allow-skip", "fp8,fp9"]).unwrap_err();
+        assert!(e.contains("--allow-skip fp9: no golden folder"), "{e}");
+        let e = parity(&["--allow-skip", "fp8"]).unwrap_err();
+        assert!(e.contains("needs --goldens"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

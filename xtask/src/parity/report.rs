@@ -4,7 +4,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::run::{CaseReport, Diff, RouteLog};
+use super::differs::ProgramKey;
+use super::run::{CaseReport, Diff, ModeRow, RouteLog};
 use super::speculative::{SpecFigures, DRAFTERS, KS};
 
 /// "mtp head (draft widths 1/4): 39 pairs, reference vs all rules identical, target logits
@@ -69,6 +70,52 @@ pub fn speculative_text(s: &SpecFigures) -> String {
     )
 }
 
+/// "verify:5, verify:3", a route arm in brackets ("multi_seq:2 (route:gdn_even_pitch)"); a
+/// row whose own program never ran says so: "verify:4 (verify:8 never ran)".
+pub fn programs_text(m: &ModeRow) -> String {
+    let ran: Vec<String> = m.programs.iter().map(program_name).collect();
+    let own = m
+        .programs
+        .iter()
+        .any(|&(mode, rows, _)| (mode, rows) == (m.mode, m.rows));
+    match own {
+        true => ran.join(", "),
+        false => format!(
+            "{} ({}:{} never ran)",
+            ran.join(", "),
+            m.mode.as_str(),
+            m.rows
+        ),
+    }
+}
+
+/// Per model, the distinct all-rules programs its table's rows ran, with the tokens each
+/// row's sequences were fed: "tiny-qwen3: decode:1 (4 tokens), ..., verify:8 (8 tokens)".
+pub fn programs_run(reports: &[CaseReport]) -> Vec<String> {
+    reports
+        .iter()
+        .map(|r| {
+            let mut seen: Vec<String> = Vec::new();
+            for m in &r.modes {
+                for program in &m.programs {
+                    let item = format!("{} ({} tokens)", program_name(program), m.tokens);
+                    if !seen.contains(&item) {
+                        seen.push(item);
+                    }
+                }
+            }
+            format!("{}: {}", r.name, seen.join(", "))
+        })
+        .collect()
+}
+
+fn program_name(&(mode, rows, arm): &ProgramKey) -> String {
+    match arm {
+        Some(condition) => format!("{}:{rows} ({})", mode.as_str(), condition.capability()),
+        None => format!("{}:{rows}", mode.as_str()),
+    }
+}
+
 fn diff_text(d: &Diff) -> String {
     match d.first_position {
         None => "identical".to_string(),
@@ -117,16 +164,18 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             v.live_lower_bound
         );
     }
-    println!("  mode        rows  live  reference vs all rules       vs each sequence alone       all rules: graph vs eager");
+    println!("  mode        rows  live  reference vs all rules       vs each sequence alone       all rules: graph vs eager    tokens  programs run (all rules)");
     for m in &r.modes {
         println!(
-            "  {:<10} {:>5} {:>5}  {:<28} {:<28} {}",
+            "  {:<10} {:>5} {:>5}  {:<28} {:<28} {:<28} {:>6}  {}",
             m.mode.as_str(),
             m.rows,
             m.live,
             diff_text(&m.ref_vs_fused),
             diff_text(&m.vs_decode),
-            diff_text(&m.graph_vs_eager)
+            diff_text(&m.graph_vs_eager),
+            m.tokens,
+            programs_text(m)
         );
     }
     if !r.levers.is_empty() {
@@ -205,7 +254,12 @@ pub(super) fn detection_verdict(r: &CaseReport) -> &'static str {
     }
 }
 
-pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String {
+pub fn verdict_line(
+    reports: &[CaseReport],
+    skipped: &[super::skips::Skip],
+    pass: bool,
+    seconds: f64,
+) -> String {
     let modes: usize = reports.iter().map(|r| r.modes.len()).sum();
     let verified: usize = reports.iter().map(|r| r.verified_plans).sum();
     let goldens: Vec<String> = reports
@@ -226,7 +280,7 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
         "byte-identical"
     };
     format!(
-        "{} {} models, {modes} mode runs {compared} (graph replay = eager), {verified} plans verified{}{}, \
+        "{} {} models, {modes} mode runs {compared} (graph replay = eager), {verified} plans verified{}{}{}, \
          {seconds:.1} s",
         if pass { "PASS" } else { "FAIL" },
         reports.len(),
@@ -239,6 +293,15 @@ pub fn verdict_line(reports: &[CaseReport], pass: bool, seconds: f64) -> String 
             String::new()
         } else {
             format!(", failed: {}", failed.join(", "))
+        },
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = skipped
+                .iter()
+                .map(|s| format!("{}{}", s.name, if s.allowed { " (allowed)" } else { "" }))
+                .collect();
+            format!(", {} goldens skipped: {}", skipped.len(), names.join(", "))
         }
     )
 }
@@ -277,6 +340,9 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "mode": m.mode.as_str(),
             "rows": m.rows,
             "live": m.live,
+            "tokens": m.tokens,
+            "programs": m.programs.iter().map(program_name).collect::<Vec<_>>(),
+            "own_program_ran": m.programs.iter().any(|&(mode, rows, _)| (mode, rows) == (m.mode, m.rows)),
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "vs_decode_alone": diff_json(&m.vs_decode),
             "graph_vs_eager": diff_json(&m.graph_vs_eager),

@@ -102,6 +102,11 @@ pub struct ModeRow {
     pub rows: usize,
     /// Live sequences (multi_seq: fewer than rows means padding rows ran).
     pub live: usize,
+    /// Tokens fed to each sequence of the row.
+    pub tokens: usize,
+    /// The all-rules programs the row ran, in first-run order (`claims::Blame::judge` sets
+    /// them): what the row proves, e.g. a verify row at K > its tokens ran narrower programs.
+    pub programs: Vec<ProgramKey>,
     pub ref_vs_fused: Diff,
     /// Each sequence's logits against the same sequence decoded alone (reference routing).
     pub vs_decode: Diff,
@@ -369,6 +374,8 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         mode: Mode::Decode,
         rows: 1,
         live: 1,
+        tokens,
+        programs: Vec::new(),
         ref_vs_fused: Diff::of(&alone[0], &fused_alone, vocab),
         vs_decode: Diff::of(&fused_alone, &alone_fused[0], vocab),
         graph_vs_eager: Diff::of(&fused_alone, &fused_eager, vocab),
@@ -411,11 +418,22 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         })?;
         modes.push(row);
     }
+    // Each verify width runs its own program: a prompt shorter than the widest width would
+    // send every wider row through the same narrower one (a chunk shorter than K prefills).
+    let verify = VerifyPrompt::new(
+        case,
+        &serve,
+        [reference, fused],
+        backend,
+        &prompts[0],
+        [&alone[0], &alone_fused[0]],
+        differs.is_some(),
+    )?;
     for &k in &serve.verify_widths {
-        let r = verify_chunks(reference, backend, &prompts[0], k, &mut routes)?;
-        let f = verify_chunks(fused, backend, &prompts[0], k, &mut routes)?;
+        let r = verify_chunks(reference, backend, &verify.prompt, k, &mut routes)?;
+        let f = verify_chunks(fused, backend, &verify.prompt, k, &mut routes)?;
         let fe = eagerly(fused, |r| {
-            verify_chunks(r, backend, &prompts[0], k, &mut RouteLog::default())
+            verify_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
         })?;
         finite.check(&format!("reference verify rows {k}"), &r);
         finite.check(&format!("all-rules verify rows {k}"), &f);
@@ -423,8 +441,14 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             mode: Mode::Verify,
             rows: k,
             live: 1,
+            tokens: verify.prompt.len(),
+            programs: Vec::new(),
             ref_vs_fused: Diff::of(&r, &f, vocab),
-            vs_decode: Diff::of(&f, &alone_fused[0], vocab).merge(Diff::of(&r, &alone[0], vocab)),
+            vs_decode: Diff::of(&f, &verify.alone_fused, vocab).merge(Diff::of(
+                &r,
+                &verify.alone,
+                vocab,
+            )),
             graph_vs_eager: Diff::of(&f, &fe, vocab),
             differs: None,
             broken_claim: None,
@@ -438,7 +462,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
                 Ok(vec![verify_chunks(
                     routing,
                     b,
-                    &prompts[0],
+                    &verify.prompt,
                     k,
                     &mut RouteLog::default(),
                 )?])
@@ -559,6 +583,57 @@ fn spec_prefix(tokens: usize) -> usize {
 /// all rules eagerly]`, each sequence compared across them and with it decoded alone (`[under
 /// the reference routing, under all rules]`), every vector checked finite (named by `label`
 /// and sequence).
+/// The prompt the verify rows feed, and it decoded alone under both routings: the case's
+/// prompt, or, where it is shorter than the widest verify width, that prompt extended to the
+/// widest width (when the model's positions allow), so that every width runs its own program.
+struct VerifyPrompt {
+    prompt: Vec<u32>,
+    /// Decoded alone, reference routing.
+    alone: Vec<f32>,
+    /// Decoded alone, all-rules routing.
+    alone_fused: Vec<f32>,
+}
+
+impl VerifyPrompt {
+    fn new(
+        case: &Case,
+        serve: &ServeShape,
+        [reference, fused]: [Routing; 2],
+        backend: &mut dyn GpuBackend,
+        prompt: &[u32],
+        [alone, alone_fused]: [&[f32]; 2],
+        differs: bool,
+    ) -> R<VerifyPrompt> {
+        let widest = serve.verify_widths.last().copied().unwrap_or(1);
+        let tokens = widest.min(case.config.max_position_embeddings);
+        if prompt.len() >= tokens {
+            return Ok(VerifyPrompt {
+                prompt: prompt.to_vec(),
+                alone: alone.to_vec(),
+                alone_fused: alone_fused.to_vec(),
+            });
+        }
+        let vocab = case.config.vocab_size;
+        let mut extended = prompt.to_vec();
+        extended.extend(random_prompt(VERIFY_SEED, vocab, tokens - prompt.len()));
+        let mut routes = RouteLog::default();
+        let alone = decode_logged(reference, backend, &extended, &mut routes)?;
+        // As for every row: with a `differs` rule the all-rules routing is its own reference.
+        let alone_fused = match differs {
+            true => decode_logged(fused, backend, &extended, &mut routes)?,
+            false => alone.clone(),
+        };
+        Ok(VerifyPrompt {
+            prompt: extended,
+            alone,
+            alone_fused,
+        })
+    }
+}
+
+/// The seed of the tokens that extend a prompt shorter than the widest verify width.
+const VERIFY_SEED: u64 = 0x7e41f;
+
 fn per_sequence_row(
     mode: Mode,
     rows: usize,
@@ -572,6 +647,8 @@ fn per_sequence_row(
         mode,
         rows,
         live: r.len(),
+        tokens: r.first().map_or(0, |logits| logits.len() / vocab),
+        programs: Vec::new(),
         ref_vs_fused: Diff::NONE,
         vs_decode: Diff::NONE,
         graph_vs_eager: Diff::NONE,

@@ -427,8 +427,12 @@ fn read_logits(
         .collect())
 }
 
-/// The schedule again on the CPU backend; each stage within `cross::TOLERANCE`.
+/// The schedule again on the CPU backend; each stage within `cross::TOLERANCE`. Run with
+/// `--backend cpu` it compares the CPU backend with itself, which says nothing of a device:
+/// a smoke test of this path, said so in its line (and held to byte identity, since a second
+/// exec on a second CPU backend must give the same bytes).
 fn cpu_twin(name: &str, device: &Trace, boot: Boot, schedule: Schedule) -> Result<(), String> {
+    let smoke = schedule.device == BackendKind::Cpu;
     let started = Instant::now();
     let mut cpu = cpu_backend()?;
     let mut exec = CircuitExec::build(&mut cpu, boot).map_err(|e| format!("{name} (cpu): {e}"))?;
@@ -442,6 +446,18 @@ fn cpu_twin(name: &str, device: &Trace, boot: Boot, schedule: Schedule) -> Resul
     let twin = run_schedule(name, &mut exec, &mut cpu, plain);
     exec.free(&mut cpu).map_err(|e| e.to_string())?;
     let twin = twin?;
+    if smoke {
+        for ((stage, d), (_, c)) in device.iter().zip(&twin) {
+            same_bytes(d, c).map_err(|e| format!("{name}: {stage}: cpu against cpu: {e}"))?;
+        }
+        println!(
+            "cpu twin smoke test (--backend cpu: the CPU backend against itself, no device ran, \
+             so no device check): {} stages equal byte for byte, {:.1} s",
+            twin.len(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let mut worst = 0.0f32;
     for ((stage, d), (_, c)) in device.iter().zip(&twin) {
         let (max_abs, magnitude, relative) = crate::gpu::cross::distance(d, c);
