@@ -344,7 +344,7 @@ mod tests {
     /// with `--ignored`.
     #[test]
     fn every_ignored_test_is_a_device_test_that_run_sh_runs() {
-        let root = crate::workspace_root();
+        let root = crate::paths::workspace_root();
         let mut files = Vec::new();
         for dir in ["crates", "xtask", "tests"] {
             if root.join(dir).is_dir() {

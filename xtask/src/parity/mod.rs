@@ -459,7 +459,7 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("NOT ALLOWED"), "{e}");
-        let fixture = crate::workspace_root().join("tests/fixtures/golden/llama");
+        let fixture = crate::paths::workspace_root().join("tests/fixtures/golden/llama");
         for name in ["config.json", "model.safetensors", "golden.safetensors"] {
             std::fs::copy(fixture.join(name), llama.join(name)).unwrap();
         }

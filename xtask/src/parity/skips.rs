@@ -117,7 +117,7 @@ pub(crate) mod tests {
 
     /// The llama golden's config with a `quantization_config`: refused as not yet modelled.
     pub(crate) fn quantized_llama() -> String {
-        let path = crate::workspace_root().join("tests/fixtures/golden/llama/config.json");
+        let path = crate::paths::workspace_root().join("tests/fixtures/golden/llama/config.json");
         let mut config: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         config["quantization_config"] = serde_json::json!({ "quant_method": "fp8" });
@@ -127,7 +127,7 @@ pub(crate) mod tests {
     /// CI's goldens step passes no `--allow-skip`: every shipped golden must run.
     #[test]
     fn every_shipped_golden_runs() {
-        let root = crate::workspace_root().join("tests/fixtures/golden");
+        let root = crate::paths::workspace_root().join("tests/fixtures/golden");
         let mut folders = 0;
         for entry in std::fs::read_dir(&root).unwrap().flatten() {
             let dir = entry.path();
