@@ -1,6 +1,8 @@
-//! Every source module of the workspace is named in `docs/ARCHITECTURE.md`, the code map: in
-//! its crate's section (`## crates/<dir>`, `## xtask`) as an identifier inside backticks
-//! (`name`, `parent::name`, `{a, name}`), or anywhere by its path.
+//! `docs/ARCHITECTURE.md`, the code map, and the source tree agree both ways. Every source
+//! module is named in its crate's section (`## crates/<dir>`, `## xtask`) as an identifier
+//! inside backticks (`name`, `parent::name`, `{a, name}`), or anywhere by its path; and every
+//! module a section's bullet leads with ("- `exec::pools` — ...") and every path the doc
+//! names in backticks exists.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -161,5 +163,112 @@ fn every_source_module_is_named_in_the_architecture_doc() {
          `name` in backticks, or by path):\n{}",
         absent.len(),
         absent.join("\n")
+    );
+}
+
+/// The module paths a section's bullets lead with: "- `exec::pools` — ..." gives
+/// `exec::pools`. A lead is a module path when it is lower-case words joined by `::`.
+fn bullet_leads(section: &str) -> Vec<String> {
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `"))
+        .filter_map(|rest| rest.split('`').next())
+        .filter(|lead| {
+            !lead.is_empty()
+                && lead.split("::").all(|w| {
+                    !w.is_empty()
+                        && w.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether module path `lead` (`a::b`) is a module of the crate whose sources are under `src`:
+/// `src/a/b.rs` or `src/a/b/mod.rs`.
+fn resolves(src: &Path, lead: &str) -> bool {
+    let relative: PathBuf = lead.split("::").collect();
+    src.join(&relative).with_extension("rs").is_file()
+        || src.join(&relative).join("mod.rs").is_file()
+}
+
+/// The backticked spans of `doc` that are paths into the tree (`crates/...`, `xtask/...`,
+/// `tests/...`, `fusions/...`, `docs/...`, `examples/...`), with any `:line` suffix dropped.
+fn backticked_paths(doc: &str) -> BTreeSet<String> {
+    const ROOTS: &[&str] = &[
+        "crates/",
+        "xtask/",
+        "tests/",
+        "fusions/",
+        "docs/",
+        "examples/",
+    ];
+    doc.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| ROOTS.iter().any(|root| span.starts_with(root)))
+        .filter(|span| !span.contains(['*', '<', ' ']))
+        .map(|span| span.split(':').next().unwrap_or(span).to_string())
+        .collect()
+}
+
+/// The bullet leads of each crate section that name no module of that crate, and the
+/// backticked paths that name nothing in the tree: what the doc says that is no longer so.
+fn stale(root: &Path, doc: &str) -> Vec<String> {
+    let mut sections: Vec<(String, PathBuf)> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|dir| dir.join("src").is_dir())
+        .map(|dir| {
+            let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+            (format!("crates/{name}"), dir.join("src"))
+        })
+        .collect();
+    sections.sort();
+    sections.push(("xtask".to_string(), root.join("xtask/src")));
+    let mut out = Vec::new();
+    for (heading, src) in &sections {
+        let Some(text) = section(doc, heading) else {
+            out.push(format!("no section `## {heading}`"));
+            continue;
+        };
+        for lead in bullet_leads(text) {
+            if !resolves(src, &lead) {
+                out.push(format!(
+                    "`{lead}` in `## {heading}` is no module of {}",
+                    src.display()
+                ));
+            }
+        }
+    }
+    for path in backticked_paths(doc) {
+        if !root.join(&path).exists() {
+            out.push(format!("`{path}` names nothing in the tree"));
+        }
+    }
+    out
+}
+
+#[test]
+fn bullet_leads_and_paths_are_read() {
+    let text =
+        "- `exec::pools` — pools\n- `Session` — a type\n- `a`, `b` and more\n  - `x` nested\n";
+    assert_eq!(bullet_leads(text), ["exec::pools", "a"]);
+    let doc = "see `crates/x/src/a.rs:12`, `tests/fixtures/*.json` and `xtask` or `crates/y/`";
+    let paths: Vec<String> = backticked_paths(doc).into_iter().collect();
+    assert_eq!(paths, ["crates/x/src/a.rs", "crates/y/"]);
+}
+
+#[test]
+fn everything_the_architecture_doc_names_exists() {
+    let root = workspace_root();
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let stale = stale(&root, &doc);
+    assert!(
+        stale.is_empty(),
+        "docs/ARCHITECTURE.md names {} thing(s) the tree no longer has:\n  {}",
+        stale.len(),
+        stale.join("\n  ")
     );
 }
