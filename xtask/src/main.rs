@@ -3,7 +3,8 @@
 //! `plan` builds and prints execution plans; `ptx` regenerates and checks the CUDA PTX;
 //! `parity` and `bench` run on the CPU backend or (feature `cuda`, `--backend cuda`) a GPU;
 //! `gpu-bench` times the programs and their graphs on a GPU; `gpu-check` builds the bundle
-//! a GPU machine runs (`gpu`); `ci` runs the CI job's steps (`.ci/run` calls it).
+//! a GPU machine runs (`gpu`); `ci` runs the CI job's steps (`.ci/run` calls it); `tables`
+//! generates docs/TABLES.md from the registry.
 
 #![deny(unsafe_code)]
 
@@ -25,6 +26,7 @@ mod speculate;
 // NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
 #[allow(unsafe_code)]
 mod ptx;
+mod tables;
 mod traffic;
 
 use std::process::ExitCode;
@@ -43,7 +45,8 @@ commands:
   gpu-bench  time programs, graph replays and the bandwidth floor on a GPU (feature cuda)
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
   ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
-  fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)";
+  fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)
+  tables     write docs/TABLES.md (levers, kernels, launch shapes) from the registry (--check)";
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         "gpu-check" => gpu::check::run(argv),
         "ci" => ci::run(argv),
         "fuzz" => fuzz::run(argv),
+        "tables" => tables::run(argv),
         // Hidden: one small exec's decode step, for compute-sanitizer to wrap (run.sh).
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).
