@@ -149,7 +149,9 @@ fn levers_table(rules: &RuleSet) -> Result<String, String> {
                 dedup(tolerances).join(", ")
             ));
         }
-        if kinds.is_empty() {
+        if kinds.is_empty() && what.starts_with("reserved") {
+            kinds.push("reserved: no rule names it".to_string());
+        } else if kinds.is_empty() {
             kinds.push("launch: no rule names it".to_string());
         }
         let mut named: Vec<String> = gated

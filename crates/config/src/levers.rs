@@ -9,7 +9,8 @@ use crate::ConfigError;
 pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     (
         "fast_exp",
-        "exp through an approximate exponential in softmax and SiLU: faster on GPU, changes logits",
+        "reserved for a `differs` rule with an approximate exponential in softmax and SiLU: no \
+         rule or kernel uses it yet, so turning it on changes nothing",
     ),
     (
         "split_rope_kv",
