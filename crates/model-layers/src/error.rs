@@ -201,7 +201,7 @@ pub enum SessionError {
     #[error("MTP draft head: {0}")]
     DraftHead(String),
     #[error(transparent)]
-    Sampling(#[from] crate::sampling::SamplingError),
+    Sampling(#[from] SamplingError),
     #[error(
         "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
          their state is lost, end them"
@@ -217,4 +217,51 @@ impl From<GpuError> for SessionError {
     fn from(e: GpuError) -> Self {
         SessionError::Exec(ExecError::Gpu(e))
     }
+}
+
+/// A sampling parameter, or a sampler call, refused: each names the parameter, row or token.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("sampling temperature {0}: expected a finite number >= 0 (0 means greedy)")]
+    Temperature(f64),
+    #[error("sampling top_p {0}: expected a number in (0, 1] (1 turns top-p off)")]
+    TopP(f64),
+    #[error("an empty logits row: a vocabulary of 0 tokens has nothing to sample")]
+    EmptyVocabulary,
+    #[error("every one of the {vocab} logits is -inf or NaN: no token can be sampled")]
+    NoFiniteLogit { vocab: usize },
+    #[error("speculative verify: {found} {which} rows, expected {expected} for {k} draft tokens")]
+    Rows {
+        which: &'static str,
+        found: usize,
+        expected: usize,
+        k: usize,
+    },
+    #[error("speculative verify: {which} row {row} has {found} entries, expected the vocabulary's {expected}")]
+    RowLength {
+        which: &'static str,
+        row: usize,
+        found: usize,
+        expected: usize,
+    },
+    #[error("speculative verify: draft token {token} at position {position} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange {
+        position: usize,
+        token: u32,
+        vocab: usize,
+    },
+    #[error("speculative verify: {which} row {row} is not a distribution: {reason}")]
+    NotADistribution {
+        which: &'static str,
+        row: usize,
+        reason: String,
+    },
+    #[error("speculative verify: draft token {token} at position {position} has draft probability 0, so the draft cannot have drawn it")]
+    DraftTokenImpossible { position: usize, token: u32 },
+    #[error("speculative verify: {which} row {row}: {source}")]
+    InRow {
+        which: &'static str,
+        row: usize,
+        source: Box<SamplingError>,
+    },
 }

@@ -22,58 +22,13 @@ mod accept;
 mod rng;
 mod transform;
 
+pub use crate::error::SamplingError;
 pub use accept::{accept, accept_greedy, Acceptance};
 pub use rng::{splitmix64, Rng};
 pub use transform::greedy;
 
 use accept::{check_length, check_shapes, in_row};
 use transform::Transforms;
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SamplingError {
-    #[error("sampling temperature {0}: expected a finite number >= 0 (0 means greedy)")]
-    Temperature(f64),
-    #[error("sampling top_p {0}: expected a number in (0, 1] (1 turns top-p off)")]
-    TopP(f64),
-    #[error("an empty logits row: a vocabulary of 0 tokens has nothing to sample")]
-    EmptyVocabulary,
-    #[error("every one of the {vocab} logits is -inf or NaN: no token can be sampled")]
-    NoFiniteLogit { vocab: usize },
-    #[error("speculative verify: {found} {which} rows, expected {expected} for {k} draft tokens")]
-    Rows {
-        which: &'static str,
-        found: usize,
-        expected: usize,
-        k: usize,
-    },
-    #[error("speculative verify: {which} row {row} has {found} entries, expected the vocabulary's {expected}")]
-    RowLength {
-        which: &'static str,
-        row: usize,
-        found: usize,
-        expected: usize,
-    },
-    #[error("speculative verify: draft token {token} at position {position} is outside the vocabulary of {vocab}")]
-    TokenOutOfRange {
-        position: usize,
-        token: u32,
-        vocab: usize,
-    },
-    #[error("speculative verify: {which} row {row} is not a distribution: {reason}")]
-    NotADistribution {
-        which: &'static str,
-        row: usize,
-        reason: String,
-    },
-    #[error("speculative verify: draft token {token} at position {position} has draft probability 0, so the draft cannot have drawn it")]
-    DraftTokenImpossible { position: usize, token: u32 },
-    #[error("speculative verify: {which} row {row}: {source}")]
-    InRow {
-        which: &'static str,
-        row: usize,
-        source: Box<SamplingError>,
-    },
-}
 
 /// What a sampled sequence asks for. `Default`: temperature 1, top-k and top-p off, seed 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
