@@ -46,11 +46,9 @@ pub mod weights;
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
 pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
-pub use graphs::{
-    CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, ProgramKey, StepRun,
-};
+pub use graphs::{CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, StepRun};
 pub use layout::Layout;
-pub use program::{Program, ProgramStep};
+pub use program::{Program, ProgramKey, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
     Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session, SpecPolicy,

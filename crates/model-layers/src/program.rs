@@ -4,7 +4,9 @@
 //! order, after one `gemv::counters_reset` where it has split kernels' counters; it reads per-step values only from the workspace's metadata region (uploaded by the
 //! session beforehand) and never allocates, synchronises or reads host memory while it runs.
 
-use solder_circuit::{ExecutionPlan, Mode, StepKind};
+use std::fmt;
+
+use solder_circuit::{ExecutionPlan, Mode, RouteCondition, StepKind};
 use solder_gpu_runtime::{
     EventId, GpuBackend, KernelArg, KernelId, LaunchConfig, LaunchOrder, StreamId,
 };
@@ -50,8 +52,8 @@ pub struct Program {
 
 impl Program {
     /// The key its step graph is cached under: (mode, rows, arm).
-    pub fn key(&self) -> crate::graphs::ProgramKey {
-        crate::graphs::ProgramKey {
+    pub fn key(&self) -> ProgramKey {
+        ProgramKey {
             mode: self.mode,
             rows: self.rows,
             arm: self.arm,
@@ -175,4 +177,22 @@ pub fn compile(
         )));
     }
     Ok(program)
+}
+
+/// A program by what names it: its mode, rows and route arm (the key graphs are cached by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProgramKey {
+    pub mode: Mode,
+    pub rows: usize,
+    pub arm: Option<RouteCondition>,
+}
+
+impl fmt::Display for ProgramKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.mode, self.rows)?;
+        if let Some(arm) = self.arm {
+            write!(f, " (arm {})", arm.capability())?;
+        }
+        Ok(())
+    }
 }

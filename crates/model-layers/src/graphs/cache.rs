@@ -8,7 +8,8 @@ use std::time::Duration;
 use solder_gpu_runtime::{GraphExecId, GraphId};
 
 use super::counters::GraphCounters;
-use super::policy::{EagerReason, GraphPolicy, ProgramKey};
+use super::policy::{EagerReason, GraphPolicy};
+use crate::program::ProgramKey;
 
 /// One cached graph: its handles and the binding epoch it was captured at.
 #[derive(Debug)]

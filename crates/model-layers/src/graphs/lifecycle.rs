@@ -17,9 +17,10 @@ use solder_gpu_runtime::{EventId, GpuBackend, GraphExecId, GraphId, StreamId};
 use super::cache::{Cached, Decision, GraphCache};
 use super::captured::CapturedGraph;
 use super::counters::{CaptureReport, GraphCounters};
-use super::policy::{EagerReason, GraphPolicy, ProgramKey, StepRun};
+use super::policy::{EagerReason, GraphPolicy, StepRun};
 use crate::error::ExecError;
 use crate::program::Program;
+use crate::program::ProgramKey;
 
 /// The exec's streams and events, which its programs run on (stream 0 is the one graphs are
 /// captured on and launched on).

@@ -30,4 +30,4 @@ mod policy;
 
 pub use captured::CapturedGraph;
 pub use counters::{CaptureReport, GraphCounters};
-pub use policy::{EagerReason, GraphPolicy, ProgramKey, StepRun};
+pub use policy::{EagerReason, GraphPolicy, StepRun};

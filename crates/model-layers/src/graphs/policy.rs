@@ -4,8 +4,6 @@
 
 use std::fmt;
 
-use solder_circuit::{Mode, RouteCondition};
-
 /// Whether steps replay captured graphs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GraphPolicy {
@@ -40,24 +38,6 @@ impl std::str::FromStr for GraphPolicy {
                 "graph policy `{other}`: expected auto, always or never"
             )),
         }
-    }
-}
-
-/// The program a graph was captured from: its mode, rows and route arm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ProgramKey {
-    pub mode: Mode,
-    pub rows: usize,
-    pub arm: Option<RouteCondition>,
-}
-
-impl fmt::Display for ProgramKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.mode, self.rows)?;
-        if let Some(arm) = self.arm {
-            write!(f, " (arm {})", arm.capability())?;
-        }
-        Ok(())
     }
 }
 
