@@ -15,22 +15,25 @@ use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{run, upload};
 
-/// Builds `module` from its source with `from` (which must occur exactly once) replaced by
-/// `to`, into a fresh folder; returns the folder.
-fn build_mutant(module: &str, from: &str, to: &str) -> PathBuf {
+/// Builds `module` from its source with each `from` (which must occur exactly once) replaced
+/// by its `to`, into a fresh folder; returns the folder.
+fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     let root = crate::workspace_root();
     let path = super::generate::source_path(&root, module);
-    let source = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(
-        source.matches(from).count(),
-        1,
-        "{module}: `{from}` is not unique"
-    );
+    let mut source = std::fs::read_to_string(&path).unwrap();
+    for (from, to) in edits {
+        assert_eq!(
+            source.matches(from).count(),
+            1,
+            "{module}: `{from}` is not unique"
+        );
+        source = source.replace(from, to);
+    }
     let dir =
         std::env::temp_dir().join(format!("solder-emu-mutant-{module}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mutant = dir.join(format!("{module}.cu"));
-    std::fs::write(&mutant, source.replace(from, to)).unwrap();
+    std::fs::write(&mutant, source).unwrap();
     let unit = super::generate::unit(&root, module).unwrap();
     let original = format!("#include \"{}\"", path.display());
     assert!(
@@ -62,14 +65,23 @@ fn build_mutant(module: &str, from: &str, to: &str) -> PathBuf {
 }
 
 /// Runs `launch` (built on `backend`'s buffers) in shadow mode against the emulation of
-/// `module` in `dir`; returns the kernel's record.
-fn shadow(dir: &Path, module: &str, backend: &mut CpuBackend, launch: &Launch) -> KernelParity {
-    let emulation = Emulation::open(dir, &[module], EmuMode::Shadow).unwrap();
-    backend.set_emulation(Some(emulation));
-    run(backend, launch);
-    let report = backend.emulation().unwrap().report().clone();
-    backend.set_emulation(None);
-    report[launch.kernel].clone()
+/// `module` in `dir`, then against the unmutated modules; returns the kernel's two records.
+fn shadow(
+    dir: &Path,
+    module: &str,
+    backend: &mut CpuBackend,
+    launch: &Launch,
+) -> (KernelParity, KernelParity) {
+    let mut record = |emulation: Emulation| {
+        backend.set_emulation(Some(emulation));
+        run(backend, launch);
+        let report = backend.emulation().unwrap().report().clone();
+        backend.set_emulation(None);
+        report[launch.kernel].clone()
+    };
+    let mutant = record(Emulation::open(dir, &[module], EmuMode::Shadow).unwrap());
+    let original = record(super::emulation(&crate::workspace_root(), EmuMode::Shadow).unwrap());
+    (mutant, original)
 }
 
 fn values(n: u32, seed: u64) -> Vec<u8> {
@@ -87,13 +99,18 @@ fn values(n: u32, seed: u64) -> Vec<u8> {
 
 #[test]
 fn a_gemv_dot_missing_its_last_term_differs_from_the_twin() {
-    // The mutation issue 21 tried: the last weight term of every dot with k > 1024 dropped.
-    let dir = build_mutant(
-        "gemv",
-        "acc[n][rr] = __fmaf_rn(xf[e], wf[n][e], acc[n][rr]);",
-        "acc[n][rr] = (k > 1024u && seg_base + local + e == k - 1u) ? acc[n][rr] \
-         : __fmaf_rn(xf[e], wf[n][e], acc[n][rr]);",
-    );
+    // The mutation issue 21 tried: the last term of every dot with k > 1024 dropped (its x
+    // read as 0), in both bodies (the classic block and the streaming entries).
+    const CLASSIC: &str = "widen8(*reinterpret_cast<const uint4*>(&xs[rr][local]), xf);";
+    const STREAM: &str = "widen8(*reinterpret_cast<const uint4*>(&xs[rr * SPAN + at]), xf);";
+    let drop_last = |at: &str| {
+        format!(
+            "if (k > 1024u && {at} <= k - 1u && k - 1u < {at} + 8u) {{ xf[k - 1u - ({at})] = 0.0f; }}"
+        )
+    };
+    let classic = format!("{CLASSIC}\n{}", drop_last("seg_base + local"));
+    let stream = format!("{STREAM}\n{}", drop_last("kb + local"));
+    let dir = build_mutant("gemv", &[(CLASSIC, &classic), (STREAM, &stream)]);
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     let (rows, k, n_out) = (2u32, 2600u32, 64u32);
     let x = upload(&mut backend, &values(rows * k, 0x9e3779b97f4a7c15));
@@ -111,8 +128,13 @@ fn a_gemv_dot_missing_its_last_term_differs_from_the_twin() {
         scratch: None,
     }
     .launch(LINEAR);
-    let linear = shadow(&dir, "gemv", &mut backend, &launch);
-    assert_eq!((linear.launches, linear.identical), (1, 0), "{linear:?}");
+    let (mutant, original) = shadow(&dir, "gemv", &mut backend, &launch);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -121,8 +143,10 @@ fn attention_missing_one_key_per_tile_differs_from_the_twin() {
     // The first key of every 32-key tile left out of Σ p·v (still in the softmax's sum).
     let dir = build_mutant(
         "attn",
-        "for (unsigned jj = 0; jj < 32u; ++jj) {",
-        "for (unsigned jj = 1; jj < 32u; ++jj) {",
+        &[(
+            "for (unsigned jj = 0; jj < 32u; ++jj) {",
+            "for (unsigned jj = 1; jj < 32u; ++jj) {",
+        )],
     );
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     // 600 tokens: three flash-decoding splits.
@@ -156,7 +180,12 @@ fn attention_missing_one_key_per_tile_differs_from_the_twin() {
         scale: 1.0 / (head_dim as f32).sqrt(),
     }
     .launch(PAGED_DECODE);
-    let decode = shadow(&dir, "attn", &mut backend, &launch);
-    assert_eq!((decode.launches, decode.identical), (1, 0), "{decode:?}");
+    let (mutant, original) = shadow(&dir, "attn", &mut backend, &launch);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

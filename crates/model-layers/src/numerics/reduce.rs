@@ -3,9 +3,10 @@
 //!
 //! Invariants: every function here is the portable definition of one CUDA reduction order
 //! (`warp_sum`, `warp_dot` / `dot8` / `dot_fold`, `warp_sum_squares`, the o-fold's head dot,
-//! attention's sequential q·k); an AVX2+FMA path, where there is one, gives the portable
+//! topk_softmax's strided sum); an AVX2+FMA path, where there is one, gives the portable
 //! path's bits (`f32::mul_add` is a correctly rounded fma, as `__fmaf_rn` is). No order
-//! depends on the thread count or on how the work is split.
+//! depends on the thread count or on how the work is split. Without FMA hardware `mul_add` is
+//! libm's `fmaf`: the same bits, slower.
 
 use half::bf16;
 
@@ -71,8 +72,9 @@ fn chunk_fma(
     acc
 }
 
-/// One segment's lanes [lane_lo, lane_hi) of a dot of `len` elements from `start`, chunks
-/// j_from.. of each lane (the portable rest of a segment the AVX2 path began).
+/// Lanes lane_lo..lane_lo + lanes.len() of the segment from `start` of a dot of `len`
+/// elements, chunks j_from.. of each lane (all of them, or the rest of a segment the AVX2 path
+/// began).
 #[inline(always)]
 fn segment_lanes(
     lanes: &mut [f32],
