@@ -52,7 +52,7 @@ fn dot_fold(total: f32, s: f32, seg: usize) -> f32 {
     }
 }
 
-/// common.cuh `dot8` of one lane's chunk [i0, i0 + valid): acc = fma(x[i], w[i], acc) in
+/// common.cuh `dot8` of one lane's chunk i0..i0 + valid: acc = fma(x\[i\], w\[i\], acc) in
 /// order. Past `valid` the kernel reads +0 (`load8_bits`), and fma(+0, +0, acc) is acc + 0,
 /// which turns −0 into +0 and leaves every other value as it is; once is as good as 8 times.
 #[inline(always)]
@@ -109,7 +109,7 @@ fn warp_dot_of(len: usize, x: impl Fn(usize) -> f32, w: impl Fn(usize) -> f32) -
     total
 }
 
-/// Σ a[i]·b[i] over the shorter length in the order of common.cuh `warp_dot` (every gemv and
+/// Σ a\[i\]·b\[i\] over the shorter length in the order of common.cuh `warp_dot` (every gemv and
 /// moe projection, lm_head, the router).
 #[inline]
 pub fn dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
@@ -130,7 +130,7 @@ pub fn dot_bf16_lanes(a: &[bf16], b: &[bf16]) -> f32 {
     warp_dot_of(len, |i| to_f32(a[i]), |i| to_f32(b[i]))
 }
 
-/// Σ a[i]·b[i] with `a` in f32 (a widened bf16 row), in `dot_bf16`'s order.
+/// Σ a\[i\]·b\[i\] with `a` in f32 (a widened bf16 row), in `dot_bf16`'s order.
 #[inline]
 pub fn dot_f32_bf16(a: &[f32], b: &[bf16]) -> f32 {
     let len = a.len().min(b.len());
@@ -217,7 +217,7 @@ fn warp_sum_squares_of(len: usize, v: impl Fn(usize) -> f32) -> f32 {
     warp_sum(lanes)
 }
 
-/// Σ x[i]² in the order of common.cuh `warp_sum_squares` (every norm).
+/// Σ x\[i\]² in the order of common.cuh `warp_sum_squares` (every norm).
 #[inline]
 pub fn sum_squares_f32(x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -228,7 +228,7 @@ pub fn sum_squares_f32(x: &[f32]) -> f32 {
     warp_sum_squares_of(x.len(), |i| x[i])
 }
 
-/// Σ x[i]² of bf16 values, in `sum_squares_f32`'s order (equal to it of the widened row).
+/// Σ x\[i\]² of bf16 values, in `sum_squares_f32`'s order (equal to it of the widened row).
 #[inline]
 pub fn sum_squares_bf16(x: &[bf16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -318,7 +318,7 @@ mod avx2 {
         }
     }
 
-    /// Rows r[0..8] of an 8×8 block → its columns.
+    /// The rows of an 8×8 block → its columns.
     #[inline(always)]
     unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
         // SAFETY: register shuffles only (AVX, implied by the caller's AVX2).
