@@ -235,9 +235,15 @@ fn piece<'k>(
 fn scores(q: &[bf16], keys: [&[bf16]; WARP], out: &mut [f32]) {
     let n = out.len();
     out.fill(0.0);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::reduce::avx2_fma() && keys.iter().all(|k| k.len() >= q.len()) {
+        // SAFETY: AVX2 and FMA present (checked); every key row holds q.len() values.
+        done = unsafe { scores_avx2(q, &keys, out) };
+    }
     for (d, qd) in q.iter().enumerate() {
         let qd = to_f32(*qd);
-        for (s, k) in out.iter_mut().zip(&keys[..n]) {
+        for (s, k) in out.iter_mut().zip(&keys[..n]).skip(done) {
             *s = qd.mul_add(to_f32(k[d]), *s);
         }
     }
@@ -246,4 +252,39 @@ fn scores(q: &[bf16], keys: [&[bf16]; WARP], out: &mut [f32]) {
             *s += 0.0;
         }
     }
+}
+
+/// The first ⌊n / 8⌋·8 keys' scores of `scores` (the rest is left to it): 8 keys in one
+/// register, each 8-dim step of their rows transposed so that register e holds dim e of the 8
+/// keys, then fma with q\[e\] broadcast, dim by dim in order; the head's last partial step
+/// scalar. Returns how many keys it did.
+///
+/// Safety: the CPU must support AVX2 and FMA; every key row holds at least q.len() values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx2(q: &[bf16], keys: &[&[bf16]; WARP], out: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+
+    use super::reduce::avx2::{transpose, Row};
+    let n = out.len() / 8 * 8;
+    let full = q.len() / CHUNK * CHUNK;
+    for g in (0..n).step_by(8) {
+        let mut acc = _mm256_setzero_ps();
+        for d0 in (0..full).step_by(CHUNK) {
+            // SAFETY: d0 + 8 <= q.len() <= every key row's length (the caller's promise).
+            let kt = unsafe { transpose(std::array::from_fn(|l| keys[g + l].load8(d0))) };
+            for (e, k) in kt.iter().enumerate() {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(q[d0 + e])), *k, acc);
+            }
+        }
+        // SAFETY: 8 writable f32 from g (g + 8 <= n <= out.len()); unaligned store.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(g), acc) };
+        for d in full..q.len() {
+            let qd = to_f32(q[d]);
+            for (s, k) in out[g..g + 8].iter_mut().zip(&keys[g..g + 8]) {
+                *s = qd.mul_add(to_f32(k[d]), *s);
+            }
+        }
+    }
+    n
 }

@@ -257,12 +257,12 @@ pub fn warp_strided_sum(values: &[f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn avx2_fma() -> bool {
+pub(super) fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     //! The AVX2+FMA paths: 8 CUDA lanes in one register. A lane's chunk is 8 consecutive
     //! elements, so 8 lanes' chunks (64 elements) are transposed to give, per element e of the
     //! chunk, one register of the 8 lanes' e-th values; `_mm256_fmadd_ps` then does each lane's
@@ -277,7 +277,7 @@ mod avx2 {
     };
 
     /// A row the tiles read: 8 values as f32 from an element index, or one.
-    pub(super) trait Row: Copy {
+    pub(in crate::numerics) trait Row: Copy {
         fn len(self) -> usize;
         /// Safety: `at + 8 <= self.len()`, AVX2 present.
         unsafe fn load8(self, at: usize) -> __m256;
@@ -320,7 +320,7 @@ mod avx2 {
 
     /// The rows of an 8×8 block → its columns.
     #[inline(always)]
-    unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
+    pub(in crate::numerics) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
         // SAFETY: register shuffles only (AVX, implied by the caller's AVX2).
         unsafe {
             let t0 = _mm256_unpacklo_ps(r[0], r[1]);
