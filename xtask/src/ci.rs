@@ -144,7 +144,7 @@ pub const STEPS: &[Step] = &[
     },
     // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
     // by launch beside their twins on a small model: the CUDA routings byte-identical, every
-    // kernel identical to its twin or within a known rounding difference (emu::report); the
+    // kernel byte-identical to its twin (emu::report); the
     // wide Llama's dots span two segments, so its programs run gemv's split-K launches.
     Step {
         name: "emu parity (CUDA on the host)",

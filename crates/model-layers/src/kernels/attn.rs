@@ -18,7 +18,7 @@ use super::decl::{kernel, Name};
 use super::grid::elementwise;
 use crate::error::ExecError;
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::attend;
+use crate::numerics::{attend, AttendScratch};
 
 pub mod fold;
 pub use fold::{PagedAttentionO, PAGED_CAUSAL_O, PAGED_DECODE_O};
@@ -302,7 +302,7 @@ impl<'c> Attention<'c> {
             let (r, h) = (index / heads, index % heads);
             let kvh = h / group;
             let q_head = &q[index * head_dim..(index + 1) * head_dim];
-            let (mut scores, mut acc) = (Vec::new(), Vec::new());
+            let mut scratch = AttendScratch::default();
             let len = seq_lens[r] as usize;
             let first = window_start(len, window);
             attend(
@@ -310,8 +310,7 @@ impl<'c> Attention<'c> {
                 len - first,
                 scale,
                 (|j| at(r, first + j, 0, kvh), |j| at(r, first + j, 1, kvh)),
-                &mut scores,
-                &mut acc,
+                &mut scratch,
                 out_head,
             );
         });

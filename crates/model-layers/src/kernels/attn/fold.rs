@@ -5,12 +5,11 @@
 //! The twin does the kernel's steps: each (row, head)'s attention output rounded to bf16 as
 //! `paged_decode` stores it (`Attention::run`), times sigmoid(gate) rounded again when gated
 //! (`act::sigmoid_mul`'s arithmetic); then per row and output feature f, each head's partial
-//! dot p_h = dot(out\[r\]\[h\], wo\[f\]\[h·head_dim..(h + 1)·head_dim\]) (`numerics::dot_bf16`, one dot
-//! per head), summed in head order h = 0..heads-1 from +0, the bias added and rounded to bf16
+//! dot p_h = dot(out\[r\]\[h\], wo\[f\]\[h·head_dim..(h + 1)·head_dim\]) (`numerics::dot_head`, the
+//! kernel's order: 8-element chunks with fma and a butterfly per head), summed in head order h = 0..heads-1 from +0, the bias added and rounded to bf16
 //! (`linear_value`), added to the residual (`residual_value`). `gemv::linear` takes one dot over
 //! all heads·head_dim inputs instead, so the bits differ from the reference routing in the last
-//! places: the rule is `differs`. Each backend's dot has its own fixed order (the CUDA kernel's:
-//! 8-element chunks and a butterfly per head), so results never depend on the thread count,
+//! places: the rule is `differs`. The order is fixed, so results never depend on the thread count,
 //! the row count or which block finishes last.
 //!
 //! Invariant: `o_scratch` holds `o_scratch_bytes(rows, heads, n_out)`: per row, at slot r of
@@ -30,7 +29,7 @@ use crate::kernels::args::{macs, size, threads_for};
 use crate::kernels::attrs::widest;
 use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{dot_bf16, linear_value, residual_value, to_bf16, to_f32};
+use crate::numerics::{dot_head, linear_value, residual_value, to_bf16, to_f32};
 
 /// Words before a row's partials in its `o_scratch` slot: the u32 counter and padding that
 /// keeps the partials 16-byte aligned (`OFOLD_HEADER_WORDS` in `crates/kernels/cuda/attn.cu`).
@@ -139,7 +138,7 @@ fn paged_attention_o(a: PagedAttentionOArgs<'_>) -> Result<(), GpuError> {
             let w = &wo[f * in_features..(f + 1) * in_features];
             let acc = (0..heads).fold(0.0f32, |acc, hh| {
                 let span = hh * head_dim..(hh + 1) * head_dim;
-                acc + dot_bf16(&row_out[span.clone()], &w[span])
+                acc + dot_head(&row_out[span.clone()], &w[span])
             });
             *slot = residual_value(h[r * n_out + f], linear_value(acc, bias.map(|b| b[f])));
         }

@@ -1,6 +1,6 @@
 //! CPU twins of the `moe` kernels.
 //!
-//! Routing: a row's softmax in f32 (max, exp, a sequential sum, divide), then the top k by
+//! Routing: a row's softmax in f32 (max, exp, moe.cu's sum in 32 strided lanes, divide), then the top k by
 //! repeated selection (descending, ties to the lower expert id); the fused router gets its
 //! logits from the driver `gemv::lm_head` uses, so its bytes equal that routing's.
 //!
@@ -17,7 +17,7 @@ use super::{CombineSharedArgs, DownArgs, GateUpSiluArgs, RouterTopkArgs, TopkSof
 use crate::kernels::act::sigmoid;
 use crate::kernels::args::{macs, size, threads_for, Dim};
 use crate::kernels::gemv::matvec::{for_each_dot, Widened};
-use crate::numerics::{linear_value, silu_mul_value, to_bf16, to_f32};
+use crate::numerics::{linear_value, silu_mul_value, to_bf16, to_f32, warp_strided_sum};
 
 /// Output features per work tile of the expert projections (fixed, so the split never
 /// depends on the thread count).
@@ -46,10 +46,7 @@ impl Router {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         self.probs.clear();
         self.probs.extend(logits.iter().map(|l| (*l - max).exp()));
-        let mut sum = 0.0f32;
-        for e in &self.probs {
-            sum += *e;
-        }
+        let sum = warp_strided_sum(&self.probs);
         for p in &mut self.probs {
             *p /= sum;
         }

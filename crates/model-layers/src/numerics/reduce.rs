@@ -1,0 +1,447 @@
+//! The reductions of the twins, in the CUDA kernels' own order (common.cuh), fma included, so
+//! a twin and its emulated CUDA kernel agree byte for byte.
+//!
+//! Invariants: every function here is the portable definition of one CUDA reduction order
+//! (`warp_sum`, `warp_dot` / `dot8` / `dot_fold`, `warp_sum_squares`, the o-fold's head dot,
+//! topk_softmax's strided sum); an AVX2+FMA path, where there is one, gives the portable
+//! path's bits (`f32::mul_add` is a correctly rounded fma, as `__fmaf_rn` is). No order
+//! depends on the thread count or on how the work is split. Without FMA hardware `mul_add` is
+//! libm's `fmaf`: the same bits, slower.
+
+use half::bf16;
+
+use super::to_f32;
+
+/// Lanes of a CUDA warp: every reduction's partial sums.
+pub const WARP: usize = 32;
+/// Elements of one dot segment (common.cuh `DOT_SEG`).
+pub const DOT_SEG: usize = 1024;
+/// Elements one lane takes at a time in a dot (common.cuh `dot8`).
+pub const CHUNK: usize = 8;
+/// Chunks each lane takes per segment (common.cuh `DOT_SEG_LANE_CHUNKS`).
+const LANE_CHUNKS: usize = DOT_SEG / CHUNK / WARP;
+
+/// The butterfly `warp_sum` over the first `width` lanes (a power of two): at step m lane i
+/// adds lane i^m, so lane 0 ends with this tree (width/2, ..., 1), and every lane with the same
+/// bits (a + b == b + a exactly).
+#[inline(always)]
+fn tree_sum(lanes: &mut [f32; WARP], width: usize) -> f32 {
+    let mut step = width / 2;
+    while step > 0 {
+        for i in 0..step {
+            lanes[i] += lanes[i + step];
+        }
+        step /= 2;
+    }
+    lanes[0]
+}
+
+/// common.cuh `warp_sum` of 32 lane values.
+#[inline(always)]
+pub fn warp_sum(mut lanes: [f32; WARP]) -> f32 {
+    tree_sum(&mut lanes, WARP)
+}
+
+/// common.cuh `dot_fold`: the running dot after segment `seg`'s sum `s`.
+#[inline(always)]
+fn dot_fold(total: f32, s: f32, seg: usize) -> f32 {
+    if seg == 0 {
+        s
+    } else {
+        total + s
+    }
+}
+
+/// common.cuh `dot8` of one lane's chunk i0..i0 + valid: acc = fma(x\[i\], w\[i\], acc) in
+/// order. Past `valid` the kernel reads +0 (`load8_bits`), and fma(+0, +0, acc) is acc + 0,
+/// which turns −0 into +0 and leaves every other value as it is; once is as good as 8 times.
+#[inline(always)]
+fn chunk_fma(
+    mut acc: f32,
+    i0: usize,
+    valid: usize,
+    x: &impl Fn(usize) -> f32,
+    w: &impl Fn(usize) -> f32,
+) -> f32 {
+    for i in i0..i0 + valid {
+        acc = x(i).mul_add(w(i), acc);
+    }
+    if valid < CHUNK {
+        acc += 0.0;
+    }
+    acc
+}
+
+/// Lanes lane_lo..lane_lo + lanes.len() of the segment from `start` of a dot of `len`
+/// elements, chunks j_from.. of each lane (all of them, or the rest of a segment the AVX2 path
+/// began).
+#[inline(always)]
+fn segment_lanes(
+    lanes: &mut [f32],
+    lane_lo: usize,
+    start: usize,
+    j_from: usize,
+    len: usize,
+    x: &impl Fn(usize) -> f32,
+    w: &impl Fn(usize) -> f32,
+) {
+    for j in j_from..LANE_CHUNKS {
+        for (l, acc) in lanes.iter_mut().enumerate() {
+            let i0 = start + (j * WARP + lane_lo + l) * CHUNK;
+            if i0 < len {
+                *acc = chunk_fma(*acc, i0, (len - i0).min(CHUNK), x, w);
+            }
+        }
+    }
+}
+
+/// common.cuh `warp_dot` of `len` elements x(i)·w(i): per segment of DOT_SEG elements lane l
+/// accumulates the chunks c ≡ l (mod 32) in order (`chunk_fma`), `warp_sum` gives the segment's
+/// sum, the segment sums are folded in order (`dot_fold`).
+#[inline(always)]
+fn warp_dot_of(len: usize, x: impl Fn(usize) -> f32, w: impl Fn(usize) -> f32) -> f32 {
+    let mut total = 0.0f32;
+    for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
+        let mut lanes = [0.0f32; WARP];
+        segment_lanes(&mut lanes, 0, start, 0, len, &x, &w);
+        total = dot_fold(total, warp_sum(lanes), seg);
+    }
+    total
+}
+
+/// Σ a\[i\]·b\[i\] over the shorter length in the order of common.cuh `warp_dot` (every gemv and
+/// moe projection, lm_head, the router).
+#[inline]
+pub fn dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
+    let len = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        let (a, b) = (&a[..len], &b[..len]);
+        // SAFETY: the CPU supports AVX2 and FMA (checked); both rows are `len` long.
+        return unsafe { avx2::dot_tile::<&[bf16], 1, 1>([a], [b]) }[0][0];
+    }
+    dot_bf16_lanes(a, b)
+}
+
+/// The definition of `dot_bf16`, without run-time dispatch (the AVX2 path must equal it).
+#[inline]
+pub fn dot_bf16_lanes(a: &[bf16], b: &[bf16]) -> f32 {
+    let len = a.len().min(b.len());
+    warp_dot_of(len, |i| to_f32(a[i]), |i| to_f32(b[i]))
+}
+
+/// Σ a\[i\]·b\[i\] with `a` in f32 (a widened bf16 row), in `dot_bf16`'s order.
+#[inline]
+pub fn dot_f32_bf16(a: &[f32], b: &[bf16]) -> f32 {
+    let len = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        let (a, b) = (&a[..len], &b[..len]);
+        // SAFETY: the CPU supports AVX2 and FMA (checked); both rows are `len` long.
+        return unsafe { avx2::dot_tile::<&[f32], 1, 1>([a], [b]) }[0][0];
+    }
+    warp_dot_of(len, |i| a[i], |i| to_f32(b[i]))
+}
+
+/// Four dots of one f32 row (a widened bf16 row) against four bf16 rows; each is bit-identical
+/// to `dot_f32_bf16(x, w[c])`, hence to `dot_bf16` of the bf16 row `x` came from.
+#[inline]
+pub fn dot_1x4(x: &[f32], w: [&[bf16]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() && w.iter().all(|r| r.len() == x.len()) {
+        // SAFETY: the CPU supports AVX2 and FMA (checked); lengths are equal.
+        return unsafe { avx2::dot_tile::<&[f32], 1, 4>([x], w) }[0];
+    }
+    w.map(|row| dot_f32_bf16(x, row))
+}
+
+/// Four dots of four f32 rows against one bf16 row (see `dot_1x4`).
+#[inline]
+pub fn dot_4x1(x: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() && x.iter().all(|r| r.len() == w.len()) {
+        // SAFETY: the CPU supports AVX2 and FMA (checked); lengths are equal.
+        let d = unsafe { avx2::dot_tile::<&[f32], 4, 1>(x, [w]) };
+        return [d[0][0], d[1][0], d[2][0], d[3][0]];
+    }
+    x.map(|row| dot_f32_bf16(row, w))
+}
+
+/// The per-head dot of the o-fold (attn.cu `o_fold_epilogue`): lane c takes chunk c of the
+/// head (at most 32 chunks: head_dim <= 256) with fma from +0 (`chunk_fma`), then the butterfly
+/// over the smallest power-of-two group of lanes holding every chunk.
+#[inline]
+pub fn dot_head(a: &[bf16], b: &[bf16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked).
+        return unsafe { dot_head_fma(a, b) };
+    }
+    dot_head_body(a, b)
+}
+
+/// Safety: the CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn dot_head_fma(a: &[bf16], b: &[bf16]) -> f32 {
+    dot_head_body(a, b)
+}
+
+#[inline(always)]
+fn dot_head_body(a: &[bf16], b: &[bf16]) -> f32 {
+    let len = a.len().min(b.len());
+    let chunks = len.div_ceil(CHUNK);
+    assert!(
+        chunks <= WARP,
+        "dot_head: {len} elements, at most {}",
+        WARP * CHUNK
+    );
+    let (x, w) = (|i| to_f32(a[i]), |i| to_f32(b[i]));
+    let mut lanes = [0.0f32; WARP];
+    for (c, acc) in lanes.iter_mut().enumerate().take(chunks) {
+        let i0 = c * CHUNK;
+        *acc = chunk_fma(0.0, i0, (len - i0).min(CHUNK), &x, &w);
+    }
+    tree_sum(&mut lanes, chunks.max(1).next_power_of_two())
+}
+
+/// common.cuh `warp_sum_squares` of `len` values v(i): lane l accumulates i = l, l + 32, ...
+/// with fma(v, v, acc) in order, then `warp_sum`.
+#[inline(always)]
+fn warp_sum_squares_of(len: usize, v: impl Fn(usize) -> f32) -> f32 {
+    let mut lanes = [0.0f32; WARP];
+    for i in 0..len {
+        let x = v(i);
+        lanes[i % WARP] = x.mul_add(x, lanes[i % WARP]);
+    }
+    warp_sum(lanes)
+}
+
+/// Σ x\[i\]² in the order of common.cuh `warp_sum_squares` (every norm).
+#[inline]
+pub fn sum_squares_f32(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked).
+        return unsafe { avx2::sum_squares(x) };
+    }
+    warp_sum_squares_of(x.len(), |i| x[i])
+}
+
+/// Σ x\[i\]² of bf16 values, in `sum_squares_f32`'s order (equal to it of the widened row).
+#[inline]
+pub fn sum_squares_bf16(x: &[bf16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked).
+        return unsafe { avx2::sum_squares(x) };
+    }
+    warp_sum_squares_of(x.len(), |i| to_f32(x[i]))
+}
+
+/// The portable definition of `sum_squares_f32`, without run-time dispatch (the AVX2 path
+/// must equal it).
+pub fn sum_squares_f32_lanes(x: &[f32]) -> f32 {
+    warp_sum_squares_of(x.len(), |i| x[i])
+}
+
+/// Sum of `values` added into 32 strided lanes (value e into lane e mod 32, in order,
+/// from +0), then `warp_sum`: the softmax denominator of moe.cu `topk_softmax`.
+pub fn warp_strided_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; WARP];
+    for (e, v) in values.iter().enumerate() {
+        lanes[e % WARP] += *v;
+    }
+    warp_sum(lanes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    //! The AVX2+FMA paths: 8 CUDA lanes in one register. A lane's chunk is 8 consecutive
+    //! elements, so 8 lanes' chunks (64 elements) are transposed to give, per element e of the
+    //! chunk, one register of the 8 lanes' e-th values; `_mm256_fmadd_ps` then does each lane's
+    //! fma in order. Whatever the fast path leaves (a row's last partial block) the portable
+    //! code finishes on the same lane accumulators.
+    use std::arch::x86_64::*;
+
+    use half::bf16;
+
+    use super::{
+        dot_fold, segment_lanes, to_f32, tree_sum, warp_sum, CHUNK, DOT_SEG, LANE_CHUNKS, WARP,
+    };
+
+    /// A row the tiles read: 8 values as f32 from an element index, or one.
+    pub(in crate::numerics) trait Row: Copy {
+        fn len(self) -> usize;
+        /// Safety: `at + 8 <= self.len()`, AVX2 present.
+        unsafe fn load8(self, at: usize) -> __m256;
+        fn get(self, i: usize) -> f32;
+    }
+
+    impl Row for &[f32] {
+        fn len(self) -> usize {
+            <[f32]>::len(self)
+        }
+        #[inline(always)]
+        unsafe fn load8(self, at: usize) -> __m256 {
+            // SAFETY: 8 f32 from `at` lie in the row (the caller's promise); unaligned load.
+            unsafe { _mm256_loadu_ps(self.as_ptr().add(at)) }
+        }
+        #[inline(always)]
+        fn get(self, i: usize) -> f32 {
+            self[i]
+        }
+    }
+
+    impl Row for &[bf16] {
+        fn len(self) -> usize {
+            <[bf16]>::len(self)
+        }
+        #[inline(always)]
+        unsafe fn load8(self, at: usize) -> __m256 {
+            // SAFETY: 8 bf16 from `at` lie in the row (the caller's promise); unaligned load.
+            // bf16 → f32: zero-extend to u32, shift into the high half.
+            unsafe {
+                let eight = _mm_loadu_si128(self.as_ptr().add(at) as *const __m128i);
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(eight)))
+            }
+        }
+        #[inline(always)]
+        fn get(self, i: usize) -> f32 {
+            to_f32(self[i])
+        }
+    }
+
+    /// The rows of an 8×8 block → its columns.
+    #[inline(always)]
+    pub(in crate::numerics) unsafe fn transpose(r: [__m256; 8]) -> [__m256; 8] {
+        // SAFETY: register shuffles only (AVX, implied by the caller's AVX2).
+        unsafe {
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+            [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ]
+        }
+    }
+
+    /// The 64-element block at `at` (8 lanes' chunks) of a row, as 8 registers: element e of
+    /// each lane's chunk in register e.
+    #[inline(always)]
+    unsafe fn block<X: Row>(row: X, at: usize) -> [__m256; 8] {
+        // SAFETY: the caller's promise: at + 64 <= row.len(), AVX2 present.
+        unsafe { transpose(std::array::from_fn(|l| row.load8(at + l * CHUNK))) }
+    }
+
+    /// R×C dots in `warp_dot`'s order (`super::warp_dot_of`), each row of `x` against each
+    /// row of `w`.
+    ///
+    /// Safety: the CPU must support AVX2 and FMA, and every row of `x` and `w` must be
+    /// `x[0].len()` long.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_tile<X: Row, const R: usize, const C: usize>(
+        x: [X; R],
+        w: [&[bf16]; C],
+    ) -> [[f32; C]; R] {
+        let len = x[0].len();
+        let mut total = [[0.0f32; C]; R];
+        for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
+            let mut lanes = [[[0.0f32; WARP]; C]; R];
+            for group in 0..WARP / 8 {
+                let mut acc = [[_mm256_setzero_ps(); C]; R];
+                let mut j = 0;
+                while j < LANE_CHUNKS {
+                    let at = start + (j * WARP + group * 8) * CHUNK;
+                    if at + 8 * CHUNK > len {
+                        break;
+                    }
+                    // SAFETY: at + 64 <= len, the length of every row (the caller's promise).
+                    let wt: [[__m256; 8]; C] = std::array::from_fn(|c| unsafe { block(w[c], at) });
+                    for r in 0..R {
+                        // SAFETY: as above.
+                        let xt = unsafe { block(x[r], at) };
+                        for c in 0..C {
+                            for e in 0..CHUNK {
+                                acc[r][c] = _mm256_fmadd_ps(xt[e], wt[c][e], acc[r][c]);
+                            }
+                        }
+                    }
+                    j += 1;
+                }
+                for r in 0..R {
+                    for c in 0..C {
+                        let lanes8 = &mut lanes[r][c][group * 8..group * 8 + 8];
+                        // SAFETY: 8 writable f32; unaligned store.
+                        unsafe { _mm256_storeu_ps(lanes8.as_mut_ptr(), acc[r][c]) };
+                        if j < LANE_CHUNKS {
+                            let (xr, wc) = (x[r], w[c]);
+                            let (xv, wv) = (move |i| xr.get(i), move |i| to_f32(wc[i]));
+                            segment_lanes(lanes8, group * 8, start, j, len, &xv, &wv);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    total[r][c] = dot_fold(total[r][c], warp_sum(lanes[r][c]), seg);
+                }
+            }
+        }
+        total
+    }
+
+    /// `super::warp_sum_squares_of` of a row: 32 consecutive values are the 32 lanes' next
+    /// terms, four registers of 8 lanes.
+    ///
+    /// Safety: the CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sum_squares<X: Row>(x: X) -> f32 {
+        let len = x.len();
+        let full = len / WARP;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for t in 0..full {
+            for (g, a) in acc.iter_mut().enumerate() {
+                // SAFETY: t < full, so the 32 values from t·32 lie in the row.
+                let v = unsafe { x.load8(t * WARP + g * 8) };
+                *a = _mm256_fmadd_ps(v, v, *a);
+            }
+        }
+        let mut lanes = [0.0f32; WARP];
+        for (g, a) in acc.iter().enumerate() {
+            // SAFETY: 8 writable f32 from g·8 < 32; unaligned store.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(g * 8), *a) };
+        }
+        for i in full * WARP..len {
+            let v = x.get(i);
+            lanes[i % WARP] = v.mul_add(v, lanes[i % WARP]);
+        }
+        tree_sum(&mut lanes, WARP)
+    }
+}
