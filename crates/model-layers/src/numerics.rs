@@ -42,7 +42,7 @@ pub fn inv_rms(ss: f32, len: usize, eps: f32) -> f32 {
     1.0 / (ss / len as f32 + eps).sqrt()
 }
 
-/// RMSNorm of an f32 row: out[i] = bf16((x[i] · inv) · w[i]).
+/// RMSNorm of an f32 row: out\[i\] = bf16((x\[i\] · inv) · w\[i\]).
 pub fn rms_norm_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     let inv = inv_rms(sum_squares_f32(x), x.len(), eps);
     for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
@@ -50,7 +50,7 @@ pub fn rms_norm_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     }
 }
 
-/// RMSNorm of a bf16 row (qk-norm, one head): out[i] = bf16((x[i] · inv) · w[i]).
+/// RMSNorm of a bf16 row (qk-norm, one head): out\[i\] = bf16((x\[i\] · inv) · w\[i\]).
 pub fn rms_norm_row_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
     let inv = inv_rms(sum_squares_bf16(x), x.len(), eps);
     for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
@@ -67,7 +67,7 @@ pub fn linear_value(acc: f32, bias: Option<bf16>) -> bf16 {
     }
 }
 
-/// One row of a projection: y[o] = bf16(dot(x, w[o]) + bias[o]), `w` is `[y.len()][x.len()]`.
+/// One row of a projection: y\[o\] = bf16(dot(x, w\[o\]) + bias\[o\]), `w` is `[y.len()][x.len()]`.
 pub fn linear_row(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, y: &mut [bf16]) {
     let k = x.len();
     for (o, out) in y.iter_mut().enumerate() {
@@ -75,7 +75,7 @@ pub fn linear_row(x: &[bf16], w: &[bf16], bias: Option<&[bf16]>, y: &mut [bf16])
     }
 }
 
-/// One row of the LM head: logits[o] = dot(x, w[o]).
+/// One row of the LM head: logits\[o\] = dot(x, w\[o\]).
 pub fn lm_head_row(x: &[bf16], w: &[bf16], logits: &mut [f32]) {
     let k = x.len();
     for (o, out) in logits.iter_mut().enumerate() {
@@ -89,7 +89,7 @@ pub fn residual_value(h: f32, x: bf16) -> f32 {
     h + to_f32(x)
 }
 
-/// out[i] = h[i] + x[i].
+/// out\[i\] = h\[i\] + x\[i\].
 pub fn residual_row(h: &[f32], x: &[bf16], out: &mut [f32]) {
     for ((o, a), b) in out.iter_mut().zip(h).zip(x) {
         *o = residual_value(*a, *b);
@@ -103,7 +103,7 @@ pub fn silu_mul_value(g: bf16, u: bf16) -> bf16 {
     to_bf16((g / (1.0 + (-g).exp())) * u)
 }
 
-/// The rotary tables of one position: cos/sin of position · inv_freq[i].
+/// The rotary tables of one position: cos/sin of position · inv_freq\[i\].
 pub fn rope_cos_sin(position: i32, inv_freq: &[f32], cos: &mut [f32], sin: &mut [f32]) {
     for ((f, c), s) in inv_freq.iter().zip(cos.iter_mut()).zip(sin.iter_mut()) {
         let angle = (position as f32) * *f;
@@ -124,7 +124,7 @@ pub fn rope_head(x: &[bf16], cos: &[f32], sin: &[f32], out: &mut [bf16]) {
     out[2 * half..].copy_from_slice(&x[2 * half..]);
 }
 
-/// acc[i] += p · x[i], elementwise (so any vector width gives the same bits).
+/// acc\[i\] += p · x\[i\], elementwise (so any vector width gives the same bits).
 #[inline]
 pub fn axpy_bf16(acc: &mut [f32], p: f32, x: &[bf16]) {
     #[cfg(target_arch = "x86_64")]
