@@ -143,9 +143,11 @@ pub const STEPS: &[Step] = &[
         env: &[],
     },
     // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
-    // by launch beside their twins on a small model: the CUDA routings byte-identical, every
-    // kernel byte-identical to its twin (emu::report); the
-    // wide Llama's dots span two segments, so its programs run gemv's split-K launches.
+    // by launch beside their twins on small models: the CUDA routings byte-identical, every
+    // kernel byte-identical to its twin (emu::report). The wide Llama's dots span two
+    // segments, so its programs run gemv's split-K launches; the MoE and Qwen3-Next models run
+    // the moe:: and gdn:: kernels (every declared kernel also runs under emulation, with NaN
+    // and inf, in emu::tests_nan).
     Step {
         name: "emu parity (CUDA on the host)",
         cargo: &[
@@ -154,7 +156,7 @@ pub const STEPS: &[Step] = &[
             "--backend",
             "emu",
             "--only",
-            "tiny-qwen3,tiny-llama-wide",
+            "tiny-qwen3,tiny-llama-wide,tiny-qwen3-moe,tiny-qwen3-next",
             "--max-batch",
             "2",
             "--tokens",
