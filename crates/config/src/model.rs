@@ -272,6 +272,54 @@ fn parse_model(
     let vocab_size = positive(fields, "vocab_size")?;
     let max_position_embeddings = positive(fields, "max_position_embeddings")?;
 
+    let (num_key_value_heads, head_dim) =
+        parse_heads(fields, family, hidden_size, num_attention_heads)?;
+    let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
+
+    let rope = parse_checked_rope(fields, family, head_dim)?;
+    let attention_bias = check_features(fields, family)?;
+    let layer_windows = parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
+    // Every family solder models defaults to an untied LM head in transformers.
+    let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    let moe = parse_moe(fields, family, num_hidden_layers)?;
+    let linear_attn = parse_linear_attn(fields, family)?;
+    let layer_types = parse_layer_types(fields, family, num_hidden_layers)?;
+    let qwen3_next = family == Family::Qwen3Next;
+
+    Ok(ModelConfig {
+        family,
+        source: fields.file().to_string(),
+        hidden_size,
+        intermediate_size,
+        num_hidden_layers,
+        num_attention_heads,
+        num_key_value_heads,
+        head_dim,
+        vocab_size,
+        max_position_embeddings,
+        rms_norm_eps,
+        tie_word_embeddings,
+        attention_bias,
+        qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Next),
+        rope,
+        moe,
+        linear_attn,
+        layer_types,
+        layer_windows,
+        zero_centred_norms: qwen3_next,
+        attn_output_gate: qwen3_next,
+        keys,
+    })
+}
+
+/// `(num_key_value_heads, head_dim)`: kv heads default to the heads and divide them; head_dim
+/// defaults per family or from the hidden size, is even, and its product with the heads fits.
+fn parse_heads(
+    fields: &Fields<'_>,
+    family: Family,
+    hidden_size: usize,
+    num_attention_heads: usize,
+) -> Result<(usize, usize), ConfigError> {
     let num_key_value_heads = match fields.opt_usize("num_key_value_heads")? {
         None => num_attention_heads,
         Some(kv) if kv == 0 || num_attention_heads % kv != 0 => {
@@ -312,9 +360,15 @@ fn parse_model(
             "num_attention_heads * head_dim to fit in memory sizes",
         ));
     }
+    Ok((num_key_value_heads, head_dim))
+}
 
-    let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
-
+/// The rope settings, checked to give an even positive rotary dim of `head_dim`.
+fn parse_checked_rope(
+    fields: &Fields<'_>,
+    family: Family,
+    head_dim: usize,
+) -> Result<Rope, ConfigError> {
     let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
     let rotary_dim = rope.rotary_dim(head_dim);
     if rotary_dim == 0 || rotary_dim % 2 != 0 {
@@ -324,38 +378,5 @@ fn parse_model(
             format!("a factor giving an even positive rotary dim of head_dim {head_dim} (got {rotary_dim})"),
         ));
     }
-
-    let attention_bias = check_features(fields, family)?;
-    let layer_windows = parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
-    // Every family solder models defaults to an untied LM head in transformers.
-    let tie_word_embeddings = fields.opt_bool("tie_word_embeddings")?.unwrap_or(false);
-    let moe = parse_moe(fields, family, num_hidden_layers)?;
-    let linear_attn = parse_linear_attn(fields, family)?;
-    let layer_types = parse_layer_types(fields, family, num_hidden_layers)?;
-    let qwen3_next = family == Family::Qwen3Next;
-
-    Ok(ModelConfig {
-        family,
-        source: fields.file().to_string(),
-        hidden_size,
-        intermediate_size,
-        num_hidden_layers,
-        num_attention_heads,
-        num_key_value_heads,
-        head_dim,
-        vocab_size,
-        max_position_embeddings,
-        rms_norm_eps,
-        tie_word_embeddings,
-        attention_bias,
-        qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Next),
-        rope,
-        moe,
-        linear_attn,
-        layer_types,
-        layer_windows,
-        zero_centred_norms: qwen3_next,
-        attn_output_gate: qwen3_next,
-        keys,
-    })
+    Ok(rope)
 }
