@@ -269,45 +269,13 @@ pub fn random_prompt(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
 /// Runs one case: the reference routing against the all-rules routing with `case.levers` on
 /// (`--levers`; where a lever lets a `differs` rule apply, see `differs`).
 pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R<CaseReport> {
-    let levers = &case.levers;
     let vocab = case.config.vocab_size;
     let tokens = case.prompt.len();
-    if tokens < 2 {
-        return Err(format!(
-            "{}: the prompt needs at least two tokens",
-            case.name
-        ));
-    }
-    // Before any KV cache is allocated: the prompt must fit the model's positions.
-    if tokens > case.config.max_position_embeddings {
-        return Err(format!(
-            "{}: a prompt of {tokens} tokens is longer than the model's \
-             max_position_embeddings {}",
-            case.name, case.config.max_position_embeddings
-        ));
-    }
     let serve = serve_of(case);
+    check_prompt(case, &serve)?;
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
-        eprintln!(
-            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
-             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
-            case.name, serve.max_batch
-        );
-    }
-    let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
-    let fused_policy = Policy {
-        levers: case.levers.clone(),
-        ..Policy::default()
-    };
-    let mut fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
-    let verified_plans =
-        verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
-            + verify_exec_plans(&fused_exec, rules, &fused_policy, backend)?;
-    // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
-    // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
-    reference_exec.set_graph_policy(GraphPolicy::Never);
-    fused_exec.set_graph_policy(GraphPolicy::Always);
+    let (reference_exec, fused_exec, fused_policy, verified_plans) =
+        build_execs(case, rules, backend)?;
     let reference = Routing {
         exec: &reference_exec,
         fusions: "reference",
@@ -323,42 +291,14 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         found: Vec::new(),
     };
 
-    let prompts: Vec<Vec<u32>> = (0..widest)
-        .map(|r| {
-            if r == 0 {
-                case.prompt.clone()
-            } else {
-                random_prompt(r as u64, vocab, tokens)
-            }
-        })
-        .collect();
-    tracing::info!(model = %case.name, "decoding {} prompts alone (reference routing)", prompts.len());
-    let alone: Vec<Vec<f32>> = prompts
-        .iter()
-        .map(|p| decode_logged(reference, backend, p, &mut routes))
-        .collect::<R<_>>()?;
-    for (s, logits) in alone.iter().enumerate() {
-        finite.check(&format!("reference decode rows 1, sequence {s}"), logits);
-    }
-    let fused_alone = decode_logged(fused, backend, &prompts[0], &mut routes)?;
-    finite.check("all-rules decode rows 1", &fused_alone);
-    // With a `differs` rule the all-rules routing is its own batch-invariance reference: every
-    // prompt decoded alone under it too (byte identity with the reference routing is moot).
-    let scale = max_abs(&alone);
-    let differs = Differs::of(&fused_exec, scale);
-    let alone_fused: Vec<Vec<f32>> = match &differs {
-        None => alone.clone(),
-        Some(_) => std::iter::once(Ok(fused_alone.clone()))
-            .chain(
-                prompts[1..]
-                    .iter()
-                    .map(|p| decode_logged(fused, backend, p, &mut routes)),
-            )
-            .collect::<R<_>>()?,
-    };
-    let fused_eager = eagerly(fused, |r| {
-        decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
-    })?;
+    let prompts = case_prompts(case, widest);
+    let alone = decode_alone(
+        &case.name,
+        [reference, fused],
+        &prompts,
+        backend,
+        &mut (&mut routes, &mut finite),
+    )?;
 
     // Each row's tolerance comes from the all-rules programs it ran (`Differs::of_programs`);
     // a row that changed bytes under none is a broken `bit_identical` claim, blamed on a rule.
@@ -367,40 +307,330 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         rules,
         policy: &fused_policy,
         exec: &fused_exec,
-        scale,
+        scale: alone.scale,
     };
-    let programs = routes.take_ran();
-    let mut decode_row = ModeRow {
+    let base = Baseline {
+        reference,
+        fused,
+        prompts: &prompts,
+        alone: &alone.alone,
+        alone_fused: &alone.alone_fused,
+        blame: &blame,
+        vocab,
+    };
+    let mut log = (&mut routes, &mut finite);
+    let modes = mode_rows(
+        &base,
+        &serve,
+        [&alone.fused_alone, &alone.fused_eager],
+        alone.differs.is_some(),
+        backend,
+        &mut log,
+    )?;
+    let detection = detection_run(&base, &alone.fused_alone, backend, &mut log)?;
+    let golden = case
+        .golden
+        .as_ref()
+        .map(|g| g.compare(&alone.fused_alone))
+        .transpose()
+        .map_err(|e| format!("{}: {e}", case.name))?;
+
+    let variants = variant_figures([&reference, &fused])?;
+    let (speculative, graphs, mtp) = draft_checks(
+        case,
+        rules,
+        backend,
+        [reference_exec, fused_exec],
+        &alone.fused_alone,
+    )?;
+    Ok(CaseReport {
+        name: case.name.clone(),
+        family: case.config.family.as_str().to_string(),
+        tokens,
+        vocab,
+        variants,
+        modes,
+        detection,
+        golden,
+        verified_plans,
+        decode_logits: alone.fused_alone,
+        non_finite: finite.found,
+        routes,
+        graphs,
+        speculative,
+        mtp,
+        levers: case.levers.enabled().map(str::to_string).collect(),
+        differs: alone.differs,
+    })
+}
+
+/// The reference-only and all-rules (the case's levers on) execs with their graph policies
+/// set and every plan verified: `(reference, all rules, the all-rules policy, plans verified)`.
+fn build_execs(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+) -> R<(CircuitExec, CircuitExec, Policy, usize)> {
+    let reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
+    let fused_policy = Policy {
+        levers: case.levers.clone(),
+        ..Policy::default()
+    };
+    let fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
+    let verified_plans =
+        verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
+            + verify_exec_plans(&fused_exec, rules, &fused_policy, backend)?;
+    // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
+    // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
+    reference_exec.set_graph_policy(GraphPolicy::Never);
+    fused_exec.set_graph_policy(GraphPolicy::Always);
+    Ok((reference_exec, fused_exec, fused_policy, verified_plans))
+}
+
+/// Every mode row in the report's order: decode, multi-seq, verify, batched verify.
+/// `[fused_alone, fused_eager]` is prompt 0 decoded alone under all rules (replayed, eagerly).
+fn mode_rows(
+    base: &Baseline,
+    serve: &ServeShape,
+    [fused_alone, fused_eager]: [&[f32]; 2],
+    differs: bool,
+    backend: &mut dyn GpuBackend,
+    log: &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let programs = log.0.take_ran();
+    let mut modes = vec![decode_row(
+        base,
+        [fused_alone, fused_eager],
+        &programs,
+        backend,
+    )?];
+    modes.extend(multi_seq_rows(base, serve, backend, log)?);
+    // Each verify width runs its own program: a prompt shorter than the widest width would
+    // send every wider row through the same narrower one (a chunk shorter than K prefills).
+    let verify = VerifyPrompt::new(
+        base.blame.case,
+        serve,
+        [base.reference, base.fused],
+        backend,
+        &base.prompts[0],
+        [&base.alone[0], &base.alone_fused[0]],
+        differs,
+    )?;
+    modes.extend(verify_rows(base, &verify, serve, backend, log)?);
+    modes.extend(verify_batch_rows(base, serve, backend, log)?);
+    Ok(modes)
+}
+
+/// The case's prompt and, to fill the widest multi-seq width, `widest - 1` random prompts of
+/// its length.
+fn case_prompts(case: &Case, widest: usize) -> Vec<Vec<u32>> {
+    let (vocab, tokens) = (case.config.vocab_size, case.prompt.len());
+    (0..widest)
+        .map(|r| {
+            if r == 0 {
+                case.prompt.clone()
+            } else {
+                random_prompt(r as u64, vocab, tokens)
+            }
+        })
+        .collect()
+}
+
+/// Each prompt decoded alone: the baseline every batched row is compared with.
+struct Alone {
+    /// Every prompt, reference routing.
+    alone: Vec<Vec<f32>>,
+    /// Prompt 0, all rules, replaying graphs.
+    fused_alone: Vec<f32>,
+    /// Every prompt under all rules where a `differs` rule applies, else `alone`.
+    alone_fused: Vec<Vec<f32>>,
+    /// Prompt 0, all rules, eagerly.
+    fused_eager: Vec<f32>,
+    /// max |logit| of `alone`.
+    scale: f32,
+    /// The all-rules exec's `differs` rules at `scale`.
+    differs: Option<Differs>,
+}
+
+/// Decodes every prompt alone under the reference routing and prompt 0 under all rules
+/// (replayed, then eagerly); with a `differs` rule, every prompt under all rules too.
+fn decode_alone(
+    model: &str,
+    [reference, fused]: [Routing; 2],
+    prompts: &[Vec<u32>],
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Alone> {
+    tracing::info!(model = %model, "decoding {} prompts alone (reference routing)", prompts.len());
+    let alone: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| decode_logged(reference, backend, p, routes))
+        .collect::<R<_>>()?;
+    for (s, logits) in alone.iter().enumerate() {
+        finite.check(&format!("reference decode rows 1, sequence {s}"), logits);
+    }
+    let fused_alone = decode_logged(fused, backend, &prompts[0], routes)?;
+    finite.check("all-rules decode rows 1", &fused_alone);
+    // With a `differs` rule the all-rules routing is its own batch-invariance reference: every
+    // prompt decoded alone under it too (byte identity with the reference routing is moot).
+    let scale = max_abs(&alone);
+    let differs = Differs::of(fused.exec, scale);
+    let alone_fused: Vec<Vec<f32>> = match &differs {
+        None => alone.clone(),
+        Some(_) => std::iter::once(Ok(fused_alone.clone()))
+            .chain(
+                prompts[1..]
+                    .iter()
+                    .map(|p| decode_logged(fused, backend, p, routes)),
+            )
+            .collect::<R<_>>()?,
+    };
+    let fused_eager = eagerly(fused, |r| {
+        decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
+    })?;
+    Ok(Alone {
+        alone,
+        fused_alone,
+        alone_fused,
+        fused_eager,
+        scale,
+        differs,
+    })
+}
+
+/// Speculative decoding from the prompt's first tokens on the all-rules exec, its graph
+/// counters, then (with both execs freed) the MTP head's check on execs of its own.
+fn draft_checks(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+    [mut reference_exec, mut fused_exec]: [CircuitExec; 2],
+    fused_alone: &[f32],
+) -> R<(SpecFigures, String, Option<super::mtp::MtpFigures>)> {
+    let tokens = case.prompt.len();
+    let prompt = &case.prompt;
+    // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
+    let prefix = &prompt[..spec_prefix(tokens)];
+    // Within the model's positions: the prefix, the tokens generated and a verify step of 8.
+    let room = case
+        .config
+        .max_position_embeddings
+        .saturating_sub(prefix.len() + 8);
+    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
+        .map_err(|e| format!("{}: speculative: {e}", case.name))?;
+    let graphs = fused_exec.graph_counters().to_string();
+    // The MTP head (qwen3_next): on execs of its own, after these are freed.
+    let mtp_inputs = (prefix.to_vec(), fused_alone.to_vec());
+    reference_exec.free(backend).map_err(err)?;
+    fused_exec.free(backend).map_err(err)?;
+    let mtp = super::mtp::check(
+        case,
+        rules,
+        backend,
+        &mtp_inputs.1,
+        (&mtp_inputs.0, SPEC_GEN.min(room)),
+    )
+    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
+    Ok((speculative, graphs, mtp))
+}
+
+/// The case's prompt has at least two tokens and fits the model's positions (checked before
+/// any KV cache is allocated); a `--max-batch` above what the prompt runs is warned about.
+fn check_prompt(case: &Case, serve: &ServeShape) -> R<()> {
+    let tokens = case.prompt.len();
+    if tokens < 2 {
+        return Err(format!(
+            "{}: the prompt needs at least two tokens",
+            case.name
+        ));
+    }
+    // Before any KV cache is allocated: the prompt must fit the model's positions.
+    if tokens > case.config.max_position_embeddings {
+        return Err(format!(
+            "{}: a prompt of {tokens} tokens is longer than the model's \
+             max_position_embeddings {}",
+            case.name, case.config.max_position_embeddings
+        ));
+    }
+    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
+        eprintln!(
+            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
+             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
+            case.name, serve.max_batch
+        );
+    }
+    Ok(())
+}
+
+/// What every mode row of a case compares against: the two routings, the prompts, each
+/// prompt's logits decoded alone under each routing, and who a broken claim is blamed on.
+struct Baseline<'a> {
+    reference: Routing<'a>,
+    fused: Routing<'a>,
+    prompts: &'a [Vec<u32>],
+    alone: &'a [Vec<f32>],
+    alone_fused: &'a [Vec<f32>],
+    blame: &'a Blame<'a>,
+    vocab: usize,
+}
+
+/// The route log and the finite check every mode row adds to.
+type RowLog<'l, 'a> = (&'l mut RouteLog, &'l mut FiniteCheck<'a>);
+
+/// The decode row: prompt 0 decoded alone under all rules (`[replayed, eagerly]`) against the
+/// reference routing, judged over the all-rules `programs` it ran.
+fn decode_row(
+    base: &Baseline,
+    [fused_alone, fused_eager]: [&[f32]; 2],
+    programs: &[ProgramKey],
+    backend: &mut dyn GpuBackend,
+) -> R<ModeRow> {
+    let vocab = base.vocab;
+    let mut row = ModeRow {
         mode: Mode::Decode,
         rows: 1,
         live: 1,
-        tokens,
+        tokens: base.prompts[0].len(),
         programs: Vec::new(),
-        ref_vs_fused: Diff::of(&alone[0], &fused_alone, vocab),
-        vs_decode: Diff::of(&fused_alone, &alone_fused[0], vocab),
-        graph_vs_eager: Diff::of(&fused_alone, &fused_eager, vocab),
+        ref_vs_fused: Diff::of(&base.alone[0], fused_alone, vocab),
+        vs_decode: Diff::of(fused_alone, &base.alone_fused[0], vocab),
+        graph_vs_eager: Diff::of(fused_alone, fused_eager, vocab),
         differs: None,
         broken_claim: None,
     };
-    blame.judge(&mut decode_row, &programs, backend, &alone[..1], &|r, b| {
-        Ok(vec![decode_logged(
-            r,
-            b,
-            &prompts[0],
-            &mut RouteLog::default(),
-        )?])
-    })?;
-    let mut modes = vec![decode_row];
+    base.blame
+        .judge(&mut row, programs, backend, &base.alone[..1], &|r, b| {
+            Ok(vec![decode_logged(
+                r,
+                b,
+                &base.prompts[0],
+                &mut RouteLog::default(),
+            )?])
+        })?;
+    Ok(row)
+}
+
+/// One multi-seq row per width of the ladder, and the widest again with padding rows (one
+/// more live sequence than the width below).
+fn multi_seq_rows(
+    base: &Baseline,
+    serve: &ServeShape,
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let (reference, fused, prompts) = (base.reference, base.fused, base.prompts);
+    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
     let mut widths: Vec<(usize, usize)> = serve.multi_seq_ladder.iter().map(|&w| (w, w)).collect();
     if serve.multi_seq_ladder.len() >= 2 {
         // The widest width again with padding rows: one more live sequence than the width below.
         let below = serve.multi_seq_ladder[serve.multi_seq_ladder.len() - 2];
         widths.push((widest, below + 1));
     }
+    let mut rows = Vec::new();
     for (width, live) in widths {
-        tracing::info!(model = %case.name, width, live, "multi_seq");
-        let r = multi_seq(reference, backend, &prompts[..live], &mut routes)?;
-        let f = multi_seq(fused, backend, &prompts[..live], &mut routes)?;
+        tracing::info!(model = %base.blame.case.name, width, live, "multi_seq");
+        let r = multi_seq(reference, backend, &prompts[..live], routes)?;
+        let f = multi_seq(fused, backend, &prompts[..live], routes)?;
         let fe = eagerly(fused, |r| {
             multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
         })?;
@@ -410,28 +640,31 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             width,
             &label,
             [&r, &f, &fe],
-            [&alone, &alone_fused],
-            &mut finite,
+            [base.alone, base.alone_fused],
+            finite,
         );
-        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-            multi_seq(routing, b, &prompts[..live], &mut RouteLog::default())
-        })?;
-        modes.push(row);
+        base.blame
+            .judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
+                multi_seq(routing, b, &prompts[..live], &mut RouteLog::default())
+            })?;
+        rows.push(row);
     }
-    // Each verify width runs its own program: a prompt shorter than the widest width would
-    // send every wider row through the same narrower one (a chunk shorter than K prefills).
-    let verify = VerifyPrompt::new(
-        case,
-        &serve,
-        [reference, fused],
-        backend,
-        &prompts[0],
-        [&alone[0], &alone_fused[0]],
-        differs.is_some(),
-    )?;
+    Ok(rows)
+}
+
+/// One verify row per verify width: `verify.prompt` fed in chunks of k tokens.
+fn verify_rows(
+    base: &Baseline,
+    verify: &VerifyPrompt,
+    serve: &ServeShape,
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
+    let mut rows = Vec::new();
     for &k in &serve.verify_widths {
-        let r = verify_chunks(reference, backend, &verify.prompt, k, &mut routes)?;
-        let f = verify_chunks(fused, backend, &verify.prompt, k, &mut routes)?;
+        let r = verify_chunks(reference, backend, &verify.prompt, k, routes)?;
+        let f = verify_chunks(fused, backend, &verify.prompt, k, routes)?;
         let fe = eagerly(fused, |r| {
             verify_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
         })?;
@@ -453,7 +686,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             differs: None,
             broken_claim: None,
         };
-        blame.judge(
+        base.blame.judge(
             &mut row,
             &routes.take_ran(),
             backend,
@@ -468,15 +701,25 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
                 )?])
             },
         )?;
-        modes.push(row);
+        rows.push(row);
     }
+    Ok(rows)
+}
 
-    // Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
+/// Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
+fn verify_batch_rows(
+    base: &Baseline,
+    serve: &ServeShape,
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let (reference, fused, prompts) = (base.reference, base.fused, base.prompts);
+    let mut rows = Vec::new();
     for &width in &serve.verify_batch_widths {
         let m = (width / 2).clamp(1, prompts.len());
         let k = width / m;
-        let r = verify_batched(reference, backend, &prompts[..m], k, &mut routes)?;
-        let f = verify_batched(fused, backend, &prompts[..m], k, &mut routes)?;
+        let r = verify_batched(reference, backend, &prompts[..m], k, routes)?;
+        let f = verify_batched(fused, backend, &prompts[..m], k, routes)?;
         let fe = eagerly(fused, |r| {
             verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
         })?;
@@ -486,32 +729,41 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
             width,
             &label,
             [&r, &f, &fe],
-            [&alone, &alone_fused],
-            &mut finite,
+            [base.alone, base.alone_fused],
+            finite,
         );
-        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-            verify_batched(routing, b, &prompts[..m], k, &mut RouteLog::default())
-        })?;
-        modes.push(row);
+        base.blame
+            .judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
+                verify_batched(routing, b, &prompts[..m], k, &mut RouteLog::default())
+            })?;
+        rows.push(row);
     }
+    Ok(rows)
+}
 
-    let changed_at = tokens / 2;
-    let mut changed = prompts[0].clone();
+/// The detection run: prompt 0 with its middle token changed, decoded under all rules, must
+/// first differ from `fused_alone` at that token.
+fn detection_run(
+    base: &Baseline,
+    fused_alone: &[f32],
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Detection> {
+    let vocab = base.vocab;
+    let changed_at = base.prompts[0].len() / 2;
+    let mut changed = base.prompts[0].clone();
     changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
-    let changed_logits = decode_logged(fused, backend, &changed, &mut routes)?;
+    let changed_logits = decode_logged(base.fused, backend, &changed, routes)?;
     finite.check("all-rules decode rows 1 (detection run)", &changed_logits);
-    let detection = Detection {
+    Ok(Detection {
         changed_at,
-        first_difference: Diff::of(&changed_logits, &fused_alone, vocab).first_position,
-    };
-    let golden = case
-        .golden
-        .as_ref()
-        .map(|g| g.compare(&fused_alone))
-        .transpose()
-        .map_err(|e| format!("{}: {e}", case.name))?;
+        first_difference: Diff::of(&changed_logits, fused_alone, vocab).first_position,
+    })
+}
 
-    let variants = [&reference, &fused]
+/// Each routing's decode-plan figures (digests, launches, pool).
+fn variant_figures(routings: [&Routing; 2]) -> R<Vec<VariantFigures>> {
+    routings
         .into_iter()
         .map(|routing| {
             let exec = routing.exec;
@@ -525,49 +777,7 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
                 live_lower_bound: plan.live_lower_bound,
             })
         })
-        .collect::<R<Vec<_>>>()?;
-    // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
-    let prefix = &prompts[0][..spec_prefix(tokens)];
-    // Within the model's positions: the prefix, the tokens generated and a verify step of 8.
-    let room = case
-        .config
-        .max_position_embeddings
-        .saturating_sub(prefix.len() + 8);
-    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
-        .map_err(|e| format!("{}: speculative: {e}", case.name))?;
-    let graphs = fused_exec.graph_counters().to_string();
-    // The MTP head (qwen3_next): on execs of its own, after these are freed.
-    let mtp_inputs = (prefix.to_vec(), fused_alone.clone());
-    reference_exec.free(backend).map_err(err)?;
-    fused_exec.free(backend).map_err(err)?;
-    let mtp = super::mtp::check(
-        case,
-        rules,
-        backend,
-        &mtp_inputs.1,
-        (&mtp_inputs.0, SPEC_GEN.min(room)),
-    )
-    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
-    let non_finite = finite.found;
-    Ok(CaseReport {
-        name: case.name.clone(),
-        family: case.config.family.as_str().to_string(),
-        tokens,
-        vocab,
-        variants,
-        modes,
-        detection,
-        golden,
-        verified_plans,
-        decode_logits: fused_alone,
-        non_finite,
-        routes,
-        graphs,
-        speculative,
-        mtp,
-        levers: levers.enabled().map(str::to_string).collect(),
-        differs,
-    })
+        .collect::<R<Vec<_>>>()
 }
 
 /// The speculative check's prefix (at most) and tokens generated.
@@ -579,10 +789,6 @@ fn spec_prefix(tokens: usize) -> usize {
     (tokens / 2).clamp(1, SPEC_PREFIX)
 }
 
-/// The row of a mode whose runs give one logits vector per sequence: `[reference, all rules,
-/// all rules eagerly]`, each sequence compared across them and with it decoded alone (`[under
-/// the reference routing, under all rules]`), every vector checked finite (named by `label`
-/// and sequence).
 /// The prompt the verify rows feed, and it decoded alone under both routings: the case's
 /// prompt, or, where it is shorter than the widest verify width, that prompt extended to the
 /// widest width (when the model's positions allow), so that every width runs its own program.
@@ -634,6 +840,10 @@ impl VerifyPrompt {
 /// The seed of the tokens that extend a prompt shorter than the widest verify width.
 const VERIFY_SEED: u64 = 0x7e41f;
 
+/// The row of a mode whose runs give one logits vector per sequence: `[reference, all rules,
+/// all rules eagerly]`, each sequence compared across them and with it decoded alone (`[under
+/// the reference routing, under all rules]`), every vector checked finite (named by `label`
+/// and sequence).
 fn per_sequence_row(
     mode: Mode,
     rows: usize,
