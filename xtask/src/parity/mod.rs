@@ -4,9 +4,11 @@
 pub(crate) mod builtin;
 mod claims;
 mod differs;
+mod execs;
 pub(crate) mod golden;
 mod mtp;
 mod report;
+mod rows;
 pub(crate) mod run;
 mod skips;
 mod speculative;

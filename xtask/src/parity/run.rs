@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
+use solder_model_layers::{CircuitExec, GraphPolicy, Session};
 
 use super::claims::Blame;
-use super::differs::{max_abs, Differs, ProgramKey};
+use super::differs::{Differs, ProgramKey};
+pub use super::execs::{build_exec, build_exec_with, decode_all, serve_of, LONG_PROMPT};
 use super::golden::{non_finite, Golden, GoldenFigures};
+use super::rows::{decode_alone, detection_run, mode_rows, Baseline};
 use super::speculative::SpecFigures;
 use super::verified::verify_exec_plans;
 
@@ -183,7 +185,7 @@ pub struct RouteLog {
 
 impl RouteLog {
     /// Counts the step `session` just ran, and its arm if it ran on one.
-    fn record(&mut self, fusions: &'static str, session: &Session) {
+    pub(super) fn record(&mut self, fusions: &'static str, session: &Session) {
         let Some((mode, rows, arm)) = session.last_program() else {
             return;
         };
@@ -221,14 +223,14 @@ pub struct Routing<'a> {
 }
 
 /// Collects the first non-finite logit of each run, named by model, mode and rows.
-struct FiniteCheck<'a> {
-    model: &'a str,
-    vocab: usize,
-    found: Vec<String>,
+pub(super) struct FiniteCheck<'a> {
+    pub(super) model: &'a str,
+    pub(super) vocab: usize,
+    pub(super) found: Vec<String>,
 }
 
 impl FiniteCheck<'_> {
-    fn check(&mut self, run: &str, logits: &[f32]) {
+    pub(super) fn check(&mut self, run: &str, logits: &[f32]) {
         if let Some(at) = non_finite(logits, self.vocab) {
             self.found
                 .push(format!("{}: {run}: logits not finite {at}", self.model));
@@ -251,9 +253,9 @@ impl CaseReport {
     }
 }
 
-type R<T> = Result<T, String>;
+pub(super) type R<T> = Result<T, String>;
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(super) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -387,40 +389,6 @@ fn build_execs(
     Ok((reference_exec, fused_exec, fused_policy, verified_plans))
 }
 
-/// Every mode row in the report's order: decode, multi-seq, verify, batched verify.
-/// `[fused_alone, fused_eager]` is prompt 0 decoded alone under all rules (replayed, eagerly).
-fn mode_rows(
-    base: &Baseline,
-    serve: &ServeShape,
-    [fused_alone, fused_eager]: [&[f32]; 2],
-    differs: bool,
-    backend: &mut dyn GpuBackend,
-    log: &mut RowLog,
-) -> R<Vec<ModeRow>> {
-    let programs = log.0.take_ran();
-    let mut modes = vec![decode_row(
-        base,
-        [fused_alone, fused_eager],
-        &programs,
-        backend,
-    )?];
-    modes.extend(multi_seq_rows(base, serve, backend, log)?);
-    // Each verify width runs its own program: a prompt shorter than the widest width would
-    // send every wider row through the same narrower one (a chunk shorter than K prefills).
-    let verify = VerifyPrompt::new(
-        base.blame.case,
-        serve,
-        [base.reference, base.fused],
-        backend,
-        &base.prompts[0],
-        [&base.alone[0], &base.alone_fused[0]],
-        differs,
-    )?;
-    modes.extend(verify_rows(base, &verify, serve, backend, log)?);
-    modes.extend(verify_batch_rows(base, serve, backend, log)?);
-    Ok(modes)
-}
-
 /// The case's prompt and, to fill the widest multi-seq width, `widest - 1` random prompts of
 /// its length.
 fn case_prompts(case: &Case, widest: usize) -> Vec<Vec<u32>> {
@@ -434,68 +402,6 @@ fn case_prompts(case: &Case, widest: usize) -> Vec<Vec<u32>> {
             }
         })
         .collect()
-}
-
-/// Each prompt decoded alone: the baseline every batched row is compared with.
-struct Alone {
-    /// Every prompt, reference routing.
-    alone: Vec<Vec<f32>>,
-    /// Prompt 0, all rules, replaying graphs.
-    fused_alone: Vec<f32>,
-    /// Every prompt under all rules where a `differs` rule applies, else `alone`.
-    alone_fused: Vec<Vec<f32>>,
-    /// Prompt 0, all rules, eagerly.
-    fused_eager: Vec<f32>,
-    /// max |logit| of `alone`.
-    scale: f32,
-    /// The all-rules exec's `differs` rules at `scale`.
-    differs: Option<Differs>,
-}
-
-/// Decodes every prompt alone under the reference routing and prompt 0 under all rules
-/// (replayed, then eagerly); with a `differs` rule, every prompt under all rules too.
-fn decode_alone(
-    model: &str,
-    [reference, fused]: [Routing; 2],
-    prompts: &[Vec<u32>],
-    backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
-) -> R<Alone> {
-    tracing::info!(model = %model, "decoding {} prompts alone (reference routing)", prompts.len());
-    let alone: Vec<Vec<f32>> = prompts
-        .iter()
-        .map(|p| decode_logged(reference, backend, p, routes))
-        .collect::<R<_>>()?;
-    for (s, logits) in alone.iter().enumerate() {
-        finite.check(&format!("reference decode rows 1, sequence {s}"), logits);
-    }
-    let fused_alone = decode_logged(fused, backend, &prompts[0], routes)?;
-    finite.check("all-rules decode rows 1", &fused_alone);
-    // With a `differs` rule the all-rules routing is its own batch-invariance reference: every
-    // prompt decoded alone under it too (byte identity with the reference routing is moot).
-    let scale = max_abs(&alone);
-    let differs = Differs::of(fused.exec, scale);
-    let alone_fused: Vec<Vec<f32>> = match &differs {
-        None => alone.clone(),
-        Some(_) => std::iter::once(Ok(fused_alone.clone()))
-            .chain(
-                prompts[1..]
-                    .iter()
-                    .map(|p| decode_logged(fused, backend, p, routes)),
-            )
-            .collect::<R<_>>()?,
-    };
-    let fused_eager = eagerly(fused, |r| {
-        decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
-    })?;
-    Ok(Alone {
-        alone,
-        fused_alone,
-        alone_fused,
-        fused_eager,
-        scale,
-        differs,
-    })
 }
 
 /// Speculative decoding from the prompt's first tokens on the all-rules exec, its graph
@@ -562,205 +468,6 @@ fn check_prompt(case: &Case, serve: &ServeShape) -> R<()> {
     Ok(())
 }
 
-/// What every mode row of a case compares against: the two routings, the prompts, each
-/// prompt's logits decoded alone under each routing, and who a broken claim is blamed on.
-struct Baseline<'a> {
-    reference: Routing<'a>,
-    fused: Routing<'a>,
-    prompts: &'a [Vec<u32>],
-    alone: &'a [Vec<f32>],
-    alone_fused: &'a [Vec<f32>],
-    blame: &'a Blame<'a>,
-    vocab: usize,
-}
-
-/// The route log and the finite check every mode row adds to.
-type RowLog<'l, 'a> = (&'l mut RouteLog, &'l mut FiniteCheck<'a>);
-
-/// The decode row: prompt 0 decoded alone under all rules (`[replayed, eagerly]`) against the
-/// reference routing, judged over the all-rules `programs` it ran.
-fn decode_row(
-    base: &Baseline,
-    [fused_alone, fused_eager]: [&[f32]; 2],
-    programs: &[ProgramKey],
-    backend: &mut dyn GpuBackend,
-) -> R<ModeRow> {
-    let vocab = base.vocab;
-    let mut row = ModeRow {
-        mode: Mode::Decode,
-        rows: 1,
-        live: 1,
-        tokens: base.prompts[0].len(),
-        programs: Vec::new(),
-        ref_vs_fused: Diff::of(&base.alone[0], fused_alone, vocab),
-        vs_decode: Diff::of(fused_alone, &base.alone_fused[0], vocab),
-        graph_vs_eager: Diff::of(fused_alone, fused_eager, vocab),
-        differs: None,
-        broken_claim: None,
-    };
-    base.blame
-        .judge(&mut row, programs, backend, &base.alone[..1], &|r, b| {
-            Ok(vec![decode_logged(
-                r,
-                b,
-                &base.prompts[0],
-                &mut RouteLog::default(),
-            )?])
-        })?;
-    Ok(row)
-}
-
-/// One multi-seq row per width of the ladder, and the widest again with padding rows (one
-/// more live sequence than the width below).
-fn multi_seq_rows(
-    base: &Baseline,
-    serve: &ServeShape,
-    backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
-) -> R<Vec<ModeRow>> {
-    let (reference, fused, prompts) = (base.reference, base.fused, base.prompts);
-    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    let mut widths: Vec<(usize, usize)> = serve.multi_seq_ladder.iter().map(|&w| (w, w)).collect();
-    if serve.multi_seq_ladder.len() >= 2 {
-        // The widest width again with padding rows: one more live sequence than the width below.
-        let below = serve.multi_seq_ladder[serve.multi_seq_ladder.len() - 2];
-        widths.push((widest, below + 1));
-    }
-    let mut rows = Vec::new();
-    for (width, live) in widths {
-        tracing::info!(model = %base.blame.case.name, width, live, "multi_seq");
-        let r = multi_seq(reference, backend, &prompts[..live], routes)?;
-        let f = multi_seq(fused, backend, &prompts[..live], routes)?;
-        let fe = eagerly(fused, |r| {
-            multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
-        })?;
-        let label = format!("multi_seq rows {width} ({live} live)");
-        let mut row = per_sequence_row(
-            Mode::MultiSeq,
-            width,
-            &label,
-            [&r, &f, &fe],
-            [base.alone, base.alone_fused],
-            finite,
-        );
-        base.blame
-            .judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-                multi_seq(routing, b, &prompts[..live], &mut RouteLog::default())
-            })?;
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-/// One verify row per verify width: `verify.prompt` fed in chunks of k tokens.
-fn verify_rows(
-    base: &Baseline,
-    verify: &VerifyPrompt,
-    serve: &ServeShape,
-    backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
-) -> R<Vec<ModeRow>> {
-    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
-    let mut rows = Vec::new();
-    for &k in &serve.verify_widths {
-        let r = verify_chunks(reference, backend, &verify.prompt, k, routes)?;
-        let f = verify_chunks(fused, backend, &verify.prompt, k, routes)?;
-        let fe = eagerly(fused, |r| {
-            verify_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
-        })?;
-        finite.check(&format!("reference verify rows {k}"), &r);
-        finite.check(&format!("all-rules verify rows {k}"), &f);
-        let mut row = ModeRow {
-            mode: Mode::Verify,
-            rows: k,
-            live: 1,
-            tokens: verify.prompt.len(),
-            programs: Vec::new(),
-            ref_vs_fused: Diff::of(&r, &f, vocab),
-            vs_decode: Diff::of(&f, &verify.alone_fused, vocab).merge(Diff::of(
-                &r,
-                &verify.alone,
-                vocab,
-            )),
-            graph_vs_eager: Diff::of(&f, &fe, vocab),
-            differs: None,
-            broken_claim: None,
-        };
-        base.blame.judge(
-            &mut row,
-            &routes.take_ran(),
-            backend,
-            &[r],
-            &|routing, b| {
-                Ok(vec![verify_chunks(
-                    routing,
-                    b,
-                    &verify.prompt,
-                    k,
-                    &mut RouteLog::default(),
-                )?])
-            },
-        )?;
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-/// Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
-fn verify_batch_rows(
-    base: &Baseline,
-    serve: &ServeShape,
-    backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
-) -> R<Vec<ModeRow>> {
-    let (reference, fused, prompts) = (base.reference, base.fused, base.prompts);
-    let mut rows = Vec::new();
-    for &width in &serve.verify_batch_widths {
-        let m = (width / 2).clamp(1, prompts.len());
-        let k = width / m;
-        let r = verify_batched(reference, backend, &prompts[..m], k, routes)?;
-        let f = verify_batched(fused, backend, &prompts[..m], k, routes)?;
-        let fe = eagerly(fused, |r| {
-            verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
-        })?;
-        let label = format!("verify_batch rows {width} ({m} x {k})");
-        let mut row = per_sequence_row(
-            Mode::VerifyBatch,
-            width,
-            &label,
-            [&r, &f, &fe],
-            [base.alone, base.alone_fused],
-            finite,
-        );
-        base.blame
-            .judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-                verify_batched(routing, b, &prompts[..m], k, &mut RouteLog::default())
-            })?;
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-/// The detection run: prompt 0 with its middle token changed, decoded under all rules, must
-/// first differ from `fused_alone` at that token.
-fn detection_run(
-    base: &Baseline,
-    fused_alone: &[f32],
-    backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
-) -> R<Detection> {
-    let vocab = base.vocab;
-    let changed_at = base.prompts[0].len() / 2;
-    let mut changed = base.prompts[0].clone();
-    changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
-    let changed_logits = decode_logged(base.fused, backend, &changed, routes)?;
-    finite.check("all-rules decode rows 1 (detection run)", &changed_logits);
-    Ok(Detection {
-        changed_at,
-        first_difference: Diff::of(&changed_logits, fused_alone, vocab).first_position,
-    })
-}
-
 /// Each routing's decode-plan figures (digests, launches, pool).
 fn variant_figures(routings: [&Routing; 2]) -> R<Vec<VariantFigures>> {
     routings
@@ -782,307 +489,11 @@ fn variant_figures(routings: [&Routing; 2]) -> R<Vec<VariantFigures>> {
 
 /// The speculative check's prefix (at most) and tokens generated.
 const SPEC_PREFIX: usize = 32;
-const SPEC_GEN: usize = 12;
+pub(super) const SPEC_GEN: usize = 12;
 
 /// The speculative check's prefix of a prompt of `tokens`: half of it, at most `SPEC_PREFIX`.
-fn spec_prefix(tokens: usize) -> usize {
+pub(super) fn spec_prefix(tokens: usize) -> usize {
     (tokens / 2).clamp(1, SPEC_PREFIX)
-}
-
-/// The prompt the verify rows feed, and it decoded alone under both routings: the case's
-/// prompt, or, where it is shorter than the widest verify width, that prompt extended to the
-/// widest width (when the model's positions allow), so that every width runs its own program.
-struct VerifyPrompt {
-    prompt: Vec<u32>,
-    /// Decoded alone, reference routing.
-    alone: Vec<f32>,
-    /// Decoded alone, all-rules routing.
-    alone_fused: Vec<f32>,
-}
-
-impl VerifyPrompt {
-    fn new(
-        case: &Case,
-        serve: &ServeShape,
-        [reference, fused]: [Routing; 2],
-        backend: &mut dyn GpuBackend,
-        prompt: &[u32],
-        [alone, alone_fused]: [&[f32]; 2],
-        differs: bool,
-    ) -> R<VerifyPrompt> {
-        let widest = serve.verify_widths.last().copied().unwrap_or(1);
-        let tokens = widest.min(case.config.max_position_embeddings);
-        if prompt.len() >= tokens {
-            return Ok(VerifyPrompt {
-                prompt: prompt.to_vec(),
-                alone: alone.to_vec(),
-                alone_fused: alone_fused.to_vec(),
-            });
-        }
-        let vocab = case.config.vocab_size;
-        let mut extended = prompt.to_vec();
-        extended.extend(random_prompt(VERIFY_SEED, vocab, tokens - prompt.len()));
-        let mut routes = RouteLog::default();
-        let alone = decode_logged(reference, backend, &extended, &mut routes)?;
-        // As for every row: with a `differs` rule the all-rules routing is its own reference.
-        let alone_fused = match differs {
-            true => decode_logged(fused, backend, &extended, &mut routes)?,
-            false => alone.clone(),
-        };
-        Ok(VerifyPrompt {
-            prompt: extended,
-            alone,
-            alone_fused,
-        })
-    }
-}
-
-/// The seed of the tokens that extend a prompt shorter than the widest verify width.
-const VERIFY_SEED: u64 = 0x7e41f;
-
-/// The row of a mode whose runs give one logits vector per sequence: `[reference, all rules,
-/// all rules eagerly]`, each sequence compared across them and with it decoded alone (`[under
-/// the reference routing, under all rules]`), every vector checked finite (named by `label`
-/// and sequence).
-fn per_sequence_row(
-    mode: Mode,
-    rows: usize,
-    label: &str,
-    [r, f, fe]: [&[Vec<f32>]; 3],
-    [alone, alone_fused]: [&[Vec<f32>]; 2],
-    finite: &mut FiniteCheck<'_>,
-) -> ModeRow {
-    let vocab = finite.vocab;
-    let mut row = ModeRow {
-        mode,
-        rows,
-        live: r.len(),
-        tokens: r.first().map_or(0, |logits| logits.len() / vocab),
-        programs: Vec::new(),
-        ref_vs_fused: Diff::NONE,
-        vs_decode: Diff::NONE,
-        graph_vs_eager: Diff::NONE,
-        differs: None,
-        broken_claim: None,
-    };
-    for s in 0..r.len() {
-        for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
-            finite.check(&format!("{routing} {label}, sequence {s}"), logits);
-        }
-        row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
-        row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
-        row.vs_decode = row
-            .vs_decode
-            .merge(Diff::of(&f[s], &alone_fused[s], vocab))
-            .merge(Diff::of(&r[s], &alone[s], vocab));
-    }
-    row
-}
-
-/// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.
-fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
-    routing.exec.set_graph_policy(GraphPolicy::Never);
-    let out = run(routing);
-    routing.exec.set_graph_policy(GraphPolicy::Always);
-    out
-}
-
-/// Prompts longer than this run a narrower serve shape (`serve_for`).
-pub const LONG_PROMPT: usize = 256;
-
-/// The widest multi-seq width of a long prompt's serve shape: every width of the default
-/// ladder over a prompt past 1,024 tokens would take parity minutes on the CPU backend.
-pub const LONG_PROMPT_MAX_BATCH: usize = 4;
-
-/// The serve shape parity compiles for a prompt of `tokens`: the default one, or for a prompt
-/// longer than `LONG_PROMPT` the default cut at `LONG_PROMPT_MAX_BATCH` sequences (every
-/// verify width kept).
-pub fn serve_for(tokens: usize) -> ServeShape {
-    if tokens > LONG_PROMPT {
-        ServeShape::with_max_batch(LONG_PROMPT_MAX_BATCH).unwrap_or_default()
-    } else {
-        ServeShape::default()
-    }
-}
-
-/// The serve shape parity runs `case` at: `serve_for` its prompt, cut at the case's
-/// `max_batch` when it has one.
-pub fn serve_of(case: &Case) -> ServeShape {
-    let serve = serve_for(case.prompt.len());
-    match case.max_batch {
-        Some(n) if n < serve.max_batch => ServeShape::with_max_batch(n).unwrap_or(serve),
-        _ => serve,
-    }
-}
-
-/// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
-/// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
-/// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
-/// before it recycles, so a windowed case runs on a pool smaller than its sequences (a
-/// Session that failed to recycle runs out of pages).
-pub fn pages_per_sequence(
-    config: &ModelConfig,
-    tokens: usize,
-    block_size: usize,
-    rollback: usize,
-) -> usize {
-    let all = tokens.div_ceil(block_size);
-    match config.kv_window() {
-        Some(window) => all.min((window + 2 * rollback).div_ceil(block_size) + 1),
-        None => all,
-    }
-}
-
-/// The exec of `case` under `policy` on `backend`: the serve shape `serve_for` its prompt,
-/// and a KV cache for every prompt of the widest multi-seq width.
-pub fn build_exec(
-    case: &Case,
-    rules: &RuleSet,
-    backend: &mut dyn GpuBackend,
-    policy: Policy,
-) -> R<CircuitExec> {
-    build_exec_with(case, rules, backend, policy, serve_of(case))
-}
-
-/// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
-pub fn build_exec_with(
-    case: &Case,
-    rules: &RuleSet,
-    backend: &mut dyn GpuBackend,
-    policy: Policy,
-    serve: ServeShape,
-) -> R<CircuitExec> {
-    let prompt = case.prompt.len();
-    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    let rollback = serve.verify_widths.last().copied().unwrap_or(1);
-    // Room for the speculative check too: its prefix, the tokens it generates and one
-    // verify step past them.
-    let tokens = prompt.max(spec_prefix(prompt) + SPEC_GEN + rollback);
-    let block_size = 16;
-    let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
-    let kv = KvShape {
-        pages: (widest + 2) * per_sequence + 2,
-        block_size,
-        max_seq_len: tokens.next_multiple_of(block_size),
-        max_sequences: widest + 2,
-    };
-    let weights = match &case.weights {
-        Weights::Random { seed } => WeightSource::Random { seed: *seed },
-        Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
-    };
-    let boot = Boot {
-        config: case.config.clone(),
-        serve,
-        rules: rules.clone(),
-        policy,
-        weights,
-        kv,
-    };
-    CircuitExec::build(backend, boot).map_err(|e| format!("{}: {e}", case.name))
-}
-
-/// Teacher-forced decode of `prompt`, one token per step: logits `[T * V]`.
-pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u32]) -> R<Vec<f32>> {
-    let routing = Routing { exec, fusions: "" };
-    decode_logged(routing, backend, prompt, &mut RouteLog::default())
-}
-
-/// `decode_all`, counting the steps that ran on route arms.
-pub(super) fn decode_logged(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompt: &[u32],
-    routes: &mut RouteLog,
-) -> R<Vec<f32>> {
-    let mut session = Session::new(routing.exec);
-    let id = session.add_sequence();
-    let mut logits = Vec::with_capacity(prompt.len() * routing.exec.config.vocab_size);
-    for &token in prompt {
-        logits.extend(session.decode(backend, id, token).map_err(err)?);
-        routes.record(routing.fusions, &session);
-    }
-    session.end_sequence(id).map_err(err)?;
-    Ok(logits)
-}
-
-/// Every prompt in its own row, one token per step: each sequence's logits.
-fn multi_seq(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompts: &[Vec<u32>],
-    routes: &mut RouteLog,
-) -> R<Vec<Vec<f32>>> {
-    let mut session = Session::new(routing.exec);
-    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
-    let mut logits = vec![Vec::new(); prompts.len()];
-    for t in 0..prompts[0].len() {
-        let batch: Vec<_> = ids.iter().zip(prompts).map(|(&id, p)| (id, p[t])).collect();
-        let step = session.multi_seq_step(backend, &batch).map_err(err)?;
-        routes.record(routing.fusions, &session);
-        for (out, l) in logits.iter_mut().zip(step) {
-            out.extend(l);
-        }
-    }
-    for id in ids {
-        session.end_sequence(id).map_err(err)?;
-    }
-    Ok(logits)
-}
-
-/// Every prompt (of one length) fed `k` tokens per step, all of them in one batched-verify
-/// step (the last step with the remainder): each sequence's logits.
-fn verify_batched(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompts: &[Vec<u32>],
-    k: usize,
-    routes: &mut RouteLog,
-) -> R<Vec<Vec<f32>>> {
-    let mut session = Session::new(routing.exec);
-    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
-    let mut logits = vec![Vec::new(); prompts.len()];
-    let len = prompts[0].len();
-    for at in (0..len).step_by(k.max(1)) {
-        let end = (at + k).min(len);
-        let batch: Vec<(u64, &[u32])> = ids
-            .iter()
-            .zip(prompts)
-            .map(|(&id, p)| (id, &p[at..end]))
-            .collect();
-        let step = session.verify_batch(backend, &batch).map_err(err)?;
-        routes.record(routing.fusions, &session);
-        for (out, l) in logits.iter_mut().zip(step) {
-            out.extend(l);
-        }
-    }
-    for id in ids {
-        session.end_sequence(id).map_err(err)?;
-    }
-    Ok(logits)
-}
-
-/// `prompt` in verify steps of `k` tokens (the remainder through narrower programs).
-fn verify_chunks(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompt: &[u32],
-    k: usize,
-    routes: &mut RouteLog,
-) -> R<Vec<f32>> {
-    let mut session = Session::new(routing.exec);
-    let id = session.add_sequence();
-    let mut logits = Vec::new();
-    for chunk in prompt.chunks(k) {
-        let out = if chunk.len() == k {
-            session.verify(backend, id, chunk)
-        } else {
-            session.prefill(backend, id, chunk)
-        };
-        logits.extend(out.map_err(err)?);
-        routes.record(routing.fusions, &session);
-    }
-    session.end_sequence(id).map_err(err)?;
-    Ok(logits)
 }
 
 #[cfg(test)]
