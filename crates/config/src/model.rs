@@ -322,7 +322,7 @@ fn parse_heads(
 ) -> Result<(usize, usize), ConfigError> {
     let num_key_value_heads = match fields.opt_usize("num_key_value_heads")? {
         None => num_attention_heads,
-        Some(kv) if kv == 0 || num_attention_heads % kv != 0 => {
+        Some(kv) if kv == 0 || !num_attention_heads.is_multiple_of(kv) => {
             return Err(fields.invalid(
                 "num_key_value_heads",
                 kv,
@@ -335,7 +335,9 @@ fn parse_heads(
         Some(head_dim) => head_dim,
         // Qwen3NextConfig declares `head_dim: int = 256`, so transformers never derives it.
         None if family == Family::Qwen3Next => QWEN3_NEXT_DEFAULT_HEAD_DIM,
-        None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
+        None if hidden_size.is_multiple_of(num_attention_heads) => {
+            hidden_size / num_attention_heads
+        }
         None => {
             return Err(fields.invalid(
                 "hidden_size",

@@ -233,6 +233,9 @@ pub fn non_finite(values: &[f32], vocab: usize) -> Option<String> {
     ))
 }
 
+/// The MTP draft head's logits, fp32 then bf16.
+type MtpLogits = (Vec<f32>, Vec<f32>);
+
 /// A golden safetensors file with its path, for messages.
 struct GoldenFile<'a> {
     file: SafeTensors<'a>,
@@ -257,11 +260,7 @@ impl GoldenFile<'_> {
     }
 
     /// The optional `mtp_logits` and `mtp_logits_bf16` (together or neither), each [T-1, V].
-    fn mtp_logits(
-        &self,
-        tokens: usize,
-        vocab: usize,
-    ) -> Result<Option<(Vec<f32>, Vec<f32>)>, String> {
+    fn mtp_logits(&self, tokens: usize, vocab: usize) -> Result<Option<MtpLogits>, String> {
         Ok(
             match (
                 self.file.tensor("mtp_logits").is_ok(),

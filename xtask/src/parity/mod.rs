@@ -200,20 +200,20 @@ fn emu_verdict(
     (emu_verdict, emu_programs)
 }
 
+/// The CPU backend, the device backend when there is one, and the line describing it.
+type Backends = (
+    solder_gpu_runtime::cpu::CpuBackend,
+    Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
+    Option<String>,
+);
+
 /// The CPU backend (with the CUDA kernels' host emulation in shadow mode under `emu`) and,
 /// for a device backend, the device and the line describing it (printed here).
 fn backends(
     threads: Option<usize>,
     emu: bool,
     backend_kind: BackendKind,
-) -> Result<
-    (
-        solder_gpu_runtime::cpu::CpuBackend,
-        Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
-        Option<String>,
-    ),
-    String,
-> {
+) -> Result<Backends, String> {
     let mut backend =
         solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
     if emu {

@@ -304,6 +304,9 @@ fn capture_graphs(
     Ok(graphs)
 }
 
+/// A variant's session and its sequences (none for a failed variant).
+type Prefilled<'e> = Option<(Session<'e>, Vec<SeqId>)>;
+
 /// A session per live variant with `widest` sequences, each prefilled with `context` tokens
 /// of its own prompt (a variant whose prefill fails is marked failed and has none).
 fn prefill_sessions<'e>(
@@ -312,7 +315,7 @@ fn prefill_sessions<'e>(
     (widest, context, vocab): (usize, usize, u32),
     variants: &[Variant],
     failed: &mut [Option<String>],
-) -> Result<Vec<Option<(Session<'e>, Vec<SeqId>)>>, String> {
+) -> Result<Vec<Prefilled<'e>>, String> {
     let mut sessions: Vec<Option<(Session<'_>, Vec<SeqId>)>> = Vec::new();
     for (v, exec) in execs.iter().enumerate() {
         let Some(exec) = exec.as_ref().filter(|_| failed[v].is_none()) else {

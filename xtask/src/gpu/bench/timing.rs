@@ -291,7 +291,7 @@ fn time_ladder(
         // The timed runs repeat the step the session just ran: its first sequence holds
         // `context` tokens, one per earlier width's step, and this step's.
         let traffic = solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
-        let mut row = time_width(exec, backend, program, graph, &limits)?;
+        let mut row = time_width(exec, backend, program, graph, limits)?;
         row.bytes = traffic.total();
         row.floor_us = traffic.floor_us(copy_bytes_per_s);
         println!(
