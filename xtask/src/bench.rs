@@ -65,40 +65,33 @@ enum Graphs {
     Eager,
 }
 
+/// The options `bench` takes a value for.
+const OPTIONS: &[&str] = &[
+    "backend",
+    "model",
+    "synth",
+    "save",
+    "prompt-len",
+    "gen",
+    "threads",
+    "rules",
+    "peer",
+    "graphs",
+    "speculative",
+    "k",
+    "levers",
+];
+
+/// The options `bench` takes as bare flags.
+const FLAGS: &[&str] = &["reference-only", "ladder", "help"];
+
 pub fn run(argv: Vec<String>) -> Result<(), String> {
-    let args = Args::parse(
-        argv,
-        &[
-            "backend",
-            "model",
-            "synth",
-            "save",
-            "prompt-len",
-            "gen",
-            "threads",
-            "rules",
-            "peer",
-            "graphs",
-            "speculative",
-            "k",
-            "levers",
-        ],
-        &["reference-only", "ladder", "help"],
-    )?;
+    let args = Args::parse(argv, OPTIONS, FLAGS)?;
     if args.flag("help") {
         println!("{HELP}");
         return Ok(());
     }
-    if args.value("save").is_some() && args.value("synth").is_none() {
-        return Err(
-            "`--save DIR` writes a --synth model's random weights; it never rewrites a checkpoint \
-             (give --synth NAME, not --model)"
-                .into(),
-        );
-    }
-    if args.value("save").is_some() && args.value("peer").is_some() {
-        return Err("`--save` writes a model and stops: it does not go with --peer".into());
-    }
+    check_save(&args)?;
     let backend_kind = crate::gpu::BackendKind::parse(args.value("backend"))?;
     if let Some(peer) = args.value("peer") {
         if backend_kind != crate::gpu::BackendKind::Cpu {
@@ -106,58 +99,20 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
         return crate::peer::run(peer, &args);
     }
-    let (config, weights, name) = match (args.value("model"), args.value("synth")) {
-        (Some(dir), None) => {
-            let dir = PathBuf::from(dir);
-            let config = crate::files::model_config(&dir.join("config.json"))?;
-            let name = dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("model")
-                .to_string();
-            (config, WeightSource::Checkpoint(dir), name)
-        }
-        (None, Some(synth)) => {
-            let config = synth_config(synth)?;
-            (config, WeightSource::Random { seed: 1 }, synth.to_string())
-        }
-        _ => return Err("give one of --model DIR or --synth NAME (see --help)".into()),
-    };
+    let (config, weights, name) = model_of(&args)?;
     if let Some(out) = args.value("save") {
         return save_synth(&config, Path::new(out));
     }
     let prompt_len = args.number_in("prompt-len", 1..=65536)?.unwrap_or(32);
     let gen = args.number_in("gen", 1..=65536)?.unwrap_or(128);
     let k = args.number_in("k", 1..=7)?.unwrap_or(4);
-    // Before the KV cache is allocated: every position must be one the model has (a
-    // speculative step may feed k + 1 tokens past the last one kept).
-    let total = prompt_len
-        + gen
-        + if args.value("speculative").is_some() {
-            k + 1
-        } else {
-            0
-        };
-    if total > config.max_position_embeddings {
-        return Err(format!(
-            "`--prompt-len {prompt_len}` + `--gen {gen}` (+ k + 1 when speculative) = {total} positions, more than {name}'s \
-             max_position_embeddings {}",
-            config.max_position_embeddings
-        ));
-    }
+    let total = positions(&args, (prompt_len, gen, k), &config, &name)?;
     let rules_path = args
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-    let policy = Policy {
-        levers: args.levers()?,
-        ..if args.flag("reference-only") {
-            Policy::reference_only()
-        } else {
-            Policy::default()
-        }
-    };
+    let policy = policy_of(&args)?;
     let kv = KvShape {
         // Two sequences (eager and graph) of `total` tokens, and the scratch page.
         pages: 2 * total.div_ceil(16) + 2,
@@ -165,12 +120,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         max_seq_len: total.next_multiple_of(16),
         max_sequences: 2,
     };
-    let graphs = match args.value("graphs").unwrap_or("both") {
-        "both" => Graphs::Both,
-        "graph" => Graphs::Graph,
-        "eager" => Graphs::Eager,
-        other => return Err(format!("`--graphs {other}`: expected both, graph or eager")),
-    };
+    let graphs = graphs_of(&args)?;
     let serve = if args.flag("ladder") {
         ServeShape::default()
     } else {
@@ -215,15 +165,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return crate::speculate::run(backend, &exec, source, &rules, kv, &prompt, gen, k, &name);
     }
     if graphs != Graphs::Eager {
-        exec.set_graph_policy(GraphPolicy::Always);
-        let report = exec.capture_all(backend).map_err(|e| e.to_string())?;
-        println!(
-            "solder capture: model={name} programs={} launches={} capture_ms={:.3} us_per_launch={:.3}",
-            report.captured,
-            report.launches,
-            report.time.as_secs_f64() * 1e3,
-            report.time.as_secs_f64() * 1e6 / report.launches.max(1) as f64
-        );
+        capture(&exec, backend, &name)?;
     }
 
     // One sequence per path, fed the same tokens: the eager one and the graph one.
@@ -232,19 +174,125 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         Graphs::Graph => vec![GraphPolicy::Always],
         Graphs::Eager => vec![GraphPolicy::Never],
     };
-    let mut session = Session::new(&exec);
-    let ids: Vec<_> = paths.iter().map(|_| session.add_sequence()).collect();
     let prompt: Vec<u32> = (0..prompt_len)
         .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
         .collect();
-    let vocab = config.vocab_size;
+    let (prefill_ms, mut step_ms) = timed_decode(&exec, backend, &paths, &prompt, gen)?;
+    print_timings(
+        &name,
+        (prompt_len, gen, launches),
+        &paths,
+        &prefill_ms,
+        &mut step_ms,
+    )
+}
+
+/// `--save DIR` goes only with `--synth` (it never rewrites a checkpoint) and not with `--peer`.
+fn check_save(args: &Args) -> Result<(), String> {
+    if args.value("save").is_some() && args.value("synth").is_none() {
+        return Err(
+            "`--save DIR` writes a --synth model's random weights; it never rewrites a checkpoint \
+             (give --synth NAME, not --model)"
+                .into(),
+        );
+    }
+    if args.value("save").is_some() && args.value("peer").is_some() {
+        return Err("`--save` writes a model and stops: it does not go with --peer".into());
+    }
+    Ok(())
+}
+
+/// The model to time: `--model DIR` (a checkpoint) or `--synth NAME` (random weights), with
+/// its name.
+fn model_of(args: &Args) -> Result<(ModelConfig, WeightSource, String), String> {
+    Ok(match (args.value("model"), args.value("synth")) {
+        (Some(dir), None) => {
+            let dir = PathBuf::from(dir);
+            let config = crate::files::model_config(&dir.join("config.json"))?;
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("model")
+                .to_string();
+            (config, WeightSource::Checkpoint(dir), name)
+        }
+        (None, Some(synth)) => {
+            let config = synth_config(synth)?;
+            (config, WeightSource::Random { seed: 1 }, synth.to_string())
+        }
+        _ => return Err("give one of --model DIR or --synth NAME (see --help)".into()),
+    })
+}
+
+/// The positions a run takes, `--prompt-len` + `--gen` (+ k + 1 when speculative), refused
+/// before the KV cache is allocated when past the model's `max_position_embeddings`.
+fn positions(
+    args: &Args,
+    (prompt_len, gen, k): (usize, usize, usize),
+    config: &ModelConfig,
+    name: &str,
+) -> Result<usize, String> {
+    // Before the KV cache is allocated: every position must be one the model has (a
+    // speculative step may feed k + 1 tokens past the last one kept).
+    let total = prompt_len
+        + gen
+        + if args.value("speculative").is_some() {
+            k + 1
+        } else {
+            0
+        };
+    if total > config.max_position_embeddings {
+        return Err(format!(
+            "`--prompt-len {prompt_len}` + `--gen {gen}` (+ k + 1 when speculative) = {total} positions, more than {name}'s \
+             max_position_embeddings {}",
+            config.max_position_embeddings
+        ));
+    }
+    Ok(total)
+}
+
+/// The policy: `--levers` over the default or, with `--reference-only`, the reference one.
+fn policy_of(args: &Args) -> Result<Policy, String> {
+    Ok(Policy {
+        levers: args.levers()?,
+        ..if args.flag("reference-only") {
+            Policy::reference_only()
+        } else {
+            Policy::default()
+        }
+    })
+}
+
+/// `--graphs`: both paths (default), graph replay only, or eager only.
+fn graphs_of(args: &Args) -> Result<Graphs, String> {
+    Ok(match args.value("graphs").unwrap_or("both") {
+        "both" => Graphs::Both,
+        "graph" => Graphs::Graph,
+        "eager" => Graphs::Eager,
+        other => return Err(format!("`--graphs {other}`: expected both, graph or eager")),
+    })
+}
+
+/// One sequence per path fed the same prompt and `gen` greedy steps, each path's logits
+/// checked finite and equal across paths: each path's prefill ms and its decode steps' ms.
+fn timed_decode(
+    exec: &CircuitExec,
+    backend: &mut dyn solder_gpu_runtime::GpuBackend,
+    paths: &[GraphPolicy],
+    prompt: &[u32],
+    gen: usize,
+) -> Result<(Vec<f64>, Vec<Vec<f64>>), String> {
+    let prompt_len = prompt.len();
+    let vocab = exec.config.vocab_size;
+    let mut session = Session::new(exec);
+    let ids: Vec<_> = paths.iter().map(|_| session.add_sequence()).collect();
     let mut prefill_ms = Vec::new();
     let mut token = 0;
-    for (&id, &path) in ids.iter().zip(&paths) {
+    for (&id, &path) in ids.iter().zip(paths) {
         exec.set_graph_policy(path);
         let t = Instant::now();
         let logits = session
-            .prefill(backend, id, &prompt)
+            .prefill(backend, id, prompt)
             .map_err(|e| e.to_string())?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
         finite("prefill", &logits, vocab)?;
@@ -253,7 +301,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let mut step_ms = vec![Vec::with_capacity(gen); paths.len()];
     for step in 0..gen {
         let mut logits_of = Vec::with_capacity(paths.len());
-        for (p, (&id, &path)) in ids.iter().zip(&paths).enumerate() {
+        for (p, (&id, &path)) in ids.iter().zip(paths).enumerate() {
             exec.set_graph_policy(path);
             let t = Instant::now();
             let logits = session
@@ -270,8 +318,38 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         }
         token = greedy(&logits_of[0]);
     }
+    Ok((prefill_ms, step_ms))
+}
+
+/// Captures every program's graph and prints what it took.
+fn capture(
+    exec: &CircuitExec,
+    backend: &mut dyn solder_gpu_runtime::GpuBackend,
+    name: &str,
+) -> Result<(), String> {
+    exec.set_graph_policy(GraphPolicy::Always);
+    let report = exec.capture_all(backend).map_err(|e| e.to_string())?;
+    println!(
+        "solder capture: model={name} programs={} launches={} capture_ms={:.3} us_per_launch={:.3}",
+        report.captured,
+        report.launches,
+        report.time.as_secs_f64() * 1e3,
+        report.time.as_secs_f64() * 1e6 / report.launches.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Prints each path's decode-step median, mean and range, the prefill times, and the
+/// headline line (the last path's median: graph replay unless `--graphs eager`).
+fn print_timings(
+    name: &str,
+    (prompt_len, gen, launches): (usize, usize, usize),
+    paths: &[GraphPolicy],
+    prefill_ms: &[f64],
+    step_ms: &mut [Vec<f64>],
+) -> Result<(), String> {
     let mut medians = Vec::new();
-    for (times, path) in step_ms.iter_mut().zip(&paths) {
+    for (times, path) in step_ms.iter_mut().zip(paths) {
         let mean = times.iter().sum::<f64>() / gen as f64;
         times.sort_by(f64::total_cmp);
         let median = times[gen / 2];

@@ -40,34 +40,36 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
                       embedded PTX (crates/kernels/ptx/*.ptx, what a device loads)
   --bless             rewrite the golden printed plans in tests/golden/plans/";
 
+/// The options `plan` takes a value for.
+const OPTIONS: &[&str] = &[
+    "config",
+    "mode",
+    "rows",
+    "rules",
+    "max-streams",
+    "max-batch",
+    "repeat",
+    "draft-widths",
+    "tbps",
+    "context",
+    "levers",
+];
+
+/// The options `plan` takes as bare flags.
+const FLAGS: &[&str] = &[
+    "all",
+    "bytes",
+    "json",
+    "dot",
+    "bless",
+    "reference-only",
+    "verify",
+    "no-ptx-check",
+    "help",
+];
+
 pub fn run(argv: Vec<String>) -> Result<(), String> {
-    let args = Args::parse(
-        argv,
-        &[
-            "config",
-            "mode",
-            "rows",
-            "rules",
-            "max-streams",
-            "max-batch",
-            "repeat",
-            "draft-widths",
-            "tbps",
-            "context",
-            "levers",
-        ],
-        &[
-            "all",
-            "bytes",
-            "json",
-            "dot",
-            "bless",
-            "reference-only",
-            "verify",
-            "no-ptx-check",
-            "help",
-        ],
-    )?;
+    let args = Args::parse(argv, OPTIONS, FLAGS)?;
     if args.flag("help") {
         println!("{HELP}");
         return Ok(());
@@ -82,32 +84,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .value("rules")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
-    let mut serve = match args.number_in("max-batch", 1..=4096)? {
-        Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
-        None => ServeShape::default(),
-    };
-    if let Some(list) = args.value("draft-widths") {
-        serve.draft_widths = list
-            .split(',')
-            .map(|w| {
-                w.trim()
-                    .parse::<usize>()
-                    .map_err(|_| format!("--draft-widths: `{w}` is not a width"))
-            })
-            .collect::<Result<_, _>>()?;
-    } else if args.value("mode") == Some("draft") {
-        serve.draft_widths = vec![args.number_in("rows", 1..=4096)?.unwrap_or(1)];
-    }
-    let mut policy = Policy {
-        levers: args.levers()?,
-        ..Policy::default()
-    };
-    if args.flag("reference-only") {
-        policy.fusions = Fusions::ReferenceOnly;
-    }
-    if let Some(n) = args.number_in("max-streams", 1..=8)? {
-        policy.max_streams = n;
-    }
+    let serve = serve_of(&args)?;
+    let policy = policy_of(&args)?;
     let options = BuildOptions {
         verify: args.flag("verify") || cfg!(debug_assertions),
     };
@@ -117,16 +95,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let instance = Instance::from_config(&config, serve).map_err(|e| e.to_string())?;
     let available = Available::all_kernels(&rules);
-    let shapes = if args.flag("all") {
-        instance.shapes()
-    } else {
-        let mode: Mode = args
-            .value("mode")
-            .unwrap_or("decode")
-            .parse()
-            .map_err(|e: solder_circuit::CircuitError| e.to_string())?;
-        vec![(mode, args.number_in("rows", 1..=4096)?.unwrap_or(1))]
-    };
+    let shapes = shapes_of(&args, &instance)?;
     let build_all = || -> Result<Vec<ExecutionPlan>, String> {
         shapes
             .iter()
@@ -159,7 +128,116 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         print!("{}", plans[0].to_dot(circuit));
         return Ok(());
     }
-    let bytes = if args.flag("bytes") {
+    let bytes = bytes_of(&args)?;
+    if args.flag("json") {
+        return print_json(&instance, &plans, bytes);
+    }
+    if let Some((tbps, context)) = bytes {
+        return print_traffic(&instance, &plans, tbps, context);
+    }
+    if plans.len() == 1 && !args.flag("all") {
+        let circuit = instance
+            .circuit_for(plans[0].mode)
+            .map_err(|e| e.to_string())?;
+        print!("{}", plans[0].display(circuit));
+        return Ok(());
+    }
+    print_ladder(&plans, ptx_kernels);
+    let repeat = args.number_in("repeat", 1..=1000)?.unwrap_or(1);
+    if repeat == 1 {
+        println!(
+            "built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)",
+            plans.len(),
+            instance.circuit.name
+        );
+        return Ok(());
+    }
+    let times = repeat_times(config_path, repeat, &build_all)?;
+    println!(
+        "built {} plans for {}: median {:.2} ms over {repeat} runs (min {:.2}, max {:.2}; config, circuit and plans)",
+        plans.len(),
+        instance.circuit.name,
+        times[repeat / 2],
+        times[0],
+        times[repeat - 1]
+    );
+    Ok(())
+}
+
+/// Milliseconds, sorted, of `repeat` runs of reading the config, building the instance and
+/// `build_all`.
+fn repeat_times(
+    config_path: &str,
+    repeat: usize,
+    build_all: &dyn Fn() -> Result<Vec<ExecutionPlan>, String>,
+) -> Result<Vec<f64>, String> {
+    let mut times = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let config = crate::files::model_config(std::path::Path::new(config_path))?;
+        let _ = Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())?;
+        build_all()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// The serve shape to compile: `--max-batch`, and `--draft-widths` (or, for `--mode draft`,
+/// `--rows`) as its draft widths.
+fn serve_of(args: &Args) -> Result<ServeShape, String> {
+    let mut serve = match args.number_in("max-batch", 1..=4096)? {
+        Some(n) => ServeShape::with_max_batch(n).map_err(|e| e.to_string())?,
+        None => ServeShape::default(),
+    };
+    if let Some(list) = args.value("draft-widths") {
+        serve.draft_widths = list
+            .split(',')
+            .map(|w| {
+                w.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("--draft-widths: `{w}` is not a width"))
+            })
+            .collect::<Result<_, _>>()?;
+    } else if args.value("mode") == Some("draft") {
+        serve.draft_widths = vec![args.number_in("rows", 1..=4096)?.unwrap_or(1)];
+    }
+    Ok(serve)
+}
+
+/// The policy: `--levers`, `--reference-only`, `--max-streams`.
+fn policy_of(args: &Args) -> Result<Policy, String> {
+    let mut policy = Policy {
+        levers: args.levers()?,
+        ..Policy::default()
+    };
+    if args.flag("reference-only") {
+        policy.fusions = Fusions::ReferenceOnly;
+    }
+    if let Some(n) = args.number_in("max-streams", 1..=8)? {
+        policy.max_streams = n;
+    }
+    Ok(policy)
+}
+
+/// The (mode, rows) programs to build: every one of the instance with `--all`, else
+/// `--mode` (default decode) at `--rows` (default 1).
+fn shapes_of(args: &Args, instance: &Instance) -> Result<Vec<(Mode, usize)>, String> {
+    Ok(if args.flag("all") {
+        instance.shapes()
+    } else {
+        let mode: Mode = args
+            .value("mode")
+            .unwrap_or("decode")
+            .parse()
+            .map_err(|e: solder_circuit::CircuitError| e.to_string())?;
+        vec![(mode, args.number_in("rows", 1..=4096)?.unwrap_or(1))]
+    })
+}
+
+/// `(tbps, context)` with `--bytes`; `--tbps` or `--context` without it is an error.
+fn bytes_of(args: &Args) -> Result<Option<(f64, usize)>, String> {
+    Ok(if args.flag("bytes") {
         Some((
             args.real_in("tbps", 0.001..=1000.0)?
                 .unwrap_or(crate::traffic::H200_TBPS),
@@ -169,46 +247,58 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Err("`--tbps` and `--context` go with `--bytes`".into());
     } else {
         None
-    };
-    if args.flag("json") {
-        let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
-        let mut traffic = Vec::new();
-        if let Some((tbps, context)) = bytes {
-            for (row, plan) in rows.iter_mut().zip(&plans) {
-                let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
-                row["traffic"] = crate::traffic::json(&t, tbps);
-                traffic.push(t);
-            }
-        }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
-        );
-        return overflow_check(&traffic);
-    }
+    })
+}
+
+/// `--json`: one JSON row per plan, with its traffic at `bytes = (tbps, context)` when given.
+fn print_json(
+    instance: &Instance,
+    plans: &[ExecutionPlan],
+    bytes: Option<(f64, usize)>,
+) -> Result<(), String> {
+    let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
+    let mut traffic = Vec::new();
     if let Some((tbps, context)) = bytes {
-        let traffic: Vec<_> = plans
-            .iter()
-            .map(|p| solder_circuit::plan_traffic(&instance.circuit, p, context))
-            .collect();
+        for (row, plan) in rows.iter_mut().zip(plans) {
+            let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
+            row["traffic"] = crate::traffic::json(&t, tbps);
+            traffic.push(t);
+        }
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+    );
+    overflow_check(&traffic)
+}
+
+/// `--bytes`: each plan's traffic table at `tbps` and `context`, and a summary per plan when
+/// there are several.
+fn print_traffic(
+    instance: &Instance,
+    plans: &[ExecutionPlan],
+    tbps: f64,
+    context: usize,
+) -> Result<(), String> {
+    let traffic: Vec<_> = plans
+        .iter()
+        .map(|p| solder_circuit::plan_traffic(&instance.circuit, p, context))
+        .collect();
+    for t in &traffic {
+        print!("{}", crate::traffic::table(&instance.circuit, t, tbps));
+    }
+    if traffic.len() > 1 {
         for t in &traffic {
-            print!("{}", crate::traffic::table(&instance.circuit, t, tbps));
+            println!("{}", crate::traffic::summary(t, tbps));
         }
-        if traffic.len() > 1 {
-            for t in &traffic {
-                println!("{}", crate::traffic::summary(t, tbps));
-            }
-        }
-        return overflow_check(&traffic);
     }
-    if plans.len() == 1 && !args.flag("all") {
-        let circuit = instance
-            .circuit_for(plans[0].mode)
-            .map_err(|e| e.to_string())?;
-        print!("{}", plans[0].display(circuit));
-        return Ok(());
-    }
-    for p in &plans {
+    overflow_check(&traffic)
+}
+
+/// One line per plan of the ladder, the plans' digest, the PTX check's count and the worst
+/// pool-to-lower-bound ratio.
+fn print_ladder(plans: &[ExecutionPlan], ptx_kernels: Option<usize>) {
+    for p in plans {
         println!(
             "{:<10} rows={:<4} launches={:<4} per_layer={} streams={} events={} pool_bytes={:<10} \
              live_lower_bound={:<10} ratio={:.4} digest={}",
@@ -225,7 +315,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         );
     }
     let worst = plans.iter().map(ratio).fold(1.0f64, f64::max);
-    println!("plans_digest {}", plans_digest(&plans));
+    println!("plans_digest {}", plans_digest(plans));
     if let Some(kernels) = ptx_kernels {
         println!(
             "ptx: the {kernels} kernels these plans launch are all defined in the embedded PTX"
@@ -235,33 +325,6 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         "worst pool_bytes/live_lower_bound {worst:.4} (target <= 1.02: {})",
         if worst <= 1.02 { "met" } else { "MISSED" }
     );
-    let repeat = args.number_in("repeat", 1..=1000)?.unwrap_or(1);
-    if repeat == 1 {
-        println!(
-            "built {} plans for {} in {first_ms:.2} ms (config, rules, circuit and plans)",
-            plans.len(),
-            instance.circuit.name
-        );
-        return Ok(());
-    }
-    let mut times = Vec::with_capacity(repeat);
-    for _ in 0..repeat {
-        let t = Instant::now();
-        let config = crate::files::model_config(std::path::Path::new(config_path))?;
-        let _ = Instance::from_config(&config, ServeShape::default()).map_err(|e| e.to_string())?;
-        build_all()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "built {} plans for {}: median {:.2} ms over {repeat} runs (min {:.2}, max {:.2}; config, circuit and plans)",
-        plans.len(),
-        instance.circuit.name,
-        times[repeat / 2],
-        times[0],
-        times[repeat - 1]
-    );
-    Ok(())
 }
 
 /// Every kernel a group of `plans` launches must be an `.entry` of `entries` (`module::func`);

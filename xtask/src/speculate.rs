@@ -77,51 +77,13 @@ pub fn run(
     name: &str,
 ) -> Result<(), String> {
     let err = |e: solder_model_layers::SessionError| e.to_string();
-    let mut draft_exec = None;
-    let draft_name = match source {
-        DraftSource::Itself => "self".to_string(),
-        DraftSource::Model {
-            config,
-            weights,
-            name,
-        } => {
-            if config.vocab_size != target.config.vocab_size {
-                return Err(format!(
-                    "draft model {name} has a vocabulary of {}, the target {}: they must be the same",
-                    config.vocab_size, target.config.vocab_size
-                ));
-            }
-            let boot = Boot {
-                config: *config,
-                serve: ServeShape::with_max_batch(1).map_err(|e| e.to_string())?,
-                rules: rules.clone(),
-                policy: Policy::default(),
-                weights,
-                kv,
-            };
-            let t = Instant::now();
-            draft_exec = Some(CircuitExec::build(backend, boot).map_err(|e| e.to_string())?);
-            eprintln!("built draft {name} in {:.1} s", t.elapsed().as_secs_f64());
-            name
-        }
-    };
+    let (draft_exec, draft_name) = build_draft(backend, target, source, rules, kv)?;
     let drafts_on = draft_exec.as_ref().unwrap_or(target);
-    let vocab = target.config.vocab_size;
 
     // Plain greedy decoding: the reference tokens and time.
     let mut session = Session::new(target);
-    let plain = session.add_sequence();
-    let logits = session.prefill(backend, plain, prompt).map_err(err)?;
-    let first = greedy(&logits[(prompt.len() - 1) * vocab..]);
-    let mut want = vec![first];
-    let t = Instant::now();
-    let mut token = first;
-    for _ in 0..gen {
-        token = greedy(&session.decode(backend, plain, token).map_err(err)?);
-        want.push(token);
-    }
-    let plain_ms = t.elapsed().as_secs_f64() * 1e3 / gen as f64;
-    session.end_sequence(plain).map_err(err)?;
+    let (want, plain_ms) = plain_decode(&mut session, backend, prompt, gen)?;
+    let first = want[0];
 
     // Speculative: the same prefix and count.
     let mut drafter = ModelDrafter::new(drafts_on);
@@ -155,18 +117,7 @@ pub fn run(
     if got != want {
         return Err("speculative decoding's tokens differ from plain greedy decoding's".into());
     }
-    let rates: Vec<String> = reached
-        .iter()
-        .zip(&accepted_at)
-        .enumerate()
-        .map(|(i, (&r, &a))| {
-            if r == 0 {
-                format!("{}:-", i + 1)
-            } else {
-                format!("{}:{:.2}", i + 1, a as f64 / r as f64)
-            }
-        })
-        .collect();
+    let rates = acceptance_rates(&reached, &accepted_at);
     let per_step = fed as f64 / verify_steps as f64;
     eprintln!(
         "plain decode {plain_ms:.2} ms/token; speculative {spec_ms:.2} ms/token ({} draft steps per verify step)",
@@ -185,4 +136,86 @@ pub fn run(
         exec.free(backend).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The draft model's exec (none when the target drafts for itself) and its name; a draft
+/// model's vocabulary must be the target's.
+fn build_draft(
+    backend: &mut dyn GpuBackend,
+    target: &CircuitExec,
+    source: DraftSource,
+    rules: &RuleSet,
+    kv: KvShape,
+) -> Result<(Option<CircuitExec>, String), String> {
+    let mut draft_exec = None;
+    let draft_name = match source {
+        DraftSource::Itself => "self".to_string(),
+        DraftSource::Model {
+            config,
+            weights,
+            name,
+        } => {
+            if config.vocab_size != target.config.vocab_size {
+                return Err(format!(
+                    "draft model {name} has a vocabulary of {}, the target {}: they must be the same",
+                    config.vocab_size, target.config.vocab_size
+                ));
+            }
+            let boot = Boot {
+                config: *config,
+                serve: ServeShape::with_max_batch(1).map_err(|e| e.to_string())?,
+                rules: rules.clone(),
+                policy: Policy::default(),
+                weights,
+                kv,
+            };
+            let t = Instant::now();
+            draft_exec = Some(CircuitExec::build(backend, boot).map_err(|e| e.to_string())?);
+            eprintln!("built draft {name} in {:.1} s", t.elapsed().as_secs_f64());
+            name
+        }
+    };
+    Ok((draft_exec, draft_name))
+}
+
+/// Plain greedy decoding of `gen` tokens after `prompt` on a sequence of its own: the first
+/// token and the `gen` after it, and the milliseconds per decoded token.
+fn plain_decode(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    prompt: &[u32],
+    gen: usize,
+) -> Result<(Vec<u32>, f64), String> {
+    let err = |e: solder_model_layers::SessionError| e.to_string();
+    let vocab = session.exec().config.vocab_size;
+    let plain = session.add_sequence();
+    let logits = session.prefill(backend, plain, prompt).map_err(err)?;
+    let first = greedy(&logits[(prompt.len() - 1) * vocab..]);
+    let mut want = vec![first];
+    let t = Instant::now();
+    let mut token = first;
+    for _ in 0..gen {
+        token = greedy(&session.decode(backend, plain, token).map_err(err)?);
+        want.push(token);
+    }
+    let plain_ms = t.elapsed().as_secs_f64() * 1e3 / gen as f64;
+    session.end_sequence(plain).map_err(err)?;
+    Ok((want, plain_ms))
+}
+
+/// Per draft position `i+1:rate`, the share of the times it was judged that it was accepted
+/// (`-` where never judged).
+fn acceptance_rates(reached: &[usize], accepted_at: &[usize]) -> Vec<String> {
+    reached
+        .iter()
+        .zip(accepted_at)
+        .enumerate()
+        .map(|(i, (&r, &a))| {
+            if r == 0 {
+                format!("{}:-", i + 1)
+            } else {
+                format!("{}:{:.2}", i + 1, a as f64 / r as f64)
+            }
+        })
+        .collect()
 }

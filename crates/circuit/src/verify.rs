@@ -20,7 +20,7 @@ use crate::planner::memory::{align_up, Placement, ALIGN};
 use crate::planner::streams::{happens_before, StreamPlan};
 use crate::policy::Available;
 
-fn fail(pass: &'static str, message: String) -> Result<(), CircuitError> {
+fn fail<T>(pass: &'static str, message: String) -> Result<T, CircuitError> {
     Err(CircuitError::Verify { pass, message })
 }
 
@@ -227,22 +227,31 @@ pub fn verify_plan(
     let fusion = &plan.fusion;
     check_cover(circuit, fusion, available)?;
     check_order(circuit, fusion, &plan.order)?;
+    let clocks = replay_steps(plan, PASS)?;
+    let hb = |a: GroupId, b: GroupId| happens_before(&clocks, &plan.stream_of, a, b);
+    check_edges_ordered(circuit, fusion, PASS, hb)?;
+    check_buffers(circuit, plan, hb)
+}
 
+/// Replays the plan's steps with one vector clock per stream: every step on a real stream,
+/// each group launched once in order on its own stream, each event recorded once before it is
+/// waited on, every stream joined into stream 0 by the end. Returns each group's launch clock.
+fn replay_steps(plan: &ExecutionPlan, pass: &'static str) -> Result<Vec<Vec<u32>>, CircuitError> {
     let streams = plan.num_streams;
     let mut now = vec![vec![0u32; streams]; streams];
     let mut events: Vec<Option<Vec<u32>>> = vec![None; plan.event_count];
-    let mut clocks: Vec<Vec<u32>> = vec![Vec::new(); fusion.groups.len()];
+    let mut clocks: Vec<Vec<u32>> = vec![Vec::new(); plan.fusion.groups.len()];
     let mut launched = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         let s = step.stream as usize;
         if s >= streams {
-            return fail(PASS, format!("step {i} on stream {s} of {streams}"));
+            return fail(pass, format!("step {i} on stream {s} of {streams}"));
         }
         match step.kind {
             StepKind::Launch(g) => {
                 if plan.stream_of.get(g.0 as usize) != Some(&step.stream) {
                     return fail(
-                        PASS,
+                        pass,
                         format!("step {i} launches group {} on the wrong stream", g.0),
                     );
                 }
@@ -254,7 +263,7 @@ pub fn verify_plan(
                 Some(slot @ None) => *slot = Some(now[s].clone()),
                 _ => {
                     return fail(
-                        PASS,
+                        pass,
                         format!("step {i} records event {} twice or out of range", e.0),
                     )
                 }
@@ -268,7 +277,7 @@ pub fn verify_plan(
                 }
                 _ => {
                     return fail(
-                        PASS,
+                        pass,
                         format!("step {i} waits on event {} before it is recorded", e.0),
                     )
                 }
@@ -277,22 +286,31 @@ pub fn verify_plan(
     }
     if launched != plan.order {
         return fail(
-            PASS,
+            pass,
             "the steps do not launch every group once, in order".to_string(),
         );
     }
     for (s, clock) in now.iter().enumerate().skip(1) {
         if now[0][s] < clock[s] {
             return fail(
-                PASS,
+                pass,
                 format!("stream {s} never joins stream 0 before the step ends"),
             );
         }
     }
-    let hb = |a: GroupId, b: GroupId| happens_before(&clocks, &plan.stream_of, a, b);
-    check_edges_ordered(circuit, fusion, PASS, hb)?;
+    Ok(clocks)
+}
 
-    let arena: HashSet<_> = fusion
+/// The kept arena edges and the plan's buffers match one to one, each buffer is aligned inside
+/// the pool, buffers that share bytes are ordered by `hb`, and the pool is at least the live
+/// lower bound.
+fn check_buffers(
+    circuit: &Circuit,
+    plan: &ExecutionPlan,
+    hb: impl Fn(GroupId, GroupId) -> bool,
+) -> Result<(), CircuitError> {
+    let arena: HashSet<_> = plan
+        .fusion
         .groups
         .iter()
         .flat_map(|g| g.outputs.iter().copied())

@@ -272,59 +272,11 @@ fn parse_model(
     let vocab_size = positive(fields, "vocab_size")?;
     let max_position_embeddings = positive(fields, "max_position_embeddings")?;
 
-    let num_key_value_heads = match fields.opt_usize("num_key_value_heads")? {
-        None => num_attention_heads,
-        Some(kv) if kv == 0 || num_attention_heads % kv != 0 => {
-            return Err(fields.invalid(
-                "num_key_value_heads",
-                kv,
-                format!("a positive divisor of num_attention_heads ({num_attention_heads})"),
-            ))
-        }
-        Some(kv) => kv,
-    };
-    let head_dim = match fields.opt_usize("head_dim")? {
-        Some(head_dim) => head_dim,
-        // Qwen3NextConfig declares `head_dim: int = 256`, so transformers never derives it.
-        None if family == Family::Qwen3Next => QWEN3_NEXT_DEFAULT_HEAD_DIM,
-        None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
-        None => {
-            return Err(fields.invalid(
-                "hidden_size",
-                hidden_size,
-                format!(
-                "a multiple of num_attention_heads ({num_attention_heads}) when head_dim is absent"
-            ),
-            ))
-        }
-    };
-    if head_dim == 0 || head_dim % 2 != 0 {
-        return Err(fields.invalid(
-            "head_dim",
-            head_dim,
-            "an even positive integer (rope rotates channel pairs)",
-        ));
-    }
-    if num_attention_heads.checked_mul(head_dim).is_none() {
-        return Err(fields.invalid(
-            "head_dim",
-            head_dim,
-            "num_attention_heads * head_dim to fit in memory sizes",
-        ));
-    }
-
+    let (num_key_value_heads, head_dim) =
+        parse_heads(fields, family, hidden_size, num_attention_heads)?;
     let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
 
-    let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
-    let rotary_dim = rope.rotary_dim(head_dim);
-    if rotary_dim == 0 || rotary_dim % 2 != 0 {
-        return Err(fields.invalid(
-            "partial_rotary_factor",
-            rope.partial_rotary_factor,
-            format!("a factor giving an even positive rotary dim of head_dim {head_dim} (got {rotary_dim})"),
-        ));
-    }
-
+    let rope = parse_checked_rope(fields, family, head_dim)?;
     let attention_bias = check_features(fields, family)?;
     let layer_windows = parse_windows(fields, family, num_hidden_layers, max_position_embeddings)?;
     // Every family solder models defaults to an untied LM head in transformers.
@@ -358,4 +310,75 @@ fn parse_model(
         attn_output_gate: qwen3_next,
         keys,
     })
+}
+
+/// `(num_key_value_heads, head_dim)`: kv heads default to the heads and divide them; head_dim
+/// defaults per family or from the hidden size, is even, and its product with the heads fits.
+fn parse_heads(
+    fields: &Fields<'_>,
+    family: Family,
+    hidden_size: usize,
+    num_attention_heads: usize,
+) -> Result<(usize, usize), ConfigError> {
+    let num_key_value_heads = match fields.opt_usize("num_key_value_heads")? {
+        None => num_attention_heads,
+        Some(kv) if kv == 0 || !num_attention_heads.is_multiple_of(kv) => {
+            return Err(fields.invalid(
+                "num_key_value_heads",
+                kv,
+                format!("a positive divisor of num_attention_heads ({num_attention_heads})"),
+            ))
+        }
+        Some(kv) => kv,
+    };
+    let head_dim = match fields.opt_usize("head_dim")? {
+        Some(head_dim) => head_dim,
+        // Qwen3NextConfig declares `head_dim: int = 256`, so transformers never derives it.
+        None if family == Family::Qwen3Next => QWEN3_NEXT_DEFAULT_HEAD_DIM,
+        None if hidden_size.is_multiple_of(num_attention_heads) => {
+            hidden_size / num_attention_heads
+        }
+        None => {
+            return Err(fields.invalid(
+                "hidden_size",
+                hidden_size,
+                format!(
+                "a multiple of num_attention_heads ({num_attention_heads}) when head_dim is absent"
+            ),
+            ))
+        }
+    };
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err(fields.invalid(
+            "head_dim",
+            head_dim,
+            "an even positive integer (rope rotates channel pairs)",
+        ));
+    }
+    if num_attention_heads.checked_mul(head_dim).is_none() {
+        return Err(fields.invalid(
+            "head_dim",
+            head_dim,
+            "num_attention_heads * head_dim to fit in memory sizes",
+        ));
+    }
+    Ok((num_key_value_heads, head_dim))
+}
+
+/// The rope settings, checked to give an even positive rotary dim of `head_dim`.
+fn parse_checked_rope(
+    fields: &Fields<'_>,
+    family: Family,
+    head_dim: usize,
+) -> Result<Rope, ConfigError> {
+    let rope = parse_rope(fields, default_partial_rotary_factor(family))?;
+    let rotary_dim = rope.rotary_dim(head_dim);
+    if rotary_dim == 0 || rotary_dim % 2 != 0 {
+        return Err(fields.invalid(
+            "partial_rotary_factor",
+            rope.partial_rotary_factor,
+            format!("a factor giving an even positive rotary dim of head_dim {head_dim} (got {rotary_dim})"),
+        ));
+    }
+    Ok(rope)
 }

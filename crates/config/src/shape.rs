@@ -10,9 +10,26 @@
 
 use crate::error::ConfigError;
 use crate::fields::Fields;
+use crate::hybrid::LinearAttnConfig;
 use crate::model::ModelConfig;
+use crate::moe::MoeConfig;
 
+/// Every rule of the config's structure: the decoder's, then the MoE's and the linear
+/// attention's where the config has them.
 pub(crate) fn check_shape(config: &ModelConfig, fields: &Fields<'_>) -> Result<(), ConfigError> {
+    check_decoder(config, fields)?;
+    if let Some(moe) = &config.moe {
+        check_moe(moe, config.num_hidden_layers, fields)?;
+    }
+    if let Some(la) = &config.linear_attn {
+        check_linear_attn(la, fields)?;
+    }
+    Ok(())
+}
+
+/// Positive dimensions, kv heads dividing heads, an even head_dim with an even positive rotary
+/// dim, and one layer type per layer.
+fn check_decoder(config: &ModelConfig, fields: &Fields<'_>) -> Result<(), ConfigError> {
     let positive = [
         ("hidden_size", config.hidden_size),
         ("intermediate_size", config.intermediate_size),
@@ -69,69 +86,76 @@ pub(crate) fn check_shape(config: &ModelConfig, fields: &Fields<'_>) -> Result<(
             ),
         ));
     }
-    if let Some(moe) = &config.moe {
-        if moe.num_experts == 0 {
-            return Err(fields.invalid("num_experts", 0, "a positive integer"));
-        }
-        if moe.experts_per_token == 0 || moe.experts_per_token > moe.num_experts {
-            return Err(fields.invalid(
-                "num_experts_per_tok",
-                moe.experts_per_token,
-                format!("between 1 and num_experts ({})", moe.num_experts),
-            ));
-        }
-        if moe.moe_intermediate_size == 0 {
-            return Err(fields.invalid("moe_intermediate_size", 0, "a positive integer"));
-        }
-        if moe.decoder_sparse_step == 0 {
-            return Err(fields.invalid("decoder_sparse_step", 0, "a positive integer"));
-        }
-        if moe.shared_expert_intermediate_size == Some(0) {
-            return Err(fields.invalid(
-                "shared_expert_intermediate_size",
-                0,
-                "a positive integer (None: no shared expert)",
-            ));
-        }
-        if let Some(layer) = moe
-            .mlp_only_layers
-            .iter()
-            .find(|l| **l >= config.num_hidden_layers)
-        {
-            return Err(fields.invalid(
-                "mlp_only_layers",
-                format!("entry {layer}"),
-                format!(
-                    "layer indices below num_hidden_layers ({})",
-                    config.num_hidden_layers
-                ),
-            ));
+    Ok(())
+}
+
+/// Positive expert counts and sizes, top-k within the experts, MLP-only layers that exist.
+fn check_moe(
+    moe: &MoeConfig,
+    num_hidden_layers: usize,
+    fields: &Fields<'_>,
+) -> Result<(), ConfigError> {
+    if moe.num_experts == 0 {
+        return Err(fields.invalid("num_experts", 0, "a positive integer"));
+    }
+    if moe.experts_per_token == 0 || moe.experts_per_token > moe.num_experts {
+        return Err(fields.invalid(
+            "num_experts_per_tok",
+            moe.experts_per_token,
+            format!("between 1 and num_experts ({})", moe.num_experts),
+        ));
+    }
+    if moe.moe_intermediate_size == 0 {
+        return Err(fields.invalid("moe_intermediate_size", 0, "a positive integer"));
+    }
+    if moe.decoder_sparse_step == 0 {
+        return Err(fields.invalid("decoder_sparse_step", 0, "a positive integer"));
+    }
+    if moe.shared_expert_intermediate_size == Some(0) {
+        return Err(fields.invalid(
+            "shared_expert_intermediate_size",
+            0,
+            "a positive integer (None: no shared expert)",
+        ));
+    }
+    if let Some(layer) = moe
+        .mlp_only_layers
+        .iter()
+        .find(|l| **l >= num_hidden_layers)
+    {
+        return Err(fields.invalid(
+            "mlp_only_layers",
+            format!("entry {layer}"),
+            format!("layer indices below num_hidden_layers ({num_hidden_layers})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Positive linear-attention dims, value heads a multiple of key heads.
+fn check_linear_attn(la: &LinearAttnConfig, fields: &Fields<'_>) -> Result<(), ConfigError> {
+    let positive = [
+        ("linear_num_key_heads", la.num_key_heads),
+        ("linear_num_value_heads", la.num_value_heads),
+        ("linear_key_head_dim", la.key_head_dim),
+        ("linear_value_head_dim", la.value_head_dim),
+        ("linear_conv_kernel_dim", la.conv_kernel),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(fields.invalid(key, 0, "a positive integer"));
         }
     }
-    if let Some(la) = &config.linear_attn {
-        let positive = [
-            ("linear_num_key_heads", la.num_key_heads),
-            ("linear_num_value_heads", la.num_value_heads),
-            ("linear_key_head_dim", la.key_head_dim),
-            ("linear_value_head_dim", la.value_head_dim),
-            ("linear_conv_kernel_dim", la.conv_kernel),
-        ];
-        for (key, value) in positive {
-            if value == 0 {
-                return Err(fields.invalid(key, 0, "a positive integer"));
-            }
-        }
-        if !la.num_value_heads.is_multiple_of(la.num_key_heads) {
-            return Err(fields.invalid(
-                "linear_num_value_heads",
-                la.num_value_heads,
-                format!(
-                    "a multiple of linear_num_key_heads ({}): each key head serves a group of \
-                     value heads",
-                    la.num_key_heads
-                ),
-            ));
-        }
+    if !la.num_value_heads.is_multiple_of(la.num_key_heads) {
+        return Err(fields.invalid(
+            "linear_num_value_heads",
+            la.num_value_heads,
+            format!(
+                "a multiple of linear_num_key_heads ({}): each key head serves a group of \
+                 value heads",
+                la.num_key_heads
+            ),
+        ));
     }
     Ok(())
 }

@@ -168,174 +168,35 @@ fn run_calls(
     log: &mut String,
 ) -> Outcome {
     let vocab = exec.config.vocab_size;
-    let max_len = exec.layout.max_seq_len;
-    let max_rows = exec.layout.max_rows;
-    let mut session = Session::new(exec);
+    let mut calls = Calls {
+        exec,
+        drafter: ModelDrafter::new(exec),
+        session: Session::new(exec),
+        ids: Vec::new(),
+        points: Vec::new(),
+    };
     let mut other = Session::new(exec);
     let foreign_id = other.add_sequence();
     let _ = other.prefill(backend, foreign_id, &[1, 2]);
-    let mut drafter = ModelDrafter::new(exec);
-    let mut ids = Vec::new();
     for _ in 0..1 + rng.below(3) {
-        let id = session.add_sequence();
+        let id = calls.session.add_sequence();
         let feed: Vec<u32> = (0..rng.below(4)).map(|_| rng.below(vocab) as u32).collect();
-        if !feed.is_empty() && session.prefill(backend, id, &feed).is_err() {
+        if !feed.is_empty() && calls.session.prefill(backend, id, &feed).is_err() {
             return Outcome::Broken(format!("the setup prefill of {feed:?} failed"));
         }
-        ids.push(id);
+        calls.ids.push(id);
     }
     let mut refused = false;
-    let mut points: Vec<RewindPoint> = Vec::new();
     if let Ok(point) = other.rewind_point(backend, foreign_id) {
-        points.push(point);
+        calls.points.push(point);
     }
     for call in 0..1 + rng.below(10) {
-        let before = match snapshot(&session, exec, backend, &ids) {
+        let before = match snapshot(&calls.session, exec, backend, &calls.ids) {
             Ok(s) => s,
             Err(e) => return Outcome::Broken(format!("snapshot: {e}")),
         };
-        let (what, result): (String, Result<(), String>) = match rng.below(13) {
-            0 => {
-                let (id, t) = (seq_id(rng, &ids), token(rng, vocab));
-                (
-                    format!("decode({id}, {t})"),
-                    session
-                        .decode(backend, id, t)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            1 => {
-                let id = seq_id(rng, &ids);
-                let t = tokens(rng, vocab, max_len + 2);
-                (
-                    format!("prefill({id}, {} tokens)", t.len()),
-                    session
-                        .prefill(backend, id, &t)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            2 => {
-                let batch: Vec<(SeqId, u32)> = (0..rng.below(6))
-                    .map(|_| (seq_id(rng, &ids), token(rng, vocab)))
-                    .collect();
-                (
-                    format!("multi_seq_step({batch:?})"),
-                    session
-                        .multi_seq_step(backend, &batch)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            3 => {
-                let id = seq_id(rng, &ids);
-                let t = tokens(rng, vocab, max_rows + 2);
-                (
-                    format!("verify({id}, {t:?})"),
-                    session
-                        .verify(backend, id, &t)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            4 => {
-                let (id, len) = (seq_id(rng, &ids), edge(rng, max_len));
-                (
-                    format!("truncate_to({id}, {len})"),
-                    session.truncate_to(id, len).map_err(|e| e.to_string()),
-                )
-            }
-            5 => {
-                let id = seq_id(rng, &ids);
-                if let Ok(point) = session.rewind_point(backend, id) {
-                    points.push(point);
-                }
-                if points.is_empty() {
-                    continue;
-                }
-                let point = points[rng.below(points.len())].clone();
-                (
-                    format!("rewind(point of {} at {})", point.seq(), point.len()),
-                    session.rewind(backend, &point).map_err(|e| e.to_string()),
-                )
-            }
-            6 => {
-                let (id, pending, k) = (seq_id(rng, &ids), token(rng, vocab), edge(rng, max_rows));
-                (
-                    format!("speculative_step({id}, {pending}, k {k})"),
-                    session
-                        .speculative_step(backend, id, pending, k, &mut drafter)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            7 => {
-                let policy = if rng.below(3) == 0 {
-                    SpecPolicy::Fixed(edge(rng, max_rows))
-                } else {
-                    SpecPolicy::Adaptive {
-                        min: edge(rng, max_rows),
-                        max: edge(rng, max_rows),
-                    }
-                };
-                let (id, pending) = (seq_id(rng, &ids), token(rng, vocab));
-                (
-                    format!("speculative_step({id}, {pending}, next_k({policy:?}))"),
-                    session
-                        .next_k(id, policy)
-                        .and_then(|k| {
-                            session.speculative_step(backend, id, pending, k, &mut drafter)
-                        })
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            8 => {
-                let id = seq_id(rng, &ids);
-                let result = session.end_sequence(id).map_err(|e| e.to_string());
-                (format!("end_sequence({id})"), result)
-            }
-            9 => {
-                let batch: Vec<(SeqId, Vec<u32>)> = (0..rng.below(4))
-                    .map(|_| (seq_id(rng, &ids), tokens(rng, vocab, 4)))
-                    .collect();
-                let refs: Vec<(SeqId, &[u32])> =
-                    batch.iter().map(|(id, t)| (*id, t.as_slice())).collect();
-                (
-                    format!("verify_batch({batch:?})"),
-                    session
-                        .verify_batch(backend, &refs)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            10 => {
-                let which = if rng.below(2) == 0 {
-                    HiddenRows::Target
-                } else {
-                    HiddenRows::Draft
-                };
-                let (first, rows) = (edge(rng, max_rows), edge(rng, max_rows));
-                (
-                    format!("read_hidden_at({which:?}, {first}, {rows})"),
-                    exec.read_hidden_at(backend, which, first, rows)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            11 => {
-                let (from, to) = (edge(rng, max_rows), edge(rng, max_rows));
-                (
-                    format!("chain_hidden({from}, {to})"),
-                    exec.chain_hidden(backend, from, to)
-                        .map_err(|e| e.to_string()),
-                )
-            }
-            _ => {
-                ids.push(session.add_sequence());
-                ("add_sequence()".to_string(), Ok(()))
-            }
+        let Some((what, result)) = calls.call(backend, rng) else {
+            continue;
         };
         log.push_str(&format!(
             "{call}: {what} -> {}\n",
@@ -348,7 +209,7 @@ fn run_calls(
             continue;
         };
         refused = true;
-        let after = match snapshot(&session, exec, backend, &ids) {
+        let after = match snapshot(&calls.session, exec, backend, &calls.ids) {
             Ok(s) => s,
             Err(e) => return Outcome::Broken(format!("snapshot: {e}")),
         };
@@ -370,5 +231,228 @@ fn run_calls(
         Outcome::Refused
     } else {
         Outcome::Accepted
+    }
+}
+
+/// What the hostile calls act on: the session under test, its drafter, its sequences and the
+/// rewind points taken (the first may be another session's).
+struct Calls<'e> {
+    exec: &'e CircuitExec,
+    // Dropped before the session, as the drafter of a session is.
+    drafter: ModelDrafter<'e>,
+    session: Session<'e>,
+    ids: Vec<SeqId>,
+    points: Vec<RewindPoint>,
+}
+
+impl Calls<'_> {
+    /// One random call, drawn from `rng`, as `(what it was, its result)`; none when a rewind
+    /// has no point to go to.
+    fn call(
+        &mut self,
+        backend: &mut CpuBackend,
+        rng: &mut Rng,
+    ) -> Option<(String, Result<(), String>)> {
+        match rng.below(13) {
+            choice @ (0..=3 | 9) => Some(self.feed(choice, backend, rng)),
+            choice @ 4..=8 => self.sequence(choice, backend, rng),
+            choice @ (10 | 11) => Some(self.hidden(choice, backend, rng)),
+            _ => {
+                self.ids.push(self.session.add_sequence());
+                Some(("add_sequence()".to_string(), Ok(())))
+            }
+        }
+    }
+
+    /// A call that feeds tokens: decode, prefill, multi_seq_step, verify or verify_batch.
+    fn feed(
+        &mut self,
+        choice: usize,
+        backend: &mut CpuBackend,
+        rng: &mut Rng,
+    ) -> (String, Result<(), String>) {
+        let vocab = self.exec.config.vocab_size;
+        let max_len = self.exec.layout.max_seq_len;
+        let max_rows = self.exec.layout.max_rows;
+        match choice {
+            0 => {
+                let (id, t) = (seq_id(rng, &self.ids), token(rng, vocab));
+                (
+                    format!("decode({id}, {t})"),
+                    self.session
+                        .decode(backend, id, t)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+            1 => {
+                let id = seq_id(rng, &self.ids);
+                let t = tokens(rng, vocab, max_len + 2);
+                (
+                    format!("prefill({id}, {} tokens)", t.len()),
+                    self.session
+                        .prefill(backend, id, &t)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+            2 => {
+                let batch: Vec<(SeqId, u32)> = (0..rng.below(6))
+                    .map(|_| (seq_id(rng, &self.ids), token(rng, vocab)))
+                    .collect();
+                (
+                    format!("multi_seq_step({batch:?})"),
+                    self.session
+                        .multi_seq_step(backend, &batch)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+            3 => {
+                let id = seq_id(rng, &self.ids);
+                let t = tokens(rng, vocab, max_rows + 2);
+                (
+                    format!("verify({id}, {t:?})"),
+                    self.session
+                        .verify(backend, id, &t)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+            _ => {
+                let batch: Vec<(SeqId, Vec<u32>)> = (0..rng.below(4))
+                    .map(|_| (seq_id(rng, &self.ids), tokens(rng, vocab, 4)))
+                    .collect();
+                let refs: Vec<(SeqId, &[u32])> =
+                    batch.iter().map(|(id, t)| (*id, t.as_slice())).collect();
+                (
+                    format!("verify_batch({batch:?})"),
+                    self.session
+                        .verify_batch(backend, &refs)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+        }
+    }
+
+    /// A call on a sequence's state: truncate_to, rewind, speculative_step (a fixed k or
+    /// `next_k`) or end_sequence; none when a rewind has no point to go to.
+    fn sequence(
+        &mut self,
+        choice: usize,
+        backend: &mut CpuBackend,
+        rng: &mut Rng,
+    ) -> Option<(String, Result<(), String>)> {
+        let vocab = self.exec.config.vocab_size;
+        let max_len = self.exec.layout.max_seq_len;
+        let max_rows = self.exec.layout.max_rows;
+        match choice {
+            4 => {
+                let (id, len) = (seq_id(rng, &self.ids), edge(rng, max_len));
+                Some((
+                    format!("truncate_to({id}, {len})"),
+                    self.session.truncate_to(id, len).map_err(|e| e.to_string()),
+                ))
+            }
+            5 => {
+                let id = seq_id(rng, &self.ids);
+                if let Ok(point) = self.session.rewind_point(backend, id) {
+                    self.points.push(point);
+                }
+                if self.points.is_empty() {
+                    return None;
+                }
+                let point = self.points[rng.below(self.points.len())].clone();
+                Some((
+                    format!("rewind(point of {} at {})", point.seq(), point.len()),
+                    self.session
+                        .rewind(backend, &point)
+                        .map_err(|e| e.to_string()),
+                ))
+            }
+            6 => {
+                let (id, pending, k) = (
+                    seq_id(rng, &self.ids),
+                    token(rng, vocab),
+                    edge(rng, max_rows),
+                );
+                Some((
+                    format!("speculative_step({id}, {pending}, k {k})"),
+                    self.session
+                        .speculative_step(backend, id, pending, k, &mut self.drafter)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                ))
+            }
+            7 => {
+                let policy = if rng.below(3) == 0 {
+                    SpecPolicy::Fixed(edge(rng, max_rows))
+                } else {
+                    SpecPolicy::Adaptive {
+                        min: edge(rng, max_rows),
+                        max: edge(rng, max_rows),
+                    }
+                };
+                let (id, pending) = (seq_id(rng, &self.ids), token(rng, vocab));
+                Some((
+                    format!("speculative_step({id}, {pending}, next_k({policy:?}))"),
+                    self.session
+                        .next_k(id, policy)
+                        .and_then(|k| {
+                            self.session.speculative_step(
+                                backend,
+                                id,
+                                pending,
+                                k,
+                                &mut self.drafter,
+                            )
+                        })
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                ))
+            }
+            _ => {
+                let id = seq_id(rng, &self.ids);
+                let result = self.session.end_sequence(id).map_err(|e| e.to_string());
+                Some((format!("end_sequence({id})"), result))
+            }
+        }
+    }
+
+    /// A call on the exec's hidden rows: read_hidden_at or chain_hidden.
+    fn hidden(
+        &self,
+        choice: usize,
+        backend: &mut CpuBackend,
+        rng: &mut Rng,
+    ) -> (String, Result<(), String>) {
+        let max_rows = self.exec.layout.max_rows;
+        match choice {
+            10 => {
+                let which = if rng.below(2) == 0 {
+                    HiddenRows::Target
+                } else {
+                    HiddenRows::Draft
+                };
+                let (first, rows) = (edge(rng, max_rows), edge(rng, max_rows));
+                (
+                    format!("read_hidden_at({which:?}, {first}, {rows})"),
+                    self.exec
+                        .read_hidden_at(backend, which, first, rows)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+            _ => {
+                let (from, to) = (edge(rng, max_rows), edge(rng, max_rows));
+                (
+                    format!("chain_hidden({from}, {to})"),
+                    self.exec
+                        .chain_hidden(backend, from, to)
+                        .map_err(|e| e.to_string()),
+                )
+            }
+        }
     }
 }

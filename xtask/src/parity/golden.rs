@@ -32,24 +32,14 @@ pub struct MtpHeadGolden {
 impl Golden {
     pub fn load(path: &Path) -> Result<Golden, String> {
         let bytes = crate::files::read_capped(path, crate::files::GOLDEN_CAP)?;
-        let file = SafeTensors::deserialize(&bytes)
-            .map_err(|e| format!("{}: not a safetensors file: {e}", path.display()))?;
-        let get = |name: &str, dtype: Dtype| -> Result<(Vec<usize>, Vec<u8>), String> {
-            let t = file
-                .tensor(name)
-                .map_err(|_| format!("{}: no tensor `{name}`", path.display()))?;
-            if t.dtype() != dtype {
-                return Err(format!(
-                    "{}: `{name}` is {:?}, expected {dtype:?}",
-                    path.display(),
-                    t.dtype()
-                ));
-            }
-            Ok((t.shape().to_vec(), t.data().to_vec()))
+        let file = GoldenFile {
+            file: SafeTensors::deserialize(&bytes)
+                .map_err(|e| format!("{}: not a safetensors file: {e}", path.display()))?,
+            path,
         };
-        let (ids_shape, ids) = get("input_ids", Dtype::I64)?;
-        let (logits_shape, logits) = get("logits", Dtype::F32)?;
-        let (bf16_shape, logits_bf16) = get("logits_bf16", Dtype::F32)?;
+        let (ids_shape, ids) = file.get("input_ids", Dtype::I64)?;
+        let (logits_shape, logits) = file.get("logits", Dtype::F32)?;
+        let (bf16_shape, logits_bf16) = file.get("logits_bf16", Dtype::F32)?;
         let tokens = *ids_shape
             .first()
             .ok_or_else(|| format!("{}: `input_ids` has no length", path.display()))?;
@@ -78,67 +68,8 @@ impl Golden {
                     .map_err(|_| format!("{}: token id {v} out of range", path.display()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let floats = |b: Vec<u8>| {
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect::<Vec<_>>()
-        };
-        let mtp = match (
-            file.tensor("mtp_logits").is_ok(),
-            file.tensor("mtp_logits_bf16").is_ok(),
-        ) {
-            (false, false) => None,
-            (true, true) => {
-                let (shape, mtp) = get("mtp_logits", Dtype::F32)?;
-                let (shape_bf16, mtp_bf16) = get("mtp_logits_bf16", Dtype::F32)?;
-                if shape != [tokens - 1, vocab] || shape_bf16 != shape {
-                    return Err(format!(
-                        "{}: shapes mtp_logits {shape:?}, mtp_logits_bf16 {shape_bf16:?} do not fit [T-1, V] = [{}, {vocab}]",
-                        path.display(),
-                        tokens - 1
-                    ));
-                }
-                Some((floats(mtp), floats(mtp_bf16)))
-            }
-            _ => {
-                return Err(format!(
-                    "{}: `mtp_logits` and `mtp_logits_bf16` come together",
-                    path.display()
-                ))
-            }
-        };
-        let names = ["mtp_hidden", "mtp_head_logits", "mtp_head_logits_bf16"];
-        let mtp_head = match names.map(|n| file.tensor(n).is_ok()) {
-            [false, false, false] => None,
-            [true, true, true] => {
-                let (hidden_shape, hidden) = get("mtp_hidden", Dtype::F32)?;
-                let (shape, head) = get("mtp_head_logits", Dtype::F32)?;
-                let (shape_bf16, head_bf16) = get("mtp_head_logits_bf16", Dtype::F32)?;
-                if hidden_shape.len() != 2
-                    || hidden_shape[0] != tokens
-                    || shape != [tokens - 1, vocab]
-                    || shape_bf16 != shape
-                {
-                    return Err(format!(
-                        "{}: shapes mtp_hidden {hidden_shape:?}, mtp_head_logits {shape:?}, mtp_head_logits_bf16 {shape_bf16:?} do not fit [T, H], [T-1, V], [T-1, V]",
-                        path.display()
-                    ));
-                }
-                Some(MtpHeadGolden {
-                    hidden: floats(hidden),
-                    hidden_size: hidden_shape[1],
-                    logits: floats(head),
-                    logits_bf16: floats(head_bf16),
-                })
-            }
-            _ => {
-                return Err(format!(
-                    "{}: {} come together",
-                    path.display(),
-                    names.map(|n| format!("`{n}`")).join(", ")
-                ))
-            }
-        };
+        let mtp = file.mtp_logits(tokens, vocab)?;
+        let mtp_head = file.mtp_head(tokens, vocab)?;
         let golden = Golden {
             input_ids,
             logits: floats(logits),
@@ -300,6 +231,107 @@ pub fn non_finite(values: &[f32], vocab: usize) -> Option<String> {
         i % vocab.max(1),
         values[i]
     ))
+}
+
+/// The MTP draft head's logits, fp32 then bf16.
+type MtpLogits = (Vec<f32>, Vec<f32>);
+
+/// A golden safetensors file with its path, for messages.
+struct GoldenFile<'a> {
+    file: SafeTensors<'a>,
+    path: &'a Path,
+}
+
+impl GoldenFile<'_> {
+    /// Tensor `name`'s shape and bytes, which must be of `dtype`.
+    fn get(&self, name: &str, dtype: Dtype) -> Result<(Vec<usize>, Vec<u8>), String> {
+        let t = self
+            .file
+            .tensor(name)
+            .map_err(|_| format!("{}: no tensor `{name}`", self.path.display()))?;
+        if t.dtype() != dtype {
+            return Err(format!(
+                "{}: `{name}` is {:?}, expected {dtype:?}",
+                self.path.display(),
+                t.dtype()
+            ));
+        }
+        Ok((t.shape().to_vec(), t.data().to_vec()))
+    }
+
+    /// The optional `mtp_logits` and `mtp_logits_bf16` (together or neither), each [T-1, V].
+    fn mtp_logits(&self, tokens: usize, vocab: usize) -> Result<Option<MtpLogits>, String> {
+        Ok(
+            match (
+                self.file.tensor("mtp_logits").is_ok(),
+                self.file.tensor("mtp_logits_bf16").is_ok(),
+            ) {
+                (false, false) => None,
+                (true, true) => {
+                    let (shape, mtp) = self.get("mtp_logits", Dtype::F32)?;
+                    let (shape_bf16, mtp_bf16) = self.get("mtp_logits_bf16", Dtype::F32)?;
+                    if shape != [tokens - 1, vocab] || shape_bf16 != shape {
+                        return Err(format!(
+                    "{}: shapes mtp_logits {shape:?}, mtp_logits_bf16 {shape_bf16:?} do not fit [T-1, V] = [{}, {vocab}]",
+                    self.path.display(),
+                    tokens - 1
+                ));
+                    }
+                    Some((floats(mtp), floats(mtp_bf16)))
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: `mtp_logits` and `mtp_logits_bf16` come together",
+                        self.path.display()
+                    ))
+                }
+            },
+        )
+    }
+
+    /// The optional MTP head golden: `mtp_hidden` [T, H] with `mtp_head_logits` and
+    /// `mtp_head_logits_bf16` [T-1, V], all three or none.
+    fn mtp_head(&self, tokens: usize, vocab: usize) -> Result<Option<MtpHeadGolden>, String> {
+        let names = ["mtp_hidden", "mtp_head_logits", "mtp_head_logits_bf16"];
+        Ok(match names.map(|n| self.file.tensor(n).is_ok()) {
+            [false, false, false] => None,
+            [true, true, true] => {
+                let (hidden_shape, hidden) = self.get("mtp_hidden", Dtype::F32)?;
+                let (shape, head) = self.get("mtp_head_logits", Dtype::F32)?;
+                let (shape_bf16, head_bf16) = self.get("mtp_head_logits_bf16", Dtype::F32)?;
+                if hidden_shape.len() != 2
+                    || hidden_shape[0] != tokens
+                    || shape != [tokens - 1, vocab]
+                    || shape_bf16 != shape
+                {
+                    return Err(format!(
+                    "{}: shapes mtp_hidden {hidden_shape:?}, mtp_head_logits {shape:?}, mtp_head_logits_bf16 {shape_bf16:?} do not fit [T, H], [T-1, V], [T-1, V]",
+                    self.path.display()
+                ));
+                }
+                Some(MtpHeadGolden {
+                    hidden: floats(hidden),
+                    hidden_size: hidden_shape[1],
+                    logits: floats(head),
+                    logits_bf16: floats(head_bf16),
+                })
+            }
+            _ => {
+                return Err(format!(
+                    "{}: {} come together",
+                    self.path.display(),
+                    names.map(|n| format!("`{n}`")).join(", ")
+                ))
+            }
+        })
+    }
+}
+
+/// Little-endian f32 bytes as floats.
+fn floats(b: Vec<u8>) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy)]

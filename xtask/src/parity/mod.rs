@@ -4,9 +4,11 @@
 pub(crate) mod builtin;
 mod claims;
 mod differs;
+mod execs;
 pub(crate) mod golden;
 mod mtp;
 mod report;
+mod rows;
 pub(crate) mod run;
 mod skips;
 mod speculative;
@@ -63,25 +65,24 @@ const HELP: &str =
                    tolerance (relative to the largest |logit|) instead of byte identity;
                    everything else stays byte for byte";
 
+/// The options `parity` takes a value for.
+const OPTIONS: &[&str] = &[
+    "model",
+    "golden",
+    "goldens",
+    "json",
+    "rules",
+    "tokens",
+    "threads",
+    "backend",
+    "only",
+    "max-batch",
+    "levers",
+    "allow-skip",
+];
+
 pub fn run(argv: Vec<String>) -> Result<(), String> {
-    let args = Args::parse(
-        argv,
-        &[
-            "model",
-            "golden",
-            "goldens",
-            "json",
-            "rules",
-            "tokens",
-            "threads",
-            "backend",
-            "only",
-            "max-batch",
-            "levers",
-            "allow-skip",
-        ],
-        &["help"],
-    )?;
+    let args = Args::parse(argv, OPTIONS, &["help"])?;
     if args.flag("help") {
         println!("{HELP}");
         return Ok(());
@@ -117,88 +118,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Err("--allow-skip names golden folders: it needs --goldens".into());
     }
     let mut skipped: Vec<skips::Skip> = Vec::new();
-    let cases: Vec<Case> = match (args.value("model"), args.value("goldens")) {
-        (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
-        (Some(dir), None) => {
-            inputs.add_checkpoint(Path::new(dir));
-            if let Some(g) = args.value("golden") {
-                inputs.add(Path::new(g));
-            }
-            let golden = args
-                .value("golden")
-                .map(|g| Golden::load(Path::new(g)))
-                .transpose()?;
-            vec![checkpoint_case(Path::new(dir), golden, tokens)?]
-        }
-        (None, Some(root)) => {
-            let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-                .map_err(|e| format!("{root}: {e}"))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("golden.safetensors").exists())
-                .collect();
-            dirs.sort();
-            let mut cases = Vec::new();
-            for dir in &dirs {
-                inputs.add_checkpoint(dir);
-                // A case that cannot run is listed, and fails the run unless allowed.
-                match skips::why_it_cannot_run(dir) {
-                    Some(reason) => {
-                        let name = skips::folder_name(dir);
-                        let allowed = allow_skip.contains(&name.as_str());
-                        skipped.push(skips::Skip {
-                            name,
-                            reason,
-                            allowed,
-                        });
-                    }
-                    None => {
-                        let golden = Golden::load(&dir.join("golden.safetensors"))?;
-                        cases.push(checkpoint_case(dir, Some(golden), tokens)?);
-                    }
-                }
-            }
-            let folders: Vec<String> = dirs.iter().map(|d| skips::folder_name(d)).collect();
-            skips::check_allowed(&allow_skip, &folders, &skipped)?;
-            if cases.is_empty() {
-                let lines: Vec<String> = skipped.iter().map(skips::Skip::line).collect();
-                return Err(format!(
-                    "no golden case under {root} can run:\n{}",
-                    lines.join("\n")
-                ));
-            }
-            cases
-        }
-        (None, None) => {
-            if args.value("golden").is_some() {
-                return Err("--golden needs --model".into());
-            }
-            if let Some(names) = &only {
-                for name in names {
-                    builtin_named(name)?;
-                }
-            }
-            builtin::BUILTINS
-                .iter()
-                .filter(|b| only.as_ref().is_none_or(|names| names.contains(&b.name)))
-                .map(|b| {
-                    let config = b.config()?;
-                    // A built-in's own length (a window or long-context case) unless the
-                    // flag names one for every case.
-                    let tokens = tokens_flag.or(b.tokens).unwrap_or(tokens);
-                    let prompt = random_prompt(b.seed, config.vocab_size, tokens);
-                    Ok(Case {
-                        name: b.name.to_string(),
-                        config,
-                        weights: Weights::Random { seed: b.seed },
-                        prompt,
-                        golden: None,
-                        max_batch,
-                        levers: Default::default(),
-                    })
-                })
-                .collect::<Result<_, String>>()?
-        }
-    };
+    let cases = cases_of(
+        &args,
+        only.as_deref(),
+        &allow_skip,
+        (tokens_flag, tokens, max_batch),
+        &mut inputs,
+        &mut skipped,
+    )?;
 
     if let Some(path) = args.value("json") {
         inputs.check_output(Path::new(path))?;
@@ -214,84 +141,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if only.is_some() && (args.value("model").is_some() || args.value("goldens").is_some()) {
         return Err("--only picks built-in models; not with --model or --goldens".into());
     }
-    let mut backend =
-        solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
-    if emu {
-        let emulation = crate::emu::emulation(
-            &crate::paths::workspace_root(),
-            solder_gpu_runtime::cpu::emu::EmuMode::Shadow,
-        )?;
-        backend.set_emulation(Some(emulation));
-    }
-    // On a device, the cases run there and the CPU backend re-runs each fused decode.
-    let mut device = crate::gpu::device_backend(backend_kind)?;
-    let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
-    if let Some(line) = &device_line {
-        println!("{line}");
-    }
+    let (mut backend, mut device, device_line) = backends(threads, emu, backend_kind)?;
     let started = Instant::now();
-    let mut reports = Vec::new();
-    let mut crosses = Vec::new();
-    let mut failed_runs = Vec::new();
-    for case in &cases {
-        let t = Instant::now();
-        let ran = match device.as_deref_mut() {
-            Some(gpu) => run_case(case, &rules, gpu),
-            None => run_case(case, &rules, &mut backend),
-        };
-        let report = match ran {
-            Ok(report) => report,
-            // On a device one model's failure must not hide the others'.
-            Err(e) if device.is_some() => {
-                println!("== {}: ERROR {e}", case.name);
-                failed_runs.push(case.name.clone());
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        report::print_case(&report, t.elapsed().as_secs_f64());
-        if device.is_some() {
-            match crate::gpu::cross::check(case, &rules, &mut backend, &report) {
-                Ok(cross) => {
-                    crate::gpu::cross::print(&cross, report.tokens);
-                    crosses.push((case.name.clone(), cross));
-                }
-                Err(e) => {
-                    println!("  gpu vs cpu: ERROR {e}");
-                    failed_runs.push(case.name.clone());
-                }
-            }
-        }
-        reports.push(report);
-    }
+    let (reports, crosses, failed_runs) = run_cases(&cases, &rules, &mut backend, &mut device)?;
     for skip in &skipped {
         println!("{}", skip.line());
     }
-    let cross_failed: Vec<&str> = crosses
-        .iter()
-        .filter(|(_, c)| !c.passes())
-        .map(|(name, _)| name.as_str())
-        .collect();
-    if !cross_failed.is_empty() || !failed_runs.is_empty() {
-        println!(
-            "gpu vs cpu too far: [{}]; runs that failed: [{}]",
-            cross_failed.join(", "),
-            failed_runs.join(", ")
-        );
-    }
-    let emu_verdict = backend
-        .emulation()
-        .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
-    // What the emulated kernels below ran in: the table rows' programs (the speculative and
-    // MTP checks run more).
-    let emu_programs = report::programs_run(&reports);
-    if let Some(verdict) = &emu_verdict {
-        println!("== programs the rows ran under emulation (all rules; the reference routing ran their widths too)");
-        for line in &emu_programs {
-            println!("  {line}");
-        }
-        verdict.print();
-    }
+    let cross_failed = cross_failures(&crosses, &failed_runs);
+    let (emu_verdict, emu_programs) = emu_verdict(&backend, &reports);
     let pass = reports.iter().all(|r| r.passes())
         && cross_failed.is_empty()
         && failed_runs.is_empty()
@@ -319,6 +176,249 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     } else {
         Err("parity failed".into())
     }
+}
+
+/// The emulation's verdict when the CPU backend ran one, printed with the programs the table
+/// rows ran under it (the speculative and MTP checks run more).
+fn emu_verdict(
+    backend: &solder_gpu_runtime::cpu::CpuBackend,
+    reports: &[run::CaseReport],
+) -> (Option<crate::emu::report::EmuVerdict>, Vec<String>) {
+    let emu_verdict = backend
+        .emulation()
+        .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
+    // What the emulated kernels below ran in: the table rows' programs (the speculative and
+    // MTP checks run more).
+    let emu_programs = report::programs_run(reports);
+    if let Some(verdict) = &emu_verdict {
+        println!("== programs the rows ran under emulation (all rules; the reference routing ran their widths too)");
+        for line in &emu_programs {
+            println!("  {line}");
+        }
+        verdict.print();
+    }
+    (emu_verdict, emu_programs)
+}
+
+/// The CPU backend, the device backend when there is one, and the line describing it.
+type Backends = (
+    solder_gpu_runtime::cpu::CpuBackend,
+    Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
+    Option<String>,
+);
+
+/// The CPU backend (with the CUDA kernels' host emulation in shadow mode under `emu`) and,
+/// for a device backend, the device and the line describing it (printed here).
+fn backends(
+    threads: Option<usize>,
+    emu: bool,
+    backend_kind: BackendKind,
+) -> Result<Backends, String> {
+    let mut backend =
+        solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
+    if emu {
+        let emulation = crate::emu::emulation(
+            &crate::paths::workspace_root(),
+            solder_gpu_runtime::cpu::emu::EmuMode::Shadow,
+        )?;
+        backend.set_emulation(Some(emulation));
+    }
+    // On a device, the cases run there and the CPU backend re-runs each fused decode.
+    let device = crate::gpu::device_backend(backend_kind)?;
+    let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
+    if let Some(line) = &device_line {
+        println!("{line}");
+    }
+    Ok((backend, device, device_line))
+}
+
+/// The cases whose GPU-vs-CPU check failed, printed with the runs that failed when any did.
+fn cross_failures<'a>(
+    crosses: &'a [(String, crate::gpu::cross::CrossCheck)],
+    failed_runs: &[String],
+) -> Vec<&'a str> {
+    let cross_failed: Vec<&str> = crosses
+        .iter()
+        .filter(|(_, c)| !c.passes())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !cross_failed.is_empty() || !failed_runs.is_empty() {
+        println!(
+            "gpu vs cpu too far: [{}]; runs that failed: [{}]",
+            cross_failed.join(", "),
+            failed_runs.join(", ")
+        );
+    }
+    cross_failed
+}
+
+/// The cases `--model`, `--goldens` or the built-ins (`only` those named) give, with
+/// `(--tokens, the prompt length, --max-batch)`; a golden folder that cannot run is added to
+/// `skipped` and every file read to `inputs`.
+fn cases_of(
+    args: &Args,
+    only: Option<&[&str]>,
+    allow_skip: &[&str],
+    (tokens_flag, tokens, max_batch): (Option<usize>, usize, Option<usize>),
+    inputs: &mut crate::files::Inputs,
+    skipped: &mut Vec<skips::Skip>,
+) -> Result<Vec<Case>, String> {
+    Ok(match (args.value("model"), args.value("goldens")) {
+        (Some(_), Some(_)) => return Err("give --model or --goldens, not both".into()),
+        (Some(dir), None) => {
+            inputs.add_checkpoint(Path::new(dir));
+            if let Some(g) = args.value("golden") {
+                inputs.add(Path::new(g));
+            }
+            let golden = args
+                .value("golden")
+                .map(|g| Golden::load(Path::new(g)))
+                .transpose()?;
+            vec![checkpoint_case(Path::new(dir), golden, tokens)?]
+        }
+        (None, Some(root)) => golden_cases(root, allow_skip, tokens, inputs, skipped)?,
+        (None, None) => {
+            if args.value("golden").is_some() {
+                return Err("--golden needs --model".into());
+            }
+            if let Some(names) = only {
+                for name in names {
+                    builtin_named(name)?;
+                }
+            }
+            builtin_cases(only, tokens_flag, tokens, max_batch)?
+        }
+    })
+}
+
+/// Every case folder under `root` holding a golden: a case that cannot run is added to
+/// `skipped` (allowed where `allow_skip` names it); an error if none can run.
+fn golden_cases(
+    root: &str,
+    allow_skip: &[&str],
+    tokens: usize,
+    inputs: &mut crate::files::Inputs,
+    skipped: &mut Vec<skips::Skip>,
+) -> Result<Vec<Case>, String> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .map_err(|e| format!("{root}: {e}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("golden.safetensors").exists())
+        .collect();
+    dirs.sort();
+    let mut cases = Vec::new();
+    for dir in &dirs {
+        inputs.add_checkpoint(dir);
+        // A case that cannot run is listed, and fails the run unless allowed.
+        match skips::why_it_cannot_run(dir) {
+            Some(reason) => {
+                let name = skips::folder_name(dir);
+                let allowed = allow_skip.contains(&name.as_str());
+                skipped.push(skips::Skip {
+                    name,
+                    reason,
+                    allowed,
+                });
+            }
+            None => {
+                let golden = Golden::load(&dir.join("golden.safetensors"))?;
+                cases.push(checkpoint_case(dir, Some(golden), tokens)?);
+            }
+        }
+    }
+    let folders: Vec<String> = dirs.iter().map(|d| skips::folder_name(d)).collect();
+    skips::check_allowed(allow_skip, &folders, skipped)?;
+    if cases.is_empty() {
+        let lines: Vec<String> = skipped.iter().map(skips::Skip::line).collect();
+        return Err(format!(
+            "no golden case under {root} can run:\n{}",
+            lines.join("\n")
+        ));
+    }
+    Ok(cases)
+}
+
+/// The built-in models (`only` those named), each with a random prompt of its own length
+/// unless `--tokens` names one.
+fn builtin_cases(
+    only: Option<&[&str]>,
+    tokens_flag: Option<usize>,
+    tokens: usize,
+    max_batch: Option<usize>,
+) -> Result<Vec<Case>, String> {
+    builtin::BUILTINS
+        .iter()
+        .filter(|b| only.is_none_or(|names| names.contains(&b.name)))
+        .map(|b| {
+            let config = b.config()?;
+            // A built-in's own length (a window or long-context case) unless the
+            // flag names one for every case.
+            let tokens = tokens_flag.or(b.tokens).unwrap_or(tokens);
+            let prompt = random_prompt(b.seed, config.vocab_size, tokens);
+            Ok(Case {
+                name: b.name.to_string(),
+                config,
+                weights: Weights::Random { seed: b.seed },
+                prompt,
+                golden: None,
+                max_batch,
+                levers: Default::default(),
+            })
+        })
+        .collect::<Result<_, String>>()
+}
+
+/// What running the cases gave: their reports, on a device each case's GPU-vs-CPU check, and
+/// the cases whose run failed on a device (there one failure must not hide the others').
+type Ran = (
+    Vec<run::CaseReport>,
+    Vec<(String, crate::gpu::cross::CrossCheck)>,
+    Vec<String>,
+);
+
+/// Runs every case on the device when there is one (each fused decode re-run on `backend`),
+/// else on `backend`, printing each case's table as it finishes.
+fn run_cases(
+    cases: &[Case],
+    rules: &RuleSet,
+    backend: &mut solder_gpu_runtime::cpu::CpuBackend,
+    device: &mut Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
+) -> Result<Ran, String> {
+    let mut reports = Vec::new();
+    let mut crosses = Vec::new();
+    let mut failed_runs = Vec::new();
+    for case in cases {
+        let t = Instant::now();
+        let ran = match device.as_deref_mut() {
+            Some(gpu) => run_case(case, rules, gpu),
+            None => run_case(case, rules, backend),
+        };
+        let report = match ran {
+            Ok(report) => report,
+            // On a device one model's failure must not hide the others'.
+            Err(e) if device.is_some() => {
+                println!("== {}: ERROR {e}", case.name);
+                failed_runs.push(case.name.clone());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        report::print_case(&report, t.elapsed().as_secs_f64());
+        if device.is_some() {
+            match crate::gpu::cross::check(case, rules, backend, &report) {
+                Ok(cross) => {
+                    crate::gpu::cross::print(&cross, report.tokens);
+                    crosses.push((case.name.clone(), cross));
+                }
+                Err(e) => {
+                    println!("  gpu vs cpu: ERROR {e}");
+                    failed_runs.push(case.name.clone());
+                }
+            }
+        }
+        reports.push(report);
+    }
+    Ok((reports, crosses, failed_runs))
 }
 
 fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<Case, String> {

@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{Boot, CircuitExec, GraphPolicy, KvShape, Session, WeightSource};
+use solder_model_layers::{CircuitExec, GraphPolicy, Session};
 
 use super::claims::Blame;
-use super::differs::{max_abs, Differs, ProgramKey};
+use super::differs::{Differs, ProgramKey};
+pub use super::execs::{build_exec, build_exec_with, decode_all, serve_of, LONG_PROMPT};
 use super::golden::{non_finite, Golden, GoldenFigures};
+use super::rows::{decode_alone, detection_run, mode_rows, Baseline};
 use super::speculative::SpecFigures;
 use super::verified::verify_exec_plans;
 
@@ -183,7 +185,7 @@ pub struct RouteLog {
 
 impl RouteLog {
     /// Counts the step `session` just ran, and its arm if it ran on one.
-    fn record(&mut self, fusions: &'static str, session: &Session) {
+    pub(super) fn record(&mut self, fusions: &'static str, session: &Session) {
         let Some((mode, rows, arm)) = session.last_program() else {
             return;
         };
@@ -221,14 +223,14 @@ pub struct Routing<'a> {
 }
 
 /// Collects the first non-finite logit of each run, named by model, mode and rows.
-struct FiniteCheck<'a> {
-    model: &'a str,
-    vocab: usize,
-    found: Vec<String>,
+pub(super) struct FiniteCheck<'a> {
+    pub(super) model: &'a str,
+    pub(super) vocab: usize,
+    pub(super) found: Vec<String>,
 }
 
 impl FiniteCheck<'_> {
-    fn check(&mut self, run: &str, logits: &[f32]) {
+    pub(super) fn check(&mut self, run: &str, logits: &[f32]) {
         if let Some(at) = non_finite(logits, self.vocab) {
             self.found
                 .push(format!("{}: {run}: logits not finite {at}", self.model));
@@ -251,9 +253,9 @@ impl CaseReport {
     }
 }
 
-type R<T> = Result<T, String>;
+pub(super) type R<T> = Result<T, String>;
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(super) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -269,45 +271,13 @@ pub fn random_prompt(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
 /// Runs one case: the reference routing against the all-rules routing with `case.levers` on
 /// (`--levers`; where a lever lets a `differs` rule apply, see `differs`).
 pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R<CaseReport> {
-    let levers = &case.levers;
     let vocab = case.config.vocab_size;
     let tokens = case.prompt.len();
-    if tokens < 2 {
-        return Err(format!(
-            "{}: the prompt needs at least two tokens",
-            case.name
-        ));
-    }
-    // Before any KV cache is allocated: the prompt must fit the model's positions.
-    if tokens > case.config.max_position_embeddings {
-        return Err(format!(
-            "{}: a prompt of {tokens} tokens is longer than the model's \
-             max_position_embeddings {}",
-            case.name, case.config.max_position_embeddings
-        ));
-    }
     let serve = serve_of(case);
+    check_prompt(case, &serve)?;
     let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
-        eprintln!(
-            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
-             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
-            case.name, serve.max_batch
-        );
-    }
-    let mut reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
-    let fused_policy = Policy {
-        levers: case.levers.clone(),
-        ..Policy::default()
-    };
-    let mut fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
-    let verified_plans =
-        verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
-            + verify_exec_plans(&fused_exec, rules, &fused_policy, backend)?;
-    // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
-    // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
-    reference_exec.set_graph_policy(GraphPolicy::Never);
-    fused_exec.set_graph_policy(GraphPolicy::Always);
+    let (reference_exec, fused_exec, fused_policy, verified_plans) =
+        build_execs(case, rules, backend)?;
     let reference = Routing {
         exec: &reference_exec,
         fusions: "reference",
@@ -323,42 +293,14 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         found: Vec::new(),
     };
 
-    let prompts: Vec<Vec<u32>> = (0..widest)
-        .map(|r| {
-            if r == 0 {
-                case.prompt.clone()
-            } else {
-                random_prompt(r as u64, vocab, tokens)
-            }
-        })
-        .collect();
-    tracing::info!(model = %case.name, "decoding {} prompts alone (reference routing)", prompts.len());
-    let alone: Vec<Vec<f32>> = prompts
-        .iter()
-        .map(|p| decode_logged(reference, backend, p, &mut routes))
-        .collect::<R<_>>()?;
-    for (s, logits) in alone.iter().enumerate() {
-        finite.check(&format!("reference decode rows 1, sequence {s}"), logits);
-    }
-    let fused_alone = decode_logged(fused, backend, &prompts[0], &mut routes)?;
-    finite.check("all-rules decode rows 1", &fused_alone);
-    // With a `differs` rule the all-rules routing is its own batch-invariance reference: every
-    // prompt decoded alone under it too (byte identity with the reference routing is moot).
-    let scale = max_abs(&alone);
-    let differs = Differs::of(&fused_exec, scale);
-    let alone_fused: Vec<Vec<f32>> = match &differs {
-        None => alone.clone(),
-        Some(_) => std::iter::once(Ok(fused_alone.clone()))
-            .chain(
-                prompts[1..]
-                    .iter()
-                    .map(|p| decode_logged(fused, backend, p, &mut routes)),
-            )
-            .collect::<R<_>>()?,
-    };
-    let fused_eager = eagerly(fused, |r| {
-        decode_logged(r, backend, &prompts[0], &mut RouteLog::default())
-    })?;
+    let prompts = case_prompts(case, widest);
+    let alone = decode_alone(
+        &case.name,
+        [reference, fused],
+        &prompts,
+        backend,
+        &mut (&mut routes, &mut finite),
+    )?;
 
     // Each row's tolerance comes from the all-rules programs it ran (`Differs::of_programs`);
     // a row that changed bytes under none is a broken `bit_identical` claim, blamed on a rule.
@@ -367,151 +309,168 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
         rules,
         policy: &fused_policy,
         exec: &fused_exec,
-        scale,
+        scale: alone.scale,
     };
-    let programs = routes.take_ran();
-    let mut decode_row = ModeRow {
-        mode: Mode::Decode,
-        rows: 1,
-        live: 1,
-        tokens,
-        programs: Vec::new(),
-        ref_vs_fused: Diff::of(&alone[0], &fused_alone, vocab),
-        vs_decode: Diff::of(&fused_alone, &alone_fused[0], vocab),
-        graph_vs_eager: Diff::of(&fused_alone, &fused_eager, vocab),
-        differs: None,
-        broken_claim: None,
+    let base = Baseline {
+        reference,
+        fused,
+        prompts: &prompts,
+        alone: &alone.alone,
+        alone_fused: &alone.alone_fused,
+        blame: &blame,
+        vocab,
     };
-    blame.judge(&mut decode_row, &programs, backend, &alone[..1], &|r, b| {
-        Ok(vec![decode_logged(
-            r,
-            b,
-            &prompts[0],
-            &mut RouteLog::default(),
-        )?])
-    })?;
-    let mut modes = vec![decode_row];
-    let mut widths: Vec<(usize, usize)> = serve.multi_seq_ladder.iter().map(|&w| (w, w)).collect();
-    if serve.multi_seq_ladder.len() >= 2 {
-        // The widest width again with padding rows: one more live sequence than the width below.
-        let below = serve.multi_seq_ladder[serve.multi_seq_ladder.len() - 2];
-        widths.push((widest, below + 1));
-    }
-    for (width, live) in widths {
-        tracing::info!(model = %case.name, width, live, "multi_seq");
-        let r = multi_seq(reference, backend, &prompts[..live], &mut routes)?;
-        let f = multi_seq(fused, backend, &prompts[..live], &mut routes)?;
-        let fe = eagerly(fused, |r| {
-            multi_seq(r, backend, &prompts[..live], &mut RouteLog::default())
-        })?;
-        let label = format!("multi_seq rows {width} ({live} live)");
-        let mut row = per_sequence_row(
-            Mode::MultiSeq,
-            width,
-            &label,
-            [&r, &f, &fe],
-            [&alone, &alone_fused],
-            &mut finite,
-        );
-        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-            multi_seq(routing, b, &prompts[..live], &mut RouteLog::default())
-        })?;
-        modes.push(row);
-    }
-    // Each verify width runs its own program: a prompt shorter than the widest width would
-    // send every wider row through the same narrower one (a chunk shorter than K prefills).
-    let verify = VerifyPrompt::new(
-        case,
+    let mut log = (&mut routes, &mut finite);
+    let modes = mode_rows(
+        &base,
         &serve,
-        [reference, fused],
+        [&alone.fused_alone, &alone.fused_eager],
+        alone.differs.is_some(),
         backend,
-        &prompts[0],
-        [&alone[0], &alone_fused[0]],
-        differs.is_some(),
+        &mut log,
     )?;
-    for &k in &serve.verify_widths {
-        let r = verify_chunks(reference, backend, &verify.prompt, k, &mut routes)?;
-        let f = verify_chunks(fused, backend, &verify.prompt, k, &mut routes)?;
-        let fe = eagerly(fused, |r| {
-            verify_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
-        })?;
-        finite.check(&format!("reference verify rows {k}"), &r);
-        finite.check(&format!("all-rules verify rows {k}"), &f);
-        let mut row = ModeRow {
-            mode: Mode::Verify,
-            rows: k,
-            live: 1,
-            tokens: verify.prompt.len(),
-            programs: Vec::new(),
-            ref_vs_fused: Diff::of(&r, &f, vocab),
-            vs_decode: Diff::of(&f, &verify.alone_fused, vocab).merge(Diff::of(
-                &r,
-                &verify.alone,
-                vocab,
-            )),
-            graph_vs_eager: Diff::of(&f, &fe, vocab),
-            differs: None,
-            broken_claim: None,
-        };
-        blame.judge(
-            &mut row,
-            &routes.take_ran(),
-            backend,
-            &[r],
-            &|routing, b| {
-                Ok(vec![verify_chunks(
-                    routing,
-                    b,
-                    &verify.prompt,
-                    k,
-                    &mut RouteLog::default(),
-                )?])
-            },
-        )?;
-        modes.push(row);
-    }
-
-    // Batched verify: m sequences (prompts 0..m) fed k tokens each per step, every width.
-    for &width in &serve.verify_batch_widths {
-        let m = (width / 2).clamp(1, prompts.len());
-        let k = width / m;
-        let r = verify_batched(reference, backend, &prompts[..m], k, &mut routes)?;
-        let f = verify_batched(fused, backend, &prompts[..m], k, &mut routes)?;
-        let fe = eagerly(fused, |r| {
-            verify_batched(r, backend, &prompts[..m], k, &mut RouteLog::default())
-        })?;
-        let label = format!("verify_batch rows {width} ({m} x {k})");
-        let mut row = per_sequence_row(
-            Mode::VerifyBatch,
-            width,
-            &label,
-            [&r, &f, &fe],
-            [&alone, &alone_fused],
-            &mut finite,
-        );
-        blame.judge(&mut row, &routes.take_ran(), backend, &r, &|routing, b| {
-            verify_batched(routing, b, &prompts[..m], k, &mut RouteLog::default())
-        })?;
-        modes.push(row);
-    }
-
-    let changed_at = tokens / 2;
-    let mut changed = prompts[0].clone();
-    changed[changed_at] = (changed[changed_at] + 1) % vocab as u32;
-    let changed_logits = decode_logged(fused, backend, &changed, &mut routes)?;
-    finite.check("all-rules decode rows 1 (detection run)", &changed_logits);
-    let detection = Detection {
-        changed_at,
-        first_difference: Diff::of(&changed_logits, &fused_alone, vocab).first_position,
-    };
+    let detection = detection_run(&base, &alone.fused_alone, backend, &mut log)?;
     let golden = case
         .golden
         .as_ref()
-        .map(|g| g.compare(&fused_alone))
+        .map(|g| g.compare(&alone.fused_alone))
         .transpose()
         .map_err(|e| format!("{}: {e}", case.name))?;
 
-    let variants = [&reference, &fused]
+    let variants = variant_figures([&reference, &fused])?;
+    let (speculative, graphs, mtp) = draft_checks(
+        case,
+        rules,
+        backend,
+        [reference_exec, fused_exec],
+        &alone.fused_alone,
+    )?;
+    Ok(CaseReport {
+        name: case.name.clone(),
+        family: case.config.family.as_str().to_string(),
+        tokens,
+        vocab,
+        variants,
+        modes,
+        detection,
+        golden,
+        verified_plans,
+        decode_logits: alone.fused_alone,
+        non_finite: finite.found,
+        routes,
+        graphs,
+        speculative,
+        mtp,
+        levers: case.levers.enabled().map(str::to_string).collect(),
+        differs: alone.differs,
+    })
+}
+
+/// The reference-only and all-rules (the case's levers on) execs with their graph policies
+/// set and every plan verified: `(reference, all rules, the all-rules policy, plans verified)`.
+fn build_execs(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+) -> R<(CircuitExec, CircuitExec, Policy, usize)> {
+    let reference_exec = build_exec(case, rules, backend, Policy::reference_only())?;
+    let fused_policy = Policy {
+        levers: case.levers.clone(),
+        ..Policy::default()
+    };
+    let fused_exec = build_exec(case, rules, backend, fused_policy.clone())?;
+    let verified_plans =
+        verify_exec_plans(&reference_exec, rules, &Policy::reference_only(), backend)?
+            + verify_exec_plans(&fused_exec, rules, &fused_policy, backend)?;
+    // The reference routing runs eagerly; the all-rules routing replays graphs (a failed
+    // capture is an error), and each of its runs is repeated eagerly (`eagerly`).
+    reference_exec.set_graph_policy(GraphPolicy::Never);
+    fused_exec.set_graph_policy(GraphPolicy::Always);
+    Ok((reference_exec, fused_exec, fused_policy, verified_plans))
+}
+
+/// The case's prompt and, to fill the widest multi-seq width, `widest - 1` random prompts of
+/// its length.
+fn case_prompts(case: &Case, widest: usize) -> Vec<Vec<u32>> {
+    let (vocab, tokens) = (case.config.vocab_size, case.prompt.len());
+    (0..widest)
+        .map(|r| {
+            if r == 0 {
+                case.prompt.clone()
+            } else {
+                random_prompt(r as u64, vocab, tokens)
+            }
+        })
+        .collect()
+}
+
+/// Speculative decoding from the prompt's first tokens on the all-rules exec, its graph
+/// counters, then (with both execs freed) the MTP head's check on execs of its own.
+fn draft_checks(
+    case: &Case,
+    rules: &RuleSet,
+    backend: &mut dyn GpuBackend,
+    [mut reference_exec, mut fused_exec]: [CircuitExec; 2],
+    fused_alone: &[f32],
+) -> R<(SpecFigures, String, Option<super::mtp::MtpFigures>)> {
+    let tokens = case.prompt.len();
+    let prompt = &case.prompt;
+    // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
+    let prefix = &prompt[..spec_prefix(tokens)];
+    // Within the model's positions: the prefix, the tokens generated and a verify step of 8.
+    let room = case
+        .config
+        .max_position_embeddings
+        .saturating_sub(prefix.len() + 8);
+    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
+        .map_err(|e| format!("{}: speculative: {e}", case.name))?;
+    let graphs = fused_exec.graph_counters().to_string();
+    // The MTP head (qwen3_next): on execs of its own, after these are freed.
+    let mtp_inputs = (prefix.to_vec(), fused_alone.to_vec());
+    reference_exec.free(backend).map_err(err)?;
+    fused_exec.free(backend).map_err(err)?;
+    let mtp = super::mtp::check(
+        case,
+        rules,
+        backend,
+        &mtp_inputs.1,
+        (&mtp_inputs.0, SPEC_GEN.min(room)),
+    )
+    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
+    Ok((speculative, graphs, mtp))
+}
+
+/// The case's prompt has at least two tokens and fits the model's positions (checked before
+/// any KV cache is allocated); a `--max-batch` above what the prompt runs is warned about.
+fn check_prompt(case: &Case, serve: &ServeShape) -> R<()> {
+    let tokens = case.prompt.len();
+    if tokens < 2 {
+        return Err(format!(
+            "{}: the prompt needs at least two tokens",
+            case.name
+        ));
+    }
+    // Before any KV cache is allocated: the prompt must fit the model's positions.
+    if tokens > case.config.max_position_embeddings {
+        return Err(format!(
+            "{}: a prompt of {tokens} tokens is longer than the model's \
+             max_position_embeddings {}",
+            case.name, case.config.max_position_embeddings
+        ));
+    }
+    if let Some(asked) = case.max_batch.filter(|&n| n > serve.max_batch) {
+        eprintln!(
+            "warning: {}: --max-batch {asked}, but a prompt of {tokens} tokens runs multi-seq \
+             widths up to {} (prompts past {LONG_PROMPT} tokens: run::LONG_PROMPT_MAX_BATCH)",
+            case.name, serve.max_batch
+        );
+    }
+    Ok(())
+}
+
+/// Each routing's decode-plan figures (digests, launches, pool).
+fn variant_figures(routings: [&Routing; 2]) -> R<Vec<VariantFigures>> {
+    routings
         .into_iter()
         .map(|routing| {
             let exec = routing.exec;
@@ -525,354 +484,16 @@ pub fn run_case(case: &Case, rules: &RuleSet, backend: &mut dyn GpuBackend) -> R
                 live_lower_bound: plan.live_lower_bound,
             })
         })
-        .collect::<R<Vec<_>>>()?;
-    // Speculative decoding from the prompt's first tokens: lossless for every k and drafter.
-    let prefix = &prompts[0][..spec_prefix(tokens)];
-    // Within the model's positions: the prefix, the tokens generated and a verify step of 8.
-    let room = case
-        .config
-        .max_position_embeddings
-        .saturating_sub(prefix.len() + 8);
-    let speculative = super::speculative::check(&fused_exec, backend, prefix, SPEC_GEN.min(room))
-        .map_err(|e| format!("{}: speculative: {e}", case.name))?;
-    let graphs = fused_exec.graph_counters().to_string();
-    // The MTP head (qwen3_next): on execs of its own, after these are freed.
-    let mtp_inputs = (prefix.to_vec(), fused_alone.clone());
-    reference_exec.free(backend).map_err(err)?;
-    fused_exec.free(backend).map_err(err)?;
-    let mtp = super::mtp::check(
-        case,
-        rules,
-        backend,
-        &mtp_inputs.1,
-        (&mtp_inputs.0, SPEC_GEN.min(room)),
-    )
-    .map_err(|e| format!("{}: mtp: {e}", case.name))?;
-    let non_finite = finite.found;
-    Ok(CaseReport {
-        name: case.name.clone(),
-        family: case.config.family.as_str().to_string(),
-        tokens,
-        vocab,
-        variants,
-        modes,
-        detection,
-        golden,
-        verified_plans,
-        decode_logits: fused_alone,
-        non_finite,
-        routes,
-        graphs,
-        speculative,
-        mtp,
-        levers: levers.enabled().map(str::to_string).collect(),
-        differs,
-    })
+        .collect::<R<Vec<_>>>()
 }
 
 /// The speculative check's prefix (at most) and tokens generated.
 const SPEC_PREFIX: usize = 32;
-const SPEC_GEN: usize = 12;
+pub(super) const SPEC_GEN: usize = 12;
 
 /// The speculative check's prefix of a prompt of `tokens`: half of it, at most `SPEC_PREFIX`.
-fn spec_prefix(tokens: usize) -> usize {
+pub(super) fn spec_prefix(tokens: usize) -> usize {
     (tokens / 2).clamp(1, SPEC_PREFIX)
-}
-
-/// The row of a mode whose runs give one logits vector per sequence: `[reference, all rules,
-/// all rules eagerly]`, each sequence compared across them and with it decoded alone (`[under
-/// the reference routing, under all rules]`), every vector checked finite (named by `label`
-/// and sequence).
-/// The prompt the verify rows feed, and it decoded alone under both routings: the case's
-/// prompt, or, where it is shorter than the widest verify width, that prompt extended to the
-/// widest width (when the model's positions allow), so that every width runs its own program.
-struct VerifyPrompt {
-    prompt: Vec<u32>,
-    /// Decoded alone, reference routing.
-    alone: Vec<f32>,
-    /// Decoded alone, all-rules routing.
-    alone_fused: Vec<f32>,
-}
-
-impl VerifyPrompt {
-    fn new(
-        case: &Case,
-        serve: &ServeShape,
-        [reference, fused]: [Routing; 2],
-        backend: &mut dyn GpuBackend,
-        prompt: &[u32],
-        [alone, alone_fused]: [&[f32]; 2],
-        differs: bool,
-    ) -> R<VerifyPrompt> {
-        let widest = serve.verify_widths.last().copied().unwrap_or(1);
-        let tokens = widest.min(case.config.max_position_embeddings);
-        if prompt.len() >= tokens {
-            return Ok(VerifyPrompt {
-                prompt: prompt.to_vec(),
-                alone: alone.to_vec(),
-                alone_fused: alone_fused.to_vec(),
-            });
-        }
-        let vocab = case.config.vocab_size;
-        let mut extended = prompt.to_vec();
-        extended.extend(random_prompt(VERIFY_SEED, vocab, tokens - prompt.len()));
-        let mut routes = RouteLog::default();
-        let alone = decode_logged(reference, backend, &extended, &mut routes)?;
-        // As for every row: with a `differs` rule the all-rules routing is its own reference.
-        let alone_fused = match differs {
-            true => decode_logged(fused, backend, &extended, &mut routes)?,
-            false => alone.clone(),
-        };
-        Ok(VerifyPrompt {
-            prompt: extended,
-            alone,
-            alone_fused,
-        })
-    }
-}
-
-/// The seed of the tokens that extend a prompt shorter than the widest verify width.
-const VERIFY_SEED: u64 = 0x7e41f;
-
-fn per_sequence_row(
-    mode: Mode,
-    rows: usize,
-    label: &str,
-    [r, f, fe]: [&[Vec<f32>]; 3],
-    [alone, alone_fused]: [&[Vec<f32>]; 2],
-    finite: &mut FiniteCheck<'_>,
-) -> ModeRow {
-    let vocab = finite.vocab;
-    let mut row = ModeRow {
-        mode,
-        rows,
-        live: r.len(),
-        tokens: r.first().map_or(0, |logits| logits.len() / vocab),
-        programs: Vec::new(),
-        ref_vs_fused: Diff::NONE,
-        vs_decode: Diff::NONE,
-        graph_vs_eager: Diff::NONE,
-        differs: None,
-        broken_claim: None,
-    };
-    for s in 0..r.len() {
-        for (routing, logits) in [("reference", &r[s]), ("all-rules", &f[s])] {
-            finite.check(&format!("{routing} {label}, sequence {s}"), logits);
-        }
-        row.ref_vs_fused = row.ref_vs_fused.merge(Diff::of(&r[s], &f[s], vocab));
-        row.graph_vs_eager = row.graph_vs_eager.merge(Diff::of(&f[s], &fe[s], vocab));
-        row.vs_decode = row
-            .vs_decode
-            .merge(Diff::of(&f[s], &alone_fused[s], vocab))
-            .merge(Diff::of(&r[s], &alone[s], vocab));
-    }
-    row
-}
-
-/// `run` with the routing's exec running its steps eagerly, then back to replaying graphs.
-fn eagerly<T>(routing: Routing, run: impl FnOnce(Routing) -> R<T>) -> R<T> {
-    routing.exec.set_graph_policy(GraphPolicy::Never);
-    let out = run(routing);
-    routing.exec.set_graph_policy(GraphPolicy::Always);
-    out
-}
-
-/// Prompts longer than this run a narrower serve shape (`serve_for`).
-pub const LONG_PROMPT: usize = 256;
-
-/// The widest multi-seq width of a long prompt's serve shape: every width of the default
-/// ladder over a prompt past 1,024 tokens would take parity minutes on the CPU backend.
-pub const LONG_PROMPT_MAX_BATCH: usize = 4;
-
-/// The serve shape parity compiles for a prompt of `tokens`: the default one, or for a prompt
-/// longer than `LONG_PROMPT` the default cut at `LONG_PROMPT_MAX_BATCH` sequences (every
-/// verify width kept).
-pub fn serve_for(tokens: usize) -> ServeShape {
-    if tokens > LONG_PROMPT {
-        ServeShape::with_max_batch(LONG_PROMPT_MAX_BATCH).unwrap_or_default()
-    } else {
-        ServeShape::default()
-    }
-}
-
-/// The serve shape parity runs `case` at: `serve_for` its prompt, cut at the case's
-/// `max_batch` when it has one.
-pub fn serve_of(case: &Case) -> ServeShape {
-    let serve = serve_for(case.prompt.len());
-    match case.max_batch {
-        Some(n) if n < serve.max_batch => ServeShape::with_max_batch(n).unwrap_or(serve),
-        _ => serve,
-    }
-}
-
-/// KV pages one sequence of `tokens` holds at most: all of them, or with a sliding window in
-/// every attention layer only those the Session keeps (`Session::kv_keep`: the widest window
-/// plus the widest verify width `rollback`) and those a step of up to `rollback` tokens adds
-/// before it recycles, so a windowed case runs on a pool smaller than its sequences (a
-/// Session that failed to recycle runs out of pages).
-pub fn pages_per_sequence(
-    config: &ModelConfig,
-    tokens: usize,
-    block_size: usize,
-    rollback: usize,
-) -> usize {
-    let all = tokens.div_ceil(block_size);
-    match config.kv_window() {
-        Some(window) => all.min((window + 2 * rollback).div_ceil(block_size) + 1),
-        None => all,
-    }
-}
-
-/// The exec of `case` under `policy` on `backend`: the serve shape `serve_for` its prompt,
-/// and a KV cache for every prompt of the widest multi-seq width.
-pub fn build_exec(
-    case: &Case,
-    rules: &RuleSet,
-    backend: &mut dyn GpuBackend,
-    policy: Policy,
-) -> R<CircuitExec> {
-    build_exec_with(case, rules, backend, policy, serve_of(case))
-}
-
-/// `build_exec` at `serve` (the KV cache sized from its widest multi-seq width).
-pub fn build_exec_with(
-    case: &Case,
-    rules: &RuleSet,
-    backend: &mut dyn GpuBackend,
-    policy: Policy,
-    serve: ServeShape,
-) -> R<CircuitExec> {
-    let prompt = case.prompt.len();
-    let widest = serve.multi_seq_ladder.last().copied().unwrap_or(1);
-    let rollback = serve.verify_widths.last().copied().unwrap_or(1);
-    // Room for the speculative check too: its prefix, the tokens it generates and one
-    // verify step past them.
-    let tokens = prompt.max(spec_prefix(prompt) + SPEC_GEN + rollback);
-    let block_size = 16;
-    let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
-    let kv = KvShape {
-        pages: (widest + 2) * per_sequence + 2,
-        block_size,
-        max_seq_len: tokens.next_multiple_of(block_size),
-        max_sequences: widest + 2,
-    };
-    let weights = match &case.weights {
-        Weights::Random { seed } => WeightSource::Random { seed: *seed },
-        Weights::Checkpoint(dir) => WeightSource::Checkpoint(dir.clone()),
-    };
-    let boot = Boot {
-        config: case.config.clone(),
-        serve,
-        rules: rules.clone(),
-        policy,
-        weights,
-        kv,
-    };
-    CircuitExec::build(backend, boot).map_err(|e| format!("{}: {e}", case.name))
-}
-
-/// Teacher-forced decode of `prompt`, one token per step: logits `[T * V]`.
-pub fn decode_all(exec: &CircuitExec, backend: &mut dyn GpuBackend, prompt: &[u32]) -> R<Vec<f32>> {
-    let routing = Routing { exec, fusions: "" };
-    decode_logged(routing, backend, prompt, &mut RouteLog::default())
-}
-
-/// `decode_all`, counting the steps that ran on route arms.
-pub(super) fn decode_logged(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompt: &[u32],
-    routes: &mut RouteLog,
-) -> R<Vec<f32>> {
-    let mut session = Session::new(routing.exec);
-    let id = session.add_sequence();
-    let mut logits = Vec::with_capacity(prompt.len() * routing.exec.config.vocab_size);
-    for &token in prompt {
-        logits.extend(session.decode(backend, id, token).map_err(err)?);
-        routes.record(routing.fusions, &session);
-    }
-    session.end_sequence(id).map_err(err)?;
-    Ok(logits)
-}
-
-/// Every prompt in its own row, one token per step: each sequence's logits.
-fn multi_seq(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompts: &[Vec<u32>],
-    routes: &mut RouteLog,
-) -> R<Vec<Vec<f32>>> {
-    let mut session = Session::new(routing.exec);
-    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
-    let mut logits = vec![Vec::new(); prompts.len()];
-    for t in 0..prompts[0].len() {
-        let batch: Vec<_> = ids.iter().zip(prompts).map(|(&id, p)| (id, p[t])).collect();
-        let step = session.multi_seq_step(backend, &batch).map_err(err)?;
-        routes.record(routing.fusions, &session);
-        for (out, l) in logits.iter_mut().zip(step) {
-            out.extend(l);
-        }
-    }
-    for id in ids {
-        session.end_sequence(id).map_err(err)?;
-    }
-    Ok(logits)
-}
-
-/// Every prompt (of one length) fed `k` tokens per step, all of them in one batched-verify
-/// step (the last step with the remainder): each sequence's logits.
-fn verify_batched(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompts: &[Vec<u32>],
-    k: usize,
-    routes: &mut RouteLog,
-) -> R<Vec<Vec<f32>>> {
-    let mut session = Session::new(routing.exec);
-    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
-    let mut logits = vec![Vec::new(); prompts.len()];
-    let len = prompts[0].len();
-    for at in (0..len).step_by(k.max(1)) {
-        let end = (at + k).min(len);
-        let batch: Vec<(u64, &[u32])> = ids
-            .iter()
-            .zip(prompts)
-            .map(|(&id, p)| (id, &p[at..end]))
-            .collect();
-        let step = session.verify_batch(backend, &batch).map_err(err)?;
-        routes.record(routing.fusions, &session);
-        for (out, l) in logits.iter_mut().zip(step) {
-            out.extend(l);
-        }
-    }
-    for id in ids {
-        session.end_sequence(id).map_err(err)?;
-    }
-    Ok(logits)
-}
-
-/// `prompt` in verify steps of `k` tokens (the remainder through narrower programs).
-fn verify_chunks(
-    routing: Routing,
-    backend: &mut dyn GpuBackend,
-    prompt: &[u32],
-    k: usize,
-    routes: &mut RouteLog,
-) -> R<Vec<f32>> {
-    let mut session = Session::new(routing.exec);
-    let id = session.add_sequence();
-    let mut logits = Vec::new();
-    for chunk in prompt.chunks(k) {
-        let out = if chunk.len() == k {
-            session.verify(backend, id, chunk)
-        } else {
-            session.prefill(backend, id, chunk)
-        };
-        logits.extend(out.map_err(err)?);
-        routes.record(routing.fusions, &session);
-    }
-    session.end_sequence(id).map_err(err)?;
-    Ok(logits)
 }
 
 #[cfg(test)]

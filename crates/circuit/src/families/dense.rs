@@ -12,8 +12,7 @@ use super::CircuitOptions;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
 use crate::ir::{
-    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, ModelInput, ModelOutput, Shape, StateKind,
-    TensorId,
+    Attr, Binding, Circuit, Dtype, LayerKind, ModelInput, ModelOutput, Shape, TensorId,
 };
 use crate::ops::OpKind;
 
@@ -117,7 +116,7 @@ pub(super) fn layer(
     )?;
     let o = match cfg.layer_types.get(l as usize) {
         Some(LayerType::LinearAttention) => super::next::gdn_block(b, cfg, l, x)?,
-        _ => attention(b, cfg, l, x, options)?,
+        _ => super::attention::attention(b, cfg, l, x, options)?,
     };
     let h = residual_add(b, l, "attn_residual", h, o, hidden)?;
 
@@ -282,189 +281,6 @@ pub(super) fn dense_mlp(
         &format!("{p}mlp.down_proj"),
         act,
         [inter, hidden],
-        false,
-    )
-}
-
-/// Self-attention of one layer: q/k/v (+ bias), qk-norm, rope, KV write, paged attention, the
-/// optional sigmoid output gate, o projection.
-fn attention(
-    b: &mut CircuitBuilder,
-    cfg: &ModelConfig,
-    l: u32,
-    x: TensorId,
-    options: CircuitOptions,
-) -> Result<TensorId, CircuitError> {
-    let p = super::layer_prefix(cfg, l);
-    let (hidden, hd) = (cfg.hidden_size, cfg.head_dim);
-    let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
-    let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
-    let bias = cfg.attention_bias;
-    // With an output gate (qwen3_next) q_proj also yields, per head, the gate's logits.
-    let q_out = if cfg.attn_output_gate {
-        super::width(&format!("l{l}.q_proj"), q_dim.checked_mul(2))?
-    } else {
-        q_dim
-    };
-    let q = linear(
-        b,
-        l,
-        "q_proj",
-        &format!("{p}self_attn.q_proj"),
-        x,
-        [hidden, q_out],
-        bias,
-    )?;
-    let (q, gate) = if cfg.attn_output_gate {
-        let split = b.op(
-            OpSpec::new(
-                OpKind::AttnGateSplit,
-                format!("l{l}.gate_split"),
-                "gate_split",
-            )
-            .layer(l, ATTN)
-            .inputs(&[q])
-            .attr("heads", int(heads))
-            .attr("head_dim", int(hd)),
-            &[
-                OutSpec::rows(format!("l{l}.q"), Dtype::Bf16, q_dim),
-                OutSpec::rows(format!("l{l}.attn_gate"), Dtype::Bf16, q_dim),
-            ],
-        )?;
-        (split[0], Some(split[1]))
-    } else {
-        (q, None)
-    };
-    let k = linear(
-        b,
-        l,
-        "k_proj",
-        &format!("{p}self_attn.k_proj"),
-        x,
-        [hidden, kv_dim],
-        bias,
-    )?;
-    let v = linear(
-        b,
-        l,
-        "v_proj",
-        &format!("{p}self_attn.v_proj"),
-        x,
-        [hidden, kv_dim],
-        bias,
-    )?;
-
-    let (mut q, mut k) = (q, k);
-    if cfg.qk_norm {
-        let qn = b.weight(&format!("{p}self_attn.q_norm.weight"), &[hd])?;
-        let kn = b.weight(&format!("{p}self_attn.k_norm.weight"), &[hd])?;
-        let out = b.op(
-            OpSpec::new(
-                if cfg.zero_centred_norms {
-                    OpKind::QkNormZc
-                } else {
-                    OpKind::QkNorm
-                },
-                format!("l{l}.qk_norm"),
-                "qk_norm",
-            )
-            .layer(l, ATTN)
-            .inputs(&[q, k])
-            .weights(&[qn, kn])
-            .attr("eps", Attr::Float(cfg.rms_norm_eps))
-            .attr("head_dim", int(hd))
-            .attr("heads", int(heads))
-            .attr("kv_heads", int(kv_heads)),
-            &[
-                OutSpec::rows(format!("l{l}.q_normed"), Dtype::Bf16, q_dim),
-                OutSpec::rows(format!("l{l}.k_normed"), Dtype::Bf16, kv_dim),
-            ],
-        )?;
-        (q, k) = (out[0], out[1]);
-    }
-    let roped = b.op(
-        OpSpec::new(OpKind::Rope, format!("l{l}.rope"), "rope")
-            .layer(l, ATTN)
-            .inputs(&[q, k])
-            .meta(&[MetaField::Positions])
-            .attr("head_dim", int(hd))
-            .attr("rotary_dim", int(cfg.rope.rotary_dim(hd)))
-            .attr("theta", Attr::Float(cfg.rope.theta))
-            .attr("heads", int(heads))
-            .attr("kv_heads", int(kv_heads)),
-        &[
-            OutSpec::rows(format!("l{l}.q_rot"), Dtype::Bf16, q_dim),
-            OutSpec::rows(format!("l{l}.k_rot"), Dtype::Bf16, kv_dim),
-        ],
-    )?;
-    let kv_state = b.state(
-        format!("kv.{l}"),
-        StateKind::KvPages {
-            layer: l,
-            block_size: options.kv_block_size,
-            num_kv_heads: kv_heads,
-            head_dim: hd,
-            dtype: Dtype::Bf16,
-        },
-    );
-    let kv = b.op1(
-        OpSpec::new(OpKind::KvWrite, format!("l{l}.kv_write"), "kv_write")
-            .layer(l, ATTN)
-            .inputs(&[roped[1], v])
-            .meta(&[MetaField::SlotMapping])
-            .attr("kv_heads", int(kv_heads))
-            .attr("head_dim", int(hd))
-            .attr("block_size", int(options.kv_block_size)),
-        OutSpec {
-            name: format!("l{l}.kv"),
-            dtype: Dtype::Bf16,
-            shape: Shape::rows(&[2, kv_dim]),
-            binding: Binding::State(kv_state),
-        },
-    )?;
-    let mut attention = OpSpec::new(OpKind::Attention, format!("l{l}.attention"), "attention")
-        .layer(l, ATTN)
-        .inputs(&[roped[0], kv])
-        .meta(&[
-            MetaField::Positions,
-            MetaField::SeqLens,
-            MetaField::BlockTables,
-        ])
-        .attr("heads", int(heads))
-        .attr("kv_heads", int(kv_heads))
-        .attr("head_dim", int(hd))
-        .attr("scale", Attr::Float(1.0 / (hd as f64).sqrt()))
-        .attr("block_size", int(options.kv_block_size));
-    // A sliding window (the last W positions) only where the layer has one: full-attention
-    // ops carry no `window` attribute (the kernels read 0, none).
-    if let Some(window) = cfg.layer_windows.get(l as usize).copied().flatten() {
-        attention = attention.attr("window", int(window));
-    }
-    let attn = b.op1(
-        attention,
-        OutSpec::rows(format!("l{l}.attn"), Dtype::Bf16, q_dim),
-    )?;
-    let attn = match gate {
-        Some(gate) => b.op1(
-            OpSpec::new(
-                OpKind::SigmoidMul,
-                format!("l{l}.attn_gate_mul"),
-                "attn_gate",
-            )
-            .layer(l, ATTN)
-            .inputs(&[attn, gate])
-            .attr("width", int(q_dim)),
-            OutSpec::rows(format!("l{l}.attn_gated"), Dtype::Bf16, q_dim),
-        )?,
-        None => attn,
-    };
-    linear(
-        b,
-        l,
-        "o_proj",
-        &format!("{p}self_attn.o_proj"),
-        attn,
-        [q_dim, hidden],
         false,
     )
 }

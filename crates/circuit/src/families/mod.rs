@@ -44,6 +44,7 @@ pub const ROLES: &[&str] = &[
     "v_proj",
 ];
 
+mod attention;
 mod dense;
 mod moe;
 mod mtp;

@@ -7,7 +7,7 @@
 //! Invariant: recurrent state lives in per-sequence slots named by the `state_slots`
 //! metadata; the ops' state edges order each step's writes and carry no bytes.
 
-use solder_config::ModelConfig;
+use solder_config::{LinearAttnConfig, ModelConfig};
 
 use super::dense::int;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
@@ -55,21 +55,7 @@ pub(super) fn gdn_block(
     })?;
     let p = format!("model.layers.{l}.linear_attn.");
     let hidden = cfg.hidden_size;
-    let (nk, nv, dk, dv, kernel) = (
-        la.num_key_heads,
-        la.num_value_heads,
-        la.key_head_dim,
-        la.value_head_dim,
-        la.conv_kernel,
-    );
-    let (key_dim, value_dim, conv_dim) = (la.key_dim(), la.value_dim(), la.conv_dim());
-    let dims = |spec: OpSpec| {
-        spec.layer(l, LINEAR)
-            .attr("key_heads", int(nk))
-            .attr("key_dim", int(dk))
-            .attr("value_heads", int(nv))
-            .attr("value_dim", int(dv))
-    };
+    let (key_dim, value_dim) = (la.key_dim(), la.value_dim());
 
     let qkvz_width = super::width(
         &format!("l{l}.in_proj_qkvz"),
@@ -77,8 +63,11 @@ pub(super) fn gdn_block(
             .checked_add(value_dim)
             .and_then(|sum| sum.checked_mul(2)),
     )?;
-    let ba_width = super::width(&format!("l{l}.in_proj_ba"), nv.checked_mul(2))?;
-    let history = super::width(&format!("l{l}.conv history"), kernel.checked_sub(1))?;
+    let ba_width = super::width(
+        &format!("l{l}.in_proj_ba"),
+        la.num_value_heads.checked_mul(2),
+    )?;
+    let history = super::width(&format!("l{l}.conv history"), la.conv_kernel.checked_sub(1))?;
     let qkvz = projection(
         b,
         l,
@@ -97,82 +86,21 @@ pub(super) fn gdn_block(
         x,
         [hidden, ba_width],
     )?;
-
-    let conv_state = b.state(
-        format!("gdn_conv.{l}"),
-        StateKind::GdnConv {
-            layer: l,
-            channels: conv_dim,
-            history,
-        },
-    );
-    let conv_w = b.weight(&format!("{p}conv1d.weight"), &[conv_dim, 1, kernel])?;
-    let conv = b.op(
-        dims(OpSpec::new(OpKind::GdnConv, format!("l{l}.conv"), "conv"))
-            .inputs(&[qkvz])
-            .weights(&[conv_w])
-            .meta(&[MetaField::StateSlots])
-            .attr("kernel", int(kernel)),
-        &[
-            OutSpec::rows(format!("l{l}.mixed"), Dtype::Bf16, conv_dim),
-            OutSpec {
-                name: format!("l{l}.conv_state"),
-                dtype: Dtype::Bf16,
-                shape: Shape::rows(&[conv_dim]),
-                binding: Binding::State(conv_state),
-            },
-        ],
-    )?;
-    let a_log = b.weight(&format!("{p}A_log"), &[nv])?;
-    let dt_bias = b.weight(&format!("{p}dt_bias"), &[nv])?;
-    let gates = b.op(
-        dims(OpSpec::new(
-            OpKind::GdnGates,
-            format!("l{l}.gates"),
-            "gates",
-        ))
-        .inputs(&[ba])
-        .weights(&[a_log, dt_bias]),
-        &[
-            OutSpec::rows(format!("l{l}.beta"), Dtype::F32, nv),
-            OutSpec::rows(format!("l{l}.g"), Dtype::F32, nv),
-        ],
-    )?;
-    let rec_state = b.state(
-        format!("gdn_rec.{l}"),
-        StateKind::GdnRecurrent {
-            layer: l,
-            heads: nv,
-            key_dim: dk,
-            value_dim: dv,
-        },
-    );
-    let rec = b.op(
-        dims(OpSpec::new(
-            OpKind::GdnRecurrence,
-            format!("l{l}.recurrence"),
-            "recurrence",
-        ))
-        .inputs(&[conv[0], gates[0], gates[1]])
-        .meta(&[MetaField::StateSlots]),
-        &[
-            OutSpec::rows(format!("l{l}.core"), Dtype::Bf16, value_dim),
-            OutSpec {
-                name: format!("l{l}.rec_state"),
-                dtype: Dtype::F32,
-                shape: Shape::rows(&[value_dim]),
-                binding: Binding::State(rec_state),
-            },
-        ],
-    )?;
-    let norm_w = b.weight(&format!("{p}norm.weight"), &[dv])?;
+    let mixed = gdn_conv(b, la, l, &p, qkvz, history)?;
+    let (beta, g) = gdn_gates(b, la, l, &p, ba)?;
+    let core = gdn_recurrence(b, la, l, [mixed, beta, g])?;
+    let norm_w = b.weight(&format!("{p}norm.weight"), &[la.value_head_dim])?;
     let normed = b.op1(
-        dims(OpSpec::new(
-            OpKind::GdnGatedNorm,
-            format!("l{l}.gated_norm"),
-            "gated_norm",
-        ))
-        .inputs(&[rec[0], qkvz])
+        gdn_dims(
+            OpSpec::new(
+                OpKind::GdnGatedNorm,
+                format!("l{l}.gated_norm"),
+                "gated_norm",
+            ),
+            la,
+            l,
+        )
+        .inputs(&[core, qkvz])
         .weights(&[norm_w])
         .attr("eps", Attr::Float(cfg.rms_norm_eps)),
         OutSpec::rows(format!("l{l}.gdn_out"), Dtype::Bf16, value_dim),
@@ -186,6 +114,126 @@ pub(super) fn gdn_block(
         normed,
         [value_dim, hidden],
     )
+}
+
+/// A Gated DeltaNet op spec with its layer and the head counts and dims every GDN op carries.
+fn gdn_dims(spec: OpSpec, la: &LinearAttnConfig, l: u32) -> OpSpec {
+    spec.layer(l, LINEAR)
+        .attr("key_heads", int(la.num_key_heads))
+        .attr("key_dim", int(la.key_head_dim))
+        .attr("value_heads", int(la.num_value_heads))
+        .attr("value_dim", int(la.value_head_dim))
+}
+
+/// The causal conv1d (with SiLU) over the layer's conv state; returns the mixed rows.
+fn gdn_conv(
+    b: &mut CircuitBuilder,
+    la: &LinearAttnConfig,
+    l: u32,
+    p: &str,
+    qkvz: TensorId,
+    history: usize,
+) -> Result<TensorId, CircuitError> {
+    let (conv_dim, kernel) = (la.conv_dim(), la.conv_kernel);
+    let conv_state = b.state(
+        format!("gdn_conv.{l}"),
+        StateKind::GdnConv {
+            layer: l,
+            channels: conv_dim,
+            history,
+        },
+    );
+    let conv_w = b.weight(&format!("{p}conv1d.weight"), &[conv_dim, 1, kernel])?;
+    let conv = b.op(
+        gdn_dims(
+            OpSpec::new(OpKind::GdnConv, format!("l{l}.conv"), "conv"),
+            la,
+            l,
+        )
+        .inputs(&[qkvz])
+        .weights(&[conv_w])
+        .meta(&[MetaField::StateSlots])
+        .attr("kernel", int(kernel)),
+        &[
+            OutSpec::rows(format!("l{l}.mixed"), Dtype::Bf16, conv_dim),
+            OutSpec {
+                name: format!("l{l}.conv_state"),
+                dtype: Dtype::Bf16,
+                shape: Shape::rows(&[conv_dim]),
+                binding: Binding::State(conv_state),
+            },
+        ],
+    )?;
+    Ok(conv[0])
+}
+
+/// The gates `(beta, g)` from `ba`, A_log and dt_bias.
+fn gdn_gates(
+    b: &mut CircuitBuilder,
+    la: &LinearAttnConfig,
+    l: u32,
+    p: &str,
+    ba: TensorId,
+) -> Result<(TensorId, TensorId), CircuitError> {
+    let nv = la.num_value_heads;
+    let a_log = b.weight(&format!("{p}A_log"), &[nv])?;
+    let dt_bias = b.weight(&format!("{p}dt_bias"), &[nv])?;
+    let gates = b.op(
+        gdn_dims(
+            OpSpec::new(OpKind::GdnGates, format!("l{l}.gates"), "gates"),
+            la,
+            l,
+        )
+        .inputs(&[ba])
+        .weights(&[a_log, dt_bias]),
+        &[
+            OutSpec::rows(format!("l{l}.beta"), Dtype::F32, nv),
+            OutSpec::rows(format!("l{l}.g"), Dtype::F32, nv),
+        ],
+    )?;
+    Ok((gates[0], gates[1]))
+}
+
+/// The gated delta rule over the layer's f32 recurrent state; returns the core output rows.
+fn gdn_recurrence(
+    b: &mut CircuitBuilder,
+    la: &LinearAttnConfig,
+    l: u32,
+    [mixed, beta, g]: [TensorId; 3],
+) -> Result<TensorId, CircuitError> {
+    let value_dim = la.value_dim();
+    let rec_state = b.state(
+        format!("gdn_rec.{l}"),
+        StateKind::GdnRecurrent {
+            layer: l,
+            heads: la.num_value_heads,
+            key_dim: la.key_head_dim,
+            value_dim: la.value_head_dim,
+        },
+    );
+    let rec = b.op(
+        gdn_dims(
+            OpSpec::new(
+                OpKind::GdnRecurrence,
+                format!("l{l}.recurrence"),
+                "recurrence",
+            ),
+            la,
+            l,
+        )
+        .inputs(&[mixed, beta, g])
+        .meta(&[MetaField::StateSlots]),
+        &[
+            OutSpec::rows(format!("l{l}.core"), Dtype::Bf16, value_dim),
+            OutSpec {
+                name: format!("l{l}.rec_state"),
+                dtype: Dtype::F32,
+                shape: Shape::rows(&[value_dim]),
+                binding: Binding::State(rec_state),
+            },
+        ],
+    )?;
+    Ok(rec[0])
 }
 
 /// The routed experts' output plus the shared expert gated by sigmoid(shared_expert_gate(x)).

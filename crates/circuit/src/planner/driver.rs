@@ -108,56 +108,18 @@ impl ExecutionPlan {
         if check {
             verify::check_streams(circuit, &fusion, &streams)?;
         }
-        let adjacency = memory::conflicts(&lifetimes, &streams);
-        let live_lower_bound = memory::live_lower_bound(&lifetimes, order.len());
-        let placement = memory::place(&lifetimes, &adjacency, live_lower_bound);
-        let live_lower_bound = memory::lower_bound(
+        let (placement, live_lower_bound) = place_arena(
+            circuit,
             &lifetimes,
-            &adjacency,
-            live_lower_bound,
-            placement.pool_bytes,
-        );
-        if placement.pool_bytes > MAX_ARENA_BYTES {
-            return Err(CircuitError::TooLarge {
-                what: "arena".to_string(),
-                name: circuit.name.clone(),
-                shape: format!("{mode} at {rows} rows, {} bytes", placement.pool_bytes),
-                max: MAX_ARENA_BYTES,
-            });
-        }
-        if check {
-            verify::check_memory(&lifetimes, &adjacency, &placement, live_lower_bound)?;
-        }
+            &streams,
+            order.len(),
+            (mode, rows),
+            check,
+        )?;
         let (steps, event_count) = linearise::linearise(&order, &streams);
 
-        let buffers = lifetimes
-            .iter()
-            .zip(&placement.offsets)
-            .map(|(l, &offset)| {
-                let t = circuit.tensor(l.tensor);
-                Buffer {
-                    tensor: l.tensor,
-                    name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    bytes: l.bytes,
-                    offset,
-                    writer: l.writer,
-                    readers: l.readers.clone(),
-                    first: l.first,
-                    last: l.last,
-                }
-            })
-            .collect();
-        // The middle of the layers the circuit's ops belong to (`num_layers / 2` for a model's
-        // own circuit; the head's one layer for a draft circuit).
-        let layers: std::collections::BTreeSet<u32> =
-            circuit.ops.iter().filter_map(|op| op.layer).collect();
-        let middle = layers
-            .iter()
-            .nth(layers.len() / 2)
-            .copied()
-            .unwrap_or(circuit.num_layers / 2);
+        let buffers = buffers(circuit, &lifetimes, &placement.offsets);
+        let middle = middle_layer(circuit);
         let mut plan = ExecutionPlan {
             circuit: circuit.name.clone(),
             mode,
@@ -192,4 +154,72 @@ impl ExecutionPlan {
         );
         Ok(plan)
     }
+}
+
+/// The arena's placement and its live lower bound; an arena over [`MAX_ARENA_BYTES`] is
+/// refused, and with `check` the placement is verified.
+fn place_arena(
+    circuit: &Circuit,
+    lifetimes: &[liveness::Lifetime],
+    streams: &streams::StreamPlan,
+    positions: usize,
+    (mode, rows): (Mode, usize),
+    check: bool,
+) -> Result<(memory::Placement, usize), CircuitError> {
+    let adjacency = memory::conflicts(lifetimes, streams);
+    let live_lower_bound = memory::live_lower_bound(lifetimes, positions);
+    let placement = memory::place(lifetimes, &adjacency, live_lower_bound);
+    let live_lower_bound = memory::lower_bound(
+        lifetimes,
+        &adjacency,
+        live_lower_bound,
+        placement.pool_bytes,
+    );
+    if placement.pool_bytes > MAX_ARENA_BYTES {
+        return Err(CircuitError::TooLarge {
+            what: "arena".to_string(),
+            name: circuit.name.clone(),
+            shape: format!("{mode} at {rows} rows, {} bytes", placement.pool_bytes),
+            max: MAX_ARENA_BYTES,
+        });
+    }
+    if check {
+        verify::check_memory(lifetimes, &adjacency, &placement, live_lower_bound)?;
+    }
+    Ok((placement, live_lower_bound))
+}
+
+/// One [`Buffer`] per arena lifetime, at its placed offset.
+fn buffers(circuit: &Circuit, lifetimes: &[liveness::Lifetime], offsets: &[usize]) -> Vec<Buffer> {
+    lifetimes
+        .iter()
+        .zip(offsets)
+        .map(|(l, &offset)| {
+            let t = circuit.tensor(l.tensor);
+            Buffer {
+                tensor: l.tensor,
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                bytes: l.bytes,
+                offset,
+                writer: l.writer,
+                readers: l.readers.clone(),
+                first: l.first,
+                last: l.last,
+            }
+        })
+        .collect()
+}
+
+/// The middle of the layers the circuit's ops belong to (`num_layers / 2` for a model's own
+/// circuit; the head's one layer for a draft circuit).
+fn middle_layer(circuit: &Circuit) -> u32 {
+    let layers: std::collections::BTreeSet<u32> =
+        circuit.ops.iter().filter_map(|op| op.layer).collect();
+    layers
+        .iter()
+        .nth(layers.len() / 2)
+        .copied()
+        .unwrap_or(circuit.num_layers / 2)
 }

@@ -110,6 +110,9 @@ pub(super) fn parse_rules(text: &str, source: &str) -> Result<Vec<Rule>, Circuit
     Ok(rules)
 }
 
+/// Builds the error for a problem at a byte offset within one rule.
+type Fail<'a> = dyn Fn(usize, String) -> CircuitError + 'a;
+
 fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
     let id_at = r.id.span().start;
     let id = r.id.into_inner();
@@ -120,146 +123,11 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
     }
 
     let pattern_at = r.pattern.span().start;
-    let raw_pattern = r.pattern.into_inner();
-    if raw_pattern.is_empty() {
-        return Err(fail(pattern_at, "pattern is empty".to_string()));
-    }
-    let mut pattern = Vec::with_capacity(raw_pattern.len());
-    for (i, e) in raw_pattern.into_iter().enumerate() {
-        let op = OpKind::parse(e.op.get_ref()).ok_or_else(|| {
-            fail(
-                e.op.span().start,
-                format!(
-                    "unknown op `{}` (known ops: {})",
-                    e.op.get_ref(),
-                    OpKind::names().join(", ")
-                ),
-            )
-        })?;
-        let layer_kind = match e.layer_kind {
-            None => None,
-            Some(k) => Some(LayerKind::parse(k.get_ref()).ok_or_else(|| {
-                fail(
-                    k.span().start,
-                    format!("unknown layer_kind `{}`", k.get_ref()),
-                )
-            })?),
-        };
-        let link = match e
-            .link
-            .as_ref()
-            .map(|l| (l.get_ref().as_str(), l.span().start))
-        {
-            None | Some(("consumer", _)) => Link::Consumer,
-            Some(("sibling", at)) if i == 0 => {
-                return Err(fail(
-                    at,
-                    "the first pattern element cannot be a sibling".to_string(),
-                ))
-            }
-            Some(("sibling", _)) => Link::Sibling,
-            Some((other, at)) => {
-                return Err(fail(
-                    at,
-                    format!("unknown link `{other}` (expected consumer or sibling)"),
-                ))
-            }
-        };
-        pattern.push(PatternElem {
-            op,
-            role: e.role,
-            layer_kind,
-            keep: e.keep,
-            link,
-        });
-    }
-
-    let kernels = match (r.kernel, r.kernels) {
-        (Some(k), None) => vec![(k.span().start, k.into_inner())],
-        (None, Some(ks)) if !ks.get_ref().is_empty() => {
-            let start = ks.span().start;
-            ks.into_inner().into_iter().map(|k| (start, k)).collect()
-        }
-        (Some(k), Some(_)) => {
-            return Err(fail(
-                k.span().start,
-                "has both `kernel` and `kernels`".to_string(),
-            ))
-        }
-        _ => {
-            return Err(fail(
-                id_at,
-                "names no kernel (`kernel = \"module::func\"`)".to_string(),
-            ))
-        }
-    };
-    for (offset, k) in &kernels {
-        if !is_kernel_name(k) {
-            return Err(fail(
-                *offset,
-                format!("kernel name `{k}` is not of the form `module::func`"),
-            ));
-        }
-    }
-    let kernels: Vec<String> = kernels.into_iter().map(|(_, k)| k).collect();
-
-    let modes = match r.modes {
-        None => None,
-        Some(m) => {
-            let start = m.span().start;
-            let mut modes = Vec::new();
-            if m.get_ref().is_empty() {
-                return Err(fail(
-                    start,
-                    "`modes` is empty: the rule could never apply (omit it for every mode)"
-                        .to_string(),
-                ));
-            }
-            for name in m.into_inner() {
-                let mode: Mode = name.parse().map_err(|_| {
-                    fail(
-                        start,
-                        format!(
-                            "unknown mode `{name}` (expected one of decode, multi_seq, verify, \
-                             verify_batch, draft)"
-                        ),
-                    )
-                })?;
-                modes.push(mode);
-            }
-            Some(modes)
-        }
-    };
-
-    let rows = match r.rows {
-        None => None,
-        Some(rows) => {
-            let start = rows.span().start;
-            match rows.get_ref().as_slice() {
-                &[lo, hi] if lo >= 1 && lo <= hi => Some((lo as usize, hi as usize)),
-                &[lo, hi] if lo >= 1 => {
-                    return Err(fail(start, format!("rows range [{lo}, {hi}] is inverted")))
-                }
-                other => {
-                    return Err(fail(
-                        start,
-                        format!("rows must be [lo, hi] with 1 <= lo <= hi, got {other:?}"),
-                    ))
-                }
-            }
-        }
-    };
-
-    let mut when = Vec::new();
-    if let Some(w) = r.when {
-        let start = w.span().start;
-        for (lever, on) in w.into_inner() {
-            if !Levers::is_known(&lever) {
-                return Err(fail(start, format!("`when` names unknown lever `{lever}`")));
-            }
-            when.push((lever, on));
-        }
-    }
+    let pattern = parse_pattern(r.pattern.into_inner(), pattern_at, &fail)?;
+    let kernels = parse_kernels(r.kernel, r.kernels, id_at, &fail)?;
+    let modes = parse_modes(r.modes, &fail)?;
+    let rows = parse_rows(r.rows, &fail)?;
+    let when = parse_when(r.when, &fail)?;
 
     let numerics = match r.numerics {
         None => {
@@ -296,6 +164,177 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
         why: r.why,
         line,
     })
+}
+
+/// The rule's `pattern`: non-empty, each element checked in order.
+fn parse_pattern(
+    raw_pattern: Vec<RawElem>,
+    pattern_at: usize,
+    fail: &Fail,
+) -> Result<Vec<PatternElem>, CircuitError> {
+    if raw_pattern.is_empty() {
+        return Err(fail(pattern_at, "pattern is empty".to_string()));
+    }
+    raw_pattern
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| parse_elem(i, e, fail))
+        .collect()
+}
+
+/// One pattern element: its op, optional layer kind, and link to the element before it.
+fn parse_elem(i: usize, e: RawElem, fail: &Fail) -> Result<PatternElem, CircuitError> {
+    let op = OpKind::parse(e.op.get_ref()).ok_or_else(|| {
+        fail(
+            e.op.span().start,
+            format!(
+                "unknown op `{}` (known ops: {})",
+                e.op.get_ref(),
+                OpKind::names().join(", ")
+            ),
+        )
+    })?;
+    let layer_kind = match e.layer_kind {
+        None => None,
+        Some(k) => Some(LayerKind::parse(k.get_ref()).ok_or_else(|| {
+            fail(
+                k.span().start,
+                format!("unknown layer_kind `{}`", k.get_ref()),
+            )
+        })?),
+    };
+    let link = match e
+        .link
+        .as_ref()
+        .map(|l| (l.get_ref().as_str(), l.span().start))
+    {
+        None | Some(("consumer", _)) => Link::Consumer,
+        Some(("sibling", at)) if i == 0 => {
+            return Err(fail(
+                at,
+                "the first pattern element cannot be a sibling".to_string(),
+            ))
+        }
+        Some(("sibling", _)) => Link::Sibling,
+        Some((other, at)) => {
+            return Err(fail(
+                at,
+                format!("unknown link `{other}` (expected consumer or sibling)"),
+            ))
+        }
+    };
+    Ok(PatternElem {
+        op,
+        role: e.role,
+        layer_kind,
+        keep: e.keep,
+        link,
+    })
+}
+
+/// The rule's kernels from exactly one of `kernel` / `kernels`, each `module::func`.
+fn parse_kernels(
+    kernel: Option<Spanned<String>>,
+    kernels: Option<Spanned<Vec<String>>>,
+    id_at: usize,
+    fail: &Fail,
+) -> Result<Vec<String>, CircuitError> {
+    let kernels = match (kernel, kernels) {
+        (Some(k), None) => vec![(k.span().start, k.into_inner())],
+        (None, Some(ks)) if !ks.get_ref().is_empty() => {
+            let start = ks.span().start;
+            ks.into_inner().into_iter().map(|k| (start, k)).collect()
+        }
+        (Some(k), Some(_)) => {
+            return Err(fail(
+                k.span().start,
+                "has both `kernel` and `kernels`".to_string(),
+            ))
+        }
+        _ => {
+            return Err(fail(
+                id_at,
+                "names no kernel (`kernel = \"module::func\"`)".to_string(),
+            ))
+        }
+    };
+    for (offset, k) in &kernels {
+        if !is_kernel_name(k) {
+            return Err(fail(
+                *offset,
+                format!("kernel name `{k}` is not of the form `module::func`"),
+            ));
+        }
+    }
+    Ok(kernels.into_iter().map(|(_, k)| k).collect())
+}
+
+/// The rule's optional `modes`: non-empty when present, each a known [`Mode`].
+fn parse_modes(
+    modes: Option<Spanned<Vec<String>>>,
+    fail: &Fail,
+) -> Result<Option<Vec<Mode>>, CircuitError> {
+    let Some(m) = modes else {
+        return Ok(None);
+    };
+    let start = m.span().start;
+    if m.get_ref().is_empty() {
+        return Err(fail(
+            start,
+            "`modes` is empty: the rule could never apply (omit it for every mode)".to_string(),
+        ));
+    }
+    let mut modes = Vec::new();
+    for name in m.into_inner() {
+        let mode: Mode = name.parse().map_err(|_| {
+            fail(
+                start,
+                format!(
+                    "unknown mode `{name}` (expected one of decode, multi_seq, verify, \
+                     verify_batch, draft)"
+                ),
+            )
+        })?;
+        modes.push(mode);
+    }
+    Ok(Some(modes))
+}
+
+/// The rule's optional `rows = [lo, hi]` range, with `1 <= lo <= hi`.
+fn parse_rows(
+    rows: Option<Spanned<Vec<i64>>>,
+    fail: &Fail,
+) -> Result<Option<(usize, usize)>, CircuitError> {
+    let Some(rows) = rows else {
+        return Ok(None);
+    };
+    let start = rows.span().start;
+    match rows.get_ref().as_slice() {
+        &[lo, hi] if lo >= 1 && lo <= hi => Ok(Some((lo as usize, hi as usize))),
+        &[lo, hi] if lo >= 1 => Err(fail(start, format!("rows range [{lo}, {hi}] is inverted"))),
+        other => Err(fail(
+            start,
+            format!("rows must be [lo, hi] with 1 <= lo <= hi, got {other:?}"),
+        )),
+    }
+}
+
+/// The rule's optional `when` table: each key a known lever.
+fn parse_when(
+    when: Option<Spanned<BTreeMap<String, bool>>>,
+    fail: &Fail,
+) -> Result<Vec<(String, bool)>, CircuitError> {
+    let mut out = Vec::new();
+    if let Some(w) = when {
+        let start = w.span().start;
+        for (lever, on) in w.into_inner() {
+            if !Levers::is_known(&lever) {
+                return Err(fail(start, format!("`when` names unknown lever `{lever}`")));
+            }
+            out.push((lever, on));
+        }
+    }
+    Ok(out)
 }
 
 fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {

@@ -133,84 +133,30 @@ pub fn measure(
     let device = crate::gpu::describe(&backend.facts());
     let mut failed: Vec<Option<String>> = vec![None; variants.len()];
     let shared = SharedWeights::new(weights, &config, &serve)?;
-    let mut execs: Vec<Option<CircuitExec>> = Vec::with_capacity(variants.len());
-    for (v, variant) in variants.iter().enumerate() {
-        let mut policy = Policy::default();
-        for lever in &variant.levers {
-            policy.levers.set(lever, true).map_err(|e| e.to_string())?;
-        }
-        let t = Instant::now();
-        let boot = Boot {
-            config: config.clone(),
-            serve: serve.clone(),
-            rules: rules.clone(),
-            policy,
-            weights: shared.source(),
-            kv,
-        };
-        match CircuitExec::build(backend, boot) {
-            Ok(exec) => {
-                println!(
-                    "built {name} ({}): {} programs in {:.1} s",
-                    variant.name,
-                    exec.programs().len(),
-                    t.elapsed().as_secs_f64()
-                );
-                execs.push(Some(exec));
-            }
-            Err(e) => {
-                fail(&mut failed, variants, v, format!("build: {e}"))?;
-                execs.push(None);
-            }
-        }
-    }
+    let boot = |policy: Policy| Boot {
+        config: config.clone(),
+        serve: serve.clone(),
+        rules: rules.clone(),
+        policy,
+        weights: shared.source(),
+        kv,
+    };
+    let mut execs = build_variants(backend, &name, &boot, variants, &mut failed)?;
     drop(shared);
     // Graphs first: the sessions below borrow the execs.
-    let mut graphs: Vec<Vec<CapturedGraph>> = Vec::with_capacity(execs.len());
-    for (v, exec) in execs.iter_mut().enumerate() {
-        let mut mine = Vec::with_capacity(widths.len());
-        if let Some(exec) = exec.as_mut() {
-            for &width in &widths {
-                match exec.capture(backend, mode_of(width), width) {
-                    Ok(graph) => mine.push(graph),
-                    Err(e) => {
-                        let why = format!("capture {}:{width}: {e}", mode_of(width));
-                        fail(&mut failed, variants, v, why)?;
-                        break;
-                    }
-                }
-            }
-        }
-        graphs.push(mine);
-    }
+    let graphs = capture_graphs(backend, &mut execs, &widths, variants, &mut failed)?;
 
     let mut rows = Vec::new();
     {
         let widest = widths.iter().copied().max().unwrap_or(1);
         let vocab = config.vocab_size as u32;
-        let mut sessions: Vec<Option<(Session<'_>, Vec<SeqId>)>> = Vec::new();
-        for (v, exec) in execs.iter().enumerate() {
-            let Some(exec) = exec.as_ref().filter(|_| failed[v].is_none()) else {
-                sessions.push(None);
-                continue;
-            };
-            let mut session = Session::new(exec);
-            let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
-            let prefilled = seqs.iter().enumerate().try_for_each(|(s, &id)| {
-                let prompt = super::timing::prompt(s, context, vocab);
-                match context {
-                    0 => Ok(()),
-                    _ => session.prefill(backend, id, &prompt).map(|_| ()),
-                }
-            });
-            match prefilled {
-                Ok(()) => sessions.push(Some((session, seqs))),
-                Err(e) => {
-                    fail(&mut failed, variants, v, format!("prefill: {e}"))?;
-                    sessions.push(None);
-                }
-            }
-        }
+        let mut sessions = prefill_sessions(
+            backend,
+            &execs,
+            (widest, context, vocab),
+            variants,
+            &mut failed,
+        )?;
         println!("prefilled {widest} sequences of {context} tokens on each variant");
         for (earlier, &width) in widths.iter().enumerate() {
             let at = Width {
@@ -278,19 +224,7 @@ pub fn measure(
             println!("timed {} variants at {width} rows", lanes.len());
         }
     }
-    let mut cleanup = Ok(());
-    for (exec, mine) in execs.iter_mut().zip(graphs) {
-        let Some(exec) = exec.as_mut() else { continue };
-        for graph in mine {
-            if let Err(e) = exec.release(backend, graph) {
-                cleanup = Err(e.to_string());
-            }
-        }
-        if let Err(e) = exec.free(backend) {
-            cleanup = Err(e.to_string());
-        }
-    }
-    cleanup?;
+    release_all(backend, &mut execs, graphs)?;
     Ok(AbFigures {
         model: name,
         device,
@@ -304,6 +238,129 @@ pub fn measure(
             .filter_map(|(v, why)| why.map(|why| (v, why)))
             .collect(),
     })
+}
+
+/// Builds every variant's exec (`boot` of its policy); a variant that fails to build is
+/// marked failed and has none.
+fn build_variants(
+    backend: &mut dyn GpuBackend,
+    name: &str,
+    boot: &dyn Fn(Policy) -> Boot,
+    variants: &[Variant],
+    failed: &mut [Option<String>],
+) -> Result<Vec<Option<CircuitExec>>, String> {
+    let mut execs: Vec<Option<CircuitExec>> = Vec::with_capacity(variants.len());
+    for (v, variant) in variants.iter().enumerate() {
+        let mut policy = Policy::default();
+        for lever in &variant.levers {
+            policy.levers.set(lever, true).map_err(|e| e.to_string())?;
+        }
+        let t = Instant::now();
+        match CircuitExec::build(backend, boot(policy)) {
+            Ok(exec) => {
+                println!(
+                    "built {name} ({}): {} programs in {:.1} s",
+                    variant.name,
+                    exec.programs().len(),
+                    t.elapsed().as_secs_f64()
+                );
+                execs.push(Some(exec));
+            }
+            Err(e) => {
+                fail(failed, variants, v, format!("build: {e}"))?;
+                execs.push(None);
+            }
+        }
+    }
+    Ok(execs)
+}
+
+/// Each built variant's graph per width (a variant whose capture fails is marked failed and
+/// keeps the graphs captured before).
+fn capture_graphs(
+    backend: &mut dyn GpuBackend,
+    execs: &mut [Option<CircuitExec>],
+    widths: &[usize],
+    variants: &[Variant],
+    failed: &mut [Option<String>],
+) -> Result<Vec<Vec<CapturedGraph>>, String> {
+    let mut graphs: Vec<Vec<CapturedGraph>> = Vec::with_capacity(execs.len());
+    for (v, exec) in execs.iter_mut().enumerate() {
+        let mut mine = Vec::with_capacity(widths.len());
+        if let Some(exec) = exec.as_mut() {
+            for &width in widths {
+                match exec.capture(backend, mode_of(width), width) {
+                    Ok(graph) => mine.push(graph),
+                    Err(e) => {
+                        let why = format!("capture {}:{width}: {e}", mode_of(width));
+                        fail(failed, variants, v, why)?;
+                        break;
+                    }
+                }
+            }
+        }
+        graphs.push(mine);
+    }
+    Ok(graphs)
+}
+
+/// A variant's session and its sequences (none for a failed variant).
+type Prefilled<'e> = Option<(Session<'e>, Vec<SeqId>)>;
+
+/// A session per live variant with `widest` sequences, each prefilled with `context` tokens
+/// of its own prompt (a variant whose prefill fails is marked failed and has none).
+fn prefill_sessions<'e>(
+    backend: &mut dyn GpuBackend,
+    execs: &'e [Option<CircuitExec>],
+    (widest, context, vocab): (usize, usize, u32),
+    variants: &[Variant],
+    failed: &mut [Option<String>],
+) -> Result<Vec<Prefilled<'e>>, String> {
+    let mut sessions: Vec<Option<(Session<'_>, Vec<SeqId>)>> = Vec::new();
+    for (v, exec) in execs.iter().enumerate() {
+        let Some(exec) = exec.as_ref().filter(|_| failed[v].is_none()) else {
+            sessions.push(None);
+            continue;
+        };
+        let mut session = Session::new(exec);
+        let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
+        let prefilled = seqs.iter().enumerate().try_for_each(|(s, &id)| {
+            let prompt = super::timing::prompt(s, context, vocab);
+            match context {
+                0 => Ok(()),
+                _ => session.prefill(backend, id, &prompt).map(|_| ()),
+            }
+        });
+        match prefilled {
+            Ok(()) => sessions.push(Some((session, seqs))),
+            Err(e) => {
+                fail(failed, variants, v, format!("prefill: {e}"))?;
+                sessions.push(None);
+            }
+        }
+    }
+    Ok(sessions)
+}
+
+/// Releases every graph and frees every exec; the last failure is the error.
+fn release_all(
+    backend: &mut dyn GpuBackend,
+    execs: &mut [Option<CircuitExec>],
+    graphs: Vec<Vec<CapturedGraph>>,
+) -> Result<(), String> {
+    let mut cleanup = Ok(());
+    for (exec, mine) in execs.iter_mut().zip(graphs) {
+        let Some(exec) = exec.as_mut() else { continue };
+        for graph in mine {
+            if let Err(e) = exec.release(backend, graph) {
+                cleanup = Err(e.to_string());
+            }
+        }
+        if let Err(e) = exec.free(backend) {
+            cleanup = Err(e.to_string());
+        }
+    }
+    cleanup
 }
 
 /// Marks variant `v` failed (its first failure is kept); the baseline's failure ends the run.

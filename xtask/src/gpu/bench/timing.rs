@@ -141,7 +141,6 @@ pub fn run(args: &Args) -> Result<(), String> {
         .chain(serve.multi_seq_ladder.iter().copied())
         .collect();
     let widths = widths(args, &serve, ladder)?;
-    let widest = widths.iter().copied().max().unwrap_or(1);
     // Before any buffer is allocated: the context must fit the model's positions.
     check_positions(&name, &config, context, &widths)?;
     let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
@@ -182,6 +181,46 @@ pub fn run(args: &Args) -> Result<(), String> {
 
     // Every program of the ladder captured first (the session below borrows the exec; a
     // graph reads the metadata region when replayed, not when captured).
+    let (graphs, capture_all_ms) = capture_every(&mut exec, backend)?;
+
+    let rows = time_ladder(
+        &exec,
+        backend,
+        &graphs,
+        (&widths, &limits),
+        (&name, context, copy_bytes_per_s),
+    )?;
+    let graphs_captured = graphs.len();
+    for graph in graphs {
+        exec.release(backend, graph).map_err(|e| e.to_string())?;
+    }
+    exec.free(backend).map_err(|e| e.to_string())?;
+
+    let figures = BenchFigures {
+        model: name,
+        device,
+        weights_bytes,
+        copy_bytes_per_s,
+        context,
+        widths: rows,
+        programs_captured: graphs_captured,
+        capture_all_ms,
+        build_s,
+    };
+    if let Some((path, inputs)) = json {
+        let text = serde_json::to_string_pretty(&figures.json()).map_err(|e| e.to_string())?;
+        crate::files::write_output(&path, text.as_bytes(), &inputs)?;
+    }
+    print!("{}", figures.table());
+    Ok(())
+}
+
+/// Captures every program of the ladder (before the session borrows the exec; a graph reads
+/// the metadata region when replayed, not when captured): the graphs and the ms it took.
+fn capture_every(
+    exec: &mut CircuitExec,
+    backend: &mut dyn GpuBackend,
+) -> Result<(Vec<CapturedGraph>, f64), String> {
     let shapes: Vec<(Mode, usize)> = exec.programs().iter().map(|p| (p.mode, p.rows)).collect();
     let mut graphs = Vec::with_capacity(shapes.len());
     let mut capture_all_ms = 0.0;
@@ -198,89 +237,77 @@ pub fn run(args: &Args) -> Result<(), String> {
         graphs.len()
     );
 
-    let mut rows = Vec::new();
-    {
-        let mut session = Session::new(&exec);
-        let vocab = config.vocab_size as u32;
-        let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
-        let t = Instant::now();
-        if context > 0 {
-            for (s, &id) in seqs.iter().enumerate() {
-                session
-                    .prefill(backend, id, &prompt(s, context, vocab))
-                    .map_err(|e| format!("{name}: prefill: {e}"))?;
-            }
-        }
-        println!(
-            "prefilled {widest} sequences of {context} tokens in {:.1} s",
-            t.elapsed().as_secs_f64()
-        );
-        for (earlier, &width) in widths.iter().enumerate() {
-            // A real step leaves this width's metadata in the workspace.
-            let batch: Vec<(SeqId, u32)> =
-                seqs[..width].iter().map(|&id| (id, 1 % vocab)).collect();
-            let logits = session
-                .multi_seq_step(backend, &batch)
-                .map_err(|e| format!("{name}: step of {width}: {e}"))?;
-            if logits.iter().flatten().any(|v| !v.is_finite()) {
-                println!("warning: width {width}: non-finite logits (timing a broken program)");
-            }
-            let (mode, program) = if width == 1 {
-                (Mode::Decode, exec.decode_program())
-            } else {
-                (Mode::MultiSeq, exec.multi_seq_program(width))
-            };
-            let program = program.map_err(|e| e.to_string())?;
-            let graph = graphs
-                .iter()
-                .find(|g| g.mode == mode && g.rows == width)
-                .ok_or_else(|| format!("no graph of {mode}:{width}"))?;
-            let plan = exec
-                .plan(mode, width)
-                .ok_or_else(|| format!("no plan of {mode}:{width}"))?;
-            // The timed runs repeat the step the session just ran: its first sequence holds
-            // `context` tokens, one per earlier width's step, and this step's.
-            let traffic =
-                solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
-            let mut row = time_width(&exec, backend, program, graph, &limits)?;
-            row.bytes = traffic.total();
-            row.floor_us = traffic.floor_us(copy_bytes_per_s);
-            println!(
-                "{} {width}: {} launches, {:.2} MB, floor {:.1} us, eager {:.1} us ({} runs), graph {:.1} us ({} replays)",
-                row.mode,
-                row.launches,
-                row.bytes as f64 / 1e6,
-                row.floor_us,
-                row.eager_us,
-                row.eager_runs,
-                row.graph_us,
-                row.graph_runs
-            );
-            rows.push(row);
-        }
-    }
-    for graph in graphs {
-        exec.release(backend, graph).map_err(|e| e.to_string())?;
-    }
-    exec.free(backend).map_err(|e| e.to_string())?;
+    Ok((graphs, capture_all_ms))
+}
 
-    let figures = BenchFigures {
-        model: name,
-        device,
-        weights_bytes,
-        copy_bytes_per_s,
-        context,
-        widths: rows,
-        programs_captured: shapes.len(),
-        capture_all_ms,
-        build_s,
-    };
-    if let Some((path, inputs)) = json {
-        let text = serde_json::to_string_pretty(&figures.json()).map_err(|e| e.to_string())?;
-        crate::files::write_output(&path, text.as_bytes(), &inputs)?;
+/// One session of `widest` sequences prefilled with `context` tokens, then per width a real
+/// step and its program timed eagerly and as a graph replay, with its traffic and floor.
+fn time_ladder(
+    exec: &CircuitExec,
+    backend: &mut dyn GpuBackend,
+    graphs: &[CapturedGraph],
+    (widths, limits): (&[usize], &Limits),
+    (name, context, copy_bytes_per_s): (&str, usize, f64),
+) -> Result<Vec<WidthFigures>, String> {
+    let widest = widths.iter().copied().max().unwrap_or(1);
+    let vocab = exec.config.vocab_size as u32;
+    let mut rows = Vec::new();
+    let mut session = Session::new(exec);
+    let seqs: Vec<SeqId> = (0..widest).map(|_| session.add_sequence()).collect();
+    let t = Instant::now();
+    if context > 0 {
+        for (s, &id) in seqs.iter().enumerate() {
+            session
+                .prefill(backend, id, &prompt(s, context, vocab))
+                .map_err(|e| format!("{name}: prefill: {e}"))?;
+        }
     }
-    print!("{}", figures.table());
-    Ok(())
+    println!(
+        "prefilled {widest} sequences of {context} tokens in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    for (earlier, &width) in widths.iter().enumerate() {
+        // A real step leaves this width's metadata in the workspace.
+        let batch: Vec<(SeqId, u32)> = seqs[..width].iter().map(|&id| (id, 1 % vocab)).collect();
+        let logits = session
+            .multi_seq_step(backend, &batch)
+            .map_err(|e| format!("{name}: step of {width}: {e}"))?;
+        if logits.iter().flatten().any(|v| !v.is_finite()) {
+            println!("warning: width {width}: non-finite logits (timing a broken program)");
+        }
+        let (mode, program) = if width == 1 {
+            (Mode::Decode, exec.decode_program())
+        } else {
+            (Mode::MultiSeq, exec.multi_seq_program(width))
+        };
+        let program = program.map_err(|e| e.to_string())?;
+        let graph = graphs
+            .iter()
+            .find(|g| g.mode == mode && g.rows == width)
+            .ok_or_else(|| format!("no graph of {mode}:{width}"))?;
+        let plan = exec
+            .plan(mode, width)
+            .ok_or_else(|| format!("no plan of {mode}:{width}"))?;
+        // The timed runs repeat the step the session just ran: its first sequence holds
+        // `context` tokens, one per earlier width's step, and this step's.
+        let traffic = solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
+        let mut row = time_width(exec, backend, program, graph, limits)?;
+        row.bytes = traffic.total();
+        row.floor_us = traffic.floor_us(copy_bytes_per_s);
+        println!(
+            "{} {width}: {} launches, {:.2} MB, floor {:.1} us, eager {:.1} us ({} runs), graph {:.1} us ({} replays)",
+            row.mode,
+            row.launches,
+            row.bytes as f64 / 1e6,
+            row.floor_us,
+            row.eager_us,
+            row.eager_runs,
+            row.graph_us,
+            row.graph_runs
+        );
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 /// The backend `--backend` names (default cuda), its modules loaded.

@@ -82,60 +82,18 @@ pub fn parse(text: &str) -> Result<Vec<Profiled>, String> {
         }
     };
     let column = |name: &str| header.iter().position(|h| h == name);
-    let id = column("ID").ok_or("no `ID` column")?;
-    let name = column("Kernel Name").ok_or("no `Kernel Name` column")?;
+    let keys = KeyColumns {
+        id: column("ID").ok_or("no `ID` column")?,
+        name: column("Kernel Name").ok_or("no `Kernel Name` column")?,
+    };
     let mut kernels: Vec<Profiled> = Vec::new();
-    let get = |kernels: &mut Vec<Profiled>, f: &[String], at: usize| -> Result<usize, String> {
-        let field = |i: usize| {
-            f.get(i)
-                .map(String::as_str)
-                .ok_or_else(|| format!("line {}: {} fields, no column {i}", at + 1, f.len()))
-        };
-        let launch: u64 = field(id)?.trim().parse().map_err(|_| {
-            format!(
-                "line {}: ID `{}` is not a number",
-                at + 1,
-                field(id).unwrap_or("")
-            )
-        })?;
-        if let Some(i) = kernels.iter().position(|k| k.id == launch) {
-            return Ok(i);
-        }
-        kernels.push(Profiled {
-            id: launch,
-            name: field(name)?.to_string(),
-            seconds: f64::NAN,
-            bytes_read: f64::NAN,
-            bytes_written: f64::NAN,
-        });
-        Ok(kernels.len() - 1)
-    };
-    let set = |k: &mut Profiled, metric: &str, value: f64| match metric {
-        TIME => k.seconds = value,
-        READ => k.bytes_read = value,
-        WRITE => k.bytes_written = value,
-        _ => {}
-    };
     match (
         column("Metric Name"),
         column("Metric Unit"),
         column("Metric Value"),
     ) {
         (Some(metric), Some(unit), Some(value)) => {
-            for (at, line) in lines {
-                if line.trim().is_empty() || line.starts_with("==") {
-                    continue;
-                }
-                let f = fields(line);
-                let i = get(&mut kernels, &f, at)?;
-                let metric = f.get(metric).map(String::as_str).unwrap_or("");
-                if [TIME, READ, WRITE].contains(&metric) {
-                    let unit = f.get(unit).map(String::as_str).unwrap_or("");
-                    let v = in_base_units(f.get(value).map(String::as_str).unwrap_or(""), unit)
-                        .map_err(|e| format!("line {}: {metric}: {e}", at + 1))?;
-                    set(&mut kernels[i], metric, v);
-                }
-            }
+            details_page(lines, keys, [metric, unit, value], &mut kernels)?
         }
         _ => {
             // The raw page: a column per metric, their units on the next line.
@@ -149,23 +107,7 @@ pub fn parse(text: &str) -> Result<Vec<Profiled>, String> {
                      columns {TIME}, {READ}, {WRITE}"
                 ));
             }
-            let units = match lines.next() {
-                Some((_, line)) => fields(line),
-                None => return Err("the raw page has no units line".into()),
-            };
-            for (at, line) in lines {
-                if line.trim().is_empty() || line.starts_with("==") {
-                    continue;
-                }
-                let f = fields(line);
-                let i = get(&mut kernels, &f, at)?;
-                for &(c, metric) in &columns {
-                    let unit = units.get(c).map(String::as_str).unwrap_or("");
-                    let v = in_base_units(f.get(c).map(String::as_str).unwrap_or(""), unit)
-                        .map_err(|e| format!("line {}: {metric}: {e}", at + 1))?;
-                    set(&mut kernels[i], metric, v);
-                }
-            }
+            raw_page(lines, keys, &columns, &mut kernels)?
         }
     }
     if let Some(k) = kernels
@@ -179,6 +121,108 @@ pub fn parse(text: &str) -> Result<Vec<Profiled>, String> {
     }
     kernels.sort_by_key(|k| k.id);
     Ok(kernels)
+}
+
+/// The columns that name a kernel launch: its ID and its kernel's name.
+#[derive(Clone, Copy)]
+struct KeyColumns {
+    id: usize,
+    name: usize,
+}
+
+/// The details page: one line per (kernel, metric), `[Metric Name, Metric Unit, Metric
+/// Value]` at `[metric, unit, value]`.
+fn details_page<'t>(
+    lines: impl Iterator<Item = (usize, &'t str)>,
+    keys: KeyColumns,
+    [metric, unit, value]: [usize; 3],
+    kernels: &mut Vec<Profiled>,
+) -> Result<(), String> {
+    for (at, line) in lines {
+        if line.trim().is_empty() || line.starts_with("==") {
+            continue;
+        }
+        let f = fields(line);
+        let i = kernel_index(kernels, &f, at, keys)?;
+        let metric = f.get(metric).map(String::as_str).unwrap_or("");
+        if [TIME, READ, WRITE].contains(&metric) {
+            let unit = f.get(unit).map(String::as_str).unwrap_or("");
+            let v = in_base_units(f.get(value).map(String::as_str).unwrap_or(""), unit)
+                .map_err(|e| format!("line {}: {metric}: {e}", at + 1))?;
+            set_metric(&mut kernels[i], metric, v);
+        }
+    }
+    Ok(())
+}
+
+/// The raw page: a line per kernel with a column per metric (`columns`), their units on the
+/// line after the header.
+fn raw_page<'t>(
+    mut lines: impl Iterator<Item = (usize, &'t str)>,
+    keys: KeyColumns,
+    columns: &[(usize, &str)],
+    kernels: &mut Vec<Profiled>,
+) -> Result<(), String> {
+    let units = match lines.next() {
+        Some((_, line)) => fields(line),
+        None => return Err("the raw page has no units line".into()),
+    };
+    for (at, line) in lines {
+        if line.trim().is_empty() || line.starts_with("==") {
+            continue;
+        }
+        let f = fields(line);
+        let i = kernel_index(kernels, &f, at, keys)?;
+        for &(c, metric) in columns {
+            let unit = units.get(c).map(String::as_str).unwrap_or("");
+            let v = in_base_units(f.get(c).map(String::as_str).unwrap_or(""), unit)
+                .map_err(|e| format!("line {}: {metric}: {e}", at + 1))?;
+            set_metric(&mut kernels[i], metric, v);
+        }
+    }
+    Ok(())
+}
+
+/// The index in `kernels` of the launch line `f` (at line `at`) names, added when new.
+fn kernel_index(
+    kernels: &mut Vec<Profiled>,
+    f: &[String],
+    at: usize,
+    keys: KeyColumns,
+) -> Result<usize, String> {
+    let field = |i: usize| {
+        f.get(i)
+            .map(String::as_str)
+            .ok_or_else(|| format!("line {}: {} fields, no column {i}", at + 1, f.len()))
+    };
+    let launch: u64 = field(keys.id)?.trim().parse().map_err(|_| {
+        format!(
+            "line {}: ID `{}` is not a number",
+            at + 1,
+            field(keys.id).unwrap_or("")
+        )
+    })?;
+    if let Some(i) = kernels.iter().position(|k| k.id == launch) {
+        return Ok(i);
+    }
+    kernels.push(Profiled {
+        id: launch,
+        name: field(keys.name)?.to_string(),
+        seconds: f64::NAN,
+        bytes_read: f64::NAN,
+        bytes_written: f64::NAN,
+    });
+    Ok(kernels.len() - 1)
+}
+
+/// Sets the field of `k` that `metric` measures (others are ignored).
+fn set_metric(k: &mut Profiled, metric: &str, value: f64) {
+    match metric {
+        TIME => k.seconds = value,
+        READ => k.bytes_read = value,
+        WRITE => k.bytes_written = value,
+        _ => {}
+    }
 }
 
 /// The recorded sample the tests read (ncu's details page, written from its documented form).

@@ -37,15 +37,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         .number_in("context", 1..=crate::gpu::MAX_CONTEXT)?
         .unwrap_or(3);
     let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
-    // A width of the ladder, 4 or more: W - 1 live rows must pad to W (one live row would
-    // run the decode program, and 3 rows pad to 4).
-    let width = args.number_in("width", 4..=128)?.unwrap_or(4);
-    let ladder = ServeShape::default().multi_seq_ladder;
-    if !ladder.contains(&width) {
-        return Err(format!(
-            "`--width {width}`: not a width of the multi-seq ladder {ladder:?}"
-        ));
-    }
+    let width = width_of(args)?;
     let replays = args.number_in("replays", 1..=1_000_000)?.unwrap_or(1);
     // The prefill, the decode steps, two multi-seq steps.
     let tokens = context + steps + 2;
@@ -113,22 +105,47 @@ pub fn run(args: &Args) -> Result<(), String> {
         .flat_map(|(_, l)| l.iter())
         .map(|&v| v as f64)
         .sum();
-    if let Some(second) = second {
-        let second = second?;
-        for ((stage, a), (_, b)) in first.iter().zip(&second) {
-            same_bytes(a, b).map_err(|e| format!("{name}: {stage}: the second run: {e}"))?;
-        }
-        println!(
-            "second identical run: all {} logits vectors equal byte for byte",
-            first.len()
-        );
-    }
+    check_second_run(&name, &first, second)?;
     if args.flag("cpu-twin") {
         cpu_twin(&name, &first, boot(), schedule)?;
     }
     println!(
         "gpu-step {name}: ok, context {context}, logits checksum {checksum:.6e}, {:.2} s",
         started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `--width`: a width of the multi-seq ladder, 4 or more (default 4).
+fn width_of(args: &Args) -> Result<usize, String> {
+    // A width of the ladder, 4 or more: W - 1 live rows must pad to W (one live row would
+    // run the decode program, and 3 rows pad to 4).
+    let width = args.number_in("width", 4..=128)?.unwrap_or(4);
+    let ladder = ServeShape::default().multi_seq_ladder;
+    if !ladder.contains(&width) {
+        return Err(format!(
+            "`--width {width}`: not a width of the multi-seq ladder {ladder:?}"
+        ));
+    }
+    Ok(width)
+}
+
+/// With `--compare`, the second identical run's logits equal the first's byte for byte.
+fn check_second_run(
+    name: &str,
+    first: &Trace,
+    second: Option<Result<Trace, String>>,
+) -> Result<(), String> {
+    let Some(second) = second else {
+        return Ok(());
+    };
+    let second = second?;
+    for ((stage, a), (_, b)) in first.iter().zip(&second) {
+        same_bytes(a, b).map_err(|e| format!("{name}: {stage}: the second run: {e}"))?;
+    }
+    println!(
+        "second identical run: all {} logits vectors equal byte for byte",
+        first.len()
     );
     Ok(())
 }
