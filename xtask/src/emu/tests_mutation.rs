@@ -80,7 +80,8 @@ fn shadow(
         report[launch.kernel].clone()
     };
     let mutant = record(Emulation::open(dir, &[module], EmuMode::Shadow).unwrap());
-    let original = record(super::emulation(&crate::paths::workspace_root(), EmuMode::Shadow).unwrap());
+    let original =
+        record(super::emulation(&crate::paths::workspace_root(), EmuMode::Shadow).unwrap());
     (mutant, original)
 }
 
