@@ -247,7 +247,7 @@ fn scores(q: &[bf16], keys: [&[bf16]; WARP], out: &mut [f32]) {
             *s = qd.mul_add(to_f32(k[d]), *s);
         }
     }
-    if q.len() % CHUNK != 0 {
+    if !q.len().is_multiple_of(CHUNK) {
         for s in out.iter_mut() {
             *s += 0.0;
         }
