@@ -227,6 +227,7 @@ impl CircuitBuilder {
             shape: shape.to_vec(),
             parts: Vec::new(),
             dtype: Dtype::Bf16,
+            format: crate::format::WeightFormat::Bf16,
         });
         self.weight_index.insert(name.to_string(), id);
         Ok(id)
@@ -254,6 +255,7 @@ impl CircuitBuilder {
             shape,
             parts,
             dtype: Dtype::Bf16,
+            format: crate::format::WeightFormat::Bf16,
         });
         self.weight_index.insert(name.to_string(), id);
         Ok(id)

@@ -235,8 +235,12 @@ pub struct WeightSlot {
     /// (e.g. one tensor per expert), each of shape `shape[1..]`; `name` is then the slot's
     /// own name, not a checkpoint tensor's.
     pub parts: Vec<String>,
-    /// The served format; checkpoints in other formats are converted at load.
+    /// The element type the kernels compute with (bf16); checkpoints in other float formats
+    /// are converted at load.
     pub dtype: Dtype,
+    /// How the slot's bytes are stored (`crate::format`): bf16, or quantized and dequantized
+    /// to `dtype` in registers by the kernels that read it. Chosen by the precision policy.
+    pub format: crate::format::WeightFormat,
 }
 
 /// Persistent per-sequence state that outlives a step.

@@ -63,6 +63,8 @@ pub struct ModelConfig {
     /// q_proj yields `2 * q_dim()`: per head, the query then a gate whose sigmoid scales the
     /// attention output before o_proj (qwen3_next).
     pub attn_output_gate: bool,
+    /// The checkpoint's `quantization_config`, when it stores weights quantized.
+    pub quantization: Option<crate::quant::Quantization>,
     /// Every top-level key of the file with its classification, sorted by key.
     pub keys: Vec<KeyReport>,
 }
@@ -308,6 +310,7 @@ fn parse_model(
         layer_windows,
         zero_centred_norms: qwen3_next,
         attn_output_gate: qwen3_next,
+        quantization: None,
         keys,
     })
 }
