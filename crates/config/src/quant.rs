@@ -40,6 +40,7 @@ pub enum Quantization {
     /// z = stored + 1), `scales` F16 `[in / group, out]`, `g_idx` I32 `[in]` (must be `i / group`);
     /// `w = (q - z) * s`.
     Gptq {
+        /// 0 for GPTQ's `group_size: -1` (one group per row).
         group_size: usize,
         sym: bool,
         /// `checkpoint_format`: `gptq` (v1, zeros stored minus one, the default) or `gptq_v2`.
@@ -57,4 +58,97 @@ pub enum Fp8Strategy {
     Channel,
     /// `weight_scale` one value.
     Tensor,
+}
+
+impl Quantization {
+    /// The `quant_method` the variant was parsed from.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Quantization::Fp8Block { .. } => "fp8",
+            Quantization::Fp8Compressed { .. } => "compressed-tensors",
+            Quantization::Awq { .. } => "awq",
+            Quantization::Gptq { .. } => "gptq",
+        }
+    }
+
+    /// Whether the checkpoint keeps module `module` (a dotted path such as
+    /// `model.layers.0.mlp.gate`, or `lm_head`) unquantized by its own lists:
+    /// `modules_to_not_convert` entries match as substrings of the path (transformers' and
+    /// vLLM's `is_layer_skipped` for these methods); compressed-tensors `ignore` entries match
+    /// the whole path, or, with a `re:` prefix, as a pattern where `.*` is the only wildcard
+    /// (the form published checkpoints use, e.g. `re:.*lm_head`).
+    pub fn skips(&self, module: &str) -> bool {
+        match self {
+            Quantization::Fp8Block { not_converted, .. }
+            | Quantization::Awq { not_converted, .. }
+            | Quantization::Gptq { not_converted, .. } => not_converted
+                .iter()
+                .any(|m| !m.is_empty() && module.contains(m.as_str())),
+            Quantization::Fp8Compressed { ignore, .. } => {
+                ignore.iter().any(|entry| match entry.strip_prefix("re:") {
+                    Some(pattern) => wildcard_match(pattern, module),
+                    None => entry == module,
+                })
+            }
+        }
+    }
+}
+
+/// `pattern` matches the whole of `text`, `.*` standing for any run of characters and every
+/// other character for itself (a pattern with other regex syntax is refused at parse).
+pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let pieces: Vec<&str> = pattern.split(".*").collect();
+    let (first, rest) = pieces
+        .split_first()
+        .expect("split yields at least one piece");
+    let Some(mut tail) = text.strip_prefix(first) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return tail.is_empty();
+    };
+    for piece in middle {
+        match tail.find(piece) {
+            Some(at) => tail = &tail[at + piece.len()..],
+            None => return false,
+        }
+    }
+    tail.len() >= last.len() && tail.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_whole_paths() {
+        assert!(wildcard_match(".*lm_head", "lm_head"));
+        assert!(wildcard_match(".*mlp.gate", "model.layers.3.mlp.gate"));
+        assert!(!wildcard_match(
+            ".*mlp.gate",
+            "model.layers.3.mlp.gate_proj"
+        ));
+        assert!(wildcard_match(
+            "model.*.q_proj",
+            "model.layers.0.self_attn.q_proj"
+        ));
+        assert!(!wildcard_match("lm_head", "model.lm_head"));
+    }
+
+    #[test]
+    fn not_converted_matches_substrings_and_ignore_whole_paths() {
+        let fp8 = Quantization::Fp8Block {
+            block: [128, 128],
+            not_converted: vec!["lm_head".into()],
+        };
+        assert!(fp8.skips("lm_head"));
+        assert!(!fp8.skips("model.layers.0.mlp.down_proj"));
+        let ct = Quantization::Fp8Compressed {
+            strategy: Fp8Strategy::Channel,
+            targets: vec!["Linear".into()],
+            ignore: vec!["lm_head".into()],
+        };
+        assert!(ct.skips("lm_head"));
+        assert!(!ct.skips("model.lm_head"));
+    }
 }
