@@ -121,6 +121,15 @@ impl std::fmt::Display for PlanDisplay<'_> {
             p.buffers.len(),
             p.placement
         )?;
+        // Only for a quantized plan: a bf16 plan's printout is what it was before formats.
+        if p.has_quantized_weights() {
+            let formats: Vec<String> = p
+                .weight_bytes
+                .iter()
+                .map(|w| format!("{} {} B ({} slots)", w.format, w.bytes, w.slots))
+                .collect();
+            writeln!(f, "  weights {}", formats.join(", "))?;
+        }
         writeln!(f, "steps:")?;
         for (i, step) in p.steps.iter().enumerate() {
             match step.kind {
@@ -136,13 +145,14 @@ impl std::fmt::Display for PlanDisplay<'_> {
                         group.outputs.iter().map(|t| self.tensor(*t)).collect();
                     writeln!(
                         f,
-                        "  {i:>4} s{} {} [{}] reads {} writes {}{}",
+                        "  {i:>4} s{} {} [{}] reads {} writes {}{}{}",
                         step.stream,
                         group.kernels.join("+"),
                         nodes.join(" "),
                         reads.join(","),
                         writes.join(","),
-                        self.circuit.windows_note(&group.nodes)
+                        self.circuit.windows_note(&group.nodes),
+                        self.circuit.formats_note(&group.nodes)
                     )?;
                 }
                 StepKind::Record(e) => writeln!(f, "  {i:>4} s{} record e{}", step.stream, e.0)?,

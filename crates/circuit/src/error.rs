@@ -32,6 +32,28 @@ pub enum CircuitError {
         mode: String,
         rows: usize,
     },
+    #[error(
+        "op `{node}` ({op}) in mode {mode} at {rows} rows reads weight `{tensor}` stored as \
+         {format}, and no rule that covers `{op}` reads {kind}: {kernels} (list \"{kind}\" in a \
+         rule's `formats` where its kernel reads it, or keep the tensor bf16 with a precision \
+         table)"
+    )]
+    UnreadFormat {
+        node: String,
+        op: String,
+        tensor: String,
+        format: String,
+        kind: &'static str,
+        mode: String,
+        rows: usize,
+        kernels: String,
+    },
+    #[error("precision: weight `{tensor}` as {format}: {message}")]
+    Precision {
+        tensor: String,
+        format: String,
+        message: String,
+    },
     #[error("unknown mode `{0}` (expected one of decode, multi_seq, verify, verify_batch, draft)")]
     UnknownMode(String),
     #[error("{mode} cannot run at {rows} rows: {why}")]

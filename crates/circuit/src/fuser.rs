@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
 
 use crate::error::CircuitError;
-use crate::ir::{Binding, Circuit, NodeId, TensorId};
+use crate::ir::{Binding, Circuit, NodeId, TensorId, WeightSlot};
 use crate::mode::Mode;
 use crate::policy::{Available, Fusions, Policy};
 use crate::rules::{hex_sha256, Link, Numerics, PatternElem, Rule, RuleSet};
@@ -86,10 +86,11 @@ impl FusionPlan {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "group {i} kernels={}{emitter} nodes={}{}",
+                "group {i} kernels={}{emitter} nodes={}{}{}",
                 g.kernels.join(","),
                 nodes.join(","),
-                circuit.windows_note(&g.nodes)
+                circuit.windows_note(&g.nodes),
+                circuit.formats_note(&g.nodes)
             );
         }
         for g in &self.groups {
@@ -184,30 +185,91 @@ pub fn fuse(
                 continue;
             }
             if let Some(nodes) = cover.grow(rule, start) {
-                if cover.closed(rule, &nodes) && !cover.makes_cycle(&nodes) {
+                // A rule never takes a chain holding a weight its kernels cannot read.
+                let reads_all = nodes
+                    .iter()
+                    .all(|&n| unread_weights(circuit, rule, n).next().is_none());
+                if reads_all && cover.closed(rule, &nodes) && !cover.makes_cycle(&nodes) {
                     cover.assign(rule, nodes);
                 }
             }
         }
     }
     if let Some(node) = circuit.node_ids().find(|n| !cover.is_covered(*n)) {
-        let op = circuit.op(node);
-        return Err(CircuitError::Uncovered {
-            node: op.name.clone(),
-            op: op.kind.as_str().to_string(),
-            role: op.role.clone(),
-            mode: mode.as_str().to_string(),
-            rows,
-        });
+        return Err(uncovered(circuit, &allowed, node, (mode, rows)));
     }
     Ok(cover.into_plan(circuit, rules, mode, rows))
 }
 
 fn matches(circuit: &Circuit, elem: &PatternElem, node: NodeId) -> bool {
+    elem.matches(circuit.op(node))
+}
+
+/// The weight matrices `node` reads (slots of two or more dims; vectors, such as norm weights
+/// and biases, are always bf16) whose format `rule` does not read.
+fn unread_weights<'c, 'r>(
+    circuit: &'c Circuit,
+    rule: &'r Rule,
+    node: NodeId,
+) -> impl Iterator<Item = &'c WeightSlot> + use<'c, 'r> {
+    circuit
+        .op(node)
+        .weights
+        .iter()
+        .map(|w| &circuit.weights[w.0 as usize])
+        .filter(move |slot| slot.shape.len() >= 2 && !rule.reads(slot.format))
+}
+
+/// The error for an uncovered `node`: by format when a rule that names its op was kept off it
+/// only by a weight's format (naming the tensor, the format and those rules' kernels), else
+/// `Uncovered`.
+fn uncovered(
+    circuit: &Circuit,
+    allowed: &[&Rule],
+    node: NodeId,
+    (mode, rows): (Mode, usize),
+) -> CircuitError {
     let op = circuit.op(node);
-    op.kind == elem.op
-        && elem.role.as_ref().is_none_or(|r| *r == op.role)
-        && elem.layer_kind.is_none_or(|k| op.layer_kind == Some(k))
+    let naming: Vec<&Rule> = allowed.iter().copied().filter(|r| r.names_op(op)).collect();
+    let blocked = naming
+        .iter()
+        .find_map(|r| unread_weights(circuit, r, node).next());
+    match blocked {
+        Some(slot)
+            if naming
+                .iter()
+                .all(|r| unread_weights(circuit, r, node).next().is_some()) =>
+        {
+            let kernels: Vec<String> = naming
+                .iter()
+                .map(|r| {
+                    format!(
+                        "rule `{}` ({}) reads {}",
+                        r.id,
+                        r.kernels.join("+"),
+                        r.formats.join("/")
+                    )
+                })
+                .collect();
+            CircuitError::UnreadFormat {
+                node: op.name.clone(),
+                op: op.kind.as_str().to_string(),
+                tensor: slot.name.clone(),
+                format: slot.format.to_string(),
+                kind: slot.format.kind(),
+                mode: mode.as_str().to_string(),
+                rows,
+                kernels: kernels.join("; "),
+            }
+        }
+        _ => CircuitError::Uncovered {
+            node: op.name.clone(),
+            op: op.kind.as_str().to_string(),
+            role: op.role.clone(),
+            mode: mode.as_str().to_string(),
+            rows,
+        },
+    }
 }
 
 /// The fuser's working state: which nodes are covered, by which provisional group.

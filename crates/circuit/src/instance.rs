@@ -1,5 +1,5 @@
 //! [`Instance`]: a circuit with the programs it is served with ([`ProgramShapes`]) and its
-//! precision, and, when the serve asks for draft programs, the MTP draft head's circuit.
+//! precision (each weight slot's format, chosen by a [`PrecisionSpec`]), and, when the serve asks for draft programs, the MTP draft head's circuit.
 //! Invariants: an instance's serve shape passed [`ProgramShapes::new`](crate::ProgramShapes::new);
 //! it has a draft circuit exactly when its shapes hold draft programs, and that circuit extends the
 //! target's weights and states ([`families::build_draft`](crate::families::build_draft)), so
@@ -11,17 +11,28 @@ use crate::error::CircuitError;
 use crate::families::{
     build_circuit, build_draft, build_target_with_hidden, model_name, CircuitOptions,
 };
+use crate::format::WeightFormat;
 use crate::ir::{Circuit, Dtype};
 use crate::mode::Mode;
+use crate::precision::{self, PrecisionSpec};
+use crate::rules::RuleSet;
 use crate::shapes::ProgramShapes;
 
 /// Storage formats of a served model (DESIGN.md, "Numerics and parity").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Precision {
+    /// The element type kernels compute with once a weight is dequantised.
     pub weights: Dtype,
     pub activations: Dtype,
     pub residual: Dtype,
     pub logits: Dtype,
+    /// How the weight formats were chosen.
+    pub spec: PrecisionSpec,
+    /// The format the checkpoint stores each weight slot in, by `WeightId` of
+    /// [`Instance::storage`]; each slot's served format is its `WeightSlot::format`. A slot
+    /// served bf16 that the checkpoint stores quantized is dequantised at load. Empty for an
+    /// instance of a hand-built circuit (its slots' formats are what the circuit says).
+    pub checkpoint_formats: Vec<WeightFormat>,
 }
 
 impl Default for Precision {
@@ -31,6 +42,8 @@ impl Default for Precision {
             activations: Dtype::Bf16,
             residual: Dtype::F32,
             logits: Dtype::F32,
+            spec: PrecisionSpec::default(),
+            checkpoint_formats: Vec::new(),
         }
     }
 }
@@ -81,13 +94,65 @@ impl Instance {
         })
     }
 
-    /// The family's circuit for `config`, served at `serve`.
+    /// The family's circuit for `config`, served at `serve`, each weight in the format the
+    /// checkpoint stores it (`PrecisionSpec::default()`, from `config.quantization`; without
+    /// rules to check against, a format no rule reads is refused by the fuser, naming it).
     pub fn from_config(config: &ModelConfig, serve: ServeShape) -> Result<Instance, CircuitError> {
         Instance::from_config_with(config, serve, CircuitOptions::default())
     }
 
     /// As `from_config`, with circuit options (KV page size).
     pub fn from_config_with(
+        config: &ModelConfig,
+        serve: ServeShape,
+        options: CircuitOptions,
+    ) -> Result<Instance, CircuitError> {
+        Instance::build(config, serve, options, &PrecisionSpec::default(), None)
+    }
+
+    /// As `from_config_with`, each weight's format chosen by `spec` against the formats the
+    /// `reference` rules of `rules` read (`precision::resolve`): under `Tier::Native` a
+    /// quantized tensor no reference kernel reads is served bf16; a table entry that cannot
+    /// hold is refused naming the tensor, the format and the kernels.
+    pub fn from_config_precision(
+        config: &ModelConfig,
+        serve: ServeShape,
+        options: CircuitOptions,
+        spec: &PrecisionSpec,
+        rules: &RuleSet,
+    ) -> Result<Instance, CircuitError> {
+        Instance::build(config, serve, options, spec, Some(rules))
+    }
+
+    fn build(
+        config: &ModelConfig,
+        serve: ServeShape,
+        options: CircuitOptions,
+        spec: &PrecisionSpec,
+        rules: Option<&RuleSet>,
+    ) -> Result<Instance, CircuitError> {
+        let mut instance = Instance::unquantized(config, serve, options)?;
+        let circuits: Vec<&Circuit> = std::iter::once(&instance.circuit)
+            .chain(instance.draft.as_ref())
+            .collect();
+        let resolved = precision::resolve(
+            spec,
+            config.quantization.as_ref(),
+            instance.storage(),
+            &circuits,
+            rules,
+        )?;
+        precision::apply(&resolved.served, &mut instance.circuit);
+        if let Some(draft) = instance.draft.as_mut() {
+            precision::apply(&resolved.served, draft);
+        }
+        instance.precision.spec = spec.clone();
+        instance.precision.checkpoint_formats = resolved.checkpoint;
+        Ok(instance)
+    }
+
+    /// The family's circuits, every weight bf16.
+    fn unquantized(
         config: &ModelConfig,
         serve: ServeShape,
         options: CircuitOptions,

@@ -243,6 +243,24 @@ pub struct WeightSlot {
     pub format: crate::format::WeightFormat,
 }
 
+impl WeightSlot {
+    /// Bytes the slot occupies on the device: dense `dtype` elements for bf16, the format's
+    /// blobs ([`WeightFormat::slot_bytes`](crate::format::WeightFormat::slot_bytes)) for a
+    /// quantized slot. Saturates at `usize::MAX` rather than wrap.
+    pub fn bytes(&self) -> usize {
+        let dense = || {
+            self.shape
+                .iter()
+                .try_fold(self.dtype.size_bytes(), |acc, &d| acc.checked_mul(d))
+        };
+        match self.format {
+            crate::format::WeightFormat::Bf16 => dense(),
+            quantized => quantized.slot_bytes(&self.shape),
+        }
+        .unwrap_or(usize::MAX)
+    }
+}
+
 /// Persistent per-sequence state that outlives a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDecl {
@@ -393,6 +411,23 @@ impl Circuit {
                     .map(|(_, value)| format!(" window={value}"))
             })
             .collect()
+    }
+
+    /// ` weight=NAME:FORMAT` for each weight slot `nodes` read that is not stored bf16, in node
+    /// order, each slot once; empty when every one is bf16. Plan digests and printed plans carry
+    /// it, so a quantized plan never reads as (or digests to) a bf16 one, and a bf16 plan's
+    /// text is what it was before weights had formats.
+    pub fn formats_note(&self, nodes: &[NodeId]) -> String {
+        let mut seen: Vec<WeightId> = Vec::new();
+        let mut out = String::new();
+        for &w in nodes.iter().flat_map(|n| &self.op(*n).weights) {
+            let slot = &self.weights[w.0 as usize];
+            if slot.format != crate::format::WeightFormat::Bf16 && !seen.contains(&w) {
+                seen.push(w);
+                out += &format!(" weight={}:{}", slot.name, slot.format);
+            }
+        }
+        out
     }
 
     pub fn tensor(&self, id: TensorId) -> &Tensor {

@@ -27,6 +27,7 @@ pub mod ops;
 pub mod plan;
 pub mod planner;
 pub mod policy;
+pub mod precision;
 pub mod routes;
 pub mod rules;
 pub mod shapes;
@@ -41,9 +42,12 @@ pub use fuser::{fuse, FusionPlan, Group, GroupId};
 pub use instance::{Instance, Precision};
 pub use mode::Mode;
 pub use ops::OpKind;
-pub use plan::{plans_digest, Buffer, ExecutionPlan, Step, StepKind};
+pub use plan::{
+    plans_digest, weight_bytes_by_format, Buffer, ExecutionPlan, FormatBytes, Step, StepKind,
+};
 pub use planner::BuildOptions;
 pub use policy::{Available, Fusions, Policy};
+pub use precision::{PrecisionSpec, Tier};
 pub use routes::RouteCondition;
 pub use rules::{Numerics, Rule, RuleSet, Vocabulary};
 pub use shapes::ProgramShapes;

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::format::WeightFormat;
 use crate::fuser::{FusionPlan, Group, GroupId};
 use crate::ir::{Circuit, Dtype, Shape, TensorId};
 use crate::mode::Mode;
@@ -14,6 +15,44 @@ use crate::rules::hex_sha256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventId(pub u32);
+
+/// The weight slots a plan's ops read that are stored in one format, and their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormatBytes {
+    pub format: WeightFormat,
+    pub slots: usize,
+    pub bytes: u64,
+}
+
+/// The bytes of the weight slots `circuit`'s ops read, by format: bf16 first, then fp8, then
+/// int4 (`WeightFormat::KINDS` order), formats of one kind by their text. Each slot counts
+/// once, at [`WeightSlot::bytes`](crate::ir::WeightSlot::bytes); sums saturate.
+pub fn weight_bytes_by_format(circuit: &Circuit) -> Vec<FormatBytes> {
+    let mut read = vec![false; circuit.weights.len()];
+    for op in &circuit.ops {
+        for w in &op.weights {
+            read[w.0 as usize] = true;
+        }
+    }
+    let mut out: Vec<FormatBytes> = Vec::new();
+    for (slot, _) in circuit.weights.iter().zip(&read).filter(|(_, r)| **r) {
+        let bytes = slot.bytes() as u64;
+        match out.iter_mut().find(|f| f.format == slot.format) {
+            Some(f) => {
+                f.slots += 1;
+                f.bytes = f.bytes.saturating_add(bytes);
+            }
+            None => out.push(FormatBytes {
+                format: slot.format,
+                slots: 1,
+                bytes,
+            }),
+        }
+    }
+    let rank = |f: &WeightFormat| WeightFormat::KINDS.iter().position(|k| *k == f.kind());
+    out.sort_by_key(|f| (rank(&f.format), f.format.to_string()));
+    out
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepKind {
@@ -71,6 +110,8 @@ pub struct ExecutionPlan {
     /// Fused launches in one decoder layer (the middle one).
     pub launches_per_layer: usize,
     pub rules_digest: String,
+    /// Bytes of the weights the plan reads, per storage format (`weight_bytes_by_format`).
+    pub weight_bytes: Vec<FormatBytes>,
     /// SHA-256 over `canonical_text`: the fusion, the steps and the arena.
     pub digest: String,
 }
@@ -91,6 +132,13 @@ impl ExecutionPlan {
     /// Kernel launches per step (a group may launch several kernels).
     pub fn compute_steps(&self) -> usize {
         self.kernel_count_fused
+    }
+
+    /// Whether a weight the plan reads is stored in a format other than bf16.
+    pub fn has_quantized_weights(&self) -> bool {
+        self.weight_bytes
+            .iter()
+            .any(|f| f.format != WeightFormat::Bf16)
     }
 
     pub fn buffer_of(&self, tensor: TensorId) -> Option<&Buffer> {

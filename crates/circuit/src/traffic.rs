@@ -4,7 +4,8 @@
 //!
 //! What a launch must move:
 //! - weights: every slot its nodes read, once per launch (a slot two nodes of one group read
-//!   counts once); an embedding gathers one table row per row; a stacked expert slot is read
+//!   counts once), in its storage format (a quantized slot's values, scales and zeros:
+//!   `WeightSlot::bytes`); an embedding gathers one table row per row; a stacked expert slot is read
 //!   for `min(experts, rows * k)` experts (every row's top-k on distinct experts);
 //! - activations: its inputs from outside the group and its kept outputs (arena edges, the
 //!   tokens, the logits), at the plan's rows; fused edges move nothing;
@@ -23,6 +24,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::format::WeightFormat;
 use crate::fuser::GroupId;
 use crate::ir::{Binding, Circuit, MetaField, StateKind, WeightId};
 use crate::mode::Mode;
@@ -38,6 +40,8 @@ pub struct LaunchTraffic {
     pub kernels: Vec<String>,
     pub layer: Option<u32>,
     pub weights_read: u64,
+    /// `weights_read` split by the slots' storage format, in first-read order.
+    pub weights_by_format: Vec<(WeightFormat, u64)>,
     pub activations_read: u64,
     pub activations_written: u64,
     pub state_read: u64,
@@ -90,6 +94,21 @@ impl PlanTraffic {
 
     pub fn activations_read(&self) -> u64 {
         self.sum(|l| l.activations_read)
+    }
+
+    /// `weights_read` by storage format: bf16, fp8, int4 (`WeightFormat::KINDS` order), formats
+    /// of one kind by their text.
+    pub fn weights_read_by_format(&self) -> Vec<(WeightFormat, u64)> {
+        let mut out: Vec<(WeightFormat, u64)> = Vec::new();
+        for &(format, bytes) in self.launches.iter().flat_map(|l| &l.weights_by_format) {
+            match out.iter_mut().find(|(f, _)| *f == format) {
+                Some((_, b)) => *b = b.saturating_add(bytes),
+                None => out.push((format, bytes)),
+            }
+        }
+        let rank = |f: &WeightFormat| WeightFormat::KINDS.iter().position(|k| *k == f.kind());
+        out.sort_by_key(|(f, _)| (rank(f), f.to_string()));
+        out
     }
 
     pub fn activations_written(&self) -> u64 {
@@ -180,6 +199,7 @@ fn launch_traffic(
         kernels: group.kernels.clone(),
         layer: group.layer,
         weights_read: 0,
+        weights_by_format: Vec::new(),
         activations_read: 0,
         activations_written: 0,
         state_read: 0,
@@ -254,6 +274,13 @@ fn launch_traffic(
     t.weights_read = weights
         .iter()
         .fold(0u64, |acc, (_, b)| acc.saturating_add(*b));
+    for (w, bytes) in &weights {
+        let format = circuit.weights[w.0 as usize].format;
+        match t.weights_by_format.iter_mut().find(|(f, _)| *f == format) {
+            Some((_, b)) => *b = b.saturating_add(*bytes),
+            None => t.weights_by_format.push((format, *bytes)),
+        }
+    }
     t.meta_read = meta
         .iter()
         .map(|field| match field {
@@ -267,7 +294,8 @@ fn launch_traffic(
 /// Bytes of slot `w` that `op` reads at `rows` rows.
 fn weight_bytes(circuit: &Circuit, op: &crate::ir::Op, w: WeightId, rows: usize) -> u64 {
     let slot = &circuit.weights[w.0 as usize];
-    let full = mul(&slot.shape).saturating_mul(slot.dtype.size_bytes() as u64);
+    // A stacked quantized slot's matrices lie at its stride: `full / first` is one matrix's.
+    let full = u(slot.bytes());
     let first = slot.shape.first().copied().unwrap_or(1).max(1);
     let per_first = full / first as u64;
     match op.kind {

@@ -11,7 +11,7 @@ use crate::fuser::fuse;
 use crate::instance::Instance;
 use crate::ir::{Circuit, MAX_TENSOR_BYTES};
 use crate::mode::Mode;
-use crate::plan::{Buffer, ExecutionPlan};
+use crate::plan::{weight_bytes_by_format, Buffer, ExecutionPlan};
 use crate::policy::{Available, Policy};
 use crate::rules::{hex_sha256, RuleSet};
 use crate::verify;
@@ -141,6 +141,7 @@ impl ExecutionPlan {
                 0
             },
             rules_digest: fusion.rules_digest.clone(),
+            weight_bytes: weight_bytes_by_format(circuit),
             fusion,
             digest: String::new(),
         };

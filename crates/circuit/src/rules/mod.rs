@@ -17,7 +17,8 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::error::CircuitError;
-use crate::ir::LayerKind;
+use crate::format::WeightFormat;
+use crate::ir::{LayerKind, Op};
 use crate::mode::Mode;
 use crate::ops::OpKind;
 
@@ -81,6 +82,9 @@ pub struct Rule {
     pub numerics: Numerics,
     pub priority: i64,
     pub why: Option<String>,
+    /// The weight format kinds its kernels read (`WeightFormat::kind`: `bf16`, `fp8`, `int4`),
+    /// in `WeightFormat::KINDS` order; `["bf16"]` when the file says nothing.
+    pub formats: Vec<&'static str>,
     /// Line of the rule's `id` in its file, for messages.
     pub line: usize,
 }
@@ -92,6 +96,26 @@ impl Rule {
 
     pub fn allows_rows(&self, rows: usize) -> bool {
         self.rows.is_none_or(|(lo, hi)| lo <= rows && rows <= hi)
+    }
+
+    /// Whether the rule's kernels read a weight matrix stored as `format`.
+    pub fn reads(&self, format: WeightFormat) -> bool {
+        self.formats.contains(&format.kind())
+    }
+
+    /// Whether an element of the rule's pattern matches `op` (kind, role, layer kind): the
+    /// rule could cover it, formats aside.
+    pub fn names_op(&self, op: &Op) -> bool {
+        self.pattern.iter().any(|e| e.matches(op))
+    }
+}
+
+impl PatternElem {
+    /// Whether `op` has this element's kind, and its role and layer kind where it names them.
+    pub fn matches(&self, op: &Op) -> bool {
+        op.kind == self.op
+            && self.role.as_ref().is_none_or(|r| *r == op.role)
+            && self.layer_kind.is_none_or(|k| op.layer_kind == Some(k))
     }
 }
 
@@ -155,7 +179,9 @@ impl RuleSet {
     }
 }
 
-/// The text the rules digest is taken over: rules sorted by id, every field but `why`.
+/// The text the rules digest is taken over: rules sorted by id, every field but `why`
+/// (`formats` only where it is not the default `["bf16"]`, so a bf16-only rule's text, and the
+/// digest of a rule set of them, is what it was before rules had formats).
 pub fn canonical_text(rules: &[Rule]) -> String {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
@@ -186,10 +212,15 @@ pub fn canonical_text(rules: &[Rule]) -> String {
             .rows
             .map_or("*".to_string(), |(lo, hi)| format!("{lo}..={hi}"));
         let when: Vec<String> = r.when.iter().map(|(l, on)| format!("{l}={on}")).collect();
+        let formats = if r.formats == ["bf16"] {
+            String::new()
+        } else {
+            format!(" formats [{}]", r.formats.join(","))
+        };
         let _ = writeln!(
             out,
             "rule {} pattern [{}] kernels [{}] emitter {} modes {} rows {} requires [{}] \
-             when [{}] numerics {} priority {}",
+             when [{}] numerics {} priority {}{formats}",
             r.id,
             pattern.join(" "),
             r.kernels.join(","),

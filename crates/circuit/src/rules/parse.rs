@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::{Link, Numerics, PatternElem, Rule};
 use crate::error::CircuitError;
+use crate::format::WeightFormat;
 use crate::ir::LayerKind;
 use crate::mode::Mode;
 use crate::ops::OpKind;
@@ -37,6 +38,7 @@ struct RawRule {
     #[serde(default)]
     priority: i64,
     why: Option<String>,
+    formats: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +130,7 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
     let modes = parse_modes(r.modes, &fail)?;
     let rows = parse_rows(r.rows, &fail)?;
     let when = parse_when(r.when, &fail)?;
+    let formats = parse_formats(r.formats, &fail)?;
 
     let numerics = match r.numerics {
         None => {
@@ -162,6 +165,7 @@ fn parse_rule(r: RawRule, at: &Locator) -> Result<Rule, CircuitError> {
         numerics,
         priority: r.priority,
         why: r.why,
+        formats,
         line,
     })
 }
@@ -335,6 +339,44 @@ fn parse_when(
         }
     }
     Ok(out)
+}
+
+/// The rule's optional `formats`: non-empty, each a `WeightFormat::KINDS` name, no repeats;
+/// `["bf16"]` when absent. Kept in `KINDS` order, so the digest does not depend on the file's.
+fn parse_formats(
+    formats: Option<Spanned<Vec<String>>>,
+    fail: &Fail,
+) -> Result<Vec<&'static str>, CircuitError> {
+    let Some(f) = formats else {
+        return Ok(vec!["bf16"]);
+    };
+    let start = f.span().start;
+    let names = f.into_inner();
+    if names.is_empty() {
+        return Err(fail(
+            start,
+            "`formats` is empty: the rule could read no weight (omit it for [\"bf16\"])"
+                .to_string(),
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if !WeightFormat::KINDS.contains(&name.as_str()) {
+            return Err(fail(
+                start,
+                format!(
+                    "unknown weight format `{name}` in `formats` (known: {})",
+                    WeightFormat::KINDS.join(", ")
+                ),
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(fail(start, format!("`formats` lists `{name}` twice")));
+        }
+    }
+    Ok(WeightFormat::KINDS
+        .into_iter()
+        .filter(|k| names.iter().any(|n| n == k))
+        .collect())
 }
 
 fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
