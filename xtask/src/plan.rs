@@ -5,15 +5,22 @@ use std::time::Instant;
 
 use serde_json::json;
 use solder_circuit::{
-    plans_digest, Available, BuildOptions, ExecutionPlan, Fusions, Instance, Mode, Policy, RuleSet,
+    plans_digest, Available, BuildOptions, CircuitOptions, ExecutionPlan, Fusions, Instance, Mode,
+    Policy, PrecisionSpec, RuleSet, Tier,
 };
-use solder_config::ServeShape;
+use solder_config::{Fp8Strategy, Quantization, ServeShape};
 
 use crate::args::Args;
 
 const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | --all] [options]
 
   --config FILE       a Hugging Face config.json
+  --quant Q           serve the model as a quantized checkpoint of it would store it (in place
+                      of the config's own quantization_config): fp8 (block 128x128, Qwen's and
+                      DeepSeek's), fp8-channel or fp8-tensor (compressed-tensors), int4 (AWQ,
+                      group 128), int4-channel (GPTQ, one group per row)
+  --precision P       native (default: the checkpoint's formats where a reference kernel reads
+                      them) or bf16 (every weight bf16, dequantised at load)
   --mode M            decode | multi_seq | verify | verify_batch | draft (default decode)
   --rows R            rows of the plan, 1..=4096 (default 1)
   --all               every (mode, rows) of the serve shape: decode, multi_seq over the
@@ -22,7 +29,9 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --draft-widths W,.. draft programs (the MTP head's, qwen3_next) at 1 row and these widths;
                       --mode draft asks for them at --rows when not given
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
-                      streams, events, pool_bytes, live_lower_bound (and `traffic` with --bytes)
+                      streams, events, pool_bytes, live_lower_bound, weight bytes per format,
+                      the step's bytes (weights per format) and its floor at --tbps (default
+                      4.8 TB/s) and --context (and `traffic` per launch with --bytes)
   --bytes             per plan, the bytes each launch must move (weights, activations,
                       KV and recurrent state, metadata) and the step's bandwidth floor
   --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
@@ -43,6 +52,8 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
 /// The options `plan` takes a value for.
 const OPTIONS: &[&str] = &[
     "config",
+    "quant",
+    "precision",
     "mode",
     "rows",
     "rules",
@@ -91,9 +102,19 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
 
     let started = Instant::now();
-    let config = crate::files::model_config(std::path::Path::new(config_path))?;
+    let mut config = crate::files::model_config(std::path::Path::new(config_path))?;
+    if let Some(quant) = args.value("quant") {
+        config.quantization = Some(quantization_of(quant)?);
+    }
+    let spec = match args.value("precision").unwrap_or("native") {
+        "native" => PrecisionSpec::Policy(Tier::Native),
+        "bf16" => PrecisionSpec::Policy(Tier::Bf16),
+        other => return Err(format!("--precision: `{other}` (expected native or bf16)")),
+    };
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-    let instance = Instance::from_config(&config, serve).map_err(|e| e.to_string())?;
+    let instance =
+        Instance::from_config_precision(&config, serve, CircuitOptions::default(), &spec, &rules)
+            .map_err(|e| e.to_string())?;
     let available = Available::all_kernels(&rules);
     let shapes = shapes_of(&args, &instance)?;
     let build_all = || -> Result<Vec<ExecutionPlan>, String> {
@@ -130,7 +151,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let bytes = bytes_of(&args)?;
     if args.flag("json") {
-        return print_json(&instance, &plans, bytes);
+        return print_json(&instance, &plans, &args, bytes);
     }
     if let Some((tbps, context)) = bytes {
         return print_traffic(&instance, &plans, tbps, context);
@@ -181,6 +202,40 @@ fn repeat_times(
     }
     times.sort_by(f64::total_cmp);
     Ok(times)
+}
+
+/// The `quantization_config` a quantized checkpoint of the model would have, by `--quant`'s
+/// name, every projection quantized (none skipped).
+fn quantization_of(name: &str) -> Result<Quantization, String> {
+    let fp8 = |strategy| Quantization::Fp8Compressed {
+        strategy,
+        targets: vec!["Linear".to_string()],
+        ignore: vec!["lm_head".to_string()],
+    };
+    Ok(match name {
+        "fp8" => Quantization::Fp8Block {
+            block: [128, 128],
+            not_converted: Vec::new(),
+        },
+        "fp8-channel" => fp8(Fp8Strategy::Channel),
+        "fp8-tensor" => fp8(Fp8Strategy::Tensor),
+        "int4" => Quantization::Awq {
+            group_size: 128,
+            zero_point: true,
+            not_converted: Vec::new(),
+        },
+        "int4-channel" => Quantization::Gptq {
+            group_size: 0,
+            sym: true,
+            v2: false,
+            not_converted: Vec::new(),
+        },
+        other => {
+            return Err(format!(
+                "--quant: `{other}` (expected fp8, fp8-channel, fp8-tensor, int4, int4-channel)"
+            ))
+        }
+    })
 }
 
 /// The serve shape to compile: `--max-batch`, and `--draft-widths` (or, for `--mode draft`,
@@ -243,27 +298,43 @@ fn bytes_of(args: &Args) -> Result<Option<(f64, usize)>, String> {
                 .unwrap_or(crate::traffic::H200_TBPS),
             args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
         ))
-    } else if args.value("tbps").is_some() || args.value("context").is_some() {
-        return Err("`--tbps` and `--context` go with `--bytes`".into());
+    } else if (args.value("tbps").is_some() || args.value("context").is_some())
+        && !args.flag("json")
+    {
+        return Err("`--tbps` and `--context` go with `--bytes` or `--json`".into());
     } else {
         None
     })
 }
 
-/// `--json`: one JSON row per plan, with its traffic at `bytes = (tbps, context)` when given.
+/// `--json`: one JSON row per plan with its step's bytes and floor at `--tbps` (4.8 TB/s by
+/// default) and `--context` (0), and each launch's traffic with `--bytes`.
 fn print_json(
     instance: &Instance,
     plans: &[ExecutionPlan],
+    args: &Args,
     bytes: Option<(f64, usize)>,
 ) -> Result<(), String> {
-    let mut rows: Vec<_> = plans.iter().map(plan_json).collect();
+    let (tbps, context) = match bytes {
+        Some(b) => b,
+        None => (
+            args.real_in("tbps", 0.001..=1000.0)?
+                .unwrap_or(crate::traffic::H200_TBPS),
+            args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
+        ),
+    };
+    let mut rows = Vec::with_capacity(plans.len());
     let mut traffic = Vec::new();
-    if let Some((tbps, context)) = bytes {
-        for (row, plan) in rows.iter_mut().zip(plans) {
-            let t = solder_circuit::plan_traffic(&instance.circuit, plan, context);
+    for plan in plans {
+        let circuit = instance.circuit_for(plan.mode).map_err(|e| e.to_string())?;
+        let t = solder_circuit::plan_traffic(circuit, plan, context);
+        let mut row = plan_json(plan);
+        row["step"] = step_json(&t, tbps);
+        if bytes.is_some() {
             row["traffic"] = crate::traffic::json(&t, tbps);
-            traffic.push(t);
         }
+        rows.push(row);
+        traffic.push(t);
     }
     println!(
         "{}",
@@ -280,12 +351,12 @@ fn print_traffic(
     tbps: f64,
     context: usize,
 ) -> Result<(), String> {
-    let traffic: Vec<_> = plans
-        .iter()
-        .map(|p| solder_circuit::plan_traffic(&instance.circuit, p, context))
-        .collect();
-    for t in &traffic {
-        print!("{}", crate::traffic::table(&instance.circuit, t, tbps));
+    let mut traffic = Vec::with_capacity(plans.len());
+    for p in plans {
+        let circuit = instance.circuit_for(p.mode).map_err(|e| e.to_string())?;
+        let t = solder_circuit::plan_traffic(circuit, p, context);
+        print!("{}", crate::traffic::table(circuit, &t, tbps));
+        traffic.push(t);
     }
     if traffic.len() > 1 {
         for t in &traffic {
@@ -316,6 +387,14 @@ fn print_ladder(plans: &[ExecutionPlan], ptx_kernels: Option<usize>) {
     }
     let worst = plans.iter().map(ratio).fold(1.0f64, f64::max);
     println!("plans_digest {}", plans_digest(plans));
+    if let Some(p) = plans.iter().find(|p| p.has_quantized_weights()) {
+        let formats: Vec<String> = p
+            .weight_bytes
+            .iter()
+            .map(|w| format!("{} {} B ({} slots)", w.format, w.bytes, w.slots))
+            .collect();
+        println!("weights ({} plan) {}", p.mode.as_str(), formats.join(", "));
+    }
     if let Some(kernels) = ptx_kernels {
         println!(
             "ptx: the {kernels} kernels these plans launch are all defined in the embedded PTX"
@@ -373,8 +452,36 @@ fn ratio(p: &ExecutionPlan) -> f64 {
     }
 }
 
-fn plan_json(p: &ExecutionPlan) -> serde_json::Value {
+/// The step's bytes (its weights by storage format) and its floor at `tbps`.
+fn step_json(t: &solder_circuit::traffic::PlanTraffic, tbps: f64) -> serde_json::Value {
+    let weights: serde_json::Map<String, serde_json::Value> = t
+        .weights_read_by_format()
+        .into_iter()
+        .map(|(format, bytes)| (format.to_string(), json!(bytes)))
+        .collect();
     json!({
+        "context": t.context,
+        "tbps": tbps,
+        "weights_read_by_format": weights,
+        "weights_read": t.weights_read(),
+        "total_bytes": t.total(),
+        "floor_us": t.floor_us(tbps * 1e12),
+    })
+}
+
+fn plan_json(p: &ExecutionPlan) -> serde_json::Value {
+    let weight_bytes: serde_json::Map<String, serde_json::Value> = p
+        .weight_bytes
+        .iter()
+        .map(|w| {
+            (
+                w.format.to_string(),
+                json!({ "slots": w.slots, "bytes": w.bytes }),
+            )
+        })
+        .collect();
+    json!({
+        "weight_bytes": weight_bytes,
         "mode": p.mode.as_str(),
         "rows": p.rows,
         "plan_digest": p.digest,

@@ -142,6 +142,11 @@ pub fn json(t: &PlanTraffic, tbps: f64) -> serde_json::Value {
         "context": t.context,
         "tbps": tbps,
         "weights_read": figure_json(t.weights_read()),
+        "weights_read_by_format": t
+            .weights_read_by_format()
+            .into_iter()
+            .map(|(format, bytes)| (format.to_string(), figure_json(bytes)))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
         "activations_read": figure_json(t.activations_read()),
         "activations_written": figure_json(t.activations_written()),
         "state_read": figure_json(t.state_read()),
