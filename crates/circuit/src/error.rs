@@ -33,19 +33,16 @@ pub enum CircuitError {
         rows: usize,
     },
     #[error(
-        "op `{node}` ({op}) in mode {mode} at {rows} rows reads weight `{tensor}` stored as \
-         {format}, and no rule that covers `{op}` reads {kind}: {kernels} (list \"{kind}\" in a \
-         rule's `formats` where its kernel reads it, or keep the tensor bf16 with a precision \
-         table)"
+        "op `{node}` ({context}) reads weight `{tensor}` stored as {format}, which no rule \
+         covering the op reads: {kernels} (list the format's kind in a rule's `formats` where \
+         its kernel reads it, or keep the tensor bf16 with a precision table)"
     )]
     UnreadFormat {
         node: String,
-        op: String,
+        /// The op's kind, the mode and the rows.
+        context: String,
         tensor: String,
         format: String,
-        kind: &'static str,
-        mode: String,
-        rows: usize,
         kernels: String,
     },
     #[error("precision: weight `{tensor}` as {format}: {message}")]

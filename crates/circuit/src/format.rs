@@ -84,7 +84,7 @@ impl WeightFormat {
                 return Err(format!("{self}: a block dimension is 0"));
             }
             WeightFormat::Int4 { group: 0 } => return Err(format!("{self}: the group is 0")),
-            WeightFormat::Int4 { .. } if k % 2 != 0 => {
+            WeightFormat::Int4 { .. } if !k.is_multiple_of(2) => {
                 return Err(format!("{self}: k = {k} is odd (two values per byte)"));
             }
             _ => {}

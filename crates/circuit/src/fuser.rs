@@ -253,12 +253,9 @@ fn uncovered(
                 .collect();
             CircuitError::UnreadFormat {
                 node: op.name.clone(),
-                op: op.kind.as_str().to_string(),
+                context: format!("{} in mode {mode} at {rows} rows", op.kind.as_str()),
                 tensor: slot.name.clone(),
                 format: slot.format.to_string(),
-                kind: slot.format.kind(),
-                mode: mode.as_str().to_string(),
-                rows,
                 kernels: kernels.join("; "),
             }
         }
