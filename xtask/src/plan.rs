@@ -576,6 +576,41 @@ mod tests {
     }
 
     #[test]
+    fn quant_names_give_the_checkpoint_formats_and_unknown_ones_are_refused() {
+        let root = crate::paths::workspace_root();
+        let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).unwrap();
+        let mut config =
+            crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
+                .unwrap();
+        for (name, kind) in [
+            ("fp8", "fp8"),
+            ("fp8-channel", "fp8"),
+            ("fp8-tensor", "fp8"),
+            ("int4", "int4"),
+            ("int4-channel", "int4"),
+        ] {
+            config.quantization = Some(quantization_of(name).unwrap());
+            let instance = Instance::from_config_precision(
+                &config,
+                ServeShape::default(),
+                CircuitOptions::default(),
+                &PrecisionSpec::default(),
+                &rules,
+            )
+            .unwrap();
+            let q = instance
+                .circuit
+                .weights
+                .iter()
+                .find(|w| w.name == "model.layers.0.self_attn.q_proj.weight")
+                .unwrap();
+            assert_eq!(q.format.kind(), kind, "{name}");
+        }
+        let e = quantization_of("nf4").unwrap_err();
+        assert!(e.contains("nf4") && e.contains("fp8-channel"), "{e}");
+    }
+
+    #[test]
     fn plan_refuses_a_device_as_config_and_out_of_range_counts() {
         let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let e = run(argv(&["--config", "/dev/zero"])).unwrap_err();

@@ -395,3 +395,47 @@ fn rule_formats_parse_default_and_refuse_unknown_kinds() {
         assert!(e.contains("rule `linear`") && e.contains(says), "{e}");
     }
 }
+
+#[test]
+fn traffic_counts_quantized_weights_in_their_format() {
+    let rules = rules();
+    let moe = instance_with(
+        &config("golden-qwen3-moe", Some(fp8_block())),
+        &PrecisionSpec::default(),
+        &rules,
+    );
+    let p = plan(&moe, &rules, &Policy::reference_only());
+    let t = solder_circuit::plan_traffic(&moe.circuit, &p, 0);
+    let by_format = t.weights_read_by_format();
+    assert_eq!(by_format[0].0, WeightFormat::Bf16);
+    assert_eq!(
+        by_format.iter().map(|(_, b)| *b).sum::<u64>(),
+        t.weights_read()
+    );
+    // One row reads its k experts' matrices, each a whole stride of the stacked slot.
+    let slot = moe
+        .circuit
+        .weights
+        .iter()
+        .find(|w| w.name == "model.layers.0.mlp.experts.*.down_proj.weight")
+        .unwrap();
+    let (n, k) = (slot.shape[1], slot.shape[2]);
+    let stride = FP8.layout(n, k).unwrap().stride as u64;
+    let down = t
+        .launches
+        .iter()
+        .find(|l| l.kernels == ["moe::down"] && l.layer == Some(0))
+        .unwrap();
+    let experts_per_token = 2;
+    assert_eq!(down.weights_read, experts_per_token * stride);
+    assert_eq!(down.weights_by_format, [(FP8, experts_per_token * stride)]);
+    // A dense projection reads its whole blob: values, then scales at the next 256 bytes.
+    let q = moe
+        .circuit
+        .weights
+        .iter()
+        .find(|w| w.name == "model.layers.0.self_attn.q_proj.weight")
+        .unwrap();
+    assert_eq!(q.bytes(), FP8.layout(q.shape[0], q.shape[1]).unwrap().bytes);
+    assert!(q.bytes() < q.shape[0] * q.shape[1] * 2);
+}
