@@ -70,18 +70,21 @@ pub fn resolve(
     circuits: &[&Circuit],
     rules: Option<&RuleSet>,
 ) -> Result<Resolved, CircuitError> {
-    let readers = |index: usize| -> Vec<&Op> {
-        circuits
-            .iter()
-            .flat_map(|c| c.ops.iter())
-            .filter(|op| op.weights.iter().any(|w| w.0 as usize == index))
-            .collect()
-    };
+    // The ops reading each slot, by `WeightId`, over every circuit.
+    let mut reading: Vec<Vec<&Op>> = vec![Vec::new(); storage.weights.len()];
+    for op in circuits.iter().flat_map(|c| c.ops.iter()) {
+        for w in &op.weights {
+            if let Some(ops) = reading.get_mut(w.0 as usize) {
+                ops.push(op);
+            }
+        }
+    }
+    let readers = |index: usize| reading[index].as_slice();
     let checkpoint = storage
         .weights
         .iter()
         .enumerate()
-        .map(|(i, slot)| checkpoint_format(quantization, slot, &readers(i)))
+        .map(|(i, slot)| checkpoint_format(quantization, slot, readers(i)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut served = checkpoint.clone();
     if *spec == PrecisionSpec::Policy(Tier::Bf16) {
@@ -90,7 +93,7 @@ pub fn resolve(
     if let Some(rules) = rules {
         for (i, format) in served.iter_mut().enumerate() {
             if *format != WeightFormat::Bf16 {
-                if let Err(unread) = kernels_read(rules, &readers(i), *format) {
+                if let Err(unread) = kernels_read(rules, readers(i), *format) {
                     tracing::info!(
                         tensor = %storage.weights[i].name, format = %format, %unread,
                         "served bf16 (dequantised at load): no reference kernel reads its format"
@@ -121,7 +124,7 @@ pub fn resolve(
                 return Err(refuse(&slot.name, *format, &why));
             }
             if let Some(rules) = rules {
-                kernels_read(rules, &readers(i), *format)
+                kernels_read(rules, readers(i), *format)
                     .map_err(|unread| refuse(&slot.name, *format, &unread))?;
             }
             served[i] = *format;
