@@ -394,6 +394,14 @@ fn compressed_tensors_settings_solder_does_not_model_are_refused() {
             compressed(|b| b["provider"] = json!("x")),
             "unknown key `quantization_config.provider`",
         ),
+        (
+            compressed(|b| drop(b.as_object_mut().unwrap().remove("format"))),
+            "missing required key `quantization_config.format`",
+        ),
+        (
+            compressed(|b| b["config_groups"]["group_0"]["targets"] = json!(["re:.*mlp.*"])),
+            "`quantization_config.config_groups.group_0.targets`",
+        ),
     ];
     for (block, needle) in cases {
         refusal(quantized(block), &[needle]);
@@ -426,4 +434,63 @@ fn keys_inside_quantization_config_are_classified() {
             "quant_method `awq`",
         ],
     );
+}
+
+/// No value of any key of any modelled block panics the parser: each loads or is refused.
+#[test]
+fn odd_values_inside_quantization_config_never_panic() {
+    let odd = [
+        json!(null),
+        json!(true),
+        json!(-1),
+        json!(0),
+        json!(u64::MAX),
+        json!(1.5),
+        json!("x"),
+        json!("re:(a"),
+        json!([]),
+        json!({}),
+        json!([0, u64::MAX]),
+        json!(["re:.*\\"]),
+        json!({"group_0": null}),
+    ];
+    let bases = [
+        json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+               "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}),
+        json!({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true,
+               "version": "gemm", "modules_to_not_convert": null}),
+        json!({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false,
+               "sym": true, "checkpoint_format": "gptq", "lm_head": false}),
+        compressed(|_| {}),
+    ];
+    let mut loaded = 0;
+    for base in &bases {
+        let mut paths: Vec<Vec<String>> = Vec::new();
+        collect_paths(base, &mut Vec::new(), &mut paths);
+        for path in &paths {
+            for value in &odd {
+                let mut block = base.clone();
+                let mut slot = &mut block;
+                for key in path {
+                    slot = &mut slot[key.as_str()];
+                }
+                *slot = value.clone();
+                loaded += usize::from(quantized(block).is_ok());
+            }
+        }
+    }
+    // Some odd values are fine (a null list, a false flag): not everything is refused.
+    assert!(loaded > 0);
+}
+
+/// Every key path of a JSON object, nested objects included.
+fn collect_paths(value: &serde_json::Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    if let Some(map) = value.as_object() {
+        for (key, inner) in map {
+            prefix.push(key.clone());
+            out.push(prefix.clone());
+            collect_paths(inner, prefix, out);
+            prefix.pop();
+        }
+    }
 }

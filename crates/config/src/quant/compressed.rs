@@ -88,7 +88,9 @@ pub(super) fn parse(
     reports: &mut Vec<KeyReport>,
 ) -> Result<Quantization, ConfigError> {
     classify(block, BLOCK, METHOD, reports)?;
-    let top_format = one_of(block, "format", "float-quantized", FORMATS, FORMAT_REASON)?;
+    // compressed-tensors reads an absent format as "dense" (unquantized storage): required.
+    block.req_str("format")?;
+    let top_format = one_of(block, "format", "dense", FORMATS, FORMAT_REASON)?;
     must_be_unset(
         block,
         "kv_cache_scheme",
@@ -154,6 +156,14 @@ pub(super) fn parse(
     let targets = group
         .opt_str_array("targets")?
         .ok_or_else(|| group.missing("targets"))?;
+    if targets != ["Linear"] {
+        return Err(group.unsupported(
+            "targets",
+            &json!(targets),
+            "targets other than [\"Linear\"] are not yet modelled (every linear not in `ignore` \
+             is read quantized)",
+        ));
+    }
     let ignore = block.opt_str_array("ignore")?.unwrap_or_default();
     for entry in &ignore {
         if let Some(pattern) = entry.strip_prefix("re:") {
