@@ -70,6 +70,16 @@ pub const DIM_BOUNDS: &[DimBound] = &[
     bound("linear_key_head_dim", 1 << 10, "as head_dim"),
     bound("linear_value_head_dim", 1 << 10, "as head_dim"),
     bound("linear_conv_kernel_dim", 256, "64x Qwen3-Next's 4"),
+    bound(
+        "group_size",
+        1 << 18,
+        "as intermediate_size: a quantization group spans at most one input row",
+    ),
+    bound(
+        "weight_block_size",
+        1 << 18,
+        "as intermediate_size: a scale block spans at most a whole weight",
+    ),
 ];
 
 /// The bound of `key` (its own name, no parent prefix), if it is a dimension.

@@ -24,8 +24,6 @@ pub struct KeyReport {
 enum Rule {
     Used,
     Ignored(&'static str),
-    /// Refused with this reason unless `null`.
-    Refused(&'static str),
 }
 
 const TOKENIZER: &str = "tokenizer's business, not the step's";
@@ -91,10 +89,8 @@ const COMMON: &[(&str, Rule)] = &[
         "return_dict",
         Rule::Ignored("output format of the transformers forward"),
     ),
-    (
-        "quantization_config",
-        Rule::Refused("quantized checkpoints are not yet modelled"),
-    ),
+    // Read by `quant`, which classifies each key inside it.
+    ("quantization_config", Rule::Used),
 ];
 
 const LLAMA: &[(&str, Rule)] = &[
@@ -194,10 +190,6 @@ pub(crate) fn classify(family: Family, fields: &Fields<'_>) -> Result<Vec<KeyRep
                 }
                 Some(Rule::Used) => KeyClass::Used,
                 Some(Rule::Ignored(reason)) => KeyClass::Ignored(reason),
-                Some(Rule::Refused(reason)) => match fields.value(key) {
-                    Some(value) => return Err(fields.unsupported(key, value, reason)),
-                    None => KeyClass::Ignored("null: nothing to refuse"),
-                },
             };
             Ok(KeyReport {
                 key: key.to_string(),

@@ -18,6 +18,7 @@ use crate::fields::{describe, Fields};
 use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnConfig};
 use crate::keys::{classify, KeyReport};
 use crate::moe::{parse_moe, MoeConfig};
+use crate::quant::{parse_quantization, Quantization};
 use crate::rope::{parse_rope, Rope, RopeScaling};
 use crate::window::parse_windows;
 use crate::{ConfigError, Family};
@@ -64,9 +65,12 @@ pub struct ModelConfig {
     /// attention output before o_proj (qwen3_next).
     pub attn_output_gate: bool,
     /// The checkpoint's `quantization_config`, when it stores weights quantized.
-    pub quantization: Option<crate::quant::Quantization>,
+    pub quantization: Option<Quantization>,
     /// Every top-level key of the file with its classification, sorted by key.
     pub keys: Vec<KeyReport>,
+    /// Every key inside `quantization_config` (dotted, `quantization_config.bits`, nested
+    /// groups included) with its classification, sorted by key; empty without one.
+    pub quantization_keys: Vec<KeyReport>,
 }
 
 /// The largest `config.json` read (real ones are a few KiB).
@@ -193,6 +197,9 @@ impl ModelConfig {
             positive_f32(&fields, "rope_scaling.low_freq_factor", *low_freq_factor)?;
             positive_f32(&fields, "rope_scaling.high_freq_factor", *high_freq_factor)?;
         }
+        if let Some(quantization) = &self.quantization {
+            quantization.check(&fields)?;
+        }
         for (key, value) in dims {
             bounded(&fields, key, value)?;
         }
@@ -287,6 +294,7 @@ fn parse_model(
     let linear_attn = parse_linear_attn(fields, family)?;
     let layer_types = parse_layer_types(fields, family, num_hidden_layers)?;
     let qwen3_next = family == Family::Qwen3Next;
+    let (quantization, quantization_keys) = parse_quantization(fields)?;
 
     Ok(ModelConfig {
         family,
@@ -310,8 +318,9 @@ fn parse_model(
         layer_windows,
         zero_centred_norms: qwen3_next,
         attn_output_gate: qwen3_next,
-        quantization: None,
+        quantization,
         keys,
+        quantization_keys,
     })
 }
 

@@ -22,6 +22,18 @@ fn with_key(
         "num_experts" | "num_local_experts" | "num_experts_per_tok" | "moe_intermediate_size" => {
             moe_with(edit)
         }
+        // Read inside quantization_config only: an AWQ group, an fp8 block edge.
+        "group_size" | "weight_block_size" => llama_with(|m| {
+            let mut inner = Map::new();
+            edit(&mut inner);
+            let value = inner.remove(key).expect("edited");
+            let quantization = if key == "group_size" {
+                json!({"quant_method": "awq", "bits": 4, "group_size": value})
+            } else {
+                json!({"quant_method": "fp8", "weight_block_size": [128, value]})
+            };
+            m.insert("quantization_config".into(), quantization);
+        }),
         "original_max_position_embeddings" => parse_edited("llama-3.1-8b.json", |m| {
             let mut inner = Map::new();
             edit(&mut inner);

@@ -1,6 +1,18 @@
 //! A checkpoint's `quantization_config`: which weights are stored quantized, in which format.
 //! Only weight-only formats whose arithmetic solder models are accepted; every other method,
-//! bit width or activation scheme refuses the load naming the key.
+//! bit width or activation scheme refuses the load naming the key (`parse`, `compressed`), and
+//! `pattern` holds the `re:` module patterns of compressed-tensors' `ignore`.
+
+mod compressed;
+mod parse;
+mod pattern;
+
+pub(crate) use parse::parse_quantization;
+use pattern::Pattern;
+
+use crate::bounds::bounded;
+use crate::fields::Fields;
+use crate::ConfigError;
 
 /// How a quantized checkpoint stores its linear weights.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +73,46 @@ pub enum Fp8Strategy {
 }
 
 impl Quantization {
+    /// Checks a hand-built value as parsing checks a file's: group and block sizes positive
+    /// (GPTQ's 0 = one group per row aside) and within `DIM_BOUNDS`, every `re:` ignore
+    /// pattern in the modelled syntax.
+    pub(crate) fn check(&self, fields: &Fields<'_>) -> Result<(), ConfigError> {
+        let empty = serde_json::Map::new();
+        let block = Fields::new(fields.file(), "quantization_config.", &empty);
+        let sizes: Vec<(&str, usize)> = match self {
+            Quantization::Fp8Block { block, .. } => {
+                vec![
+                    ("weight_block_size", block[0]),
+                    ("weight_block_size", block[1]),
+                ]
+            }
+            Quantization::Awq { group_size, .. } => vec![("group_size", *group_size)],
+            Quantization::Gptq { group_size, .. } if *group_size > 0 => {
+                vec![("group_size", *group_size)]
+            }
+            Quantization::Gptq { .. } => Vec::new(),
+            Quantization::Fp8Compressed { ignore, .. } => {
+                for entry in ignore {
+                    if let Some(Err(syntax)) = entry.strip_prefix("re:").map(Pattern::parse) {
+                        return Err(block.invalid(
+                            "ignore",
+                            entry,
+                            format!("a pattern in the modelled syntax, not {syntax}"),
+                        ));
+                    }
+                }
+                Vec::new()
+            }
+        };
+        for (name, size) in sizes {
+            if size == 0 {
+                return Err(block.invalid(name, 0, "a positive integer"));
+            }
+            bounded(&block, name, size)?;
+        }
+        Ok(())
+    }
+
     /// The `quant_method` the variant was parsed from.
     pub fn method(&self) -> &'static str {
         match self {
@@ -75,8 +127,11 @@ impl Quantization {
     /// `model.layers.0.mlp.gate`, or `lm_head`) unquantized by its own lists:
     /// `modules_to_not_convert` entries match as substrings of the path (transformers' and
     /// vLLM's `is_layer_skipped` for these methods); compressed-tensors `ignore` entries match
-    /// the whole path, or, with a `re:` prefix, as a pattern where `.*` is the only wildcard
-    /// (the form published checkpoints use, e.g. `re:.*lm_head`).
+    /// the whole path, or, with a `re:` prefix, as vLLM's `re.match` (anchored at the start,
+    /// at the end only with a final `$`; see `pattern`). A `re:` entry outside the syntax
+    /// `pattern` models matches nothing here: parsing and [`check_bounds`] refuse it.
+    ///
+    /// [`check_bounds`]: crate::ModelConfig::check_bounds
     pub fn skips(&self, module: &str) -> bool {
         match self {
             Quantization::Fp8Block { not_converted, .. }
@@ -86,7 +141,7 @@ impl Quantization {
                 .any(|m| !m.is_empty() && module.contains(m.as_str())),
             Quantization::Fp8Compressed { ignore, .. } => {
                 ignore.iter().any(|entry| match entry.strip_prefix("re:") {
-                    Some(pattern) => wildcard_match(pattern, module),
+                    Some(pattern) => Pattern::parse(pattern).is_ok_and(|p| p.matches(module)),
                     None => entry == module,
                 })
             }
@@ -94,46 +149,9 @@ impl Quantization {
     }
 }
 
-/// `pattern` matches the whole of `text`, `.*` standing for any run of characters and every
-/// other character for itself (a pattern with other regex syntax is refused at parse).
-pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let pieces: Vec<&str> = pattern.split(".*").collect();
-    let (first, rest) = pieces
-        .split_first()
-        .expect("split yields at least one piece");
-    let Some(mut tail) = text.strip_prefix(first) else {
-        return false;
-    };
-    let Some((last, middle)) = rest.split_last() else {
-        return tail.is_empty();
-    };
-    for piece in middle {
-        match tail.find(piece) {
-            Some(at) => tail = &tail[at + piece.len()..],
-            None => return false,
-        }
-    }
-    tail.len() >= last.len() && tail.ends_with(last)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wildcards_match_whole_paths() {
-        assert!(wildcard_match(".*lm_head", "lm_head"));
-        assert!(wildcard_match(".*mlp.gate", "model.layers.3.mlp.gate"));
-        assert!(!wildcard_match(
-            ".*mlp.gate",
-            "model.layers.3.mlp.gate_proj"
-        ));
-        assert!(wildcard_match(
-            "model.*.q_proj",
-            "model.layers.0.self_attn.q_proj"
-        ));
-        assert!(!wildcard_match("lm_head", "model.lm_head"));
-    }
 
     #[test]
     fn not_converted_matches_substrings_and_ignore_whole_paths() {
@@ -150,5 +168,12 @@ mod tests {
         };
         assert!(ct.skips("lm_head"));
         assert!(!ct.skips("model.lm_head"));
+        let gate = Quantization::Fp8Compressed {
+            strategy: Fp8Strategy::Channel,
+            targets: vec!["Linear".into()],
+            ignore: vec!["re:.*mlp\\.gate$".into(), "re:[bad".into()],
+        };
+        assert!(gate.skips("model.layers.3.mlp.gate"));
+        assert!(!gate.skips("model.layers.3.mlp.gate_proj"));
     }
 }
