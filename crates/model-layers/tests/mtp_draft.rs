@@ -91,7 +91,7 @@ impl Weights<'_> {
             .enumerate()
             .find(|(_, w)| w.name == name || w.parts.iter().any(|p| p == name))
             .unwrap_or_else(|| panic!("no slot {name}"));
-        let values = &self.host.slots[i];
+        let values = &self.host.bf16_values(i)[..];
         let values = match slot.parts.iter().position(|p| p == name) {
             // A stacked slot: the part's own tensor.
             Some(j) => {
