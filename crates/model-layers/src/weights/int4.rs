@@ -64,7 +64,7 @@ pub(crate) fn check(
     n: usize,
     k: usize,
 ) -> Result<(), WeightsError> {
-    if n % 8 != 0 {
+    if !n.is_multiple_of(8) {
         return Err(refuse(
             &t.qweight,
             format!("{n} output features are not a multiple of 8 (eight per packed word)"),
@@ -74,7 +74,7 @@ pub(crate) fn check(
     let packed = match packing {
         Packing::Awq { .. } => [k, n / 8],
         Packing::Gptq { .. } => {
-            if k % 8 != 0 {
+            if !k.is_multiple_of(8) {
                 return Err(refuse(
                     &t.qweight,
                     format!("{k} input features are not a multiple of 8 (eight per packed word)"),
@@ -178,9 +178,9 @@ pub(crate) fn read(
             for g in 0..groups {
                 for c in 0..n / 8 {
                     let word = words[g * (n / 8) + c];
-                    for j in 0..8 {
+                    for (j, &order) in AWQ_ORDER.iter().enumerate() {
                         let f = match packing {
-                            Packing::Awq { .. } => 8 * c + AWQ_ORDER[j],
+                            Packing::Awq { .. } => 8 * c + order,
                             Packing::Gptq { .. } => 8 * c + j,
                         };
                         z[g * n + f] = match packing {
