@@ -484,6 +484,23 @@ fn mismatched_formats_are_refused_by_name() {
         &["BF16", "int4[g32]"],
     );
 
+    // A bf16 weight beside a scale tensor.
+    let (bf16_slot, _) = circuit_with(WeightFormat::Bf16);
+    let dir = TempDir::new("orphan-scale");
+    let plain = raw(&weight, Dtype::BF16, vec![N, K], vec![0; N * K * 2]);
+    let scale = raw(
+        &format!("{DOWN}.weight_scale"),
+        Dtype::F32,
+        vec![],
+        f32_le(&[1.0]),
+    );
+    write(&dir, &bf16_slot, vec![plain, scale]);
+    refused(
+        load(&dir, &bf16_slot, None),
+        &weight,
+        &["weight_scale`", "BF16"],
+    );
+
     // AWQ tensors for an fp8 slot; a group other than the slot's.
     let case = Int4Case::new(11, 32);
     let dir = TempDir::new("awq-for-fp8");
@@ -641,4 +658,69 @@ fn a_streamed_fp8_checkpoint_decodes_as_its_dequantised_host_weights() {
         &decode_alone(&mut backend, &from_host, &tokens),
         "streamed vs host",
     );
+}
+
+/// A stacked slot (qwen3_next's experts) holds one blob per expert at the format's stride:
+/// the seeded quantized blobs, written back as per-expert FP8 tensors, load byte for byte.
+#[test]
+fn stacked_fp8_experts_load_at_the_format_stride() {
+    use exec_support::TINY_NEXT;
+    let mut circuit = instance(&config(TINY_NEXT)).circuit;
+    let format = WeightFormat::Fp8 {
+        block_n: 16,
+        block_k: 16,
+    };
+    let index = circuit
+        .weights
+        .iter()
+        .position(|w| w.parts.len() > 1)
+        .expect("a stacked experts slot");
+    circuit.weights[index].format = format;
+    let slot = circuit.weights[index].clone();
+    let [experts, n, k] = slot.shape[..] else {
+        panic!("experts slot shape {:?}", slot.shape);
+    };
+    let layout = format.layout(n, k).unwrap();
+    assert!(
+        layout.stride > layout.bytes,
+        "the test needs padding between experts"
+    );
+    let seeded = HostWeights::random(&circuit, 8);
+    let blob = &seeded.slots[index];
+    assert_eq!(blob.len(), experts * layout.stride);
+    let mut tensors: Vec<RawTensor> = Vec::new();
+    for (i, (decl, bytes)) in circuit.weights.iter().zip(&seeded.slots).enumerate() {
+        if i == index {
+            for (e, part) in decl.parts.iter().enumerate() {
+                let at = e * layout.stride;
+                let codes = blob[at..at + layout.values].to_vec();
+                let scales = blob[at + layout.scales_offset..at + layout.bytes].to_vec();
+                let rows = n.div_ceil(16);
+                tensors.push(raw(part, Dtype::F8_E4M3, vec![n, k], codes));
+                let scale = part.replace(".weight", ".weight_scale_inv");
+                tensors.push(raw(&scale, Dtype::F32, vec![rows, k.div_ceil(16)], scales));
+            }
+        } else if decl.parts.is_empty() {
+            tensors.push(raw(
+                &decl.name,
+                Dtype::BF16,
+                decl.shape.clone(),
+                bytes.clone(),
+            ));
+        } else {
+            let per = decl.shape[1..].iter().product::<usize>() * 2;
+            for (part, chunk) in decl.parts.iter().zip(bytes.chunks(per)) {
+                tensors.push(raw(
+                    part,
+                    Dtype::BF16,
+                    decl.shape[1..].to_vec(),
+                    chunk.to_vec(),
+                ));
+            }
+        }
+    }
+    let dir = TempDir::new("stacked-fp8");
+    write_safetensors(&dir.path().join("model.safetensors"), &tensors);
+    let loaded = load(&dir, &circuit, Some(&fp8_block([16, 16]))).expect("stacked fp8 loads");
+    assert_eq!(loaded.slots, seeded.slots);
 }

@@ -134,8 +134,12 @@ impl Unused {
                     checkpoint.tensor(TIED_HEAD)?,
                     checkpoint.tensor(TIED_EMBEDDING)?,
                 );
-                if head.data == embed.data && head.shape == embed.shape && head.dtype == embed.dtype
-                {
+                let copy = head.data == embed.data
+                    && head.shape == embed.shape
+                    && head.dtype == embed.dtype;
+                // Compared once; a streaming load never reads the copy again.
+                checkpoint.release(TIED_HEAD);
+                if copy {
                     tracing::debug!("ignoring {TIED_HEAD}: a copy of the tied embedding");
                     unused.tied_head_copy = true;
                     continue;

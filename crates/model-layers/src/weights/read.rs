@@ -218,6 +218,18 @@ pub(crate) fn resolve<'c>(
         StDtype::F8_E4M3 => {}
         StDtype::BF16 | StDtype::F16 | StDtype::F32 => {
             shape_is(&weight, shape)?;
+            // A float weight beside scales or zeros: the checkpoint is not what it seems.
+            if let Some(orphan) = COMPANIONS
+                .iter()
+                .filter_map(|c| companion(c))
+                .find(|c| checkpoint.contains(c))
+            {
+                let message = format!(
+                    "stored as {:?} beside `{orphan}`, a quantized weight's companion:                      expected a quantized weight",
+                    weight.dtype
+                );
+                return Err(refuse(&weight, message));
+            }
             if target != WeightFormat::Bf16 {
                 let message = format!(
                     "stored as {:?}, but its slot expects {target} (quantized): the \
