@@ -218,7 +218,10 @@ pub fn write_tiny(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoint> {
 pub fn write_tiny_mtp(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoint> {
     let instance = tiny_instance(json)?;
     let circuit = instance.storage();
-    let mut weights = HostWeights::random(circuit, seed);
+    let random = HostWeights::random(circuit, seed);
+    let mut slots: Vec<Vec<bf16>> = (0..random.slots.len())
+        .map(|i| random.bf16_values(i))
+        .collect();
     let slot = |name: &str| -> Result<usize> {
         let found = circuit.weights.iter().position(|w| w.name == name);
         Ok(found.ok_or(format!("no weight slot {name}"))?)
@@ -229,21 +232,21 @@ pub fn write_tiny_mtp(name: &str, json: &str, seed: u64) -> Result<TinyCheckpoin
             .chain(&w.parts)
             .any(|n| outputs.iter().any(|o| n.ends_with(o)))
         {
-            for v in &mut weights.slots[i] {
+            for v in &mut slots[i] {
                 *v = bf16::from_f32(v.to_f32() * 0.05);
             }
         }
     }
     let hidden = circuit.weights[slot("model.norm.weight")?].shape[0];
-    let fc = &mut weights.slots[slot("mtp.fc.weight")?];
+    let fc = &mut slots[slot("mtp.fc.weight")?];
     for (at, v) in fc.iter_mut().enumerate() {
         let (row, column) = (at / (2 * hidden), at % (2 * hidden));
         *v = bf16::from_f32(if row == column { 1.0 } else { 0.0 });
     }
     // Zero-centred norms: a weight of 0 scales by 1.
-    weights.slots[slot("mtp.pre_fc_norm_embedding.weight")?].fill(bf16::ZERO);
-    weights.slots[slot("mtp.norm.weight")?] = weights.slots[slot("model.norm.weight")?].clone();
-    write_weights(name, json, circuit, weights)
+    slots[slot("mtp.pre_fc_norm_embedding.weight")?].fill(bf16::ZERO);
+    slots[slot("mtp.norm.weight")?] = slots[slot("model.norm.weight")?].clone();
+    write_weights(name, json, circuit, HostWeights::from_bf16(slots))
 }
 
 /// A layer-skip draft of the checkpoint `target` (of `target_json`): `draft_json`, the same

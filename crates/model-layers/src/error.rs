@@ -57,14 +57,25 @@ pub enum WeightsError {
         index: PathBuf,
     },
     #[error(
-        "host weight slot `{tensor}` holds {found} elements, its shape {shape:?} needs {expected}"
+        "host weight slot `{tensor}` holds {found} bytes, its shape {shape:?} in {format} needs {expected}"
     )]
     SlotLength {
         tensor: String,
         shape: Vec<usize>,
+        format: String,
         found: usize,
         expected: usize,
     },
+    /// A quantized checkpoint tensor that cannot fill its slot (format, dtype, companions).
+    #[error("tensor `{tensor}` in {file}: {message}")]
+    Quantized {
+        tensor: String,
+        file: PathBuf,
+        message: String,
+    },
+    /// A weight slot whose format cannot hold it, or that cannot be saved.
+    #[error("weight slot `{tensor}`: {message}")]
+    SlotFormat { tensor: String, message: String },
 }
 
 #[derive(Debug, thiserror::Error)]

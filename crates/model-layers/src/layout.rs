@@ -12,7 +12,7 @@
 //! build, reset by each attention launch's merging blocks).
 
 use solder_circuit::ir::{Binding, Circuit, ModelInput, StateKind};
-use solder_circuit::ExecutionPlan;
+use solder_circuit::{ExecutionPlan, WeightFormat};
 
 use crate::bytes::{align, ALIGN};
 use crate::kernels::attn;
@@ -159,13 +159,24 @@ impl Layout {
     }
 }
 
-/// Each weight slot's offset in the weights allocation, then inv_freq's (after the last slot).
+/// Each weight slot's offset in the weights allocation, then inv_freq's (after the last slot):
+/// each slot's bytes in its format (`circuit::format`; a bf16 slot's elements, stacked parts
+/// contiguous, as `weights::slot_bytes` counts them), 256-aligned.
 fn weight_offsets(circuit: &Circuit) -> (Vec<usize>, usize) {
     let mut offsets = Vec::with_capacity(circuit.weights.len());
-    let mut at = 0;
+    let mut at = 0usize;
     for w in &circuit.weights {
         offsets.push(at);
-        at += align(w.shape.iter().product::<usize>() * 2);
+        let bytes = match w.format {
+            WeightFormat::Bf16 => Some(w.shape.iter().product::<usize>() * 2),
+            format => format.slot_bytes(&w.shape),
+        };
+        // An overflowing format is refused before a layout is made (`check_lengths`,
+        // `weights::check_checkpoint`); saturate rather than wrap regardless.
+        at = align(
+            at.saturating_add(bytes.unwrap_or(usize::MAX))
+                .min(usize::MAX - ALIGN),
+        );
     }
     (offsets, at)
 }

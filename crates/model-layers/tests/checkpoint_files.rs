@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use exec_support::{bf16_le, config, instance, write_safetensors, RawTensor, TempDir, TINY_LLAMA};
+use exec_support::{config, instance, write_safetensors, RawTensor, TempDir, TINY_LLAMA};
 use safetensors::Dtype;
 use solder_model_layers::{Checkpoint, HostWeights};
 
@@ -28,7 +28,7 @@ fn write_checkpoint(dir: &Path) {
             name: slot.name.clone(),
             dtype: Dtype::BF16,
             shape: slot.shape.clone(),
-            data: bf16_le(values),
+            data: values.clone(),
         })
         .collect();
     write_safetensors(&dir.join(SHARD), &tensors);

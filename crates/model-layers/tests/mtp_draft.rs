@@ -91,14 +91,14 @@ impl Weights<'_> {
             .enumerate()
             .find(|(_, w)| w.name == name || w.parts.iter().any(|p| p == name))
             .unwrap_or_else(|| panic!("no slot {name}"));
-        let values = &self.host.slots[i];
+        let all = self.host.bf16_values(i);
         let values = match slot.parts.iter().position(|p| p == name) {
             // A stacked slot: the part's own tensor.
             Some(j) => {
                 let part: usize = slot.shape[1..].iter().product();
-                &values[j * part..][..part]
+                &all[j * part..][..part]
             }
-            None => &values[..],
+            None => &all[..],
         };
         values.iter().map(|v| v.to_f32()).collect()
     }

@@ -6,12 +6,12 @@ mod exec_support;
 use std::path::Path;
 
 use exec_support::{
-    bf16_le, config, f16_le, f32_le, instance, write_safetensors, RawTensor, TempDir, TINY_LLAMA,
-    TINY_QWEN2,
+    config, f16_le, f32_le, instance, write_safetensors, RawTensor, TempDir, TINY_LLAMA, TINY_QWEN2,
 };
 use half::{bf16, f16};
 use safetensors::Dtype;
 use solder_circuit::ir::Circuit;
+use solder_model_layers::weights::bf16_from_bytes;
 use solder_model_layers::{Checkpoint, HostWeights, WeightsError};
 
 fn llama() -> (Circuit, HostWeights) {
@@ -26,11 +26,11 @@ fn bf16_tensors(circuit: &Circuit, weights: &HostWeights) -> Vec<RawTensor> {
         .weights
         .iter()
         .zip(&weights.slots)
-        .map(|(slot, values)| RawTensor {
+        .map(|(slot, bytes)| RawTensor {
             name: slot.name.clone(),
             dtype: Dtype::BF16,
             shape: slot.shape.clone(),
-            data: bf16_le(values),
+            data: bytes.clone(),
         })
         .collect()
 }
@@ -42,9 +42,7 @@ fn load(dir: &Path, circuit: &Circuit) -> Result<HostWeights, WeightsError> {
 fn assert_same_weights(a: &HostWeights, b: &HostWeights) {
     assert_eq!(a.slots.len(), b.slots.len());
     for (i, (x, y)) in a.slots.iter().zip(&b.slots).enumerate() {
-        let xb: Vec<u16> = x.iter().map(|v| v.to_bits()).collect();
-        let yb: Vec<u16> = y.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(xb, yb, "slot {i} differs");
+        assert_eq!(x, y, "slot {i} differs");
     }
 }
 
@@ -136,7 +134,7 @@ fn f16_and_f32_tensors_are_converted_to_bf16() {
         .enumerate()
         .map(|(i, (slot, values))| {
             // Values with more mantissa bits than bf16 holds, so the conversion must round.
-            let wide: Vec<f32> = values
+            let wide: Vec<f32> = bf16_from_bytes(values)
                 .iter()
                 .enumerate()
                 .map(|(j, v)| v.to_f32() * (1.0 + (j % 7) as f32 * 1.3e-3))
@@ -165,7 +163,7 @@ fn f16_and_f32_tensors_are_converted_to_bf16() {
     assert!(rounded > 0, "the test values must need rounding");
     write_safetensors(&dir.path().join("model.safetensors"), &tensors);
     let loaded = load(dir.path(), &circuit).unwrap();
-    assert_same_weights(&loaded, &HostWeights { slots: expected });
+    assert_same_weights(&loaded, &HostWeights::from_bf16(expected));
 
     // Round to nearest, not truncation: 1 + 2^-8 + 2^-9 is nearer 1 + 2^-7 than 1.
     let probe = 1.0 + 2f32.powi(-8) + 2f32.powi(-9);
@@ -183,7 +181,7 @@ fn f16_and_f32_tensors_are_converted_to_bf16() {
         .collect::<Vec<_>>(),
     );
     let loaded = load(dir.path(), &circuit).unwrap();
-    assert_eq!(loaded.slots[0][0].to_f32(), 1.0 + 2f32.powi(-7));
+    assert_eq!(loaded.bf16_values(0)[0].to_f32(), 1.0 + 2f32.powi(-7));
 }
 
 #[test]

@@ -5,8 +5,8 @@
 mod exec_support;
 
 use exec_support::{
-    backend, bf16_le, boot, config, f32_le, instance, roomy_kv, write_safetensors, RawTensor,
-    TempDir, TINY_LLAMA, TINY_NEXT,
+    backend, boot, config, f32_le, instance, roomy_kv, write_safetensors, RawTensor, TempDir,
+    TINY_LLAMA, TINY_NEXT,
 };
 use half::bf16;
 use safetensors::Dtype;
@@ -27,7 +27,7 @@ fn model(json: &str) -> (Circuit, Vec<RawTensor>) {
             tensors.push(raw(&slot.name, slot.shape.clone(), values));
         } else {
             let shape = slot.shape[1..].to_vec();
-            let per: usize = shape.iter().product();
+            let per: usize = shape.iter().product::<usize>() * 2;
             for (part, chunk) in slot.parts.iter().zip(values.chunks(per)) {
                 tensors.push(raw(part, shape.clone(), chunk));
             }
@@ -36,12 +36,12 @@ fn model(json: &str) -> (Circuit, Vec<RawTensor>) {
     (circuit, tensors)
 }
 
-fn raw(name: &str, shape: Vec<usize>, values: &[bf16]) -> RawTensor {
+fn raw(name: &str, shape: Vec<usize>, bytes: &[u8]) -> RawTensor {
     RawTensor {
         name: name.into(),
         dtype: Dtype::BF16,
         shape,
-        data: bf16_le(values),
+        data: bytes.to_vec(),
     }
 }
 
@@ -143,7 +143,7 @@ fn other_families_refuse_mtp_tensors_by_name() {
     assert_refused(classify(&circuit, &tensors, &MTP[..1]), MTP[0]);
 }
 
-fn build_with(slots: Vec<Vec<bf16>>) -> Result<CircuitExec, ExecError> {
+fn build_with(slots: Vec<Vec<u8>>) -> Result<CircuitExec, ExecError> {
     let mut backend = backend();
     CircuitExec::build(
         &mut backend,
@@ -165,9 +165,9 @@ fn host_slots_of_the_wrong_length_are_refused_before_upload() {
         let mut slots = good.slots.clone();
         let expected = slots[0].len();
         if delta > 0 {
-            slots[0].push(bf16::ONE); // would spill into the next slot
+            slots[0].extend(bf16::ONE.to_le_bytes()); // would spill into the next slot
         } else {
-            slots[0].pop();
+            slots[0].truncate(expected - 2);
         }
         match build_with(slots) {
             Err(ExecError::Weights(WeightsError::SlotLength {
@@ -177,7 +177,7 @@ fn host_slots_of_the_wrong_length_are_refused_before_upload() {
                 ..
             })) => {
                 assert_eq!(tensor, circuit.weights[0].name);
-                assert_eq!(found, expected.wrapping_add_signed(delta));
+                assert_eq!(found, expected.wrapping_add_signed(2 * delta));
                 assert_eq!(want, expected);
             }
             Err(other) => panic!("expected SlotLength, got {other}"),

@@ -98,4 +98,23 @@ impl ShardFile {
     pub fn data(&self, entry: &TensorEntry) -> Option<&[u8]> {
         self.mmap.get(entry.bytes.clone())
     }
+
+    /// Drops the resident pages of `entry`'s bytes (and of the pages it shares with its
+    /// neighbours): a streaming load has converted it and will not read it again, so its host
+    /// memory is given back; a later read faults the same bytes in from the file again.
+    pub fn release(&self, entry: &TensorEntry) {
+        // SAFETY: the mapping is read-only and backed by the file (MAP_SHARED): MADV_DONTNEED
+        // only evicts pages, which read back unchanged from the file (the file not changing
+        // under us is the mapping's own premise, in `open`).
+        let released = unsafe {
+            self.mmap.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                entry.bytes.start,
+                entry.bytes.len(),
+            )
+        };
+        if let Err(e) = released {
+            tracing::debug!(path = %self.path.display(), error = %e, "madvise(DONTNEED) refused; pages stay resident");
+        }
+    }
 }

@@ -124,6 +124,31 @@ impl Checkpoint {
         Some(file.path.as_path())
     }
 
+    /// Where `name`'s bytes are: its file's index (in `open`'s order: shards by file name) and
+    /// its byte offset in that file. Streaming reads the checkpoint in this order.
+    pub fn position(&self, name: &str) -> Option<(usize, usize)> {
+        let &file = self.owner.get(name)?;
+        let entry = self.files.get(file)?.tensors.get(name)?;
+        Some((file, entry.bytes.start))
+    }
+
+    /// The path of file `index` (of `position`).
+    pub fn file_path(&self, index: usize) -> Option<&Path> {
+        self.files.get(index).map(|f| f.path.as_path())
+    }
+
+    /// Gives back the host pages holding `name`'s bytes (read once by a streaming load).
+    pub fn release(&self, name: &str) {
+        let Some(&file) = self.owner.get(name) else {
+            return;
+        };
+        if let Some(file) = self.files.get(file) {
+            if let Some(entry) = file.tensors.get(name) {
+                file.release(entry);
+            }
+        }
+    }
+
     pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>, WeightsError> {
         let missing = || WeightsError::Missing {
             tensor: name.to_string(),

@@ -19,13 +19,14 @@ use super::boot::{Boot, WeightSource};
 use super::compile::{compile_all, Targets};
 use super::owned::{fresh_exec_id, BoundBackend, Owned};
 use super::pools::Pools;
-use super::workspace;
+use super::workspace::{self, Weights};
 use super::{CircuitExec, PDL_LEVER};
 use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
 use crate::graphs::lifecycle::Graphs;
 use crate::layout::Layout;
-use crate::weights::HostWeights;
+use crate::weights::{check_checkpoint, HostWeights};
+use solder_config::Quantization;
 
 /// The plans of a build: the primaries in shape order, and the arms of the runtime routes
 /// whose plan differs from their primary's, each with its condition.
@@ -63,7 +64,7 @@ impl CircuitExec {
         };
         let instance = Instance::from_config_with(&config, serve, options)?;
         // Weights first: a checkpoint missing a tensor is refused before any plan is built.
-        let host = load_weights(&instance, weights)?;
+        let weights = load_weights(&instance, weights, config.quantization.as_ref())?;
         let available = Available {
             kernels: backend.kernel_names().into_iter().collect(),
             ..Available::default()
@@ -72,7 +73,7 @@ impl CircuitExec {
         let inv_freq = config.rope.inv_freq(config.head_dim);
         let served = planned.served();
         let layout = workspace::size(&instance, &served, config.vocab_size, inv_freq.len(), &kv)?;
-        let memory = workspace::allocate(backend, owned, &layout, host, &inv_freq)?;
+        let memory = workspace::allocate(backend, owned, &layout, weights, &inv_freq)?;
         let launch_order = launch_order(&policy);
         let targets = Targets {
             layout: &layout,
@@ -122,9 +123,15 @@ impl CircuitExec {
     }
 }
 
-/// The host weights of `source`, checked against the circuit's weight slots (the draft
-/// circuit, when served, extends the model's slots: one list for both).
-fn load_weights(instance: &Instance, source: WeightSource) -> Result<HostWeights, ExecError> {
+/// The weights of `source`, checked against the circuit's weight slots (the draft circuit,
+/// when served, extends the model's slots: one list for both): host bytes of the right
+/// lengths, or a checkpoint whose every slot was found with its shape and format (headers
+/// only: its tensors are read when streamed to the device).
+fn load_weights<'a>(
+    instance: &'a Instance,
+    source: WeightSource,
+    quantization: Option<&'a Quantization>,
+) -> Result<Weights<'a>, ExecError> {
     let storage = instance.storage();
     let host = match source {
         WeightSource::Checkpoint(dir) => {
@@ -132,7 +139,12 @@ fn load_weights(instance: &Instance, source: WeightSource) -> Result<HostWeights
             if instance.draft.is_some() {
                 check_draft_head(&checkpoint, &instance.serve().draft_widths)?;
             }
-            HostWeights::load(storage, &checkpoint)?
+            check_checkpoint(storage, &checkpoint, quantization)?;
+            return Ok(Weights::Checkpoint {
+                checkpoint,
+                circuit: storage,
+                quantization,
+            });
         }
         WeightSource::Host(w) => w,
         WeightSource::Random { seed } => HostWeights::random(storage, seed),
@@ -145,7 +157,7 @@ fn load_weights(instance: &Instance, source: WeightSource) -> Result<HostWeights
         )));
     }
     host.check_lengths(storage)?;
-    Ok(host)
+    Ok(Weights::Host(host))
 }
 
 /// A plan for every (mode, rows) of the serve shape, then an arm plan per (mode, rows) whose

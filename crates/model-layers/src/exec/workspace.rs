@@ -10,7 +10,9 @@
 
 use std::sync::Mutex;
 
+use solder_circuit::ir::Circuit;
 use solder_circuit::{ExecutionPlan, Instance};
+use solder_config::Quantization;
 use solder_gpu_runtime::{DevicePtr, GpuBackend};
 
 use super::boot::KvShape;
@@ -19,6 +21,7 @@ use super::owned::{Memory, Owned};
 use super::pools::Pools;
 use super::CircuitExec;
 use crate::bytes;
+use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
 use crate::layout::{check_state_bytes, Layout};
 use crate::program::Program;
@@ -59,13 +62,25 @@ pub(super) fn size(
     ))
 }
 
+/// Where a build's weights come from once checked: host bytes (seeded, or given), or a
+/// checkpoint streamed to the device part by part (`weights::stream`).
+pub(super) enum Weights<'a> {
+    Host(HostWeights),
+    Checkpoint {
+        checkpoint: Checkpoint,
+        circuit: &'a Circuit,
+        quantization: Option<&'a Quantization>,
+    },
+}
+
 /// Allocates the workspace (its counters zeroed), the weights and the state, and uploads the
-/// weights and rope's inv_freq; the host copy is dropped once uploaded.
+/// weights (a host copy is dropped once uploaded; a checkpoint is streamed, never held whole
+/// on the host) and rope's inv_freq.
 pub(super) fn allocate(
     backend: &mut dyn GpuBackend,
     owned: &mut Owned,
     layout: &Layout,
-    host: HostWeights,
+    source: Weights<'_>,
     inv_freq: &[f32],
 ) -> Result<Memory, ExecError> {
     let workspace = owned.alloc(backend, layout.workspace_bytes)?;
@@ -82,8 +97,28 @@ pub(super) fn allocate(
     }
     let weights = owned.alloc(backend, layout.weights_bytes)?;
     let kv = owned.alloc(backend, layout.state_bytes)?;
-    for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
-        backend.copy_h2d(weights.offset(*offset), bytes::bf16_bytes(slot))?;
+    match source {
+        Weights::Host(host) => {
+            for (slot, offset) in host.slots.iter().zip(&layout.weight_offsets) {
+                backend.copy_h2d(weights.offset(*offset), slot)?;
+            }
+        }
+        Weights::Checkpoint {
+            checkpoint,
+            circuit,
+            quantization,
+        } => {
+            crate::weights::stream::stream(
+                circuit,
+                &checkpoint,
+                quantization,
+                |slot, offset, part| -> Result<(), ExecError> {
+                    let at = layout.weight_offsets[slot] + offset;
+                    backend.copy_h2d(weights.offset(at), part)?;
+                    Ok(())
+                },
+            )?;
+        }
     }
     backend.copy_h2d(
         weights.offset(layout.inv_freq_offset),
