@@ -5,7 +5,8 @@
 //!
 //! A slot of shape `[..., n, k]` is a stack of `n × k` matrices (one per expert for a stacked
 //! slot, one for a plain linear weight). Each matrix is one blob of [`MatrixLayout::bytes`]
-//! bytes; matrix `e` starts at `e * MatrixLayout::stride` (256-byte aligned). A 1-D slot (a
+//! bytes; matrix `e` starts at `e * MatrixLayout::stride` (256-byte aligned for a quantized
+//! format; bf16 matrices are packed end to end, as they always were). A 1-D slot (a
 //! norm weight, a bias) is always [`WeightFormat::Bf16`].
 //!
 //! Dequantisation (the CPU twins define it; the CUDA kernels do the same arithmetic):
@@ -55,7 +56,8 @@ pub struct MatrixLayout {
     pub zeros: usize,
     /// Bytes of the whole blob (the end of its last region).
     pub bytes: usize,
-    /// Distance between consecutive matrices of a stacked slot: `bytes` rounded up to 256.
+    /// Distance between consecutive matrices of a stacked slot: `bytes` rounded up to 256 for
+    /// a quantized format; `bytes` for bf16 (stacked bf16 matrices are packed end to end).
     pub stride: usize,
 }
 
@@ -128,7 +130,11 @@ impl WeightFormat {
             zeros_offset,
             zeros,
             bytes,
-            stride: align(bytes)?,
+            stride: if self == WeightFormat::Bf16 {
+                bytes
+            } else {
+                align(bytes)?
+            },
         })
     }
 
@@ -204,5 +210,9 @@ mod tests {
         assert_eq!(f.slot_bytes(&[8, 64]), Some(one.bytes));
         assert_eq!(f.slot_bytes(&[3, 8, 64]), Some(3 * one.stride));
         assert_eq!(WeightFormat::Bf16.slot_bytes(&[5]), Some(10));
+        assert_eq!(
+            WeightFormat::Bf16.slot_bytes(&[3, 5, 7]),
+            Some(3 * 5 * 7 * 2)
+        );
     }
 }
