@@ -120,6 +120,7 @@ pub fn build(
         policy: Policy::default(),
         weights: WeightSource::Checkpoint(dir.to_path_buf()),
         kv,
+        precision: Default::default(),
     };
     Ok(CircuitExec::build(backend, boot)?)
 }

@@ -151,6 +151,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             policy,
             weights,
             kv,
+            precision: Default::default(),
         },
     )
     .map_err(|e| e.to_string())?;

@@ -168,6 +168,7 @@ fn build_draft(
                 policy: Policy::default(),
                 weights,
                 kv,
+                precision: Default::default(),
             };
             let t = Instant::now();
             draft_exec = Some(CircuitExec::build(backend, boot).map_err(|e| e.to_string())?);

@@ -28,6 +28,7 @@ fn draft_exec(backend: &mut CpuBackend) -> CircuitExec {
             policy: Policy::default(),
             weights: WeightSource::Random { seed: 7 },
             kv: roomy_kv(),
+            precision: Default::default(),
         },
     )
     .expect("draft exec")

@@ -39,6 +39,7 @@ fn build_draft(backend: &mut CpuBackend, widths: &[usize]) -> Result<CircuitExec
             policy: Policy::default(),
             weights: WeightSource::Random { seed: SEED },
             kv: roomy_kv(),
+            precision: Default::default(),
         },
     )
 }
@@ -407,6 +408,7 @@ fn draft_programs_are_refused_where_there_is_no_head() {
             policy: Policy::default(),
             weights: WeightSource::Random { seed: 1 },
             kv: roomy_kv(),
+            precision: Default::default(),
         },
     )
     .err()

@@ -37,6 +37,7 @@ fn the_cuda_sources_decode_at_position_262143_as_their_twins() {
             max_seq_len: POSITIONS,
             max_sequences: 2,
         },
+        precision: Default::default(),
     };
     let mut exec = CircuitExec::build(&mut backend, boot).unwrap();
     // A zeroed cache stands in for the 262,143 tokens before: only the last one's k and v are

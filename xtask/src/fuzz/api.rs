@@ -51,6 +51,7 @@ impl Api {
                     max_seq_len: 24,
                     max_sequences: 6,
                 },
+                precision: Default::default(),
             };
             execs.push(CircuitExec::build(&mut backend, boot).map_err(|e| format!("{name}: {e}"))?);
         }

@@ -102,6 +102,7 @@ pub fn build_exec_with(
         policy,
         weights,
         kv,
+        precision: Default::default(),
     };
     CircuitExec::build(backend, boot).map_err(|e| format!("{}: {e}", case.name))
 }

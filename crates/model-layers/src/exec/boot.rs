@@ -95,4 +95,8 @@ pub struct Boot {
     pub policy: Policy,
     pub weights: WeightSource,
     pub kv: KvShape,
+    /// Each weight's stored format: by default the checkpoint's own formats where a reference
+    /// kernel reads them (`PrecisionSpec::Policy(Tier::Native)`), else a tier or a per-tensor
+    /// table (`solder_circuit::precision`).
+    pub precision: solder_circuit::precision::PrecisionSpec,
 }

@@ -57,12 +57,14 @@ impl CircuitExec {
             policy,
             weights,
             kv,
+            precision,
         } = boot;
         kv.check()?;
         let options = CircuitOptions {
             kv_block_size: kv.block_size,
         };
-        let instance = Instance::from_config_with(&config, serve, options)?;
+        let instance =
+            Instance::from_config_precision(&config, serve, options, &precision, &rules)?;
         // Weights first: a checkpoint missing a tensor is refused before any plan is built.
         let weights = load_weights(&instance, weights, config.quantization.as_ref())?;
         let available = Available {

@@ -83,6 +83,7 @@ pub fn boot(config: ModelConfig, policy: Policy, weights: WeightSource, kv: KvSh
         policy,
         weights,
         kv,
+        precision: Default::default(),
     }
 }
 

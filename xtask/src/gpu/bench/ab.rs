@@ -140,6 +140,7 @@ pub fn measure(
         policy,
         weights: shared.source(),
         kv,
+        precision: Default::default(),
     };
     let mut execs = build_variants(backend, &name, &boot, variants, &mut failed)?;
     drop(shared);

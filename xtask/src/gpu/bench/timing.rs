@@ -168,6 +168,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             policy: Policy::default(),
             weights,
             kv,
+            precision: Default::default(),
         },
     )
     .map_err(|e| format!("{name}: {e}"))?;

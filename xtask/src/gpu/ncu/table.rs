@@ -350,6 +350,7 @@ mod tests {
                         max_seq_len: 32,
                         max_sequences: 4,
                     },
+                    precision: Default::default(),
                 },
             )
             .unwrap();

@@ -78,6 +78,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             max_seq_len: tokens.next_multiple_of(16),
             max_sequences: width + 1,
         },
+        precision: Default::default(),
     };
     let mut exec = CircuitExec::build(backend, boot()).map_err(|e| format!("{name}: {e}"))?;
     println!(
