@@ -3,6 +3,11 @@
 //! forward); for a model with an MTP draft head, optionally `mtp_logits` and
 //! `mtp_logits_bf16` (F32 \[T-1, V\]: the head's logits at the pairs (hidden\[p\], input_ids\[p+1\]),
 //! `tests/fixtures/golden/generate.py`'s `mtp_reference`).
+//!
+//! Each golden names the weight format of its checkpoint (`checkpoint_format`, from
+//! `config.json`'s `quantization_config`): `bf16` (none), `fp8-block`, `fp8-channel`,
+//! `fp8-tensor`, `awq` or `gptq` (`tests/fixtures/golden/generate_quant.py`'s cases); the
+//! parity table and its JSON carry it beside the figures.
 
 use std::path::Path;
 
@@ -19,6 +24,9 @@ pub struct Golden {
     /// The head alone: transformers' fp32 final hidden rows rounded to bf16 (`\[T, H\]`), and the
     /// head's logits over them `\[T-1, V\]`, fp32 then bf16.
     pub mtp_head: Option<MtpHeadGolden>,
+    /// The weight format of the checkpoint the golden was made from (`checkpoint_format`);
+    /// `bf16` until `for_checkpoint` reads it.
+    pub format: &'static str,
 }
 
 #[derive(Debug)]
@@ -77,11 +85,18 @@ impl Golden {
             vocab,
             mtp,
             mtp_head,
+            format: "bf16",
         };
         golden
             .validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(golden)
+    }
+
+    /// The golden of the checkpoint in `dir`: its format read from `dir/config.json`.
+    pub fn for_checkpoint(mut self, dir: &Path) -> Result<Golden, String> {
+        self.format = checkpoint_format(&dir.join("config.json"))?;
+        Ok(self)
     }
 
     /// Refuses a golden that cannot judge anything: a non-finite value in either tensor, or
@@ -118,20 +133,92 @@ impl Golden {
     /// The head-alone figures against `mtp_head_logits` (`ours` `\[(T-1) * V\]`).
     pub fn compare_mtp_head(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
         let h = self.mtp_head.as_ref()?;
-        Some(figures(ours, &h.logits, &h.logits_bf16, self.vocab))
+        Some(figures(
+            ours,
+            &h.logits,
+            &h.logits_bf16,
+            self.vocab,
+            self.format,
+        ))
     }
 
     /// The MTP head's figures against `mtp_logits` (`ours` `\[(T-1) * V\]`); None without them.
     pub fn compare_mtp(&self, ours: &[f32]) -> Option<Result<GoldenFigures, String>> {
         let (mtp, mtp_bf16) = self.mtp.as_ref()?;
-        Some(figures(ours, mtp, mtp_bf16, self.vocab))
+        Some(figures(ours, mtp, mtp_bf16, self.vocab, self.format))
     }
 
     /// `e`, `e_hf`, and the share of positions whose argmax matches the reference; `ours`
     /// must be `\[T * V\]` like the golden.
     pub fn compare(&self, ours: &[f32]) -> Result<GoldenFigures, String> {
-        figures(ours, &self.logits, &self.logits_bf16, self.vocab)
+        figures(
+            ours,
+            &self.logits,
+            &self.logits_bf16,
+            self.vocab,
+            self.format,
+        )
     }
+}
+
+/// The weight format a checkpoint's `config.json` declares, by its `quantization_config`:
+/// `bf16` without one (or with `null`); `fp8-block` for `quant_method: "fp8"`; for
+/// `compressed-tensors`, `fp8-channel` or `fp8-tensor` by its weight scheme's `strategy`;
+/// `awq`; `gptq`. Any other method, or a block that does not say, is an error naming it:
+/// the table never guesses a format.
+pub fn checkpoint_format(config: &Path) -> Result<&'static str, String> {
+    let text = crate::files::read_text(config)?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", config.display()))?;
+    quantization_format(doc.get("quantization_config"))
+        .map_err(|e| format!("{}: `quantization_config`: {e}", config.display()))
+}
+
+fn quantization_format(block: Option<&serde_json::Value>) -> Result<&'static str, String> {
+    let block = match block {
+        None | Some(serde_json::Value::Null) => return Ok("bf16"),
+        Some(b) => b,
+    };
+    let method = block
+        .get("quant_method")
+        .and_then(|m| m.as_str())
+        .ok_or("no `quant_method`")?;
+    Ok(match method {
+        "fp8" => "fp8-block",
+        "awq" => "awq",
+        "gptq" => "gptq",
+        "compressed-tensors" => {
+            let groups = block
+                .get("config_groups")
+                .and_then(|g| g.as_object())
+                .ok_or("compressed-tensors without `config_groups`")?;
+            let strategies: Vec<&str> = groups
+                .values()
+                .map(|g| {
+                    let w = &g["weights"];
+                    match (w["type"].as_str(), w["num_bits"].as_u64(), w["strategy"].as_str()) {
+                        (Some("float"), Some(8), Some("channel")) => Ok("fp8-channel"),
+                        (Some("float"), Some(8), Some("tensor")) => Ok("fp8-tensor"),
+                        _ => Err(format!("compressed-tensors weights {w} are not an fp8 channel or tensor scheme")),
+                    }
+                })
+                .collect::<Result<_, String>>()?;
+            match strategies.as_slice() {
+                [one, rest @ ..] if rest.iter().all(|s| s == one) => one,
+                [] => return Err("compressed-tensors with no config group".into()),
+                _ => {
+                    return Err(format!(
+                        "compressed-tensors groups of mixed schemes {strategies:?}"
+                    ))
+                }
+            }
+        }
+        other => {
+            return Err(format!(
+                "quant_method `{other}` is not a format solder names"
+            ))
+        }
+    })
 }
 
 /// Refuses a reference/bf16 pair that cannot judge anything: a non-finite value in either,
@@ -177,6 +264,7 @@ fn figures(
     reference: &[f32],
     bf16: &[f32],
     vocab: usize,
+    format: &'static str,
 ) -> Result<GoldenFigures, String> {
     let positions = reference.len() / vocab.max(1);
     if ours.len() != reference.len() {
@@ -201,6 +289,7 @@ fn figures(
         // NaN when either is NaN or e_hf is zero; `passes` refuses those by name.
         ratio: e / e_hf,
         top1,
+        format,
     })
 }
 
@@ -340,6 +429,8 @@ pub struct GoldenFigures {
     pub e_hf: f32,
     pub ratio: f32,
     pub top1: f64,
+    /// The checkpoint's weight format (`checkpoint_format`).
+    pub format: &'static str,
 }
 
 impl GoldenFigures {
@@ -472,6 +563,57 @@ mod tests {
             e.contains("/dev/zero") && e.contains("not a regular file"),
             "{e}"
         );
+    }
+
+    /// Every shipped golden names its format from its own config: the bf16 cases `bf16`, the
+    /// quantized cases under `quant/` theirs (`generate_quant.py`).
+    #[test]
+    fn each_shipped_golden_names_its_checkpoint_format() {
+        let root = crate::paths::workspace_root().join("tests/fixtures/golden");
+        assert_eq!(
+            checkpoint_format(&root.join("llama/config.json")),
+            Ok("bf16")
+        );
+        for (case, format) in [
+            ("llama_fp8", "fp8-block"),
+            ("qwen3_fp8", "fp8-block"),
+            ("qwen3_moe_fp8", "fp8-block"),
+            ("qwen3_next_fp8", "fp8-block"),
+            ("llama_fp8_channel", "fp8-channel"),
+            ("llama_awq", "awq"),
+            ("mistral_gptq", "gptq"),
+            ("qwen2_gptq_asym", "gptq"),
+        ] {
+            let dir = root.join("quant").join(case);
+            assert_eq!(
+                checkpoint_format(&dir.join("config.json")),
+                Ok(format),
+                "{case}"
+            );
+            let golden = Golden::load(&dir.join("golden.safetensors"))
+                .unwrap()
+                .for_checkpoint(&dir)
+                .unwrap();
+            let own = golden.compare(&golden.logits).unwrap();
+            assert_eq!((own.format, own.e), (format, 0.0), "{case}");
+        }
+    }
+
+    #[test]
+    fn an_unnamed_quantization_is_an_error_not_a_guess() {
+        let format = |v: serde_json::Value| quantization_format(Some(&v));
+        assert_eq!(format(serde_json::Value::Null), Ok("bf16"));
+        let e = format(serde_json::json!({ "quant_method": "bitsandbytes" })).unwrap_err();
+        assert!(e.contains("`bitsandbytes`"), "{e}");
+        assert!(format(serde_json::json!({ "bits": 4 }))
+            .unwrap_err()
+            .contains("quant_method"));
+        let int8 = serde_json::json!({ "quant_method": "compressed-tensors", "config_groups": {
+            "group_0": { "weights": { "type": "int", "num_bits": 8, "strategy": "channel" } } } });
+        assert!(format(int8).unwrap_err().contains("not an fp8"));
+        let tensor = serde_json::json!({ "quant_method": "compressed-tensors", "config_groups": {
+            "group_0": { "weights": { "type": "float", "num_bits": 8, "strategy": "tensor" } } } });
+        assert_eq!(format(tensor), Ok("fp8-tensor"));
     }
 
     #[test]

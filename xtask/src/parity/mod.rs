@@ -313,6 +313,12 @@ fn golden_cases(
         match skips::why_it_cannot_run(dir) {
             Some(reason) => {
                 let name = skips::folder_name(dir);
+                // The checkpoint's weight format leads the reason (a quantized golden can be
+                // refused before the loader reads it).
+                let reason = match golden::checkpoint_format(&dir.join("config.json")) {
+                    Ok(format) => format!("{format} checkpoint: {reason}"),
+                    Err(e) => format!("{reason} ({e})"),
+                };
                 let allowed = allow_skip.contains(&name.as_str());
                 skipped.push(skips::Skip {
                     name,
@@ -452,7 +458,7 @@ fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<
         config,
         weights: Weights::Checkpoint(dir.to_path_buf()),
         prompt,
-        golden,
+        golden: golden.map(|g| g.for_checkpoint(dir)).transpose()?,
         max_batch: None,
         levers: Default::default(),
     })

@@ -14,7 +14,8 @@ use super::speculative::{SpecFigures, DRAFTERS, KS};
 pub fn mtp_text(m: &super::mtp::MtpFigures) -> String {
     let golden_text = |what: &str, g: super::golden::GoldenFigures| {
         format!(
-            ", {what} e {:.4e} e_hf {:.4e} ratio {:.3} top1 {:.1}% {}",
+            ", {what} ({}) e {:.4e} e_hf {:.4e} ratio {:.3} top1 {:.1}% {}",
+            g.format,
             g.e,
             g.e_hf,
             g.ratio,
@@ -232,7 +233,8 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
     );
     if let Some(g) = &r.golden {
         println!(
-            "  golden: e {:.4e}  e_hf {:.4e}  ratio {:.3} (<= 1.5)  top1 {:.1}%  {}",
+            "  golden ({}): e {:.4e}  e_hf {:.4e}  ratio {:.3} (<= 1.5)  top1 {:.1}%  {}",
+            g.format,
             g.e,
             g.e_hf,
             g.ratio,
@@ -264,7 +266,10 @@ pub fn verdict_line(
     let verified: usize = reports.iter().map(|r| r.verified_plans).sum();
     let goldens: Vec<String> = reports
         .iter()
-        .filter_map(|r| r.golden.map(|g| format!("{} ratio {:.3}", r.name, g.ratio)))
+        .filter_map(|r| {
+            r.golden
+                .map(|g| format!("{} ({}) ratio {:.3}", r.name, g.format, g.ratio))
+        })
         .collect();
     let failed: Vec<&str> = reports
         .iter()
@@ -353,6 +358,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "detection": { "changed_at": r.detection.changed_at, "first_difference": r.detection.first_difference, "ok": r.detection.ok(), "verdict": detection_verdict(r) },
         "golden": r.golden.map(|g| json!({
+            "format": g.format,
             "e": float_json(g.e),
             "e_hf": float_json(g.e_hf),
             "ratio": float_json(g.ratio),
@@ -384,6 +390,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
             "reference_vs_all": diff_json(&m.ref_vs_fused),
             "target_unchanged": diff_json(&m.target_unchanged),
             "golden": m.golden.map(|g| json!({
+                "format": g.format,
                 "e": float_json(g.e),
                 "e_hf": float_json(g.e_hf),
                 "ratio": float_json(g.ratio),
@@ -391,6 +398,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
                 "ok": g.passes(),
             })),
             "golden_head_alone": m.golden_head.map(|g| json!({
+                "format": g.format,
                 "e": float_json(g.e),
                 "e_hf": float_json(g.e_hf),
                 "ratio": float_json(g.ratio),
