@@ -632,16 +632,16 @@ fn a_streamed_fp8_checkpoint_decodes_as_its_dequantised_host_weights() {
     let mut quantized = config(TINY_LLAMA);
     quantized.quantization = Some(quant);
     let mut backend = backend();
-    let streamed = CircuitExec::build(
-        &mut backend,
-        boot(
-            quantized,
-            Policy::default(),
-            WeightSource::Checkpoint(dir.path().to_path_buf()),
-            roomy_kv(),
-        ),
-    )
-    .expect("streamed build");
+    // The bf16 tier: every slot bf16, the fp8 tensor dequantised at load (the checkpoint
+    // stores only one linear quantized, which the native policy would refuse).
+    let mut streamed_boot = boot(
+        quantized,
+        Policy::default(),
+        WeightSource::Checkpoint(dir.path().to_path_buf()),
+        roomy_kv(),
+    );
+    streamed_boot.precision = solder_circuit::PrecisionSpec::Policy(solder_circuit::Tier::Bf16);
+    let streamed = CircuitExec::build(&mut backend, streamed_boot).expect("streamed build");
     let from_host = CircuitExec::build(
         &mut backend,
         boot(
