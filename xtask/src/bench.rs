@@ -25,6 +25,9 @@ const HELP: &str =
   --synth NAME       a random-weight model built in memory: llama-3.2-1b (the full shape),
                      llama-3.2-1b-l4 (its layer shape, 4 layers), llama-3.1-8b-l4 (Llama-3.1-8B's
                      layer shape, 4 layers; the full 8B does not fit this machine's memory)
+  --quant Q          with --synth only: the model as a quantized checkpoint of it would store
+                     it, every projection quantized, lm_head bf16: fp8 (block 128x128),
+                     fp8-channel, fp8-tensor, int4 (group 128) or int4-channel
   --save DIR         with --synth only: write it as a checkpoint (config.json,
                      model.safetensors) and stop, so another engine can run the same weights;
                      DIR must not exist or be empty (a checkpoint is never overwritten)
@@ -80,6 +83,7 @@ const OPTIONS: &[&str] = &[
     "speculative",
     "k",
     "levers",
+    "quant",
 ];
 
 /// The options `bench` takes as bare flags.
@@ -207,6 +211,13 @@ fn check_save(args: &Args) -> Result<(), String> {
 /// its name.
 fn model_of(args: &Args) -> Result<(ModelConfig, WeightSource, String), String> {
     Ok(match (args.value("model"), args.value("synth")) {
+        (Some(_), None) if args.value("quant").is_some() => {
+            return Err(
+                "`--quant` quantizes a --synth model's random weights; a checkpoint \
+                        keeps its own formats (its config.json's quantization_config)"
+                    .into(),
+            )
+        }
         (Some(dir), None) => {
             let dir = PathBuf::from(dir);
             let config = crate::files::model_config(&dir.join("config.json"))?;
@@ -218,8 +229,13 @@ fn model_of(args: &Args) -> Result<(ModelConfig, WeightSource, String), String> 
             (config, WeightSource::Checkpoint(dir), name)
         }
         (None, Some(synth)) => {
-            let config = synth_config(synth)?;
-            (config, WeightSource::Random { seed: 1 }, synth.to_string())
+            let mut config = synth_config(synth)?;
+            let mut name = synth.to_string();
+            if let Some(quant) = args.value("quant") {
+                config.quantization = Some(crate::plan::quantization_of(quant)?);
+                name = format!("{synth} ({quant})");
+            }
+            (config, WeightSource::Random { seed: 1 }, name)
         }
         _ => return Err("give one of --model DIR or --synth NAME (see --help)".into()),
     })

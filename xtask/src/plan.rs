@@ -206,7 +206,7 @@ fn repeat_times(
 
 /// The `quantization_config` a quantized checkpoint of the model would have, by `--quant`'s
 /// name, every projection quantized (none skipped).
-fn quantization_of(name: &str) -> Result<Quantization, String> {
+pub(crate) fn quantization_of(name: &str) -> Result<Quantization, String> {
     let fp8 = |strategy| Quantization::Fp8Compressed {
         strategy,
         targets: vec!["Linear".to_string()],
