@@ -329,6 +329,12 @@ fn golden_cases(
             None => {
                 let golden = Golden::load(&dir.join("golden.safetensors"))?;
                 cases.push(checkpoint_case(dir, Some(golden), tokens)?);
+                // Further goldens of the same checkpoint (another prompt): one case each.
+                for (name, path) in extra_goldens(dir)? {
+                    let mut case = checkpoint_case(dir, Some(Golden::load(&path)?), tokens)?;
+                    case.name = name;
+                    cases.push(case);
+                }
             }
         }
     }
@@ -342,6 +348,28 @@ fn golden_cases(
         ));
     }
     Ok(cases)
+}
+
+/// A golden folder's further goldens, `golden.<case>.safetensors`, by case name (sorted):
+/// another prompt over the same checkpoint, kept beside it rather than in a copy of it.
+fn extra_goldens(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut extra = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        let file = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if let Some(case) = file
+            .strip_prefix("golden.")
+            .and_then(|rest| rest.strip_suffix(".safetensors"))
+            .filter(|case| !case.is_empty())
+        {
+            extra.push((case.to_string(), path.clone()));
+        }
+    }
+    extra.sort();
+    Ok(extra)
 }
 
 /// The built-in models (`only` those named), each with a random prompt of its own length
