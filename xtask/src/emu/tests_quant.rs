@@ -156,11 +156,13 @@ fn quantized_gemv_entries_equal_their_twins_at_every_row_tile() {
     }
     let report = backend.emulation().unwrap().report();
     let mut seen = 0u64;
-    for entry in [LINEAR_FP8, LINEAR_INT4]
-        .map(|e| e.as_str())
-        .into_iter()
-        .chain([LM_HEAD_FP8, LM_HEAD_INT4].map(|e| e.as_str()))
-    {
+    let entries = [
+        LINEAR_FP8.as_str(),
+        LINEAR_INT4.as_str(),
+        LM_HEAD_FP8.as_str(),
+        LM_HEAD_INT4.as_str(),
+    ];
+    for entry in entries {
         let parity = &report[entry];
         assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
         seen += parity.launches;
