@@ -204,8 +204,11 @@ fn kernels_table(rules: &RuleSet) -> Result<String, String> {
             .filter(|r| r.kernels.iter().any(|k| k == decl.name))
             .map(|r| format!("`{}` ({})", r.id, r.numerics.describe()))
             .collect();
+        let format_entry = kernels::format_entries().find(|(entry, ..)| *entry == decl.name);
         let named = if named.is_empty() && kernels::PROGRAM_KERNELS.contains(&decl.name) {
             "none: every program's first launch (`program::compile`)".to_string()
+        } else if let (true, Some((_, kernel, format))) = (named.is_empty(), format_entry) {
+            format!("none: `{kernel}`'s entry for {format} weights (its emitter picks it)")
         } else {
             or_dash(&named)
         };

@@ -24,6 +24,7 @@ mod sealed {
     impl Sealed for f32 {}
     impl Sealed for i32 {}
     impl Sealed for u32 {}
+    impl Sealed for u8 {}
 }
 
 impl Element for bf16 {
@@ -37,6 +38,10 @@ impl Element for i32 {
 }
 impl Element for u32 {
     const NAME: &'static str = "u32";
+}
+/// Bytes: a quantized weight blob (`solder_circuit::format`).
+impl Element for u8 {
+    const NAME: &'static str = "u8";
 }
 
 /// A twin: reads its inputs and writes its outputs through the context.

@@ -448,3 +448,45 @@ __device__ __forceinline__ float silu_f32(float x) {
 __device__ __forceinline__ bf16 norm_value_zc(float v, float inv, bf16 w) {
     return to_bf16(__fmul_rn(__fmul_rn(v, inv), __fadd_rn(1.0f, to_f32(w))));
 }
+
+// ---- quantized weights (solder_circuit::format; the twin is numerics::dequant) --------------
+//
+// A quantized matrix is one blob: the values, then f32 scales, then (int4) u8 zero points, each
+// region at the next 256-byte boundary. A weight's bf16 value is one f32 product rounded once:
+// fp8 `bf16_rn(f32(e4m3(q)) * scale)`, int4 `bf16_rn(f32(q - z) * scale)`. Integer code only
+// (no __nv_fp8 intrinsics), so the host emulation runs the same source.
+
+// The start of the blob region after `bytes` bytes of the previous one.
+__device__ __forceinline__ unsigned long long quant_align(unsigned long long bytes) {
+    return (bytes + 255ull) & ~255ull;
+}
+
+// The f32 value of an FP8 e4m3 (e4m3fn) code: bias 7, no infinities, 0x7f/0xff the NaN.
+__device__ __forceinline__ float e4m3_to_f32(unsigned q) {
+    const unsigned sign = (q & 0x80u) << 24;
+    const unsigned exponent = (q >> 3) & 0xfu;
+    const unsigned mantissa = q & 0x7u;
+    if (exponent == 0xfu && mantissa == 0x7u) {
+        return __uint_as_float(0x7fc00000u);
+    }
+    if (exponent == 0u) { // subnormal: mantissa · 2^-9, exact
+        return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)mantissa, 0.001953125f)));
+    }
+    return __uint_as_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+
+// One fp8 weight's bf16 bits.
+__device__ __forceinline__ unsigned dequant_fp8_bits(unsigned q, float scale) {
+    return bf16_bits(to_bf16(__fmul_rn(e4m3_to_f32(q), scale)));
+}
+
+// One int4 weight's bf16 bits (q, z in 0..=15).
+__device__ __forceinline__ unsigned dequant_int4_bits(unsigned q, unsigned z, float scale) {
+    return bf16_bits(to_bf16(__fmul_rn((float)((int)q - (int)z), scale)));
+}
+
+// 8 bf16 bit patterns packed as `load8_bits` returns them (element 2i in the low half).
+__device__ __forceinline__ uint4 pack8_bits(const unsigned b[8]) {
+    return make_uint4(b[0] | (b[1] << 16), b[2] | (b[3] << 16), b[4] | (b[5] << 16),
+                      b[6] | (b[7] << 16));
+}

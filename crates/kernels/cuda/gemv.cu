@@ -244,6 +244,137 @@ struct MapHeadParts {
     }
 };
 
+// ---- weight rows: where a feature's weights come from, 8 bf16 at a time -------------------
+//
+// A row's `load8(i0, valid)` gives elements [i0, i0 + 8) as 8 packed bf16 bits (`load8_bits`'
+// packing), those at or past `valid` +0. A quantized row dequantises in registers (common.cuh
+// `dequant_*_bits`), so the dot reads exactly the dequantised bf16 matrix and its arithmetic is
+// the bf16 kernel's.
+
+struct RowBf16 {
+    const bf16* p;
+    bool vec;
+    __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        return load8_bits(p + i0, valid, vec);
+    }
+};
+
+// Row f of an fp8 e4m3 matrix: its codes and its block row of scales.
+struct RowFp8 {
+    const unsigned char* q;
+    const float* scales;
+    unsigned block_k;
+    __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        unsigned b[8];
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            b[e] = e < valid ? dequant_fp8_bits(q[i0 + e], scales[(i0 + e) / block_k]) : 0u;
+        }
+        return pack8_bits(b);
+    }
+};
+
+// Row f of an int4 matrix: its packed nibbles (the low one first) and its groups' scales and
+// zero points. i0 is even (chunks of 8), so element i0 + e is nibble e % 2 of byte (i0 + e) / 2.
+struct RowInt4 {
+    const unsigned char* q;
+    const float* scales;
+    const unsigned char* zeros;
+    unsigned group;
+    __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        unsigned b[8];
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            const unsigned i = i0 + e;
+            b[e] = 0u;
+            if (e < valid) { // nothing past the row is read
+                const unsigned nibble = ((unsigned)q[i >> 1] >> ((i & 1u) * 4u)) & 0xfu;
+                b[e] = dequant_int4_bits(nibble, zeros[i / group], scales[i / group]);
+            }
+        }
+        return pack8_bits(b);
+    }
+};
+
+// An `n × k` fp8 matrix blob (circuit::format `Fp8 { block_n, block_k }`).
+struct WFp8 {
+    const unsigned char* blob;
+    unsigned n;
+    unsigned block_n;
+    unsigned block_k;
+    using Row = RowFp8;
+    __device__ __forceinline__ RowFp8 row(unsigned f, unsigned k) const {
+        const float* scales =
+            reinterpret_cast<const float*>(blob + quant_align((unsigned long long)n * k));
+        const unsigned cols = (k + block_k - 1u) / block_k;
+        return RowFp8{blob + (unsigned long long)f * k,
+                      scales + (unsigned long long)(f / block_n) * cols, block_k};
+    }
+};
+
+// An `n × k` int4 matrix blob (circuit::format `Int4 { group }`).
+struct WInt4 {
+    const unsigned char* blob;
+    unsigned n;
+    unsigned group;
+    using Row = RowInt4;
+    __device__ __forceinline__ RowInt4 row(unsigned f, unsigned k) const {
+        const unsigned groups = (k + group - 1u) / group;
+        const unsigned long long scales_at = quant_align((unsigned long long)n * k / 2u);
+        const unsigned long long zeros_at =
+            quant_align(scales_at + (unsigned long long)n * groups * 4u);
+        const unsigned long long g0 = (unsigned long long)f * groups;
+        return RowInt4{blob + (unsigned long long)f * k / 2u,
+                       reinterpret_cast<const float*>(blob + scales_at) + g0,
+                       blob + zeros_at + g0, group};
+    }
+};
+
+// A one-matrix map (`MapLinear`, `MapLogits`, `MapResidual`) whose weight is quantized: the
+// base map stores, the matrix W hands the rows.
+template <class Base, class W>
+struct MapQuant {
+    Base base;
+    W w;
+    using Row = typename W::Row;
+    __device__ __forceinline__ void weights(unsigned f, unsigned k, Row* out) const {
+        out[0] = w.row(f, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        base.store(r, f, s);
+    }
+};
+
+// The weight rows of feature f as rows with `load8`: a map with a `Row` type hands them
+// (`weights`); a bf16 map's `rows` pointers become `RowBf16`s.
+template <class T>
+struct VoidOf {
+    using type = void;
+};
+template <class Map, class = void>
+struct WeightRows {
+    using Row = RowBf16;
+    template <unsigned NW>
+    __device__ __forceinline__ static void get(const Map& map, unsigned f, unsigned k,
+                                               Row (&out)[NW]) {
+        const bf16* p[NW];
+        map.rows(f, k, p);
+#pragma unroll
+        for (unsigned n = 0; n < NW; ++n) {
+            out[n] = RowBf16{p[n], aligned16(p[n])};
+        }
+    }
+};
+template <class Map>
+struct WeightRows<Map, typename VoidOf<typename Map::Row>::type> {
+    using Row = typename Map::Row;
+    template <unsigned NW>
+    __device__ __forceinline__ static void get(const Map& map, unsigned f, unsigned k,
+                                               Row (&out)[NW]) {
+        map.weights(f, k, out);
+    }
+};
+
 // ---- the projection body -------------------------------------------------------------------
 
 // The end of a dot segment (DOT_SEG, common.cuh): for each weight row n and row rr, the
@@ -284,13 +415,8 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
         const bool active = fb * GEMV_WARPS + warp < features;
         const unsigned f = f_base + (active ? fb * GEMV_WARPS + warp : 0u);
         const bool store_sum = sum_block && fb == fb0;
-        const bf16* wrow[NW];
-        map.rows(f, k, wrow);
-        bool vec[NW];
-#pragma unroll
-        for (unsigned n = 0; n < NW; ++n) {
-            vec[n] = aligned16(wrow[n]);
-        }
+        typename WeightRows<Map>::Row wrow[NW];
+        WeightRows<Map>::get(map, f, k, wrow);
         float acc[NW][RT]; // this dot segment's lane partials
         float tot[NW];     // lane rr: row rr's dot so far (`dot_fold` of the segment sums)
 #pragma unroll
@@ -311,8 +437,7 @@ __device__ __forceinline__ void gemv_block(const Src& src, const Map& map, unsig
                 const unsigned valid = i0 < k ? min(8u, k - i0) : 0u;
 #pragma unroll
                 for (unsigned n = 0; n < NW; ++n) {
-                    wbits[n][j] = (active && valid > 0u) ? load8_bits(wrow[n] + i0, valid, vec[n])
-                                                         : zero;
+                    wbits[n][j] = (active && valid > 0u) ? wrow[n].load8(i0, valid) : zero;
                 }
             }
             __syncthreads(); // the previous pass's readers are done with xs
@@ -791,6 +916,53 @@ GEMV_KERNEL lm_head(const bf16* __restrict__ x, const bf16* __restrict__ w,
                     float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
                     float* __restrict__ scratch) {
     gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+}
+
+// ---- quantized weights: the reference kernels reading an fp8 or int4 blob -------------------
+//
+// w is one blob laid out as circuit::format says (codes, then scales, then zero points), the
+// format's parameters scalar arguments after the dimensions. Each weight is dequantised to
+// bf16 in registers (`RowFp8`, `RowInt4`), then the bf16 kernel's arithmetic runs unchanged:
+// the bytes of `linear` / `lm_head` on the dequantised matrix. Classic shape only.
+
+// x bf16[rows·k], w fp8 blob [n_out·k] (scales of block_n × block_k), bias bf16[n_out]? → y.
+GEMV_KERNEL linear_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                       const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                       unsigned k, unsigned n_out, unsigned block_n, unsigned block_k) {
+    gemv_run<1>(XRows{x},
+                MapQuant<MapLinear, WFp8>{MapLinear{nullptr, bias, y, n_out},
+                                          WFp8{w, n_out, block_n, block_k}},
+                rows, k, n_out, nullptr);
+}
+
+// x bf16[rows·k], w int4 blob [n_out·k] (scales and zero points per group), bias? → y.
+GEMV_KERNEL linear_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                        const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                        unsigned k, unsigned n_out, unsigned group) {
+    gemv_run<1>(XRows{x},
+                MapQuant<MapLinear, WInt4>{MapLinear{nullptr, bias, y, n_out},
+                                           WInt4{w, n_out, group}},
+                rows, k, n_out, nullptr);
+}
+
+// x bf16[rows·k], w fp8 blob [vocab·k] → logits f32[rows·vocab].
+GEMV_KERNEL lm_head_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                        float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                        unsigned block_n, unsigned block_k) {
+    gemv_run<1>(XRows{x},
+                MapQuant<MapLogits, WFp8>{MapLogits{nullptr, logits, vocab},
+                                          WFp8{w, vocab, block_n, block_k}},
+                rows, k, vocab, nullptr);
+}
+
+// x bf16[rows·k], w int4 blob [vocab·k] → logits f32[rows·vocab].
+GEMV_KERNEL lm_head_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                         float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                         unsigned group) {
+    gemv_run<1>(XRows{x},
+                MapQuant<MapLogits, WInt4>{MapLogits{nullptr, logits, vocab},
+                                           WInt4{w, vocab, group}},
+                rows, k, vocab, nullptr);
 }
 
 // ---- fused kernels -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ pub fn to_bf16(x: f32) -> bf16 {
 }
 
 mod attention;
+pub mod dequant;
 mod reduce;
 
 pub use attention::{attend, AttendScratch};

@@ -201,4 +201,6 @@ mod tests_positions;
 #[cfg(test)]
 mod tests_prefetch;
 #[cfg(test)]
+mod tests_quant;
+#[cfg(test)]
 mod tests_split;

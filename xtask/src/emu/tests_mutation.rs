@@ -17,7 +17,10 @@ use super::tests::{run, upload};
 
 /// Builds `module` from its source with each `from` (which must occur exactly once) replaced
 /// by its `to`, into a fresh folder; returns the folder.
-fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
+pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
+    // One folder per call: tests of one module run side by side.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let root = crate::paths::workspace_root();
     let path = super::generate::source_path(&root, module);
     let mut source = std::fs::read_to_string(&path).unwrap();
@@ -29,8 +32,10 @@ fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
         );
         source = source.replace(from, to);
     }
-    let dir =
-        std::env::temp_dir().join(format!("solder-emu-mutant-{module}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "solder-emu-mutant-{module}-{}-{call}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let mutant = dir.join(format!("{module}.cu"));
     std::fs::write(&mutant, source).unwrap();
@@ -66,7 +71,7 @@ fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
 
 /// Runs `launch` (built on `backend`'s buffers) in shadow mode against the emulation of
 /// `module` in `dir`, then against the unmutated modules; returns the kernel's two records.
-fn shadow(
+pub(super) fn shadow(
     dir: &Path,
     module: &str,
     backend: &mut CpuBackend,
@@ -85,7 +90,7 @@ fn shadow(
     (mutant, original)
 }
 
-fn values(n: u32, seed: u64) -> Vec<u8> {
+pub(super) fn values(n: u32, seed: u64) -> Vec<u8> {
     let mut state = seed;
     (0..n)
         .flat_map(|_| {

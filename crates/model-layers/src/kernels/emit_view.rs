@@ -8,7 +8,9 @@
 
 use std::cell::RefCell;
 
-use solder_circuit::ir::{Attr, Binding, Circuit, MetaField, Op, StateId, TensorId, WeightId};
+use solder_circuit::ir::{
+    Attr, Binding, Circuit, MetaField, Op, StateId, TensorId, WeightId, WeightSlot,
+};
 use solder_circuit::{Group, Mode, OpKind};
 use solder_config::Levers;
 
@@ -241,6 +243,22 @@ impl<'a> View<'a> {
             .get(index)
             .map(|w| self.bind.weight(*w))
             .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
+    }
+
+    /// The slot of every weight of every op of the group (names and stored formats).
+    pub fn weight_slots(&self) -> impl Iterator<Item = &'a WeightSlot> + 'a {
+        let circuit = self.bind.circuit();
+        self.group
+            .nodes
+            .iter()
+            .flat_map(move |n| circuit.op(*n).weights.iter())
+            .filter_map(move |w| circuit.weights.get(w.0 as usize))
+    }
+
+    /// The slot of weight `index` of `op` (its name and stored format), if it has one.
+    pub fn weight_slot(&self, op: &Op, index: usize) -> Option<&'a WeightSlot> {
+        let w = op.weights.get(index)?;
+        self.bind.circuit().weights.get(w.0 as usize)
     }
 
     pub fn weight_opt(&self, op: &Op, index: usize) -> Option<Buf> {

@@ -117,6 +117,13 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
 /// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).
 pub const PROGRAM_KERNELS: &[&str] = &[gemv::COUNTERS_RESET.as_str()];
 
+/// Entries that read a quantized weight, each with the kernel whose emitter launches it for a
+/// slot of that format and the format's kind (`gemv::linear_fp8` for `gemv::linear`, "fp8").
+/// No rule names them: rules name the kernel, with the formats it reads.
+pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    gemv::FORMAT_ENTRIES.iter().copied()
+}
+
 /// The kernel `entry` is a variant of, if it is one.
 pub fn variant_of(entry: &str) -> Option<&'static str> {
     variants().find(|(v, _)| *v == entry).map(|(_, base)| base)

@@ -14,7 +14,7 @@ use super::{registry, ParamKind};
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CudaParam {
     name: String,
-    /// `bf16`, `f32`, `i32`, `u32`.
+    /// `bf16`, `f32`, `i32`, `u32`, `u8`.
     elem: &'static str,
     pointer: bool,
     constant: bool,
@@ -44,6 +44,7 @@ fn c_type(words: &[&str]) -> Result<&'static str, String> {
         ["float"] => Ok("f32"),
         ["int"] | ["int32_t"] => Ok("i32"),
         ["unsigned"] | ["unsigned", "int"] | ["uint32_t"] => Ok("u32"),
+        ["unsigned", "char"] | ["uint8_t"] => Ok("u8"),
         other => Err(format!("unknown CUDA parameter type {other:?}")),
     }
 }

@@ -2,10 +2,11 @@
 //! (`shape`), with the stream's split-K scratch slot when the shape splits (a slot too small
 //! for it is an error naming the kernel and both sizes, never an unsplit launch).
 
-use solder_circuit::ir::{MetaField, Op};
-use solder_circuit::OpKind;
+use solder_circuit::ir::{MetaField, Op, WeightSlot};
+use solder_circuit::{OpKind, WeightFormat};
 use solder_config::Levers;
 
+use super::quant::*;
 use super::*;
 use crate::error::ExecError;
 use crate::kernels::decl::Shape;
@@ -52,9 +53,13 @@ split_args!(
     QkvRopeKv,
 );
 
-/// The launch of `args` in the shape their declaration answers under the build's levers.
+/// The launch of `args` in the shape their declaration answers under the build's levers; an
+/// error when a weight of the group is not bf16 (these entries read bf16 only).
 fn launch<K: Split>(v: &View<'_>, mut args: K) -> Result<Launch, ExecError> {
     let shape = args.shape(v.levers());
+    if let Some(slot) = v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
+        return Err(no_entry(v, shape.entry.as_str(), slot));
+    }
     if shape.scratch_bytes > 0 {
         let entry = shape.entry.as_str();
         args.set_scratch(v.gemv_scratch(entry, shape.splits, shape.scratch_bytes)?);
@@ -62,19 +67,77 @@ fn launch<K: Split>(v: &View<'_>, mut args: K) -> Result<Launch, ExecError> {
     Ok(args.launch_in(shape))
 }
 
+/// The error of a kernel (`entry`) launched on a weight slot whose format it has no entry for:
+/// never a bf16 read of quantized bytes.
+fn no_entry(v: &View<'_>, entry: &str, slot: &WeightSlot) -> ExecError {
+    let kernel = crate::kernels::variant_of(entry).unwrap_or(entry);
+    v.err(format!(
+        "weight `{}` is stored as {} ({}), but `{kernel}` reads only {}",
+        slot.name,
+        slot.format,
+        slot.format.kind(),
+        formats(kernel).join(", ")
+    ))
+}
+
+/// The format of weight `index` of `op` (bf16 when it has no slot).
+fn format_of(v: &View<'_>, op: &Op, index: usize) -> WeightFormat {
+    v.weight_slot(op, index)
+        .map_or(WeightFormat::Bf16, |s| s.format)
+}
+
+/// `linear`, or its entry for the weight's format (`linear_fp8`, `linear_int4`).
 pub(super) fn emit_linear(v: &View<'_>) -> R {
     let l = v.op(OpKind::Linear, None)?;
-    let args = Linear {
-        x: v.input(l, 0)?,
-        w: v.weight(l, 0)?,
-        bias: v.weight_opt(l, 1),
-        y: v.output(l, 0)?,
-        rows: v.rows(),
-        k: v.u32(l, "in")?,
-        n_out: v.u32(l, "out")?,
-        scratch: None,
+    let (x, w, bias, y) = (
+        v.input(l, 0)?,
+        v.weight(l, 0)?,
+        v.weight_opt(l, 1),
+        v.output(l, 0)?,
+    );
+    let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
+    let launch = match format_of(v, l, 0) {
+        WeightFormat::Bf16 => {
+            let scratch = None;
+            launch(
+                v,
+                Linear {
+                    x,
+                    w,
+                    bias,
+                    y,
+                    rows,
+                    k,
+                    n_out,
+                    scratch,
+                },
+            )?
+        }
+        WeightFormat::Fp8 { block_n, block_k } => LinearFp8 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            block_n,
+            block_k,
+        }
+        .launch(LINEAR_FP8),
+        WeightFormat::Int4 { group } => LinearInt4 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            group,
+        }
+        .launch(LINEAR_INT4),
     };
-    Ok(vec![launch(v, args)?])
+    Ok(vec![launch])
 }
 
 pub(super) fn emit_lm_head(v: &View<'_>) -> R {
@@ -86,16 +149,49 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
             (r, v.u32(r, "experts")?)
         }
     };
-    let args = LmHead {
-        x: v.input(h, 0)?,
-        w: v.weight(h, 0)?,
-        logits: v.output(h, 0)?,
-        rows: v.rows(),
-        k: v.u32(h, "hidden")?,
-        vocab,
-        scratch: None,
+    let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
+    let (rows, k) = (v.rows(), v.u32(h, "hidden")?);
+    let launch = match format_of(v, h, 0) {
+        WeightFormat::Bf16 => {
+            let scratch = None;
+            launch(
+                v,
+                LmHead {
+                    x,
+                    w,
+                    logits,
+                    rows,
+                    k,
+                    vocab,
+                    scratch,
+                },
+            )?
+        }
+        WeightFormat::Fp8 { block_n, block_k } => {
+            let args = LmHeadFp8 {
+                x,
+                w,
+                logits,
+                rows,
+                k,
+                vocab,
+                block_n,
+                block_k,
+            };
+            args.launch(LM_HEAD_FP8)
+        }
+        WeightFormat::Int4 { group } => LmHeadInt4 {
+            x,
+            w,
+            logits,
+            rows,
+            k,
+            vocab,
+            group,
+        }
+        .launch(LM_HEAD_INT4),
     };
-    Ok(vec![launch(v, args)?])
+    Ok(vec![launch])
 }
 
 pub(super) fn emit_norm_linear(v: &View<'_>) -> R {

@@ -35,6 +35,9 @@
 
 mod emit;
 pub(crate) mod matvec;
+pub mod quant;
+#[cfg(test)]
+mod quant_emit_tests;
 mod reset;
 pub mod shape;
 pub mod split;
@@ -50,6 +53,10 @@ use super::decl::{kernel, Name};
 use emit::*;
 use shape::{gemv_config, qkv_features, qkv_heads_config, Dims};
 
+pub use quant::{
+    formats, LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, FORMAT_ENTRIES, KERNEL_FORMATS,
+    LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8, LM_HEAD_INT4,
+};
 pub use reset::{counters_reset_launch, CountersReset, ScratchRegions, COUNTERS_RESET};
 pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};
 pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
@@ -378,6 +385,10 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LinearResidualAdd::DECLS,
     AddNormLmHead::DECLS,
     QkvRopeKv::DECLS,
+    quant::LinearFp8::DECLS,
+    quant::LinearInt4::DECLS,
+    quant::LmHeadFp8::DECLS,
+    quant::LmHeadInt4::DECLS,
     reset::CountersReset::DECLS,
 ];
 

@@ -20,15 +20,20 @@ use crate::numerics::{linear_value, residual_value, silu_mul_value};
 
 /// One projection's weights `[n]\[k\]` and optional bias `\[n\]`.
 #[derive(Clone, Copy)]
-struct Proj<'a> {
+pub(super) struct Proj<'a> {
     w: &'a [bf16],
     bias: Option<&'a [bf16]>,
     n: usize,
 }
 
-impl Proj<'_> {
+impl<'a> Proj<'a> {
+    /// Weights `[n]\[k\]` already read (a dequantised matrix) and the optional bias.
+    pub(super) fn new(w: &'a [bf16], bias: Option<&'a [bf16]>, n: usize) -> Proj<'a> {
+        Proj { w, bias, n }
+    }
+
     /// Weights `[n]\[k\]` and the optional bias `\[n\]`.
-    fn read<'a>(
+    fn read(
         ctx: &TwinCtx<'_>,
         w: In<'a, bf16>,
         bias: InOpt<'a, bf16>,
@@ -54,7 +59,14 @@ impl Proj<'_> {
 }
 
 /// The linear projection of every row of `x` (`[rows]\[k\]`) into `y` (`[rows]\[p.n\]`).
-fn project(ctx: &TwinCtx<'_>, x: &[bf16], rows: usize, k: usize, p: Proj<'_>, y: &mut [bf16]) {
+pub(super) fn project(
+    ctx: &TwinCtx<'_>,
+    x: &[bf16],
+    rows: usize,
+    k: usize,
+    p: Proj<'_>,
+    y: &mut [bf16],
+) {
     let threads = threads_for(ctx, macs(&[rows, k, p.n]));
     let xs = Widened::new(x, k);
     for_each_dot(
@@ -163,7 +175,7 @@ fn gate_up(
 }
 
 /// logits\[r\]\[o\] = dot(x\[r\], w\[o\]).
-fn logits(
+pub(super) fn logits(
     ctx: &TwinCtx<'_>,
     x: &[bf16],
     rows: usize,

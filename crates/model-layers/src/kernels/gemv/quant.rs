@@ -1,0 +1,206 @@
+//! The gemv entries that read a quantized weight (`solder_circuit::format`): `linear_fp8`,
+//! `linear_int4`, `lm_head_fp8`, `lm_head_int4`, each the bf16 kernel on the dequantised
+//! matrix. Format entries of their kernel, not rules' kernels: `gemv::linear`'s emitter launches
+//! `linear_fp8` for an fp8 slot (`FORMAT_ENTRIES`), and a gemv kernel with no entry for its
+//! slot's format is an emit error naming kernel, tensor and format (`emit::weight_of`).
+//!
+//! The weight argument is the slot's blob (one pointer), the format's parameters scalar
+//! arguments after the dimensions. Classic shape only (one block per 8 features and 8 rows,
+//! `gemv_config`): the streaming and split-K entries stay bf16-only, so `shape` never picks
+//! them for a quantized slot.
+//!
+//! Invariant: a twin here dequantises each weight row with `numerics::dequant::dequant_row`
+//! and runs the bf16 twin's arithmetic (`twin::project`, `twin::logits`) on the result, so its
+//! bytes equal the bf16 kernel's on the dequantised matrix.
+
+use half::bf16;
+use solder_circuit::WeightFormat;
+use solder_gpu_runtime::{GpuError, TwinCtx};
+
+use super::emit::{emit_linear, emit_lm_head};
+use super::shape::gemv_config;
+use super::twin::{logits, project, Proj};
+use crate::kernels::args::{size, In};
+use crate::kernels::decl::kernel;
+use crate::numerics::dequant::dequant_row;
+
+kernel! {
+    /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
+    /// bias bf16\[n_out\]? → y bf16\[rows·n_out\].
+    pub struct LinearFp8 / LinearFp8Args {
+        x: In<bf16>,
+        w: In<u8>,
+        bias: InOpt<bf16>,
+        y: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+        block_n: U32,
+        block_k: U32,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    LINEAR_FP8 = "gemv::linear_fp8" => twin linear_fp8, emit emit_linear;
+}
+
+kernel! {
+    /// x bf16\[rows·k\], w an int4 blob \[n_out·k\] (f32 scales and u8 zero points per
+    /// `group`), bias bf16\[n_out\]? → y bf16\[rows·n_out\].
+    pub struct LinearInt4 / LinearInt4Args {
+        x: In<bf16>,
+        w: In<u8>,
+        bias: InOpt<bf16>,
+        y: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+        group: U32,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows);
+    LINEAR_INT4 = "gemv::linear_int4" => twin linear_int4, emit emit_linear;
+}
+
+kernel! {
+    /// x bf16\[rows·k\], w an fp8 blob \[vocab·k\] → logits f32\[rows·vocab\].
+    pub struct LmHeadFp8 / LmHeadFp8Args {
+        x: In<bf16>,
+        w: In<u8>,
+        logits: Out<f32>,
+        rows: U32,
+        k: U32,
+        vocab: U32,
+        block_n: U32,
+        block_k: U32,
+    }
+    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    LM_HEAD_FP8 = "gemv::lm_head_fp8" => twin lm_head_fp8, emit emit_lm_head;
+}
+
+kernel! {
+    /// x bf16\[rows·k\], w an int4 blob \[vocab·k\] → logits f32\[rows·vocab\].
+    pub struct LmHeadInt4 / LmHeadInt4Args {
+        x: In<bf16>,
+        w: In<u8>,
+        logits: Out<f32>,
+        rows: U32,
+        k: U32,
+        vocab: U32,
+        group: U32,
+    }
+    grid(a) = gemv_config(a.vocab as u64, a.rows);
+    LM_HEAD_INT4 = "gemv::lm_head_int4" => twin lm_head_int4, emit emit_lm_head;
+}
+
+/// Each quantized entry: (entry, the kernel it serves, the format kind it reads).
+pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
+    (LINEAR_FP8.as_str(), super::LINEAR.as_str(), "fp8"),
+    (LINEAR_INT4.as_str(), super::LINEAR.as_str(), "int4"),
+    (LM_HEAD_FP8.as_str(), super::LM_HEAD.as_str(), "fp8"),
+    (LM_HEAD_INT4.as_str(), super::LM_HEAD.as_str(), "int4"),
+];
+
+/// The weight formats each gemv kernel reads (`WeightFormat::kind` names; FUSIONS.toml's
+/// `formats` of its rules must not list more). A kernel not listed reads bf16 only.
+pub const KERNEL_FORMATS: &[(&str, &[&str])] = &[
+    (super::LINEAR.as_str(), &["bf16", "fp8", "int4"]),
+    (super::LM_HEAD.as_str(), &["bf16", "fp8", "int4"]),
+];
+
+/// The formats `kernel` reads: its `KERNEL_FORMATS` entry, else bf16 only.
+pub fn formats(kernel: &str) -> &'static [&'static str] {
+    KERNEL_FORMATS
+        .iter()
+        .find(|(k, _)| *k == kernel)
+        .map_or(&["bf16"], |(_, formats)| formats)
+}
+
+/// The `n × k` matrix in blob `w` (stored as `format`), dequantised to bf16 row by row.
+fn dequantised(
+    ctx: &TwinCtx<'_>,
+    w: In<'_, u8>,
+    format: WeightFormat,
+    n: usize,
+    k: usize,
+) -> Result<Vec<bf16>, GpuError> {
+    let layout = format.check(n, k).map_err(|e| w.at.bad(e))?;
+    let blob = w.len(layout.bytes)?;
+    let mut matrix = vec![bf16::ZERO; size(ctx, &[n, k])?];
+    if k > 0 {
+        for (f, row) in matrix.chunks_exact_mut(k).enumerate() {
+            dequant_row(format, blob, n, k, f, row);
+        }
+    }
+    Ok(matrix)
+}
+
+fn linear_quant(
+    ctx: &TwinCtx<'_>,
+    (rows, k, n): (usize, usize, usize),
+    x: In<'_, bf16>,
+    w: In<'_, u8>,
+    bias: Option<&[bf16]>,
+    y: &mut [bf16],
+    format: WeightFormat,
+) -> Result<(), GpuError> {
+    let x = x.len(size(ctx, &[rows, k])?)?;
+    let matrix = dequantised(ctx, w, format, n, k)?;
+    project(ctx, x, rows, k, Proj::new(&matrix, bias, n), y);
+    Ok(())
+}
+
+fn linear_fp8(a: LinearFp8Args<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    let format = WeightFormat::Fp8 {
+        block_n: a.block_n.get(),
+        block_k: a.block_k.get(),
+    };
+    let bias = a.bias.len(n)?;
+    let y = a.y.len(size(ctx, &[rows, n])?)?;
+    linear_quant(ctx, (rows, k, n), a.x, a.w, bias, y, format)
+}
+
+fn linear_int4(a: LinearInt4Args<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    let format = WeightFormat::Int4 {
+        group: a.group.get(),
+    };
+    let bias = a.bias.len(n)?;
+    let y = a.y.len(size(ctx, &[rows, n])?)?;
+    linear_quant(ctx, (rows, k, n), a.x, a.w, bias, y, format)
+}
+
+fn lm_head_quant(
+    ctx: &TwinCtx<'_>,
+    (rows, k, vocab): (usize, usize, usize),
+    x: In<'_, bf16>,
+    w: In<'_, u8>,
+    out: &mut [f32],
+    format: WeightFormat,
+) -> Result<(), GpuError> {
+    let x = x.len(size(ctx, &[rows, k])?)?;
+    let matrix = dequantised(ctx, w, format, vocab, k)?;
+    logits(ctx, x, rows, k, &matrix, vocab, out);
+    Ok(())
+}
+
+fn lm_head_fp8(a: LmHeadFp8Args<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, vocab) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?);
+    let format = WeightFormat::Fp8 {
+        block_n: a.block_n.get(),
+        block_k: a.block_k.get(),
+    };
+    let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    lm_head_quant(ctx, (rows, k, vocab), a.x, a.w, out, format)
+}
+
+fn lm_head_int4(a: LmHeadInt4Args<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, vocab) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?);
+    let format = WeightFormat::Int4 {
+        group: a.group.get(),
+    };
+    let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    lm_head_quant(ctx, (rows, k, vocab), a.x, a.w, out, format)
+}

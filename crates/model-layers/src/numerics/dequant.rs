@@ -1,0 +1,323 @@
+//! Dequantisation of one weight row stored in a [`WeightFormat`] blob (the layout
+//! `solder_circuit::format` fixes), and the reference quantiser tests and seeded weights use to
+//! write such blobs.
+//!
+//! Invariant: [`dequant_row`] is the one definition of a quantized weight's bf16 value; every
+//! CPU twin reading a quantized slot calls it, and the CUDA kernels (`common.cuh`'s
+//! `e4m3_to_f32`, `dequant_fp8`, `dequant_int4`) do the same arithmetic: fp8
+//! `bf16_rn(f32(e4m3(q)) * scale)`, int4 `bf16_rn(f32(q - z) * scale)`, one f32 product each.
+
+use half::bf16;
+use solder_circuit::WeightFormat;
+
+use super::to_bf16;
+
+/// The f32 value of an FP8 e4m3 (OCP "e4m3fn") code: bias 7, no infinities, 0x7f/0xff NaN
+/// (returned as the canonical quiet NaN). Integer code, as the CUDA twin is.
+pub fn e4m3_to_f32(q: u8) -> f32 {
+    let sign = ((q as u32) & 0x80) << 24;
+    let exponent = ((q >> 3) & 0xf) as u32;
+    let mantissa = (q & 0x7) as u32;
+    let magnitude = if exponent == 0xf && mantissa == 0x7 {
+        return f32::from_bits(0x7fc0_0000);
+    } else if exponent == 0 {
+        // Subnormal: mantissa · 2^-9, exact in f32.
+        (mantissa as f32 * (1.0 / 512.0)).to_bits()
+    } else {
+        ((exponent + 120) << 23) | (mantissa << 20)
+    };
+    f32::from_bits(sign | magnitude)
+}
+
+/// The e4m3 code nearest to `x` (ties to the even code), saturating at ±448; NaN → 0x7f.
+pub fn f32_to_e4m3(x: f32) -> u8 {
+    if x.is_nan() {
+        return 0x7f;
+    }
+    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+    let magnitude = x.abs();
+    // Positive codes 0..=0x7e are ordered by value; pick the nearest, ties to the even code.
+    let mut best = 0u8;
+    let mut best_err = f32::INFINITY;
+    for code in 0u8..=0x7e {
+        let err = (e4m3_to_f32(code) - magnitude).abs();
+        if err < best_err || (err == best_err && code % 2 == 0) {
+            best = code;
+            best_err = err;
+        }
+    }
+    sign | best
+}
+
+/// Row `f` of the `n × k` matrix stored in `blob` (laid out as `format.layout(n, k)` says),
+/// dequantised to bf16 into `out[..k]`. A bf16 blob is read as little-endian bf16.
+///
+/// Panics when `blob` is shorter than the layout or `out` shorter than `k` (callers hold a
+/// blob the layout sized).
+pub fn dequant_row(
+    format: WeightFormat,
+    blob: &[u8],
+    n: usize,
+    k: usize,
+    f: usize,
+    out: &mut [bf16],
+) {
+    let layout = format
+        .layout(n, k)
+        .expect("dequant_row: a layout check accepted");
+    let out = &mut out[..k];
+    match format {
+        WeightFormat::Bf16 => {
+            let row = &blob[f * k * 2..(f + 1) * k * 2];
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = bf16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+            }
+        }
+        WeightFormat::Fp8 { block_n, block_k } => {
+            let (block_n, block_k) = (block_n as usize, block_k as usize);
+            let scale_row = (f / block_n) * k.div_ceil(block_k);
+            let row = &blob[f * k..(f + 1) * k];
+            for (i, (o, q)) in out.iter_mut().zip(row).enumerate() {
+                let scale = read_f32(blob, layout.scales_offset, scale_row + i / block_k);
+                *o = dequant_fp8(*q, scale);
+            }
+        }
+        WeightFormat::Int4 { group } => {
+            let group = group as usize;
+            let groups = k.div_ceil(group);
+            let row = &blob[f * k / 2..(f + 1) * k / 2];
+            for (i, o) in out.iter_mut().enumerate() {
+                let at = f * groups + i / group;
+                let scale = read_f32(blob, layout.scales_offset, at);
+                let zero = blob[layout.zeros_offset + at];
+                *o = dequant_int4(nibble(row, i), zero, scale);
+            }
+        }
+    }
+}
+
+/// One fp8 weight: `bf16_rn(f32(e4m3(q)) * scale)`.
+#[inline]
+pub fn dequant_fp8(q: u8, scale: f32) -> bf16 {
+    to_bf16(e4m3_to_f32(q) * scale)
+}
+
+/// One int4 weight: `bf16_rn(f32(q - z) * scale)`.
+#[inline]
+pub fn dequant_int4(q: u8, zero: u8, scale: f32) -> bf16 {
+    to_bf16((q as i32 - zero as i32) as f32 * scale)
+}
+
+/// Element `i` of a packed int4 row: the low nibble for even `i`.
+#[inline]
+fn nibble(row: &[u8], i: usize) -> u8 {
+    (row[i / 2] >> ((i % 2) * 4)) & 0xf
+}
+
+fn read_f32(blob: &[u8], offset: usize, index: usize) -> f32 {
+    let at = offset + index * 4;
+    f32::from_le_bytes(blob[at..at + 4].try_into().expect("four bytes"))
+}
+
+/// The blob of the `n × k` row-major f32 matrix `w` quantized to `format` (absmax scales:
+/// `absmax / 448` per fp8 block; per int4 group the affine scale `(max - min) / 15` and its
+/// zero point). The reference quantiser for tests and seeded weights, not a checkpoint reader.
+pub fn quantize_matrix(format: WeightFormat, w: &[f32], n: usize, k: usize) -> Vec<u8> {
+    let layout = format
+        .check(n, k)
+        .unwrap_or_else(|e| panic!("quantize_matrix: {e}"));
+    assert_eq!(w.len(), n * k, "quantize_matrix: {n} x {k} values");
+    let mut blob = vec![0u8; layout.bytes];
+    match format {
+        WeightFormat::Bf16 => {
+            for (b, v) in blob.chunks_exact_mut(2).zip(w) {
+                b.copy_from_slice(&to_bf16(*v).to_bits().to_le_bytes());
+            }
+        }
+        WeightFormat::Fp8 { block_n, block_k } => {
+            let (block_n, block_k) = (block_n as usize, block_k as usize);
+            let cols = k.div_ceil(block_k);
+            for bn in 0..n.div_ceil(block_n) {
+                for bk in 0..cols {
+                    let rows = bn * block_n..((bn + 1) * block_n).min(n);
+                    let span = bk * block_k..((bk + 1) * block_k).min(k);
+                    let absmax = rows
+                        .clone()
+                        .flat_map(|f| w[f * k + span.start..f * k + span.end].iter())
+                        .fold(0f32, |m, v| m.max(v.abs()));
+                    let scale = if absmax > 0.0 { absmax / 448.0 } else { 1.0 };
+                    write_f32(&mut blob, layout.scales_offset, bn * cols + bk, scale);
+                    for f in rows {
+                        for i in span.clone() {
+                            blob[f * k + i] = f32_to_e4m3(w[f * k + i] / scale);
+                        }
+                    }
+                }
+            }
+        }
+        WeightFormat::Int4 { group } => {
+            let group = group as usize;
+            let groups = k.div_ceil(group);
+            for f in 0..n {
+                for g in 0..groups {
+                    let span = g * group..((g + 1) * group).min(k);
+                    let values = &w[f * k + span.start..f * k + span.end];
+                    let lo = values.iter().fold(0f32, |m, v| m.min(*v));
+                    let hi = values.iter().fold(0f32, |m, v| m.max(*v));
+                    let scale = if hi > lo { (hi - lo) / 15.0 } else { 1.0 };
+                    let zero = (-lo / scale).round().clamp(0.0, 15.0) as u8;
+                    write_f32(&mut blob, layout.scales_offset, f * groups + g, scale);
+                    blob[layout.zeros_offset + f * groups + g] = zero;
+                    for i in span {
+                        let q = ((w[f * k + i] / scale).round() + zero as f32).clamp(0.0, 15.0);
+                        blob[(f * k + i) / 2] |= (q as u8) << ((i % 2) * 4);
+                    }
+                }
+            }
+        }
+    }
+    blob
+}
+
+fn write_f32(blob: &mut [u8], offset: usize, index: usize, value: f32) {
+    let at = offset + index * 4;
+    blob[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4m3_codes_decode_to_their_values() {
+        assert_eq!(e4m3_to_f32(0x00), 0.0);
+        assert_eq!(e4m3_to_f32(0x80).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(e4m3_to_f32(0x38), 1.0); // exponent 7, mantissa 0
+        assert_eq!(e4m3_to_f32(0x3c), 1.5);
+        assert_eq!(e4m3_to_f32(0xb9), -1.125);
+        assert_eq!(e4m3_to_f32(0x7e), 448.0); // the largest finite
+        assert_eq!(e4m3_to_f32(0xfe), -448.0);
+        assert_eq!(e4m3_to_f32(0x08), 1.0 / 64.0); // the smallest normal, 2^-6
+        assert_eq!(e4m3_to_f32(0x01), 1.0 / 512.0); // the smallest subnormal, 2^-9
+        assert_eq!(e4m3_to_f32(0x07), 7.0 / 512.0);
+        assert_eq!(e4m3_to_f32(0x85), -5.0 / 512.0);
+        assert!(e4m3_to_f32(0x7f).is_nan() && e4m3_to_f32(0xff).is_nan());
+    }
+
+    #[test]
+    fn e4m3_encoding_rounds_to_nearest_even_and_saturates() {
+        for code in (0u8..=0xff).filter(|c| c & 0x7f != 0x7f) {
+            assert_eq!(f32_to_e4m3(e4m3_to_f32(code)), code, "code {code:#x}");
+        }
+        assert_eq!(f32_to_e4m3(1000.0), 0x7e);
+        assert_eq!(f32_to_e4m3(-1000.0), 0xfe);
+        // 1.0625 lies halfway between 1.0 (0x38) and 1.125 (0x39): the even code.
+        assert_eq!(f32_to_e4m3(1.0625), 0x38);
+        assert_eq!(f32_to_e4m3(1.0626), 0x39);
+    }
+
+    fn fp8_blob(format: WeightFormat, n: usize, k: usize, codes: &[u8], scales: &[f32]) -> Vec<u8> {
+        let layout = format.check(n, k).unwrap();
+        assert_eq!(scales.len(), layout.scales);
+        let mut blob = vec![0u8; layout.bytes];
+        blob[..n * k].copy_from_slice(codes);
+        for (i, s) in scales.iter().enumerate() {
+            write_f32(&mut blob, layout.scales_offset, i, *s);
+        }
+        blob
+    }
+
+    #[test]
+    fn fp8_rows_take_the_scale_of_their_block_with_partial_edge_blocks() {
+        // n = 3, k = 5, blocks 2 × 2: scales [2, 3] with partial last row and column blocks.
+        let format = WeightFormat::Fp8 {
+            block_n: 2,
+            block_k: 2,
+        };
+        let codes = [
+            0x38, 0x38, 0x38, 0x38, 0x38, // row 0: all 1.0
+            0xb8, 0x3c, 0x01, 0x00, 0x7e, // row 1
+            0x38, 0x38, 0x38, 0x38, 0x38, // row 2: all 1.0
+        ];
+        let scales = [0.5, 2.0, -3.0, 0.25, 1.0, 10.0];
+        let blob = fp8_blob(format, 3, 5, &codes, &scales);
+        let mut row = [bf16::ZERO; 5];
+        dequant_row(format, &blob, 3, 5, 0, &mut row);
+        let want = [0.5, 0.5, 2.0, 2.0, -3.0].map(bf16::from_f32);
+        assert_eq!(row, want);
+        dequant_row(format, &blob, 3, 5, 1, &mut row);
+        // -1·0.5, 1.5·0.5, 2^-9·2 = 2^-8, 0·2, 448·(-3)
+        let want = [-0.5, 0.75, 1.0 / 256.0, 0.0, -1344.0].map(bf16::from_f32);
+        assert_eq!(row, want);
+        dequant_row(format, &blob, 3, 5, 2, &mut row);
+        assert_eq!(row, [0.25, 0.25, 1.0, 1.0, 10.0].map(bf16::from_f32));
+    }
+
+    #[test]
+    fn fp8_product_is_rounded_once_to_bf16() {
+        // 1.125 · 1.0078125 = 1.1337890625: in f32 exactly, rounded to bf16 (8 bits) → 1.1328125.
+        assert_eq!(dequant_fp8(0x39, 1.0078125).to_f32(), 1.1328125);
+        // Per-channel (block_n 1, block_k k): one scale per row.
+        let format = WeightFormat::Fp8 {
+            block_n: 1,
+            block_k: 3,
+        };
+        let blob = fp8_blob(
+            format,
+            2,
+            3,
+            &[0x38, 0x40, 0xc0, 0x30, 0x38, 0x00],
+            &[3.0, 0.5],
+        );
+        let mut row = [bf16::ZERO; 3];
+        dequant_row(format, &blob, 2, 3, 0, &mut row);
+        assert_eq!(row, [3.0, 6.0, -6.0].map(bf16::from_f32));
+        dequant_row(format, &blob, 2, 3, 1, &mut row);
+        assert_eq!(row, [0.25, 0.5, 0.0].map(bf16::from_f32));
+    }
+
+    #[test]
+    fn int4_rows_unpack_nibbles_with_their_group_scale_and_zero() {
+        // n = 2, k = 6, group 4: groups per row 2 (the last one partial, 2 values).
+        let format = WeightFormat::Int4 { group: 4 };
+        let layout = format.check(2, 6).unwrap();
+        let mut blob = vec![0u8; layout.bytes];
+        // Row 0 values 0..6 = [1, 2, 15, 0, 8, 9]; row 1 = [7, 7, 7, 7, 3, 12].
+        blob[..6].copy_from_slice(&[0x21, 0x0f, 0x98, 0x77, 0x77, 0xc3]);
+        for (i, s) in [0.5f32, 2.0, 1.0, -0.25].iter().enumerate() {
+            write_f32(&mut blob, layout.scales_offset, i, *s);
+        }
+        blob[layout.zeros_offset..layout.zeros_offset + 4].copy_from_slice(&[8, 0, 7, 8]);
+        let mut row = [bf16::ZERO; 6];
+        dequant_row(format, &blob, 2, 6, 0, &mut row);
+        assert_eq!(row, [-3.5, -3.0, 3.5, -4.0, 16.0, 18.0].map(bf16::from_f32));
+        dequant_row(format, &blob, 2, 6, 1, &mut row);
+        assert_eq!(row, [0.0, 0.0, 0.0, 0.0, 1.25, -1.0].map(bf16::from_f32));
+    }
+
+    #[test]
+    fn quantized_matrices_dequantise_close_to_their_source() {
+        let (n, k) = (5, 70);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
+        for format in [
+            WeightFormat::Fp8 {
+                block_n: 2,
+                block_k: 32,
+            },
+            WeightFormat::Int4 { group: 16 },
+            WeightFormat::Bf16,
+        ] {
+            let blob = quantize_matrix(format, &w, n, k);
+            let mut row = vec![bf16::ZERO; k];
+            for f in 0..n {
+                dequant_row(format, &blob, n, k, f, &mut row);
+                for (i, v) in row.iter().enumerate() {
+                    let err = (v.to_f32() - w[f * k + i]).abs();
+                    assert!(err < 0.3, "{format} ({f}, {i}): {} vs {}", v, w[f * k + i]);
+                }
+            }
+        }
+    }
+}
