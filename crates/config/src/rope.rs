@@ -408,6 +408,8 @@ fn parse_llama3(block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
     })
 }
 
+/// A `yarn` block as `_compute_yarn_parameters` reads it, its defaults and fallbacks
+/// included; `top` gives `max_position_embeddings` for them.
 fn parse_yarn(top: &Fields<'_>, block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
     let original_max_position_embeddings =
         match block.opt_usize("original_max_position_embeddings")? {

@@ -276,6 +276,23 @@ fn yarn_without_original_context_takes_max_position_embeddings() {
 }
 
 #[test]
+fn yarn_factor_null_takes_the_context_ratio() {
+    // DeepSeek-V3's convention: factor = max_position_embeddings / original (128 / 32 here).
+    let golden = yarn_config(&YARN_CASES[0]);
+    let null_factor = common::llama_with(|m| {
+        m.remove("rope_theta");
+        m.insert("max_position_embeddings".into(), json!(128));
+        m.insert(
+            "rope_parameters".into(),
+            json!({"rope_type": "yarn", "rope_theta": 1e6, "factor": null,
+                   "original_max_position_embeddings": 32}),
+        );
+    })
+    .expect("factor null loads");
+    assert_eq!(null_factor.rope, golden.rope);
+}
+
+#[test]
 fn legacy_yarn_rope_scaling_reads_as_rope_parameters() {
     // Qwen3's model card: `"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
     // "original_max_position_embeddings": 32768}` beside `rope_theta`.
