@@ -197,6 +197,20 @@ impl ModelConfig {
             positive_f32(&fields, "rope_scaling.low_freq_factor", *low_freq_factor)?;
             positive_f32(&fields, "rope_scaling.high_freq_factor", *high_freq_factor)?;
         }
+        if let RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            attention_factor,
+            ..
+        } = &self.rope.scaling
+        {
+            dims.push((
+                "original_max_position_embeddings",
+                *original_max_position_embeddings,
+            ));
+            positive_f32(&fields, "rope_scaling.factor", *factor)?;
+            positive_f32(&fields, "rope_scaling.attention_factor", *attention_factor)?;
+        }
         if let Some(quantization) = &self.quantization {
             quantization.check(&fields)?;
         }

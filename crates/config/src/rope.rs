@@ -28,6 +28,22 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position_embeddings: usize,
     },
+    /// YaRN, as transformers' `_compute_yarn_parameters`: a ramp between the interpolated
+    /// (`/ factor`) and the original frequencies over the dims between `beta_fast` and
+    /// `beta_slow` rotations in the original context, and cos/sin scaled by
+    /// `attention_factor`.
+    Yarn {
+        factor: f64,
+        /// The block's, or `max_position_embeddings` when absent (transformers' default).
+        original_max_position_embeddings: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        /// The block's `attention_factor`, or the one `get_mscale` derives from `factor`,
+        /// `mscale` and `mscale_all_dim`.
+        attention_factor: f64,
+        /// Whether the correction range is rounded outwards to whole dims.
+        truncate: bool,
+    },
 }
 
 const DEFAULT_THETA: f64 = 10000.0;
@@ -40,19 +56,41 @@ const LLAMA3_KEYS: &[&str] = &[
     "original_max_position_embeddings",
 ];
 
+/// The keys transformers reads from a `yarn` block (`_validate_yarn_rope_parameters`).
+const YARN_KEYS: &[&str] = &[
+    "factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
+];
+
 impl Rope {
     /// Rotated channels per head: `int(head_dim * partial_rotary_factor)`, as transformers.
     pub fn rotary_dim(&self, head_dim: usize) -> usize {
         (head_dim as f64 * self.partial_rotary_factor) as usize
     }
 
+    /// The table the rope kernels read: the inverse frequencies, then the attention scaling
+    /// (`rotary_dim / 2 + 1` f32).
+    pub fn kernel_table(&self, head_dim: usize) -> Vec<f32> {
+        let mut table = self.inv_freq(head_dim);
+        table.push(self.attention_scaling());
+        table
+    }
+
     /// Inverse frequencies, `rotary_dim / 2` of them, in f32 exactly as transformers'
-    /// `_compute_default_rope_parameters` and `_compute_llama3_parameters`.
+    /// `_compute_default_rope_parameters`, `_compute_llama3_parameters` and
+    /// `_compute_yarn_parameters`.
     pub fn inv_freq(&self, head_dim: usize) -> Vec<f32> {
         let dim = self.rotary_dim(head_dim);
-        // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every op in f32.
+        // torch: base ** (arange(0, dim, 2).float() / dim), every op in f32.
         let base = self.theta as f32;
-        let default = (0..dim / 2).map(|i| 1.0f32 / base.powf((2 * i) as f32 / dim as f32));
+        let pos_freq = move |i: usize| base.powf((2 * i) as f32 / dim as f32);
+        let default = (0..dim / 2).map(|i| 1.0f32 / pos_freq(i));
         match &self.scaling {
             RopeScaling::Default => default.collect(),
             RopeScaling::Llama3 {
@@ -69,12 +107,81 @@ impl Rope {
                 };
                 default.map(|inv_freq| llama3.rescale(inv_freq)).collect()
             }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                let (low, high) = yarn_correction_range(
+                    [*beta_fast, *beta_slow],
+                    dim,
+                    self.theta,
+                    *original_max_position_embeddings,
+                    *truncate,
+                );
+                // linear_ramp_factor: Python numbers, each cast to f32 where it meets the tensor.
+                let high = if low == high { high + 0.001 } else { high };
+                let (low_f32, span) = (low as f32, (high - low) as f32);
+                let factor = *factor as f32;
+                (0..dim / 2)
+                    .map(|i| {
+                        let pos_freq = pos_freq(i);
+                        let extrapolation = 1.0f32 / pos_freq;
+                        let interpolation = 1.0f32 / (factor * pos_freq);
+                        let ramp = ((i as f32 - low_f32) / span).clamp(0.0, 1.0);
+                        let extrapolation_factor = 1.0f32 - ramp;
+                        interpolation * (1.0f32 - extrapolation_factor)
+                            + extrapolation * extrapolation_factor
+                    })
+                    .collect()
+            }
         }
     }
 
-    /// Factor applied to cos and sin; 1.0 for the default and llama3 types.
+    /// Factor applied to cos and sin (transformers: `emb.cos() * attention_scaling` in f32);
+    /// 1.0 but for YaRN.
     pub fn attention_scaling(&self) -> f32 {
+        match &self.scaling {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => *attention_factor as f32,
+            RopeScaling::Default | RopeScaling::Llama3 { .. } => 1.0,
+        }
+    }
+}
+
+/// transformers' `find_correction_range` in Python floats: the dims whose wavelength makes
+/// `beta_fast` and `beta_slow` rotations over the original context, rounded outwards when
+/// `truncate`, clamped to `[0, dim - 1]`.
+fn yarn_correction_range(
+    [beta_fast, beta_slow]: [f64; 2],
+    dim: usize,
+    base: f64,
+    original_max_position_embeddings: usize,
+    truncate: bool,
+) -> (f64, f64) {
+    let correction_dim = |rotations: f64| {
+        (dim as f64
+            * (original_max_position_embeddings as f64 / (rotations * 2.0 * std::f64::consts::PI))
+                .ln())
+            / (2.0 * base.ln())
+    };
+    let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+    if truncate {
+        (low, high) = (low.floor(), high.ceil());
+    }
+    (low.max(0.0), high.min((dim - 1) as f64))
+}
+
+/// transformers' `get_mscale`: 1 for a factor up to 1, else `0.1 · mscale · ln(factor) + 1`.
+fn get_mscale(factor: f64, mscale: f64) -> f64 {
+    if factor <= 1.0 {
         1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
     }
 }
 
@@ -144,7 +251,7 @@ pub(crate) fn parse_rope(
 
     let (scaling, block_theta, block_partial) = match &block {
         None => (RopeScaling::Default, None, None),
-        Some(block) => parse_block(block, legacy)?,
+        Some(block) => parse_block(top, block, legacy)?,
     };
 
     let theta = agree(top, "rope_theta", top_theta, block_theta)?.unwrap_or(DEFAULT_THETA);
@@ -186,36 +293,33 @@ fn agree(
 /// One rope block: its type, its type's parameters, and (in `rope_parameters` only) theta and
 /// the partial rotary factor.
 fn parse_block(
+    top: &Fields<'_>,
     block: &Fields<'_>,
     legacy: bool,
 ) -> Result<(RopeScaling, Option<f64>, Option<f64>), ConfigError> {
     let rope_type = rope_type(block, legacy)?;
-    match rope_type {
-        "default" | "llama3" => {}
+    let type_keys: &[&str] = match rope_type {
+        "default" => &[],
+        "llama3" => LLAMA3_KEYS,
+        "yarn" => YARN_KEYS,
         other => {
+            let type_key = if block.value("rope_type").is_some() {
+                "rope_type"
+            } else {
+                "type"
+            };
             return Err(block.unsupported(
-                if block.value("rope_type").is_some() {
-                    "rope_type"
-                } else {
-                    "type"
-                },
+                type_key,
                 &Value::String(other.to_string()),
-                format!("rope type `{other}` is not yet modelled"),
-            ))
+                refusal_reason(other),
+            ));
         }
-    }
+    };
     for key in block.keys() {
         let known = key == "rope_type"
             || (legacy && key == "type")
             || (!legacy && (key == "rope_theta" || key == "partial_rotary_factor"))
-            || LLAMA3_KEYS.contains(&key);
-        if !known {
-            return Err(ConfigError::UnknownKey {
-                file: block.file().to_string(),
-                key: block.key_name(key),
-                family: format!("rope type `{rope_type}`"),
-            });
-        }
+            || type_keys.contains(&key);
         if let (true, Some(value)) = (rope_type == "default", block.value(key)) {
             if LLAMA3_KEYS.contains(&key) {
                 // transformers would ignore it; a scaling the file asks for but never gets is
@@ -227,17 +331,40 @@ fn parse_block(
                 ));
             }
         }
+        if !known {
+            return Err(ConfigError::UnknownKey {
+                file: block.file().to_string(),
+                key: block.key_name(key),
+                family: format!("rope type `{rope_type}`"),
+            });
+        }
     }
-    let scaling = if rope_type == "llama3" {
-        parse_llama3(block)?
-    } else {
-        RopeScaling::Default
+    let scaling = match rope_type {
+        "llama3" => parse_llama3(block)?,
+        "yarn" => parse_yarn(top, block)?,
+        _ => RopeScaling::Default,
     };
     Ok((
         scaling,
         block.opt_f64("rope_theta")?,
         block.opt_f64("partial_rotary_factor")?,
     ))
+}
+
+/// Why a rope type is refused.
+fn refusal_reason(rope_type: &str) -> String {
+    match rope_type {
+        // transformers recomputes inv_freq from the longest position in the batch at each
+        // forward once it passes max_position_embeddings: a key's rotation then depends on the
+        // step that cached it and on the other sequences of its batch, which one inv_freq per
+        // model cannot reproduce (it would take per-row tables keyed by that history).
+        "dynamic" => "rope type `dynamic` (dynamic NTK) is not modelled: transformers \
+                      recomputes inv_freq from the batch's longest sequence at each step, so a \
+                      cached key's rotation depends on the step and batch that cached it, which \
+                      solder's one inv_freq table cannot reproduce"
+            .to_string(),
+        other => format!("rope type `{other}` is not yet modelled"),
+    }
 }
 
 /// `rope_type`, or in legacy `rope_scaling` the older `type` key; both given must agree.
@@ -278,5 +405,59 @@ fn parse_llama3(block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
         low_freq_factor,
         high_freq_factor,
         original_max_position_embeddings,
+    })
+}
+
+/// A `yarn` block as `_compute_yarn_parameters` reads it, its defaults and fallbacks
+/// included; `top` gives `max_position_embeddings` for them.
+fn parse_yarn(top: &Fields<'_>, block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
+    let original_max_position_embeddings =
+        match block.opt_usize("original_max_position_embeddings")? {
+            Some(value) => value,
+            // transformers' standardize_rope_params: setdefault(max_position_embeddings).
+            None => top.req_usize("max_position_embeddings")?,
+        };
+    if original_max_position_embeddings == 0 {
+        return Err(block.invalid("original_max_position_embeddings", 0, "a positive integer"));
+    }
+    let factor = match block.value("factor") {
+        Some(_) => block.req_f64("factor")?,
+        // `factor: null`: transformers takes max_position_embeddings / original (DeepSeek-V3).
+        None if block.keys().any(|key| key == "factor") => {
+            top.req_usize("max_position_embeddings")? as f64
+                / original_max_position_embeddings as f64
+        }
+        None => return Err(block.missing("factor")),
+    };
+    let factor = positive_f32(block, "factor", factor)?;
+    // Python's `x or default`: absent, null and 0 all take the default.
+    let or = |key: &str, default: f64| -> Result<f64, ConfigError> {
+        Ok(block.opt_f64(key)?.filter(|v| *v != 0.0).unwrap_or(default))
+    };
+    let beta_fast = or("beta_fast", 32.0)?;
+    let beta_slow = or("beta_slow", 1.0)?;
+    for (key, beta) in [("beta_fast", beta_fast), ("beta_slow", beta_slow)] {
+        if !(beta.is_finite() && beta > 0.0) {
+            // find_correction_dim takes the log of original / (beta · 2π).
+            return Err(block.invalid(key, beta, "a finite positive number"));
+        }
+    }
+    let attention_factor = match block.opt_f64("attention_factor")? {
+        Some(value) => value,
+        None => match (or("mscale", 0.0)?, or("mscale_all_dim", 0.0)?) {
+            (mscale, all_dim) if mscale != 0.0 && all_dim != 0.0 => {
+                get_mscale(factor, mscale) / get_mscale(factor, all_dim)
+            }
+            _ => get_mscale(factor, 1.0),
+        },
+    };
+    let attention_factor = positive_f32(block, "attention_factor", attention_factor)?;
+    Ok(RopeScaling::Yarn {
+        factor,
+        original_max_position_embeddings,
+        beta_fast,
+        beta_slow,
+        attention_factor,
+        truncate: block.opt_bool("truncate")?.unwrap_or(true),
     })
 }

@@ -9,16 +9,8 @@ use serde_json::json;
 use solder_config::KeyClass;
 
 #[test]
-fn yarn_rope_is_refused() {
-    refusal(
-        llama_with(|m| {
-            m.insert(
-                "rope_scaling".into(),
-                json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
-            );
-        }),
-        &["rope_scaling.type", "rope type `yarn` is not yet modelled"],
-    );
+fn dynamic_and_longrope_are_refused_by_name() {
+    // Dynamic NTK: transformers recomputes inv_freq per step from the batch's longest sequence.
     refusal(
         qwen3_with(|m| {
             m.insert(
@@ -28,8 +20,55 @@ fn yarn_rope_is_refused() {
         }),
         &[
             "rope_parameters.rope_type",
-            "rope type `dynamic` is not yet modelled",
+            "rope type `dynamic` (dynamic NTK) is not modelled",
+            "batch's longest sequence",
         ],
+    );
+    refusal(
+        llama_with(|m| {
+            m.insert(
+                "rope_scaling".into(),
+                json!({"type": "longrope", "short_factor": [1.0], "long_factor": [2.0],
+                       "original_max_position_embeddings": 4096}),
+            );
+        }),
+        &[
+            "rope_scaling.type",
+            "rope type `longrope` is not yet modelled",
+        ],
+    );
+}
+
+#[test]
+fn malformed_yarn_is_refused() {
+    let yarn =
+        |block: serde_json::Value| llama_with(|m| drop(m.insert("rope_scaling".into(), block)));
+    refusal(
+        yarn(json!({"type": "yarn", "original_max_position_embeddings": 32})),
+        &["missing required key `rope_scaling.factor`"],
+    );
+    refusal(
+        yarn(json!({"type": "yarn", "factor": 4.0, "low_freq_factor": 1.0})),
+        &[
+            "unknown key `rope_scaling.low_freq_factor`",
+            "rope type `yarn`",
+        ],
+    );
+    refusal(
+        yarn(json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0})),
+        &["rope_scaling.original_max_position_embeddings"],
+    );
+    refusal(
+        yarn(json!({"type": "yarn", "factor": 4.0, "beta_slow": -1.0})),
+        &["rope_scaling.beta_slow", "a finite positive number"],
+    );
+    refusal(
+        yarn(json!({"type": "yarn", "factor": 4.0, "attention_factor": 0.0})),
+        &["rope_scaling.attention_factor"],
+    );
+    refusal(
+        yarn(json!({"type": "yarn", "factor": 4.0, "truncate": "no"})),
+        &["rope_scaling.truncate", "a boolean"],
     );
 }
 

@@ -301,7 +301,9 @@ __device__ __forceinline__ float row_inv_rms(const float* h, const bf16* d, unsi
 
 // One head of head_dim values, by one warp: qk-norm when w != null (the normalised values are
 // rounded to bf16, as norm::qk_norm stores them), then rotate-half rope of the first `half`
-// pairs when half > 0; the remaining dims pass through. Written to dst.
+// pairs when half > 0; the remaining dims pass through. Written to dst. The rope table holds
+// half inverse frequencies then the attention scaling (YaRN's; exactly 1.0 for every other
+// rope, so c·1 and s·1 are c and s), which multiplies cos and sin in f32 as transformers does.
 __device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16* __restrict__ dst,
                                                unsigned head_dim, const bf16* __restrict__ w,
                                                float eps, int position,
@@ -315,9 +317,12 @@ __device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16*
     auto value = [&](unsigned i) -> bf16 {
         return w != nullptr ? norm_value(to_f32(x[i]), inv, w[i]) : x[i];
     };
+    const float scaling = half > 0 ? inv_freq[half] : 1.0f;
     for (unsigned i = lane; i < half; i += 32) {
         float c, s;
         rope_cos_sin(position, inv_freq[i], &c, &s);
+        c = __fmul_rn(c, scaling);
+        s = __fmul_rn(s, scaling);
         rope_pair(to_f32(value(i)), to_f32(value(i + half)), c, s, &dst[i], &dst[i + half]);
     }
     for (unsigned i = 2 * half + lane; i < head_dim; i += 32) {

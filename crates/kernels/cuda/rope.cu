@@ -10,7 +10,8 @@
 // sooner).
 
 // q bf16[rows·heads·head_dim], k bf16[rows·kv_heads·head_dim], positions i32[rows],
-// inv_freq f32[rotary_dim/2] → q_out, k_out.
+// inv_freq f32[rotary_dim/2 + 1] (the inverse frequencies, then the attention scaling)
+// → q_out, k_out.
 extern "C" __global__ void __launch_bounds__(1024) rope(
     const bf16* __restrict__ q, const bf16* __restrict__ k, const int* __restrict__ positions,
     const float* __restrict__ inv_freq, bf16* __restrict__ q_out, bf16* __restrict__ k_out,

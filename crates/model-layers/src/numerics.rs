@@ -104,12 +104,19 @@ pub fn silu_mul_value(g: bf16, u: bf16) -> bf16 {
     to_bf16((g / (1.0 + (-g).exp())) * u)
 }
 
-/// The rotary tables of one position: cos/sin of position · inv_freq\[i\].
-pub fn rope_cos_sin(position: i32, inv_freq: &[f32], cos: &mut [f32], sin: &mut [f32]) {
+/// The rotary tables of one position: cos/sin of position · inv_freq\[i\], times `scaling`
+/// (YaRN's attention scaling, in f32 as transformers; 1.0 leaves them unchanged).
+pub fn rope_cos_sin(
+    position: i32,
+    inv_freq: &[f32],
+    scaling: f32,
+    cos: &mut [f32],
+    sin: &mut [f32],
+) {
     for ((f, c), s) in inv_freq.iter().zip(cos.iter_mut()).zip(sin.iter_mut()) {
         let angle = (position as f32) * *f;
-        *c = angle.cos();
-        *s = angle.sin();
+        *c = angle.cos() * scaling;
+        *s = angle.sin() * scaling;
     }
 }
 

@@ -259,7 +259,8 @@ fn slots_out_of_range_are_refused_and_the_cache_is_untouched() {
             .launch(kv::KV_WRITE),
             &format!("slot {bad}"),
         );
-        let (q, pos, inv_freq) = (rng.bf16s(2 * 2 * row, 1.0), [0i32, 1], vec![1.0f32; 4]);
+        // Four inverse frequencies, then the attention scaling.
+        let (q, pos, inv_freq) = (rng.bf16s(2 * 2 * row, 1.0), [0i32, 1], vec![1.0f32; 5]);
         let mut q_out = poison_bf16(q.len());
         refused(
             rope::RopeKvWrite {

@@ -39,8 +39,10 @@ impl HeadInputs {
             slots.swap(i, rng.below(i + 1));
         }
         slots.truncate(rows);
+        // The inverse frequencies, then a YaRN-like attention scaling.
         let inv_freq = (0..rotary / 2)
             .map(|i| 10000f32.powf(-((2 * i) as f32) / rotary as f32))
+            .chain([1.138_629_4])
             .collect();
         HeadInputs {
             q: rng.bf16s(rows * HEADS * HEAD_DIM, 2.0),

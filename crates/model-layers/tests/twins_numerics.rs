@@ -182,7 +182,7 @@ fn silu_mul_matches_f64() {
 fn rope_rotates_by_a_known_angle_and_copies_the_rest() {
     // head_dim 6, rotary_dim 4: pairs (0, 2) and (1, 3) rotate; dims 4 and 5 are copied.
     let half_pi = std::f32::consts::FRAC_PI_2;
-    let inv_freq = [half_pi, half_pi / 3.0]; // position 1: 90° and 30°
+    let inv_freq = [half_pi, half_pi / 3.0, 1.0]; // position 1: 90° and 30°; scaling 1
     let q: Vec<bf16> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(b).to_vec();
     let k: Vec<bf16> = [0.5, -1.0, 0.25, 2.0, 7.0, -7.0].map(b).to_vec();
     let (mut qo, mut ko) = (poison_bf16(6), poison_bf16(6));
@@ -216,6 +216,41 @@ fn rope_rotates_by_a_known_angle_and_copies_the_rest() {
     assert_close(&f64s(&qo), &rotate(&q), 1.0 / 128.0, 1e-6, "rope q");
     assert_close(&f64s(&ko), &rotate(&k), 1.0 / 128.0, 1e-6, "rope k");
     assert_eq!(bits_bf16(&qo[4..]), bits_bf16(&q[4..]));
+}
+
+#[test]
+fn rope_scales_cos_and_sin_by_the_tables_last_entry() {
+    // YaRN's attention scaling: the rotated dims come out scaled, the rest are copied.
+    let half_pi = std::f32::consts::FRAC_PI_2;
+    let q: Vec<bf16> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(b).to_vec();
+    let k: Vec<bf16> = [0.5, -1.0, 0.25, 2.0, 7.0, -7.0].map(b).to_vec();
+    let roped = |scaling: f32| {
+        let inv_freq = [half_pi, half_pi / 3.0, scaling];
+        let (mut qo, mut ko) = (poison_bf16(6), poison_bf16(6));
+        run(rope::Rope {
+            q: rd(&q),
+            k: rd(&k),
+            positions: rd(&[1i32]),
+            inv_freq: rd(&inv_freq),
+            q_out: wr(&mut qo),
+            k_out: wr(&mut ko),
+            rows: 1,
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 6,
+            rotary_dim: 4,
+        }
+        .launch(rope::ROPE));
+        (f64s(&qo), f64s(&ko))
+    };
+    let (q1, k1) = roped(1.0);
+    let (q2, k2) = roped(2.0);
+    for (one, two) in [(&q1, &q2), (&k1, &k2)] {
+        let doubled: Vec<f64> = one[..4].iter().map(|x| 2.0 * x).collect();
+        // ×2 is exact in f32 and in bf16: the same bits, doubled.
+        assert_eq!(&two[..4], &doubled[..]);
+        assert_eq!(&two[4..], &one[4..]);
+    }
 }
 
 /// A cache `[pages][2][block][kv_heads][head_dim]` with every token's k and v given.

@@ -429,8 +429,10 @@ fn norms_and_heads_carry_nan_and_inf_as_their_twins() {
     }
     let rotary_dim = 24u32; // partial rotary: the last 8 dims pass through
     let positions = b.i32(&[5, 17]);
+    // The inverse frequencies, then a YaRN attention scaling (0.1 ln 4 + 1).
     let inv_freq: Vec<f32> = (0..rotary_dim / 2)
         .map(|i| 10000f32.powf(-(2.0 * i as f32) / rotary_dim as f32))
+        .chain([1.138_629_4])
         .collect();
     let inv_freq = b.f32(&inv_freq);
     let (q_out, k_out) = (b.zeros(qn * 2), b.zeros(kn * 2));
@@ -1221,8 +1223,10 @@ fn fused_projections_carry_nan_and_inf_as_their_twins() {
     b.mixed("add_norm_lm_head", logits, 4);
     // qkv + qk-norm + rope + the KV write, residual add fused.
     let rotary_dim = 16u32;
+    // The inverse frequencies, then a YaRN attention scaling.
     let inv_freq: Vec<f32> = (0..rotary_dim / 2)
         .map(|i| 10000f32.powf(-(2.0 * i as f32) / rotary_dim as f32))
+        .chain([1.138_629_4])
         .collect();
     let inv_freq = b.f32(&inv_freq);
     let positions = b.i32(&[3, 9, 4]);

@@ -313,8 +313,11 @@ fn split_heads_store_the_one_block_bytes() {
             .flat_map(|r| (3 * r + 1).to_le_bytes())
             .collect();
         let positions = upload(&mut backend, &positions);
+        // The inverse frequencies, then the attention scaling (1 but for YaRN).
         let inv_freq: Vec<u8> = (0..head_dim / 2)
-            .flat_map(|i| (10000f32.powf(-2.0 * i as f32 / head_dim as f32)).to_le_bytes())
+            .map(|i| 10000f32.powf(-2.0 * i as f32 / head_dim as f32))
+            .chain([1.0])
+            .flat_map(f32::to_le_bytes)
             .collect();
         let inv_freq = upload(&mut backend, &inv_freq);
         // Row r writes slot 2r + 1 (inside the cache's 32 slots).

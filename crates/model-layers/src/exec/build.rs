@@ -72,7 +72,7 @@ impl CircuitExec {
             ..Available::default()
         };
         let planned = plan_all(&instance, &rules, &available, &policy)?;
-        let inv_freq = config.rope.inv_freq(config.head_dim);
+        let inv_freq = config.rope.kernel_table(config.head_dim);
         let served = planned.served();
         let layout = workspace::size(&instance, &served, config.vocab_size, inv_freq.len(), &kv)?;
         let memory = workspace::allocate(backend, owned, &layout, weights, &inv_freq)?;

@@ -20,8 +20,8 @@ pub(crate) struct HeadPass<'a> {
     k: &'a [bf16],
     /// qk-norm weights (q, k) and eps.
     norm: Option<(&'a [bf16], &'a [bf16], f32)>,
-    /// Rope: positions per row and inv_freq (rotary_dim / 2 entries).
-    rope: Option<(&'a [i32], &'a [f32])>,
+    /// Rope: positions per row, inv_freq (rotary_dim / 2 entries) and the attention scaling.
+    rope: Option<(&'a [i32], &'a [f32], f32)>,
 }
 
 /// q and k and the head geometry.
@@ -63,11 +63,12 @@ pub(crate) fn with_norm<'a>(
     Ok(pass)
 }
 
-/// Adds rope at each row's position.
+/// Adds rope at each row's position; `table` holds rotary_dim / 2 inverse frequencies then the
+/// attention scaling that multiplies cos and sin.
 pub(crate) fn with_rope<'a>(
     mut pass: HeadPass<'a>,
     positions: In<'a, i32>,
-    inv_freq: In<'a, f32>,
+    table: In<'a, f32>,
     rotary_dim: Dim<'a>,
 ) -> Result<HeadPass<'a>, GpuError> {
     let rotary = rotary_dim.dim()?;
@@ -78,8 +79,8 @@ pub(crate) fn with_rope<'a>(
         )));
     }
     let pos = positions.len(pass.rows)?;
-    let inv_freq = inv_freq.len(rotary / 2)?;
-    pass.rope = Some((pos, inv_freq));
+    let (inv_freq, scaling) = table.len(rotary / 2 + 1)?.split_at(rotary / 2);
+    pass.rope = Some((pos, inv_freq, scaling[0]));
     Ok(pass)
 }
 
@@ -184,14 +185,14 @@ impl<'a> HeadPass<'a> {
     /// Transforms every head; q heads go to `q_out`, each row's k heads to `k_sink(row, k_row)`.
     fn run(&self, q_out: &mut [bf16], mut k_sink: impl FnMut(usize, &[bf16])) {
         let d = self.head_dim;
-        let half = self.rope.map_or(0, |(_, f)| f.len());
+        let half = self.rope.map_or(0, |(_, f, _)| f.len());
         let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
         let mut normed = vec![bf16::ZERO; d];
         let mut k_row = vec![bf16::ZERO; self.kv_heads * d];
         let (qn, kn) = (self.heads * d, self.kv_heads * d);
         for r in 0..self.rows {
-            if let Some((positions, inv_freq)) = self.rope {
-                rope_cos_sin(positions[r], inv_freq, &mut cos, &mut sin);
+            if let Some((positions, inv_freq, scaling)) = self.rope {
+                rope_cos_sin(positions[r], inv_freq, scaling, &mut cos, &mut sin);
             }
             let q_rows = self.q[r * qn..(r + 1) * qn].chunks_exact(d);
             for (x, out) in q_rows.zip(q_out[r * qn..(r + 1) * qn].chunks_exact_mut(d)) {

@@ -14,7 +14,8 @@ use crate::kernels::emit_view::{View, R};
 
 kernel! {
     /// q bf16\[rows·heads·head_dim\], k bf16\[rows·kv_heads·head_dim\], positions i32\[rows\],
-    /// inv_freq f32\[rotary_dim/2\] → q_out, k_out.
+    /// inv_freq f32\[rotary_dim/2 + 1\] (inverse frequencies, then the attention scaling) →
+    /// q_out, k_out.
     pub struct Rope / RopeArgs {
         q: In<bf16>,
         k: In<bf16>,
