@@ -17,7 +17,7 @@ use super::tests::{run, upload};
 
 /// Builds `module` from its source with each `from` (which must occur exactly once) replaced
 /// by its `to`, into a fresh folder; returns the folder.
-fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
+pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     let root = crate::paths::workspace_root();
     let path = super::generate::source_path(&root, module);
     let mut source = std::fs::read_to_string(&path).unwrap();
@@ -66,7 +66,7 @@ fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
 
 /// Runs `launch` (built on `backend`'s buffers) in shadow mode against the emulation of
 /// `module` in `dir`, then against the unmutated modules; returns the kernel's two records.
-fn shadow(
+pub(super) fn shadow(
     dir: &Path,
     module: &str,
     backend: &mut CpuBackend,

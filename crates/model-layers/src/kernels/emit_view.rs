@@ -8,7 +8,9 @@
 
 use std::cell::RefCell;
 
-use solder_circuit::ir::{Attr, Binding, Circuit, MetaField, Op, StateId, TensorId, WeightId};
+use solder_circuit::ir::{
+    Attr, Binding, Circuit, MetaField, Op, StateId, TensorId, WeightId, WeightSlot,
+};
 use solder_circuit::{Group, Mode, OpKind};
 use solder_config::Levers;
 
@@ -240,6 +242,14 @@ impl<'a> View<'a> {
         op.weights
             .get(index)
             .map(|w| self.bind.weight(*w))
+            .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
+    }
+
+    /// The slot of `op`'s weight `index` (its name and `format`: which entry reads it).
+    pub fn weight_slot(&self, op: &Op, index: usize) -> Result<&'a WeightSlot, ExecError> {
+        op.weights
+            .get(index)
+            .map(|w| &self.bind.circuit().weights[w.0 as usize])
             .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
     }
 
