@@ -17,7 +17,7 @@ use super::tests::{run, upload};
 
 /// Builds `module` from its source with each `from` (which must occur exactly once) replaced
 /// by its `to`, into a fresh folder; returns the folder.
-pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
+fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     let root = crate::paths::workspace_root();
     let path = super::generate::source_path(&root, module);
     let mut source = std::fs::read_to_string(&path).unwrap();
