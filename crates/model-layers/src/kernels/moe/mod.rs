@@ -216,6 +216,15 @@ kernel! {
     DOWN_INT4 = "moe::down_int4" => twin twin::down_int4, emit emit_down;
 }
 
+/// The entries a rule's kernel launches for a quantized weight format: (kernel, format kind,
+/// entry). Rules name only the kernel; the emitter picks the entry from the weights' format.
+pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
+    (GATE_UP_SILU.as_str(), "fp8", GATE_UP_SILU_FP8.as_str()),
+    (GATE_UP_SILU.as_str(), "int4", GATE_UP_SILU_INT4.as_str()),
+    (DOWN.as_str(), "fp8", DOWN_FP8.as_str()),
+    (DOWN.as_str(), "int4", DOWN_INT4.as_str()),
+];
+
 /// The weight formats `moe::gate_up_silu` reads (one entry each).
 pub const GATE_UP_FORMATS: &[&str] = &["bf16", "fp8", "int4"];
 /// The weight formats `moe::down` reads (one entry each).
@@ -453,4 +462,28 @@ fn emit_combine_shared(v: &View<'_>) -> R {
         hidden: v.u32(c, "hidden")?,
     }
     .launch(COMBINE_SHARED)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_a_kernel_lists_has_its_entry_and_no_other() {
+        for (kernel, formats) in [
+            (GATE_UP_SILU.as_str(), GATE_UP_FORMATS),
+            (DOWN.as_str(), DOWN_FORMATS),
+        ] {
+            let mut entries: Vec<&str> = FORMAT_ENTRIES
+                .iter()
+                .filter(|(k, ..)| *k == kernel)
+                .map(|(_, format, _)| *format)
+                .collect();
+            entries.insert(0, "bf16");
+            assert_eq!(entries, formats, "{kernel}");
+            for (_, _, entry) in FORMAT_ENTRIES.iter().filter(|(k, ..)| *k == kernel) {
+                assert!(crate::kernels::decl(entry).is_some(), "{entry} is declared");
+            }
+        }
+    }
 }
