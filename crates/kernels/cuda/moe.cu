@@ -346,6 +346,22 @@ __device__ __forceinline__ unsigned long long moe_align256(unsigned long long x)
     return (x + 255ull) & ~255ull;
 }
 
+// load8_bits inlined whole (its scalar path is out of line, and a call keeps the dequantising
+// kernels' live registers across it): the same bits.
+__device__ __forceinline__ unsigned moe_bits2(const bf16* p, unsigned valid, unsigned j) {
+    const unsigned lo = j < valid ? bf16_bits(p[j]) : 0u;
+    const unsigned hi = j + 1u < valid ? bf16_bits(p[j + 1u]) : 0u;
+    return lo | (hi << 16);
+}
+
+__device__ __forceinline__ uint4 moe_load8_bits(const bf16* p, unsigned valid, bool vec) {
+    if (vec && valid >= 8) {
+        return __ldg(reinterpret_cast<const uint4*>(p));
+    }
+    return make_uint4(moe_bits2(p, valid, 0u), moe_bits2(p, valid, 2u), moe_bits2(p, valid, 4u),
+                      moe_bits2(p, valid, 6u));
+}
+
 // One fp8 expert matrix [n, k] of a stacked blob: byte q of (f, i) at values[f·k + i].
 struct MoeFp8Matrix {
     const unsigned char* values;
@@ -356,7 +372,7 @@ struct MoeFp8Matrix {
     unsigned kblocks; // ⌈k / block_k⌉
 
     // The byte stride between experts of an [n, k] matrix stack.
-    __device__ static unsigned long long stride(unsigned n, unsigned k, unsigned block_n,
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned block_n,
                                                 unsigned block_k) {
         const unsigned long long values = (unsigned long long)n * k;
         const unsigned long long scales = (unsigned long long)((n + block_n - 1u) / block_n) *
@@ -364,7 +380,7 @@ struct MoeFp8Matrix {
         return moe_align256(moe_align256(values) + scales * 4ull);
     }
 
-    __device__ MoeFp8Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+    __device__ __forceinline__ MoeFp8Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
                             unsigned block_n_, unsigned block_k_)
         : k(k_), block_n(block_n_), block_k(block_k_), kblocks((k_ + block_k_ - 1u) / block_k_) {
         const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
@@ -373,22 +389,24 @@ struct MoeFp8Matrix {
         scales = reinterpret_cast<const float*>(base + moe_align256((unsigned long long)n * k_));
     }
 
-    __device__ unsigned short weight_bits(unsigned f, unsigned i) const {
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
         const float q = moe_e4m3_to_f32(values[(unsigned long long)f * k + i]);
         const float s = scales[(unsigned long long)(f / block_n) * kblocks + i / block_k];
         return bf16_bits(to_bf16(__fmul_rn(q, s)));
     }
 
+    // Weights i0 + j and i0 + j + 1 of row f as one word of two bf16 (past `valid`: +0).
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
     // Row f's dequantised weights i0 .. i0 + 8 as load8_bits packs bf16 (past `valid`: +0).
-    __device__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
-        unsigned w[4];
-#pragma unroll
-        for (unsigned i = 0; i < 4; ++i) {
-            const unsigned lo = 2u * i < valid ? weight_bits(f, i0 + 2u * i) : 0u;
-            const unsigned hi = 2u * i + 1u < valid ? weight_bits(f, i0 + 2u * i + 1u) : 0u;
-            w[i] = lo | (hi << 16);
-        }
-        return make_uint4(w[0], w[1], w[2], w[3]);
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
     }
 };
 
@@ -401,21 +419,21 @@ struct MoeInt4Matrix {
     unsigned group;
     unsigned groups; // ⌈k / group⌉ per row
 
-    __device__ static unsigned long long scales_at(unsigned n, unsigned k) {
+    __device__ __forceinline__ static unsigned long long scales_at(unsigned n, unsigned k) {
         return moe_align256((unsigned long long)n * (k / 2u));
     }
 
-    __device__ static unsigned long long zeros_at(unsigned n, unsigned k, unsigned group) {
+    __device__ __forceinline__ static unsigned long long zeros_at(unsigned n, unsigned k, unsigned group) {
         const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
         return moe_align256(scales_at(n, k) + count * 4ull);
     }
 
-    __device__ static unsigned long long stride(unsigned n, unsigned k, unsigned group) {
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned group) {
         const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
         return moe_align256(zeros_at(n, k, group) + count);
     }
 
-    __device__ MoeInt4Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+    __device__ __forceinline__ MoeInt4Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
                              unsigned group_)
         : k(k_), group(group_), groups((k_ + group_ - 1u) / group_) {
         const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
@@ -425,7 +443,7 @@ struct MoeInt4Matrix {
         zeros = base + zeros_at(n, k_, group_);
     }
 
-    __device__ unsigned short weight_bits(unsigned f, unsigned i) const {
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
         const unsigned byte = values[(unsigned long long)f * (k / 2u) + i / 2u];
         const int q = (int)((i & 1u) != 0u ? byte >> 4 : byte & 0xfu);
         const unsigned long long g = (unsigned long long)f * groups + i / group;
@@ -433,15 +451,16 @@ struct MoeInt4Matrix {
         return bf16_bits(to_bf16(__fmul_rn((float)(q - z), scales[g])));
     }
 
-    __device__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
-        unsigned w[4];
-#pragma unroll
-        for (unsigned i = 0; i < 4; ++i) {
-            const unsigned lo = 2u * i < valid ? weight_bits(f, i0 + 2u * i) : 0u;
-            const unsigned hi = 2u * i + 1u < valid ? weight_bits(f, i0 + 2u * i + 1u) : 0u;
-            w[i] = lo | (hi << 16);
-        }
-        return make_uint4(w[0], w[1], w[2], w[3]);
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
     }
 };
 
@@ -483,12 +502,12 @@ __device__ __forceinline__ void moe_gate_up_quant(const bf16* __restrict__ x,
             for (unsigned seg = 0; seg * DOT_SEG < hidden; ++seg) {
                 float ag = 0.0f;
                 float au = 0.0f;
-#pragma unroll
+#pragma unroll 1 // the chunks in order, as unrolled; fewer live predicates
                 for (unsigned j = 0; j < DOT_SEG_LANE_CHUNKS; ++j) {
                     const unsigned i0 = seg * DOT_SEG + (j * 32u + lane) * 8u;
                     if (i0 < hidden) {
                         const unsigned n = min(8u, hidden - i0);
-                        const uint4 xb = load8_bits(xr + i0, n, xv);
+                        const uint4 xb = moe_load8_bits(xr + i0, n, xv);
                         ag = dot8(xb, g.load8(f, i0, n), ag);
                         au = dot8(xb, u.load8(f, i0, n), au);
                     }
@@ -533,12 +552,12 @@ __device__ __forceinline__ void moe_down_quant(const bf16* __restrict__ act,
                 float d = 0.0f;
                 for (unsigned seg = 0; seg * DOT_SEG < inter; ++seg) {
                     float part = 0.0f;
-#pragma unroll
+#pragma unroll 1 // the chunks in order, as unrolled; fewer live predicates
                     for (unsigned c = 0; c < DOT_SEG_LANE_CHUNKS; ++c) {
                         const unsigned i0 = seg * DOT_SEG + (c * 32u + lane) * 8u;
                         if (i0 < inter) {
                             const unsigned valid = min(8u, inter - i0);
-                            part = dot8(load8_bits(a + i0, valid, av), wm.load8(o, i0, valid),
+                            part = dot8(moe_load8_bits(a + i0, valid, av), wm.load8(o, i0, valid),
                                         part);
                         }
                     }
@@ -558,7 +577,7 @@ struct MoeFp8GateUp {
     const unsigned* wg;
     const unsigned* wu;
     unsigned inter, hidden, block_n, block_k;
-    __device__ MoeFp8Matrix operator()(unsigned e, unsigned which) const {
+    __device__ __forceinline__ MoeFp8Matrix operator()(unsigned e, unsigned which) const {
         return MoeFp8Matrix(which == 0u ? wg : wu, e, inter, hidden, block_n, block_k);
     }
 };
@@ -567,7 +586,7 @@ struct MoeInt4GateUp {
     const unsigned* wg;
     const unsigned* wu;
     unsigned inter, hidden, group;
-    __device__ MoeInt4Matrix operator()(unsigned e, unsigned which) const {
+    __device__ __forceinline__ MoeInt4Matrix operator()(unsigned e, unsigned which) const {
         return MoeInt4Matrix(which == 0u ? wg : wu, e, inter, hidden, group);
     }
 };
@@ -575,7 +594,7 @@ struct MoeInt4GateUp {
 struct MoeFp8Down {
     const unsigned* wd;
     unsigned hidden, inter, block_n, block_k;
-    __device__ MoeFp8Matrix operator()(unsigned e) const {
+    __device__ __forceinline__ MoeFp8Matrix operator()(unsigned e) const {
         return MoeFp8Matrix(wd, e, hidden, inter, block_n, block_k);
     }
 };
@@ -583,7 +602,7 @@ struct MoeFp8Down {
 struct MoeInt4Down {
     const unsigned* wd;
     unsigned hidden, inter, group;
-    __device__ MoeInt4Matrix operator()(unsigned e) const {
+    __device__ __forceinline__ MoeInt4Matrix operator()(unsigned e) const {
         return MoeInt4Matrix(wd, e, hidden, inter, group);
     }
 };
