@@ -310,6 +310,363 @@ extern "C" __global__ void __launch_bounds__(256) down(const bf16* __restrict__ 
     }
 }
 
+// ---- the routed expert MLP on quantized experts ----------------------------------------------
+
+// The `_fp8` and `_int4` entries of gate_up_silu and down read each expert matrix from its blob
+// (solder_circuit::format: the values, then at the next 256-byte boundary the f32 scales, then
+// for int4 the u8 zero points; matrix e at e · stride, the blob's bytes rounded up to 256),
+// dequantise each weight to bf16 in registers and then run the bf16 kernel's arithmetic
+// unchanged, so their bytes equal gate_up_silu / down on the dequantised experts:
+//  - fp8:  w = bf16_rn(f32(e4m3(q)) · scale), scale of block (f / block_n, i / block_k);
+//  - int4: w = bf16_rn(f32(q − z) · scale), q the low nibble of byte f·k/2 + i/2 for even i
+//    (the high one for odd i), scale and z of group (f, i / group).
+// A blob is passed as 32-bit words (the device's bytes, little endian). A zero block or group,
+// or an odd k for int4 (the CPU twin refuses them), writes nothing.
+
+// e4m3 (fn: no infinities, S.1111.111 is NaN) → f32, exactly, in integer code.
+__device__ __forceinline__ float moe_e4m3_to_f32(unsigned q) {
+    const unsigned sign = (q & 0x80u) << 24;
+    const unsigned e = (q >> 3) & 0xfu;
+    const unsigned m = q & 7u;
+    if (e == 15u && m == 7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e != 0u) {
+        return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+    }
+    if (m == 0u) {
+        return __uint_as_float(sign);
+    }
+    // Subnormal m · 2^-9: the leading bit p of m gives 2^(p − 9) · (1 + rest / 2^p).
+    const unsigned p = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);
+    return __uint_as_float(sign | ((p + 118u) << 23) | ((m - (1u << p)) << (23u - p)));
+}
+
+__device__ __forceinline__ unsigned long long moe_align256(unsigned long long x) {
+    return (x + 255ull) & ~255ull;
+}
+
+// load8_bits inlined whole (its scalar path is out of line, and a call keeps the dequantising
+// kernels' live registers across it): the same bits.
+__device__ __forceinline__ unsigned moe_bits2(const bf16* p, unsigned valid, unsigned j) {
+    const unsigned lo = j < valid ? bf16_bits(p[j]) : 0u;
+    const unsigned hi = j + 1u < valid ? bf16_bits(p[j + 1u]) : 0u;
+    return lo | (hi << 16);
+}
+
+__device__ __forceinline__ uint4 moe_load8_bits(const bf16* p, unsigned valid, bool vec) {
+    if (vec && valid >= 8) {
+        return __ldg(reinterpret_cast<const uint4*>(p));
+    }
+    return make_uint4(moe_bits2(p, valid, 0u), moe_bits2(p, valid, 2u), moe_bits2(p, valid, 4u),
+                      moe_bits2(p, valid, 6u));
+}
+
+// One fp8 expert matrix [n, k] of a stacked blob: byte q of (f, i) at values[f·k + i].
+struct MoeFp8Matrix {
+    const unsigned char* values;
+    const float* scales;
+    unsigned k;
+    unsigned block_n;
+    unsigned block_k;
+    unsigned kblocks; // ⌈k / block_k⌉
+
+    // The byte stride between experts of an [n, k] matrix stack.
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned block_n,
+                                                unsigned block_k) {
+        const unsigned long long values = (unsigned long long)n * k;
+        const unsigned long long scales = (unsigned long long)((n + block_n - 1u) / block_n) *
+                                          ((k + block_k - 1u) / block_k);
+        return moe_align256(moe_align256(values) + scales * 4ull);
+    }
+
+    __device__ __forceinline__ MoeFp8Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+                            unsigned block_n_, unsigned block_k_)
+        : k(k_), block_n(block_n_), block_k(block_k_), kblocks((k_ + block_k_ - 1u) / block_k_) {
+        const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
+                                    (unsigned long long)e * stride(n, k_, block_n_, block_k_);
+        values = base;
+        scales = reinterpret_cast<const float*>(base + moe_align256((unsigned long long)n * k_));
+    }
+
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
+        const float q = moe_e4m3_to_f32(values[(unsigned long long)f * k + i]);
+        const float s = scales[(unsigned long long)(f / block_n) * kblocks + i / block_k];
+        return bf16_bits(to_bf16(__fmul_rn(q, s)));
+    }
+
+    // Weights i0 + j and i0 + j + 1 of row f as one word of two bf16 (past `valid`: +0).
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
+    // Row f's dequantised weights i0 .. i0 + 8 as load8_bits packs bf16 (past `valid`: +0).
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
+    }
+};
+
+// One int4 expert matrix [n, k] of a stacked blob.
+struct MoeInt4Matrix {
+    const unsigned char* values;
+    const float* scales;
+    const unsigned char* zeros;
+    unsigned k;
+    unsigned group;
+    unsigned groups; // ⌈k / group⌉ per row
+
+    __device__ __forceinline__ static unsigned long long scales_at(unsigned n, unsigned k) {
+        return moe_align256((unsigned long long)n * (k / 2u));
+    }
+
+    __device__ __forceinline__ static unsigned long long zeros_at(unsigned n, unsigned k, unsigned group) {
+        const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
+        return moe_align256(scales_at(n, k) + count * 4ull);
+    }
+
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned group) {
+        const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
+        return moe_align256(zeros_at(n, k, group) + count);
+    }
+
+    __device__ __forceinline__ MoeInt4Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+                             unsigned group_)
+        : k(k_), group(group_), groups((k_ + group_ - 1u) / group_) {
+        const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
+                                    (unsigned long long)e * stride(n, k_, group_);
+        values = base;
+        scales = reinterpret_cast<const float*>(base + scales_at(n, k_));
+        zeros = base + zeros_at(n, k_, group_);
+    }
+
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
+        const unsigned byte = values[(unsigned long long)f * (k / 2u) + i / 2u];
+        const int q = (int)((i & 1u) != 0u ? byte >> 4 : byte & 0xfu);
+        const unsigned long long g = (unsigned long long)f * groups + i / group;
+        const int z = (int)zeros[g];
+        return bf16_bits(to_bf16(__fmul_rn((float)(q - z), scales[g])));
+    }
+
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
+    }
+};
+
+// gate_up_silu's loop with the weights of (expert, feature) from `matrix(id)` (a Moe*Matrix):
+// the same dot order, the same stores.
+template <typename MatrixOf>
+__device__ __forceinline__ void moe_gate_up_quant(const bf16* __restrict__ x,
+                                                  const int* __restrict__ ids,
+                                                  bf16* __restrict__ act, unsigned rows,
+                                                  unsigned hidden, unsigned inter,
+                                                  unsigned experts, unsigned k,
+                                                  MatrixOf matrix) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned long long picks = (unsigned long long)rows * k;
+    for (unsigned long long s = blockIdx.x; s < picks; s += gridDim.x) {
+        const unsigned long long row = s / k;
+        const int id = ids[s];
+        const bool valid = id >= 0 && (unsigned)id < experts;
+        const bf16* xr = x + row * hidden;
+        for (unsigned fb = blockIdx.y; fb * warps < inter; fb += gridDim.y) {
+            const unsigned f = fb * warps + warp;
+            if (f >= inter) {
+                continue;
+            }
+            bf16* dst = act + s * inter + f;
+            if (!valid) {
+                if (lane == 0) {
+                    *dst = to_bf16(0.0f);
+                }
+                continue;
+            }
+            const auto g = matrix((unsigned)id, 0);
+            const auto u = matrix((unsigned)id, 1);
+            const bool xv = aligned16(xr);
+            float sg = 0.0f;
+            float su = 0.0f;
+            for (unsigned seg = 0; seg * DOT_SEG < hidden; ++seg) {
+                float ag = 0.0f;
+                float au = 0.0f;
+#pragma unroll 1 // the chunks in order, as unrolled; fewer live predicates
+                for (unsigned j = 0; j < DOT_SEG_LANE_CHUNKS; ++j) {
+                    const unsigned i0 = seg * DOT_SEG + (j * 32u + lane) * 8u;
+                    if (i0 < hidden) {
+                        const unsigned n = min(8u, hidden - i0);
+                        const uint4 xb = moe_load8_bits(xr + i0, n, xv);
+                        ag = dot8(xb, g.load8(f, i0, n), ag);
+                        au = dot8(xb, u.load8(f, i0, n), au);
+                    }
+                }
+                sg = dot_fold(sg, warp_sum(ag), seg);
+                su = dot_fold(su, warp_sum(au), seg);
+            }
+            if (lane == 0) {
+                *dst = silu_mul_value(linear_value(sg, nullptr, f), linear_value(su, nullptr, f));
+            }
+        }
+    }
+}
+
+// down's loop with the weights of (expert, output feature) from `matrix(id)`; warp_dot's order.
+template <typename MatrixOf>
+__device__ __forceinline__ void moe_down_quant(const bf16* __restrict__ act,
+                                               const int* __restrict__ ids,
+                                               const float* __restrict__ weights,
+                                               bf16* __restrict__ out, unsigned rows,
+                                               unsigned hidden, unsigned inter, unsigned experts,
+                                               unsigned k, MatrixOf matrix) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        for (unsigned fb = blockIdx.y; fb * warps < hidden; fb += gridDim.y) {
+            const unsigned o = fb * warps + warp;
+            if (o >= hidden) {
+                continue;
+            }
+            float acc = 0.0f;
+            for (unsigned j = 0; j < k; ++j) {
+                const unsigned long long s = (unsigned long long)r * k + j;
+                const int id = ids[s];
+                if (id < 0 || (unsigned)id >= experts) {
+                    continue;
+                }
+                const auto wm = matrix((unsigned)id);
+                const bf16* a = act + s * inter;
+                const bool av = aligned16(a);
+                float d = 0.0f;
+                for (unsigned seg = 0; seg * DOT_SEG < inter; ++seg) {
+                    float part = 0.0f;
+#pragma unroll 1 // the chunks in order, as unrolled; fewer live predicates
+                    for (unsigned c = 0; c < DOT_SEG_LANE_CHUNKS; ++c) {
+                        const unsigned i0 = seg * DOT_SEG + (c * 32u + lane) * 8u;
+                        if (i0 < inter) {
+                            const unsigned valid = min(8u, inter - i0);
+                            part = dot8(moe_load8_bits(a + i0, valid, av), wm.load8(o, i0, valid),
+                                        part);
+                        }
+                    }
+                    d = dot_fold(d, warp_sum(part), seg);
+                }
+                acc = __fadd_rn(acc, __fmul_rn(d, weights[s]));
+            }
+            if (lane == 0) {
+                out[(unsigned long long)r * hidden + o] = to_bf16(acc);
+            }
+        }
+    }
+}
+
+// The gate (which 0) or up (which 1) matrix of an expert.
+struct MoeFp8GateUp {
+    const unsigned* wg;
+    const unsigned* wu;
+    unsigned inter, hidden, block_n, block_k;
+    __device__ __forceinline__ MoeFp8Matrix operator()(unsigned e, unsigned which) const {
+        return MoeFp8Matrix(which == 0u ? wg : wu, e, inter, hidden, block_n, block_k);
+    }
+};
+
+struct MoeInt4GateUp {
+    const unsigned* wg;
+    const unsigned* wu;
+    unsigned inter, hidden, group;
+    __device__ __forceinline__ MoeInt4Matrix operator()(unsigned e, unsigned which) const {
+        return MoeInt4Matrix(which == 0u ? wg : wu, e, inter, hidden, group);
+    }
+};
+
+struct MoeFp8Down {
+    const unsigned* wd;
+    unsigned hidden, inter, block_n, block_k;
+    __device__ __forceinline__ MoeFp8Matrix operator()(unsigned e) const {
+        return MoeFp8Matrix(wd, e, hidden, inter, block_n, block_k);
+    }
+};
+
+struct MoeInt4Down {
+    const unsigned* wd;
+    unsigned hidden, inter, group;
+    __device__ __forceinline__ MoeInt4Matrix operator()(unsigned e) const {
+        return MoeInt4Matrix(wd, e, hidden, inter, group);
+    }
+};
+
+// gate_up_silu on fp8 experts: wg, wu the stacked blobs of [experts][inter][hidden].
+extern "C" __global__ void __launch_bounds__(256)
+    gate_up_silu_fp8(const bf16* __restrict__ x, const int* __restrict__ ids,
+                     const unsigned* __restrict__ wg, const unsigned* __restrict__ wu,
+                     bf16* __restrict__ act, unsigned rows, unsigned hidden, unsigned inter,
+                     unsigned experts, unsigned k, unsigned block_n, unsigned block_k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (block_n == 0u || block_k == 0u) {
+        return;
+    }
+    moe_gate_up_quant(x, ids, act, rows, hidden, inter, experts, k,
+                      MoeFp8GateUp{wg, wu, inter, hidden, block_n, block_k});
+}
+
+// gate_up_silu on int4 experts: wg, wu the stacked blobs of [experts][inter][hidden].
+extern "C" __global__ void __launch_bounds__(256)
+    gate_up_silu_int4(const bf16* __restrict__ x, const int* __restrict__ ids,
+                      const unsigned* __restrict__ wg, const unsigned* __restrict__ wu,
+                      bf16* __restrict__ act, unsigned rows, unsigned hidden, unsigned inter,
+                      unsigned experts, unsigned k, unsigned group) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (group == 0u || (hidden & 1u) != 0u) {
+        return;
+    }
+    moe_gate_up_quant(x, ids, act, rows, hidden, inter, experts, k,
+                      MoeInt4GateUp{wg, wu, inter, hidden, group});
+}
+
+// down on fp8 experts: wd the stacked blob of [experts][hidden][inter].
+extern "C" __global__ void __launch_bounds__(256)
+    down_fp8(const bf16* __restrict__ act, const int* __restrict__ ids,
+             const float* __restrict__ weights, const unsigned* __restrict__ wd,
+             bf16* __restrict__ out, unsigned rows, unsigned hidden, unsigned inter,
+             unsigned experts, unsigned k, unsigned block_n, unsigned block_k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (block_n == 0u || block_k == 0u) {
+        return;
+    }
+    moe_down_quant(act, ids, weights, out, rows, hidden, inter, experts, k,
+                   MoeFp8Down{wd, hidden, inter, block_n, block_k});
+}
+
+// down on int4 experts: wd the stacked blob of [experts][hidden][inter].
+extern "C" __global__ void __launch_bounds__(256)
+    down_int4(const bf16* __restrict__ act, const int* __restrict__ ids,
+              const float* __restrict__ weights, const unsigned* __restrict__ wd,
+              bf16* __restrict__ out, unsigned rows, unsigned hidden, unsigned inter,
+              unsigned experts, unsigned k, unsigned group) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (group == 0u || (inter & 1u) != 0u) {
+        return;
+    }
+    moe_down_quant(act, ids, weights, out, rows, hidden, inter, experts, k,
+                   MoeInt4Down{wd, hidden, inter, group});
+}
+
 // ---- the shared expert ---------------------------------------------------------------------
 
 // out bf16[rows·hidden] = bf16(routed + sigmoid(gate[r]) · shared), in f32 (gate bf16[rows], the

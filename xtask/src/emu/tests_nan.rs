@@ -167,6 +167,11 @@ const DRIVEN: &[&str] = &[
     "moe::router_topk",
     "moe::gate_up_silu",
     "moe::down",
+    // driven in tests_moe_quant (quantized_experts_carry_nan_and_inf_as_their_twins)
+    "moe::gate_up_silu_fp8",
+    "moe::gate_up_silu_int4",
+    "moe::down_fp8",
+    "moe::down_int4",
     "attn::paged_decode",
     "attn::paged_causal",
     "attn::paged_decode_o",

@@ -255,10 +255,12 @@ impl<'a> View<'a> {
             .filter_map(move |w| circuit.weights.get(w.0 as usize))
     }
 
-    /// The slot of weight `index` of `op` (its name and stored format), if it has one.
-    pub fn weight_slot(&self, op: &Op, index: usize) -> Option<&'a WeightSlot> {
-        let w = op.weights.get(index)?;
-        self.bind.circuit().weights.get(w.0 as usize)
+    /// The slot of `op`'s weight `index` (its name and `format`: which entry reads it).
+    pub fn weight_slot(&self, op: &Op, index: usize) -> Result<&'a WeightSlot, ExecError> {
+        op.weights
+            .get(index)
+            .map(|w| &self.bind.circuit().weights[w.0 as usize])
+            .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
     }
 
     pub fn weight_opt(&self, op: &Op, index: usize) -> Option<Buf> {

@@ -5,17 +5,25 @@
 //! Expert weights are stacked row-major: gate and up `[experts]\[inter\]\[hidden\]`, down
 //! `[experts]\[hidden\]\[inter\]`. Picks are `ids i32\[rows·k\]` and `weights f32\[rows·k\]`.
 //!
+//! Quantized experts (`solder_circuit::format`): `gate_up_silu` and `down` have `_fp8` and
+//! `_int4` entries that take each stacked blob as 32-bit words plus the format's parameters
+//! (block_n, block_k; group), dequantise each weight to bf16 in registers and run the bf16
+//! kernel's arithmetic unchanged; their twins dequantise each chosen expert (`dequant`) and run
+//! the bf16 twin's. The emitter picks the entry from the expert slots' `WeightFormat`
+//! (`GATE_UP_FORMATS`, `DOWN_FORMATS`).
+//!
 //! Grid: routing runs one block of 256 threads per row and keeps the row's probabilities in
 //! dynamic shared memory; the expert projections run blocks of 256 threads (one warp per
 //! output feature) over (pick, 8 output features) for gate·up and (row, 8 output features)
 //! for down, whose warp sums its row's picks in order. Picks and rows are `grid.x` (no 65535
 //! limit); feature tiles past 65535 are walked grid-stride by the kernels.
 
+pub mod dequant;
 mod twin;
 
 use half::bf16;
 use solder_circuit::ir::Op;
-use solder_circuit::OpKind;
+use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::LaunchConfig;
 
 use super::decl::kernel;
@@ -123,6 +131,106 @@ kernel! {
 }
 
 kernel! {
+    /// gate_up_silu on fp8 experts: wg, wu the stacked blobs (32-bit words) of
+    /// `[experts]\[inter\]\[hidden\]` in `Fp8 { block_n, block_k }`, each weight dequantised
+    /// to bf16, then gate_up_silu's arithmetic.
+    pub struct GateUpSiluFp8 / GateUpSiluFp8Args {
+        x: In<bf16>,
+        ids: In<i32>,
+        wg: In<u32>,
+        wu: In<u32>,
+        act: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+        block_n: U32,
+        block_k: U32,
+    }
+    grid(a) = expert_config(a.inter, a.rows.saturating_mul(a.k));
+    GATE_UP_SILU_FP8 = "moe::gate_up_silu_fp8" => twin twin::gate_up_silu_fp8, emit emit_gate_up_silu;
+}
+
+kernel! {
+    /// gate_up_silu on int4 experts: wg, wu the stacked blobs (32-bit words) of
+    /// `[experts]\[inter\]\[hidden\]` in `Int4 { group }`, each weight dequantised to bf16,
+    /// then gate_up_silu's arithmetic.
+    pub struct GateUpSiluInt4 / GateUpSiluInt4Args {
+        x: In<bf16>,
+        ids: In<i32>,
+        wg: In<u32>,
+        wu: In<u32>,
+        act: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+        group: U32,
+    }
+    grid(a) = expert_config(a.inter, a.rows.saturating_mul(a.k));
+    GATE_UP_SILU_INT4 = "moe::gate_up_silu_int4" => twin twin::gate_up_silu_int4, emit emit_gate_up_silu;
+}
+
+kernel! {
+    /// down on fp8 experts: wd the stacked blob (32-bit words) of
+    /// `[experts]\[hidden\]\[inter\]` in `Fp8 { block_n, block_k }`, each weight dequantised
+    /// to bf16, then down's arithmetic.
+    pub struct DownFp8 / DownFp8Args {
+        act: In<bf16>,
+        ids: In<i32>,
+        weights: In<f32>,
+        wd: In<u32>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+        block_n: U32,
+        block_k: U32,
+    }
+    grid(a) = expert_config(a.hidden, a.rows);
+    DOWN_FP8 = "moe::down_fp8" => twin twin::down_fp8, emit emit_down;
+}
+
+kernel! {
+    /// down on int4 experts: wd the stacked blob (32-bit words) of
+    /// `[experts]\[hidden\]\[inter\]` in `Int4 { group }`, each weight dequantised to bf16,
+    /// then down's arithmetic.
+    pub struct DownInt4 / DownInt4Args {
+        act: In<bf16>,
+        ids: In<i32>,
+        weights: In<f32>,
+        wd: In<u32>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        inter: U32,
+        experts: U32,
+        k: U32,
+        group: U32,
+    }
+    grid(a) = expert_config(a.hidden, a.rows);
+    DOWN_INT4 = "moe::down_int4" => twin twin::down_int4, emit emit_down;
+}
+
+/// The entries a rule's kernel launches for a quantized weight format: (kernel, format kind,
+/// entry). Rules name only the kernel; the emitter picks the entry from the weights' format.
+pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
+    (GATE_UP_SILU.as_str(), "fp8", GATE_UP_SILU_FP8.as_str()),
+    (GATE_UP_SILU.as_str(), "int4", GATE_UP_SILU_INT4.as_str()),
+    (DOWN.as_str(), "fp8", DOWN_FP8.as_str()),
+    (DOWN.as_str(), "int4", DOWN_INT4.as_str()),
+];
+
+/// The weight formats `moe::gate_up_silu` reads (one entry each).
+pub const GATE_UP_FORMATS: &[&str] = &["bf16", "fp8", "int4"];
+/// The weight formats `moe::down` reads (one entry each).
+pub const DOWN_FORMATS: &[&str] = &["bf16", "fp8", "int4"];
+
+kernel! {
     /// out bf16\[rows·hidden\] = routed + sigmoid(gate\[r\]) · shared, in f32, stored bf16 once:
     /// the shared expert's gated contribution (gate bf16\[rows\], the shared-expert gate
     /// projection).
@@ -143,6 +251,10 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     RouterTopk::DECLS,
     GateUpSilu::DECLS,
     Down::DECLS,
+    GateUpSiluFp8::DECLS,
+    GateUpSiluInt4::DECLS,
+    DownFp8::DECLS,
+    DownInt4::DECLS,
     CombineShared::DECLS,
 ];
 
@@ -198,40 +310,145 @@ fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32), ExecError>
     ))
 }
 
+/// The format of `op`'s expert weights `indices` (one format for all of them), refused unless
+/// `formats` (the kernel's list) has it: an error naming kernel, tensor and format.
+fn expert_format(
+    v: &View<'_>,
+    op: &Op,
+    indices: &[usize],
+    kernel: &str,
+    formats: &[&str],
+) -> Result<WeightFormat, ExecError> {
+    let first = v.weight_slot(op, indices[0])?;
+    for i in &indices[1..] {
+        let other = v.weight_slot(op, *i)?;
+        if other.format != first.format {
+            return Err(v.err(format!(
+                "{kernel}: expert weights `{}` ({}) and `{}` ({}) differ in format; one entry \
+                 reads one format",
+                first.name, first.format, other.name, other.format
+            )));
+        }
+    }
+    if formats.contains(&first.format.kind()) {
+        Ok(first.format)
+    } else {
+        Err(v.err(format!(
+            "{kernel} has no entry for weight `{}` in format {} (it reads {formats:?})",
+            first.name, first.format
+        )))
+    }
+}
+
 fn emit_gate_up_silu(v: &View<'_>) -> R {
     let g = v.op(OpKind::MoeGateUp, None)?;
     let (hidden, inter, experts, k) = expert_dims(v, g)?;
-    Ok(vec![GateUpSilu {
-        x: v.input(g, 0)?,
-        ids: v.input(g, 1)?,
-        wg: v.weight(g, 0)?,
-        wu: v.weight(g, 1)?,
-        act: v.output(g, 0)?,
-        rows: v.rows(),
-        hidden,
-        inter,
-        experts,
-        k,
-    }
-    .launch(GATE_UP_SILU)])
+    let format = expert_format(v, g, &[0, 1], GATE_UP_SILU.as_str(), GATE_UP_FORMATS)?;
+    let (x, ids, wg, wu) = (
+        v.input(g, 0)?,
+        v.input(g, 1)?,
+        v.weight(g, 0)?,
+        v.weight(g, 1)?,
+    );
+    let (act, rows) = (v.output(g, 0)?, v.rows());
+    let launch = match format {
+        WeightFormat::Bf16 => GateUpSilu {
+            x,
+            ids,
+            wg,
+            wu,
+            act,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+        }
+        .launch(GATE_UP_SILU),
+        WeightFormat::Fp8 { block_n, block_k } => GateUpSiluFp8 {
+            x,
+            ids,
+            wg,
+            wu,
+            act,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+            block_n,
+            block_k,
+        }
+        .launch(GATE_UP_SILU_FP8),
+        WeightFormat::Int4 { group } => GateUpSiluInt4 {
+            x,
+            ids,
+            wg,
+            wu,
+            act,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+            group,
+        }
+        .launch(GATE_UP_SILU_INT4),
+    };
+    Ok(vec![launch])
 }
 
 fn emit_down(v: &View<'_>) -> R {
     let d = v.op(OpKind::MoeDown, None)?;
     let (hidden, inter, experts, k) = expert_dims(v, d)?;
-    Ok(vec![Down {
-        act: v.input(d, 0)?,
-        ids: v.input(d, 1)?,
-        weights: v.input(d, 2)?,
-        wd: v.weight(d, 0)?,
-        out: v.output(d, 0)?,
-        rows: v.rows(),
-        hidden,
-        inter,
-        experts,
-        k,
-    }
-    .launch(DOWN)])
+    let format = expert_format(v, d, &[0], DOWN.as_str(), DOWN_FORMATS)?;
+    let (act, ids, weights) = (v.input(d, 0)?, v.input(d, 1)?, v.input(d, 2)?);
+    let (wd, out, rows) = (v.weight(d, 0)?, v.output(d, 0)?, v.rows());
+    let launch = match format {
+        WeightFormat::Bf16 => Down {
+            act,
+            ids,
+            weights,
+            wd,
+            out,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+        }
+        .launch(DOWN),
+        WeightFormat::Fp8 { block_n, block_k } => DownFp8 {
+            act,
+            ids,
+            weights,
+            wd,
+            out,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+            block_n,
+            block_k,
+        }
+        .launch(DOWN_FP8),
+        WeightFormat::Int4 { group } => DownInt4 {
+            act,
+            ids,
+            weights,
+            wd,
+            out,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+            group,
+        }
+        .launch(DOWN_INT4),
+    };
+    Ok(vec![launch])
 }
 
 fn emit_combine_shared(v: &View<'_>) -> R {
@@ -245,4 +462,28 @@ fn emit_combine_shared(v: &View<'_>) -> R {
         hidden: v.u32(c, "hidden")?,
     }
     .launch(COMBINE_SHARED)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_a_kernel_lists_has_its_entry_and_no_other() {
+        for (kernel, formats) in [
+            (GATE_UP_SILU.as_str(), GATE_UP_FORMATS),
+            (DOWN.as_str(), DOWN_FORMATS),
+        ] {
+            let mut entries: Vec<&str> = FORMAT_ENTRIES
+                .iter()
+                .filter(|(k, ..)| *k == kernel)
+                .map(|(_, format, _)| *format)
+                .collect();
+            entries.insert(0, "bf16");
+            assert_eq!(entries, formats, "{kernel}");
+            for (_, _, entry) in FORMAT_ENTRIES.iter().filter(|(k, ..)| *k == kernel) {
+                assert!(crate::kernels::decl(entry).is_some(), "{entry} is declared");
+            }
+        }
+    }
 }

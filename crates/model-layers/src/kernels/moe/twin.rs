@@ -13,9 +13,15 @@
 use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
-use super::{CombineSharedArgs, DownArgs, GateUpSiluArgs, RouterTopkArgs, TopkSoftmaxArgs};
+use solder_circuit::WeightFormat;
+
+use super::dequant;
+use super::{
+    CombineSharedArgs, DownArgs, DownFp8Args, DownInt4Args, GateUpSiluArgs, GateUpSiluFp8Args,
+    GateUpSiluInt4Args, RouterTopkArgs, TopkSoftmaxArgs,
+};
 use crate::kernels::act::sigmoid;
-use crate::kernels::args::{macs, size, threads_for, Dim};
+use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
 use crate::kernels::gemv::matvec::{for_each_dot, Widened};
 use crate::numerics::{linear_value, silu_mul_value, to_bf16, to_f32, warp_strided_sum};
 
@@ -230,13 +236,58 @@ pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
     let wu = a.wu.len(size(ctx, &[experts, inter, hidden])?)?;
     let act = a.act.len(size(ctx, &[rows, k, inter])?)?;
     let slot_experts = expert_ids(ctx, ids, k, experts)?;
-    let groups = groups(&slot_experts, experts, hidden, |s| {
+    gate_up_core(
+        ctx,
+        ExpertDims {
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+        },
+        x,
+        &slot_experts,
+        |e| &wg[e * inter * hidden..(e + 1) * inter * hidden],
+        |e| &wu[e * inter * hidden..(e + 1) * inter * hidden],
+        act,
+    );
+    Ok(())
+}
+
+/// The expert kernels' dims.
+#[derive(Clone, Copy)]
+struct ExpertDims {
+    rows: usize,
+    hidden: usize,
+    inter: usize,
+    experts: usize,
+    k: usize,
+}
+
+/// gate_up_silu's arithmetic with the bf16 gate and up matrices `[inter][hidden]` of each
+/// chosen expert from `gate(e)` and `up(e)`.
+fn gate_up_core<'w>(
+    ctx: &TwinCtx<'_>,
+    d: ExpertDims,
+    x: &[bf16],
+    slot_experts: &[usize],
+    gate: impl Fn(usize) -> &'w [bf16] + Sync,
+    up: impl Fn(usize) -> &'w [bf16] + Sync,
+    act: &mut [bf16],
+) {
+    let ExpertDims {
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    } = d;
+    let groups = groups(slot_experts, experts, hidden, |s| {
         &x[(s / k) * hidden..(s / k + 1) * hidden]
     });
     let threads = threads_for(ctx, macs(&[rows, k, 2, inter, hidden]));
     let tiles = run_tiles(&groups, inter, threads, |group, first, count| {
-        let matrix = group.expert * inter * hidden..(group.expert + 1) * inter * hidden;
-        let (g, u) = (&wg[matrix.clone()], &wu[matrix]);
+        let (g, u) = (gate(group.expert), up(group.expert));
         // Gate then up as one projection of 2·count features, each stored bf16 as the
         // reference does.
         let mut both = vec![bf16::ZERO; group.slots.len() * 2 * count];
@@ -261,7 +312,6 @@ pub(super) fn gate_up_silu(a: GateUpSiluArgs<'_>) -> Result<(), GpuError> {
             act[at..at + t.count].copy_from_slice(values);
         }
     }
-    Ok(())
 }
 
 /// Per row, the f32 sum over picks in order of dot(act slot, wd\[e\] row) · weight, stored bf16.
@@ -275,20 +325,55 @@ pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
     let wd = a.wd.len(size(ctx, &[experts, hidden, inter])?)?;
     let out = a.out.len(size(ctx, &[rows, hidden])?)?;
     let slot_experts = expert_ids(ctx, ids, k, experts)?;
-    let groups = groups(&slot_experts, experts, inter, |s| {
+    let d = ExpertDims {
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    };
+    down_core(
+        ctx,
+        d,
+        act,
+        &slot_experts,
+        weights,
+        |e| &wd[e * hidden * inter..(e + 1) * hidden * inter],
+        out,
+    );
+    Ok(())
+}
+
+/// down's arithmetic with the bf16 matrix `[hidden][inter]` of each chosen expert from
+/// `matrix(e)`.
+fn down_core<'w>(
+    ctx: &TwinCtx<'_>,
+    d: ExpertDims,
+    act: &[bf16],
+    slot_experts: &[usize],
+    weights: &[f32],
+    matrix: impl Fn(usize) -> &'w [bf16] + Sync,
+    out: &mut [bf16],
+) {
+    let ExpertDims {
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    } = d;
+    let groups = groups(slot_experts, experts, inter, |s| {
         &act[s * inter..(s + 1) * inter]
     });
     let threads = threads_for(ctx, macs(&[rows, k, hidden, inter]));
     let tiles = run_tiles(&groups, hidden, threads, |group, first, count| {
+        let wd = matrix(group.expert);
         let mut dots = vec![0.0f32; group.slots.len() * count];
         for_each_dot(
             1,
             &group.xs,
             count,
-            |o| {
-                let at = (group.expert * hidden + first + o) * inter;
-                &wd[at..at + inter]
-            },
+            |o| &wd[(first + o) * inter..(first + o + 1) * inter],
             |_, _, d| d,
             &mut dots,
         );
@@ -311,7 +396,137 @@ pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
             *y = to_bf16(acc);
         }
     });
+}
+
+// ---- quantized experts ---------------------------------------------------------------------
+
+/// A stacked quantized blob (words) checked against `format` and `[experts, n, k]`, and each
+/// chosen expert's matrix dequantised to bf16 (empty for the others).
+fn dequant_chosen(
+    blob: In<'_, u32>,
+    format: WeightFormat,
+    [experts, n, k]: [usize; 3],
+    slot_experts: &[usize],
+) -> Result<Vec<Vec<bf16>>, GpuError> {
+    let (layout, bytes) =
+        dequant::stack_layout(format, experts, n, k).map_err(|e| blob.at.bad(e))?;
+    let words = blob.len(bytes.div_ceil(4))?;
+    let mut chosen = vec![false; experts];
+    for e in slot_experts {
+        chosen[*e] = true;
+    }
+    Ok(chosen
+        .iter()
+        .enumerate()
+        .map(|(e, c)| {
+            if *c {
+                let bytes = dequant::matrix_bytes(words, &layout, e);
+                dequant::dequant_matrix(format, &layout, &bytes, n, k)
+            } else {
+                Vec::new()
+            }
+        })
+        .collect())
+}
+
+/// gate_up_silu on quantized experts: each chosen expert's matrices dequantised to bf16, then
+/// gate_up_silu's arithmetic unchanged.
+#[allow(clippy::too_many_arguments)]
+fn gate_up_quant(
+    ctx: &TwinCtx<'_>,
+    format: WeightFormat,
+    x: In<'_, bf16>,
+    ids: In<'_, i32>,
+    wg: In<'_, u32>,
+    wu: In<'_, u32>,
+    act: Out<'_, bf16>,
+    dims: [Dim<'_>; 5],
+) -> Result<(), GpuError> {
+    let [rows, hidden, inter, experts, k] = dims;
+    let (rows, hidden, inter) = (rows.count(), hidden.dim()?, inter.dim()?);
+    let (experts, k) = (experts.dim()?, k.dim()?);
+    let x = x.len(size(ctx, &[rows, hidden])?)?;
+    let ids = ids.len(size(ctx, &[rows, k])?)?;
+    let slot_experts = expert_ids(ctx, ids, k, experts)?;
+    let g = dequant_chosen(wg, format, [experts, inter, hidden], &slot_experts)?;
+    let u = dequant_chosen(wu, format, [experts, inter, hidden], &slot_experts)?;
+    let act = act.len(size(ctx, &[rows, k, inter])?)?;
+    let d = ExpertDims {
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    };
+    gate_up_core(ctx, d, x, &slot_experts, |e| &g[e], |e| &u[e], act);
     Ok(())
+}
+
+pub(super) fn gate_up_silu_fp8(a: GateUpSiluFp8Args<'_>) -> Result<(), GpuError> {
+    let format = WeightFormat::Fp8 {
+        block_n: a.block_n.get(),
+        block_k: a.block_k.get(),
+    };
+    let dims = [a.rows, a.hidden, a.inter, a.experts, a.k];
+    gate_up_quant(a.ctx, format, a.x, a.ids, a.wg, a.wu, a.act, dims)
+}
+
+pub(super) fn gate_up_silu_int4(a: GateUpSiluInt4Args<'_>) -> Result<(), GpuError> {
+    let format = WeightFormat::Int4 {
+        group: a.group.get(),
+    };
+    let dims = [a.rows, a.hidden, a.inter, a.experts, a.k];
+    gate_up_quant(a.ctx, format, a.x, a.ids, a.wg, a.wu, a.act, dims)
+}
+
+/// down on quantized experts: each chosen expert's matrix dequantised to bf16, then down's
+/// arithmetic unchanged.
+#[allow(clippy::too_many_arguments)]
+fn down_quant(
+    ctx: &TwinCtx<'_>,
+    format: WeightFormat,
+    act: In<'_, bf16>,
+    ids: In<'_, i32>,
+    weights: In<'_, f32>,
+    wd: In<'_, u32>,
+    out: Out<'_, bf16>,
+    dims: [Dim<'_>; 5],
+) -> Result<(), GpuError> {
+    let [rows, hidden, inter, experts, k] = dims;
+    let (rows, hidden, inter) = (rows.count(), hidden.dim()?, inter.dim()?);
+    let (experts, k) = (experts.dim()?, k.dim()?);
+    let act = act.len(size(ctx, &[rows, k, inter])?)?;
+    let ids = ids.len(size(ctx, &[rows, k])?)?;
+    let weights = weights.len(size(ctx, &[rows, k])?)?;
+    let slot_experts = expert_ids(ctx, ids, k, experts)?;
+    let m = dequant_chosen(wd, format, [experts, hidden, inter], &slot_experts)?;
+    let out = out.len(size(ctx, &[rows, hidden])?)?;
+    let d = ExpertDims {
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    };
+    down_core(ctx, d, act, &slot_experts, weights, |e| &m[e], out);
+    Ok(())
+}
+
+pub(super) fn down_fp8(a: DownFp8Args<'_>) -> Result<(), GpuError> {
+    let format = WeightFormat::Fp8 {
+        block_n: a.block_n.get(),
+        block_k: a.block_k.get(),
+    };
+    let dims = [a.rows, a.hidden, a.inter, a.experts, a.k];
+    down_quant(a.ctx, format, a.act, a.ids, a.weights, a.wd, a.out, dims)
+}
+
+pub(super) fn down_int4(a: DownInt4Args<'_>) -> Result<(), GpuError> {
+    let format = WeightFormat::Int4 {
+        group: a.group.get(),
+    };
+    let dims = [a.rows, a.hidden, a.inter, a.experts, a.k];
+    down_quant(a.ctx, format, a.act, a.ids, a.weights, a.wd, a.out, dims)
 }
 
 /// out = bf16(routed + sigmoid(gate\[r\]) · shared).
