@@ -29,24 +29,34 @@ pub fn e4m3_to_f32(q: u8) -> f32 {
     f32::from_bits(sign | magnitude)
 }
 
-/// The e4m3 code nearest to `x` (ties to the even code), saturating at ±448; NaN → 0x7f.
+/// `x` rounded to the nearest e4m3fn value, ties to even; magnitudes past 448 saturate to
+/// 448 (what a scale chosen from the block's maximum never reaches); NaN stays NaN.
 pub fn f32_to_e4m3(x: f32) -> u8 {
     if x.is_nan() {
         return 0x7f;
     }
-    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
-    let magnitude = x.abs();
-    // Positive codes 0..=0x7e are ordered by value; pick the nearest, ties to the even code.
-    let mut best = 0u8;
-    let mut best_err = f32::INFINITY;
-    for code in 0u8..=0x7e {
-        let err = (e4m3_to_f32(code) - magnitude).abs();
-        if err < best_err || (err == best_err && code % 2 == 0) {
-            best = code;
-            best_err = err;
-        }
+    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+    let a = x.abs();
+    // Below the smallest normal (2^-6) the step is 2^-9: the code is the count of steps (8
+    // steps rounds up into the first normal, whose code is 8 as well).
+    if a < (2.0f32).powi(-6) {
+        return sign | (a * 512.0).round_ties_even() as u8;
     }
-    sign | best
+    if a >= 464.0 {
+        // 464 is halfway between 448 and 480 (the next step, which e4m3fn lacks).
+        return sign | 0x7e;
+    }
+    let exp = ((a.to_bits() >> 23) & 0xff) as i32 - 127;
+    let mut mant = ((a / (2.0f32).powi(exp) - 1.0) * 8.0).round_ties_even() as i32;
+    let mut biased = exp + 7;
+    if mant == 8 {
+        mant = 0;
+        biased += 1;
+    }
+    if biased > 15 || (biased == 15 && mant == 7) {
+        return sign | 0x7e;
+    }
+    sign | ((biased as u8) << 3) | mant as u8
 }
 
 /// Row `f` of the `n × k` matrix stored in `blob` (laid out as `format.layout(n, k)` says),

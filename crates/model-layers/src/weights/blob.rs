@@ -8,7 +8,7 @@
 use half::bf16;
 use solder_circuit::WeightFormat;
 
-use super::fp8::e4m3_to_f32;
+use crate::numerics::dequant::dequant_row;
 
 /// One `n × k` matrix in a quantized format.
 pub(crate) struct QuantMatrix {
@@ -41,38 +41,21 @@ impl QuantMatrix {
         }
     }
 
-    /// The matrix dequantised to bf16, row-major, as `circuit::format` defines it.
-    // TODO(lead, merge): dedupe with `numerics::dequant::dequant_row` (written in parallel);
-    // the arithmetic is the same: fp8 `bf16_rn(f32(e4m3(q)) * scale)`, int4
-    // `bf16_rn(f32(q - z) * scale)`.
+    /// The matrix dequantised to bf16, row-major, as `circuit::format` defines it (row by
+    /// row through `numerics::dequant::dequant_row`, the kernels' twins' own arithmetic).
     pub fn dequant_bf16(&self) -> Vec<bf16> {
         let (n, k) = (self.n, self.k);
-        let mut out = Vec::with_capacity(n * k);
-        match self.format {
-            WeightFormat::Fp8 { block_n, block_k } => {
-                let (bn, bk) = (block_n as usize, block_k as usize);
-                let cols = k.div_ceil(bk);
-                for f in 0..n {
-                    for i in 0..k {
-                        let scale = self.scales[(f / bn) * cols + i / bk];
-                        out.push(bf16::from_f32(e4m3_to_f32(self.values[f * k + i]) * scale));
-                    }
-                }
+        let layout = self
+            .format
+            .layout(n, k)
+            .expect("a format checked against this matrix");
+        let mut blob = vec![0u8; layout.bytes];
+        self.write_blob(&mut blob);
+        let mut out = vec![bf16::ZERO; n * k];
+        if k > 0 {
+            for (f, row) in out.chunks_exact_mut(k).enumerate() {
+                dequant_row(self.format, &blob, n, k, f, row);
             }
-            WeightFormat::Int4 { group } => {
-                let group = group as usize;
-                let groups = k.div_ceil(group);
-                for f in 0..n {
-                    for i in 0..k {
-                        let byte = self.values[f * k / 2 + i / 2];
-                        let q = if i % 2 == 0 { byte & 0x0f } else { byte >> 4 };
-                        let at = f * groups + i / group;
-                        let (scale, zero) = (self.scales[at], self.zeros[at]);
-                        out.push(bf16::from_f32((f32::from(q) - f32::from(zero)) * scale));
-                    }
-                }
-            }
-            WeightFormat::Bf16 => unreachable!("a QuantMatrix is never bf16"),
         }
         out
     }

@@ -18,48 +18,7 @@ use crate::error::WeightsError;
 /// The largest finite e4m3fn magnitude.
 pub const E4M3_MAX: f32 = 448.0;
 
-/// The value of an e4m3fn byte (bias 7, no infinities, `S.1111.111` is NaN).
-pub fn e4m3_to_f32(byte: u8) -> f32 {
-    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = i32::from((byte >> 3) & 0x0f);
-    let mant = f32::from(byte & 0x07);
-    let magnitude = match exp {
-        0 => mant * (2.0f32).powi(-9),
-        15 if byte & 0x07 == 7 => f32::NAN,
-        _ => (1.0 + mant / 8.0) * (2.0f32).powi(exp - 7),
-    };
-    sign * magnitude
-}
-
-/// `x` rounded to the nearest e4m3fn value, ties to even; magnitudes past 448 saturate to
-/// 448 (what a scale chosen from the block's maximum never reaches); NaN stays NaN.
-pub fn f32_to_e4m3(x: f32) -> u8 {
-    if x.is_nan() {
-        return 0x7f;
-    }
-    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
-    let a = x.abs();
-    // Below the smallest normal (2^-6) the step is 2^-9: the code is the count of steps (8
-    // steps rounds up into the first normal, whose code is 8 as well).
-    if a < (2.0f32).powi(-6) {
-        return sign | (a * 512.0).round_ties_even() as u8;
-    }
-    if a >= 464.0 {
-        // 464 is halfway between 448 and 480 (the next step, which e4m3fn lacks).
-        return sign | 0x7e;
-    }
-    let exp = ((a.to_bits() >> 23) & 0xff) as i32 - 127;
-    let mut mant = ((a / (2.0f32).powi(exp) - 1.0) * 8.0).round_ties_even() as i32;
-    let mut biased = exp + 7;
-    if mant == 8 {
-        mant = 0;
-        biased += 1;
-    }
-    if biased > 15 || (biased == 15 && mant == 7) {
-        return sign | 0x7e;
-    }
-    sign | ((biased as u8) << 3) | mant as u8
-}
+pub use crate::numerics::dequant::{e4m3_to_f32, f32_to_e4m3};
 
 /// f32 values of a float scale tensor (BF16, F16 or F32: each exact in f32).
 pub(crate) fn scale_values(t: &TensorRef<'_>) -> Result<Vec<f32>, WeightsError> {

@@ -6,30 +6,15 @@
 //!
 //! The kernels receive a blob as 32-bit words (the device's bytes, little endian); matrix `e`
 //! of a stack starts at byte `e * MatrixLayout::stride`.
+
 //!
-//! MERGE NOTE (lead): this is the moe kernels' own row dequantiser, written while
-//! `numerics::dequant::dequant_row` was being written in parallel; replace `dequant_row` here
-//! with that one (same arithmetic) when both are on main.
+//! Rows are dequantised by `numerics::dequant::dequant_row` (the one definition of the
+//! arithmetic, shared with the gemv twins and the loader).
 
 use half::bf16;
 use solder_circuit::{MatrixLayout, WeightFormat};
 
-use crate::numerics::to_bf16;
-
-/// e4m3 (the `fn` variant: no infinities, `S.1111.111` is NaN) → f32, exactly.
-pub fn e4m3_to_f32(q: u8) -> f32 {
-    let sign = if q & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let (e, m) = ((q >> 3) & 0xf, q & 7);
-    if e == 15 && m == 7 {
-        return f32::NAN.copysign(sign);
-    }
-    let magnitude = if e == 0 {
-        m as f32 * (2.0f32).powi(-9)
-    } else {
-        (1.0 + m as f32 / 8.0) * (2.0f32).powi(e as i32 - 7)
-    };
-    magnitude * sign
-}
+use crate::numerics::dequant::dequant_row;
 
 /// Bytes of a stack of `experts` matrices `[n, k]` in `format`, with the layout of one matrix;
 /// an error naming the format when it cannot store them.
@@ -57,49 +42,6 @@ pub fn matrix_bytes(words: &[u32], layout: &MatrixLayout, e: usize) -> Vec<u8> {
     bytes
 }
 
-/// Row `f` of an `[n, k]` matrix whose blob (`layout.bytes` bytes) is `blob`, dequantised to
-/// bf16 into `out` (`k` values). A bf16 blob's row is copied.
-pub fn dequant_row(
-    format: WeightFormat,
-    layout: &MatrixLayout,
-    blob: &[u8],
-    k: usize,
-    f: usize,
-    out: &mut [bf16],
-) {
-    let scales = |i: usize| {
-        let at = layout.scales_offset + 4 * i;
-        f32::from_le_bytes([blob[at], blob[at + 1], blob[at + 2], blob[at + 3]])
-    };
-    match format {
-        WeightFormat::Bf16 => {
-            for (i, w) in out.iter_mut().enumerate() {
-                let at = 2 * (f * k + i);
-                *w = bf16::from_le_bytes([blob[at], blob[at + 1]]);
-            }
-        }
-        WeightFormat::Fp8 { block_n, block_k } => {
-            let (block_n, block_k) = (block_n as usize, block_k as usize);
-            let kblocks = k.div_ceil(block_k);
-            for (i, w) in out.iter_mut().enumerate() {
-                let scale = scales((f / block_n) * kblocks + i / block_k);
-                *w = to_bf16(e4m3_to_f32(blob[f * k + i]) * scale);
-            }
-        }
-        WeightFormat::Int4 { group } => {
-            let group = group as usize;
-            let groups = k.div_ceil(group);
-            for (i, w) in out.iter_mut().enumerate() {
-                let byte = blob[f * (k / 2) + i / 2];
-                let q = if i % 2 == 0 { byte & 0xf } else { byte >> 4 };
-                let g = f * groups + i / group;
-                let z = blob[layout.zeros_offset + g];
-                *w = to_bf16((q as i32 - z as i32) as f32 * scales(g));
-            }
-        }
-    }
-}
-
 /// The whole `[n, k]` matrix of a blob, dequantised to bf16, row-major.
 pub fn dequant_matrix(
     format: WeightFormat,
@@ -111,7 +53,7 @@ pub fn dequant_matrix(
     let mut out = vec![bf16::ZERO; n * k];
     if k > 0 {
         for (f, row) in out.chunks_exact_mut(k).enumerate() {
-            dequant_row(format, layout, blob, k, f, row);
+            dequant_row(format, &blob[..layout.bytes], n, k, f, row);
         }
     }
     out
@@ -120,6 +62,7 @@ pub fn dequant_matrix(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numerics::{dequant::e4m3_to_f32, to_bf16};
 
     #[test]
     fn e4m3_decodes_every_class() {
