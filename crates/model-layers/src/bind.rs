@@ -95,7 +95,8 @@ impl Bindings<'_> {
             ptr: self
                 .weights
                 .offset(self.layout.weight_offsets[w.0 as usize]),
-            bytes: slot.shape.iter().product::<usize>() * slot.dtype.size_bytes(),
+            // The slot's stored bytes: dense bf16, or its quantized blob(s) (`circuit::format`).
+            bytes: slot.bytes(),
         }
     }
 

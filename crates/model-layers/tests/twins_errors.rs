@@ -426,7 +426,6 @@ fn kernel_list_matches_the_rules_and_the_twins() {
         .iter()
         .filter(|k| !kernels::PROGRAM_KERNELS.contains(&k.as_str()))
         .filter(|k| !kernels::format_entries().any(|(entry, ..)| entry == k.as_str()))
-        .filter(|k| !kernels::moe::FORMAT_ENTRIES.iter().any(|(_, _, e)| e == k))
         .cloned()
         .collect();
     assert_eq!(
@@ -436,4 +435,31 @@ fn kernel_list_matches_the_rules_and_the_twins() {
     );
     let twin_names: Vec<&str> = kernels::twins().iter().map(|(name, _)| *name).collect();
     assert_eq!(twin_names, names, "twins() vs kernels::registry()");
+}
+
+/// Every rule lists exactly the weight formats its kernel has entries for: a rule never
+/// offers the fuser a format its kernel cannot read, and no quantized entry goes unused.
+#[test]
+fn rule_formats_match_the_kernels_entries() {
+    let rules = solder_circuit::RuleSet::from_file(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml"),
+    )
+    .expect("rules");
+    for rule in &rules.rules {
+        // What the rule's kernels read between them (the one reading the weights decides).
+        let mut read: Vec<&str> = rule
+            .kernels
+            .iter()
+            .flat_map(|k| kernels::formats_read(k))
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        let mut listed = rule.formats.clone();
+        listed.sort_unstable();
+        assert_eq!(
+            listed, read,
+            "rule `{}` ({:?}): its `formats` vs the formats its kernels' entries read",
+            rule.id, rule.kernels
+        );
+    }
 }

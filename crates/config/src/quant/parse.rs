@@ -86,6 +86,14 @@ const GPTQ: &[(&str, Rule)] = &[
     ("exllama_config", Rule::Ignored(KERNEL)),
     ("backend", Rule::Ignored(KERNEL)),
     ("meta", Rule::Ignored("the quantizer's name and version")),
+    (
+        "model_file_base_name",
+        Rule::Ignored("AutoGPTQ's weights file name; solder reads the safetensors index"),
+    ),
+    (
+        "model_name_or_path",
+        Rule::Ignored("the model AutoGPTQ quantized; informational"),
+    ),
 ];
 
 /// Checks every key of `block` against `table`, appending each one's report; an unknown key

@@ -29,10 +29,15 @@ pub fn emit_group(
     let decl = crate::kernels::decl(emitter)
         .ok_or_else(|| view.err(format!("no emitter for `{emitter}`")))?;
     let launches = (decl.emit)(&view)?;
-    // A variant entry (gemv's streaming entries) stands for the kernel it is a variant of.
+    // A variant entry (gemv's streaming entries) stands for the kernel it is a variant of, and
+    // a format entry (`gemv::linear_fp8`) for the kernel whose weight format it reads.
     let names: Vec<&str> = launches
         .iter()
-        .map(|l| crate::kernels::variant_of(l.kernel).unwrap_or(l.kernel))
+        .map(|l| {
+            crate::kernels::variant_of(l.kernel)
+                .or_else(|| crate::kernels::format_entry_of(l.kernel))
+                .unwrap_or(l.kernel)
+        })
         .collect();
     if names != group.kernels.iter().map(String::as_str).collect::<Vec<_>>() {
         return Err(view.err(format!(

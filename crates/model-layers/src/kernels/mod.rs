@@ -121,7 +121,30 @@ pub const PROGRAM_KERNELS: &[&str] = &[gemv::COUNTERS_RESET.as_str()];
 /// slot of that format and the format's kind (`gemv::linear_fp8` for `gemv::linear`, "fp8").
 /// No rule names them: rules name the kernel, with the formats it reads.
 pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
-    gemv::FORMAT_ENTRIES.iter().copied()
+    let moe = moe::FORMAT_ENTRIES
+        .iter()
+        .map(|&(kernel, format, entry)| (entry, kernel, format));
+    gemv::FORMAT_ENTRIES.iter().copied().chain(moe)
+}
+
+/// The kernel a format entry stands for, if `entry` is one (`gemv::linear_fp8` →
+/// `gemv::linear`).
+pub fn format_entry_of(entry: &str) -> Option<&'static str> {
+    format_entries()
+        .find(|(e, ..)| *e == entry)
+        .map(|(_, kernel, _)| kernel)
+}
+
+/// The weight format kinds `kernel` reads (`solder_circuit::WeightFormat::kind`): bf16, and
+/// each format it has an entry for. A rule's `formats` must be exactly these.
+pub fn formats_read(kernel: &str) -> Vec<&'static str> {
+    let mut kinds = vec!["bf16"];
+    for (_, of, format) in format_entries() {
+        if of == kernel && !kinds.contains(&format) {
+            kinds.push(format);
+        }
+    }
+    kinds
 }
 
 /// The kernel `entry` is a variant of, if it is one.
