@@ -87,23 +87,61 @@ pub fn dequant_row(
             let (block_n, block_k) = (block_n as usize, block_k as usize);
             let scale_row = (f / block_n) * k.div_ceil(block_k);
             let row = &blob[f * k..(f + 1) * k];
-            for (i, (o, q)) in out.iter_mut().zip(row).enumerate() {
-                let scale = read_f32(blob, layout.scales_offset, scale_row + i / block_k);
-                *o = dequant_fp8(*q, scale);
+            let table = e4m3_table();
+            // One scale per run of `block_k` values: the same arithmetic, element by element.
+            for (b, (outs, qs)) in out.chunks_mut(block_k).zip(row.chunks(block_k)).enumerate() {
+                let scale = read_f32(blob, layout.scales_offset, scale_row + b);
+                for (o, &q) in outs.iter_mut().zip(qs) {
+                    *o = to_bf16(table[q as usize] * scale);
+                }
             }
         }
         WeightFormat::Int4 { group } => {
             let group = group as usize;
             let groups = k.div_ceil(group);
             let row = &blob[f * k / 2..(f + 1) * k / 2];
-            for (i, o) in out.iter_mut().enumerate() {
-                let at = f * groups + i / group;
+            for (g, outs) in out.chunks_mut(group).enumerate() {
+                let at = f * groups + g;
                 let scale = read_f32(blob, layout.scales_offset, at);
                 let zero = blob[layout.zeros_offset + at];
-                *o = dequant_int4(nibble(row, i), zero, scale);
+                for (j, o) in outs.iter_mut().enumerate() {
+                    *o = dequant_int4(nibble(row, g * group + j), zero, scale);
+                }
             }
         }
     }
+}
+
+/// Every e4m3 code's f32 value (`e4m3_to_f32`), computed once.
+fn e4m3_table() -> &'static [f32; 256] {
+    static TABLE: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| std::array::from_fn(|q| e4m3_to_f32(q as u8)))
+}
+
+/// The `n × k` matrix stored in `blob`, dequantised to bf16 row by row (`dequant_row`) into
+/// `out[..n * k]`, on up to `threads` threads (the bytes do not depend on the count).
+pub fn dequant_matrix(
+    format: WeightFormat,
+    blob: &[u8],
+    (n, k): (usize, usize),
+    out: &mut [bf16],
+    threads: usize,
+) {
+    if k == 0 {
+        return;
+    }
+    // Chunks of whole rows, a few per thread.
+    let rows_per_chunk = n.div_ceil(threads.max(1) * 4).max(1);
+    solder_gpu_runtime::par_chunks_mut(
+        &mut out[..n * k],
+        rows_per_chunk * k,
+        threads,
+        |c, chunk| {
+            for (r, row) in chunk.chunks_exact_mut(k).enumerate() {
+                dequant_row(format, blob, n, k, c * rows_per_chunk + r, row);
+            }
+        },
+    );
 }
 
 /// One fp8 weight: `bf16_rn(f32(e4m3(q)) * scale)`.

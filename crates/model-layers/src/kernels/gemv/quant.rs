@@ -22,7 +22,7 @@ use super::shape::gemv_config;
 use super::twin::{logits, project, Proj};
 use crate::kernels::args::{size, In};
 use crate::kernels::decl::kernel;
-use crate::numerics::dequant::dequant_row;
+use crate::numerics::dequant::dequant_matrix;
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
@@ -124,11 +124,7 @@ fn dequantised(
     let layout = format.check(n, k).map_err(|e| w.at.bad(e))?;
     let blob = w.len(layout.bytes)?;
     let mut matrix = vec![bf16::ZERO; size(ctx, &[n, k])?];
-    if k > 0 {
-        for (f, row) in matrix.chunks_exact_mut(k).enumerate() {
-            dequant_row(format, blob, n, k, f, row);
-        }
-    }
+    dequant_matrix(format, blob, (n, k), &mut matrix, ctx.threads());
     Ok(matrix)
 }
 
