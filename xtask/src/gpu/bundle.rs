@@ -9,9 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The most the working tree plus the bundle may weigh: the device tool carries 64 MiB, and a
-/// quarter of it stays free for results of a rerun and for the tree to grow.
-pub const BUDGET_BYTES: u64 = 48 << 20;
+/// The most the working tree plus the bundle may weigh: the device tool carries 64 MiB, and
+/// 12 MiB of it stay free for the tree to grow between a check and a device call. (48 MiB
+/// until the quantized and YaRN goldens and the fp8/int4 entries came: 1.4 MiB of fixtures and
+/// larger PTX, with 2.5 MiB of duplicated checkpoint already won back.)
+pub const BUDGET_BYTES: u64 = 52 << 20;
 
 /// The archive's name in the bundle folder.
 pub const ARCHIVE: &str = "bundle.tgz";
@@ -172,16 +174,16 @@ mod tests {
         };
         assert!(fits.check().is_ok());
         let over = Weights {
-            bundle: 11 << 20,
+            bundle: 15 << 20,
             ..fits
         };
         let error = over.check().unwrap_err();
         for part in [
             "over budget",
             "working tree 38.0 MiB",
-            "bundle 11.0 MiB",
-            "49.0 MiB to carry",
-            "budget 48 MiB",
+            "bundle 15.0 MiB",
+            "53.0 MiB to carry",
+            "budget 52 MiB",
         ] {
             assert!(error.contains(part), "{part}: {error}");
         }
