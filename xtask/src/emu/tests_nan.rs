@@ -19,10 +19,19 @@ use solder_model_layers::kernels::{Buf, Launch};
 use super::tests::{download, emulated, run, upload};
 
 /// Kernels with no launch in this file, and why.
-const NOT_DRIVEN: &[(&str, &str)] = &[(
-    "gemv::counters_reset",
-    "zeroes the step's integer merge counters: it reads no floating-point value",
-)];
+const NOT_DRIVEN: &[(&str, &str)] = &[
+    (
+        "gemv::counters_reset",
+        "zeroes the step's integer merge counters: it reads no floating-point value",
+    ),
+    ("gemv::linear_fp8", QUANT_GEMV),
+    ("gemv::linear_int4", QUANT_GEMV),
+    ("gemv::lm_head_fp8", QUANT_GEMV),
+    ("gemv::lm_head_int4", QUANT_GEMV),
+];
+
+/// Why the quantized gemv entries are not driven here.
+const QUANT_GEMV: &str = "not yet driven with NaN/inf: after dequantisation (every finite e4m3 code checked in emu::tests_quant) it runs `gemv_block`'s bf16 arithmetic, which the bf16 entries drive here";
 
 /// A value at index `i` of a stream `seed`: NaN, +inf or −inf at fixed sparse places
 /// (`poisoned`), else a finite value in −1..1.

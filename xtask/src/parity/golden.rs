@@ -566,7 +566,7 @@ mod tests {
     }
 
     /// Every shipped golden names its format from its own config: the bf16 cases `bf16`, the
-    /// quantized cases under `quant/` theirs (`generate_quant.py`).
+    /// quantized cases theirs (`generate_quant.py`).
     #[test]
     fn each_shipped_golden_names_its_checkpoint_format() {
         let root = crate::paths::workspace_root().join("tests/fixtures/golden");
@@ -584,7 +584,7 @@ mod tests {
             ("mistral_gptq", "gptq"),
             ("qwen2_gptq_asym", "gptq"),
         ] {
-            let dir = root.join("quant").join(case);
+            let dir = root.join(case);
             assert_eq!(
                 checkpoint_format(&dir.join("config.json")),
                 Ok(format),
