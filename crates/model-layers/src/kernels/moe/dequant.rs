@@ -14,7 +14,7 @@
 use half::bf16;
 use solder_circuit::{MatrixLayout, WeightFormat};
 
-use crate::numerics::dequant::dequant_row;
+use crate::numerics::dequant;
 
 /// Bytes of a stack of `experts` matrices `[n, k]` in `format`, with the layout of one matrix;
 /// an error naming the format when it cannot store them.
@@ -51,11 +51,7 @@ pub fn dequant_matrix(
     k: usize,
 ) -> Vec<bf16> {
     let mut out = vec![bf16::ZERO; n * k];
-    if k > 0 {
-        for (f, row) in out.chunks_exact_mut(k).enumerate() {
-            dequant_row(format, &blob[..layout.bytes], n, k, f, row);
-        }
-    }
+    dequant::dequant_matrix(format, &blob[..layout.bytes], (n, k), &mut out, 1);
     out
 }
 
