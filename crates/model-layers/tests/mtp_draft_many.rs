@@ -4,7 +4,8 @@
 //! (`speculative_step`, one head program per sequence and step) — with the draft rows in one
 //! program or in several chunks (a draft width narrower than the batch), drafts rejected
 //! (random weights) or all accepted (so the next draft catches up over several rows), greedy or
-//! sampled drafting.
+//! sampled drafting. A draft model (`ModelDrafter`, here the target drafting for itself)
+//! batches its draft steps as multi-seq steps, with the same guarantee.
 
 mod exec_support;
 
@@ -15,8 +16,8 @@ use solder_circuit::{Mode, Policy};
 use solder_config::ServeShape;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::{
-    greedy, Boot, CircuitExec, Draft, Drafter, MtpDrafter, Sampling, SamplingParams, SeqId,
-    Session, SessionError, Verdict, WeightSource,
+    greedy, Boot, CircuitExec, Draft, Drafter, ModelDrafter, MtpDrafter, Sampling, SamplingParams,
+    SeqId, Session, SessionError, Verdict, WeightSource,
 };
 
 const PROMPT: usize = 5;
@@ -109,6 +110,77 @@ impl<D: Drafter> Drafter for Recorder<D> {
     }
 }
 
+/// The drafter under test: the MTP head (which prefills, to see the target's hidden rows) or a
+/// draft model.
+enum Either<'e> {
+    Mtp(MtpDrafter<'e>),
+    Model(ModelDrafter<'e>),
+}
+
+impl Either<'_> {
+    fn inner(&mut self) -> &mut dyn Drafter {
+        match self {
+            Either::Mtp(d) => d,
+            Either::Model(d) => d,
+        }
+    }
+
+    fn prefill(
+        &mut self,
+        backend: &mut CpuBackend,
+        session: &mut Session<'_>,
+        id: SeqId,
+        prompt: &[u32],
+    ) -> Vec<f32> {
+        match self {
+            Either::Mtp(d) => d.prefill(backend, session, id, prompt),
+            Either::Model(_) => session.prefill(backend, id, prompt),
+        }
+        .expect("prefill")
+    }
+}
+
+impl Drafter for Either<'_> {
+    fn vocab_size(&self) -> usize {
+        match self {
+            Either::Mtp(d) => d.vocab_size(),
+            Either::Model(d) => d.vocab_size(),
+        }
+    }
+
+    fn draft(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        committed: &[u32],
+        pending: u32,
+        k: usize,
+    ) -> Result<Draft, SessionError> {
+        self.inner().draft(backend, seq, committed, pending, k)
+    }
+
+    fn draft_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32], u32, usize)],
+    ) -> Result<Vec<Draft>, SessionError> {
+        self.inner().draft_many(backend, batch)
+    }
+
+    fn settle(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        seq: SeqId,
+        verdict: Verdict,
+    ) -> Result<(), SessionError> {
+        self.inner().settle(backend, seq, verdict)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        self.inner().forget(seq)
+    }
+}
+
 /// What a run leaves per sequence: its tokens, the logits of its kept rows and its drafts.
 type Outcome = (Vec<u32>, Vec<f32>, Vec<Draft>);
 
@@ -131,13 +203,14 @@ fn futures(backend: &mut CpuBackend, exec: &CircuitExec, prompts: &[Vec<u32>]) -
         .collect()
 }
 
-/// Runs `prompts` through `STEPS` speculative steps with the MTP head as drafter: together in
-/// batched steps (`batched`), else each alone in its own session.
+/// Runs `prompts` through `STEPS` speculative steps with the MTP head (or, `model`, the target
+/// as its own draft model) as drafter: together in batched steps (`batched`), else each alone
+/// in its own session.
 fn run(
     backend: &mut CpuBackend,
     exec: &CircuitExec,
     prompts: &[Vec<u32>],
-    (sampling, oracle): (Sampling, bool),
+    (sampling, oracle, model): (Sampling, bool, bool),
     batched: bool,
 ) -> Vec<Outcome> {
     let vocab = exec.config.vocab_size;
@@ -150,7 +223,11 @@ fn run(
     let mut outcomes: Vec<Outcome> = vec![Default::default(); prompts.len()];
     for group in groups {
         let mut drafter = Recorder {
-            inner: MtpDrafter::sampled(exec, sampling).expect("a draft head"),
+            inner: if model {
+                Either::Model(ModelDrafter::sampled(exec, sampling).expect("a drafter"))
+            } else {
+                Either::Mtp(MtpDrafter::sampled(exec, sampling).expect("a draft head"))
+            },
             drafts: BTreeMap::new(),
             futures: None,
         };
@@ -160,8 +237,7 @@ fn run(
         for (&i, &id) in group.iter().zip(&ids) {
             let logits = drafter
                 .inner
-                .prefill(backend, &mut session, id, &prompts[i])
-                .expect("observed prefill");
+                .prefill(backend, &mut session, id, &prompts[i]);
             pending.push(greedy(&logits[(PROMPT - 1) * vocab..]));
             outcomes[i].0.push(pending[pending.len() - 1]);
         }
@@ -198,6 +274,14 @@ fn run(
                 outcomes[i].1.extend(&step.logits);
             }
         }
+        if let (true, Either::Model(d)) = (batched, &drafter.inner) {
+            // The last step's second draft position: two sequences in one multi-seq step.
+            let last = d
+                .session()
+                .last_program()
+                .map(|(mode, rows, _)| (mode, rows));
+            assert_eq!(last, Some((Mode::MultiSeq, 2)), "draft steps batched");
+        }
         for (&i, id) in group.iter().zip(&ids) {
             outcomes[i].2 = drafter.drafts.remove(id).expect("drafts");
         }
@@ -206,12 +290,21 @@ fn run(
 }
 
 fn assert_batched_as_alone(draft_widths: &[usize], sampling: Sampling, oracle: bool) {
+    assert_batched_as_alone_by(draft_widths, (sampling, oracle, false));
+}
+
+fn assert_batched_as_alone_by(
+    draft_widths: &[usize],
+    (sampling, oracle, model): (Sampling, bool, bool),
+) {
     let mut backend = backend();
     let exec = build(&mut backend, draft_widths);
     let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(40 + s, 128, PROMPT)).collect();
-    let alone = run(&mut backend, &exec, &prompts, (sampling, oracle), false);
-    let together = run(&mut backend, &exec, &prompts, (sampling, oracle), true);
-    let what = format!("draft widths {draft_widths:?}, {sampling:?}, oracle {oracle}");
+    let how = (sampling, oracle, model);
+    let alone = run(&mut backend, &exec, &prompts, how, false);
+    let together = run(&mut backend, &exec, &prompts, how, true);
+    let what =
+        format!("draft widths {draft_widths:?}, {sampling:?}, oracle {oracle}, model {model}");
     for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
         assert_eq!(a.2.len(), STEPS, "{what}: sequence {i}: one draft per step");
         assert_eq!(t.2, a.2, "{what}: sequence {i}: drafts");
@@ -237,6 +330,14 @@ fn batched_drafts_are_each_sequences_drafts_alone() {
         assert_batched_as_alone(widths, Sampling::Greedy, true);
         assert_batched_as_alone(widths, sampled(), true);
     }
+}
+
+#[test]
+fn a_draft_model_drafts_a_batch_as_each_sequence_alone() {
+    // The target drafting for itself (its drafts all accepted: multi-token catch-ups), greedy
+    // and sampled (drafts rejected), its draft steps as multi-seq steps.
+    assert_batched_as_alone_by(&[], (Sampling::Greedy, false, true));
+    assert_batched_as_alone_by(&[], (sampled(), false, true));
 }
 
 #[test]
