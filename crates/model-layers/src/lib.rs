@@ -39,6 +39,7 @@ mod layout;
 pub mod meta;
 pub mod numerics;
 mod program;
+mod progress;
 pub mod sampling;
 mod session;
 pub mod weights;

@@ -21,6 +21,7 @@ use super::policy::{EagerReason, GraphPolicy, StepRun};
 use crate::error::ExecError;
 use crate::program::Program;
 use crate::program::ProgramKey;
+use crate::progress::{Progress, Unit};
 
 /// The exec's streams and events, which its programs run on (stream 0 is the one graphs are
 /// captured on and launched on).
@@ -115,7 +116,8 @@ impl Graphs {
     }
 
     /// Captures every program of `programs` that has no current graph yet
-    /// (`CircuitExec::capture_all`); `model` names the exec in the log.
+    /// (`CircuitExec::capture_all`), its progress shown (`crate::progress`); `model` names the
+    /// exec in the log.
     pub(crate) fn capture_all<'p>(
         &self,
         backend: &mut dyn GpuBackend,
@@ -142,15 +144,19 @@ impl Graphs {
             launches: 0,
             time: Duration::ZERO,
         };
+        let programs: Vec<&Program> = programs.collect();
+        let mut progress = Progress::new("capturing graphs", Unit::Items("graphs"), programs.len());
         for program in programs {
             if matches!(cache.decide(&program.key()), Decision::Replay(_)) {
                 report.already += 1;
-                continue;
+            } else {
+                capture_into(backend, &mut cache, program, lanes)?;
+                report.captured += 1;
+                report.launches += program.launches();
             }
-            capture_into(backend, &mut cache, program, lanes)?;
-            report.captured += 1;
-            report.launches += program.launches();
+            progress.advance(1);
         }
+        progress.finish();
         report.time = started.elapsed();
         tracing::info!(
             model = %model, captured = report.captured, already = report.already,

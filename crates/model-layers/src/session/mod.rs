@@ -362,7 +362,19 @@ impl Session<'_> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
-        state::step::mtp_step(self, backend, id, tokens)
+        state::step::mtp_step_many(self, backend, &[(id, tokens)])
+    }
+
+    /// `mtp_step` for several sequences in one head program: each `(sequence, tokens)` at its
+    /// next positions, rows in batch order (the hidden rows written in that order), padded to
+    /// the narrowest draft width; returns the rows' logits, `[Σ tokens.len() * vocab]`. Each
+    /// row's bytes are those `mtp_step` gives it alone. All or nothing.
+    pub fn mtp_step_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32])],
+    ) -> Result<Vec<f32>, SessionError> {
+        state::step::mtp_step_many(self, backend, batch)
     }
 }
 

@@ -3,6 +3,9 @@
 //! the caller's `put` (an upload), then its mapped pages are given back (`Checkpoint::release`).
 //! A bf16 tensor stored as BF16 goes from the mapping to `put` with no copy.
 //!
+//! Progress (`crate::progress`): bytes handed to `put`, a big part in pieces of `PIECE` bytes
+//! so the count moves within it; one `tracing` event per shard as well.
+//!
 //! Invariants: the host holds at most one part's converted bytes at a time (the buffer's
 //! capacity is the largest part), plus the mapped pages of the part being read; every check
 //! `HostWeights::load_quantized` makes is made first (`check_checkpoint`), before any `put`.
@@ -13,6 +16,11 @@ use solder_config::Quantization;
 use super::read::{self, PartRead};
 use crate::checkpoint::Checkpoint;
 use crate::error::WeightsError;
+use crate::progress::{Progress, Unit};
+
+/// The most bytes one `put` is handed: a bigger part goes in pieces (consecutive offsets), so
+/// progress moves while it uploads.
+const PIECE: usize = 64 << 20;
 
 /// What a streaming load did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,6 +67,14 @@ pub(crate) fn stream<E: From<WeightsError>>(
     };
     let mut buffer: Vec<u8> = Vec::new();
     let mut done = Streamed::default();
+    let mut progress = Progress::new("loading weights", Unit::Bytes, total);
+    let mut put = |slot: usize, offset: usize, bytes: &[u8]| -> Result<(), E> {
+        in_pieces(bytes, PIECE, |at, piece| {
+            put(slot, offset + at, piece)?;
+            progress.advance(piece.len());
+            Ok(())
+        })
+    };
     let mut shard_done = 0usize;
     for (i, (file, _, slot, offset, part)) in parts.iter().enumerate() {
         let bytes = part.bytes();
@@ -92,6 +108,8 @@ pub(crate) fn stream<E: From<WeightsError>>(
     }
     // The buffer is freed here: nothing of the model stays on the host.
     drop(buffer);
+    drop(put);
+    progress.finish();
     tracing::info!(
         bytes = done.bytes,
         parts = done.parts,
@@ -100,4 +118,51 @@ pub(crate) fn stream<E: From<WeightsError>>(
         "streamed weights"
     );
     Ok(done)
+}
+
+/// Hands `bytes` to `put` in pieces of at most `piece` bytes, each with its offset in `bytes`
+/// (an empty `bytes` as one empty piece).
+fn in_pieces<E>(
+    bytes: &[u8],
+    piece: usize,
+    mut put: impl FnMut(usize, &[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    if bytes.is_empty() {
+        return put(0, bytes);
+    }
+    for (i, part) in bytes.chunks(piece).enumerate() {
+        put(i * piece, part)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_pieces;
+
+    #[test]
+    fn a_part_goes_in_pieces_at_consecutive_offsets() {
+        let bytes: Vec<u8> = (0..10).collect();
+        let mut got = Vec::new();
+        in_pieces(&bytes, 4, |at, piece| -> Result<(), ()> {
+            got.push((at, piece.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                (0, vec![0, 1, 2, 3]),
+                (4, vec![4, 5, 6, 7]),
+                (8, vec![8, 9])
+            ]
+        );
+        let mut empty = Vec::new();
+        in_pieces(&[], 4, |at, piece| -> Result<(), ()> {
+            empty.push((at, piece.len()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(empty, [(0, 0)], "an empty part is still handed over");
+    }
 }

@@ -10,6 +10,9 @@
 //! rows lay in the verify program that ran, and the drafter takes back what it fed past
 //! them. Each `draft` is followed by exactly one `settle` for the same sequence before the
 //! next `draft` for it; `settle` needs nothing of the order in which sequences were drafted.
+//! `draft_many` drafts several sequences at once (a batched speculative step asks through it):
+//! each draft it returns counts as that sequence's `draft`; when it fails, no sequence of it
+//! stays drafted (nothing to settle).
 
 use solder_gpu_runtime::GpuBackend;
 
@@ -58,6 +61,32 @@ pub trait Drafter {
         pending: u32,
         k: usize,
     ) -> Result<Draft, SessionError>;
+
+    /// Drafts every `(seq, committed, pending, k)` of `batch` (distinct sequences), as `draft`
+    /// one by one would: each sequence's draft is the one `draft` gives it alone. A drafter
+    /// that can run several sequences in one program does it here; by default, one `draft`
+    /// per sequence, the ones drafted settled with `Verdict::NOTHING` if a later one fails.
+    fn draft_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32], u32, usize)],
+    ) -> Result<Vec<Draft>, SessionError> {
+        let mut drafts = Vec::with_capacity(batch.len());
+        for &(seq, committed, pending, k) in batch {
+            match self.draft(backend, seq, committed, pending, k) {
+                Ok(draft) => drafts.push(draft),
+                Err(e) => {
+                    for &(drafted, ..) in &batch[..drafts.len()] {
+                        if let Err(settle) = self.settle(backend, drafted, Verdict::NOTHING) {
+                            tracing::warn!(error = %settle, seq = drafted, "the drafter could not take back a draft");
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(drafts)
+    }
 
     /// The step that verified the last `draft` for `seq` is over: the target kept
     /// `verdict.kept` tokens of `[pending, drafts…]`; take back what was fed past them.

@@ -32,22 +32,31 @@ pub(crate) fn step(
     batched: bool,
 ) -> Result<Vec<SpeculativeStep>, SessionError> {
     let (starts, width) = check(session, backend, batch, drafter, batched)?;
-    // Drafts, all before the verify; a failure takes back the ones made.
-    let mut drafts = Vec::with_capacity(batch.len());
-    for &(id, pending, k) in batch {
-        match drafter.draft(backend, id, session.tokens(id)?, pending, k) {
-            Ok(draft) if draft.tokens.len() == k => drafts.push(draft),
-            outcome => {
-                settle_all(backend, drafter, &batch[..drafts.len()], None);
-                return Err(match outcome {
-                    Err(e) => e,
-                    Ok(draft) => SessionError::Rewind(format!(
-                        "the drafter proposed {} tokens for sequence {id}, asked for {k}",
-                        draft.tokens.len()
-                    )),
-                });
-            }
-        }
+    // Drafts, all before the verify, in one call (a drafter may batch them); a failure
+    // leaves nothing drafted.
+    let requests = batch
+        .iter()
+        .map(|&(id, pending, k)| Ok((id, session.tokens(id)?, pending, k)))
+        .collect::<Result<Vec<_>, SessionError>>()?;
+    let drafts = drafter.draft_many(backend, &requests)?;
+    drop(requests);
+    let wrong = if drafts.len() != batch.len() {
+        Some(format!(
+            "{} drafts for {} sequences",
+            drafts.len(),
+            batch.len()
+        ))
+    } else {
+        let mut pairs = batch.iter().zip(&drafts);
+        pairs
+            .find(|((_, _, k), d)| d.tokens.len() != *k)
+            .map(|(&(id, _, k), d)| {
+                format!("{} tokens for sequence {id}, asked for {k}", d.tokens.len())
+            })
+    };
+    if let Some(what) = wrong {
+        settle_all(backend, drafter, batch, None);
+        return Err(SessionError::Rewind(format!("the drafter proposed {what}")));
     }
     match verify_drafts(session, backend, batch, &starts, &drafts, width, batched) {
         Ok(steps) => {

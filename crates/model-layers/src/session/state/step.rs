@@ -6,7 +6,7 @@
 //! succeeded, and then give back the KV pages that left every layer's sliding window
 //! (`window`).
 //!
-//! The MTP head's step (`mtp_step`) is the same, smaller: no state slot (the head keeps no
+//! The MTP head's step (`mtp_step_many`) is the same, smaller: no state slot (the head keeps no
 //! recurrent state), no route, no backup; the pages it grows go back if it fails.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
@@ -302,50 +302,98 @@ impl Session<'_> {
     }
 }
 
-/// `Session::mtp_step`: one MTP head program step of sequence `id` over `tokens` (the hidden
-/// rows already written), its pages grown as needed and given back on failure.
-pub(crate) fn mtp_step(
+/// `Session::mtp_step_many`: one MTP head program step over every `(sequence, tokens)` of
+/// `batch` (its rows in batch order, each sequence's tokens at its next positions; the hidden
+/// rows already written), their pages grown as needed and given back on failure.
+pub(crate) fn mtp_step_many(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
-    id: SeqId,
-    tokens: &[u32],
+    batch: &[(SeqId, &[u32])],
 ) -> Result<Vec<f32>, SessionError> {
     let exec = session.exec;
-    let (program, width) = mtp_program(exec, tokens)?;
+    let fed: Vec<u32> = batch.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+    let (program, width) = mtp_program(exec, &fed)?;
     let limit = session.position_limit();
-    let seq = session
-        .seqs
-        .get_mut(&id)
-        .ok_or(SessionError::UnknownSequence(id))?;
-    let n = tokens.len();
-    let start = seq.len;
-    if start + n > limit {
-        return Err(SessionError::PositionPastLimit {
-            seq: id,
-            position: start + n - 1,
-            limit,
-        });
+    let mut needed = 0;
+    for (i, &(id, tokens)) in batch.iter().enumerate() {
+        if batch[..i].iter().any(|(other, _)| *other == id) {
+            return Err(SessionError::DuplicateSequence(id));
+        }
+        let seq = session
+            .seqs
+            .get(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        let end = seq.len + tokens.len();
+        if end > limit {
+            return Err(SessionError::PositionPastLimit {
+                seq: id,
+                position: end - 1,
+                limit,
+            });
+        }
+        needed += exec.pools().pages.needed(end, seq.pages.len());
     }
-    let pages_before = seq.pages.len();
-    {
-        let mut pools = exec.pools();
-        pools
-            .pages
-            .check(pools.pages.needed(start + n, pages_before))?;
-        pools.pages.grow(&mut seq.pages, start + n)?;
-    }
-    match run_mtp(exec, backend, (program, width), tokens, start, &seq.pages) {
+    exec.pools().pages.check(needed)?;
+    // Pages grown so far, `(sequence, pages before)`, given back if anything fails.
+    let mut grown: Vec<(SeqId, usize)> = Vec::with_capacity(batch.len());
+    let outcome = grow_and_run(session, backend, (program, width), batch, &mut grown);
+    match outcome {
         Ok(logits) => {
-            seq.len += n;
-            seq.tokens.extend_from_slice(tokens);
+            for &(id, tokens) in batch {
+                if let Some(seq) = session.seqs.get_mut(&id) {
+                    seq.len += tokens.len();
+                    seq.tokens.extend_from_slice(tokens);
+                }
+            }
             session.last_program = Some((Mode::Draft, width, None));
             Ok(logits)
         }
         Err(e) => {
-            exec.pools().pages.shrink(&mut seq.pages, pages_before);
+            let mut pools = exec.pools();
+            for (id, before) in grown.into_iter().rev() {
+                if let Some(seq) = session.seqs.get_mut(&id) {
+                    pools.pages.shrink(&mut seq.pages, before);
+                }
+            }
             Err(e)
         }
     }
+}
+
+/// Grows each sequence's pages for its tokens (recorded in `grown`), then runs the head.
+fn grow_and_run(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    program: (&Program, usize),
+    batch: &[(SeqId, &[u32])],
+    grown: &mut Vec<(SeqId, usize)>,
+) -> Result<Vec<f32>, SessionError> {
+    let exec = session.exec;
+    for &(id, tokens) in batch {
+        let seq = session
+            .seqs
+            .get_mut(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        let before = seq.pages.len();
+        exec.pools()
+            .pages
+            .grow(&mut seq.pages, seq.len + tokens.len())?;
+        grown.push((id, before));
+    }
+    let mut rows = Vec::with_capacity(program.1);
+    for &(id, tokens) in batch {
+        let seq = session
+            .seqs
+            .get(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        rows.extend(tokens.iter().enumerate().map(|(i, &token)| MetaRow::Live {
+            token,
+            position: seq.len + i,
+            pages: &seq.pages,
+            state_slot: SCRATCH_SLOT,
+        }));
+    }
+    run_mtp(exec, backend, program, rows)
 }
 
 /// The narrowest MTP head program that holds `tokens` (each in the vocabulary), and its width.
@@ -376,31 +424,20 @@ fn mtp_program<'x>(
     Ok((exec.program(Mode::Draft, width)?, width))
 }
 
-/// Uploads the MTP step's metadata (`tokens` from position `start` on `pages`, padding to the
-/// program's width, no state slot), runs it and reads the rows' logits.
+/// Uploads the MTP step's metadata (the live `rows`, padding to the program's width, no
+/// state slot), runs it and reads the live rows' logits.
 fn run_mtp(
     exec: &CircuitExec,
     backend: &mut dyn GpuBackend,
     (program, width): (&Program, usize),
-    tokens: &[u32],
-    start: usize,
-    pages: &[u32],
+    mut rows: Vec<MetaRow<'_>>,
 ) -> Result<Vec<f32>, SessionError> {
-    let rows: Vec<MetaRow<'_>> = (0..width)
-        .map(|i| match tokens.get(i) {
-            Some(&token) => MetaRow::Live {
-                token,
-                position: start + i,
-                pages,
-                state_slot: SCRATCH_SLOT,
-            },
-            None => MetaRow::Padding,
-        })
-        .collect();
+    let live = rows.len();
+    rows.resize_with(width, || MetaRow::Padding);
     let meta = StepMeta::new(&exec.layout.meta, &rows)?;
     meta.upload(backend, exec.default_stream(), exec.workspace())?;
     exec.run_step(backend, program)?;
-    let mut raw = vec![0u8; tokens.len() * exec.config.vocab_size * 4];
+    let mut raw = vec![0u8; live * exec.config.vocab_size * 4];
     backend.copy_d2h(exec.workspace().offset(exec.layout.logits_offset), &mut raw)?;
     Ok(f32s_from_bytes(&raw))
 }

@@ -1,6 +1,6 @@
-//! Running the MTP head for `MtpDrafter`: pairing observed target hidden rows with the tokens
-//! after them (`catch_up`, and the start of every draft), then chaining the head's own output
-//! row through the k steps of a draft (`draft_inner`). A failure puts the head sequence back to its
+//! Running the MTP head for `MtpDrafter` over one sequence: pairing observed target hidden
+//! rows with the tokens after them (`catch_up`), and the checks every draft starts with
+//! (`take_rows`); drafting itself is `drafts`. A failure puts the head sequence back to its
 //! length and rows before the call.
 
 use half::bf16;
@@ -9,7 +9,7 @@ use solder_gpu_runtime::GpuBackend;
 
 use super::MtpDrafter;
 use crate::error::SessionError;
-use crate::session::{Draft, SeqId};
+use crate::session::SeqId;
 
 impl MtpDrafter<'_> {
     /// Runs the head over `tokens` paired with the hidden `rows` at the head sequence's next
@@ -42,7 +42,7 @@ impl MtpDrafter<'_> {
     /// Checks that the head of `seq` can pair with `committed` (every position's hidden row
     /// observed, its paired tokens still the target's); returns the head sequence, its length
     /// and the rows taken out of it (put back by the caller on failure).
-    fn take_rows(
+    pub(super) fn take_rows(
         &mut self,
         seq: SeqId,
         committed: &[u32],
@@ -102,61 +102,5 @@ impl MtpDrafter<'_> {
             }
             Err(e) => self.put_back(seq, (id, len, rows), e),
         }
-    }
-
-    pub(super) fn draft_inner(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        seq: SeqId,
-        committed: &[u32],
-        pending: u32,
-        k: usize,
-    ) -> Result<Draft, SessionError> {
-        let (hidden, vocab) = (self.exec.config.hidden_size, self.exec.config.vocab_size);
-        let (id, len, rows) = self.take_rows(seq, committed)?;
-        // The pairs still to make: (hidden[p], committed[p + 1]) up to the last committed
-        // position, paired with `pending`; its logits give the first draft.
-        let tokens: Vec<u32> = committed[len + 1..]
-            .iter()
-            .copied()
-            .chain(std::iter::once(pending))
-            .collect();
-        let last_row = rows[rows.len() - hidden..].to_vec();
-        let (all, mut row) = match self.run_pairs(backend, id, &tokens, &rows) {
-            Ok(done) => done,
-            Err(e) => return self.put_back(seq, (id, len, rows), e),
-        };
-        let mut logits = all[all.len() - vocab..].to_vec();
-        let mut drafts = Vec::with_capacity(k);
-        let mut probs = Vec::with_capacity(k);
-        for i in 0..k {
-            let (token, p) = match self.head(seq).sampler.sample_with_probs(&logits) {
-                Ok(drawn) => drawn,
-                Err(e) => return self.put_back(seq, (id, len, rows), e.into()),
-            };
-            drafts.push(token);
-            probs.push(p);
-            if i + 1 == k {
-                break;
-            }
-            // The head's own output row stands in for the target's at the next position.
-            let step = self
-                .exec
-                .chain_hidden(backend, row, 0)
-                .map_err(SessionError::from)
-                .and_then(|()| self.session.mtp_step(backend, id, &[token]));
-            match step {
-                Ok(next) => (logits, row) = (next, 0),
-                Err(e) => return self.put_back(seq, (id, len, rows), e),
-            }
-        }
-        // Final now: the positions before the last committed one (their tokens are committed);
-        // the last one's pair with `pending` is final once the target keeps `pending`.
-        self.head(seq).drafted_from = Some((committed.len() - 1, last_row));
-        let greedy = self.head(seq).sampler.is_greedy();
-        Ok(Draft {
-            tokens: drafts,
-            probs: (!greedy).then_some(probs),
-        })
     }
 }

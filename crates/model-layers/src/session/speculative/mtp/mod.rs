@@ -19,11 +19,12 @@
 //! the draft past the target's kept tokens are taken back at `settle` (KV only: the head
 //! keeps no recurrent state, and its sequences take no state slot).
 //!
-//! It is written on public API alone: `Session::mtp_step` and `truncate_to` on its own
+//! It is written on public API alone: `Session::mtp_step_many` and `truncate_to` on its own
 //! session, `CircuitExec::{read_hidden_at, write_hidden, chain_hidden}` for the hidden rows,
 //! and `Verdict::row` to find a sequence's kept rows in the verify program that ran (so it
 //! needs nothing of the order sequences were drafted in). Parts: this file (the drafter, its
-//! observations, the `Drafter` protocol), `head` (running the head: catch-up and drafting).
+//! observations, the `Drafter` protocol), `head` (running the head over one sequence:
+//! catch-up), `drafts` (drafting several sequences in one head program per draft step).
 //!
 //! Invariant: after `settle`, a head sequence holds exactly the positions whose pair is final
 //! (a target hidden row and the token the target kept after it), and the rows still to pair
@@ -42,6 +43,7 @@ use crate::exec::HiddenRows;
 use crate::sampling::{Sampler, Sampling};
 use crate::session::{SeqId, Session};
 
+mod drafts;
 mod head;
 
 /// The head's state for one target sequence.
@@ -278,15 +280,19 @@ impl Drafter for MtpDrafter<'_> {
         pending: u32,
         k: usize,
     ) -> Result<Draft, SessionError> {
-        if k == 0 {
-            let shapes = self.exec.instance.program_shapes();
-            let widest = shapes.widest(Mode::Verify).unwrap_or(1);
-            return Err(SessionError::DraftLength {
-                k,
-                widest: widest.saturating_sub(1),
-            });
-        }
-        self.draft_inner(backend, seq, committed, pending, k)
+        let mut drafts = self.draft_batch(backend, &[(seq, committed, pending, k)])?;
+        drafts
+            .pop()
+            .ok_or(SessionError::Empty("speculative step of no sequences"))
+    }
+
+    /// Every sequence's draft step in one head program (see `drafts`).
+    fn draft_many(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, &[u32], u32, usize)],
+    ) -> Result<Vec<Draft>, SessionError> {
+        self.draft_batch(backend, batch)
     }
 
     fn settle(
