@@ -213,6 +213,10 @@ pub enum SessionError {
     DraftHead(String),
     #[error(transparent)]
     Sampling(#[from] SamplingError),
+    /// A step ran (its token is in the cache) but sequence `seq`'s next token could not be
+    /// drawn from its logits.
+    #[error("sequence {seq}: its next token could not be drawn: {source}")]
+    SampledAt { seq: u64, source: SamplingError },
     #[error(
         "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
          their state is lost, end them"

@@ -130,6 +130,42 @@ fn speculative_sampling_emits_the_target_distribution() {
     }
 }
 
+/// A greedy drafter's draft: the arg-max of its own distribution `d`, drawn from the one-hot
+/// q = δ(arg-max d). What a sampled target's speculative step accepts it as (`Session`).
+fn one_hot_of_argmax(d: &[f64]) -> Vec<f64> {
+    let best = (0..d.len()).fold(0, |b, i| if d[i] > d[b] { i } else { b });
+    let mut q = vec![0.0; d.len()];
+    q[best] = 1.0;
+    q
+}
+
+#[test]
+fn a_greedy_drafters_one_hot_draft_keeps_the_target_distribution() {
+    // The greedy drafter proposes its arg-max every time; accepted as drawn from a one-hot q,
+    // the emitted token still follows p — whether the draft is p's own mode or not.
+    for (seed, (name, p, d)) in pairs().into_iter().enumerate() {
+        let q = one_hot_of_argmax(&d);
+        let counts = first_tokens(&p, &q, 40 + seed as u64, speculative_first);
+        let (stat, critical) = chi_square(&counts, &p);
+        assert!(
+            stat < critical,
+            "{name}, one-hot draft: chi-square {stat} >= {critical}, counts {counts:?}"
+        );
+        // Accepting it greedily (what a sampled target did with a greedy drafter before):
+        // the draft if it is p's arg-max, else p's arg-max — always the mode, and caught.
+        let greedy_accept = |p: &[f64], _: &[f64], x: u32, _: &mut Rng| {
+            let best = (0..p.len()).fold(0, |b, i| if p[i] > p[b] { i } else { b });
+            if x as usize == best {
+                x
+            } else {
+                best as u32
+            }
+        };
+        let wrong = first_tokens(&p, &q, 40 + seed as u64, greedy_accept);
+        assert!(!passes(&wrong, &p), "{name}: greedy acceptance not caught");
+    }
+}
+
 #[test]
 fn the_chi_square_test_catches_wrong_rules() {
     // Resampling from p instead of norm(max(0, p − q)), and keeping every draft token: both

@@ -11,16 +11,18 @@
 use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
-use super::state::{Row, SaveState, StateBackup};
+use super::state::{Reads, Row, SaveState, StateBackup};
 use super::{SeqId, Session};
 use crate::error::SessionError;
 
-/// `Session::prefill`.
+/// `Session::prefill` (every position's logits) and `Session::prefill_next` (`last_only`:
+/// the last position's logits alone, `[vocab]`; earlier chunks copy nothing back).
 pub(super) fn prefill(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
     id: SeqId,
     tokens: &[u32],
+    last_only: bool,
 ) -> Result<Vec<f32>, SessionError> {
     // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
     let (start, pages_before, slot_before) = check_prefill(session, backend, id, tokens)?;
@@ -31,7 +33,8 @@ pub(super) fn prefill(
         None => None,
     };
     let shapes = exec.instance.program_shapes();
-    let mut logits = Vec::with_capacity(tokens.len() * exec.config.vocab_size);
+    let rows_read = if last_only { 1 } else { tokens.len() };
+    let mut logits = Vec::with_capacity(rows_read * exec.config.vocab_size);
     let mut at = 0;
     while at < tokens.len() {
         let left = tokens.len() - at;
@@ -39,7 +42,12 @@ pub(super) fn prefill(
         let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
         // The prefill saved the slot it had, or the slot is new and goes back on failure.
         let save = SaveState::SavedByCaller;
-        match verify(session, backend, id, &tokens[at..at + width], save) {
+        let reads = match (last_only, at + width == tokens.len()) {
+            (false, _) => Reads::Live,
+            (true, true) => Reads::Last,
+            (true, false) => Reads::Nothing,
+        };
+        match verify(session, backend, id, &tokens[at..at + width], save, reads) {
             Ok(chunk) => logits.extend(chunk),
             Err(e) => {
                 session.truncate(id, start, pages_before);
@@ -118,6 +126,7 @@ pub(super) fn verify(
     id: SeqId,
     tokens: &[u32],
     save: SaveState,
+    reads: Reads,
 ) -> Result<Vec<f32>, SessionError> {
     let start = session.seq_len(id)?;
     let rows: Vec<Row> = tokens
@@ -135,7 +144,7 @@ pub(super) fn verify(
         1 => exec.decode_program(),
         k => exec.verify_program(k),
     }?;
-    session.step(backend, program, &rows, &[(id, tokens.len())], save)
+    session.step(backend, program, &rows, &[(id, tokens.len())], save, reads)
 }
 
 /// `Session::multi_seq_step`.
@@ -176,7 +185,14 @@ pub(super) fn multi_seq_step(
     }
     rows.resize(program.rows, Row::PADDING);
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
-    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+    let logits = session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::PerStep,
+        Reads::Live,
+    )?;
     let vocab = exec.config.vocab_size;
     Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
 }
@@ -216,7 +232,14 @@ pub(super) fn verify_batch(
     }
     rows.resize(width, Row::PADDING);
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
-    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep)?;
+    let logits = session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::PerStep,
+        Reads::Live,
+    )?;
     let vocab = exec.config.vocab_size;
     let mut out = Vec::with_capacity(batch.len());
     let mut at = 0;

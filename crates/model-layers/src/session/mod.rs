@@ -41,7 +41,7 @@ use crate::error::SessionError;
 use crate::exec::CircuitExec;
 use crate::graphs::StepRun;
 use crate::sampling::{Sampler, Sampling};
-use state::SaveState;
+use state::{Reads, SaveState};
 
 pub use speculative::{
     Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, SpecPolicy, SpeculativeStep, Verdict,
@@ -209,7 +209,7 @@ impl Session<'_> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
-        decode::prefill(self, backend, id, tokens)
+        decode::prefill(self, backend, id, tokens, false)
     }
 
     /// One token of one sequence; returns its logits, `[vocab]`.
@@ -230,7 +230,7 @@ impl Session<'_> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
-        decode::verify(self, backend, id, tokens, SaveState::PerStep)
+        decode::verify(self, backend, id, tokens, SaveState::PerStep, Reads::Live)
     }
 
     /// One token for each of several sequences, on the narrowest multi-seq width that holds
@@ -252,6 +252,55 @@ impl Session<'_> {
         batch: &[(SeqId, &[u32])],
     ) -> Result<Vec<Vec<f32>>, SessionError> {
         decode::verify_batch(self, backend, batch)
+    }
+}
+
+/// Decoding by tokens: each sequence's next token drawn on the host by its own sampler
+/// (`set_sampling`; greedy by default), only the live rows' logits copied back (the last
+/// row's alone for a prefill). A sequence's tokens depend only on its seed, its parameters
+/// and its own logits — which parity proves are the same in every row of every width — so
+/// they are the same whatever batch it runs in. A step that ran and whose logits cannot be
+/// sampled (no finite logit) is an error naming the sequence; its fed token stays in the cache.
+impl Session<'_> {
+    /// Prefills `tokens` (as `prefill`) and returns the sequence's next token.
+    pub fn prefill_next(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<u32, SessionError> {
+        let logits = decode::prefill(self, backend, id, tokens, true)?;
+        self.draw(id, &logits)
+    }
+
+    /// One step feeding one token to each sequence (decode for one, else the narrowest
+    /// multi-seq width that holds them); returns each sequence's next token, in order.
+    pub fn next_tokens(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32)],
+    ) -> Result<Vec<u32>, SessionError> {
+        let logits = match batch {
+            [(id, token)] => vec![self.decode(backend, *id, *token)?],
+            _ => self.multi_seq_step(backend, batch)?,
+        };
+        batch
+            .iter()
+            .zip(&logits)
+            .map(|(&(id, _), row)| self.draw(id, row))
+            .collect()
+    }
+
+    /// Sequence `id`'s next token from its logits row, by its sampler.
+    fn draw(&mut self, id: SeqId, logits: &[f32]) -> Result<u32, SessionError> {
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or(SessionError::UnknownSequence(id))?;
+        seq.sampler
+            .get_or_insert_with(Sampler::greedy)
+            .sample(logits)
+            .map_err(|e| SessionError::SampledAt { seq: id, source: e })
     }
 }
 
@@ -292,7 +341,9 @@ impl Session<'_> {
 
 /// Speculative decoding (see `speculative`): one entry point for one sequence, one for a batch.
 impl Session<'_> {
-    /// Sets how sequence `id`'s speculative steps accept drafts (greedy by default).
+    /// Sets how sequence `id` picks its tokens in every step kind (greedy by default):
+    /// `prefill_next` and `next_tokens` draw from its logits, speculative steps accept drafts
+    /// by the exact rule under it (a greedy drafter's draft as a one-hot distribution).
     pub fn set_sampling(&mut self, id: SeqId, sampling: Sampling) -> Result<(), SessionError> {
         let sampler = Sampler::new(sampling)?;
         let seq = self

@@ -16,7 +16,7 @@ use super::{Acceptances, Draft, Drafter, SpeculativeStep, Verdict};
 use crate::error::SessionError;
 use crate::program::Program;
 use crate::sampling::{Acceptance, Sampler};
-use crate::session::state::{Row, SaveState, StateBackup};
+use crate::session::state::{Reads, Row, SaveState, StateBackup};
 use crate::session::{SeqId, Session};
 
 /// One sequence of a speculative step: `(sequence, pending, k)`.
@@ -192,7 +192,14 @@ fn verify_drafts(
     };
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _, k)| (id, k + 1)).collect();
     let ids: Vec<SeqId> = batch.iter().map(|&(id, _, _)| id).collect();
-    let logits = match session.step(backend, program, &rows, &advance, SaveState::SavedByCaller) {
+    let logits = match session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::SavedByCaller,
+        Reads::Live,
+    ) {
         Ok(logits) => logits,
         Err(e) => return Err(restore_state(session, backend, &ids, backup.as_ref(), e)),
     };
@@ -252,8 +259,8 @@ fn verify_rows(
     Ok(rows)
 }
 
-/// Each sequence's acceptance of its draft under its sampler (greedy unless set, or when the
-/// drafter drafted greedily).
+/// Each sequence's acceptance of its draft under its sampler (greedy unless set; a sampled
+/// sequence's draft from a greedy drafter is accepted as drawn from a one-hot q).
 fn accept_all(
     session: &mut Session<'_>,
     batch: &[Entry],
@@ -274,12 +281,30 @@ fn accept_all(
             .ok_or(SessionError::UnknownSequence(id))?;
         let sampler = seq.sampler.get_or_insert_with(Sampler::greedy);
         let acceptance = match &draft.probs {
-            Some(probs) if !sampler.is_greedy() => sampler.accept(&target, probs, &draft.tokens),
-            _ => crate::sampling::accept_greedy(&target, &draft.tokens),
+            _ if sampler.is_greedy() => crate::sampling::accept_greedy(&target, &draft.tokens),
+            Some(probs) => sampler.accept(&target, probs, &draft.tokens),
+            // A greedy drafter drew each token from a one-hot distribution: the exact rule
+            // with that q (accept with probability p(x), else resample from p without x)
+            // keeps the target's distribution — never a silent greedy acceptance.
+            None => sampler.accept(&target, &one_hot(&draft.tokens, vocab), &draft.tokens),
         };
         acceptances.push(acceptance?);
     }
     Ok(acceptances)
+}
+
+/// The one-hot distributions a greedy drafter drew `tokens` from.
+fn one_hot(tokens: &[u32], vocab: usize) -> Vec<Vec<f64>> {
+    tokens
+        .iter()
+        .map(|&t| {
+            let mut q = vec![0.0; vocab];
+            if let Some(p) = q.get_mut(t as usize) {
+                *p = 1.0;
+            }
+            q
+        })
+        .collect()
 }
 
 /// Keeps each sequence's accepted prefix (its state from the kernels' snapshot after the last

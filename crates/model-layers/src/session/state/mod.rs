@@ -19,4 +19,4 @@ pub(crate) mod window;
 pub(crate) use backup::StateBackup;
 pub(crate) use rewind::Cuts;
 pub use rewind::RewindPoint;
-pub(crate) use step::{Row, SaveState};
+pub(crate) use step::{Reads, Row, SaveState};

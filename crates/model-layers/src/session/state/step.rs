@@ -50,6 +50,17 @@ pub(crate) enum SaveState {
     SavedByCaller,
 }
 
+/// Which rows' logits a step copies back to the host: never a padding row's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Every live row's, `[live rows * vocab]`.
+    Live,
+    /// The last live row's only, `[vocab]` (a prefill chunk's next token).
+    Last,
+    /// None (a prefill chunk before the last, when only the next token is asked for).
+    Nothing,
+}
+
 /// What a step lent, given back if it fails: sequences that took a slot, and each advancing
 /// sequence's page count before the step; and the state it saved.
 #[derive(Debug, Default)]
@@ -69,7 +80,8 @@ impl Session<'_> {
     }
 
     /// Runs `program` over `rows`, then advances each `(sequence, tokens)` of `advance`;
-    /// returns the live rows' logits, `[live rows * vocab]`.
+    /// returns the logits `reads` asks for (the live rows', `[live rows * vocab]`, for
+    /// `Reads::Live`).
     pub(crate) fn step(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -77,6 +89,7 @@ impl Session<'_> {
         rows: &[Row],
         advance: &[(SeqId, usize)],
         save: SaveState,
+        reads: Reads,
     ) -> Result<Vec<f32>, SessionError> {
         self.exec.check_usable(backend)?;
         let new_slots = self.check_step(rows, advance)?;
@@ -84,7 +97,9 @@ impl Session<'_> {
         if save == SaveState::PerStep {
             lent.saved = self.save_state(backend, advance)?;
         }
-        match self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent) {
+        match self.lend_and_run(
+            backend, program, rows, advance, &new_slots, &mut lent, reads,
+        ) {
             Ok(logits) => {
                 for &(id, count) in advance {
                     if let Some(seq) = self.seqs.get_mut(&id) {
@@ -180,6 +195,7 @@ impl Session<'_> {
         advance: &[(SeqId, usize)],
         new_slots: &[SeqId],
         lent: &mut Lent,
+        reads: Reads,
     ) -> Result<Vec<f32>, SessionError> {
         let exec = self.exec;
         let mut pools = exec.pools();
@@ -224,16 +240,29 @@ impl Session<'_> {
         // The program's graph (captured on first use) or its launches, as the exec's policy says.
         self.last_run = Some(self.exec.run_step(backend, program)?);
 
+        self.read_logits(backend, rows, reads)
+    }
+
+    /// Copies back the logits rows `reads` names; live rows come first in every step's
+    /// layout (padding rows after them), so the copy is one contiguous range.
+    fn read_logits(
+        &self,
+        backend: &mut dyn GpuBackend,
+        rows: &[Row],
+        reads: Reads,
+    ) -> Result<Vec<f32>, SessionError> {
         let vocab = self.exec.config.vocab_size;
-        let mut raw = vec![0u8; rows.len() * vocab * 4];
-        backend.copy_d2h(
-            self.exec.workspace().offset(self.exec.layout.logits_offset),
-            &mut raw,
-        )?;
-        let live = rows.iter().filter(|r| r.seq.is_some()).count();
-        let mut logits = f32s_from_bytes(&raw);
-        logits.truncate(live * vocab);
-        Ok(logits)
+        let live = rows.iter().take_while(|r| r.seq.is_some()).count();
+        debug_assert!(rows[live..].iter().all(|r| r.seq.is_none()));
+        let (first, count) = match reads {
+            Reads::Live => (0, live),
+            Reads::Last => (live.saturating_sub(1), live.min(1)),
+            Reads::Nothing => return Ok(Vec::new()),
+        };
+        let mut raw = vec![0u8; count * vocab * 4];
+        let at = self.exec.layout.logits_offset + first * vocab * 4;
+        backend.copy_d2h(self.exec.workspace().offset(at), &mut raw)?;
+        Ok(f32s_from_bytes(&raw))
     }
 
     /// Uploads the step's metadata: each row's token, position, block table and state slot.
