@@ -16,6 +16,7 @@ mod files;
 // The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
 #[allow(unsafe_code)]
 mod fuzz;
+mod generate;
 mod golden;
 mod gpu;
 mod parity;
@@ -46,6 +47,7 @@ commands:
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
   ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
   fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)
+  generate   text from a checkpoint: prompt or chat, streamed (cargo xtask generate --help)
   tables     write docs/TABLES.md (levers, kernels, launch shapes) from the registry (--check)";
 
 fn main() -> ExitCode {
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(argv),
         "fuzz" => fuzz::run(argv),
         "tables" => tables::run(argv),
+        "generate" => generate::run(argv),
         // Hidden: one small exec's decode step, for compute-sanitizer to wrap (run.sh).
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).
