@@ -299,3 +299,30 @@ fn sampled_generation_repeats_with_its_seed() {
     assert_eq!(ids(&first, "ids"), ids(&again, "ids"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--speculative mtp` on the Qwen3-Next fixture with an MTP head (vocabulary 384, wide
+/// enough for the text fixture's 288 ids): greedy, so exactly plain generation's ids.
+#[test]
+fn mtp_drafted_generation_is_plain_generation() {
+    let golden = crate::paths::workspace_root().join("tests/fixtures/golden/qwen3_next_mtp");
+    let dir = std::env::temp_dir()
+        .join(format!("xtask-generate-{}", std::process::id()))
+        .join("mtp");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(golden.join(file), dir.join(file)).unwrap();
+    }
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(text_fixture().join(file), dir.join(file)).unwrap();
+    }
+    let args = ["--prompt", "hello world café", "--max-tokens", "9"];
+    let plain = generate_json(&dir, &args);
+    let mut with_mtp = args.to_vec();
+    with_mtp.extend(["--speculative", "mtp", "--k", "3"]);
+    let drafted = generate_json(&dir, &with_mtp);
+    assert_eq!(ids(&drafted, "ids"), ids(&plain, "ids"));
+    assert_eq!(drafted["text"], plain["text"]);
+    assert_eq!(drafted["stop_reason"], plain["stop_reason"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
