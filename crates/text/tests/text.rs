@@ -150,11 +150,15 @@ fn templates_see_transformers_environment() {
     );
     assert_eq!(
         render("{{ messages | tojson }}", &hi).unwrap(),
-        r#"[{"content": "  hi  ", "role": "user"}]"#
+        r#"[{"role": "user", "content": "  hi  "}]"#
     );
     assert_eq!(
         render("{% for m in messages %}{% if m.role == 'user' %}{% break %}{% endif %}x{% endfor %}{{ 'a,b'.split(',') | join('+') }}{{ messages[0]['content'].startswith('  h') }}", &hi).unwrap(),
         "a+bTrue"
+    );
+    assert_eq!(
+        render("{% macro turn(m) %}<{{ m.role }}>{% endmacro %}{% for m in messages %}{{ turn(m) }}{% endfor %}", &hi).unwrap(),
+        "<user>"
     );
     let date = render("{{ strftime_now('%Y') }}", &hi).unwrap();
     assert!(date.len() == 4 && date.starts_with('2'), "{date}");

@@ -173,8 +173,17 @@ mod tests {
             ("b", Value::from(vec![Value::from(1), Value::from("é\n")])),
             ("a", Value::from(())),
         ]);
+        // Insertion order, as Python dicts keep it; sorted on request.
         assert_eq!(
             dumps(&value, &plain()).unwrap(),
+            r#"{"b": [1, "é\n"], "a": null}"#
+        );
+        let sorted = Style {
+            sort_keys: true,
+            ..plain()
+        };
+        assert_eq!(
+            dumps(&value, &sorted).unwrap(),
             r#"{"a": null, "b": [1, "é\n"]}"#
         );
         let ascii = Style {
