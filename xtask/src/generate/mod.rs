@@ -5,7 +5,7 @@
 //! vLLM does), a `--stop` string, or `--max-tokens`; tokens per second go to stderr.
 //!
 //! Parts: `options` (flags, sampling defaults), `load` (the execs), `decode` (plain
-//! generation and `next_token`, the one place a token is chosen), `speculative`
+//! generation: the session samples each token, `prefill_next`/`next_tokens`), `speculative`
 //! (`--speculative mtp|DIR`), `output` (ids, the text stream, stdout), `report` (stderr
 //! figures, `--json`).
 
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use solder_circuit::RuleSet;
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{Sampler, Sampling, Session};
+use solder_model_layers::{Sampling, Session};
 use solder_text::{ChatTemplate, GenerationConfig, Message, StopConditions, TextStream, Tokenizer};
 
 use options::{Options, Speculative};
@@ -180,8 +180,7 @@ fn generate(
     let mut session = Session::new(exec);
     match &options.speculative {
         None => {
-            let mut sampler = Sampler::new(sampling).map_err(|e| e.to_string())?;
-            let (stop, timings) = decode::run(&mut session, backend, prompt, &mut sampler, output)?;
+            let (stop, timings) = decode::run(&mut session, backend, prompt, sampling, output)?;
             Ok((stop, timings, None))
         }
         Some(Speculative::Mtp) => {

@@ -127,7 +127,8 @@ fn write_weights(g: &Gguf, dims: &Dims, dir: &Path) -> Result<usize, String> {
         }
         tensors.push((name, t.shape.clone(), bf16_bytes(&values)));
     }
-    let expected = 3 + dims.layers * LAYER_NAMES.len() - usize::from(g.tensor("output.weight").is_none());
+    let expected =
+        3 + dims.layers * LAYER_NAMES.len() - usize::from(g.tensor("output.weight").is_none());
     if tensors.len() != expected {
         return Err(format!(
             "{} tensors, {expected} expected for {} layers",
@@ -195,7 +196,10 @@ fn strings<'g>(g: &'g Gguf, key: &str) -> Result<Vec<&'g str>, String> {
         .as_array()
         .ok_or_else(|| format!("metadata `{key}` is not an array"))?
         .iter()
-        .map(|v| v.as_str().ok_or_else(|| format!("metadata `{key}`: not strings")))
+        .map(|v| {
+            v.as_str()
+                .ok_or_else(|| format!("metadata `{key}`: not strings"))
+        })
         .collect()
 }
 
@@ -340,7 +344,10 @@ mod tests {
             hf_name("blk.7.attn_q.weight").unwrap(),
             "model.layers.7.self_attn.q_proj.weight"
         );
-        assert_eq!(hf_name("token_embd.weight").unwrap(), "model.embed_tokens.weight");
+        assert_eq!(
+            hf_name("token_embd.weight").unwrap(),
+            "model.embed_tokens.weight"
+        );
         assert!(hf_name("blk.0.ssm_a").unwrap_err().contains("ssm_a"));
     }
 }

