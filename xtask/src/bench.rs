@@ -24,7 +24,8 @@ const HELP: &str =
   --model DIR        a Hugging Face checkpoint folder
   --synth NAME       a random-weight model built in memory: llama-3.2-1b (the full shape),
                      llama-3.2-1b-l4 (its layer shape, 4 layers), llama-3.1-8b-l4 (Llama-3.1-8B's
-                     layer shape, 4 layers; the full 8B does not fit this machine's memory)
+                     layer shape, 4 layers; the full 8B does not fit this machine's memory),
+                     qwen3-next-tiny (a 4-layer Qwen3-Next of hidden 128 with an MTP head)
   --quant Q          with --synth only: the model as a quantized checkpoint of it would store
                      it, every projection quantized, lm_head bf16: fp8 (block 128x128),
                      fp8-channel, fp8-tensor, int4 (group 128) or int4-channel
@@ -44,11 +45,15 @@ const HELP: &str =
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
                      verify 2..8) instead of batch 1 only, so `capture_all` times all of it
   --speculative D    greedy speculative decoding drafted by D: self (the target drafting for
-                     itself: acceptance 1.0), random (its shape, other random weights), a synth
-                     name or a checkpoint folder (same vocabulary); prints tokens per verify
-                     step, acceptance per draft position, target steps saved, ms per token
-                     beside plain decoding (the tokens must match)
+                     itself: acceptance 1.0), random (its shape, other random weights), mtp
+                     (the model's own MTP head: qwen3_next), a synth name or a checkpoint
+                     folder (same vocabulary); prints tokens per verify step, acceptance per
+                     draft position, target steps saved, tokens/s and ms per token beside plain
+                     decoding (the tokens must match)
   --k K              draft tokens per speculative step, 1..=7 (default 4)
+  --batch N          with --speculative: N sequences at once, 1..=64 (default 1): plain
+                     decoding by multi-seq steps, speculative by batched verify steps (and
+                     batched drafting: the MTP head drafts all N in one program per step)
   --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
                      checkpoint, bf16 and f32, and print the ratios (a synth model is saved
                      under target/synth/ first)";
@@ -58,6 +63,7 @@ const SYNTH: &[(&str, &str, usize)] = &[
     ("llama-3.2-1b", "llama-3.2-1b", 16),
     ("llama-3.2-1b-l4", "llama-3.2-1b", 4),
     ("llama-3.1-8b-l4", "llama-3.1-8b", 4),
+    ("qwen3-next-tiny", "golden-qwen3-next", 4),
 ];
 
 /// How the timed steps run.
@@ -82,6 +88,7 @@ const OPTIONS: &[&str] = &[
     "graphs",
     "speculative",
     "k",
+    "batch",
     "levers",
     "quant",
 ];
@@ -110,6 +117,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let prompt_len = args.number_in("prompt-len", 1..=65536)?.unwrap_or(32);
     let gen = args.number_in("gen", 1..=65536)?.unwrap_or(128);
     let k = args.number_in("k", 1..=7)?.unwrap_or(4);
+    let batch = args.number_in("batch", 1..=64)?.unwrap_or(1);
+    let speculative = args.value("speculative");
+    if batch > 1 && speculative.is_none() {
+        return Err("`--batch N` runs speculative decoding: give --speculative D too".into());
+    }
     let total = positions(&args, (prompt_len, gen, k), &config, &name)?;
     let rules_path = args
         .value("rules")
@@ -118,14 +130,23 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
     let policy = policy_of(&args)?;
     let kv = KvShape {
-        // Two sequences (eager and graph) of `total` tokens, and the scratch page.
-        pages: 2 * total.div_ceil(16) + 2,
+        // Two sequences (eager and graph, or plain and speculative) of `total` tokens per
+        // batch sequence, one more for a draft head's KV, and the scratch page.
+        pages: 2 * batch * total.div_ceil(16)
+            + 2
+            + if speculative.is_some() {
+                batch * total.div_ceil(16)
+            } else {
+                0
+            },
         block_size: 16,
         max_seq_len: total.next_multiple_of(16),
-        max_sequences: 2,
+        max_sequences: 2 * batch,
     };
     let graphs = graphs_of(&args)?;
-    let serve = if args.flag("ladder") {
+    let serve = if let Some(draft) = speculative {
+        crate::speculate::serve(batch, k, draft == "mtp")?
+    } else if args.flag("ladder") {
         ServeShape::default()
     } else {
         ServeShape::with_max_batch(1).map_err(|e| e.to_string())?
@@ -161,13 +182,18 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     eprintln!("built {name} in {:.1} s", started.elapsed().as_secs_f64());
     let launches = exec.decode_program().map_err(|e| e.to_string())?.launches();
-    if let Some(draft) = args.value("speculative") {
+    if let Some(draft) = speculative {
         let source = crate::speculate::DraftSource::parse(draft, &config, synth_config)?;
-        let prompt: Vec<u32> = (0..prompt_len)
-            .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
+        // Sequence s's prompt: the bench prompt's tokens shifted by s (each its own text).
+        let prompts: Vec<Vec<u32>> = (0..batch as u32)
+            .map(|s| {
+                (0..prompt_len)
+                    .map(|i| (i as u32 * 7919 + 13 + s * 101) % config.vocab_size as u32)
+                    .collect()
+            })
             .collect();
         let rules = RuleSet::from_file(&rules_path).map_err(|e| e.to_string())?;
-        return crate::speculate::run(backend, &exec, source, &rules, kv, &prompt, gen, k, &name);
+        return crate::speculate::run(backend, &exec, source, &rules, kv, &prompts, gen, k, &name);
     }
     if graphs != Graphs::Eager {
         capture(&exec, backend, &name)?;

@@ -108,7 +108,6 @@ pub(crate) fn stream<E: From<WeightsError>>(
     }
     // The buffer is freed here: nothing of the model stays on the host.
     drop(buffer);
-    drop(put);
     progress.finish();
     tracing::info!(
         bytes = done.bytes,
