@@ -97,9 +97,8 @@ impl Session<'_> {
         if save == SaveState::PerStep {
             lent.saved = self.save_state(backend, advance)?;
         }
-        match self.lend_and_run(
-            backend, program, rows, advance, &new_slots, &mut lent, reads,
-        ) {
+        let ran = self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent);
+        match ran.and_then(|()| self.read_logits(backend, rows, reads)) {
             Ok(logits) => {
                 for &(id, count) in advance {
                     if let Some(seq) = self.seqs.get_mut(&id) {
@@ -195,8 +194,7 @@ impl Session<'_> {
         advance: &[(SeqId, usize)],
         new_slots: &[SeqId],
         lent: &mut Lent,
-        reads: Reads,
-    ) -> Result<Vec<f32>, SessionError> {
+    ) -> Result<(), SessionError> {
         let exec = self.exec;
         let mut pools = exec.pools();
         for &id in new_slots {
@@ -240,7 +238,7 @@ impl Session<'_> {
         // The program's graph (captured on first use) or its launches, as the exec's policy says.
         self.last_run = Some(self.exec.run_step(backend, program)?);
 
-        self.read_logits(backend, rows, reads)
+        Ok(())
     }
 
     /// Copies back the logits rows `reads` names; live rows come first in every step's
