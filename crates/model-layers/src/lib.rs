@@ -46,7 +46,9 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
-pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
+pub use exec::{
+    kv_page_bytes, Boot, CircuitExec, HiddenRows, KvBudget, KvShape, WeightSource, PDL_LEVER,
+};
 pub use graphs::{CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, StepRun};
 pub use layout::Layout;
 pub use program::{Program, ProgramKey, ProgramStep};

@@ -47,7 +47,7 @@ use crate::graphs::{CaptureReport, CapturedGraph, GraphCounters, GraphPolicy, St
 use crate::layout::Layout;
 use crate::meta::StepMeta;
 use crate::program::Program;
-pub use boot::{Boot, KvShape, WeightSource};
+pub use boot::{kv_page_bytes, Boot, KvBudget, KvShape, WeightSource};
 pub use hidden::HiddenRows;
 use owned::{BoundBackend, Memory, Owned};
 pub(crate) use pools::{PagePool, Pools};
