@@ -54,7 +54,7 @@ pub use layout::Layout;
 pub use program::{Program, ProgramKey, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
-    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session, SpecPolicy,
-    SpeculativeStep, Verdict,
+    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, ParkedSession, RewindPoint, SeqId,
+    Session, SpecPolicy, SpeculativeStep, Verdict,
 };
 pub use weights::HostWeights;

@@ -183,6 +183,16 @@ impl CircuitExec {
         self.check_backend(backend)?;
         self.resize_state(backend, pages)
     }
+
+    /// Grows the KV page pool to `pages` pages keeping every page's contents and id and every
+    /// recurrent slot, so sequences parked by `Session::park` resume where they were (their
+    /// block tables unchanged); programs are rebound and graphs destroyed (recaptured at next
+    /// use). All or nothing, as `resize_kv`.
+    pub fn grow_kv(&mut self, backend: &mut dyn GpuBackend, pages: usize) -> Result<(), ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)?;
+        self.grow_state(backend, pages)
+    }
 }
 
 /// What was built: digests, memory, programs and plans.
