@@ -46,13 +46,15 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use error::{ExecError, MetaError, SessionError, WeightsError};
-pub use exec::{Boot, CircuitExec, HiddenRows, KvShape, WeightSource, PDL_LEVER};
+pub use exec::{
+    kv_page_bytes, Boot, CircuitExec, HiddenRows, KvBudget, KvShape, WeightSource, PDL_LEVER,
+};
 pub use graphs::{CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, StepRun};
 pub use layout::Layout;
 pub use program::{Program, ProgramKey, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
-    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, RewindPoint, SeqId, Session, SpecPolicy,
-    SpeculativeStep, Verdict,
+    Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, ParkedSession, RewindPoint, SeqId,
+    Session, SpecPolicy, SpeculativeStep, Verdict,
 };
 pub use weights::HostWeights;

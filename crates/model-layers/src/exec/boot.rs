@@ -87,6 +87,107 @@ impl KvShape {
     }
 }
 
+/// How many KV pages to allocate: a count, or a byte budget that `resolve` turns into pages
+/// by the bytes one page takes in every attention layer (K and V; the recurrent-state region
+/// is not counted). vLLM sizes its pool the same way (`gpu_memory_utilization` of the free
+/// memory, divided by one block's bytes across layers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvBudget {
+    /// Exactly this many pages (the scratch page among them).
+    Pages(usize),
+    /// As many pages as fit in this many bytes.
+    Bytes(usize),
+    /// As many pages as fit in this fraction (0, 1] of the device's free memory.
+    FreeFraction(f64),
+}
+
+impl KvBudget {
+    /// The page count this budget holds at `page_bytes` per page, given the device's free
+    /// bytes (`None`: the backend cannot say, and a `FreeFraction` is refused by name).
+    /// Refused, naming the budget, when it holds fewer than `min_pages` (the scratch page and
+    /// the pages one sequence of the widest program needs: `KvShape::min_pages`).
+    pub fn resolve(
+        &self,
+        page_bytes: usize,
+        min_pages: usize,
+        free_bytes: Option<usize>,
+    ) -> Result<usize, ExecError> {
+        let refuse = |field: &'static str, value: String, message: String| ExecError::Argument {
+            field,
+            value,
+            message,
+        };
+        if page_bytes == 0 {
+            return Err(refuse(
+                "KvBudget",
+                format!("{self:?}"),
+                "the model has no attention layer, so a KV page takes no bytes".into(),
+            ));
+        }
+        let (field, value, pages) = match *self {
+            KvBudget::Pages(pages) => ("KvBudget::Pages", pages.to_string(), pages),
+            KvBudget::Bytes(bytes) => ("KvBudget::Bytes", bytes.to_string(), bytes / page_bytes),
+            KvBudget::FreeFraction(fraction) => {
+                let value = fraction.to_string();
+                if !(fraction > 0.0 && fraction <= 1.0) {
+                    return Err(refuse(
+                        "KvBudget::FreeFraction",
+                        value,
+                        "must be in (0, 1]".into(),
+                    ));
+                }
+                let Some(free) = free_bytes else {
+                    return Err(refuse(
+                        "KvBudget::FreeFraction",
+                        value,
+                        "this backend does not report its free memory; give Pages or Bytes".into(),
+                    ));
+                };
+                let bytes = (free as f64 * fraction) as usize;
+                ("KvBudget::FreeFraction", value, bytes / page_bytes)
+            }
+        };
+        if pages < min_pages {
+            return Err(refuse(
+                field,
+                value,
+                format!(
+                    "holds {pages} KV page(s) of {page_bytes} bytes; one sequence of the widest \
+                     program needs {min_pages} (the scratch page among them)"
+                ),
+            ));
+        }
+        Ok(pages.min(KvShape::MAX_PAGES))
+    }
+}
+
+/// Bytes one KV page takes across every attention layer of `circuit`: each layer's K and V
+/// for `block_size` tokens (the recurrent-state slots are not pages and are not counted).
+pub fn kv_page_bytes(circuit: &solder_circuit::ir::Circuit) -> usize {
+    circuit
+        .states
+        .iter()
+        .map(|decl| match decl.kind {
+            solder_circuit::ir::StateKind::KvPages {
+                block_size,
+                num_kv_heads,
+                head_dim,
+                dtype,
+                ..
+            } => 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes(),
+            _ => 0,
+        })
+        .sum()
+}
+
+impl KvShape {
+    /// Pages the pool must hold to serve one sequence of `max_seq_len` tokens: its pages and
+    /// the scratch page.
+    pub fn min_pages(&self) -> usize {
+        self.max_seq_len.div_ceil(self.block_size.max(1)) + 1
+    }
+}
+
 /// Everything a build needs.
 pub struct Boot {
     pub config: ModelConfig,
@@ -99,4 +200,51 @@ pub struct Boot {
     /// kernel reads them (`PrecisionSpec::Policy(Tier::Native)`), else a tier or a per-tensor
     /// table (`solder_circuit::precision`).
     pub precision: solder_circuit::precision::PrecisionSpec,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_budget_becomes_whole_pages_or_is_refused_by_name() {
+        let shape = KvShape {
+            pages: 0,
+            block_size: 16,
+            max_seq_len: 100,
+            max_sequences: 1,
+        };
+        let min = shape.min_pages();
+        assert_eq!(min, 8, "7 pages of 16 for 100 tokens, and the scratch page");
+        assert_eq!(
+            KvBudget::Bytes(10 * 1024 + 1023)
+                .resolve(1024, min, None)
+                .unwrap(),
+            10
+        );
+        assert_eq!(KvBudget::Pages(9).resolve(1024, min, None).unwrap(), 9);
+        assert_eq!(
+            KvBudget::FreeFraction(0.5)
+                .resolve(1024, min, Some(40 * 1024))
+                .unwrap(),
+            20
+        );
+        let refused = KvBudget::Bytes(7 * 1024)
+            .resolve(1024, min, None)
+            .unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            message.contains("KvBudget::Bytes") && message.contains("needs 8"),
+            "{message}"
+        );
+        let unknown = KvBudget::FreeFraction(0.9)
+            .resolve(1024, min, None)
+            .unwrap_err();
+        assert!(unknown.to_string().contains("free memory"), "{unknown}");
+        for fraction in [0.0, 1.5, f64::NAN] {
+            assert!(KvBudget::FreeFraction(fraction)
+                .resolve(1024, min, Some(1 << 30))
+                .is_err());
+        }
+    }
 }

@@ -47,7 +47,7 @@ use crate::graphs::{CaptureReport, CapturedGraph, GraphCounters, GraphPolicy, St
 use crate::layout::Layout;
 use crate::meta::StepMeta;
 use crate::program::Program;
-pub use boot::{Boot, KvShape, WeightSource};
+pub use boot::{kv_page_bytes, Boot, KvBudget, KvShape, WeightSource};
 pub use hidden::HiddenRows;
 use owned::{BoundBackend, Memory, Owned};
 pub(crate) use pools::{PagePool, Pools};
@@ -182,6 +182,16 @@ impl CircuitExec {
         self.check_live()?;
         self.check_backend(backend)?;
         self.resize_state(backend, pages)
+    }
+
+    /// Grows the KV page pool to `pages` pages keeping every page's contents and id and every
+    /// recurrent slot, so sequences parked by `Session::park` resume where they were (their
+    /// block tables unchanged); programs are rebound and graphs destroyed (recaptured at next
+    /// use). All or nothing, as `resize_kv`.
+    pub fn grow_kv(&mut self, backend: &mut dyn GpuBackend, pages: usize) -> Result<(), ExecError> {
+        self.check_live()?;
+        self.check_backend(backend)?;
+        self.grow_state(backend, pages)
     }
 }
 

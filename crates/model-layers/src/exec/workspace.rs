@@ -165,18 +165,94 @@ impl CircuitExec {
         Ok(())
     }
 
+    /// Grows the KV pool to `pages` pages keeping what sequences hold: a new state
+    /// allocation, each state region's contents copied to the same place in it (a KV region
+    /// is page-major, so its old pages keep their ids; the recurrent slots, snapshots and
+    /// backups keep theirs), every program rebound, every graph destroyed (recaptured at next
+    /// use), and the pools extended by the new pages. All or nothing: on failure the exec is
+    /// as it was, but for the destroyed graphs.
+    pub(super) fn grow_state(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        pages: usize,
+    ) -> Result<(), ExecError> {
+        if pages < self.layout.kv_pages {
+            return Err(ExecError::Argument {
+                field: "pages",
+                value: pages.to_string(),
+                message: format!(
+                    "grow_kv: the pool only grows (it holds {} pages)",
+                    self.layout.kv_pages
+                ),
+            });
+        }
+        self.check_capacity(pages)?;
+        let layout = self.layout_at(pages)?;
+        let mut fresh = Owned::default();
+        let kv = fresh.alloc(backend, layout.state_bytes)?;
+        let grown = self
+            .copy_states(backend, &layout, kv)
+            .and_then(|()| self.rebind(backend, &layout, kv))
+            .and_then(|programs| self.graphs.invalidate(backend).map(|()| programs));
+        let (programs, arms) = match grown {
+            Ok(both) => both,
+            Err(e) => {
+                if let Err(cleanup) = fresh.release(backend) {
+                    tracing::warn!(%cleanup, "grow_kv could not free the state allocation it made");
+                }
+                return Err(e);
+            }
+        };
+        self.swap_state(backend, fresh, kv, &layout);
+        let pools = self.pools.get_mut().unwrap_or_else(|e| e.into_inner());
+        pools.pages.extend_to(pages);
+        pools.slots.rebase(kv);
+        self.programs = programs;
+        self.arms = arms;
+        self.layout = layout;
+        Ok(())
+    }
+
+    /// Copies every state region of the current allocation into `kv` laid out as `layout`
+    /// (regions only grow: the old bytes land at the start of the new region).
+    fn copy_states(
+        &self,
+        backend: &mut dyn GpuBackend,
+        layout: &Layout,
+        kv: DevicePtr,
+    ) -> Result<(), ExecError> {
+        // The copies read what queued steps wrote.
+        backend.synchronize()?;
+        for (old, new) in self.layout.states.iter().zip(&layout.states) {
+            let bytes = old.bytes.min(new.bytes);
+            backend.copy_d2d(
+                kv.offset(new.offset),
+                self.memory.kv.offset(old.offset),
+                bytes,
+            )?;
+        }
+        backend.synchronize()?;
+        Ok(())
+    }
+
     /// Refuses a resize while a handle from `capture` lives or a sequence holds a page or
     /// slot, and a page count out of range or whose state allocation is too large.
     fn check_resizable(&self, pages: usize) -> Result<(), ExecError> {
-        if self.graphs.handles_out() > 0 {
-            return Err(ExecError::GraphsAlive {
-                live: self.graphs.handles_out(),
-            });
-        }
         if let Some(held) = self.pools().held() {
             return Err(ExecError::Build(format!(
                 "resize_kv: {held} still lent; end every sequence first"
             )));
+        }
+        self.check_capacity(pages)
+    }
+
+    /// Refuses a resize or growth while a handle from `capture` lives, and a page count out
+    /// of range or whose state allocation is too large.
+    fn check_capacity(&self, pages: usize) -> Result<(), ExecError> {
+        if self.graphs.handles_out() > 0 {
+            return Err(ExecError::GraphsAlive {
+                live: self.graphs.handles_out(),
+            });
         }
         if !(2..=KvShape::MAX_PAGES).contains(&pages) {
             return Err(ExecError::Argument {

@@ -29,6 +29,7 @@
 //! recycled page is no page held: it is never read through that entry, never given back).
 
 mod decode;
+mod fork;
 mod speculative;
 mod state;
 
@@ -43,6 +44,7 @@ use crate::graphs::StepRun;
 use crate::sampling::{Sampler, Sampling};
 use state::{Reads, SaveState};
 
+pub use fork::ParkedSession;
 pub use speculative::{
     Acceptances, Draft, Drafter, ModelDrafter, MtpDrafter, SpecPolicy, SpeculativeStep, Verdict,
 };

@@ -5,11 +5,12 @@
 //! Invariants: the scratch page (`meta::SCRATCH_PAGE`, page 0) is never lent — padding rows
 //! write there, and a block table names it in place of a page recycled out of every layer's
 //! sliding window (`recycle`: a position-preserving placeholder the kernels never read, never
-//! given back); every other page is either free or held by exactly one sequence of one
-//! session; the lowest free pages are lent first, so the same steps from the same free set
-//! lend the same pages.
+//! given back); every other page is either free or held by one or more sequences — a page
+//! shared by a fork (`share`) counts its extra holders and comes back to the pool only when
+//! its last holder lets go (`shrink`, `recycle`); the lowest free pages are lent first, so
+//! the same steps from the same free set lend the same pages.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::SessionError;
 use crate::meta::SCRATCH_PAGE;
@@ -17,6 +18,8 @@ use crate::meta::SCRATCH_PAGE;
 #[derive(Debug, Clone)]
 pub(crate) struct PagePool {
     free: BTreeSet<u32>,
+    /// Holders beyond the first of each shared page (absent: one holder or free).
+    extra_holders: BTreeMap<u32, u32>,
     block_size: usize,
     /// Pages a sequence may hold (all but the scratch page).
     lendable: usize,
@@ -27,9 +30,18 @@ impl PagePool {
     pub(crate) fn new(pages: usize, block_size: usize) -> PagePool {
         PagePool {
             free: (SCRATCH_PAGE + 1..pages as u32).collect(),
+            extra_holders: BTreeMap::new(),
             block_size,
             lendable: pages.saturating_sub(1),
         }
+    }
+
+    /// Adds pages up to `pages` in all (the pool only grows: a growth of the KV allocation
+    /// keeps every lent page's id, so the new ones are those past the old count).
+    pub(crate) fn extend_to(&mut self, pages: usize) {
+        let old = self.lendable as u32 + 1;
+        self.free.extend(old..pages as u32);
+        self.lendable = self.lendable.max(pages.saturating_sub(1));
     }
 
     /// Pages lent to sequences now.
@@ -70,24 +82,53 @@ impl PagePool {
         Ok(needed)
     }
 
-    /// Shrinks `held` to its first `keep` pages; the rest come back to the pool (placeholders
-    /// of recycled pages are only dropped).
+    /// Shrinks `held` to its first `keep` pages; the rest are let go (a page comes back to
+    /// the pool with its last holder; placeholders of recycled pages are only dropped).
     pub(crate) fn shrink(&mut self, held: &mut Vec<u32>, keep: usize) {
         while held.len() > keep {
             if let Some(page) = held.pop().filter(|page| *page != SCRATCH_PAGE) {
+                self.let_go(page);
+            }
+        }
+    }
+
+    /// A second holder of `held`'s first `blocks` pages (a fork sharing its parent's full
+    /// pages): the pages the new holder holds, placeholders kept in place so positions match.
+    pub(crate) fn share(&mut self, held: &[u32], blocks: usize) -> Vec<u32> {
+        let shared: Vec<u32> = held.iter().take(blocks).copied().collect();
+        for &page in shared.iter().filter(|page| **page != SCRATCH_PAGE) {
+            *self.extra_holders.entry(page).or_insert(0) += 1;
+        }
+        shared
+    }
+
+    /// Whether `page` has more than one holder (a write into it must copy it first).
+    pub(crate) fn is_shared(&self, page: u32) -> bool {
+        self.extra_holders.contains_key(&page)
+    }
+
+    /// One holder lets go of `page`: it comes back to the pool when that was the last.
+    fn let_go(&mut self, page: u32) {
+        match self.extra_holders.get_mut(&page) {
+            Some(1) => {
+                self.extra_holders.remove(&page);
+            }
+            Some(extra) => *extra -= 1,
+            None => {
                 self.free.insert(page);
             }
         }
     }
 
-    /// Gives back the pages of `held`'s first `before` blocks, each replaced by the scratch
-    /// page so later blocks keep their positions; returns how many came back (blocks already
-    /// recycled count once).
+    /// Lets go of the pages of `held`'s first `before` blocks, each replaced by the scratch
+    /// page so later blocks keep their positions; returns how many this holder let go (blocks
+    /// already recycled count once; a shared page comes back with its last holder).
     pub(crate) fn recycle(&mut self, held: &mut [u32], before: usize) -> usize {
         let mut freed = 0;
         for page in held.iter_mut().take(before) {
             if *page != SCRATCH_PAGE {
-                self.free.insert(std::mem::replace(page, SCRATCH_PAGE));
+                let page = std::mem::replace(page, SCRATCH_PAGE);
+                self.let_go(page);
                 freed += 1;
             }
         }
@@ -154,6 +195,53 @@ mod tests {
         pool.shrink(&mut held, 0);
         assert_eq!(pool.free_count(), 5, "the scratch page is never given back");
         assert!(!pool.free.contains(&SCRATCH_PAGE));
+    }
+
+    #[test]
+    fn a_shared_page_comes_back_with_its_last_holder() {
+        let mut pool = PagePool::new(8, 4);
+        let mut parent = Vec::new();
+        pool.grow(&mut parent, 10).unwrap();
+        assert_eq!(parent, [1, 2, 3]);
+        // Two forks share the two full pages; the partial third is theirs to copy.
+        let mut first = pool.share(&parent, 2);
+        let mut second = pool.share(&parent, 2);
+        assert_eq!(first, [1, 2]);
+        assert!(pool.is_shared(1) && pool.is_shared(2) && !pool.is_shared(3));
+        assert_eq!(pool.lent(), 3, "shared pages are lent once");
+        pool.grow(&mut first, 12).unwrap();
+        assert_eq!(first, [1, 2, 4]);
+        pool.shrink(&mut parent, 0);
+        assert_eq!(pool.free_count(), 4, "only the parent's own page came back");
+        assert!(pool.is_shared(1), "two forks still hold page 1");
+        assert_eq!(pool.recycle(&mut second, 1), 1);
+        assert_eq!(second, [SCRATCH_PAGE, 2]);
+        assert!(!pool.is_shared(1), "the first fork is its last holder");
+        assert!(!pool.free.contains(&1));
+        pool.shrink(&mut first, 0);
+        assert!(pool.free.contains(&1) && !pool.free.contains(&2));
+        pool.shrink(&mut second, 0);
+        assert_eq!(
+            pool.free_count(),
+            7,
+            "every page back after every holder ends"
+        );
+        assert!(pool.extra_holders.is_empty());
+    }
+
+    #[test]
+    fn an_extended_pool_keeps_lent_pages_and_lends_the_new_ones() {
+        let mut pool = PagePool::new(4, 4);
+        let mut held = Vec::new();
+        pool.grow(&mut held, 12).unwrap();
+        assert_eq!(held, [1, 2, 3]);
+        assert!(pool.grow(&mut held, 13).is_err());
+        pool.extend_to(6);
+        assert_eq!(pool.free_count(), 2);
+        pool.grow(&mut held, 20).unwrap();
+        assert_eq!(held, [1, 2, 3, 4, 5]);
+        pool.shrink(&mut held, 0);
+        assert_eq!(pool.free_count(), 5);
     }
 
     #[test]

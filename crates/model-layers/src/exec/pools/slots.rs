@@ -49,6 +49,12 @@ impl SlotPool {
         }
     }
 
+    /// The same slots in a new state allocation at `states` (the KV pool grew; every slot's
+    /// region was copied to the same offsets).
+    pub(crate) fn rebase(&mut self, states: DevicePtr) {
+        self.states = states;
+    }
+
     /// Slots lent to sequences now.
     pub(crate) fn lent(&self) -> usize {
         self.lendable - self.free.len()
@@ -83,6 +89,23 @@ impl SlotPool {
             }
         }
         Ok(slot)
+    }
+
+    /// Copies slot `from`'s every recurrent region into slot `to` (a fork's state).
+    pub(crate) fn copy(
+        &self,
+        backend: &mut dyn GpuBackend,
+        from: u32,
+        to: u32,
+    ) -> Result<(), SessionError> {
+        for &(offset, slot_bytes) in &self.regions {
+            backend.copy_d2d(
+                self.states.offset(offset + to as usize * slot_bytes),
+                self.states.offset(offset + from as usize * slot_bytes),
+                slot_bytes,
+            )?;
+        }
+        Ok(())
     }
 
     /// Returns a slot (zeroed again when next lent).

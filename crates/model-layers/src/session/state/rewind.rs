@@ -109,6 +109,7 @@ pub(crate) fn truncate_to(
     }
     session.check_window_kept(id, len)?;
     let pages = session.exec.layout.kv_block_size;
+    check_cut_unshared(session, id, len)?;
     session.truncate(id, len, len.div_ceil(pages));
     Ok(())
 }
@@ -142,6 +143,23 @@ pub(crate) fn point(
     })
 }
 
+/// Refuses a cut to `len` that leaves a page a fork shares partly filled: the next step
+/// would write into it, and copy-on-write after a cut is not built.
+fn check_cut_unshared(session: &Session<'_>, id: SeqId, len: usize) -> Result<(), SessionError> {
+    let block = session.exec.layout.kv_block_size;
+    if len % block == 0 {
+        return Ok(());
+    }
+    let page = session.seq(id)?.pages.get(len / block).copied();
+    if page.is_some_and(|page| session.exec.pools().pages.is_shared(page)) {
+        return Err(SessionError::Rewind(format!(
+            "sequence {id}: a cut to {len} leaves a KV page a fork shares partly filled, and \
+             copy-on-write after a cut is not built; cut at a multiple of {block}"
+        )));
+    }
+    Ok(())
+}
+
 /// `Session::rewind`: every refusal checked before the state is touched.
 pub(crate) fn rewind(
     session: &mut Session<'_>,
@@ -150,6 +168,7 @@ pub(crate) fn rewind(
 ) -> Result<(), SessionError> {
     session.exec.check_usable(backend)?;
     check_point(session, point)?;
+    check_cut_unshared(session, point.seq, point.len)?;
     restore_point_state(session, backend, point)?;
     let block = session.exec.layout.kv_block_size;
     session.truncate(point.seq, point.len, point.len.div_ceil(block));
