@@ -153,6 +153,7 @@ fn a_pool_grown_mid_decode_decodes_what_a_big_pool_decodes() {
         let mut small = exec(&mut backend, json, 9);
         let mut session = Session::new(&small);
         let ids = [session.add_sequence(), session.add_sequence()];
+        #[allow(clippy::needless_range_loop)] // the steps interleave the two sequences
         for step in 0..12 {
             for (i, &id) in ids.iter().enumerate() {
                 session.decode(&mut backend, id, tokens[i][step]).unwrap();

@@ -368,7 +368,7 @@ mod tests {
         out.extend(2u64.to_le_bytes());
         out.extend(0u32.to_le_bytes());
         out.extend(32u64.to_le_bytes());
-        while out.len() % 32 != 0 {
+        while !out.len().is_multiple_of(32) {
             out.push(0);
         }
         // d = 0.5, m = -1: nibbles 0..15 low, 15..0 high.

@@ -97,9 +97,7 @@ impl<'e> Session<'e> {
         if partial {
             let from = parent.pages[full];
             let fresh = pools.pages.grow(&mut child.pages, (full + 1) * block_size);
-            let copied = fresh
-                .map_err(SessionError::from)
-                .and_then(|_| copy_page(self.exec, backend, from, child.pages[full]));
+            let copied = fresh.and_then(|_| copy_page(self.exec, backend, from, child.pages[full]));
             if let Err(e) = copied {
                 pools.pages.shrink(&mut child.pages, 0);
                 if let Some(slot) = child.slot {

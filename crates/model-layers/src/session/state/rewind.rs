@@ -147,7 +147,7 @@ pub(crate) fn point(
 /// would write into it, and copy-on-write after a cut is not built.
 fn check_cut_unshared(session: &Session<'_>, id: SeqId, len: usize) -> Result<(), SessionError> {
     let block = session.exec.layout.kv_block_size;
-    if len % block == 0 {
+    if len.is_multiple_of(block) {
         return Ok(());
     }
     let page = session.seq(id)?.pages.get(len / block).copied();
