@@ -157,3 +157,34 @@ fn a_sampled_target_with_a_greedy_drafter_samples() {
         "a seed is reproducible"
     );
 }
+
+/// A prompt fed in chunks (`prefill_chunk`, then `prefill_next` for the last) leaves the cache
+/// and the next token a whole prefill gives, greedy and sampled: chunk boundaries move rows
+/// between programs, never bytes.
+#[test]
+fn a_prompt_prefilled_in_chunks_gives_the_whole_prefills_tokens() {
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    let p = prompt(9, VOCAB, 23);
+    for seed in [None, Some(11)] {
+        let whole = run_batch(&mut backend, &exec, &[(seed, p.clone())], 6);
+        for chunk in [1, 5, 8, 13] {
+            let mut session = Session::new(&exec);
+            let id = session.add_sequence();
+            if let Some(seed) = seed {
+                session.set_sampling(id, sampled(seed)).expect("sampling");
+            }
+            let (head, last) = p.split_at(p.len() - p.len().min(chunk));
+            for piece in head.chunks(chunk) {
+                session.prefill_chunk(&mut backend, id, piece).expect("chunk");
+            }
+            let mut tokens = vec![session.prefill_next(&mut backend, id, last).expect("last")];
+            for _ in 0..6 {
+                let last = *tokens.last().unwrap();
+                tokens.extend(session.next_tokens(&mut backend, &[(id, last)]).expect("step"));
+            }
+            assert_eq!(tokens, whole[0], "chunks of {chunk}, seed {seed:?}");
+            assert_eq!(session.tokens(id).unwrap().len(), p.len() + 6);
+        }
+    }
+}

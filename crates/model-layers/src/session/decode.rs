@@ -22,7 +22,7 @@ pub(super) fn prefill(
     backend: &mut dyn GpuBackend,
     id: SeqId,
     tokens: &[u32],
-    last_only: bool,
+    reads: Reads,
 ) -> Result<Vec<f32>, SessionError> {
     // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
     let (start, pages_before, slot_before) = check_prefill(session, backend, id, tokens)?;
@@ -33,7 +33,11 @@ pub(super) fn prefill(
         None => None,
     };
     let shapes = exec.instance.program_shapes();
-    let rows_read = if last_only { 1 } else { tokens.len() };
+    let rows_read = match reads {
+        Reads::Live => tokens.len(),
+        Reads::Last => 1,
+        Reads::Nothing => 0,
+    };
     let mut logits = Vec::with_capacity(rows_read * exec.config.vocab_size);
     let mut at = 0;
     while at < tokens.len() {
@@ -42,12 +46,12 @@ pub(super) fn prefill(
         let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
         // The prefill saved the slot it had, or the slot is new and goes back on failure.
         let save = SaveState::SavedByCaller;
-        let reads = match (last_only, at + width == tokens.len()) {
-            (false, _) => Reads::Live,
-            (true, true) => Reads::Last,
-            (true, false) => Reads::Nothing,
+        // Every row's logits, the last chunk's last row's only, or none.
+        let chunk_reads = match (reads, at + width == tokens.len()) {
+            (Reads::Last, false) => Reads::Nothing,
+            (reads, _) => reads,
         };
-        match verify(session, backend, id, &tokens[at..at + width], save, reads) {
+        match verify(session, backend, id, &tokens[at..at + width], save, chunk_reads) {
             Ok(chunk) => logits.extend(chunk),
             Err(e) => {
                 session.truncate(id, start, pages_before);

@@ -211,7 +211,7 @@ impl Session<'_> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<f32>, SessionError> {
-        decode::prefill(self, backend, id, tokens, false)
+        decode::prefill(self, backend, id, tokens, Reads::Live)
     }
 
     /// One token of one sequence; returns its logits, `[vocab]`.
@@ -271,8 +271,19 @@ impl Session<'_> {
         id: SeqId,
         tokens: &[u32],
     ) -> Result<u32, SessionError> {
-        let logits = decode::prefill(self, backend, id, tokens, true)?;
+        let logits = decode::prefill(self, backend, id, tokens, Reads::Last)?;
         self.draw(id, &logits)
+    }
+
+    /// Prefills `tokens` (as `prefill`) and reads nothing back: a chunk of a prompt before
+    /// its last (chunked prefill interleaved with decode steps; `prefill_next` ends it).
+    pub fn prefill_chunk(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<(), SessionError> {
+        decode::prefill(self, backend, id, tokens, Reads::Nothing).map(drop)
     }
 
     /// One step feeding one token to each sequence (decode for one, else the narrowest
