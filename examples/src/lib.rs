@@ -6,6 +6,8 @@
 //! `config.json`, and build the exec (which compiles every program the serve shape asks for
 //! and uploads the weights); everything after that is a `Session`.
 
+pub mod scheduler;
+
 use std::path::{Path, PathBuf};
 
 use half::bf16;
