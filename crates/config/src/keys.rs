@@ -65,6 +65,11 @@ const COMMON: &[(&str, Rule)] = &[
         "_name_or_path",
         Rule::Ignored("where the checkpoint came from"),
     ),
+    // Hub checkpoints exported for the browser (SmolLM2's instruct models) carry it.
+    (
+        "transformers.js_config",
+        Rule::Ignored("settings of transformers.js, the browser runtime"),
+    ),
     ("bos_token_id", Rule::Ignored(TOKENIZER)),
     ("eos_token_id", Rule::Ignored(TOKENIZER)),
     ("pad_token_id", Rule::Ignored(TOKENIZER)),

@@ -1,0 +1,64 @@
+//! Issue 23: the published `config.json` files of the families' common checkpoints
+//! (`tests/fixtures/configs/published`, provenance in its README) load unchanged — every key
+//! they carry is used or ignored by name, none refused as unknown — and plan: decode, a
+//! multi-seq width and a verify width, each verified between passes.
+
+use std::path::PathBuf;
+
+use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy};
+use solder_config::{ModelConfig, ServeShape};
+use solder_tests::{load_rules, workspace_root};
+
+fn published() -> Vec<PathBuf> {
+    let dir = workspace_root().join("tests/fixtures/configs/published");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_published_config_loads_unchanged_and_plans() {
+    let rules = load_rules().expect("shipped rules");
+    let available = Available::all_kernels(&rules);
+    let files = published();
+    assert!(files.len() >= 19, "{files:?}");
+    let mut failures = Vec::new();
+    for path in &files {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let config = match ModelConfig::from_file(path) {
+            Ok(config) => config,
+            Err(e) => {
+                failures.push(format!("{name}: refused: {e}"));
+                continue;
+            }
+        };
+        let instance = match Instance::from_config(&config, ServeShape::default()) {
+            Ok(instance) => instance,
+            Err(e) => {
+                failures.push(format!("{name}: no circuit: {e}"));
+                continue;
+            }
+        };
+        for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)] {
+            let plan = ExecutionPlan::build_with(
+                &instance,
+                &rules,
+                &available,
+                &Policy::default(),
+                mode,
+                rows,
+                BuildOptions { verify: true },
+            );
+            match plan {
+                Ok(plan) if plan.kernel_count_fused > 0 => {}
+                Ok(_) => failures.push(format!("{name} {mode} rows={rows}: no kernels")),
+                Err(e) => failures.push(format!("{name} {mode} rows={rows}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
