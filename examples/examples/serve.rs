@@ -65,11 +65,13 @@ fn main() -> Result<()> {
     let max_len = longest + options.max_tokens + 1;
     let mut kv = kv_shape(options.concurrency, max_len);
     let per_request = max_len.div_ceil(kv.block_size);
-    kv.pages = 1 + options
-        .pages
-        .unwrap_or((options.concurrency * per_request).div_ceil(2).max(per_request));
+    kv.pages = 1 + options.pages.unwrap_or(
+        (options.concurrency * per_request)
+            .div_ceil(2)
+            .max(per_request),
+    );
     let serve = ServeShape::with_max_batch(options.concurrency)?;
-    let exec = build(backend, dir, serve, kv.clone())?;
+    let exec = build(backend, dir, serve, kv)?;
 
     let mut scheduler = Scheduler::new(
         exec.layout.kv_block_size,
@@ -219,7 +221,11 @@ fn read_prompts(file: &Path, dir: &Path, vocab: usize) -> Result<Vec<Vec<u32>>> 
         false => None,
     };
     let mut prompts = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let ids = match &tokenizer {
             Some(tokenizer) => tokenizer.encode(line, true)?,
             None => line

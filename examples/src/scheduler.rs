@@ -264,7 +264,8 @@ impl Scheduler {
     /// New pages request `req` needs to cache `more` tokens more.
     fn need(&self, req: usize, more: usize) -> usize {
         let entry = &self.entries[req];
-        self.pages_for(entry.cached + more).saturating_sub(entry.held)
+        self.pages_for(entry.cached + more)
+            .saturating_sub(entry.held)
     }
 
     fn pages_for(&self, tokens: usize) -> usize {
@@ -333,7 +334,10 @@ mod tests {
         for r in 0..20 {
             let len = scheduler.tokens(r).len();
             assert_eq!(scheduler.output(r).len(), 6);
-            assert_eq!(*scheduler.output(r).last().unwrap() as usize, r * 1000 + len - 1);
+            assert_eq!(
+                *scheduler.output(r).last().unwrap() as usize,
+                r * 1000 + len - 1
+            );
             assert_eq!(scheduler.preemptions(r), 0);
         }
     }
@@ -348,7 +352,11 @@ mod tests {
         simulate(&mut scheduler, 12);
         let preempted: usize = (0..8).map(|r| scheduler.preemptions(r)).sum();
         assert!(preempted > 0);
-        assert_eq!(scheduler.preemptions(0), 0, "the oldest is never the victim");
+        assert_eq!(
+            scheduler.preemptions(0),
+            0,
+            "the oldest is never the victim"
+        );
         for r in 0..8 {
             assert_eq!(scheduler.output(r).len(), 8);
         }
@@ -362,7 +370,11 @@ mod tests {
         let first = scheduler.plan(100).unwrap();
         assert_eq!(first.admitted, [0, 1]);
         // The budget of 4: request 0's whole prompt and the first token of request 1's.
-        let spans: Vec<_> = first.prefill.iter().map(|c| (c.req, c.from, c.to, c.last)).collect();
+        let spans: Vec<_> = first
+            .prefill
+            .iter()
+            .map(|c| (c.req, c.from, c.to, c.last))
+            .collect();
         assert_eq!(spans, [(0, 0, 3, true), (1, 0, 1, false)]);
         scheduler.prefilled(&first.prefill[0], 1, Some(7));
         scheduler.prefilled(&first.prefill[1], 1, None);

@@ -176,12 +176,18 @@ fn a_prompt_prefilled_in_chunks_gives_the_whole_prefills_tokens() {
             }
             let (head, last) = p.split_at(p.len() - p.len().min(chunk));
             for piece in head.chunks(chunk) {
-                session.prefill_chunk(&mut backend, id, piece).expect("chunk");
+                session
+                    .prefill_chunk(&mut backend, id, piece)
+                    .expect("chunk");
             }
             let mut tokens = vec![session.prefill_next(&mut backend, id, last).expect("last")];
             for _ in 0..6 {
                 let last = *tokens.last().unwrap();
-                tokens.extend(session.next_tokens(&mut backend, &[(id, last)]).expect("step"));
+                tokens.extend(
+                    session
+                        .next_tokens(&mut backend, &[(id, last)])
+                        .expect("step"),
+                );
             }
             assert_eq!(tokens, whole[0], "chunks of {chunk}, seed {seed:?}");
             assert_eq!(session.tokens(id).unwrap().len(), p.len() + 6);

@@ -51,7 +51,14 @@ pub(super) fn prefill(
             (Reads::Last, false) => Reads::Nothing,
             (reads, _) => reads,
         };
-        match verify(session, backend, id, &tokens[at..at + width], save, chunk_reads) {
+        match verify(
+            session,
+            backend,
+            id,
+            &tokens[at..at + width],
+            save,
+            chunk_reads,
+        ) {
             Ok(chunk) => logits.extend(chunk),
             Err(e) => {
                 session.truncate(id, start, pages_before);
