@@ -11,6 +11,7 @@ use solder_circuit::{
 use solder_config::{Fp8Strategy, Quantization, ServeShape};
 
 use crate::args::Args;
+use crate::traffic::Rates;
 
 const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | --all] [options]
 
@@ -35,6 +36,9 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --bytes             per plan, the bytes each launch must move (weights, activations,
                       KV and recurrent state, metadata) and the step's bandwidth floor
   --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
+  --tflops F          the arithmetic rate of --bytes' roofline (each launch at the slower of
+                      its bytes and its FLOPs), TFLOPS, 0.001..=100000 (default 990: the
+                      H200's dense bf16 tensor cores)
   --context N         tokens each sequence holds before the step, for the KV bytes of
                       --bytes, 0..=1048576 (default 0)
   --dot               Graphviz DOT of the plan (one plan only)
@@ -62,6 +66,7 @@ const OPTIONS: &[&str] = &[
     "repeat",
     "draft-widths",
     "tbps",
+    "tflops",
     "context",
     "levers",
 ];
@@ -153,8 +158,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if args.flag("json") {
         return print_json(&instance, &plans, &args, bytes);
     }
-    if let Some((tbps, context)) = bytes {
-        return print_traffic(&instance, &plans, tbps, context);
+    if let Some((rates, context)) = bytes {
+        return print_traffic(&instance, &plans, rates, context);
     }
     if plans.len() == 1 && !args.flag("all") {
         let circuit = instance
@@ -290,20 +295,29 @@ fn shapes_of(args: &Args, instance: &Instance) -> Result<Vec<(Mode, usize)>, Str
     })
 }
 
-/// `(tbps, context)` with `--bytes`; `--tbps` or `--context` without it is an error.
-fn bytes_of(args: &Args) -> Result<Option<(f64, usize)>, String> {
+/// `(rates, context)` with `--bytes`; `--tbps`, `--tflops` or `--context` without it (or
+/// `--json`) is an error.
+fn bytes_of(args: &Args) -> Result<Option<(Rates, usize)>, String> {
     Ok(if args.flag("bytes") {
-        Some((
-            args.real_in("tbps", 0.001..=1000.0)?
-                .unwrap_or(crate::traffic::H200_TBPS),
-            args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
-        ))
-    } else if (args.value("tbps").is_some() || args.value("context").is_some())
+        Some((rates_of(args)?, args.number_in("context", 0..=1 << 20)?.unwrap_or(0)))
+    } else if ["tbps", "tflops", "context"]
+        .iter()
+        .any(|o| args.value(o).is_some())
         && !args.flag("json")
     {
-        return Err("`--tbps` and `--context` go with `--bytes` or `--json`".into());
+        return Err("`--tbps`, `--tflops` and `--context` go with `--bytes` or `--json`".into());
     } else {
         None
+    })
+}
+
+/// `--tbps` and `--tflops`, the H200's by default.
+fn rates_of(args: &Args) -> Result<Rates, String> {
+    Ok(Rates {
+        tbps: args.real_in("tbps", 0.001..=1000.0)?.unwrap_or(Rates::H200.tbps),
+        tflops: args
+            .real_in("tflops", 0.001..=100000.0)?
+            .unwrap_or(Rates::H200.tflops),
     })
 }
 
@@ -313,13 +327,12 @@ fn print_json(
     instance: &Instance,
     plans: &[ExecutionPlan],
     args: &Args,
-    bytes: Option<(f64, usize)>,
+    bytes: Option<(Rates, usize)>,
 ) -> Result<(), String> {
-    let (tbps, context) = match bytes {
+    let (rates, context) = match bytes {
         Some(b) => b,
         None => (
-            args.real_in("tbps", 0.001..=1000.0)?
-                .unwrap_or(crate::traffic::H200_TBPS),
+            rates_of(args)?,
             args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
         ),
     };
@@ -329,9 +342,9 @@ fn print_json(
         let circuit = instance.circuit_for(plan.mode).map_err(|e| e.to_string())?;
         let t = solder_circuit::plan_traffic(circuit, plan, context);
         let mut row = plan_json(plan);
-        row["step"] = step_json(&t, tbps);
+        row["step"] = step_json(&t, rates);
         if bytes.is_some() {
-            row["traffic"] = crate::traffic::json(&t, tbps);
+            row["traffic"] = crate::traffic::json(&t, rates);
         }
         rows.push(row);
         traffic.push(t);
@@ -348,19 +361,19 @@ fn print_json(
 fn print_traffic(
     instance: &Instance,
     plans: &[ExecutionPlan],
-    tbps: f64,
+    rates: Rates,
     context: usize,
 ) -> Result<(), String> {
     let mut traffic = Vec::with_capacity(plans.len());
     for p in plans {
         let circuit = instance.circuit_for(p.mode).map_err(|e| e.to_string())?;
         let t = solder_circuit::plan_traffic(circuit, p, context);
-        print!("{}", crate::traffic::table(circuit, &t, tbps));
+        print!("{}", crate::traffic::table(circuit, &t, rates));
         traffic.push(t);
     }
     if traffic.len() > 1 {
         for t in &traffic {
-            println!("{}", crate::traffic::summary(t, tbps));
+            println!("{}", crate::traffic::summary(t, rates));
         }
     }
     overflow_check(&traffic)
@@ -452,8 +465,9 @@ fn ratio(p: &ExecutionPlan) -> f64 {
     }
 }
 
-/// The step's bytes (its weights by storage format) and its floor at `tbps`.
-fn step_json(t: &solder_circuit::traffic::PlanTraffic, tbps: f64) -> serde_json::Value {
+/// The step's bytes (its weights by storage format), its floor and its roofline at `rates`.
+fn step_json(t: &solder_circuit::traffic::PlanTraffic, rates: Rates) -> serde_json::Value {
+    let (bytes_per_s, flops_per_s) = (rates.tbps * 1e12, rates.tflops * 1e12);
     let weights: serde_json::Map<String, serde_json::Value> = t
         .weights_read_by_format()
         .into_iter()
@@ -461,11 +475,14 @@ fn step_json(t: &solder_circuit::traffic::PlanTraffic, tbps: f64) -> serde_json:
         .collect();
     json!({
         "context": t.context,
-        "tbps": tbps,
+        "tbps": rates.tbps,
+        "tflops": rates.tflops,
         "weights_read_by_format": weights,
         "weights_read": t.weights_read(),
         "total_bytes": t.total(),
-        "floor_us": t.floor_us(tbps * 1e12),
+        "floor_us": t.floor_us(bytes_per_s),
+        "flops": t.flops(),
+        "roofline_us": t.roofline_us(bytes_per_s, flops_per_s),
     })
 }
 

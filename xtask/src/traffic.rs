@@ -1,5 +1,6 @@
 //! `plan --bytes`: each launch's compulsory bytes (`solder_circuit::traffic`) and the step's
-//! bandwidth floor, as a table or JSON; the same figures `gpu-bench` and `gpu-ncu-table`
+//! bandwidth floor, each launch's FLOPs (`solder_circuit::flops`) and the step's roofline (each
+//! launch at the slower of its bytes and its FLOPs), as a table or JSON; the same figures `gpu-bench` and `gpu-ncu-table`
 //! relate their measurements to.
 //!
 //! Invariant: a count that overflowed is never printed as a figure. `solder_circuit::traffic`
@@ -13,6 +14,33 @@ use solder_circuit::traffic::{LaunchTraffic, PlanTraffic};
 
 /// The H200's HBM3e bandwidth, TB/s: `--tbps`' default.
 pub const H200_TBPS: f64 = 4.8;
+
+/// The H200's dense bf16 tensor-core rate, TFLOPS: `--tflops`' default.
+pub const H200_TFLOPS: f64 = 990.0;
+
+/// The device's rates a roofline is drawn at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// DRAM bandwidth, TB/s.
+    pub tbps: f64,
+    /// Arithmetic, TFLOPS.
+    pub tflops: f64,
+}
+
+impl Rates {
+    pub const H200: Rates = Rates {
+        tbps: H200_TBPS,
+        tflops: H200_TFLOPS,
+    };
+
+    fn bytes_per_s(self) -> f64 {
+        self.tbps * 1e12
+    }
+
+    fn flops_per_s(self) -> f64 {
+        self.tflops * 1e12
+    }
+}
 
 /// The kernel a launch runs, without its module (what profilers name it).
 pub fn function_of(kernel: &str) -> &str {
@@ -58,6 +86,7 @@ pub fn overflowed(t: &PlanTraffic) -> Vec<&'static str> {
         ("state_written", t.state_written()),
         ("meta_read", t.meta_read()),
         ("total", t.total()),
+        ("flops", t.flops()),
     ]
     .into_iter()
     .filter(|&(_, x)| x == u64::MAX)
@@ -73,15 +102,21 @@ fn layer(l: &LaunchTraffic) -> String {
     l.layer.map_or("-".into(), |l| l.to_string())
 }
 
-/// One plan's table: a line per launch, then the totals and the floor at `tbps`.
-pub fn table(circuit: &Circuit, t: &PlanTraffic, tbps: f64) -> String {
-    let rate = tbps * 1e12;
+/// One plan's table: a line per launch, then the totals, the floor and the roofline.
+pub fn table(circuit: &Circuit, t: &PlanTraffic, rates: Rates) -> String {
+    let (rate, flop_rate, tbps, tflops) = (
+        rates.bytes_per_s(),
+        rates.flops_per_s(),
+        rates.tbps,
+        rates.tflops,
+    );
     let mut out = format!(
-        "{} {} rows={} context={}: bytes each launch must move, floor at {tbps} TB/s\n",
+        "{} {} rows={} context={}: bytes each launch must move, floor at {tbps} TB/s, \
+         roofline with {tflops} TFLOPS\n",
         circuit.name, t.mode, t.rows, t.context
     );
     out += &format!(
-        "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9}\n",
+        "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9}\n",
         "#",
         "kernel",
         "layer",
@@ -92,11 +127,13 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, tbps: f64) -> String {
         "state_wr",
         "meta",
         "total",
-        "floor_us"
+        "floor_us",
+        "flops",
+        "roof_us"
     );
     for (i, l) in t.launches.iter().enumerate() {
         out += &format!(
-            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9}\n",
+            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9}\n",
             i,
             kernels(l),
             layer(l),
@@ -107,19 +144,23 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, tbps: f64) -> String {
             figure(l.state_written),
             figure(l.meta_read),
             figure(l.total()),
-            floor_text(l.total(), l.floor_us(rate), 3)
+            floor_text(l.total(), l.floor_us(rate), 3),
+            figure(l.flops),
+            roof_text(l.total(), l.flops, l.roofline_us(rate, flop_rate), 3)
         );
     }
-    out += &summary(t, tbps);
+    out += &summary(t, rates);
     out.push('\n');
     out
 }
 
-/// One line: the plan's totals and its floor.
-pub fn summary(t: &PlanTraffic, tbps: f64) -> String {
+/// One line: the plan's totals, its floor and its roofline.
+pub fn summary(t: &PlanTraffic, rates: Rates) -> String {
+    let Rates { tbps, tflops } = rates;
     format!(
         "{:<10} rows={:<4} context={} launches={} weights={} act_read={} act_write={} \
-         state_read={} state_write={} meta={} total={} bytes floor={} us at {tbps} TB/s",
+         state_read={} state_write={} meta={} total={} bytes floor={} us at {tbps} TB/s \
+         flops={} roofline={} us at {tflops} TFLOPS",
         t.mode.as_str(),
         t.rows,
         t.context,
@@ -131,16 +172,40 @@ pub fn summary(t: &PlanTraffic, tbps: f64) -> String {
         figure(t.state_written()),
         figure(t.meta_read()),
         figure(t.total()),
-        floor_text(t.total(), t.floor_us(tbps * 1e12), 2)
+        floor_text(t.total(), t.floor_us(rates.bytes_per_s()), 2),
+        figure(t.flops()),
+        roof_text(
+            t.total(),
+            t.flops(),
+            t.roofline_us(rates.bytes_per_s(), rates.flops_per_s()),
+            2
+        )
     )
 }
 
+/// A roofline time, or `overflow` when its bytes or its FLOPs saturated.
+fn roof_text(total: u64, flops: u64, roof_us: f64, decimals: usize) -> String {
+    if total == u64::MAX || flops == u64::MAX {
+        OVERFLOW.to_string()
+    } else {
+        format!("{roof_us:.decimals$}")
+    }
+}
+
 /// The same figures as JSON (`plan --bytes --json`'s `traffic`).
-pub fn json(t: &PlanTraffic, tbps: f64) -> serde_json::Value {
-    let rate = tbps * 1e12;
+pub fn json(t: &PlanTraffic, rates: Rates) -> serde_json::Value {
+    let (rate, flop_rate) = (rates.bytes_per_s(), rates.flops_per_s());
+    let roof = |total: u64, flops: u64, us: f64| {
+        if total == u64::MAX || flops == u64::MAX {
+            json!(OVERFLOW)
+        } else {
+            json!(us)
+        }
+    };
     json!({
         "context": t.context,
-        "tbps": tbps,
+        "tbps": rates.tbps,
+        "tflops": rates.tflops,
         "weights_read": figure_json(t.weights_read()),
         "weights_read_by_format": t
             .weights_read_by_format()
@@ -154,6 +219,8 @@ pub fn json(t: &PlanTraffic, tbps: f64) -> serde_json::Value {
         "meta_read": figure_json(t.meta_read()),
         "total_bytes": figure_json(t.total()),
         "floor_us": if t.total() == u64::MAX { json!(OVERFLOW) } else { json!(t.floor_us(rate)) },
+        "flops": figure_json(t.flops()),
+        "roofline_us": roof(t.total(), t.flops(), t.roofline_us(rate, flop_rate)),
         "overflowed": overflowed(t),
         "launches": t.launches.iter().enumerate().map(|(i, l)| json!({
             "index": i,
@@ -168,6 +235,8 @@ pub fn json(t: &PlanTraffic, tbps: f64) -> serde_json::Value {
             "meta_read": figure_json(l.meta_read),
             "total_bytes": figure_json(l.total()),
             "floor_us": if l.total() == u64::MAX { json!(OVERFLOW) } else { json!(l.floor_us(rate)) },
+            "flops": figure_json(l.flops),
+            "roofline_us": roof(l.total(), l.flops, l.roofline_us(rate, flop_rate)),
         })).collect::<Vec<_>>(),
     })
 }
@@ -203,9 +272,9 @@ mod tests {
         assert!((2.4e9..2.6e9).contains(&weights), "{weights}");
         let floor = t.floor_us(H200_TBPS * 1e12);
         assert!((500.0..560.0).contains(&floor), "{floor}");
-        let text = table(&instance.circuit, &t, H200_TBPS);
+        let text = table(&instance.circuit, &t, Rates::H200);
         assert!(text.lines().count() == t.launches.len() + 3, "{text}");
-        let doc = json(&t, H200_TBPS);
+        let doc = json(&t, Rates::H200);
         assert_eq!(doc["launches"].as_array().unwrap().len(), t.launches.len());
         assert_eq!(doc["total_bytes"], t.total());
         assert_eq!(function_of("gemv::lm_head"), "lm_head");
@@ -215,15 +284,55 @@ mod tests {
         let mut saturated = t.clone();
         saturated.launches[0].state_read = u64::MAX;
         assert_eq!(overflowed(&saturated), ["state_read", "total"]);
-        let text = table(&instance.circuit, &saturated, H200_TBPS);
+        let text = table(&instance.circuit, &saturated, Rates::H200);
         assert!(!text.contains(&u64::MAX.to_string()), "{text}");
         assert!(
             text.contains("state_read=overflow") && text.contains("floor=overflow"),
             "{text}"
         );
-        let doc = json(&saturated, H200_TBPS);
+        let doc = json(&saturated, Rates::H200);
         assert_eq!(doc["state_read"], OVERFLOW);
         assert_eq!(doc["launches"][0]["total_bytes"], OVERFLOW);
         assert_eq!(doc["floor_us"], OVERFLOW);
+    }
+
+    /// Issue 24: FLOPs and the roofline. Decode is weight-bound (its roofline is its floor);
+    /// a 512-row prefill chunk is compute-bound at 990 TFLOPS.
+    #[test]
+    fn llama_1b_decode_is_bandwidth_bound_and_a_512_row_chunk_is_compute_bound() {
+        let root = crate::paths::workspace_root();
+        let config =
+            crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
+                .unwrap();
+        let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).unwrap();
+        let instance = Instance::from_config(&config, ServeShape::default()).unwrap();
+        let plan = |mode, rows| {
+            ExecutionPlan::build_with(
+                &instance,
+                &rules,
+                &Available::all_kernels(&rules),
+                &Policy::default(),
+                mode,
+                rows,
+                BuildOptions::default(),
+            )
+            .unwrap()
+        };
+        let (bw, flop_rate) = (Rates::H200.tbps * 1e12, Rates::H200.tflops * 1e12);
+        let decode = solder_circuit::plan_traffic(&instance.circuit, &plan(Mode::Decode, 1), 0);
+        // Two FLOPs per parameter multiplied: 1.236 G less the gathered table, plus the tied
+        // head (the table again), plus attention over one position.
+        let flops = decode.flops() as f64;
+        assert!((2.4e9..2.6e9).contains(&flops), "{flops}");
+        let (floor, roof) = (decode.floor_us(bw), decode.roofline_us(bw, flop_rate));
+        assert!((roof - floor).abs() < 1e-6 * floor, "{roof} {floor}");
+        let chunk = solder_circuit::plan_traffic(&instance.circuit, &plan(Mode::Verify, 512), 0);
+        let flops = chunk.flops() as f64;
+        assert!(flops > 500.0 * 2.4e9, "{flops}");
+        let compute = flops / flop_rate * 1e6;
+        let roof = chunk.roofline_us(bw, flop_rate);
+        assert!(roof > chunk.floor_us(bw) && roof >= 0.9 * compute, "{roof} {compute}");
+        let text = summary(&chunk, Rates::H200);
+        assert!(text.contains("roofline=") && text.contains("990 TFLOPS"), "{text}");
     }
 }

@@ -18,6 +18,7 @@ pub mod builder;
 mod display;
 pub mod error;
 pub mod families;
+pub mod flops;
 pub mod format;
 pub mod fuser;
 pub mod instance;

@@ -47,6 +47,8 @@ pub struct LaunchTraffic {
     pub state_read: u64,
     pub state_written: u64,
     pub meta_read: u64,
+    /// The arithmetic its ops must do (`crate::flops`).
+    pub flops: u64,
 }
 
 impl LaunchTraffic {
@@ -68,6 +70,13 @@ impl LaunchTraffic {
     /// Microseconds to move `total` bytes at `bytes_per_s`.
     pub fn floor_us(&self, bytes_per_s: f64) -> f64 {
         floor_us(self.total(), bytes_per_s)
+    }
+
+    /// The launch's roofline: the slower of moving its bytes at `bytes_per_s` and doing its
+    /// FLOPs at `flops_per_s`, microseconds.
+    pub fn roofline_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
+        self.floor_us(bytes_per_s)
+            .max(floor_us(self.flops, flops_per_s))
     }
 }
 
@@ -135,9 +144,23 @@ impl PlanTraffic {
     pub fn floor_us(&self, bytes_per_s: f64) -> f64 {
         floor_us(self.total(), bytes_per_s)
     }
+
+    pub fn flops(&self) -> u64 {
+        self.sum(|l| l.flops)
+    }
+
+    /// The step's roofline: each launch at the slower of its bytes and its FLOPs, launches
+    /// back to back.
+    pub fn roofline_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
+        self.launches
+            .iter()
+            .map(|l| l.roofline_us(bytes_per_s, flops_per_s))
+            .sum()
+    }
 }
 
-/// Microseconds to move `bytes` at `bytes_per_s` (infinite at a rate that is not positive).
+/// Microseconds to move `bytes` at `bytes_per_s` (or do that many FLOPs at a FLOP rate;
+/// infinite at a rate that is not positive).
 pub fn floor_us(bytes: u64, bytes_per_s: f64) -> f64 {
     if bytes_per_s > 0.0 {
         bytes as f64 / bytes_per_s * 1e6
@@ -164,7 +187,7 @@ pub fn plan_traffic(circuit: &Circuit, plan: &ExecutionPlan, context: usize) -> 
     let launches = plan
         .order
         .iter()
-        .map(|&g| launch_traffic(circuit, plan, g, seqs, held))
+        .map(|&g| launch_traffic(circuit, plan, g, seqs, context, held))
         .collect();
     PlanTraffic {
         mode: plan.mode,
@@ -189,6 +212,7 @@ fn launch_traffic(
     plan: &ExecutionPlan,
     id: GroupId,
     seqs: usize,
+    context: usize,
     held: usize,
 ) -> LaunchTraffic {
     let group = plan.group(id);
@@ -205,6 +229,7 @@ fn launch_traffic(
         state_read: 0,
         state_written: 0,
         meta_read: 0,
+        flops: 0,
     };
     for &input in &group.inputs {
         let tensor = circuit.tensor(input);
@@ -223,6 +248,8 @@ fn launch_traffic(
     let mut block_size = 1;
     for &node in &group.nodes {
         let op = circuit.op(node);
+        let flops = crate::flops::op_flops(circuit, op, rows, seqs, context);
+        t.flops = t.flops.saturating_add(flops);
         for &w in &op.weights {
             let bytes = weight_bytes(circuit, op, w, rows);
             match weights.iter_mut().find(|(id, _)| *id == w) {
