@@ -299,7 +299,10 @@ fn shapes_of(args: &Args, instance: &Instance) -> Result<Vec<(Mode, usize)>, Str
 /// `--json`) is an error.
 fn bytes_of(args: &Args) -> Result<Option<(Rates, usize)>, String> {
     Ok(if args.flag("bytes") {
-        Some((rates_of(args)?, args.number_in("context", 0..=1 << 20)?.unwrap_or(0)))
+        Some((
+            rates_of(args)?,
+            args.number_in("context", 0..=1 << 20)?.unwrap_or(0),
+        ))
     } else if ["tbps", "tflops", "context"]
         .iter()
         .any(|o| args.value(o).is_some())
@@ -314,7 +317,9 @@ fn bytes_of(args: &Args) -> Result<Option<(Rates, usize)>, String> {
 /// `--tbps` and `--tflops`, the H200's by default.
 fn rates_of(args: &Args) -> Result<Rates, String> {
     Ok(Rates {
-        tbps: args.real_in("tbps", 0.001..=1000.0)?.unwrap_or(Rates::H200.tbps),
+        tbps: args
+            .real_in("tbps", 0.001..=1000.0)?
+            .unwrap_or(Rates::H200.tbps),
         tflops: args
             .real_in("tflops", 0.001..=100000.0)?
             .unwrap_or(Rates::H200.tflops),

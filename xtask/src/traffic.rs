@@ -331,8 +331,14 @@ mod tests {
         assert!(flops > 500.0 * 2.4e9, "{flops}");
         let compute = flops / flop_rate * 1e6;
         let roof = chunk.roofline_us(bw, flop_rate);
-        assert!(roof > chunk.floor_us(bw) && roof >= 0.9 * compute, "{roof} {compute}");
+        assert!(
+            roof > chunk.floor_us(bw) && roof >= 0.9 * compute,
+            "{roof} {compute}"
+        );
         let text = summary(&chunk, Rates::H200);
-        assert!(text.contains("roofline=") && text.contains("990 TFLOPS"), "{text}");
+        assert!(
+            text.contains("roofline=") && text.contains("990 TFLOPS"),
+            "{text}"
+        );
     }
 }

@@ -89,16 +89,23 @@ fn matrices<'c>(circuit: &'c Circuit, op: &'c Op) -> impl Iterator<Item = (u64, 
         .map(|w| &circuit.weights[w.0 as usize])
         .filter(|slot| slot.shape.len() >= 2)
         .map(|slot| {
-            let stacked = if slot.shape.len() >= 3 { slot.shape[0] } else { 1 };
+            let stacked = if slot.shape.len() >= 3 {
+                slot.shape[0]
+            } else {
+                1
+            };
             (mul(&slot.shape), stacked)
         })
 }
 
 fn int_attr(op: &Op, name: &str) -> Option<usize> {
-    op.attrs.iter().find(|(n, _)| n == name).and_then(|(_, v)| match v {
-        Attr::Int(v) => usize::try_from(*v).ok(),
-        Attr::Float(_) => None,
-    })
+    op.attrs
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| match v {
+            Attr::Int(v) => usize::try_from(*v).ok(),
+            Attr::Float(_) => None,
+        })
 }
 
 fn mul(factors: &[usize]) -> u64 {
