@@ -2,7 +2,7 @@
 //!
 //!     cargo run --release -p solder-examples --example serve -- [CHECKPOINT]
 //!         [--prompts FILE] [--requests N] [--max-tokens N] [--concurrency N] [--chunk N]
-//!         [--pages N] [--no-check] [--cuda]
+//!         [--pages N | --kv-bytes B] [--no-check] [--cuda]
 //!
 //! Every step: requests join when the pool has pages for their first prompt chunk (first
 //! come, first served), prompt chunks up to `--chunk` tokens in all are prefilled, every decoding request gets one token
@@ -12,7 +12,8 @@
 //! one prompt per line: text when the checkpoint has a `tokenizer.json`, else token ids
 //! separated by spaces; without it, `--requests` prompts of 4 to 32 ids are made up. By
 //! default the pool holds half of what `--concurrency` requests at full length need, so
-//! preemption happens; `--pages` sets it. It prints throughput; the check: every request's
+//! preemption happens; `--pages` sets it in pages, `--kv-bytes` as a byte budget
+//! (`Boot::with_kv_budget`, the pages that fit at the model's bytes per page). It prints throughput; the check: every request's
 //! tokens equal the same prompt decoded alone, and every page is back at the end.
 
 use std::path::{Path, PathBuf};
@@ -20,13 +21,14 @@ use std::time::Instant;
 
 use solder_config::ServeShape;
 use solder_examples::scheduler::{Plan, Request, Scheduler};
-use solder_examples::{backend, build, check, greedy_reference, kv_shape, prompt};
+use solder_examples::{backend, boot, check, greedy_reference, kv_shape, prompt};
 use solder_examples::{tiny_llama_json, write_tiny, Result};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{SeqId, Session};
+use solder_model_layers::{CircuitExec, KvBudget, SeqId, Session};
 
 const USAGE: &str = "serve [CHECKPOINT] [--prompts FILE] [--requests N] [--max-tokens N] \
-                     [--concurrency N] [--chunk N] [--pages N] [--no-check] [--cuda]";
+                     [--concurrency N] [--chunk N] [--pages N | --kv-bytes B] [--no-check] \
+                     [--cuda]";
 
 struct Options {
     checkpoint: Option<PathBuf>,
@@ -36,6 +38,7 @@ struct Options {
     concurrency: usize,
     chunk: usize,
     pages: Option<usize>,
+    kv_bytes: Option<usize>,
     check: bool,
     cuda: bool,
 }
@@ -71,7 +74,12 @@ fn main() -> Result<()> {
             .max(per_request),
     );
     let serve = ServeShape::with_max_batch(options.concurrency)?;
-    let exec = build(backend, dir, serve, kv)?;
+    let mut boot = boot(dir, serve, kv)?;
+    if let Some(bytes) = options.kv_bytes {
+        boot = boot.with_kv_budget(KvBudget::Bytes(bytes), backend)?;
+    }
+    let kv = boot.kv;
+    let exec = CircuitExec::build(backend, boot)?;
 
     let mut scheduler = Scheduler::new(
         exec.layout.kv_block_size,
@@ -139,7 +147,8 @@ fn main() -> Result<()> {
             }
         }
         check(true, "every request's tokens equal its solo decode")?;
-        if options.pages.is_none() && options.concurrency > 1 && prompts.len() > 1 {
+        let default_pool = options.pages.is_none() && options.kv_bytes.is_none();
+        if default_pool && options.concurrency > 1 && prompts.len() > 1 {
             check(
                 totals.preemptions > 0,
                 "the default half-size pool preempted",
@@ -253,6 +262,7 @@ fn parse() -> Result<Options> {
         concurrency: 8,
         chunk: 64,
         pages: None,
+        kv_bytes: None,
         check: true,
         cuda: false,
     };
@@ -270,6 +280,7 @@ fn parse() -> Result<Options> {
             "--concurrency" => options.concurrency = number("--concurrency")?,
             "--chunk" => options.chunk = number("--chunk")?,
             "--pages" => options.pages = Some(number("--pages")?),
+            "--kv-bytes" => options.kv_bytes = Some(number("--kv-bytes")?),
             "--no-check" => options.check = false,
             "--cuda" => options.cuda = true,
             "-h" | "--help" => {
@@ -279,6 +290,9 @@ fn parse() -> Result<Options> {
             flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}").into()),
             path => options.checkpoint = Some(PathBuf::from(path)),
         }
+    }
+    if options.pages.is_some() && options.kv_bytes.is_some() {
+        return Err("--pages and --kv-bytes both size the pool: give one".into());
     }
     for (flag, v) in [
         ("--requests", options.requests),

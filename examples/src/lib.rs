@@ -114,8 +114,14 @@ pub fn build(
     serve: ServeShape,
     kv: KvShape,
 ) -> Result<CircuitExec> {
+    Ok(CircuitExec::build(backend, boot(dir, serve, kv)?)?)
+}
+
+/// What `build` builds from: the checkpoint in `dir`, the shipped rules, the default policy
+/// (`Boot::with_kv_budget` then sizes the KV pool from a byte budget).
+pub fn boot(dir: &Path, serve: ServeShape, kv: KvShape) -> Result<Boot> {
     let config = ModelConfig::from_file(&dir.join("config.json"))?;
-    let boot = Boot {
+    Ok(Boot {
         config,
         serve,
         rules: rules()?,
@@ -123,8 +129,7 @@ pub fn build(
         weights: WeightSource::Checkpoint(dir.to_path_buf()),
         kv,
         precision: Default::default(),
-    };
-    Ok(CircuitExec::build(backend, boot)?)
+    })
 }
 
 /// Plain greedy decoding in a fresh session: prefill `prompt`, then `n` decode steps. Returns

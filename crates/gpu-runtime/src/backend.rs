@@ -44,6 +44,11 @@ pub trait GpuBackend {
     fn kernel(&self, name: &str) -> Result<KernelId, GpuError>;
     /// Every kernel of the loaded modules (what the fuser may use).
     fn kernel_names(&self) -> Vec<String>;
+    /// Bytes of device memory free now, where the backend can say (a KV pool sized as a
+    /// fraction of it); `None` by default and on the CPU backend, whose memory is the host's.
+    fn free_memory(&self) -> Option<usize> {
+        None
+    }
     fn launch(
         &mut self,
         stream: StreamId,

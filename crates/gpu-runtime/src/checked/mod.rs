@@ -170,6 +170,10 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         self.inner.kernel_names()
     }
 
+    fn free_memory(&self) -> Option<usize> {
+        self.inner.free_memory()
+    }
+
     fn launch(
         &mut self,
         stream: StreamId,

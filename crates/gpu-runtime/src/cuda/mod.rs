@@ -298,6 +298,16 @@ impl GpuBackend for CudaBackend {
         self.modules.names()
     }
 
+    fn free_memory(&self) -> Option<usize> {
+        match self.ctx.mem_get_info() {
+            Ok((free, _total)) => Some(free),
+            Err(e) => {
+                tracing::warn!("cuMemGetInfo failed: {e}; free memory unknown");
+                None
+            }
+        }
+    }
+
     fn launch(
         &mut self,
         stream: StreamId,

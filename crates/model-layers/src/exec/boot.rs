@@ -4,8 +4,9 @@
 
 use std::path::PathBuf;
 
-use solder_circuit::{Policy, RuleSet};
+use solder_circuit::{CircuitOptions, Instance, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
+use solder_gpu_runtime::GpuBackend;
 
 use crate::error::ExecError;
 use crate::weights::HostWeights;
@@ -200,6 +201,46 @@ pub struct Boot {
     /// kernel reads them (`PrecisionSpec::Policy(Tier::Native)`), else a tier or a per-tensor
     /// table (`solder_circuit::precision`).
     pub precision: solder_circuit::precision::PrecisionSpec,
+}
+
+impl Boot {
+    /// Sizes the KV pool (`kv.pages`) from `budget`: the pages that fit at the bytes one page
+    /// takes across the model's attention layers (`kv_page_bytes`, at `kv.block_size`). A
+    /// `FreeFraction` is of the memory `backend` reports free less the weights' bytes, which
+    /// the build has yet to allocate (vLLM subtracts what the model takes the same way; the
+    /// workspace, a few MiB to a few hundred, is left to the fraction's headroom); refused by
+    /// name where the backend cannot say (the CPU backend). Refused, naming the budget, below
+    /// the pages one sequence of `kv.max_seq_len` tokens needs.
+    pub fn with_kv_budget(
+        mut self,
+        budget: KvBudget,
+        backend: &dyn GpuBackend,
+    ) -> Result<Boot, ExecError> {
+        let options = CircuitOptions {
+            kv_block_size: self.kv.block_size,
+        };
+        let instance = Instance::from_config_precision(
+            &self.config,
+            self.serve.clone(),
+            options,
+            &self.precision,
+            &self.rules,
+        )?;
+        let circuit = &instance.circuit;
+        let page_bytes = kv_page_bytes(circuit);
+        let weights: usize = circuit.weights.iter().map(|w| w.bytes()).sum();
+        let free = backend
+            .free_memory()
+            .map(|free| free.saturating_sub(weights));
+        self.kv.pages = budget.resolve(page_bytes, self.kv.min_pages(), free)?;
+        tracing::info!(
+            ?budget,
+            page_bytes,
+            pages = self.kv.pages,
+            "KV pool sized from its budget"
+        );
+        Ok(self)
+    }
 }
 
 #[cfg(test)]
