@@ -13,6 +13,18 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// The `*.json` files of the workspace folder `dir` (e.g. `tests/fixtures/configs`), sorted.
+pub fn json_files(dir: &str) -> Vec<PathBuf> {
+    let dir = workspace_root().join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// `tests/fixtures/configs/<name>.json`: copies of `../shared/configs` and the golden
 /// checkpoints' configs (as `golden-<case>.json`).
 pub fn config_path(name: &str) -> PathBuf {

@@ -5,17 +5,10 @@ use std::path::PathBuf;
 
 use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy};
 use solder_config::{ModelConfig, ServeShape};
-use solder_tests::{load_rules, workspace_root, DENSE_CONFIGS};
+use solder_tests::{json_files, load_rules, DENSE_CONFIGS};
 
 fn config_files() -> Vec<PathBuf> {
-    let dir = workspace_root().join("tests/fixtures/configs");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    files
+    json_files("tests/fixtures/configs")
 }
 
 /// `model_type` as written in the file (no JSON crate here: the key's first string value).

@@ -3,28 +3,15 @@
 //! they carry is used or ignored by name, none refused as unknown — and plan: decode, a
 //! multi-seq width and a verify width, each verified between passes.
 
-use std::path::PathBuf;
-
 use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy};
 use solder_config::{ModelConfig, ServeShape};
-use solder_tests::{load_rules, workspace_root};
-
-fn published() -> Vec<PathBuf> {
-    let dir = workspace_root().join("tests/fixtures/configs/published");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    files
-}
+use solder_tests::{json_files, load_rules};
 
 #[test]
 fn every_published_config_loads_unchanged_and_plans() {
     let rules = load_rules().expect("shipped rules");
     let available = Available::all_kernels(&rules);
-    let files = published();
+    let files = json_files("tests/fixtures/configs/published");
     assert!(files.len() >= 19, "{files:?}");
     let mut failures = Vec::new();
     for path in &files {

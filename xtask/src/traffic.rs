@@ -247,8 +247,8 @@ mod tests {
     use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet};
     use solder_config::ServeShape;
 
-    #[test]
-    fn llama_1b_decode_floor_is_its_weights_over_the_rate() {
+    /// Llama-3.2-1B's circuit and the traffic of its plan at (`mode`, `rows`), context 0.
+    fn llama_1b(mode: Mode, rows: usize) -> (Instance, PlanTraffic) {
         let root = crate::paths::workspace_root();
         let config =
             crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
@@ -260,12 +260,18 @@ mod tests {
             &rules,
             &Available::all_kernels(&rules),
             &Policy::default(),
-            Mode::Decode,
-            1,
+            mode,
+            rows,
             BuildOptions::default(),
         )
         .unwrap();
-        let t = solder_circuit::plan_traffic(&instance.circuit, &plan, 0);
+        let traffic = solder_circuit::plan_traffic(&instance.circuit, &plan, 0);
+        (instance, traffic)
+    }
+
+    #[test]
+    fn llama_1b_decode_floor_is_its_weights_over_the_rate() {
+        let (instance, t) = llama_1b(Mode::Decode, 1);
         // 1.236 G parameters less the embedding table's 262.6 M (only one row gathered), the
         // tied head reading the table again: ~2.47 GB of bf16.
         let weights = t.weights_read() as f64;
@@ -300,33 +306,15 @@ mod tests {
     /// a 512-row prefill chunk is compute-bound at 990 TFLOPS.
     #[test]
     fn llama_1b_decode_is_bandwidth_bound_and_a_512_row_chunk_is_compute_bound() {
-        let root = crate::paths::workspace_root();
-        let config =
-            crate::files::model_config(&root.join("tests/fixtures/configs/llama-3.2-1b.json"))
-                .unwrap();
-        let rules = RuleSet::from_file(&root.join("fusions/FUSIONS.toml")).unwrap();
-        let instance = Instance::from_config(&config, ServeShape::default()).unwrap();
-        let plan = |mode, rows| {
-            ExecutionPlan::build_with(
-                &instance,
-                &rules,
-                &Available::all_kernels(&rules),
-                &Policy::default(),
-                mode,
-                rows,
-                BuildOptions::default(),
-            )
-            .unwrap()
-        };
         let (bw, flop_rate) = (Rates::H200.tbps * 1e12, Rates::H200.tflops * 1e12);
-        let decode = solder_circuit::plan_traffic(&instance.circuit, &plan(Mode::Decode, 1), 0);
+        let (_, decode) = llama_1b(Mode::Decode, 1);
         // Two FLOPs per parameter multiplied: 1.236 G less the gathered table, plus the tied
         // head (the table again), plus attention over one position.
         let flops = decode.flops() as f64;
         assert!((2.4e9..2.6e9).contains(&flops), "{flops}");
         let (floor, roof) = (decode.floor_us(bw), decode.roofline_us(bw, flop_rate));
         assert!((roof - floor).abs() < 1e-6 * floor, "{roof} {floor}");
-        let chunk = solder_circuit::plan_traffic(&instance.circuit, &plan(Mode::Verify, 512), 0);
+        let (_, chunk) = llama_1b(Mode::Verify, 512);
         let flops = chunk.flops() as f64;
         assert!(flops > 500.0 * 2.4e9, "{flops}");
         let compute = flops / flop_rate * 1e6;
