@@ -55,7 +55,10 @@ fn main() -> Result<()> {
         .unwrap_or_else(|| &tiny.as_ref().unwrap().0);
     let mut backend = backend(options.cuda)?;
     let backend = &mut *backend;
-    let vocab = solder_config::ModelConfig::from_file(&dir.join("config.json"))?.vocab_size;
+    // The build's inputs first (the config read once); the KV shape once the prompts are known.
+    let serve = ServeShape::with_max_batch(options.concurrency)?;
+    let mut boot = boot(dir, serve, kv_shape(options.concurrency, 1))?;
+    let vocab = boot.config.vocab_size;
     let prompts = match &options.prompts {
         Some(file) => read_prompts(file, dir, vocab)?,
         None => (0..options.requests)
@@ -73,8 +76,7 @@ fn main() -> Result<()> {
             .div_ceil(2)
             .max(per_request),
     );
-    let serve = ServeShape::with_max_batch(options.concurrency)?;
-    let mut boot = boot(dir, serve, kv)?;
+    boot.kv = kv;
     if let Some(bytes) = options.kv_bytes {
         boot = boot.with_kv_budget(KvBudget::Bytes(bytes), backend)?;
     }

@@ -71,6 +71,34 @@ pub fn load_instance_with_draft(name: &str, draft_widths: &[usize]) -> Result<In
     Instance::from_config(&config, serve).map_err(|e| e.to_string())
 }
 
+/// The programs a config is planned at to show it serves: decode, a multi-seq width and a
+/// verify width.
+pub const SERVE_SAMPLE: [(Mode, usize); 3] =
+    [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)];
+
+/// Each `SERVE_SAMPLE` program of `instance` under every kernel the rules name and the default
+/// policy, the plan verifier on between passes; an error names the program, or says it has no
+/// kernels.
+pub fn plan_serve_sample(instance: &Instance, rules: &RuleSet) -> Result<(), String> {
+    let available = Available::all_kernels(rules);
+    for (mode, rows) in SERVE_SAMPLE {
+        let plan = ExecutionPlan::build_with(
+            instance,
+            rules,
+            &available,
+            &Policy::default(),
+            mode,
+            rows,
+            BuildOptions { verify: true },
+        )
+        .map_err(|e| format!("{mode} rows={rows}: {e}"))?;
+        if plan.kernel_count_fused == 0 {
+            return Err(format!("{mode} rows={rows}: no kernels"));
+        }
+    }
+    Ok(())
+}
+
 pub fn load_rules() -> Result<RuleSet, String> {
     RuleSet::from_file(&rules_path()).map_err(|e| e.to_string())
 }

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy};
+use solder_circuit::Instance;
 use solder_config::{ModelConfig, ServeShape};
-use solder_tests::{json_files, load_rules, DENSE_CONFIGS};
+use solder_tests::{json_files, load_rules, plan_serve_sample, DENSE_CONFIGS};
 
 fn config_files() -> Vec<PathBuf> {
     json_files("tests/fixtures/configs")
@@ -22,7 +22,6 @@ fn model_type(text: &str) -> Option<&str> {
 #[test]
 fn every_config_plans_or_its_circuit_is_not_built_yet() {
     let rules = load_rules().expect("shipped rules");
-    let available = Available::all_kernels(&rules);
     let (mut planned, mut refused) = (Vec::new(), Vec::new());
     let files = config_files();
     assert!(files.len() >= DENSE_CONFIGS.len() + 2, "{files:?}");
@@ -51,19 +50,7 @@ fn every_config_plans_or_its_circuit_is_not_built_yet() {
                     }
                     Err(e) => panic!("{name}: {e}"),
                 };
-                for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)] {
-                    let plan = ExecutionPlan::build_with(
-                        &instance,
-                        &rules,
-                        &available,
-                        &Policy::default(),
-                        mode,
-                        rows,
-                        BuildOptions { verify: true },
-                    )
-                    .unwrap_or_else(|e| panic!("{name} {mode} rows={rows}: {e}"));
-                    assert!(plan.kernel_count_fused > 0, "{name}");
-                }
+                plan_serve_sample(&instance, &rules).unwrap_or_else(|e| panic!("{name} {e}"));
                 planned.push(name);
             }
             Err(e) => panic!("{name} ({kind}) refused unexpectedly: {e}"),

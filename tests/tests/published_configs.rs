@@ -3,14 +3,13 @@
 //! they carry is used or ignored by name, none refused as unknown — and plan: decode, a
 //! multi-seq width and a verify width, each verified between passes.
 
-use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy};
+use solder_circuit::Instance;
 use solder_config::{ModelConfig, ServeShape};
-use solder_tests::{json_files, load_rules};
+use solder_tests::{json_files, load_rules, plan_serve_sample};
 
 #[test]
 fn every_published_config_loads_unchanged_and_plans() {
     let rules = load_rules().expect("shipped rules");
-    let available = Available::all_kernels(&rules);
     let files = json_files("tests/fixtures/configs/published");
     assert!(files.len() >= 19, "{files:?}");
     let mut failures = Vec::new();
@@ -30,21 +29,8 @@ fn every_published_config_loads_unchanged_and_plans() {
                 continue;
             }
         };
-        for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)] {
-            let plan = ExecutionPlan::build_with(
-                &instance,
-                &rules,
-                &available,
-                &Policy::default(),
-                mode,
-                rows,
-                BuildOptions { verify: true },
-            );
-            match plan {
-                Ok(plan) if plan.kernel_count_fused > 0 => {}
-                Ok(_) => failures.push(format!("{name} {mode} rows={rows}: no kernels")),
-                Err(e) => failures.push(format!("{name} {mode} rows={rows}: {e}")),
-            }
+        if let Err(e) = plan_serve_sample(&instance, &rules) {
+            failures.push(format!("{name} {e}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
