@@ -58,6 +58,13 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          occupancy ptxas's registers give the streaming entries and qkv_rope_kv) instead of \
          528 blocks: same plans, same logits",
     ),
+    (
+        "tensor_cores",
+        "projections (linear, LM head, router) on the tensor cores (gemm::linear_mma, \
+         gemm::lm_head_mma: mma.sync m16n8k16) at every width, instead of gemv's CUDA-core \
+         dots: sums in another order, so logits differ in the last bits (`differs`); a \
+         sequence's bytes still do not depend on the width or row it runs in",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

@@ -75,6 +75,43 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
+// ---- tensor cores (mma.sync) ---------------------------------------------------------------
+// One warp's bf16 matrix product on the tensor cores, f32 accumulate: d (16×8) += a (16×16,
+// row-major) · b (16×8, column-major), in PTX's m16n8k16 fragment layouts. With g = lane / 4
+// and t = lane % 4: a[0] holds a(g, 2t..2t+1), a[1] a(g+8, 2t..), a[2] a(g, 8+2t..), a[3]
+// a(g+8, 8+2t..); b0 holds b(2t..2t+1, g), b1 b(8+2t.., g); d[0..1] are d(g, 2t..2t+1), d[2..3]
+// d(g+8, 2t..); each 32-bit word's low half is the lower index. How a device's tensor cores
+// order and round the sixteen products' sum is not documented, so a kernel built on this is
+// `differs` against the CUDA-core reference; the host emulation (cuda_emu.hpp) gives it one
+// definite order: d = c, then fmaf over k = 0..15.
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], unsigned b0,
+                                               unsigned b1) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    emu_mma_m16n8k16_bf16(d, a, b0, b1);
+#endif
+}
+
+// Four 8×8 bf16 matrices from shared memory into one warp's fragments (ldmatrix .x4): lanes
+// 8i..8i+7 give the 16-byte-aligned addresses of matrix i's rows 0..7; every lane receives in
+// r[i] matrix i's row lane / 4, elements 2·(lane % 4) and the next.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const bf16* row) {
+#if defined(__CUDA_ARCH__)
+    unsigned addr;
+    asm("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(addr) : "l"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#else
+    emu_ldmatrix_x4(r, row);
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------
 
 // bf16 -> f32, exactly.

@@ -395,6 +395,74 @@ template <class T> inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane, in
     return emu::exchange(v, static_cast<unsigned>(src_lane) % emu::kWarp);
 }
 
+// ---- tensor cores: a host model of mma.sync m16n8k16 (bf16, f32 accumulate) and ldmatrix ---
+// Both are warp-collective: each lane gathers the fragments it needs from the lanes that hold
+// them through the warp exchange (so a lane that has exited, or lanes split between this and a
+// block barrier, are reported as for a shuffle), then computes its own outputs. The layouts
+// are PTX's (see `mma_bf16_16816` and `ldmatrix_x4` in common.cuh). The arithmetic is one
+// definite order a device need not follow: each output starts at c and takes the sixteen
+// exact bf16 products with fmaf in k order, so a CPU twin can predict the emulation's bytes.
+namespace emu {
+inline unsigned lane_id() {
+    return (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % kWarp;
+}
+inline float bf16_lo(unsigned w) { return std::bit_cast<float>(w << 16); }
+inline float bf16_hi(unsigned w) { return std::bit_cast<float>(w & 0xffff0000u); }
+} // namespace emu
+
+inline void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    const unsigned lane = emu::lane_id();
+    const unsigned g = lane >> 2, t = lane & 3;
+    const unsigned long long a_lo = a[0] | (static_cast<unsigned long long>(a[1]) << 32);
+    const unsigned long long a_hi = a[2] | (static_cast<unsigned long long>(a[3]) << 32);
+    const unsigned long long b = b0 | (static_cast<unsigned long long>(b1) << 32);
+    float rows[2][16];  // a(g, k), a(g+8, k)
+    float cols[2][16];  // b(k, 2t), b(k, 2t+1)
+    for (unsigned q = 0; q < 4; ++q) {
+        // Lane 4g+q holds a(g, 2q..), a(g+8, 2q..) (a_lo) and a(g, 8+2q..), a(g+8, 8+2q..)
+        // (a_hi); lane 4c+q holds b(2q.., c) and b(8+2q.., c).
+        const unsigned long long lo = emu::exchange(a_lo, 4 * g + q);
+        const unsigned long long hi = emu::exchange(a_hi, 4 * g + q);
+        const unsigned long long c0 = emu::exchange(b, 4 * (2 * t) + q);
+        const unsigned long long c1 = emu::exchange(b, 4 * (2 * t + 1) + q);
+        for (unsigned r = 0; r < 2; ++r) {
+            const unsigned low = static_cast<unsigned>(lo >> (32 * r));
+            const unsigned high = static_cast<unsigned>(hi >> (32 * r));
+            rows[r][2 * q] = emu::bf16_lo(low);
+            rows[r][2 * q + 1] = emu::bf16_hi(low);
+            rows[r][8 + 2 * q] = emu::bf16_lo(high);
+            rows[r][8 + 2 * q + 1] = emu::bf16_hi(high);
+        }
+        const unsigned long long cs[2] = {c0, c1};
+        for (unsigned c = 0; c < 2; ++c) {
+            const unsigned first = static_cast<unsigned>(cs[c]);
+            const unsigned second = static_cast<unsigned>(cs[c] >> 32);
+            cols[c][2 * q] = emu::bf16_lo(first);
+            cols[c][2 * q + 1] = emu::bf16_hi(first);
+            cols[c][8 + 2 * q] = emu::bf16_lo(second);
+            cols[c][8 + 2 * q + 1] = emu::bf16_hi(second);
+        }
+    }
+    for (unsigned i = 0; i < 4; ++i) {
+        const float* row = rows[i >> 1];
+        const float* col = cols[i & 1];
+        float acc = d[i];
+        for (unsigned k = 0; k < 16; ++k) acc = std::fmaf(row[k], col[k], acc);
+        d[i] = acc;
+    }
+}
+
+inline void emu_ldmatrix_x4(unsigned r[4], const __nv_bfloat16* row) {
+    const unsigned lane = emu::lane_id();
+    if ((reinterpret_cast<unsigned long long>(row) & 15ull) != 0) {
+        emu::fail("ldmatrix: a row address that is not 16-byte aligned");
+    }
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned char* p = emu::exchange(reinterpret_cast<const unsigned char*>(row), 8 * i + (lane >> 2));
+        std::memcpy(&r[i], p + 4 * (lane & 3), 4);
+    }
+}
+
 // ---- launching -----------------------------------------------------------------------------
 namespace emu {
 

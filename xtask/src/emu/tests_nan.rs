@@ -172,6 +172,8 @@ const DRIVEN: &[&str] = &[
     "gemv::linear_residual_add",
     "gemv::add_norm_lm_head",
     "gemv::qkv_rope_kv",
+    "gemm::linear_mma",
+    "gemm::lm_head_mma",
     "moe::topk_softmax",
     "moe::router_topk",
     "moe::gate_up_silu",
@@ -614,6 +616,45 @@ fn projections_carry_nan_and_inf_as_their_twins() {
     );
     b.mixed("norm_linear", y, 2);
     b.agree(&["gemv::linear", "gemv::lm_head", "gemv::norm_linear"]);
+}
+
+#[test]
+fn tensor_core_projections_carry_nan_and_inf_as_their_twins() {
+    use solder_model_layers::kernels::gemm::{LinearMma, LmHeadMma, LINEAR_MMA, LM_HEAD_MMA};
+    let mut b = Bench::new();
+    // k = 300: a partial last k tile; row 1 poisoned in x, feature rows 3 and 5 of the weight.
+    let (rows, k, n_out) = (3u32, 300u32, 9u32);
+    let x = b.bf16(&rows_of(rows as usize, k as usize, 1.0, &[1]));
+    let w = b.bf16(&rows_of(n_out as usize, k as usize, 2.0, &[3, 5]));
+    let bias = b.bf16(&rows_of(1, n_out as usize, 3.0, &[]));
+    let y = b.zeros((rows * n_out) as usize * 2);
+    b.run(
+        &LinearMma {
+            x,
+            w,
+            bias: Some(bias),
+            y,
+            rows,
+            k,
+            n_out,
+        }
+        .launch(LINEAR_MMA),
+    );
+    b.mixed("linear_mma", y, 2);
+    let logits = b.zeros((rows * n_out) as usize * 4);
+    b.run(
+        &LmHeadMma {
+            x,
+            w,
+            logits,
+            rows,
+            k,
+            vocab: n_out,
+        }
+        .launch(LM_HEAD_MMA),
+    );
+    b.mixed("lm_head_mma", logits, 4);
+    b.agree(&["gemm::linear_mma", "gemm::lm_head_mma"]);
 }
 
 /// The attention rows: (seq_len, what is poisoned).

@@ -35,7 +35,14 @@ pub fn mtp_text(m: &super::mtp::MtpFigures) -> String {
         "mtp head: {} pairs, reference vs all rules {}, target logits with the head {}{golden}; \
          speculative k {}: {} runs of {} tokens {verdict}; accepted {}/{}",
         m.pairs,
-        diff_text(&m.ref_vs_fused),
+        match &m.head_differs {
+            None => diff_text(&m.ref_vs_fused),
+            Some(d) => format!(
+                "{} (differs rules: <= {:.3e})",
+                diff_text(&m.ref_vs_fused),
+                d.limit()
+            ),
+        },
         diff_text(&m.target_unchanged),
         KS.map(|k| k.to_string()).join("/"),
         m.runs,

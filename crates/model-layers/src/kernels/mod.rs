@@ -57,6 +57,7 @@ pub mod add;
 pub mod attn;
 pub mod embed;
 pub mod gdn;
+pub mod gemm;
 pub mod gemv;
 pub mod kv;
 pub mod moe;
@@ -77,6 +78,7 @@ const BY_MODULE: &[&[&[KernelDecl]]] = &[
     attn::DECLS,
     embed::DECLS,
     gdn::DECLS,
+    gemm::DECLS,
     gemv::DECLS,
     kv::DECLS,
     moe::DECLS,

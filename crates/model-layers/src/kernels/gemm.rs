@@ -1,0 +1,217 @@
+//! `gemm` module (`crates/kernels/cuda/gemm.cu`): projections on the tensor cores
+//! (`mma.sync` m16n8k16, bf16 in, f32 accumulate), launched by the `differs` rules of the
+//! `tensor_cores` lever in place of gemv's CUDA-core dots.
+//!
+//! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
+//! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
+//!
+//! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`):
+//! each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]` with one fused
+//! multiply-add per `i` in order, then one `0·0` per element of zero padding up to the next
+//! multiple of 32 (the kernel's last k tile). So a row's bytes do not depend on the program's
+//! width or the row's place in it. A device's tensor cores sum each group of 16 products in an
+//! undocumented order, so the device's bytes differ from the twins' in the last bits, as the
+//! twins' differ from gemv's segmented dots: `differs`, never `bit_identical`.
+
+use half::bf16;
+use solder_circuit::{OpKind, WeightFormat};
+use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
+
+use super::args::{macs, size, threads_for};
+use super::decl::kernel;
+use crate::kernels::emit_view::{View, R};
+use crate::numerics::{linear_value, to_f32};
+
+/// Threads of a block: four warps.
+pub const GEMM_THREADS: u32 = 128;
+/// Rows (tokens) of a block's tile.
+pub const GEMM_ROWS: u32 = 64;
+/// Output features of a block's tile.
+pub const GEMM_FEATURES: u32 = 32;
+/// k of one staged tile: the accumulation is padded with zero products to a multiple of it.
+pub const GEMM_K_TILE: usize = 32;
+
+kernel! {
+    /// x bf16\[rows·k\], w bf16\[n_out·k\], bias bf16\[n_out\]? → y bf16\[rows·n_out\], on the
+    /// tensor cores.
+    pub struct LinearMma / LinearMmaArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        bias: InOpt<bf16>,
+        y: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n_out: U32,
+    }
+    grid(a) = gemm_grid(a.n_out, a.rows);
+    LINEAR_MMA = "gemm::linear_mma" => twin linear_mma, emit emit_linear_mma;
+}
+
+kernel! {
+    /// x bf16\[rows·k\], w bf16\[vocab·k\] → logits f32\[rows·vocab\] (the LM head or an MoE
+    /// router), on the tensor cores.
+    pub struct LmHeadMma / LmHeadMmaArgs {
+        x: In<bf16>,
+        w: In<bf16>,
+        logits: Out<f32>,
+        rows: U32,
+        k: U32,
+        vocab: U32,
+    }
+    grid(a) = gemm_grid(a.vocab, a.rows);
+    LM_HEAD_MMA = "gemm::lm_head_mma" => twin lm_head_mma, emit emit_lm_head_mma;
+}
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[LinearMma::DECLS, LmHeadMma::DECLS];
+
+/// One block per tile of 64 rows × 32 features.
+pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: [
+            features.div_ceil(GEMM_FEATURES).max(1),
+            rows.div_ceil(GEMM_ROWS).max(1),
+            1,
+        ],
+        block: [GEMM_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// The tensor-core dot as the emulation's `mma.sync` model does it: fused multiply-adds in k
+/// order from +0, then the zero products of the last tile's padding.
+pub fn mma_dot(x: &[f32], w: &[bf16]) -> f32 {
+    let mut acc = 0.0f32;
+    for (a, b) in x.iter().zip(w) {
+        acc = a.mul_add(to_f32(*b), acc);
+    }
+    pad(acc, x.len())
+}
+
+/// Four of `mma_dot` against one row, their chains interleaved (each its own order).
+fn mma_dot4(x: &[f32], w: [&[bf16]; 4]) -> [f32; 4] {
+    let mut acc = [0.0f32; 4];
+    for (i, a) in x.iter().enumerate() {
+        for (acc, w) in acc.iter_mut().zip(w) {
+            *acc = a.mul_add(to_f32(w[i]), *acc);
+        }
+    }
+    acc.map(|a| pad(a, x.len()))
+}
+
+/// The zero products of the padding past `k` to the next multiple of the k tile.
+fn pad(mut acc: f32, k: usize) -> f32 {
+    for _ in k..k.next_multiple_of(GEMM_K_TILE) {
+        acc = 0.0f32.mul_add(0.0, acc);
+    }
+    acc
+}
+
+/// `out[r][o] = f(o, mma_dot(x[r], w[o]))` for every row and feature, on the context's threads.
+fn each_dot<T: Copy + Send>(
+    ctx: &solder_gpu_runtime::TwinCtx<'_>,
+    x: &[bf16],
+    w: &[bf16],
+    [rows, k, n]: [usize; 3],
+    f: impl Fn(usize, f32) -> T + Sync,
+    out: &mut [T],
+) {
+    let threads = threads_for(ctx, macs(&[rows, k, n]));
+    let xs: Vec<f32> = x.iter().map(|v| to_f32(*v)).collect();
+    let per = out.len().div_ceil(threads.max(1)).max(1);
+    let w_row = |o: usize| &w[o * k..(o + 1) * k];
+    par_chunks_mut(out, per, threads, |ci, chunk| {
+        let mut j = 0;
+        while j < chunk.len() {
+            let at = ci * per + j;
+            let (r, o) = (at / n, at % n);
+            let x_row = &xs[r * k..(r + 1) * k];
+            if o + 4 <= n && j + 4 <= chunk.len() {
+                let d = mma_dot4(x_row, [w_row(o), w_row(o + 1), w_row(o + 2), w_row(o + 3)]);
+                for (i, d) in d.into_iter().enumerate() {
+                    chunk[j + i] = f(o + i, d);
+                }
+                j += 4;
+            } else {
+                chunk[j] = f(o, mma_dot(x_row, w_row(o)));
+                j += 1;
+            }
+        }
+    });
+}
+
+fn linear_mma(a: LinearMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let w = a.w.len(size(ctx, &[n, k])?)?;
+    let bias = a.bias.len(n)?;
+    let y = a.y.len(size(ctx, &[rows, n])?)?;
+    each_dot(
+        ctx,
+        x,
+        w,
+        [rows, k, n],
+        |o, d| linear_value(d, bias.map(|b| b[o])),
+        y,
+    );
+    Ok(())
+}
+
+fn lm_head_mma(a: LmHeadMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, vocab) = (a.rows.count(), a.k.dim()?, a.vocab.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let w = a.w.len(size(ctx, &[vocab, k])?)?;
+    let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    each_dot(ctx, x, w, [rows, k, vocab], |_, d| d, out);
+    Ok(())
+}
+
+/// Refuses a quantized weight: these kernels read bf16 only (their rules list no other format,
+/// so the fuser never gives them one; this keeps a hand-built plan from a bf16 read of
+/// quantized bytes).
+fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecError> {
+    match v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
+        Some(slot) => Err(v.err(format!(
+            "weight `{}` is stored as {}, but `{kernel}` reads only bf16",
+            slot.name, slot.format
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn emit_linear_mma(v: &View<'_>) -> R {
+    bf16_only(v, LINEAR_MMA.as_str())?;
+    let l = v.op(OpKind::Linear, None)?;
+    Ok(vec![LinearMma {
+        x: v.input(l, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        y: v.output(l, 0)?,
+        rows: v.rows(),
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+    }
+    .launch(LINEAR_MMA)])
+}
+
+fn emit_lm_head_mma(v: &View<'_>) -> R {
+    bf16_only(v, LM_HEAD_MMA.as_str())?;
+    // The LM head and an MoE router are the same f32-output projection.
+    let (h, vocab) = match v.op(OpKind::LmHead, None) {
+        Ok(h) => (h, v.u32(h, "vocab")?),
+        Err(_) => {
+            let r = v.op(OpKind::Router, None)?;
+            (r, v.u32(r, "experts")?)
+        }
+    };
+    Ok(vec![LmHeadMma {
+        x: v.input(h, 0)?,
+        w: v.weight(h, 0)?,
+        logits: v.output(h, 0)?,
+        rows: v.rows(),
+        k: v.u32(h, "hidden")?,
+        vocab,
+    }
+    .launch(LM_HEAD_MMA)])
+}

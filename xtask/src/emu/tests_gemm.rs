@@ -1,0 +1,103 @@
+//! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`): the CUDA source,
+//! run through the emulation's model of `mma.sync` and `ldmatrix`, equals its twin byte for
+//! byte at shapes off every tile (rows, features and k not multiples of the block's 64 × 32 ×
+//! 32, k not a multiple of 8, so the scalar staging path), and a kernel that hands `ldmatrix`
+//! the wrong rows is caught.
+
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::{CpuBackend, GpuBackend};
+use solder_model_layers::kernels::gemm::{LinearMma, LmHeadMma, LINEAR_MMA, LM_HEAD_MMA};
+use solder_model_layers::kernels::{Buf, Launch};
+
+use super::tests::{emulated, run, upload};
+use super::tests_mutation::{build_mutant, shadow, values};
+
+/// Uploads `rows` inputs, an `n × k` weight (and a bias for the linear), and the launch.
+fn gemm_launch(
+    backend: &mut CpuBackend,
+    (rows, k, n): (u32, u32, u32),
+    logits: bool,
+    seed: u64,
+) -> Launch {
+    let x = upload(backend, &values(rows * k, seed));
+    let w = upload(backend, &values(n * k, seed ^ 0x5555));
+    let bytes = (rows * n) as usize * if logits { 4 } else { 2 };
+    let out = Buf::new(backend.alloc(bytes).unwrap(), bytes);
+    if logits {
+        LmHeadMma {
+            x,
+            w,
+            logits: out,
+            rows,
+            k,
+            vocab: n,
+        }
+        .launch(LM_HEAD_MMA)
+    } else {
+        let bias = (seed % 2 == 0).then(|| upload(backend, &values(n, seed ^ 0xaaaa)));
+        LinearMma {
+            x,
+            w,
+            bias,
+            y: out,
+            rows,
+            k,
+            n_out: n,
+        }
+        .launch(LINEAR_MMA)
+    }
+}
+
+#[test]
+fn tensor_core_projections_equal_their_twins_off_every_tile() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (rows, k, n): one row; a partial k tile and feature block with k % 8 != 0 (the scalar
+    // staging); whole tiles; two row blocks with a partial one; k of three tiles, odd n.
+    let shapes = [
+        (1u32, 64u32, 32u32),
+        (5, 40, 37),
+        (64, 96, 64),
+        (70, 256, 33),
+        (17, 100, 9),
+    ];
+    let mut launches = 0u64;
+    for (i, shape) in shapes.into_iter().enumerate() {
+        for logits in [false, true] {
+            let l = gemm_launch(&mut backend, shape, logits, 0x1234 + i as u64);
+            run(&mut backend, &l);
+            launches += 1;
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let mut seen = 0;
+    for entry in [LINEAR_MMA.as_str(), LM_HEAD_MMA.as_str()] {
+        let parity = &report[entry];
+        assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
+        seen += parity.launches;
+    }
+    assert_eq!(seen, launches);
+}
+
+#[test]
+fn a_tensor_core_kernel_loading_the_wrong_weight_rows_differs_from_the_twin() {
+    // The B fragments' ldmatrix addresses with the two 8-feature halves of a pair swapped:
+    // features 8-15 of each pair get the dots of features 0-7 and back.
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "&ws[p * 16 + (lane >> 4) * 8 + (lane & 7)]",
+            "&ws[p * 16 + (1u - (lane >> 4)) * 8 + (lane & 7)]",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let l = gemm_launch(&mut backend, (3, 64, 32), false, 8);
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
