@@ -42,6 +42,8 @@ const HELP: &str =
                      default five-launch one
   --graphs G         both (default: every step eagerly and as a graph replay, side by side),
                      graph, or eager
+  --chunk W          prefill chunk: a verify program of W rows, 2..=512, beside the default
+                     verify widths (2..8), so the prompt runs W tokens a step (default 8)
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
                      verify 2..8) instead of batch 1 only, so `capture_all` times all of it
   --speculative D    greedy speculative decoding drafted by D: self (the target drafting for
@@ -77,6 +79,7 @@ enum Graphs {
 /// The options `bench` takes a value for.
 const OPTIONS: &[&str] = &[
     "backend",
+    "chunk",
     "model",
     "synth",
     "save",
@@ -151,6 +154,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     } else {
         ServeShape::with_max_batch(1).map_err(|e| e.to_string())?
     };
+    let serve = with_chunk(serve, args.number_in("chunk", 2..=solder_config::MAX_VERIFY_WIDTH)?)?;
 
     let mut cpu = None;
     let mut device = crate::gpu::device_backend(backend_kind)?;
@@ -292,6 +296,19 @@ fn positions(
         ));
     }
     Ok(total)
+}
+
+/// `--chunk W`: a verify program of W rows beside the shape's own (the widest the prompt fills
+/// runs each prefill step).
+fn with_chunk(mut serve: ServeShape, chunk: Option<usize>) -> Result<ServeShape, String> {
+    if let Some(w) = chunk {
+        if !serve.verify_widths.contains(&w) {
+            serve.verify_widths.push(w);
+            serve.verify_widths.sort_unstable();
+        }
+        serve.validate().map_err(|e| format!("--chunk {w}: {e}"))?;
+    }
+    Ok(serve)
 }
 
 /// The policy: `--levers` over the default or, with `--reference-only`, the reference one.

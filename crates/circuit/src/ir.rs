@@ -6,11 +6,9 @@
 
 use std::fmt;
 
-use solder_config::{MAX_BATCH, MAX_VERIFY_WIDTH};
-
-/// The most rows a plan may have: every sequence of the widest batch checking the widest
-/// verify window at once (2^18). `Mode::check_rows` refuses more.
-pub const MAX_ROWS: usize = MAX_BATCH * MAX_VERIFY_WIDTH;
+/// The most rows a plan may have (`solder_config::MAX_ROWS`, 2^18: the serve shape holds every
+/// program to it). `Mode::check_rows` refuses more.
+pub const MAX_ROWS: usize = solder_config::MAX_ROWS;
 
 /// The most bytes one tensor (at `MAX_ROWS`), weight slot or state slot may take: 256 TiB,
 /// far above what `solder_config::DIM_BOUNDS` allows (2^46), and low enough that sums over a

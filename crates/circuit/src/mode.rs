@@ -44,7 +44,7 @@ impl Mode {
             _ if rows == 0 => Some("a plan needs at least one row"),
             // Every byte count of a built circuit fits at up to MAX_ROWS rows.
             _ if rows > crate::ir::MAX_ROWS => {
-                Some("more rows than MAX_ROWS (2^18: 4096 sequences of 64 tokens)")
+                Some("more rows than MAX_ROWS (2^18: 4096 sequences of 64 tokens, 512 of 512)")
             }
             Mode::Decode if rows != 1 => Some("decode runs exactly one row"),
             Mode::MultiSeq | Mode::Verify | Mode::VerifyBatch if rows < 2 => {

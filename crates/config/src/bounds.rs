@@ -5,8 +5,8 @@
 //! fits in `u64` with room: the largest weight slot (stacked experts,
 //! `num_experts * 2 * moe_intermediate_size * hidden_size` bf16) is at most 2^47 bytes, all
 //! slots of 4,096 layers together under 2^61; the largest activation (the experts' output
-//! `rows * num_experts_per_tok * moe_intermediate_size` bf16, rows up to 2^18 = 4,096
-//! sequences * 64 verify tokens) at most 2^43 bytes.
+//! `rows * num_experts_per_tok * moe_intermediate_size` bf16, rows up to `MAX_ROWS` = 2^18)
+//! at most 2^43 bytes.
 //!
 //! Invariant: a dim refused here is refused by [`ConfigError::OutOfBounds`], naming the file,
 //! the key, the value and the bound; a float that is not finite, or that rounds to 0, to a

@@ -1,7 +1,8 @@
 //! [`ServeShape`]: the widths a build compiles programs for. Invariant after
 //! [`validate`](ServeShape::validate): `max_batch` lies in `1..=MAX_BATCH`, every multi-seq width
 //! in `2..=max_batch` (one sequence runs the decode program), every verify width in
-//! `2..=MAX_VERIFY_WIDTH`, every batched-verify width in `2..=max_batch · MAX_VERIFY_WIDTH`, every
+//! `2..=MAX_VERIFY_WIDTH`, every batched-verify width in `2..=min(max_batch · MAX_VERIFY_WIDTH,
+//! MAX_ROWS)`, every
 //! list is strictly increasing, and no width is zero.
 
 use crate::ConfigError;
@@ -9,13 +10,18 @@ use crate::ConfigError;
 /// Padded multi-sequence widths, cut at the serve's widest batch.
 pub const DEFAULT_MULTI_SEQ_LADDER: [usize; 11] = [2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128];
 
-/// Widest verify window (tokens of one sequence checked in one step).
-pub const MAX_VERIFY_WIDTH: usize = 64;
+/// Widest verify window (tokens of one sequence in one step): a speculative verify window, or
+/// a prefill chunk (a prompt runs through the widest verify program it fills, so a chunk of
+/// 512 tokens is `verify_widths` ending in 512).
+pub const MAX_VERIFY_WIDTH: usize = 512;
 
-/// Widest batch: 32x the 128 of the default shape, and small enough that a plan's rows
-/// (at most `MAX_BATCH * MAX_VERIFY_WIDTH` = 2^18) keep every activation's bytes far below
-/// `u64::MAX` at the dims `DIM_BOUNDS` allows.
+/// Widest batch: 32x the 128 of the default shape.
 pub const MAX_BATCH: usize = 4096;
+
+/// The most rows one program may have (2^18: 4,096 sequences of 64 tokens, or 512 of 512):
+/// small enough that every activation's bytes stay far below `u64::MAX` at the dims
+/// `DIM_BOUNDS` allows.
+pub const MAX_ROWS: usize = 1 << 18;
 
 /// The (mode, rows) a build compiles programs for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +95,7 @@ impl ServeShape {
             "verify_batch_widths",
             &self.verify_batch_widths,
             2,
-            self.max_batch * MAX_VERIFY_WIDTH,
+            (self.max_batch * MAX_VERIFY_WIDTH).min(MAX_ROWS),
         )?;
         check_widths("draft_widths", &self.draft_widths, 1, self.max_batch)
     }

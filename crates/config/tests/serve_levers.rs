@@ -45,7 +45,7 @@ fn validate_rejects_out_of_range_widths() {
     };
     assert!(one_row.validate().is_err());
     let long_verify = ServeShape {
-        verify_widths: vec![2, 65],
+        verify_widths: vec![2, 513],
         ..ServeShape::default()
     };
     assert!(long_verify.validate().is_err());

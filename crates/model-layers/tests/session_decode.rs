@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use exec_support::{assert_same_bytes, backend, bits, build_llama, prompt, roomy_kv};
 use solder_gpu_runtime::CpuBackend;
-use solder_model_layers::{greedy, CircuitExec, SeqId, Session};
+use solder_circuit::Policy;
+use solder_model_layers::{greedy, Boot, CircuitExec, SeqId, Session, WeightSource};
 
 const VOCAB: usize = 128;
 
@@ -273,4 +274,45 @@ fn greedy_of_real_logits_is_their_argmax() {
     let pick = greedy(&logits) as usize;
     assert!(logits.iter().all(|&v| v <= logits[pick]));
     assert_eq!(bits(&logits).len(), VOCAB);
+}
+
+/// An exec of the tiny llama whose verify programs include one of `chunk` rows (the prefill
+/// chunk), under `policy`.
+fn build_chunked(backend: &mut CpuBackend, chunk: usize, policy: Policy) -> CircuitExec {
+    let mut serve = exec_support::serve();
+    serve.verify_widths.push(chunk);
+    let boot = Boot {
+        serve,
+        ..exec_support::boot(
+            exec_support::config(exec_support::TINY_LLAMA),
+            policy,
+            WeightSource::Random { seed: 0x5eed },
+            exec_support::kv(2 * 80 + 2, 4, 320),
+        )
+    };
+    CircuitExec::build(backend, boot).expect("build")
+}
+
+#[test]
+fn a_prompt_prefilled_in_256_token_chunks_equals_token_by_token_decode() {
+    // 300 tokens: one 256-row verify program, then 8-row ones and a 4-row one. Under the
+    // default rules (gemv) and with the tensor cores on (gemm's differs rules: each row's bytes
+    // still do not depend on the program's width).
+    let mut backend = backend();
+    let tokens = prompt(3, VOCAB, 300);
+    let mut policies = vec![Policy::default()];
+    let mut tensor_cores = Policy::default();
+    tensor_cores.levers.set("tensor_cores", true).unwrap();
+    policies.push(tensor_cores);
+    for policy in policies {
+        let mut exec = build_chunked(&mut backend, 256, policy);
+        let want = alone(&exec, &mut backend, &tokens);
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        let got = session.prefill(&mut backend, id, &tokens).unwrap();
+        assert_same_bytes(&got, &want, "256-token chunks vs decode");
+        drop(session);
+        assert!(exec.plan(solder_circuit::Mode::Verify, 256).is_some());
+        exec.free(&mut backend).unwrap();
+    }
 }

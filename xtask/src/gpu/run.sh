@@ -17,15 +17,16 @@
 # less the timed step's own). Part 2 runs the rest:
 # parity on every built-in; Llama-3.2-1B's shape past 4,096 tokens, eager == graph == a
 # second run; initcheck and synccheck on the splitting model; memcheck and racecheck with
-# `pdl` on; memcheck on an MoE and a hybrid checkpoint; a stress stage replaying the split
+# `pdl` on; memcheck on an MoE and a hybrid checkpoint; the tensor cores (`tensor_cores`:
+# parity on two built-ins, timed against gemv at 32 and 128 rows, ncu per kernel); a stress stage replaying the split
 # steps 1,000 times, comparing the logits bytes every time.
 #
 # Each stage runs under `timeout` (limits in seconds below, each overridable by its variable)
 # and, as soon as it ends, appends its row to $LOG/summary.txt and prints it, so a cut of the
 # whole call keeps every finished row. A tool that is missing is a SKIP row naming it. Results
-# go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in ten files: summary.txt
+# go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in thirteen files: summary.txt
 # facts.log parity.log parity.json goldens.json checks.log bench.log bench.json ab.json
-# ncu.csv. The summary of the part is printed again last.
+# ncu.csv parity-tc.json ab-tc.json ncu-tc.csv. The summary of the part is printed again last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 PART=${1:-${PART:-1}}
@@ -55,16 +56,19 @@ LIMIT_SWEEP=${LIMIT_SWEEP:-25}          # every ladder width for 0.3 s
 LIMIT_CTX_1K=${LIMIT_CTX_1K:-25}
 LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}
 LIMIT_CTX_128K=${LIMIT_CTX_128K:-75}    # 131,069 tokens prefilled 8 at a time, then timed
-# Part 2: 300 s in all (the second device call gives 340).
-LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-20}  # every module JIT-compiled from its PTX (no cubins)
-LIMIT_PARITY=${LIMIT_PARITY:-35}
-LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-55}  # Llama-3.2-1B's shape, 4,200 tokens, compared
-LIMIT_INITCHECK=${LIMIT_INITCHECK:-30}
-LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-25}
-LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-25}
-LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-30}
-LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-20}   # per checkpoint, two of them
+# Part 2: 330 s in all (the second device call gives 370).
+LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-15}  # every module JIT-compiled from its PTX (no cubins)
+LIMIT_PARITY=${LIMIT_PARITY:-30}
+LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-45}  # Llama-3.2-1B's shape, 4,200 tokens, compared
+LIMIT_INITCHECK=${LIMIT_INITCHECK:-20}
+LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-15}
+LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-15}
+LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-20}
+LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-15}   # per checkpoint, two of them
 LIMIT_STRESS=${LIMIT_STRESS:-40}
+LIMIT_TC_PARITY=${LIMIT_TC_PARITY:-25}  # the tensor_cores lever: parity on two built-ins
+LIMIT_TC_AB=${LIMIT_TC_AB:-45}          # 1B shape, gemv vs tensor cores at 32 and 128 rows
+LIMIT_TC_NCU=${LIMIT_TC_NCU:-30}        # ncu over one 128-wide step with the lever
 # The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
 # it): programmatic launch and the three batch-1 levers (split_resident: splits sized to one
 # wave of resident blocks; qkv_norm_ahead: weight loads in flight before qkv_rope_kv's norm;
@@ -322,6 +326,39 @@ part2() {
     stage "parity (built-in)" "$LIMIT_PARITY" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --json "$LOG/parity.json"
     record "parity (built-in)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+
+    # The tensor cores (`tensor_cores` lever, gemm::linear_mma / lm_head_mma): their logits
+    # within the rules' tolerance of the CUDA-core reference and every sequence byte-identical
+    # at every width (batch invariance, on the device's own mma.sync); then timed against gemv
+    # at 32 and 128 rows, and each kernel's time and DRAM bytes in one 128-wide step.
+    stage "parity tensor cores" "$LIMIT_TC_PARITY" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --levers tensor_cores --only tiny-llama,tiny-qwen3-moe \
+        --json "$LOG/parity-tc.json"
+    record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+    stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
+        --runs 10 --max-seconds 4 --json "$LOG/ab-tc.json"
+    for rows in 32 128; do
+        record "tensor cores rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
+    done
+    if [ -z "$NCU" ]; then
+        skip "ncu tensor cores" "ncu not found"
+    else
+        stage "ncu tensor cores" "$LIMIT_TC_NCU" "$LOG/bench.log" \
+            "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+            --log-file "$LOG/ncu-tc.csv" \
+            "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 128 --profile \
+            --levers tensor_cores
+        # Per kernel name: launches and summed time (ns) and DRAM bytes read.
+        awk -F'","' 'NR > 1 && $0 ~ /^"[0-9]/ {
+                name = $5; sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
+                if ($(NF-2) ~ /gpu__time_duration/) { t[name] += v; n[name]++ }
+                if ($(NF-2) ~ /dram__bytes_read/) { b[name] += v }
+            } END { for (k in t) printf "ncu-tc %-32s %4d launches %12.1f us %10.2f MB\n", k, n[k], t[k] / 1000, b[k] / 1e6 }' \
+            "$LOG/ncu-tc.csv" | sort -k5 -g -r | tee -a "$LOG/bench.log" >"$SCRATCH/ncu-tc.txt"
+        record "ncu tensor cores" "$(grep -m 2 -E 'linear_mma|lm_head_mma' "$SCRATCH/ncu-tc.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
+    fi
 
     stage "step 1b ctx 4200" "$LIMIT_STEP_LONG" "$LOG/checks.log" \
         "$BIN" gpu-step --synth llama-3.2-1b --context 4200 --width 8 --compare
