@@ -154,7 +154,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     } else {
         ServeShape::with_max_batch(1).map_err(|e| e.to_string())?
     };
-    let serve = with_chunk(serve, args.number_in("chunk", 2..=solder_config::MAX_VERIFY_WIDTH)?)?;
+    let serve = with_chunk(
+        serve,
+        args.number_in("chunk", 2..=solder_config::MAX_VERIFY_WIDTH)?,
+    )?;
 
     let mut cpu = None;
     let mut device = crate::gpu::device_backend(backend_kind)?;

@@ -192,6 +192,33 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
+    // The tensor cores (`tensor_cores`: gemm's differs rules): every built-in within the
+    // rules' tolerance of the reference and byte-identical to itself at every width; then the
+    // CUDA source of gemm.cu through the host model of mma.sync/ldmatrix, launch by launch
+    // against its twin, on a dense and an MoE model.
+    Step {
+        name: "parity tensor cores",
+        cargo: &["xtask", "parity", "--levers", "tensor_cores"],
+        env: &[],
+    },
+    Step {
+        name: "emu parity tensor cores",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--backend",
+            "emu",
+            "--levers",
+            "tensor_cores",
+            "--only",
+            "tiny-qwen3,tiny-qwen3-moe",
+            "--max-batch",
+            "2",
+            "--tokens",
+            "4",
+        ],
+        env: &[],
+    },
     // A bounded fuzz run: every case seeded, so a finding reproduces from its number.
     Step {
         name: "fuzz (bounded)",

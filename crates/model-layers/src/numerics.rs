@@ -28,9 +28,11 @@ pub fn to_bf16(x: f32) -> bf16 {
 
 mod attention;
 pub mod dequant;
+mod mma;
 mod reduce;
 
 pub use attention::{attend, AttendScratch};
+pub use mma::{mma_dot, MmaBlock, MMA_BLOCK, MMA_K_TILE};
 
 pub use reduce::{
     dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_f32_bf16, dot_head, sum_squares_bf16,

@@ -7,8 +7,8 @@ mod exec_support;
 use std::collections::BTreeMap;
 
 use exec_support::{assert_same_bytes, backend, bits, build_llama, prompt, roomy_kv};
-use solder_gpu_runtime::CpuBackend;
 use solder_circuit::Policy;
+use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{greedy, Boot, CircuitExec, SeqId, Session, WeightSource};
 
 const VOCAB: usize = 128;

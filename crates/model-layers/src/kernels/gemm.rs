@@ -5,10 +5,10 @@
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
 //! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
 //!
-//! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`):
-//! each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]` with one fused
-//! multiply-add per `i` in order, then one `0·0` per element of zero padding up to the next
-//! multiple of 32 (the kernel's last k tile). So a row's bytes do not depend on the program's
+//! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
+//! `numerics::MmaBlock`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
+//! with one fused multiply-add per `i` in order, then one `0·0` per element of zero padding up
+//! to the next multiple of 32 (the kernel's last k tile). So a row's bytes do not depend on the program's
 //! width or the row's place in it. A device's tensor cores sum each group of 16 products in an
 //! undocumented order, so the device's bytes differ from the twins' in the last bits, as the
 //! twins' differ from gemv's segmented dots: `differs`, never `bit_identical`.
@@ -20,7 +20,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 use super::args::{macs, size, threads_for};
 use super::decl::kernel;
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{linear_value, to_f32};
+use crate::numerics::{linear_value, to_f32, MmaBlock, MMA_BLOCK};
 
 /// Threads of a block: four warps.
 pub const GEMM_THREADS: u32 = 128;
@@ -29,7 +29,7 @@ pub const GEMM_ROWS: u32 = 64;
 /// Output features of a block's tile.
 pub const GEMM_FEATURES: u32 = 32;
 /// k of one staged tile: the accumulation is padded with zero products to a multiple of it.
-pub const GEMM_K_TILE: usize = 32;
+pub const GEMM_K_TILE: usize = crate::numerics::MMA_K_TILE;
 
 kernel! {
     /// x bf16\[rows·k\], w bf16\[n_out·k\], bias bf16\[n_out\]? → y bf16\[rows·n_out\], on the
@@ -77,66 +77,49 @@ pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
     }
 }
 
-/// The tensor-core dot as the emulation's `mma.sync` model does it: fused multiply-adds in k
-/// order from +0, then the zero products of the last tile's padding.
-pub fn mma_dot(x: &[f32], w: &[bf16]) -> f32 {
-    let mut acc = 0.0f32;
-    for (a, b) in x.iter().zip(w) {
-        acc = a.mul_add(to_f32(*b), acc);
-    }
-    pad(acc, x.len())
-}
-
-/// Four of `mma_dot` against one row, their chains interleaved (each its own order).
-fn mma_dot4(x: &[f32], w: [&[bf16]; 4]) -> [f32; 4] {
-    let mut acc = [0.0f32; 4];
-    for (i, a) in x.iter().enumerate() {
-        for (acc, w) in acc.iter_mut().zip(w) {
-            *acc = a.mul_add(to_f32(w[i]), *acc);
-        }
-    }
-    acc.map(|a| pad(a, x.len()))
-}
-
-/// The zero products of the padding past `k` to the next multiple of the k tile.
-fn pad(mut acc: f32, k: usize) -> f32 {
-    for _ in k..k.next_multiple_of(GEMM_K_TILE) {
-        acc = 0.0f32.mul_add(0.0, acc);
-    }
-    acc
-}
-
-/// `out[r][o] = f(o, mma_dot(x[r], w[o]))` for every row and feature, on the context's threads.
+/// `out[r][o] = f(o, dot)` for every row and feature, each dot in the `mma.sync` model's order
+/// (`numerics::MmaBlock`): blocks of 8 features on the context's threads, each block widened
+/// once and taken against every row while it is in cache.
 fn each_dot<T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
     x: &[bf16],
     w: &[bf16],
     [rows, k, n]: [usize; 3],
-    f: impl Fn(usize, f32) -> T + Sync,
+    f: impl Fn(usize, f32) -> T,
     out: &mut [T],
 ) {
+    if rows == 0 || n == 0 {
+        return;
+    }
     let threads = threads_for(ctx, macs(&[rows, k, n]));
     let xs: Vec<f32> = x.iter().map(|v| to_f32(*v)).collect();
-    let per = out.len().div_ceil(threads.max(1)).max(1);
-    let w_row = |o: usize| &w[o * k..(o + 1) * k];
-    par_chunks_mut(out, per, threads, |ci, chunk| {
-        let mut j = 0;
-        while j < chunk.len() {
-            let at = ci * per + j;
-            let (r, o) = (at / n, at % n);
-            let x_row = &xs[r * k..(r + 1) * k];
-            if o + 4 <= n && j + 4 <= chunk.len() {
-                let d = mma_dot4(x_row, [w_row(o), w_row(o + 1), w_row(o + 2), w_row(o + 3)]);
-                for (i, d) in d.into_iter().enumerate() {
-                    chunk[j + i] = f(o + i, d);
+    // by_block[b][r][j]: feature 8b + j of row r.
+    let blocks = n.div_ceil(MMA_BLOCK);
+    let mut by_block = vec![0.0f32; blocks * rows * MMA_BLOCK];
+    let per = blocks.div_ceil(threads.max(1) * 4).max(1);
+    par_chunks_mut(
+        &mut by_block,
+        per * rows * MMA_BLOCK,
+        threads,
+        |ci, chunk| {
+            for (bi, dots) in chunk.chunks_mut(rows * MMA_BLOCK).enumerate() {
+                let first = (ci * per + bi) * MMA_BLOCK;
+                let w_rows: Vec<&[bf16]> = (first..(first + MMA_BLOCK).min(n))
+                    .map(|o| &w[o * k..(o + 1) * k])
+                    .collect();
+                let block = MmaBlock::new(&w_rows, k);
+                for (r, d) in dots.chunks_exact_mut(MMA_BLOCK).enumerate() {
+                    d.copy_from_slice(&block.dots(&xs[r * k..(r + 1) * k]));
                 }
-                j += 4;
-            } else {
-                chunk[j] = f(o, mma_dot(x_row, w_row(o)));
-                j += 1;
             }
+        },
+    );
+    for (r, row) in out.chunks_exact_mut(n).enumerate() {
+        for (o, v) in row.iter_mut().enumerate() {
+            let (b, j) = (o / MMA_BLOCK, o % MMA_BLOCK);
+            *v = f(o, by_block[(b * rows + r) * MMA_BLOCK + j]);
         }
-    });
+    }
 }
 
 fn linear_mma(a: LinearMmaArgs<'_>) -> Result<(), GpuError> {
