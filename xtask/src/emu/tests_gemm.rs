@@ -34,7 +34,9 @@ fn gemm_launch(
         }
         .launch(LM_HEAD_MMA)
     } else {
-        let bias = (seed % 2 == 0).then(|| upload(backend, &values(n, seed ^ 0xaaaa)));
+        let bias = seed
+            .is_multiple_of(2)
+            .then(|| upload(backend, &values(n, seed ^ 0xaaaa)));
         LinearMma {
             x,
             w,
