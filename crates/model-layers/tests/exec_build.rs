@@ -247,9 +247,11 @@ fn reference_kernels_backend() -> CpuBackend {
     backend.register_twins(&twins).unwrap();
     // The modules holding a reference kernel (a module of fused kernels only, like gemm, has
     // nothing registered to load).
-    let modules = MODULES
-        .iter()
-        .filter(|m| twins.iter().any(|(name, _)| name.split("::").next() == Some(**m)));
+    let modules = MODULES.iter().filter(|m| {
+        twins
+            .iter()
+            .any(|(name, _)| name.split("::").next() == Some(**m))
+    });
     for module in modules {
         backend
             .load_module(&ModuleImage {

@@ -24,9 +24,11 @@
 # Each stage runs under `timeout` (limits in seconds below, each overridable by its variable)
 # and, as soon as it ends, appends its row to $LOG/summary.txt and prints it, so a cut of the
 # whole call keeps every finished row. A tool that is missing is a SKIP row naming it. Results
-# go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in thirteen files: summary.txt
-# facts.log parity.log parity.json goldens.json checks.log bench.log bench.json ab.json
-# ncu.csv parity-tc.json ab-tc.json ncu-tc.csv. The summary of the part is printed again last.
+# go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in six files (the device tool
+# brings back eight at most): summary.txt facts.log parity.log checks.log bench.log, and
+# data.tar, which holds the machine-readable results (parity.json goldens.json bench.json
+# ab.json ncu.csv parity-tc.json ab-tc.json ncu-tc.csv), packed again with each
+# summary row. The summary of the part is printed again last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 PART=${1:-${PART:-1}}
@@ -85,6 +87,9 @@ STRESS_REPLAYS=${STRESS_REPLAYS:-1000}
 LOG=${OUT:-/tmp/solder-gpu-check}
 mkdir -p "$LOG"
 SCRATCH=$(mktemp -d /tmp/solder-gpu-check.XXXXXX)
+# The JSON and CSV results, packed into $LOG/data.tar by `pack`.
+DATA=$SCRATCH/data
+mkdir -p "$DATA"
 # The executables and the sm_90 cubins travel packed (bundle.tgz); unpacked here in a second.
 # BIN set by the caller skips the archive (a stand-in binary, or one built on the machine).
 if [ -z "${BIN:-}" ]; then
@@ -139,6 +144,7 @@ record() {
     SUMMARY+=("$row")
     echo "$row" >>"$LOG/summary.txt"
     echo "--- summary row: $row"
+    pack
 }
 
 # key PATTERN: the stage's last output line matching PATTERN.
@@ -148,6 +154,11 @@ key() { last_line "$STAGE_OUT" "$1"; }
 skip() {
     STAGE_STATUS=SKIP STAGE_SECONDS=0
     record "$1" "$2"
+}
+
+# pack: $DATA into $LOG/data.tar, whole or not at all (written aside, then renamed).
+pack() {
+    tar -cf "$LOG/data.tar.part" -C "$SCRATCH" data && mv -f "$LOG/data.tar.part" "$LOG/data.tar"
 }
 
 last_line() { grep -E "$2" "$1" 2>/dev/null | tail -n 1; }
@@ -259,14 +270,14 @@ part1() {
 
     stage "parity split k/heads" "$LIMIT_PARITY_SPLIT" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --only tiny-llama-wide,tiny-llama-long \
-        --json "$LOG/parity.json"
+        --json "$DATA/parity.json"
     record "parity split k/heads" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
 
     # The same model per lever set (baseline, each of AB_LEVERS, all together), timed
     # interleaved, graph and eager, at 1 and 8 rows.
     stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
         "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --widths 1,8 --rounds 6 \
-        --runs 10 --max-seconds 4 --json "$LOG/ab.json"
+        --runs 10 --max-seconds 4 --json "$DATA/ab.json"
     local rows program
     for rows in 1 8; do
         record "A/B rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
@@ -280,12 +291,11 @@ part1() {
         stage "ncu profile" "$LIMIT_NCU" "$LOG/bench.log" \
             "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
             --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-            --log-file "$SCRATCH/ncu.csv" \
+            --log-file "$DATA/ncu.csv" \
             "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 16 --profile
-        record "ncu profile" "$(grep -c '^"[0-9]' "$SCRATCH/ncu.csv" 2>/dev/null) CSV lines" "$LOG/bench.log"
-        cp "$SCRATCH/ncu.csv" "$LOG/ncu.csv" 2>/dev/null
+        record "ncu profile" "$(grep -c '^"[0-9]' "$DATA/ncu.csv" 2>/dev/null) CSV lines" "$LOG/bench.log"
         stage "ncu table" "$LIMIT_NCU_TABLE" "$LOG/bench.log" \
-            "$BIN" gpu-ncu-table --csv "$SCRATCH/ncu.csv" --programs decode:1,multi_seq:16 \
+            "$BIN" gpu-ncu-table --csv "$DATA/ncu.csv" --programs decode:1,multi_seq:16 \
             --synth llama-3.2-1b --context 32 --launches
         # n, time_us, dram_MB, floor_MB, TB/s, %peak, floor_us, floor/time
         for program in decode:1 multi_seq:16; do
@@ -302,12 +312,12 @@ part1() {
     device_tests checked_cuda "$LIMIT_CHECKED"
 
     stage goldens "$LIMIT_GOLDENS" "$LOG/parity.log" \
-        "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$LOG/goldens.json"
+        "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$DATA/goldens.json"
     record "parity (goldens)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
 
     # Every width of the default ladder, 0.3 s each.
     stage "width sweep" "$LIMIT_SWEEP" "$LOG/bench.log" \
-        "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$LOG/bench.json"
+        "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$DATA/bench.json"
     decode_row "width sweep"
     record "width sweep rows 8" "$(key '^multi_seq +8 ' | awk '{printf "graph %s us, eager %s us, floor %s us = %s of graph", $7, $6, $5, $9}')"
 
@@ -324,7 +334,7 @@ part2() {
     record "facts, ptx jit" "$(key '^modules loaded')" "$LOG/facts.log"
 
     stage "parity (built-in)" "$LIMIT_PARITY" "$LOG/parity.log" \
-        "$BIN" parity --backend cuda --json "$LOG/parity.json"
+        "$BIN" parity --backend cuda --json "$DATA/parity.json"
     record "parity (built-in)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
 
     # The tensor cores (`tensor_cores` lever, gemm::linear_mma / lm_head_mma): their logits
@@ -333,11 +343,11 @@ part2() {
     # at 32 and 128 rows, and each kernel's time and DRAM bytes in one 128-wide step.
     stage "parity tensor cores" "$LIMIT_TC_PARITY" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --levers tensor_cores --only tiny-llama,tiny-qwen3-moe \
-        --json "$LOG/parity-tc.json"
+        --json "$DATA/parity-tc.json"
     record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
     stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
         "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
-        --runs 10 --max-seconds 4 --json "$LOG/ab-tc.json"
+        --runs 10 --max-seconds 4 --json "$DATA/ab-tc.json"
     for rows in 32 128; do
         record "tensor cores rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
     done
@@ -347,7 +357,7 @@ part2() {
         stage "ncu tensor cores" "$LIMIT_TC_NCU" "$LOG/bench.log" \
             "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
             --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-            --log-file "$LOG/ncu-tc.csv" \
+            --log-file "$DATA/ncu-tc.csv" \
             "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 128 --profile \
             --levers tensor_cores
         # Per kernel name: launches and summed time (ns) and DRAM bytes read.
@@ -356,7 +366,7 @@ part2() {
                 if ($(NF-2) ~ /gpu__time_duration/) { t[name] += v; n[name]++ }
                 if ($(NF-2) ~ /dram__bytes_read/) { b[name] += v }
             } END { for (k in t) printf "ncu-tc %-32s %4d launches %12.1f us %10.2f MB\n", k, n[k], t[k] / 1000, b[k] / 1e6 }' \
-            "$LOG/ncu-tc.csv" | sort -k5 -g -r | tee -a "$LOG/bench.log" >"$SCRATCH/ncu-tc.txt"
+            "$DATA/ncu-tc.csv" | sort -k5 -g -r | tee -a "$LOG/bench.log" >"$SCRATCH/ncu-tc.txt"
         record "ncu tensor cores" "$(grep -m 2 -E 'linear_mma|lm_head_mma' "$SCRATCH/ncu-tc.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
     fi
 
