@@ -57,8 +57,9 @@ const HELP: &str =
                      decoding by multi-seq steps, speculative by batched verify steps (and
                      batched drafting: the MTP head drafts all N in one program per step)
   --peer candle      also build and run candle 0.11 (peers/candle-llama) on the same
-                     checkpoint, bf16 and f32, and print the ratios (a synth model is saved
-                     under target/synth/ first)";
+                     checkpoint, bf16 and f32, and print the ratios of the decode steps and
+                     of the prefills (a synth model is saved under target/synth/ first);
+                     solder runs with the given --chunk, --levers and --threads";
 
 /// Synth models: name, base config (tests/fixtures/configs/), layers.
 const SYNTH: &[(&str, &str, usize)] = &[
@@ -445,9 +446,12 @@ fn print_timings(
         ),
         _ => String::new(),
     };
+    // The prefill of the same path (each path prefills its own sequence).
+    let prefill = *prefill_ms.last().ok_or("no path ran")?;
     println!(
-        "solder decode: model={name} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2} launches_per_step={launches}{side_by_side}",
-        1e3 / median
+        "solder decode: model={name} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2} launches_per_step={launches} prefill_ms={prefill:.1} prefill_tok_per_s={:.1}{side_by_side}",
+        1e3 / median,
+        prompt_len as f64 * 1e3 / prefill
     );
     Ok(())
 }
@@ -692,5 +696,25 @@ mod tests {
         // The peer run checks the same ranges before it saves or builds anything.
         let e = bench(&["--synth", "llama-3.2-1b", "--peer", "candle", "--gen", "0"]).unwrap_err();
         assert!(e.contains("--gen") && e.contains("1..=65536"), "{e}");
+        let e = bench(&[
+            "--synth",
+            "llama-3.2-1b",
+            "--peer",
+            "candle",
+            "--chunk",
+            "513",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--chunk") && e.contains("2..=512"), "{e}");
+        let e = bench(&[
+            "--synth",
+            "llama-3.2-1b",
+            "--peer",
+            "candle",
+            "--levers",
+            "warp_drive",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--levers") && e.contains("warp_drive"), "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask bench --peer candle`: solder and candle 0.11 on the same checkpoint, side by
-//! side in one run, with the ratio of their median decode steps.
+//! side in one run, with the ratios of their median decode steps and of their prefills (candle
+//! prefills the prompt in one forward; solder in chunks of `--chunk` rows, with `--levers`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,6 +20,10 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
     let threads = args
         .number_in("threads", crate::args::THREADS)?
         .map(|t| t.to_string());
+    let chunk = args
+        .number_in("chunk", 2..=solder_config::MAX_VERIFY_WIDTH)?
+        .map(|w| w.to_string());
+    args.levers()?;
     let dir: PathBuf = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => PathBuf::from(dir),
         (None, Some(synth)) => crate::bench::synth_checkpoint(synth)?,
@@ -55,9 +60,16 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
     if let Some(t) = &threads {
         solder.args(["--threads", t]);
     }
+    if let Some(w) = &chunk {
+        solder.args(["--chunk", w]);
+    }
+    if let Some(levers) = args.value("levers") {
+        solder.args(["--levers", levers]);
+    }
     let solder_line = capture(&mut solder)?;
     println!("{solder_line}");
-    let mut best: Option<f64> = None;
+    // candle's best dtype, each figure on its own: (decode ms per token, prefill ms).
+    let mut best: Option<(f64, f64)> = None;
     for dtype in ["bf16", "f32"] {
         let line = capture(
             Command::new(root.join("target/peers/release/candle-llama-peer"))
@@ -65,14 +77,17 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
                 .args(["--prompt-len", &prompt, "--gen", &gen, "--dtype", dtype]),
         )?;
         println!("{line}");
-        let ms = field(&line, "ms_per_token")?;
-        best = Some(best.map_or(ms, |b: f64| b.min(ms)));
+        let run = (field(&line, "ms_per_token")?, field(&line, "prefill_ms")?);
+        best = Some(best.map_or(run, |(d, p)| (d.min(run.0), p.min(run.1))));
     }
-    let ours = field(&solder_line, "ms_per_token")?;
-    let theirs = best.ok_or("no candle run")?;
+    let (decode, prefill) = best.ok_or("no candle run")?;
     println!(
         "ratio: candle's best median step / solder's = {:.2} (above 1: solder decodes faster)",
-        theirs / ours
+        decode / field(&solder_line, "ms_per_token")?
+    );
+    println!(
+        "ratio: candle's best prefill of {prompt} tokens / solder's = {:.2} (above 1: solder prefills faster)",
+        prefill / field(&solder_line, "prefill_ms")?
     );
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! candle 0.11 decoding a Llama checkpoint on the CPU, timed like `cargo xtask bench`:
-//! prefill T tokens, then N greedy decode steps with the KV cache; prints the median step.
+//! prefill T tokens (one forward), then N greedy decode steps with the KV cache; prints the
+//! prefill time and the median step.
 //!
 //! usage: candle-llama-peer DIR [--prompt-len T] [--gen N] [--dtype bf16|f32]
 
@@ -53,8 +54,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("prefill {prompt_len} tokens in {prefill_ms:.1} ms; decode median {median:.2} ms (min {:.2}, max {:.2})", steps[0], steps[gen - 1]);
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
     println!(
-        "candle decode: model={name} dtype={dtype:?} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2}",
-        1e3 / median
+        "candle decode: model={name} dtype={dtype:?} prefill_tokens={prompt_len} gen_tokens={gen} decode_tok_per_s={:.2} ms_per_token={median:.2} prefill_ms={prefill_ms:.1} prefill_tok_per_s={:.1}",
+        1e3 / median,
+        prompt_len as f64 * 1e3 / prefill_ms
     );
     Ok(())
 }
