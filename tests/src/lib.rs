@@ -71,10 +71,14 @@ pub fn load_instance_with_draft(name: &str, draft_widths: &[usize]) -> Result<In
     Instance::from_config(&config, serve).map_err(|e| e.to_string())
 }
 
-/// The programs a config is planned at to show it serves: decode, a multi-seq width and a
-/// verify width.
-pub const SERVE_SAMPLE: [(Mode, usize); 3] =
-    [(Mode::Decode, 1), (Mode::MultiSeq, 16), (Mode::Verify, 5)];
+/// The programs a config is planned at to show it serves: decode, a multi-seq width, a verify
+/// width and a prefill width (its circuit without the LM head).
+pub const SERVE_SAMPLE: [(Mode, usize); 4] = [
+    (Mode::Decode, 1),
+    (Mode::MultiSeq, 16),
+    (Mode::Verify, 5),
+    (Mode::Prefill, 5),
+];
 
 /// Each `SERVE_SAMPLE` program of `instance` under every kernel the rules name and the default
 /// policy, the plan verifier on between passes; an error names the program, or says it has no
@@ -127,6 +131,13 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
     GoldenPlan {
         model: "llama-3.2-1b",
         mode: Mode::Verify,
+        rows: 4,
+    },
+    // Verify's rows without the LM head: the last layer keeps only its q/k/v projections,
+    // rope and KV write.
+    GoldenPlan {
+        model: "llama-3.2-1b",
+        mode: Mode::Prefill,
         rows: 4,
     },
     // Sliding window 4096 in every layer: each attention step prints ` window=4096`.
@@ -183,6 +194,11 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
     GoldenPlan {
         model: "qwen3-next-80b-a3b",
         mode: Mode::Verify,
+        rows: 4,
+    },
+    GoldenPlan {
+        model: "qwen3-next-80b-a3b",
+        mode: Mode::Prefill,
         rows: 4,
     },
     GoldenPlan {

@@ -44,6 +44,9 @@ const HELP: &str =
                      graph, or eager
   --chunk W          prefill chunk: a verify program of W rows, 2..=512, beside the default
                      verify widths (2..8), so the prompt runs W tokens a step (default 8)
+  --prefill-logits L last (default: `Session::prefill_last`, the last position's logits; every
+                     chunk before the last runs a prefill program, no LM head) or all
+                     (`Session::prefill`: every position's logits, every chunk a verify program)
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
                      verify 2..8) instead of batch 1 only, so `capture_all` times all of it
   --speculative D    greedy speculative decoding drafted by D: self (the target drafting for
@@ -81,6 +84,7 @@ enum Graphs {
 const OPTIONS: &[&str] = &[
     "backend",
     "chunk",
+    "prefill-logits",
     "model",
     "synth",
     "save",
@@ -148,6 +152,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         max_sequences: 2 * batch,
     };
     let graphs = graphs_of(&args)?;
+    let all_logits = match args.value("prefill-logits").unwrap_or("last") {
+        "last" => false,
+        "all" => true,
+        other => return Err(format!("`--prefill-logits {other}`: expected last or all")),
+    };
     let serve = if let Some(draft) = speculative {
         crate::speculate::serve(batch, k, draft == "mtp")?
     } else if args.flag("ladder") {
@@ -216,7 +225,8 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let prompt: Vec<u32> = (0..prompt_len)
         .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
         .collect();
-    let (prefill_ms, mut step_ms) = timed_decode(&exec, backend, &paths, &prompt, gen)?;
+    let (prefill_ms, mut step_ms) =
+        timed_decode(&exec, backend, &paths, &prompt, (gen, all_logits))?;
     print_timings(
         &name,
         (prompt_len, gen, launches),
@@ -337,16 +347,16 @@ fn graphs_of(args: &Args) -> Result<Graphs, String> {
     })
 }
 
-/// One sequence per path fed the same prompt and `gen` greedy steps, each path's logits
-/// checked finite and equal across paths: each path's prefill ms and its decode steps' ms.
+/// One sequence per path fed the same prompt (every position's logits read back with
+/// `all_logits`, else the last one's) and `gen` greedy steps, each path's logits checked
+/// finite and equal across paths: each path's prefill ms and its decode steps' ms.
 fn timed_decode(
     exec: &CircuitExec,
     backend: &mut dyn solder_gpu_runtime::GpuBackend,
     paths: &[GraphPolicy],
     prompt: &[u32],
-    gen: usize,
+    (gen, all_logits): (usize, bool),
 ) -> Result<(Vec<f64>, Vec<Vec<f64>>), String> {
-    let prompt_len = prompt.len();
     let vocab = exec.config.vocab_size;
     let mut session = Session::new(exec);
     let ids: Vec<_> = paths.iter().map(|_| session.add_sequence()).collect();
@@ -355,12 +365,14 @@ fn timed_decode(
     for (&id, &path) in ids.iter().zip(paths) {
         exec.set_graph_policy(path);
         let t = Instant::now();
-        let logits = session
-            .prefill(backend, id, prompt)
-            .map_err(|e| e.to_string())?;
+        let logits = match all_logits {
+            true => session.prefill(backend, id, prompt),
+            false => session.prefill_last(backend, id, prompt),
+        }
+        .map_err(|e| e.to_string())?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
         finite("prefill", &logits, vocab)?;
-        token = greedy(&logits[(prompt_len - 1) * vocab..]);
+        token = greedy(&logits[logits.len() - vocab..]);
     }
     let mut step_ms = vec![Vec::with_capacity(gen); paths.len()];
     for step in 0..gen {

@@ -56,6 +56,9 @@ pub struct Instance {
     /// The MTP draft head's step circuit (`Mode::Draft`), when draft programs are served.
     pub draft: Option<Circuit>,
     pub precision: Precision,
+    /// `circuit` without its logits (`Mode::Prefill`), derived when the instance is made;
+    /// `None` (and no prefill programs) when the circuit has no head to drop.
+    prefill: Option<Circuit>,
     serve: ServeShape,
     shapes: ProgramShapes,
 }
@@ -85,13 +88,27 @@ impl Instance {
                 ),
             });
         }
-        Ok(Instance {
+        let mut instance = Instance {
             circuit,
             draft,
             precision: Precision::default(),
+            prefill: None,
             serve,
             shapes,
-        })
+        };
+        instance.derive_prefill();
+        Ok(instance)
+    }
+
+    /// Derives the prefill circuit from `circuit` (again, after the circuit changed); drops
+    /// the prefill programs when there is none.
+    fn derive_prefill(&mut self) {
+        self.prefill = crate::prune::without_logits(&self.circuit);
+        let asked = ProgramShapes::new(&self.serve).expect("checked when the instance was made");
+        self.shapes = match self.prefill {
+            Some(_) => asked,
+            None => asked.without(Mode::Prefill),
+        };
     }
 
     /// The family's circuit for `config`, served at `serve`, each weight in the format the
@@ -146,6 +163,7 @@ impl Instance {
         if let Some(draft) = instance.draft.as_mut() {
             precision::apply(&resolved.served, draft);
         }
+        instance.derive_prefill();
         instance.precision.spec = spec.clone();
         instance.precision.checkpoint_formats = resolved.checkpoint;
         Ok(instance)
@@ -171,8 +189,9 @@ impl Instance {
         Instance::with_draft(circuit, Some(draft), serve)
     }
 
-    /// The circuit `mode`'s programs run: the draft head's for `Mode::Draft`, else the
-    /// model's; refused for draft without a draft head.
+    /// The circuit `mode`'s programs run: the draft head's for `Mode::Draft`, the model's
+    /// without its logits for `Mode::Prefill`, else the model's; refused for draft without a
+    /// draft head and prefill without a head to drop.
     pub fn circuit_for(&self, mode: Mode) -> Result<&Circuit, CircuitError> {
         match (mode, &self.draft) {
             (Mode::Draft, Some(draft)) => Ok(draft),
@@ -182,6 +201,15 @@ impl Instance {
                           (its serve shape asks for no `draft_widths`)"
                     .to_string(),
             }),
+            (Mode::Prefill, _) => self
+                .prefill
+                .as_ref()
+                .ok_or_else(|| CircuitError::Unsupported {
+                    source_name: self.circuit.name.clone(),
+                    message: "prefill programs run the circuit without its LM head, and this \
+                          circuit has no `Logits` output to drop (or nothing but it)"
+                        .to_string(),
+                }),
             _ => Ok(&self.circuit),
         }
     }
@@ -203,7 +231,8 @@ impl Instance {
     }
 
     /// Every (mode, rows) the serve shape asks a program for, in canonical order: decode;
-    /// multi_seq over the ladder; verify at each width; draft at 1 row and each draft width.
+    /// multi_seq over the ladder; verify at each width; prefill at each verify width (when
+    /// the circuit has a head to drop); draft at 1 row and each draft width.
     /// (`verify_batch` row tables come with the sessions that use them.)
     pub fn shapes(&self) -> Vec<(Mode, usize)> {
         self.shapes.all().to_vec()

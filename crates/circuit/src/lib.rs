@@ -29,6 +29,7 @@ pub mod plan;
 pub mod planner;
 pub mod policy;
 pub mod precision;
+pub mod prune;
 pub mod routes;
 pub mod rules;
 pub mod shapes;

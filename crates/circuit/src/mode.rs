@@ -13,6 +13,10 @@ pub enum Mode {
     MultiSeq,
     /// One sequence, K consecutive tokens with causal attention among them.
     Verify,
+    /// A prompt chunk whose logits nobody reads: verify's rows through the model's circuit
+    /// without its LM head ([`crate::prune::without_logits`]), so it writes exactly the KV
+    /// pages and recurrent state a verify program of the same width writes.
+    Prefill,
     /// Several sequences, k_i consecutive tokens each.
     VerifyBatch,
     /// The MTP draft head's step.
@@ -24,6 +28,7 @@ impl Mode {
         Mode::Decode,
         Mode::MultiSeq,
         Mode::Verify,
+        Mode::Prefill,
         Mode::VerifyBatch,
         Mode::Draft,
     ];
@@ -33,8 +38,19 @@ impl Mode {
             Mode::Decode => "decode",
             Mode::MultiSeq => "multi_seq",
             Mode::Verify => "verify",
+            Mode::Prefill => "prefill",
             Mode::VerifyBatch => "verify_batch",
             Mode::Draft => "draft",
+        }
+    }
+
+    /// The mode whose row layout this one shares: verify for prefill (one sequence's
+    /// consecutive tokens), else the mode itself. Rules, recurrent kernels and traffic read a
+    /// prefill program's rows as a verify program's.
+    pub fn rows_as(self) -> Mode {
+        match self {
+            Mode::Prefill => Mode::Verify,
+            mode => mode,
         }
     }
 
@@ -47,7 +63,7 @@ impl Mode {
                 Some("more rows than MAX_ROWS (2^18: 4096 sequences of 64 tokens, 512 of 512)")
             }
             Mode::Decode if rows != 1 => Some("decode runs exactly one row"),
-            Mode::MultiSeq | Mode::Verify | Mode::VerifyBatch if rows < 2 => {
+            Mode::MultiSeq | Mode::Verify | Mode::Prefill | Mode::VerifyBatch if rows < 2 => {
                 Some("needs at least two rows")
             }
             _ => None,

@@ -3,8 +3,9 @@
 //!
 //! Invariants: built only from a serve shape that passes
 //! [`ServeShape::validate`](solder_config::ServeShape::validate); the list is in canonical order —
-//! decode at 1 row, then multi-seq widths ascending, then verify widths ascending, then
-//! batched-verify widths ascending, then draft (the MTP head's step) at 1 row and at every other
+//! decode at 1 row, then multi-seq widths ascending, then verify widths ascending, then prefill
+//! at every verify width (a prompt chunk with no LM head; an instance whose circuit cannot drop
+//! its head removes them), then batched-verify widths ascending, then draft (the MTP head's step) at 1 row and at every other
 //! `draft_widths` width ascending, when `draft_widths` asks for any — with no (mode, rows) twice;
 //! every entry passes [`Mode::check_rows`](crate::Mode::check_rows). Whether the model has a draft
 //! head is the instance's question
@@ -29,6 +30,7 @@ impl ProgramShapes {
         let mut programs = vec![(Mode::Decode, 1)];
         programs.extend(serve.multi_seq_ladder.iter().map(|&w| (Mode::MultiSeq, w)));
         programs.extend(serve.verify_widths.iter().map(|&k| (Mode::Verify, k)));
+        programs.extend(serve.verify_widths.iter().map(|&k| (Mode::Prefill, k)));
         programs.extend(
             serve
                 .verify_batch_widths
@@ -46,6 +48,12 @@ impl ProgramShapes {
             mode.check_rows(rows)?;
         }
         Ok(ProgramShapes { programs })
+    }
+
+    /// These shapes without `mode`'s programs (an instance with no circuit for them).
+    pub fn without(mut self, mode: Mode) -> ProgramShapes {
+        self.programs.retain(|(m, _)| *m != mode);
+        self
     }
 
     /// Whether draft programs (the MTP head's) are asked for.

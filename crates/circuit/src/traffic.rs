@@ -172,7 +172,7 @@ pub fn floor_us(bytes: u64, bytes_per_s: f64) -> f64 {
 /// Sequences a step of `mode` at `rows` holds.
 pub fn sequences(mode: Mode, rows: usize) -> usize {
     match mode {
-        Mode::Decode | Mode::Verify | Mode::Draft => 1,
+        Mode::Decode | Mode::Verify | Mode::Prefill | Mode::Draft => 1,
         Mode::MultiSeq | Mode::VerifyBatch => rows,
     }
 }
@@ -282,7 +282,7 @@ fn launch_traffic(
                     ),
                     _ => {
                         let slot = u(kind.slot_bytes());
-                        let writes = if plan.mode == Mode::Verify {
+                        let writes = if plan.mode.rows_as() == Mode::Verify {
                             seqs.saturating_add(rows)
                         } else {
                             seqs

@@ -157,11 +157,11 @@ fn rows_that_are_not_a_pair_are_refused() {
 
 #[test]
 fn unknown_mode_is_named_with_the_known_ones() {
-    let text = one_rule(&format!("{REF_BODY}\nmodes = [\"decode\", \"prefill\"]"));
+    let text = one_rule(&format!("{REF_BODY}\nmodes = [\"decode\", \"prefil\"]"));
     assert_at(
         &refuse(&text),
         line_of(&text, "modes"),
-        &["unknown mode `prefill`", "multi_seq"],
+        &["unknown mode `prefil`", "multi_seq", "prefill"],
     );
 }
 

@@ -9,11 +9,12 @@ fn served_at(max_batch: usize) -> ProgramShapes {
 }
 
 #[test]
-fn programs_are_listed_decode_then_multi_seq_then_verify_ascending() {
+fn programs_are_listed_decode_then_multi_seq_then_verify_then_prefill_ascending() {
     let shapes = served_at(8);
     let mut expected = vec![(Mode::Decode, 1)];
     expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
     expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    expected.extend((2..=8).map(|k| (Mode::Prefill, k)));
     expected.extend([4, 8].map(|w| (Mode::VerifyBatch, w)));
     assert_eq!(shapes.all(), expected.as_slice());
     assert_eq!(shapes.widths(Mode::MultiSeq).collect::<Vec<_>>(), [2, 4, 8]);
@@ -117,4 +118,34 @@ fn invalid_serve_shapes_are_refused_by_name() {
     };
     let err = ProgramShapes::new(&serve).expect_err("unsorted ladder");
     assert!(err.to_string().contains("multi_seq_ladder"), "{err}");
+}
+
+#[test]
+fn prefill_programs_run_the_circuit_without_its_head_or_are_not_compiled() {
+    let config = ModelConfig::from_json_str(
+        r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "hidden_act": "silu"}"#,
+        "llama-tiny.json",
+    )
+    .expect("a tiny config");
+    let serve = ServeShape::with_max_batch(8).expect("valid");
+    let instance = Instance::from_config(&config, serve.clone()).expect("instance");
+    let widths: Vec<usize> = instance.program_shapes().widths(Mode::Prefill).collect();
+    assert_eq!(widths, serve.verify_widths);
+    let prefill = instance
+        .circuit_for(Mode::Prefill)
+        .expect("a prefill circuit");
+    assert!(prefill.ops.iter().all(|op| op.name != "lm_head"));
+    assert!(instance.circuit.ops.iter().any(|op| op.name == "lm_head"));
+    assert_eq!(prefill.weights, instance.storage().weights);
+    // A circuit with no logits to drop serves no prefill programs, and says why if asked.
+    let headless = instance.circuit_for(Mode::Prefill).unwrap().clone();
+    let instance = Instance::new(headless, serve).expect("instance");
+    assert_eq!(instance.program_shapes().widths(Mode::Prefill).count(), 0);
+    let err = instance
+        .circuit_for(Mode::Prefill)
+        .expect_err("nothing to drop");
+    assert!(err.to_string().contains("Logits"), "{err}");
 }

@@ -21,6 +21,7 @@ fn a_program_for_every_serve_shape() {
     let mut expected = vec![(Mode::Decode, 1)];
     expected.extend([2, 4, 8].map(|w| (Mode::MultiSeq, w)));
     expected.extend((2..=8).map(|k| (Mode::Verify, k)));
+    expected.extend((2..=8).map(|k| (Mode::Prefill, k)));
     expected.extend([4, 8].map(|w| (Mode::VerifyBatch, w)));
     assert_eq!(exec.instance.shapes(), expected);
     assert_eq!(exec.programs().len(), expected.len());
@@ -42,6 +43,17 @@ fn a_program_for_every_serve_shape() {
         other => panic!("expected NoProgram, got {:?}", other.map(|p| p.rows)),
     }
     assert!(exec.verify_program(9).is_err());
+    // A prefill program is its verify program without the LM head (and what only it needs).
+    let (verify, prefill) = (
+        exec.verify_program(8).unwrap(),
+        exec.program(Mode::Prefill, 8).unwrap(),
+    );
+    assert!(
+        prefill.launches() < verify.launches(),
+        "{} vs {}",
+        prefill.launches(),
+        verify.launches()
+    );
 }
 
 #[test]

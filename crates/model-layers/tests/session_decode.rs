@@ -1,4 +1,5 @@
-//! `Session` decoding: prefill and verify equal token-by-token decode, sequences joining and
+//! `Session` decoding: prefill (every position's logits, or through prefill programs the last
+//! position's alone) and verify equal token-by-token decode, sequences joining and
 //! leaving multi-seq steps keep their own logits, padding rows change nothing, pages come
 //! back, and greedy sampling.
 
@@ -311,6 +312,26 @@ fn a_prompt_prefilled_in_256_token_chunks_equals_token_by_token_decode() {
         let id = session.add_sequence();
         let got = session.prefill(&mut backend, id, &tokens).unwrap();
         assert_same_bytes(&got, &want, "256-token chunks vs decode");
+        // The same prompt with nobody reading the chunks' logits: the first 256 tokens
+        // through the prefill program (no LM head), the rest with the last position's logits.
+        let headless = session.add_sequence();
+        session
+            .prefill_chunk(&mut backend, headless, &tokens[..256])
+            .unwrap();
+        assert_eq!(
+            session.last_program().map(|(mode, rows, _)| (mode, rows)),
+            Some((solder_circuit::Mode::Prefill, 256))
+        );
+        let last = session
+            .prefill_last(&mut backend, headless, &tokens[256..])
+            .unwrap();
+        assert_same_bytes(&last, &want[299 * VOCAB..], "prefill_last vs decode");
+        // Decoding on reads every KV page the prefill programs wrote.
+        let (a, b) = (
+            session.decode(&mut backend, id, 7).unwrap(),
+            session.decode(&mut backend, headless, 7).unwrap(),
+        );
+        assert_same_bytes(&b, &a, "decode after a headless prefill");
         drop(session);
         assert!(exec.plan(solder_circuit::Mode::Verify, 256).is_some());
         exec.free(&mut backend).unwrap();

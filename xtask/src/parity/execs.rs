@@ -1,6 +1,6 @@
 //! The execs a parity case runs on and the runs it makes on them: the serve shape and KV
-//! pages parity compiles for, building an exec, and decode, multi-seq, verify and batched
-//! verify runs that log the programs they launch.
+//! pages parity compiles for, building an exec, and decode, multi-seq, verify, prefill and
+//! batched verify runs that log the programs they launch.
 //!
 //! Invariant: every run goes through a [`Routing`] and logs its steps in a [`RouteLog`], so
 //! the rows can name the programs each ran.
@@ -209,4 +209,44 @@ pub(super) fn verify_chunks(
     }
     session.end_sequence(id).map_err(err)?;
     Ok(logits)
+}
+
+/// `prompt` as prompt chunks of up to `k` tokens through `Session::prefill_chunk` (prefill
+/// programs: no LM head, no logits), each followed by one decoded token: the logits of the
+/// decoded positions (`prefill_positions`), which read every KV page and state the chunks
+/// wrote.
+pub(super) fn prefill_chunks(
+    routing: Routing,
+    backend: &mut dyn GpuBackend,
+    prompt: &[u32],
+    k: usize,
+    routes: &mut RouteLog,
+) -> R<Vec<f32>> {
+    let mut session = Session::new(routing.exec);
+    let id = session.add_sequence();
+    let mut logits = Vec::new();
+    let mut at = 0;
+    for position in prefill_positions(prompt.len(), k) {
+        if position > at {
+            session
+                .prefill_chunk(backend, id, &prompt[at..position])
+                .map_err(err)?;
+            routes.record(routing.fusions, &session);
+        }
+        logits.extend(session.decode(backend, id, prompt[position]).map_err(err)?);
+        routes.record(routing.fusions, &session);
+        at = position + 1;
+    }
+    session.end_sequence(id).map_err(err)?;
+    Ok(logits)
+}
+
+/// The positions `prefill_chunks` decodes for a prompt of `len` tokens in chunks of `k`:
+/// every `k + 1`-th, and the last.
+pub(super) fn prefill_positions(len: usize, k: usize) -> Vec<usize> {
+    let mut positions: Vec<usize> = (k..len).step_by(k + 1).collect();
+    if len > 0 && positions.last() != Some(&(len - 1)) {
+        positions.push(len - 1);
+    }
+    positions
 }

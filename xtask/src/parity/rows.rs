@@ -12,12 +12,14 @@ use solder_model_layers::GraphPolicy;
 
 use super::claims::Blame;
 use super::differs::{max_abs, Differs, ProgramKey};
-use super::execs::{decode_logged, multi_seq, verify_batched, verify_chunks};
+use super::execs::{
+    decode_logged, multi_seq, prefill_chunks, prefill_positions, verify_batched, verify_chunks,
+};
 use super::run::{
     random_prompt, Case, Detection, Diff, FiniteCheck, ModeRow, RouteLog, Routing, R,
 };
 
-/// Every mode row in the report's order: decode, multi-seq, verify, batched verify.
+/// Every mode row in the report's order: decode, multi-seq, verify, prefill, batched verify.
 /// `[fused_alone, fused_eager]` is prompt 0 decoded alone under all rules (replayed, eagerly).
 pub(super) fn mode_rows(
     base: &Baseline,
@@ -47,6 +49,7 @@ pub(super) fn mode_rows(
         differs,
     )?;
     modes.extend(verify_rows(base, &verify, serve, backend, log)?);
+    modes.extend(prefill_rows(base, &verify, serve, backend, log)?);
     modes.extend(verify_batch_rows(base, serve, backend, log)?);
     Ok(modes)
 }
@@ -244,6 +247,84 @@ fn verify_rows(
             &[r],
             &|routing, b| {
                 Ok(vec![verify_chunks(
+                    routing,
+                    b,
+                    &verify.prompt,
+                    k,
+                    &mut RouteLog::default(),
+                )?])
+            },
+        )?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Prefill rows at the narrowest and widest verify widths (the remainders run the widths
+/// between): `verify.prompt` in chunks through the prefill programs (no logits), one token
+/// decoded after each; those positions' logits against the prompt decoded alone.
+fn prefill_rows(
+    base: &Baseline,
+    verify: &VerifyPrompt,
+    serve: &ServeShape,
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
+    let compiled = |k: &usize| {
+        fused
+            .exec
+            .instance
+            .program_shapes()
+            .contains(Mode::Prefill, *k)
+    };
+    let mut widths: Vec<usize> = [serve.verify_widths.first(), serve.verify_widths.last()]
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(compiled)
+        .collect();
+    widths.dedup();
+    let mut rows = Vec::new();
+    for k in widths {
+        let positions = prefill_positions(verify.prompt.len(), k);
+        let at = |logits: &[f32]| -> Vec<f32> {
+            positions
+                .iter()
+                .flat_map(|&p| &logits[p * vocab..(p + 1) * vocab])
+                .copied()
+                .collect()
+        };
+        let r = prefill_chunks(reference, backend, &verify.prompt, k, routes)?;
+        let f = prefill_chunks(fused, backend, &verify.prompt, k, routes)?;
+        let fe = eagerly(fused, |r| {
+            prefill_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
+        })?;
+        finite.check(&format!("reference prefill rows {k}"), &r);
+        finite.check(&format!("all-rules prefill rows {k}"), &f);
+        let mut row = ModeRow {
+            mode: Mode::Prefill,
+            rows: k,
+            live: 1,
+            tokens: verify.prompt.len(),
+            programs: Vec::new(),
+            ref_vs_fused: Diff::of(&r, &f, vocab),
+            vs_decode: Diff::of(&f, &at(&verify.alone_fused), vocab).merge(Diff::of(
+                &r,
+                &at(&verify.alone),
+                vocab,
+            )),
+            graph_vs_eager: Diff::of(&f, &fe, vocab),
+            differs: None,
+            broken_claim: None,
+        };
+        base.blame.judge(
+            &mut row,
+            &routes.take_ran(),
+            backend,
+            &[r],
+            &|routing, b| {
+                Ok(vec![prefill_chunks(
                     routing,
                     b,
                     &verify.prompt,

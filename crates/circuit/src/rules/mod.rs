@@ -90,8 +90,12 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// Whether the rule may serve `mode`: listed, or a prefill program under a rule listing
+    /// verify (the same rows; `Mode::rows_as`).
     pub fn allows_mode(&self, mode: Mode) -> bool {
-        self.modes.as_ref().is_none_or(|m| m.contains(&mode))
+        self.modes
+            .as_ref()
+            .is_none_or(|m| m.contains(&mode) || m.contains(&mode.rows_as()))
     }
 
     pub fn allows_rows(&self, rows: usize) -> bool {

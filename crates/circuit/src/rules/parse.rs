@@ -294,8 +294,12 @@ fn parse_modes(
             fail(
                 start,
                 format!(
-                    "unknown mode `{name}` (expected one of decode, multi_seq, verify, \
-                     verify_batch, draft)"
+                    "unknown mode `{name}` (expected one of {})",
+                    Mode::ALL
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
         })?;

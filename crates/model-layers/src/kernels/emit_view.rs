@@ -218,7 +218,7 @@ impl<'a> View<'a> {
     /// runs of consecutive rows on one slot, each run a sequence's consecutive tokens
     /// (verify_batch).
     pub fn chain_mode(&self) -> u32 {
-        match self.bind.mode() {
+        match self.bind.mode().rows_as() {
             solder_circuit::Mode::Verify => 1,
             solder_circuit::Mode::VerifyBatch => 2,
             _ => 0,
@@ -229,7 +229,7 @@ impl<'a> View<'a> {
     /// recurrent kernels keep per-row snapshots.
     pub fn chained(&self) -> bool {
         matches!(
-            self.bind.mode(),
+            self.bind.mode().rows_as(),
             solder_circuit::Mode::Verify | solder_circuit::Mode::VerifyBatch
         )
     }

@@ -1,6 +1,7 @@
 //! Plain decoding: how each of `Session`'s plain entry points lays out its rows and picks its
 //! program — prefill in chunks (the widest verify width the rest fills, a last single token
-//! through decode), verify and decode (one sequence), multi-seq steps (one token each of
+//! through decode; a chunk whose logits nobody reads runs the prefill program of its width,
+//! which has no LM head and writes the same KV pages and state), verify and decode (one sequence), multi-seq steps (one token each of
 //! several sequences) and batched verify (several sequences' consecutive tokens) — before one
 //! `state::step` runs it.
 //!
@@ -130,7 +131,9 @@ fn check_prefill(
     Ok((start, pages_before, slot_before))
 }
 
-/// `Session::verify`, with the recurrent state saved by the step or already by the caller.
+/// `Session::verify`, with the recurrent state saved by the step or already by the caller;
+/// with `Reads::Nothing` (a prefill chunk nobody reads the logits of), through the prefill
+/// program of its width when there is one.
 pub(super) fn verify(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
@@ -150,9 +153,13 @@ pub(super) fn verify(
         })
         .collect();
     let exec = session.exec;
+    let headless =
+        |k| reads == Reads::Nothing && exec.instance.program_shapes().contains(Mode::Prefill, k);
     let program = match tokens.len() {
         0 => return Err(SessionError::Empty("verify of no tokens")),
         1 => exec.decode_program(),
+        // Nobody reads this chunk's logits: the program without the LM head.
+        k if headless(k) => exec.program(Mode::Prefill, k),
         k => exec.verify_program(k),
     }?;
     session.step(backend, program, &rows, &[(id, tokens.len())], save, reads)

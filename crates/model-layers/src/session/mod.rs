@@ -214,6 +214,18 @@ impl Session<'_> {
         decode::prefill(self, backend, id, tokens, Reads::Live)
     }
 
+    /// Feeds a prompt as `prefill` does and returns the last position's logits alone,
+    /// `[vocab]`: every chunk but the last runs a prefill program (no LM head) and copies
+    /// nothing back (what an engine that samples on its own side wants).
+    pub fn prefill_last(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        id: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, SessionError> {
+        decode::prefill(self, backend, id, tokens, Reads::Last)
+    }
+
     /// One token of one sequence; returns its logits, `[vocab]`.
     pub fn decode(
         &mut self,
@@ -264,19 +276,21 @@ impl Session<'_> {
 /// they are the same whatever batch it runs in. A step that ran and whose logits cannot be
 /// sampled (no finite logit) is an error naming the sequence; its fed token stays in the cache.
 impl Session<'_> {
-    /// Prefills `tokens` (as `prefill`) and returns the sequence's next token.
+    /// Prefills `tokens` (as `prefill_last`) and returns the sequence's next token, drawn
+    /// from the last position's logits.
     pub fn prefill_next(
         &mut self,
         backend: &mut dyn GpuBackend,
         id: SeqId,
         tokens: &[u32],
     ) -> Result<u32, SessionError> {
-        let logits = decode::prefill(self, backend, id, tokens, Reads::Last)?;
+        let logits = self.prefill_last(backend, id, tokens)?;
         self.draw(id, &logits)
     }
 
     /// Prefills `tokens` (as `prefill`) and reads nothing back: a chunk of a prompt before
-    /// its last (chunked prefill interleaved with decode steps; `prefill_next` ends it).
+    /// its last (chunked prefill interleaved with decode steps; `prefill_next` ends it). Its
+    /// chunks run prefill programs, which skip the LM head (a single token runs decode).
     pub fn prefill_chunk(
         &mut self,
         backend: &mut dyn GpuBackend,

@@ -208,8 +208,11 @@ pub fn measure(
                 })?;
                 // The timed runs repeat the session's step: `context` tokens, one per earlier
                 // width's step, and this step's.
-                let traffic =
-                    solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
+                let circuit = exec
+                    .instance
+                    .circuit_for(plan.mode)
+                    .map_err(|e| e.to_string())?;
+                let traffic = solder_circuit::plan_traffic(circuit, plan, context + earlier);
                 rows.push(AbRow {
                     variant: v,
                     rows: width,

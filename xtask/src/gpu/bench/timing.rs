@@ -291,7 +291,8 @@ fn time_ladder(
             .ok_or_else(|| format!("no plan of {mode}:{width}"))?;
         // The timed runs repeat the step the session just ran: its first sequence holds
         // `context` tokens, one per earlier width's step, and this step's.
-        let traffic = solder_circuit::plan_traffic(&exec.instance.circuit, plan, context + earlier);
+        let circuit = exec.instance.circuit_for(mode).map_err(|e| e.to_string())?;
+        let traffic = solder_circuit::plan_traffic(circuit, plan, context + earlier);
         let mut row = time_width(exec, backend, program, graph, limits)?;
         row.bytes = traffic.total();
         row.floor_us = traffic.floor_us(copy_bytes_per_s);

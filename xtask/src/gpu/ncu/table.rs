@@ -66,7 +66,8 @@ pub fn expected(
                 BuildOptions::default(),
             )
             .map_err(|e| format!("{mode}:{rows}: {e}"))?;
-            let traffic = solder_circuit::plan_traffic(&instance.circuit, &plan, context);
+            let circuit = instance.circuit_for(mode).map_err(|e| e.to_string())?;
+            let traffic = solder_circuit::plan_traffic(circuit, &plan, context);
             Ok(Expected {
                 mode,
                 rows,
@@ -367,7 +368,8 @@ mod tests {
                 );
                 let plan = exec.plan(p.mode, p.rows).unwrap();
                 assert_eq!(program.plan_digest, plan.digest);
-                let traffic = solder_circuit::plan_traffic(&exec.instance.circuit, plan, 5);
+                let circuit = exec.instance.circuit_for(p.mode).unwrap();
+                let traffic = solder_circuit::plan_traffic(circuit, plan, 5);
                 assert_eq!(from_traffic(&traffic), p.launches, "{name}");
             }
             exec.free(&mut cpu).unwrap();

@@ -91,6 +91,8 @@ impl Session<'_> {
         save: SaveState,
         reads: Reads,
     ) -> Result<Vec<f32>, SessionError> {
+        // A prefill program has no logits to read.
+        debug_assert!(program.mode != Mode::Prefill || reads == Reads::Nothing);
         self.exec.check_usable(backend)?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
