@@ -62,12 +62,11 @@ fn main() -> Result<()> {
     let started = Instant::now();
     let (mut step, mut rows) = (0, 0);
     while requests.iter().any(|r| r.tokens.len() < r.wants) {
-        // Arrivals join: a prefill of their own, whose last row gives the first token.
+        // Arrivals join: a prefill of their own, whose last position gives the first token.
         for r in requests.iter_mut().filter(|r| r.arrives == step) {
             let seq = session.add_sequence();
-            let logits = session.prefill(backend, seq, &r.prompt)?;
-            r.tokens
-                .push(greedy(&logits[(r.prompt.len() - 1) * vocab..]));
+            let logits = session.prefill_last(backend, seq, &r.prompt)?;
+            r.tokens.push(greedy(&logits));
             r.seq = Some(seq);
         }
         // One multi-seq step: every running sequence feeds its last token.

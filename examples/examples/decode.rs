@@ -55,12 +55,13 @@ fn main() -> Result<()> {
     let mut session = Session::new(&exec);
     let seq = session.add_sequence();
 
-    // Prefill returns the logits of every prompt position, `[len * vocab]`; the last row
-    // gives the first generated token.
+    // `prefill_last` returns the last prompt position's logits, `[vocab]`: the first generated
+    // token. Every chunk before the last runs a prefill program, which skips the LM head
+    // (`prefill` returns every position's logits instead, `[len * vocab]`).
     let started = Instant::now();
-    let logits = session.prefill(backend, seq, &prompt)?;
+    let logits = session.prefill_last(backend, seq, &prompt)?;
     let prefill = started.elapsed();
-    let mut tokens = vec![greedy(&logits[(PROMPT_LEN - 1) * vocab..])];
+    let mut tokens = vec![greedy(&logits)];
 
     // Each decode step feeds the last token and returns the next position's logits.
     let started = Instant::now();

@@ -141,11 +141,10 @@ pub fn greedy_reference(
     prompt: &[u32],
     n: usize,
 ) -> Result<Vec<u32>> {
-    let vocab = exec.config.vocab_size;
     let mut session = Session::new(exec);
     let seq = session.add_sequence();
-    let logits = session.prefill(backend, seq, prompt)?;
-    let mut tokens = vec![greedy(&logits[(prompt.len() - 1) * vocab..])];
+    let logits = session.prefill_last(backend, seq, prompt)?;
+    let mut tokens = vec![greedy(&logits)];
     for _ in 0..n {
         let next = session.decode(backend, seq, *tokens.last().unwrap())?;
         tokens.push(greedy(&next));

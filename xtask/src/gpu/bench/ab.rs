@@ -332,7 +332,8 @@ fn prefill_sessions<'e>(
             let prompt = super::timing::prompt(s, context, vocab);
             match context {
                 0 => Ok(()),
-                _ => session.prefill(backend, id, &prompt).map(|_| ()),
+                // No logits read: prefill programs, no LM head.
+                _ => session.prefill_chunk(backend, id, &prompt),
             }
         });
         match prefilled {

@@ -258,8 +258,9 @@ fn time_ladder(
     let t = Instant::now();
     if context > 0 {
         for (s, &id) in seqs.iter().enumerate() {
+            // No logits read: prefill programs, no LM head.
             session
-                .prefill(backend, id, &prompt(s, context, vocab))
+                .prefill_chunk(backend, id, &prompt(s, context, vocab))
                 .map_err(|e| format!("{name}: prefill: {e}"))?;
         }
     }
