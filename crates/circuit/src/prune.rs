@@ -12,7 +12,7 @@
 //! dropped only when nothing it writes reaches such a write. Ops keep their names, roles and
 //! attributes, so the same rules cover them and a kept op computes the same bytes.
 
-use crate::ir::{Binding, Circuit, ModelOutput, NodeId, TensorId};
+use crate::ir::{Binding, Circuit, ModelOutput, NodeId, Op, TensorId};
 
 /// `circuit` without its logits: the ops only the `Logits` output needs (the LM head, and a
 /// final norm nothing else reads) removed, with their tensors. `None` when the circuit has
@@ -26,7 +26,14 @@ pub fn without_logits(circuit: &Circuit) -> Option<Circuit> {
         return None;
     }
     let live = live_ops(circuit);
-    if !live.iter().any(|&l| l) {
+    let kept: Vec<&Op> = circuit
+        .ops
+        .iter()
+        .zip(&live)
+        .filter(|(_, &l)| l)
+        .map(|(op, _)| op)
+        .collect();
+    if kept.is_empty() {
         return None;
     }
     // Tensors kept: model inputs, and what a kept op reads or writes.
@@ -34,13 +41,7 @@ pub fn without_logits(circuit: &Circuit) -> Option<Circuit> {
     for (i, t) in circuit.tensors.iter().enumerate() {
         keep[i] = matches!(t.binding, Binding::Input(_));
     }
-    for op in circuit
-        .ops
-        .iter()
-        .zip(&live)
-        .filter(|(_, &l)| l)
-        .map(|(op, _)| op)
-    {
+    for op in &kept {
         for t in op.inputs.iter().chain(&op.outputs) {
             keep[t.0 as usize] = true;
         }
@@ -63,13 +64,7 @@ pub fn without_logits(circuit: &Circuit) -> Option<Circuit> {
         weights: circuit.weights.clone(),
         states: circuit.states.clone(),
     };
-    for op in circuit
-        .ops
-        .iter()
-        .zip(&live)
-        .filter(|(_, &l)| l)
-        .map(|(op, _)| op)
-    {
+    for &op in &kept {
         let node = NodeId(out.ops.len() as u32);
         let mut op = op.clone();
         op.inputs = op.inputs.iter().map(remap).collect();

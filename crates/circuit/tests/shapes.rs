@@ -4,6 +4,17 @@
 use solder_circuit::{CircuitError, Instance, Mode, ProgramShapes};
 use solder_config::{ModelConfig, ServeShape};
 
+/// A tiny llama config of `layers` layers, named `llama-tiny.json`.
+fn tiny_llama(layers: usize) -> ModelConfig {
+    let json = format!(
+        r#"{{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": {layers}, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "hidden_act": "silu"}}"#
+    );
+    ModelConfig::from_json_str(&json, "llama-tiny.json").expect("a tiny config")
+}
+
 fn served_at(max_batch: usize) -> ProgramShapes {
     ProgramShapes::new(&ServeShape::with_max_batch(max_batch).expect("valid")).expect("compiles")
 }
@@ -88,14 +99,7 @@ fn draft_widths_are_refused_for_a_family_without_a_draft_head() {
         ..ServeShape::default()
     };
     // Through an instance, named with the config it was asked for.
-    let config = ModelConfig::from_json_str(
-        r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
-        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "hidden_act": "silu"}"#,
-        "llama-tiny.json",
-    )
-    .expect("a tiny config");
+    let config = tiny_llama(1);
     let err = Instance::from_config(&config, serve.clone()).expect_err("refused");
     assert!(matches!(err, CircuitError::Unsupported { .. }), "{err:?}");
     let message = err.to_string();
@@ -122,14 +126,7 @@ fn invalid_serve_shapes_are_refused_by_name() {
 
 #[test]
 fn prefill_programs_run_the_circuit_without_its_head_or_are_not_compiled() {
-    let config = ModelConfig::from_json_str(
-        r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "hidden_act": "silu"}"#,
-        "llama-tiny.json",
-    )
-    .expect("a tiny config");
+    let config = tiny_llama(2);
     let serve = ServeShape::with_max_batch(8).expect("valid");
     let instance = Instance::from_config(&config, serve.clone()).expect("instance");
     let widths: Vec<usize> = instance.program_shapes().widths(Mode::Prefill).collect();

@@ -212,52 +212,10 @@ fn verify_rows(
     verify: &VerifyPrompt,
     serve: &ServeShape,
     backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
+    log: &mut RowLog,
 ) -> R<Vec<ModeRow>> {
-    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
-    let mut rows = Vec::new();
-    for &k in &serve.verify_widths {
-        let r = verify_chunks(reference, backend, &verify.prompt, k, routes)?;
-        let f = verify_chunks(fused, backend, &verify.prompt, k, routes)?;
-        let fe = eagerly(fused, |r| {
-            verify_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
-        })?;
-        finite.check(&format!("reference verify rows {k}"), &r);
-        finite.check(&format!("all-rules verify rows {k}"), &f);
-        let mut row = ModeRow {
-            mode: Mode::Verify,
-            rows: k,
-            live: 1,
-            tokens: verify.prompt.len(),
-            programs: Vec::new(),
-            ref_vs_fused: Diff::of(&r, &f, vocab),
-            vs_decode: Diff::of(&f, &verify.alone_fused, vocab).merge(Diff::of(
-                &r,
-                &verify.alone,
-                vocab,
-            )),
-            graph_vs_eager: Diff::of(&f, &fe, vocab),
-            differs: None,
-            broken_claim: None,
-        };
-        base.blame.judge(
-            &mut row,
-            &routes.take_ran(),
-            backend,
-            &[r],
-            &|routing, b| {
-                Ok(vec![verify_chunks(
-                    routing,
-                    b,
-                    &verify.prompt,
-                    k,
-                    &mut RouteLog::default(),
-                )?])
-            },
-        )?;
-        rows.push(row);
-    }
-    Ok(rows)
+    let widths = (Mode::Verify, serve.verify_widths.clone());
+    chunk_rows(base, verify, widths, verify_chunks, backend, log)
 }
 
 /// Prefill rows at the narrowest and widest verify widths (the remainders run the widths
@@ -268,45 +226,64 @@ fn prefill_rows(
     verify: &VerifyPrompt,
     serve: &ServeShape,
     backend: &mut dyn GpuBackend,
-    (routes, finite): &mut RowLog,
+    log: &mut RowLog,
 ) -> R<Vec<ModeRow>> {
-    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
-    let compiled = |k: &usize| {
-        fused
-            .exec
-            .instance
-            .program_shapes()
-            .contains(Mode::Prefill, *k)
-    };
+    let shapes = base.fused.exec.instance.program_shapes();
     let mut widths: Vec<usize> = [serve.verify_widths.first(), serve.verify_widths.last()]
         .into_iter()
         .flatten()
         .copied()
-        .filter(compiled)
+        .filter(|&k| shapes.contains(Mode::Prefill, k))
         .collect();
     widths.dedup();
+    chunk_rows(
+        base,
+        verify,
+        (Mode::Prefill, widths),
+        prefill_chunks,
+        backend,
+        log,
+    )
+}
+
+/// A run of `verify.prompt` in chunks of k tokens under a routing: the logits it returns.
+type ChunkRun = fn(Routing, &mut dyn GpuBackend, &[u32], usize, &mut RouteLog) -> R<Vec<f32>>;
+
+/// One row of `mode` per width: `verify.prompt` fed by `run` in chunks of k tokens under both
+/// routings (and eagerly), against the prompt decoded alone at the positions `run` returns
+/// logits for (every one for verify; `prefill_positions` for prefill).
+fn chunk_rows(
+    base: &Baseline,
+    verify: &VerifyPrompt,
+    (mode, widths): (Mode, Vec<usize>),
+    run: ChunkRun,
+    backend: &mut dyn GpuBackend,
+    (routes, finite): &mut RowLog,
+) -> R<Vec<ModeRow>> {
+    let (reference, fused, vocab) = (base.reference, base.fused, base.vocab);
+    let prompt = &verify.prompt;
     let mut rows = Vec::new();
     for k in widths {
-        let positions = prefill_positions(verify.prompt.len(), k);
-        let at = |logits: &[f32]| -> Vec<f32> {
-            positions
-                .iter()
-                .flat_map(|&p| &logits[p * vocab..(p + 1) * vocab])
-                .copied()
-                .collect()
+        let positions = match mode {
+            Mode::Prefill => prefill_positions(prompt.len(), k),
+            _ => (0..prompt.len()).collect(),
         };
-        let r = prefill_chunks(reference, backend, &verify.prompt, k, routes)?;
-        let f = prefill_chunks(fused, backend, &verify.prompt, k, routes)?;
+        let at = |logits: &[f32]| -> Vec<f32> {
+            let row = |p: usize| &logits[p * vocab..(p + 1) * vocab];
+            positions.iter().flat_map(|&p| row(p)).copied().collect()
+        };
+        let r = run(reference, backend, prompt, k, routes)?;
+        let f = run(fused, backend, prompt, k, routes)?;
         let fe = eagerly(fused, |r| {
-            prefill_chunks(r, backend, &verify.prompt, k, &mut RouteLog::default())
+            run(r, backend, prompt, k, &mut RouteLog::default())
         })?;
-        finite.check(&format!("reference prefill rows {k}"), &r);
-        finite.check(&format!("all-rules prefill rows {k}"), &f);
+        finite.check(&format!("reference {mode} rows {k}"), &r);
+        finite.check(&format!("all-rules {mode} rows {k}"), &f);
         let mut row = ModeRow {
-            mode: Mode::Prefill,
+            mode,
             rows: k,
             live: 1,
-            tokens: verify.prompt.len(),
+            tokens: prompt.len(),
             programs: Vec::new(),
             ref_vs_fused: Diff::of(&r, &f, vocab),
             vs_decode: Diff::of(&f, &at(&verify.alone_fused), vocab).merge(Diff::of(
@@ -323,15 +300,7 @@ fn prefill_rows(
             &routes.take_ran(),
             backend,
             &[r],
-            &|routing, b| {
-                Ok(vec![prefill_chunks(
-                    routing,
-                    b,
-                    &verify.prompt,
-                    k,
-                    &mut RouteLog::default(),
-                )?])
-            },
+            &|routing, b| Ok(vec![run(routing, b, prompt, k, &mut RouteLog::default())?]),
         )?;
         rows.push(row);
     }
