@@ -198,11 +198,6 @@ pub const GOLDEN_PLANS: &[GoldenPlan] = &[
     },
     GoldenPlan {
         model: "qwen3-next-80b-a3b",
-        mode: Mode::Prefill,
-        rows: 4,
-    },
-    GoldenPlan {
-        model: "qwen3-next-80b-a3b",
         mode: Mode::Draft,
         rows: 1,
     },
