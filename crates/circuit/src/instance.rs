@@ -3,7 +3,9 @@
 //! Invariants: an instance's serve shape passed [`ProgramShapes::new`](crate::ProgramShapes::new);
 //! it has a draft circuit exactly when its shapes hold draft programs, and that circuit extends the
 //! target's weights and states ([`families::build_draft`](crate::families::build_draft)), so
-//! `storage()` lists every slot and state of both.
+//! `storage()` lists every slot and state of both; it has prefill programs exactly when its
+//! circuit has logits to drop, and their circuit (`prune::without_logits`, derived once) keeps
+//! the model's weight slots and states.
 
 use solder_config::{ModelConfig, ServeShape};
 
@@ -88,27 +90,20 @@ impl Instance {
                 ),
             });
         }
-        let mut instance = Instance {
+        // Prefill programs run the circuit without its logits; none when it has no head.
+        let prefill = crate::prune::without_logits(&circuit);
+        let shapes = match prefill {
+            Some(_) => shapes,
+            None => shapes.without(Mode::Prefill),
+        };
+        Ok(Instance {
             circuit,
             draft,
             precision: Precision::default(),
-            prefill: None,
+            prefill,
             serve,
             shapes,
-        };
-        instance.derive_prefill();
-        Ok(instance)
-    }
-
-    /// Derives the prefill circuit from `circuit` (again, after the circuit changed); drops
-    /// the prefill programs when there is none.
-    fn derive_prefill(&mut self) {
-        self.prefill = crate::prune::without_logits(&self.circuit);
-        let asked = ProgramShapes::new(&self.serve).expect("checked when the instance was made");
-        self.shapes = match self.prefill {
-            Some(_) => asked,
-            None => asked.without(Mode::Prefill),
-        };
+        })
     }
 
     /// The family's circuit for `config`, served at `serve`, each weight in the format the
@@ -160,10 +155,10 @@ impl Instance {
             rules,
         )?;
         precision::apply(&resolved.served, &mut instance.circuit);
-        if let Some(draft) = instance.draft.as_mut() {
-            precision::apply(&resolved.served, draft);
+        // The prefill and draft circuits' slots are a prefix of, or all of, the storage's.
+        for circuit in instance.draft.iter_mut().chain(instance.prefill.iter_mut()) {
+            precision::apply(&resolved.served, circuit);
         }
-        instance.derive_prefill();
         instance.precision.spec = spec.clone();
         instance.precision.checkpoint_formats = resolved.checkpoint;
         Ok(instance)

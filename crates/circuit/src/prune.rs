@@ -14,9 +14,9 @@
 
 use crate::ir::{Binding, Circuit, ModelOutput, NodeId, Op, TensorId};
 
-/// `circuit` without its logits: the ops only the `Logits` output needs (the LM head, and a
-/// final norm nothing else reads) removed, with their tensors. `None` when the circuit has
-/// no logits output, or nothing is left to run without it.
+/// `circuit` without its logits: the ops only the `Logits` output needs (the LM head, a final
+/// norm nothing else reads, the last layer's attention and MLP) removed, with their tensors.
+/// `None` when the circuit has no logits output, or nothing is left to run without it.
 pub fn without_logits(circuit: &Circuit) -> Option<Circuit> {
     let has_logits = circuit
         .tensors

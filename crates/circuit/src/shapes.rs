@@ -5,8 +5,8 @@
 //! [`ServeShape::validate`](solder_config::ServeShape::validate); the list is in canonical order —
 //! decode at 1 row, then multi-seq widths ascending, then verify widths ascending, then prefill
 //! at every verify width (a prompt chunk with no LM head; an instance whose circuit cannot drop
-//! its head removes them), then batched-verify widths ascending, then draft (the MTP head's step) at 1 row and at every other
-//! `draft_widths` width ascending, when `draft_widths` asks for any — with no (mode, rows) twice;
+//! its head removes them), then batched-verify widths ascending, then draft (the MTP head's
+//! step) at 1 row and at every other `draft_widths` width ascending, when `draft_widths` asks for any — with no (mode, rows) twice;
 //! every entry passes [`Mode::check_rows`](crate::Mode::check_rows). Whether the model has a draft
 //! head is the instance's question
 //! ([`Instance::from_config_with`](crate::Instance::from_config_with) refuses draft widths for a

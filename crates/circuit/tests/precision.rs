@@ -120,6 +120,9 @@ fn native_fp8_quantizes_the_projections_and_keeps_the_rest_bf16() {
             );
         }
     }
+    // The prefill programs' circuit serves every slot in the same format.
+    let prefill = moe.circuit_for(Mode::Prefill).expect("a prefill circuit");
+    assert_eq!(prefill.weights, moe.circuit.weights);
 }
 
 #[test]

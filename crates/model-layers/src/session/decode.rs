@@ -1,9 +1,9 @@
 //! Plain decoding: how each of `Session`'s plain entry points lays out its rows and picks its
 //! program — prefill in chunks (the widest verify width the rest fills, a last single token
 //! through decode; a chunk whose logits nobody reads runs the prefill program of its width,
-//! which has no LM head and writes the same KV pages and state), verify and decode (one sequence), multi-seq steps (one token each of
-//! several sequences) and batched verify (several sequences' consecutive tokens) — before one
-//! `state::step` runs it.
+//! which has no LM head and writes the same KV pages and state), verify and decode (one
+//! sequence), multi-seq steps (one token each of several sequences) and batched verify
+//! (several sequences' consecutive tokens) — before one `state::step` runs it.
 //!
 //! Invariant: a prefill is all or nothing over all its chunks: on failure the sequence's
 //! length, pages, token history and recurrent state (saved once, before the first chunk) are
