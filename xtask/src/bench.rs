@@ -37,6 +37,8 @@ const HELP: &str =
                      fit the model's max_position_embeddings
   --threads N        CPU backend threads, 1..=1024 (default: all)
   --reference-only   run the reference routing instead of the fused plan
+  --rules FILE       fusion rules (default fusions/FUSIONS.toml): an A/B of a rule is this
+                     file with the rule taken out against the default, in one binary
   --levers A,B       turn levers on (`solder_config::KNOWN_LEVERS`): `split_rope_kv` times the
                      six-launch layer (rope and the KV write in their own launch) against the
                      default five-launch one

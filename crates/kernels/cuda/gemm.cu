@@ -37,29 +37,38 @@ __device__ __forceinline__ void gemm_stage(bf16 (*s)[GEMM_PITCH], const bf16* sr
     }
 }
 
-// acc[j][0..3] of this lane: rows (g, g+8) of its warp's 16, features 8j + 2t and the next,
-// of dot(x row, w row) over all of k.
-template <class Store>
-__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                         unsigned rows, unsigned k, unsigned n, Store store) {
+// The block's tile of NW weights (one, or gate and up) against the same 64 rows of x: output
+// features n0..n0+32 of each. acc[i][j][0..3] of this lane: rows (g, g+8) of its warp's 16,
+// features 8j + 2t and the next, of dot(x row, w[i] row) over all of k. Each accumulator takes
+// the same mma.sync sequence whatever NW is, so a fused kernel's dots are linear_mma's bytes.
+// store(r, f, v) gets v[i] = the dot of row r and feature f of weight i.
+template <unsigned NW, class Store>
+__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16* const (&w)[NW],
+                                         unsigned rows, unsigned k, unsigned n, unsigned n0,
+                                         Store store) {
     __shared__ __align__(16) bf16 xs[GEMM_BM][GEMM_PITCH];
-    __shared__ __align__(16) bf16 ws[GEMM_BN][GEMM_PITCH];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_PITCH];
     pdl_wait();
     pdl_launch_dependents();
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
-    const unsigned n0 = blockIdx.x * GEMM_BN;
     const unsigned m0 = blockIdx.y * GEMM_BM;
-    const bool vec = (k % 8u) == 0u && aligned16(x) && aligned16(w);
-    float acc[4][4];
+    bool vec = (k % 8u) == 0u && aligned16(x);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (unsigned i = 0; i < NW; ++i) vec = vec && aligned16(w[i]);
+    float acc[NW][4][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        }
     }
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
         gemm_stage<GEMM_BM>(xs, x, m0, rows, k, k0, vec);
-        gemm_stage<GEMM_BN>(ws, w, n0, n, k, k0, vec);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) gemm_stage<GEMM_BN>(ws[i], w[i], n0, n, k, k0, vec);
         __syncthreads();
 #pragma unroll
         for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
@@ -67,12 +76,16 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16*
             unsigned a[4];
             ldmatrix_x4(a, &xs[warp * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
 #pragma unroll
-            for (unsigned p = 0; p < 2; ++p) {
-                // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of pair p.
-                unsigned b[4];
-                ldmatrix_x4(b, &ws[p * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8]);
-                mma_bf16_16816(acc[2 * p], a, b[0], b[1]);
-                mma_bf16_16816(acc[2 * p + 1], a, b[2], b[3]);
+            for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+                for (unsigned p = 0; p < 2; ++p) {
+                    // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of
+                    // pair p.
+                    unsigned b[4];
+                    ldmatrix_x4(b, &ws[i][p * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8]);
+                    mma_bf16_16816(acc[i][2 * p], a, b[0], b[1]);
+                    mma_bf16_16816(acc[i][2 * p + 1], a, b[2], b[3]);
+                }
             }
         }
         __syncthreads();
@@ -85,7 +98,10 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16*
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned r = m0 + warp * 16 + g + (e >> 1) * 8;
             const unsigned f = n0 + j * 8 + 2 * t + (e & 1);
-            if (r < rows && f < n) store(r, f, acc[j][e]);
+            float v[NW];
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][j][e];
+            if (r < rows && f < n) store(r, f, v);
         }
     }
 }
@@ -94,16 +110,26 @@ struct StoreLinear {
     const bf16* bias;
     bf16* y;
     unsigned n;
-    __device__ __forceinline__ void operator()(unsigned r, unsigned f, float acc) const {
-        y[(unsigned long long)r * n + f] = linear_value(acc, bias, f);
+    __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[1]) const {
+        y[(unsigned long long)r * n + f] = linear_value(v[0], bias, f);
     }
 };
 
 struct StoreLogits {
     float* logits;
     unsigned n;
-    __device__ __forceinline__ void operator()(unsigned r, unsigned f, float acc) const {
-        logits[(unsigned long long)r * n + f] = acc;
+    __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[1]) const {
+        logits[(unsigned long long)r * n + f] = v[0];
+    }
+};
+
+// act::silu_mul of the gate and up projections as linear_mma stores them (bf16, no bias).
+struct StoreSiluMul {
+    bf16* act;
+    unsigned n;
+    __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[2]) const {
+        act[(unsigned long long)r * n + f] =
+            silu_mul_value(linear_value(v[0], nullptr, f), linear_value(v[1], nullptr, f));
     }
 };
 
@@ -112,7 +138,8 @@ struct StoreLogits {
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out) {
-    gemm_run(x, w, rows, k, n_out, StoreLinear{bias, y, n_out});
+    const bf16* const ws[1] = {w};
+    gemm_run<1>(x, ws, rows, k, n_out, blockIdx.x * GEMM_BN, StoreLinear{bias, y, n_out});
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router).
@@ -120,5 +147,46 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 unsigned rows, unsigned k, unsigned vocab) {
-    gemm_run(x, w, rows, k, vocab, StoreLogits{logits, vocab});
+    const bf16* const ws[1] = {w};
+    gemm_run<1>(x, ws, rows, k, vocab, blockIdx.x * GEMM_BN, StoreLogits{logits, vocab});
+}
+
+// The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
+// k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈nq/32⌉ + 2·⌈nkv/32⌉,
+// ⌈rows/64⌉), 128 threads: q's feature blocks, then k's, then v's.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq, const bf16* __restrict__ bq,
+            const bf16* __restrict__ wk, const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+            const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+            bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    const unsigned q_blocks = (nq + GEMM_BN - 1) / GEMM_BN;
+    const unsigned kv_blocks = (nkv + GEMM_BN - 1) / GEMM_BN;
+    unsigned b = blockIdx.x;
+    const bf16* w = wq;
+    StoreLinear store{bq, q, nq};
+    unsigned n = nq;
+    if (b >= q_blocks + kv_blocks) {
+        b -= q_blocks + kv_blocks;
+        w = wv;
+        store = StoreLinear{bv, v, nkv};
+        n = nkv;
+    } else if (b >= q_blocks) {
+        b -= q_blocks;
+        w = wk;
+        store = StoreLinear{bk, k_out, nkv};
+        n = nkv;
+    }
+    const bf16* const ws[1] = {w};
+    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store);
+}
+
+// Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
+// = silu(gate) · up, with gate and up rounded to bf16 first as linear_mma stores them.
+// grid = (⌈inter/32⌉, ⌈rows/64⌉), 128 threads: each block takes both weights' tiles.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    gate_up_silu_mma(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                     const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                     unsigned k, unsigned inter) {
+    const bf16* const ws[2] = {wg, wu};
+    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
 }

@@ -1,4 +1,5 @@
-//! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`): the CUDA source,
+//! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`, and the fused
+//! `gemm::qkv_mma`, `gemm::gate_up_silu_mma`): the CUDA source,
 //! run through the emulation's model of `mma.sync` and `ldmatrix`, equals its twin byte for
 //! byte at shapes off every tile (rows, features and k not multiples of the block's 64 × 32 ×
 //! 32, k not a multiple of 8, so the scalar staging path), and a kernel that hands `ldmatrix`
@@ -6,7 +7,9 @@
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
-use solder_model_layers::kernels::gemm::{LinearMma, LmHeadMma, LINEAR_MMA, LM_HEAD_MMA};
+use solder_model_layers::kernels::gemm::{
+    GateUpSiluMma, LinearMma, LmHeadMma, QkvMma, GATE_UP_SILU_MMA, LINEAR_MMA, LM_HEAD_MMA, QKV_MMA,
+};
 use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{emulated, run, upload};
@@ -81,6 +84,83 @@ fn tensor_core_projections_equal_their_twins_off_every_tile() {
     assert_eq!(seen, launches);
 }
 
+/// A `qkv_mma` launch of `rows` rows: q of `nq` features, k and v of `nkv` (biases on an even
+/// seed), and a `gate_up_silu_mma` launch of `inter` features, both over `k`.
+fn fused_launches(
+    backend: &mut CpuBackend,
+    (rows, k, nq, nkv, inter): (u32, u32, u32, u32, u32),
+    seed: u64,
+) -> [Launch; 2] {
+    let x = upload(backend, &values(rows * k, seed));
+    let mut weight = |n: u32, salt: u64| upload(backend, &values(n * k, seed ^ salt));
+    let (wq, wk, wv) = (weight(nq, 0x11), weight(nkv, 0x22), weight(nkv, 0x33));
+    let (wg, wu) = (weight(inter, 0x44), weight(inter, 0x55));
+    let mut bias = |n: u32, salt: u64| {
+        seed.is_multiple_of(2)
+            .then(|| upload(backend, &values(n, seed ^ salt)))
+    };
+    let (bq, bk, bv) = (bias(nq, 0x66), bias(nkv, 0x77), bias(nkv, 0x88));
+    let mut out = |n: u32| {
+        let bytes = (rows * n) as usize * 2;
+        Buf::new(backend.alloc(bytes).unwrap(), bytes)
+    };
+    let (q, k_out, v, act) = (out(nq), out(nkv), out(nkv), out(inter));
+    [
+        QkvMma {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            q,
+            k_out,
+            v,
+            rows,
+            k,
+            nq,
+            nkv,
+        }
+        .launch(QKV_MMA),
+        GateUpSiluMma {
+            x,
+            wg,
+            wu,
+            act,
+            rows,
+            k,
+            inter,
+        }
+        .launch(GATE_UP_SILU_MMA),
+    ]
+}
+
+#[test]
+fn fused_tensor_core_kernels_equal_their_twins_off_every_tile() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (rows, k, nq, nkv, inter): q/k/v blocks that split mid-tile (nq, nkv off 32), the scalar
+    // staging (k % 8 != 0), two row blocks with a partial one, whole tiles.
+    let shapes = [
+        (1u32, 64u32, 64u32, 32u32, 32u32),
+        (5, 40, 37, 9, 45),
+        (70, 96, 96, 40, 33),
+        (17, 100, 8, 8, 70),
+    ];
+    for (i, shape) in shapes.into_iter().enumerate() {
+        for l in fused_launches(&mut backend, shape, 0x4321 + i as u64) {
+            run(&mut backend, &l);
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    for entry in [QKV_MMA.as_str(), GATE_UP_SILU_MMA.as_str()] {
+        let parity = &report[entry];
+        assert_eq!(parity.launches, shapes.len() as u64, "{entry}: {parity:?}");
+        assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
+    }
+}
+
 #[test]
 fn a_tensor_core_kernel_loading_the_wrong_weight_rows_differs_from_the_twin() {
     // The B fragments' ldmatrix addresses with the two 8-feature halves of a pair swapped:
@@ -88,8 +168,8 @@ fn a_tensor_core_kernel_loading_the_wrong_weight_rows_differs_from_the_twin() {
     let dir = build_mutant(
         "gemm",
         &[(
-            "&ws[p * 16 + (lane >> 4) * 8 + (lane & 7)]",
-            "&ws[p * 16 + (1u - (lane >> 4)) * 8 + (lane & 7)]",
+            "&ws[i][p * 16 + (lane >> 4) * 8 + (lane & 7)]",
+            "&ws[i][p * 16 + (1u - (lane >> 4)) * 8 + (lane & 7)]",
         )],
     );
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -101,5 +181,31 @@ fn a_tensor_core_kernel_loading_the_wrong_weight_rows_differs_from_the_twin() {
         (1, 1),
         "{original:?}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn fused_tensor_core_kernels_picking_the_wrong_weight_differ_from_their_twins() {
+    // qkv_mma's v blocks read k's weight; gate_up_silu_mma's epilogue takes silu(up) · gate.
+    let dir = build_mutant(
+        "gemm",
+        &[
+            ("        w = wv;\n", "        w = wk;\n"),
+            (
+                "silu_mul_value(linear_value(v[0], nullptr, f), linear_value(v[1], nullptr, f))",
+                "silu_mul_value(linear_value(v[1], nullptr, f), linear_value(v[0], nullptr, f))",
+            ),
+        ],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    for l in fused_launches(&mut backend, (3, 64, 32, 32, 32), 9) {
+        let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+        assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+        assert_eq!(
+            (original.launches, original.identical),
+            (1, 1),
+            "{original:?}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -174,6 +174,8 @@ const DRIVEN: &[&str] = &[
     "gemv::qkv_rope_kv",
     "gemm::linear_mma",
     "gemm::lm_head_mma",
+    "gemm::qkv_mma",
+    "gemm::gate_up_silu_mma",
     "moe::topk_softmax",
     "moe::router_topk",
     "moe::gate_up_silu",
@@ -655,6 +657,64 @@ fn tensor_core_projections_carry_nan_and_inf_as_their_twins() {
     );
     b.mixed("lm_head_mma", logits, 4);
     b.agree(&["gemm::linear_mma", "gemm::lm_head_mma"]);
+}
+
+#[test]
+fn fused_tensor_core_kernels_carry_nan_and_inf_as_their_twins() {
+    use solder_model_layers::kernels::gemm::{GateUpSiluMma, QkvMma, GATE_UP_SILU_MMA, QKV_MMA};
+    let mut b = Bench::new();
+    // k = 300: a partial last k tile; row 1 poisoned in x, a feature row of q's, v's and
+    // gate's weights; nq = 40 puts q's second block mid-tile.
+    let (rows, k, nq, nkv, inter) = (3u32, 300u32, 40u32, 9u32, 11u32);
+    let (r, kk) = (rows as usize, k as usize);
+    let x = b.bf16(&rows_of(r, kk, 1.0, &[1]));
+    let wq = b.bf16(&rows_of(nq as usize, kk, 2.0, &[33]));
+    let wk = b.bf16(&rows_of(nkv as usize, kk, 3.0, &[]));
+    let wv = b.bf16(&rows_of(nkv as usize, kk, 4.0, &[5]));
+    let bq = b.bf16(&rows_of(1, nq as usize, 5.0, &[]));
+    let (q, k_out, v) = (
+        b.zeros((rows * nq) as usize * 2),
+        b.zeros((rows * nkv) as usize * 2),
+        b.zeros((rows * nkv) as usize * 2),
+    );
+    b.run(
+        &QkvMma {
+            x,
+            wq,
+            bq: Some(bq),
+            wk,
+            bk: None,
+            wv,
+            bv: None,
+            q,
+            k_out,
+            v,
+            rows,
+            k,
+            nq,
+            nkv,
+        }
+        .launch(QKV_MMA),
+    );
+    b.mixed("qkv_mma q", q, 2);
+    b.mixed("qkv_mma v", v, 2);
+    let wg = b.bf16(&rows_of(inter as usize, kk, 6.0, &[2]));
+    let wu = b.bf16(&rows_of(inter as usize, kk, 7.0, &[]));
+    let act = b.zeros((rows * inter) as usize * 2);
+    b.run(
+        &GateUpSiluMma {
+            x,
+            wg,
+            wu,
+            act,
+            rows,
+            k,
+            inter,
+        }
+        .launch(GATE_UP_SILU_MMA),
+    );
+    b.mixed("gate_up_silu_mma", act, 2);
+    b.agree(&["gemm::qkv_mma", "gemm::gate_up_silu_mma"]);
 }
 
 /// The attention rows: (seq_len, what is poisoned).

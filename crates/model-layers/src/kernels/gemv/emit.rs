@@ -213,17 +213,17 @@ pub(super) fn emit_norm_linear(v: &View<'_>) -> R {
 
 /// The q/k/v projections of a group (`q_proj`, `k_proj`, `v_proj` linears): the arguments
 /// every qkv kernel takes after its input.
-struct Projections<'a> {
-    q_op: &'a Op,
-    w: [Buf; 3],
-    bias: [Option<Buf>; 3],
+pub(crate) struct Projections<'a> {
+    pub(crate) q_op: &'a Op,
+    pub(crate) w: [Buf; 3],
+    pub(crate) bias: [Option<Buf>; 3],
     ops: [&'a Op; 3],
-    k: u32,
-    nq: u32,
-    nkv: u32,
+    pub(crate) k: u32,
+    pub(crate) nq: u32,
+    pub(crate) nkv: u32,
 }
 
-fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
+pub(crate) fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
     let mut ops = Vec::with_capacity(3);
     for role in ["q_proj", "k_proj", "v_proj"] {
         ops.push(v.op(OpKind::Linear, Some(role))?);
@@ -242,7 +242,7 @@ fn projections<'a>(v: &View<'a>) -> Result<Projections<'a>, ExecError> {
 
 impl Projections<'_> {
     /// The q, k and v buffers (the plain qkv kernels store them).
-    fn outputs(&self, v: &View<'_>) -> Result<[Buf; 3], ExecError> {
+    pub(crate) fn outputs(&self, v: &View<'_>) -> Result<[Buf; 3], ExecError> {
         let [q, k, vp] = self.ops;
         Ok([v.output(q, 0)?, v.output(k, 0)?, v.output(vp, 0)?])
     }
@@ -336,16 +336,16 @@ pub(super) fn emit_add_norm_qkv(v: &View<'_>) -> R {
 
 /// Gate and up are the projections feeding SiLU·mul's first and second input: their weights,
 /// the activation output, the input width and the intermediate width.
-struct GateUp<'a> {
-    gate: &'a Op,
-    wg: Buf,
-    wu: Buf,
-    act: Buf,
-    k: u32,
-    inter: u32,
+pub(crate) struct GateUp<'a> {
+    pub(crate) gate: &'a Op,
+    pub(crate) wg: Buf,
+    pub(crate) wu: Buf,
+    pub(crate) act: Buf,
+    pub(crate) k: u32,
+    pub(crate) inter: u32,
 }
 
-fn gate_up<'a>(v: &View<'a>) -> Result<GateUp<'a>, ExecError> {
+pub(crate) fn gate_up<'a>(v: &View<'a>) -> Result<GateUp<'a>, ExecError> {
     let s = v.op(OpKind::SiluMul, None)?;
     let (g, u) = (v.producer_in_group(s, 0)?, v.producer_in_group(s, 1)?);
     Ok(GateUp {

@@ -34,6 +34,7 @@
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 mod emit;
+pub(crate) use emit::{gate_up, projections, GateUp};
 pub(crate) mod matvec;
 pub mod quant;
 #[cfg(test)]

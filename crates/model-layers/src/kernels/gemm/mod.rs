@@ -2,6 +2,10 @@
 //! (`mma.sync` m16n8k16, bf16 in, f32 accumulate), launched by the `differs` rules of the
 //! `tensor_cores` lever in place of gemv's CUDA-core dots.
 //!
+//! Files: this one declares the single projections (`linear_mma`, `lm_head_mma`), the launch
+//! grid and the twins' dot driver (`each_dot`); `fused` the q/k/v and gate/up+SiLU·mul
+//! kernels, whose dots are these kernels' bytes (the same `mma.sync` sequence per output).
+//!
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
 //! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
 //!
@@ -62,7 +66,15 @@ kernel! {
     LM_HEAD_MMA = "gemm::lm_head_mma" => twin lm_head_mma, emit emit_lm_head_mma;
 }
 
-pub(super) const DECLS: &[&[super::KernelDecl]] = &[LinearMma::DECLS, LmHeadMma::DECLS];
+mod fused;
+pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
+
+pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    LinearMma::DECLS,
+    LmHeadMma::DECLS,
+    QkvMma::DECLS,
+    GateUpSiluMma::DECLS,
+];
 
 /// One block per tile of 64 rows × 32 features.
 pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
@@ -80,7 +92,7 @@ pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
 /// `out[r][o] = f(o, dot)` for every row and feature, each dot in the `mma.sync` model's order
 /// (`numerics::MmaBlock`): blocks of 8 features on the context's threads, each block widened
 /// once and taken against every row while it is in cache.
-fn each_dot<T: Copy + Send>(
+pub(super) fn each_dot<T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
     x: &[bf16],
     w: &[bf16],
@@ -153,7 +165,7 @@ fn lm_head_mma(a: LmHeadMmaArgs<'_>) -> Result<(), GpuError> {
 /// Refuses a quantized weight: these kernels read bf16 only (their rules list no other format,
 /// so the fuser never gives them one; this keeps a hand-built plan from a bf16 read of
 /// quantized bytes).
-fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecError> {
+pub(super) fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecError> {
     match v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
         Some(slot) => Err(v.err(format!(
             "weight `{}` is stored as {}, but `{kernel}` reads only bf16",

@@ -1,0 +1,161 @@
+//! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::gate_up_silu_mma`): one launch where
+//! the single projections took three (q, k, v) or three (gate, up, SiLU·mul).
+//!
+//! Numerics: every output's dot is `linear_mma`'s (the same `mma.sync` sequence from +0 in k
+//! order, the same zero padding), stored as `linear_mma` stores it; the SiLU·mul epilogue takes
+//! gate and up rounded to bf16, as `act::silu_mul` reads them. So each fused kernel writes the
+//! bytes of the launches it replaces, on the device as on the host: the rules are `differs`
+//! only against gemv's reference, as `linear_tensor_cores` is (a session test holds the fused
+//! and unfused tensor-core programs to the same bytes).
+
+use half::bf16;
+use solder_gpu_runtime::{GpuError, LaunchConfig};
+
+use super::{bf16_only, each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use crate::kernels::args::size;
+use crate::kernels::decl::kernel;
+use crate::kernels::emit_view::{View, R};
+use crate::kernels::gemv::{gate_up, projections, GateUp};
+use crate::numerics::{linear_value, silu_mul_value};
+
+kernel! {
+    /// The q, k and v projections of x bf16\[rows·k\] on the tensor cores: q bf16\[rows·nq\],
+    /// k_out and v bf16\[rows·nkv\] (biases optional).
+    pub struct QkvMma / QkvMmaArgs {
+        x: In<bf16>,
+        wq: In<bf16>,
+        bq: InOpt<bf16>,
+        wk: In<bf16>,
+        bk: InOpt<bf16>,
+        wv: In<bf16>,
+        bv: InOpt<bf16>,
+        q: Out<bf16>,
+        k_out: Out<bf16>,
+        v: Out<bf16>,
+        rows: U32,
+        k: U32,
+        nq: U32,
+        nkv: U32,
+    }
+    grid(a) = qkv_grid(a.nq, a.nkv, a.rows);
+    QKV_MMA = "gemm::qkv_mma" => twin qkv_mma, emit emit_qkv_mma;
+}
+
+kernel! {
+    /// Gate and up projections (wg, wu bf16\[inter·k\]) of x bf16\[rows·k\] on the tensor
+    /// cores, then act bf16\[rows·inter\] = silu(gate) · up.
+    pub struct GateUpSiluMma / GateUpSiluMmaArgs {
+        x: In<bf16>,
+        wg: In<bf16>,
+        wu: In<bf16>,
+        act: Out<bf16>,
+        rows: U32,
+        k: U32,
+        inter: U32,
+    }
+    grid(a) = super::gemm_grid(a.inter, a.rows);
+    GATE_UP_SILU_MMA = "gemm::gate_up_silu_mma" => twin gate_up_silu_mma, emit emit_gate_up_silu_mma;
+}
+
+/// q's feature blocks of 32, then k's, then v's; one block per 64 rows.
+pub fn qkv_grid(nq: u32, nkv: u32, rows: u32) -> LaunchConfig {
+    let blocks = |n: u32| n.div_ceil(GEMM_FEATURES);
+    LaunchConfig {
+        grid: [
+            (blocks(nq) + 2 * blocks(nkv)).max(1),
+            rows.div_ceil(GEMM_ROWS).max(1),
+            1,
+        ],
+        block: [GEMM_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+fn qkv_mma(a: QkvMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, nq, nkv) = (a.rows.count(), a.k.dim()?, a.nq.dim()?, a.nkv.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let projections = [
+        (a.wq, a.bq, a.q, nq),
+        (a.wk, a.bk, a.k_out, nkv),
+        (a.wv, a.bv, a.v, nkv),
+    ];
+    for (w, bias, y, n) in projections {
+        let w = w.len(size(ctx, &[n, k])?)?;
+        let bias = bias.len(n)?;
+        let y = y.len(size(ctx, &[rows, n])?)?;
+        each_dot(
+            ctx,
+            x,
+            w,
+            [rows, k, n],
+            |o, d| linear_value(d, bias.map(|b| b[o])),
+            y,
+        );
+    }
+    Ok(())
+}
+
+fn gate_up_silu_mma(a: GateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, inter) = (a.rows.count(), a.k.dim()?, a.inter.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let weights = size(ctx, &[inter, k])?;
+    let (wg, wu) = (a.wg.len(weights)?, a.wu.len(weights)?);
+    let act = a.act.len(size(ctx, &[rows, inter])?)?;
+    // Gate and up as linear_mma stores them, then act::silu_mul's arithmetic.
+    let mut gate = vec![bf16::ZERO; act.len()];
+    let mut up = vec![bf16::ZERO; act.len()];
+    let stored = |_: usize, d: f32| linear_value(d, None);
+    each_dot(ctx, x, wg, [rows, k, inter], stored, &mut gate);
+    each_dot(ctx, x, wu, [rows, k, inter], stored, &mut up);
+    for (out, (g, u)) in act.iter_mut().zip(gate.iter().zip(&up)) {
+        *out = silu_mul_value(*g, *u);
+    }
+    Ok(())
+}
+
+fn emit_qkv_mma(v: &View<'_>) -> R {
+    bf16_only(v, QKV_MMA.as_str())?;
+    let p = projections(v)?;
+    let ([wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (p.w, p.bias, p.outputs(v)?);
+    Ok(vec![QkvMma {
+        x: v.input(p.q_op, 0)?,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        q,
+        k_out,
+        v: vo,
+        rows: v.rows(),
+        k: p.k,
+        nq: p.nq,
+        nkv: p.nkv,
+    }
+    .launch(QKV_MMA)])
+}
+
+fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
+    bf16_only(v, GATE_UP_SILU_MMA.as_str())?;
+    let GateUp {
+        gate,
+        wg,
+        wu,
+        act,
+        k,
+        inter,
+    } = gate_up(v)?;
+    Ok(vec![GateUpSiluMma {
+        x: v.input(gate, 0)?,
+        wg,
+        wu,
+        act,
+        rows: v.rows(),
+        k,
+        inter,
+    }
+    .launch(GATE_UP_SILU_MMA)])
+}

@@ -1,0 +1,98 @@
+//! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::gate_up_silu_mma`) write the bytes of
+//! the single-projection launches they replace (`gemm::linear_mma` ×3, ×2 and
+//! `act::silu_mul`): a program built with every rule and one built without the fused rules give
+//! the same logits at decode, across a chunk of two row tiles (64 + 8 rows) and through the
+//! headless prefill program, for a model without biases (llama) and one with q/k/v biases
+//! (qwen2).
+
+mod exec_support;
+
+use exec_support::{assert_same_bytes, backend, config, prompt, TINY_LLAMA, TINY_QWEN2};
+use solder_circuit::{Mode, Policy, RuleSet};
+use solder_gpu_runtime::CpuBackend;
+use solder_model_layers::{Boot, CircuitExec, Session, WeightSource};
+
+const FUSED: [&str; 2] = ["qkv_tensor_cores", "gate_up_silu_tensor_cores"];
+const CHUNK: usize = 72;
+
+fn build(backend: &mut CpuBackend, json: &str, rules: RuleSet) -> CircuitExec {
+    let mut policy = Policy::default();
+    policy.levers.set("tensor_cores", true).unwrap();
+    let mut serve = exec_support::serve();
+    serve.verify_widths.push(CHUNK);
+    let boot = Boot {
+        serve,
+        rules,
+        ..exec_support::boot(
+            config(json),
+            policy,
+            WeightSource::Random { seed: 0x7c0e },
+            exec_support::kv(2 * 40 + 2, 4, 160),
+        )
+    };
+    CircuitExec::build(backend, boot).expect("build")
+}
+
+/// The kernels the (mode, rows) program launches, in order.
+fn kernels(exec: &CircuitExec, mode: Mode, rows: usize) -> Vec<String> {
+    let plan = exec.plan(mode, rows).expect("planned");
+    plan.order
+        .iter()
+        .flat_map(|&id| plan.group(id).kernels.clone())
+        .collect()
+}
+
+/// Every position's logits of a 75-token prompt (a 72-row chunk and a 3-row one), then the
+/// last position's logits of the same prompt through the headless prefill program, then two
+/// decode steps after each.
+fn run(exec: &CircuitExec, backend: &mut CpuBackend) -> Vec<f32> {
+    let tokens = prompt(11, 128, 75);
+    let mut session = Session::new(exec);
+    let (all, headless) = (session.add_sequence(), session.add_sequence());
+    let mut out = session.prefill(backend, all, &tokens).unwrap();
+    out.extend(session.prefill_last(backend, headless, &tokens).unwrap());
+    for t in [5, 9] {
+        out.extend(session.decode(backend, all, t).unwrap());
+        out.extend(session.decode(backend, headless, t).unwrap());
+    }
+    out
+}
+
+#[test]
+fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
+    let mut backend = backend();
+    for (name, json) in [("llama", TINY_LLAMA), ("qwen2", TINY_QWEN2)] {
+        let rules = exec_support::rules();
+        let mut unfused = rules.clone();
+        unfused.rules.retain(|r| !FUSED.contains(&r.id.as_str()));
+        assert_eq!(unfused.rules.len() + FUSED.len(), rules.rules.len());
+        let (mut fused, mut single) = (
+            build(&mut backend, json, rules),
+            build(&mut backend, json, unfused),
+        );
+        // (mode, rows, MLPs): the prefill program drops the last layer's MLP, not its q/k/v.
+        for (mode, rows, mlps) in [
+            (Mode::Decode, 1, 2),
+            (Mode::Verify, CHUNK, 2),
+            (Mode::Prefill, CHUNK, 1),
+        ] {
+            let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
+            for (kernel, count) in [("gemm::qkv_mma", 2), ("gemm::gate_up_silu_mma", mlps)] {
+                let launched = f.iter().filter(|k| *k == kernel).count();
+                assert_eq!(launched, count, "{name} {mode:?}: {kernel}");
+                assert!(!s.iter().any(|k| k == kernel), "{name} {mode:?}");
+            }
+            // q/k/v 3 → 1, gate/up/silu_mul 3 → 1.
+            assert_eq!(f.len() + 2 * (2 + mlps), s.len(), "{name} {mode:?}: {f:?}");
+        }
+        let want = run(&single, &mut backend);
+        let got = run(&fused, &mut backend);
+        assert_same_bytes(
+            &got,
+            &want,
+            &format!("{name}: fused vs single tensor-core launches"),
+        );
+        fused.free(&mut backend).unwrap();
+        single.free(&mut backend).unwrap();
+    }
+}
