@@ -32,7 +32,7 @@ mod mma;
 mod reduce;
 
 pub use attention::{attend, AttendScratch};
-pub use mma::{mma_dot, MmaBlock, MMA_BLOCK, MMA_K_TILE};
+pub use mma::{mma_dot, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
 
 pub use reduce::{
     dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_f32_bf16, dot_head, sum_squares_bf16,

@@ -10,7 +10,7 @@
 //! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
 //!
 //! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
-//! `numerics::MmaBlock`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
+//! `numerics::MmaPanel`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
 //! with one fused multiply-add per `i` in order, then one `0·0` per element of zero padding up
 //! to the next multiple of 32 (the kernel's last k tile). So a row's bytes do not depend on the program's
 //! width or the row's place in it. A device's tensor cores sum each group of 16 products in an
@@ -24,7 +24,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 use super::args::{macs, size, threads_for};
 use super::decl::kernel;
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{linear_value, to_f32, MmaBlock, MMA_BLOCK};
+use crate::numerics::{linear_value, to_f32, MmaPanel, MMA_BLOCK, MMA_ROWS};
 
 /// Threads of a block: four warps.
 pub const GEMM_THREADS: u32 = 128;
@@ -90,9 +90,32 @@ pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
 }
 
 /// `out[r][o] = f(o, dot)` for every row and feature, each dot in the `mma.sync` model's order
-/// (`numerics::MmaBlock`): blocks of 8 features on the context's threads, each block widened
-/// once and taken against every row while it is in cache.
+/// (`numerics::MmaPanel`): panels of features on the context's threads, each panel widened
+/// once and taken against every row while it is in cache: four rows at a time against panels
+/// of 16 features (eight chains of fused multiply-adds side by side), or, under four rows, one
+/// row against panels of 8 (decode: each widened weight is read once, so wider panels only
+/// add cache misses to their widening).
 pub(super) fn each_dot<T: Copy + Send>(
+    ctx: &solder_gpu_runtime::TwinCtx<'_>,
+    x: &[bf16],
+    w: &[bf16],
+    shape: [usize; 3],
+    f: impl Fn(usize, f32) -> T,
+    out: &mut [T],
+) {
+    let [rows, _, n] = shape;
+    if rows == 0 || n == 0 {
+        return;
+    }
+    if rows >= MMA_ROWS {
+        each_dot_in::<2, T>(ctx, x, w, shape, f, out)
+    } else {
+        each_dot_in::<1, T>(ctx, x, w, shape, f, out)
+    }
+}
+
+/// `each_dot` with panels of `8·B` features.
+fn each_dot_in<const B: usize, T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
     x: &[bf16],
     w: &[bf16],
@@ -100,36 +123,41 @@ pub(super) fn each_dot<T: Copy + Send>(
     f: impl Fn(usize, f32) -> T,
     out: &mut [T],
 ) {
-    if rows == 0 || n == 0 {
-        return;
-    }
+    let width = MmaPanel::<B>::FEATURES;
     let threads = threads_for(ctx, macs(&[rows, k, n]));
     let xs: Vec<f32> = x.iter().map(|v| to_f32(*v)).collect();
-    // by_block[b][r][j]: feature 8b + j of row r.
-    let blocks = n.div_ceil(MMA_BLOCK);
-    let mut by_block = vec![0.0f32; blocks * rows * MMA_BLOCK];
-    let per = blocks.div_ceil(threads.max(1) * 4).max(1);
-    par_chunks_mut(
-        &mut by_block,
-        per * rows * MMA_BLOCK,
-        threads,
-        |ci, chunk| {
-            for (bi, dots) in chunk.chunks_mut(rows * MMA_BLOCK).enumerate() {
-                let first = (ci * per + bi) * MMA_BLOCK;
-                let w_rows: Vec<&[bf16]> = (first..(first + MMA_BLOCK).min(n))
-                    .map(|o| &w[o * k..(o + 1) * k])
-                    .collect();
-                let block = MmaBlock::new(&w_rows, k);
-                for (r, d) in dots.chunks_exact_mut(MMA_BLOCK).enumerate() {
-                    d.copy_from_slice(&block.dots(&xs[r * k..(r + 1) * k]));
+    let x_rows: Vec<&[f32]> = (0..rows).map(|r| &xs[r * k..(r + 1) * k]).collect();
+    // by_panel[p][r][j]: feature width·p + j of row r.
+    let panels = n.div_ceil(width);
+    let mut by_panel = vec![0.0f32; panels * rows * width];
+    let per = panels.div_ceil(threads.max(1) * 4).max(1);
+    par_chunks_mut(&mut by_panel, per * rows * width, threads, |ci, chunk| {
+        for (pi, dots) in chunk.chunks_mut(rows * width).enumerate() {
+            let first = (ci * per + pi) * width;
+            let w_rows: Vec<&[bf16]> = (first..(first + width).min(n))
+                .map(|o| &w[o * k..(o + 1) * k])
+                .collect();
+            let panel = MmaPanel::<B>::new(&w_rows, k);
+            let mut r = 0;
+            while r < rows {
+                let take = if rows - r >= MMA_ROWS { MMA_ROWS } else { 1 };
+                let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; B]| {
+                    dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
+                };
+                if take == MMA_ROWS {
+                    let got = panel.dots::<MMA_ROWS>(std::array::from_fn(|i| x_rows[r + i]));
+                    got.iter().enumerate().for_each(|(i, d)| put(i, d));
+                } else {
+                    put(0, &panel.dots([x_rows[r]])[0]);
                 }
+                r += take;
             }
-        },
-    );
+        }
+    });
     for (r, row) in out.chunks_exact_mut(n).enumerate() {
         for (o, v) in row.iter_mut().enumerate() {
-            let (b, j) = (o / MMA_BLOCK, o % MMA_BLOCK);
-            *v = f(o, by_block[(b * rows + r) * MMA_BLOCK + j]);
+            let (p, j) = (o / width, o % width);
+            *v = f(o, by_panel[(p * rows + r) * width + j]);
         }
     }
 }
