@@ -62,7 +62,8 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
         "tensor_cores",
         "projections (linear, LM head; an MoE router stays on gemv) on the tensor cores \
          (gemm::linear_mma, gemm::lm_head_mma: mma.sync m16n8k16; q/k/v and gate/up+SiLU·mul \
-         fused as gemm::qkv_mma, gemm::gate_up_silu_mma) at every width, instead of \
+         fused as gemm::qkv_mma, gemm::gate_up_silu_mma; bf16 routed experts' gate/up as \
+         gemm::experts_gate_up_silu_mma) at every width, instead of \
          gemv's CUDA-core dots: sums in another order, so logits differ in the last bits \
          (`differs`); a sequence's bytes still do not depend on the width or row it runs in",
     ),

@@ -37,22 +37,82 @@ __device__ __forceinline__ void gemm_stage(bf16 (*s)[GEMM_PITCH], const bf16* sr
     }
 }
 
+// Which rows of x a block's 64 tile rows are: `src(r)` the row of x that tile row r reads
+// (GEMM_NO_ROW: zeros, nothing stored), `dst(r)` the output row it stores.
+#define GEMM_NO_ROW 0xffffffffu
+
+// Rows m0.. of a row-major x of `rows` rows, stored at the same rows.
+struct SpanRows {
+    unsigned m0;
+    unsigned rows;
+    __device__ __forceinline__ unsigned src(unsigned r) const {
+        return m0 + r < rows ? m0 + r : GEMM_NO_ROW;
+    }
+    __device__ __forceinline__ unsigned dst(unsigned r) const { return m0 + r; }
+};
+
+// `count` picks (indices r·k + j into an MoE step's ids) gathered in shared memory: tile row r
+// reads x row picks[r] / k and stores output row picks[r].
+struct PickRows {
+    const unsigned* picks;
+    unsigned count;
+    unsigned k;
+    __device__ __forceinline__ unsigned src(unsigned r) const {
+        return r < count ? picks[r] / k : GEMM_NO_ROW;
+    }
+    __device__ __forceinline__ unsigned dst(unsigned r) const { return picks[r]; }
+};
+
+// load8_bits with its scalar path inline (the same bits): the out-of-line call made ptxas
+// spill around it in the experts kernel, whose pick loop keeps more registers live.
+__device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool vec) {
+    if (vec && valid >= 8) {
+        return __ldg(reinterpret_cast<const uint4*>(p));
+    }
+    unsigned w[4];
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned lo = 2 * i < valid ? bf16_bits(p[2 * i]) : 0u;
+        const unsigned hi = 2 * i + 1 < valid ? bf16_bits(p[2 * i + 1]) : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The 64 × GEMM_BK tile of x whose rows `rows_of` names into shared memory; +0 past k and
+// for GEMM_NO_ROW.
+template <class Rows>
+__device__ __forceinline__ void gemm_stage_x(bf16 (*s)[GEMM_PITCH], const bf16* x, Rows rows_of,
+                                             unsigned k, unsigned k0, bool vec) {
+    constexpr unsigned chunks = GEMM_BK / 8;
+    for (unsigned c = threadIdx.x; c < GEMM_BM * chunks; c += GEMM_THREADS) {
+        const unsigned r = c / chunks;
+        const unsigned kc = (c % chunks) * 8;
+        const unsigned row = rows_of.src(r);
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (row != GEMM_NO_ROW && k0 + kc < k) {
+            v = gemm_load8(x + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
+        }
+        *reinterpret_cast<uint4*>(&s[r][kc]) = v;
+    }
+}
+
 // The block's tile of NW weights (one, or gate and up) against the same 64 rows of x: output
 // features n0..n0+32 of each. acc[i][j][0..3] of this lane: rows (g, g+8) of its warp's 16,
 // features 8j + 2t and the next, of dot(x row, w[i] row) over all of k. Each accumulator takes
 // the same mma.sync sequence whatever NW is, so a fused kernel's dots are linear_mma's bytes.
 // store(r, f, v) gets v[i] = the dot of row r and feature f of weight i.
-template <unsigned NW, class Store>
-__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16* const (&w)[NW],
-                                         unsigned rows, unsigned k, unsigned n, unsigned n0,
-                                         Store store) {
+// The tile's rows are `rows_of`'s; store(dst row, f, v) for every row it names and f < n.
+// The caller waits on the previous grid (pdl_wait) first; the tile ends on a barrier after its
+// last use of shared memory, before the stores, so a caller may restage at once.
+template <unsigned NW, class Rows, class Store>
+__device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16* const (&w)[NW],
+                                          Rows rows_of, unsigned k, unsigned n, unsigned n0,
+                                          Store store) {
     __shared__ __align__(16) bf16 xs[GEMM_BM][GEMM_PITCH];
     __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_PITCH];
-    pdl_wait();
-    pdl_launch_dependents();
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
-    const unsigned m0 = blockIdx.y * GEMM_BM;
     bool vec = (k % 8u) == 0u && aligned16(x);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) vec = vec && aligned16(w[i]);
@@ -66,7 +126,7 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16*
         }
     }
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
-        gemm_stage<GEMM_BM>(xs, x, m0, rows, k, k0, vec);
+        gemm_stage_x(xs, x, rows_of, k, k0, vec);
 #pragma unroll
         for (unsigned i = 0; i < NW; ++i) gemm_stage<GEMM_BN>(ws[i], w[i], n0, n, k, k0, vec);
         __syncthreads();
@@ -96,14 +156,24 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16*
     for (unsigned j = 0; j < 4; ++j) {
 #pragma unroll
         for (unsigned e = 0; e < 4; ++e) {
-            const unsigned r = m0 + warp * 16 + g + (e >> 1) * 8;
+            const unsigned r = warp * 16 + g + (e >> 1) * 8;
             const unsigned f = n0 + j * 8 + 2 * t + (e & 1);
             float v[NW];
 #pragma unroll
             for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][j][e];
-            if (r < rows && f < n) store(r, f, v);
+            if (rows_of.src(r) != GEMM_NO_ROW && f < n) store(rows_of.dst(r), f, v);
         }
     }
+}
+
+// gemm_tile over rows blockIdx.y·64.. of a row-major x of `rows` rows.
+template <unsigned NW, class Store>
+__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16* const (&w)[NW],
+                                         unsigned rows, unsigned k, unsigned n, unsigned n0,
+                                         Store store) {
+    pdl_wait();
+    pdl_launch_dependents();
+    gemm_tile<NW>(x, w, SpanRows{blockIdx.y * GEMM_BM, rows}, k, n, n0, store);
 }
 
 struct StoreLinear {
@@ -189,4 +259,58 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                      unsigned k, unsigned inter) {
     const bf16* const ws[2] = {wg, wu};
     gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
+}
+
+// The routed experts' gate and up projections on the tensor cores, grouped by expert: for each
+// pick s (= r·k + j) of expert e = ids[s], act bf16[s·inter + f] = silu(bf16(x_r · wg[e][f])) ·
+// bf16(x_r · wu[e][f]), every dot and stored value linear_mma's (so gate_up_silu_mma's on that
+// expert's matrices). grid = (⌈inter/32⌉, experts), 128 threads: block (fb, e) scans the ids
+// 64 at a time, gathers expert e's picks in shared memory (atomics: their order in a tile
+// varies, but no pick's bytes depend on its tile), and runs a 64-pick tile whenever 64 are
+// gathered and at the end. A pick whose id is outside 0..experts (the twin refuses it) is
+// zeros, written by expert 0's blocks.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_gate_up_silu_mma(const bf16* __restrict__ x, const int* __restrict__ ids,
+                             const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                             bf16* __restrict__ act, unsigned rows, unsigned hidden,
+                             unsigned inter, unsigned experts, unsigned k) {
+    // A window of 64 ids adds at most 64 picks to fewer than 64 waiting.
+    __shared__ unsigned picks[2 * GEMM_BM];
+    __shared__ unsigned count;
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned e = blockIdx.y;
+    const unsigned n0 = blockIdx.x * GEMM_BN;
+    const unsigned long long matrix = (unsigned long long)inter * hidden;
+    const bf16* const gate = wg + e * matrix;
+    const bf16* const up = wu + e * matrix;
+    const unsigned total = rows * k;
+    if (threadIdx.x == 0) count = 0u;
+    __syncthreads();
+    for (unsigned base = 0; base < total; base += GEMM_BM) {
+        const unsigned s = base + threadIdx.x;
+        if (threadIdx.x < GEMM_BM && s < total) {
+            const int id = ids[s];
+            if (id == (int)e) {
+                picks[atomicAdd(&count, 1u)] = s;
+            } else if (e == 0u && (id < 0 || (unsigned)id >= experts)) {
+                for (unsigned f = n0; f < n0 + GEMM_BN && f < inter; ++f) {
+                    act[(unsigned long long)s * inter + f] = to_bf16(0.0f);
+                }
+            }
+        }
+        __syncthreads();
+        const unsigned waiting = count;
+        if (waiting >= GEMM_BM || (base + GEMM_BM >= total && waiting > 0u)) {
+            const unsigned take = waiting < GEMM_BM ? waiting : GEMM_BM;
+            const bf16* const ws[2] = {gate, up};
+            gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
+                         StoreSiluMul{act, inter});
+            __syncthreads();
+            if (threadIdx.x < waiting - take) picks[threadIdx.x] = picks[take + threadIdx.x];
+            __syncthreads();
+            if (threadIdx.x == 0) count = waiting - take;
+        }
+        __syncthreads();
+    }
 }

@@ -1,5 +1,6 @@
-//! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`, and the fused
-//! `gemm::qkv_mma`, `gemm::gate_up_silu_mma`): the CUDA source,
+//! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`, the fused
+//! `gemm::qkv_mma`, `gemm::gate_up_silu_mma`, and the routed experts'
+//! `gemm::experts_gate_up_silu_mma`): the CUDA source,
 //! run through the emulation's model of `mma.sync` and `ldmatrix`, equals its twin byte for
 //! byte at shapes off every tile (rows, features and k not multiples of the block's 64 × 32 ×
 //! 32, k not a multiple of 8, so the scalar staging path), and a kernel that hands `ldmatrix`
@@ -8,7 +9,8 @@
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    GateUpSiluMma, LinearMma, LmHeadMma, QkvMma, GATE_UP_SILU_MMA, LINEAR_MMA, LM_HEAD_MMA, QKV_MMA,
+    ExpertsGateUpSiluMma, GateUpSiluMma, LinearMma, LmHeadMma, QkvMma, EXPERTS_GATE_UP_SILU_MMA,
+    GATE_UP_SILU_MMA, LINEAR_MMA, LM_HEAD_MMA, QKV_MMA,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 
@@ -207,5 +209,87 @@ fn fused_tensor_core_kernels_picking_the_wrong_weight_differ_from_their_twins() 
             "{original:?}"
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An `experts_gate_up_silu_mma` launch: `rows` rows, `k` picks each among `experts` (distinct
+/// per row, spread unevenly), hidden and inter off every tile.
+pub(super) fn experts_launch(
+    backend: &mut CpuBackend,
+    (rows, k, experts): (u32, u32, u32),
+    (hidden, inter): (u32, u32),
+    seed: u64,
+) -> Launch {
+    let x = upload(backend, &values(rows * hidden, seed));
+    let wg = upload(backend, &values(experts * inter * hidden, seed ^ 0x11));
+    let wu = upload(backend, &values(experts * inter * hidden, seed ^ 0x22));
+    let ids: Vec<i32> = (0..rows)
+        .flat_map(|r| {
+            let first = (r * 3 + r / 7) % experts;
+            (0..k).map(move |j| ((first + j * (1 + r % (experts - 1).max(1))) % experts) as i32)
+        })
+        .collect();
+    let ids = upload(backend, &super::tests_nan::i32_bytes(&ids));
+    let bytes = (rows * k * inter) as usize * 2;
+    let act = Buf::new(backend.alloc(bytes).unwrap(), bytes);
+    ExpertsGateUpSiluMma {
+        x,
+        ids,
+        wg,
+        wu,
+        act,
+        rows,
+        hidden,
+        inter,
+        experts,
+        k,
+    }
+    .launch(EXPERTS_GATE_UP_SILU_MMA)
+}
+
+#[test]
+fn the_experts_tensor_core_kernel_equals_its_twin_with_picks_over_several_tiles() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (rows, k, experts), (hidden, inter): one pick; 75 picks of each of 2 experts (a full
+    // tile and a last partial one); 130 rows picking 1 of 2 (a window that overfills a tile:
+    // the rest carried to the next); 8 experts some of which nobody picks; hidden off 8 (the
+    // scalar staging).
+    let cases = [
+        ((1u32, 1u32, 3u32), (64u32, 32u32)),
+        ((75, 2, 2), (40, 37)),
+        ((130, 1, 2), (40, 37)),
+        ((20, 2, 8), (96, 70)),
+        ((33, 4, 6), (100, 9)),
+    ];
+    for (i, (picks, dims)) in cases.into_iter().enumerate() {
+        let l = experts_launch(&mut backend, picks, dims, 0x77 + i as u64);
+        run(&mut backend, &l);
+    }
+    let report = backend.emulation().unwrap().report();
+    let parity = &report[EXPERTS_GATE_UP_SILU_MMA.as_str()];
+    assert_eq!(parity.launches, cases.len() as u64, "{parity:?}");
+    assert_eq!(parity.launches, parity.identical, "{parity:?}");
+}
+
+#[test]
+fn an_experts_kernel_dropping_the_picks_past_a_full_tile_differs_from_its_twin() {
+    // The picks gathered past a full tile of 64 are not carried to the next one.
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "if (threadIdx.x < waiting - take) picks[threadIdx.x] = picks[take + threadIdx.x];",
+            "",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let l = experts_launch(&mut backend, (130, 1, 2), (40, 37), 5);
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

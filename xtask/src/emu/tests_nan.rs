@@ -176,6 +176,7 @@ const DRIVEN: &[&str] = &[
     "gemm::lm_head_mma",
     "gemm::qkv_mma",
     "gemm::gate_up_silu_mma",
+    "gemm::experts_gate_up_silu_mma",
     "moe::topk_softmax",
     "moe::router_topk",
     "moe::gate_up_silu",
@@ -971,6 +972,24 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
         .launch(GATE_UP_SILU),
     );
     b.mixed("moe gate_up_silu", act, 2);
+    // The same picks through the tensor cores, grouped by expert.
+    let act_mma = b.zeros(rows * k * inter * 2);
+    b.run(
+        &solder_model_layers::kernels::gemm::ExpertsGateUpSiluMma {
+            x,
+            ids,
+            wg,
+            wu,
+            act: act_mma,
+            rows: rows as u32,
+            hidden: hidden as u32,
+            inter: inter as u32,
+            experts: experts as u32,
+            k: k as u32,
+        }
+        .launch(solder_model_layers::kernels::gemm::EXPERTS_GATE_UP_SILU_MMA),
+    );
+    b.mixed("experts_gate_up_silu_mma", act_mma, 2);
     let act_in = b.bf16(&rows_of(rows * k, inter, 6.0, &[3]));
     let weights = b.f32(&[0.5, 0.5, f32::INFINITY, 0.25, 0.6, 0.4]);
     let wd = b.bf16(&rows_of(experts * hidden, inter, 7.0, &[]));
@@ -995,6 +1014,7 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
         "moe::topk_softmax",
         "moe::router_topk",
         "moe::gate_up_silu",
+        "gemm::experts_gate_up_silu_mma",
         "moe::down",
     ]);
 }

@@ -1,4 +1,5 @@
-//! What `gpu-check` packs and what it may weigh: the executables (stripped of debug info) and
+//! What `gpu-check` packs and what it may weigh: the executables (stripped of debug info and
+//! symbols; the unstripped ones stay in target/ to symbolise a device backtrace) and
 //! the sm_90 cubins go into one gzip'd tar, `bundle.tgz`, that run.sh unpacks into a scratch
 //! folder on the device (a second or so), so that what travels is small; the budget below holds
 //! the working tree plus everything carried.
@@ -18,20 +19,22 @@ pub const BUDGET_BYTES: u64 = 52 << 20;
 /// The archive's name in the bundle folder.
 pub const ARCHIVE: &str = "bundle.tgz";
 
-/// Copies `executable` into `staging/name` without its debug info (symbols stay, for
-/// backtraces); a missing `strip` keeps the debug info with a warning.
+/// Copies `executable` into `staging/name` without its debug info and symbols (0.5 MiB of the
+/// packed bundle): a device backtrace's addresses are symbolised here with `addr2line -e` on
+/// the unstripped executable in target/, the same build. A missing `strip` keeps both with a
+/// warning.
 pub fn stage_executable(executable: &Path, staging: &Path, name: &str) -> Result<u64, String> {
     let staged = staging.join(name);
     std::fs::copy(executable, &staged).map_err(|e| format!("{}: {e}", executable.display()))?;
     match Command::new("strip")
-        .arg("--strip-debug")
+        .arg("--strip-all")
         .arg(&staged)
         .status()
     {
         Ok(s) if s.success() => {}
         _ => tracing::warn!(
             file = %staged.display(),
-            "`strip --strip-debug` failed: the bundle keeps its debug info"
+            "`strip --strip-all` failed: the bundle keeps its debug info and symbols"
         ),
     }
     file_bytes(&staged)
@@ -66,7 +69,7 @@ pub struct Weights {
     pub tree: u64,
     /// The bundle folder as carried (archive, script, facts).
     pub bundle: u64,
-    /// The main executable, unpacked (stripped of debug info).
+    /// The main executable, unpacked (stripped of debug info and symbols).
     pub binary: u64,
     /// The executables and cubins, unpacked.
     pub unpacked: u64,

@@ -1,6 +1,6 @@
 //! `gpu-check`: builds, on this machine, the folder a GPU machine runs: `target/gpu-check/`
 //! with `bundle.tgz` (`solder`: this xtask in release with `--features cuda`, its debug info
-//! stripped; `cuda_device` and `checked_cuda` (`DEVICE_TESTS`): the test binaries of
+//! and symbols stripped; `cuda_device` and `checked_cuda` (`DEVICE_TESTS`): the test binaries of
 //! `solder-gpu-runtime` whose tests need a device, built with `--no-run`, stripped, run by
 //! run.sh with `--ignored`; `cubin/`: the embedded PTX assembled for sm_90, loaded
 //! before any JIT), `run.sh` (from `run.sh` beside this file; it unpacks the archive into a
@@ -34,7 +34,7 @@ const TIMEOUT_PART2_S: u32 = 370;
 const HELP: &str = "usage: cargo xtask gpu-check
 
   builds target/gpu-check/{bundle.tgz, run.sh, BUILD}: bundle.tgz packs `solder` (cargo build
-  --release -p xtask --features cuda, into the workspace's target/, debug info stripped), the
+  --release -p xtask --features cuda, into the workspace's target/, stripped), the
   device test binaries (cuda_device, checked_cuda: run.sh runs their ignored tests) and
   cubin/ (the embedded PTX assembled for sm_90 by the pinned ptxas, with its MANIFEST); fails
   when the working tree plus the bundle weigh more than 52 MiB; prints the device call:

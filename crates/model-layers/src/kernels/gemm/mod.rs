@@ -4,7 +4,8 @@
 //!
 //! Files: this one declares the single projections (`linear_mma`, `lm_head_mma`), the launch
 //! grid and the twins' dot driver (`each_dot`); `fused` the q/k/v and gate/up+SiLU·mul
-//! kernels, whose dots are these kernels' bytes (the same `mma.sync` sequence per output).
+//! kernels, whose dots are these kernels' bytes (the same `mma.sync` sequence per output);
+//! `experts` the routed experts' gate/up+SiLU·mul, picks grouped by expert.
 //!
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
 //! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
@@ -66,7 +67,9 @@ kernel! {
     LM_HEAD_MMA = "gemm::lm_head_mma" => twin lm_head_mma, emit emit_lm_head_mma;
 }
 
+mod experts;
 mod fused;
+pub use experts::{ExpertsGateUpSiluMma, ExpertsGateUpSiluMmaArgs, EXPERTS_GATE_UP_SILU_MMA};
 pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
@@ -74,6 +77,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LmHeadMma::DECLS,
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
+    ExpertsGateUpSiluMma::DECLS,
 ];
 
 /// One block per tile of 64 rows × 32 features.

@@ -20,6 +20,7 @@
 
 pub mod dequant;
 mod twin;
+pub(crate) use twin::expert_ids;
 
 use half::bf16;
 use solder_circuit::ir::Op;
@@ -301,7 +302,7 @@ fn emit_router_topk(v: &View<'_>) -> R {
 }
 
 /// Expert dims: hidden, intermediate, experts, k.
-fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32), ExecError> {
+pub(crate) fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32), ExecError> {
     Ok((
         v.u32(op, "hidden")?,
         v.u32(op, "inter")?,

@@ -137,7 +137,7 @@ pub(super) fn router_topk(a: RouterTopkArgs<'_>) -> Result<(), GpuError> {
 }
 
 /// The expert of every slot (r·k + j), refusing ids outside `0..experts`.
-fn expert_ids(
+pub(crate) fn expert_ids(
     ctx: &TwinCtx<'_>,
     ids: &[i32],
     k: usize,
