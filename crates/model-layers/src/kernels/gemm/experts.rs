@@ -13,12 +13,12 @@ use half::bf16;
 use solder_circuit::OpKind;
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::{bf16_only, each_dot, GEMM_FEATURES, GEMM_THREADS};
+use super::fused::gate_up_act;
+use super::{bf16_only, GEMM_FEATURES, GEMM_THREADS};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::moe::{expert_dims, expert_ids};
-use crate::numerics::{linear_value, silu_mul_value};
 
 kernel! {
     /// For each row and pick j (expert ids\[r·k + j\]): act bf16\[(r·k + j)·inter ..\] =
@@ -64,7 +64,6 @@ fn experts_gate_up_silu_mma(a: ExpertsGateUpSiluMmaArgs<'_>) -> Result<(), GpuEr
     let wu = a.wu.len(size(ctx, &[experts, inter, hidden])?)?;
     let act = a.act.len(size(ctx, &[rows, k, inter])?)?;
     let chosen = expert_ids(ctx, ids, k, experts)?;
-    let stored = |_: usize, d: f32| linear_value(d, None);
     for e in 0..experts {
         let picks: Vec<usize> = (0..chosen.len()).filter(|&s| chosen[s] == e).collect();
         if picks.is_empty() {
@@ -75,26 +74,20 @@ fn experts_gate_up_silu_mma(a: ExpertsGateUpSiluMmaArgs<'_>) -> Result<(), GpuEr
             .flat_map(|s| &x[(s / k) * hidden..(s / k + 1) * hidden])
             .copied()
             .collect();
-        let shape = [picks.len(), hidden, inter];
-        let (mut gate, mut up) = (
-            vec![bf16::ZERO; picks.len() * inter],
-            vec![bf16::ZERO; picks.len() * inter],
-        );
-        let (g, u) = (
+        let weights = (
             &wg[e * matrix..(e + 1) * matrix],
             &wu[e * matrix..(e + 1) * matrix],
         );
-        each_dot(ctx, &xs, g, shape, stored, &mut gate);
-        each_dot(ctx, &xs, u, shape, stored, &mut up);
-        for (i, s) in picks.iter().enumerate() {
-            let out = &mut act[s * inter..(s + 1) * inter];
-            let (g, u) = (
-                &gate[i * inter..(i + 1) * inter],
-                &up[i * inter..(i + 1) * inter],
-            );
-            for (o, (g, u)) in out.iter_mut().zip(g.iter().zip(u)) {
-                *o = silu_mul_value(*g, *u);
-            }
+        let mut rows_act = vec![bf16::ZERO; picks.len() * inter];
+        gate_up_act(
+            ctx,
+            &xs,
+            weights,
+            [picks.len(), hidden, inter],
+            &mut rows_act,
+        );
+        for (s, row) in picks.iter().zip(rows_act.chunks_exact(inter)) {
+            act[s * inter..(s + 1) * inter].copy_from_slice(row);
         }
     }
     Ok(())

@@ -103,16 +103,27 @@ fn gate_up_silu_mma(a: GateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
     let weights = size(ctx, &[inter, k])?;
     let (wg, wu) = (a.wg.len(weights)?, a.wu.len(weights)?);
     let act = a.act.len(size(ctx, &[rows, inter])?)?;
-    // Gate and up as linear_mma stores them, then act::silu_mul's arithmetic.
+    gate_up_act(ctx, x, (wg, wu), [rows, k, inter], act);
+    Ok(())
+}
+
+/// act\[r\]\[f\] = silu(gate) · up for x's rows against one gate and up matrix `[inter][k]`:
+/// gate and up as linear_mma stores them (bf16), then act::silu_mul's arithmetic.
+pub(super) fn gate_up_act(
+    ctx: &solder_gpu_runtime::TwinCtx<'_>,
+    x: &[bf16],
+    (wg, wu): (&[bf16], &[bf16]),
+    shape: [usize; 3],
+    act: &mut [bf16],
+) {
     let mut gate = vec![bf16::ZERO; act.len()];
     let mut up = vec![bf16::ZERO; act.len()];
     let stored = |_: usize, d: f32| linear_value(d, None);
-    each_dot(ctx, x, wg, [rows, k, inter], stored, &mut gate);
-    each_dot(ctx, x, wu, [rows, k, inter], stored, &mut up);
+    each_dot(ctx, x, wg, shape, stored, &mut gate);
+    each_dot(ctx, x, wu, shape, stored, &mut up);
     for (out, (g, u)) in act.iter_mut().zip(gate.iter().zip(&up)) {
         *out = silu_mul_value(*g, *u);
     }
-    Ok(())
 }
 
 fn emit_qkv_mma(v: &View<'_>) -> R {
