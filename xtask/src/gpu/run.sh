@@ -2,24 +2,32 @@
 # solder's device check: `cargo xtask gpu-check` copies this file (xtask/src/gpu/run.sh) into
 # target/gpu-check/ beside the bundle it builds: the `solder` binary, the device test binaries
 # (`cuda_device`, `checked_cuda`) and the cubins.
-# Run on the GPU machine from the repository root, in two device calls:
+# Run on the GPU machine from the repository root, one device call per part:
 #   bash target/gpu-check/run.sh 1     (or PART=1; the default)
-#   bash target/gpu-check/run.sh 2     (or PART=2; `all` runs both)
+#   bash target/gpu-check/run.sh 2     (or PART=2; 3 likewise; `all` runs every part)
 #
-# Part 1 runs the stages in the order of their value, so that a cut loses the least: facts
-# and the JIT warm-up; decode at width 1, graph against eager (Llama-3.2-1B's shape); a long
-# context step against the CPU twin; parity on the built-ins whose launches split k and heads;
-# the lever A/B at widths 1 and 8; ncu over one decode and one 16-wide step; memcheck and
-# racecheck on a model that splits (tiny-llama-wide past 256 tokens: gemv's split-K and split
-# heads, attention in two chunks); the device tests (`cuda_device`, `checked_cuda`: the tests
-# `cargo test` lists as ignored, run with `--ignored`); the goldens; the
-# width sweep; decode timed at contexts 1,024, 8,192 and 131,069 (the 1B's 131,072 positions
-# less the timed step's own). Part 2 runs the rest:
-# parity on every built-in; Llama-3.2-1B's shape past 4,096 tokens, eager == graph == a
-# second run; initcheck and synccheck on the splitting model; memcheck and racecheck with
-# `pdl` on; memcheck on an MoE and a hybrid checkpoint; the tensor cores (`tensor_cores`:
-# parity on two built-ins, timed against gemv at 32 and 128 rows, ncu per kernel); a stress stage replaying the split
-# steps 1,000 times, comparing the logits bytes every time.
+# A lease is 15 minutes of device time, each machine start (a minute or two) included: part 1
+# alone is what a lease must return, part 2 what a second call adds while the machine is
+# warm, part 3 the rest. Each part runs its stages in the order of their value, so that a cut
+# loses the least.
+# Part 1: facts and the JIT warm-up; decode at width 1, graph against eager (Llama-3.2-1B's
+# shape); parity on the built-ins whose launches split k and heads; the tensor cores
+# (`tensor_cores`: parity on two built-ins; a 2,048-token prefill in chunks of 512, gemv
+# against the tensor cores; timed against gemv at 32 and 128 rows); ncu per kernel over one
+# decode, one 16-wide step, one 128-wide step with the lever and a 1,024-token prefill with
+# it; the device tests
+# (`cuda_device`, `checked_cuda`: the tests `cargo test` lists as ignored, run with
+# `--ignored`); memcheck on a model that splits (tiny-llama-wide past 256 tokens: gemv's
+# split-K and split heads, attention in two chunks); the goldens.
+# Part 2: parity on every built-in; a long context step against the CPU twin; the lever A/B
+# at widths 1 and 8; racecheck on the splitting model; the width sweep; decode timed at
+# contexts 1,024 and 8,192; memcheck and racecheck on an MoE with the tensor cores; memcheck
+# on an MoE and a hybrid checkpoint; a stress stage
+# replaying the split steps 1,000 times, comparing the logits bytes every time.
+# Part 3: every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
+# eager == graph == a second run; initcheck and synccheck on the splitting model; memcheck and
+# racecheck with `pdl` on; decode timed at context 131,069 (the 1B's 131,072 positions less
+# the timed step's own).
 #
 # Each stage runs under `timeout` (limits in seconds below, each overridable by its variable)
 # and, as soon as it ends, appends its row to $LOG/summary.txt and prints it, so a cut of the
@@ -27,50 +35,58 @@
 # go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in six files (the device tool
 # brings back eight at most): summary.txt facts.log parity.log checks.log bench.log, and
 # data.tar, which holds the machine-readable results (parity.json goldens.json bench.json
-# ab.json ncu.csv parity-tc.json ab-tc.json ncu-tc.csv), packed again with each
+# ab.json ncu.csv parity-tc.json ab-tc.json ncu-tc.csv ncu-prefill.csv), packed again with each
 # summary row. The summary of the part is printed again last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 PART=${1:-${PART:-1}}
 case $PART in
-    1 | 2 | all) ;;
+    1 | 2 | 3 | all) ;;
     *)
-        echo "run.sh: part \`$PART\`: want 1, 2 or all" >&2
+        echo "run.sh: part \`$PART\`: want 1, 2, 3 or all" >&2
         exit 2
         ;;
 esac
 
-# Part 1: 480 s in all (gpu-check's first device call gives 520). None of these limits has
-# met a device yet: the first run's summary sets them.
-LIMIT_FACTS=${LIMIT_FACTS:-15}          # each part starts with it (the JIT warm-up)
-LIMIT_BENCH_W1=${LIMIT_BENCH_W1:-35}    # 1B shape: the build (~20 s), decode timed
-LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-25}  # tiny-llama, 4,200 tokens, against the CPU twin
-LIMIT_PARITY_SPLIT=${LIMIT_PARITY_SPLIT:-20}
-LIMIT_AB=${LIMIT_AB:-95}                # 1B shape, one build per variant, widths 1 and 8
-LIMIT_NCU=${LIMIT_NCU:-40}              # builds the 1B shape, profiles two steps
+# Part 1: 395 s in all (gpu-check's first device call gives 435). The limits are about twice
+# what the first device run took (2026-12-04, H200, in the comments: part 1 ran in 126 s and
+# the goldens in 66 s, part 2 in about 200 s, part 3's stages as noted; a machine started in
+# about 35 s).
+LIMIT_FACTS=${LIMIT_FACTS:-15}          # each part starts with it (0.6 s)
+LIMIT_BENCH_W1=${LIMIT_BENCH_W1:-20}    # 1B shape: the build, decode timed (8 s)
+LIMIT_PARITY_SPLIT=${LIMIT_PARITY_SPLIT:-15}  # (6 s)
+LIMIT_TC_PARITY=${LIMIT_TC_PARITY:-15}  # the tensor_cores lever: parity on two built-ins (4 s)
+LIMIT_PREFILL=${LIMIT_PREFILL:-25}      # per run, two runs: 1B shape, 2,048 tokens (8-10 s)
+LIMIT_TC_AB=${LIMIT_TC_AB:-50}          # 1B shape, gemv vs tensor cores at 32 and 128 rows (25 s)
+LIMIT_NCU=${LIMIT_NCU:-35}              # builds the 1B shape, profiles two steps (16 s)
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
-LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-20}
-LIMIT_RACECHECK=${LIMIT_RACECHECK:-25}
-LIMIT_CUDA_DEVICE=${LIMIT_CUDA_DEVICE:-8}   # the CudaBackend device tests (7)
-LIMIT_CHECKED=${LIMIT_CHECKED:-7}      # the Checked<CudaBackend> device test
-LIMIT_GOLDENS=${LIMIT_GOLDENS:-25}
-LIMIT_SWEEP=${LIMIT_SWEEP:-25}          # every ladder width for 0.3 s
-LIMIT_CTX_1K=${LIMIT_CTX_1K:-25}
-LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}
-LIMIT_CTX_128K=${LIMIT_CTX_128K:-75}    # 131,069 tokens prefilled 8 at a time, then timed
-# Part 2: 330 s in all (the second device call gives 370).
-LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-15}  # every module JIT-compiled from its PTX (no cubins)
-LIMIT_PARITY=${LIMIT_PARITY:-30}
-LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-45}  # Llama-3.2-1B's shape, 4,200 tokens, compared
-LIMIT_INITCHECK=${LIMIT_INITCHECK:-20}
-LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-15}
-LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-15}
-LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-20}
-LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-15}   # per checkpoint, two of them
-LIMIT_STRESS=${LIMIT_STRESS:-40}
-LIMIT_TC_PARITY=${LIMIT_TC_PARITY:-25}  # the tensor_cores lever: parity on two built-ins
-LIMIT_TC_AB=${LIMIT_TC_AB:-45}          # 1B shape, gemv vs tensor cores at 32 and 128 rows
-LIMIT_TC_NCU=${LIMIT_TC_NCU:-30}        # ncu over one 128-wide step with the lever
+LIMIT_TC_NCU=${LIMIT_TC_NCU:-35}        # ncu over one 128-wide step with the lever (20 s)
+LIMIT_NCU_PREFILL=${LIMIT_NCU_PREFILL:-40}  # ncu over a 1,024-token prefill with the lever
+LIMIT_CUDA_DEVICE=${LIMIT_CUDA_DEVICE:-8}   # the CudaBackend device tests (7; 1.5 s)
+LIMIT_CHECKED=${LIMIT_CHECKED:-7}      # the Checked<CudaBackend> device test (0.3 s)
+LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-10}    # (1.2 s)
+LIMIT_GOLDENS=${LIMIT_GOLDENS:-85}      # 23 checkpoints (66 s)
+# Part 2: 365 s in all (the second device call gives 400).
+LIMIT_FACTS_2=${LIMIT_FACTS_2:-15}
+LIMIT_PARITY=${LIMIT_PARITY:-70}        # every built-in (32 s)
+LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-15}  # tiny-llama, 4,200 tokens, against the CPU twin (3 s)
+LIMIT_AB=${LIMIT_AB:-50}                # 1B shape, one build per variant, widths 1 and 8 (28 s)
+LIMIT_RACECHECK=${LIMIT_RACECHECK:-60}  # (39 s)
+LIMIT_SWEEP=${LIMIT_SWEEP:-35}          # every ladder width for 0.3 s (20 s)
+LIMIT_CTX_1K=${LIMIT_CTX_1K:-20}        # (9 s)
+LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
+LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)
+LIMIT_STRESS=${LIMIT_STRESS:-10}        # (1 s)
+LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-20}  # per run: memcheck, racecheck, MoE with the lever (4 s)
+# Part 3: 350 s in all (the third device call gives 390).
+LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
+LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-45}  # every module JIT-compiled from its PTX (25 s)
+LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-40}  # Llama-3.2-1B's shape, 4,200 tokens, compared (21 s)
+LIMIT_INITCHECK=${LIMIT_INITCHECK:-10}  # (1 s)
+LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-10}  # (1 s)
+LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-10}  # (1 s)
+LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-70}  # (more than 20 s; racecheck alone took 39)
+LIMIT_CTX_128K=${LIMIT_CTX_128K:-150}   # 131,069 tokens prefilled 8 at a time (past 75 s)
 # The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
 # it): programmatic launch and the three batch-1 levers (split_resident: splits sized to one
 # wave of resident blocks; qkv_norm_ahead: weight loads in flight before qkv_rope_kv's norm;
@@ -224,6 +240,19 @@ device_tests() {
     record "$1 tests" "$(key '^test result:')" "$LOG/checks.log"
 }
 
+# ncu_by_kernel CSV PREFIX: per kernel name, from ncu's CSV: launches, summed time, DRAM bytes
+# read and (where measured) the tensor pipe's mean busy share, the costliest first; also into
+# bench.log.
+ncu_by_kernel() {
+    awk -F'","' -v prefix="$2" 'NR > 1 && $0 ~ /^"[0-9]/ {
+            name = $5; sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
+            if ($(NF-2) ~ /gpu__time_duration/) { t[name] += v; n[name]++ }
+            if ($(NF-2) ~ /dram__bytes_read/) { b[name] += v }
+            if ($(NF-2) ~ /hmma/) { h[name] += v; hn[name]++ }
+        } END { for (k in t) printf "%s %-32s %4d launches %12.1f us %10.2f MB tensor %s\n", prefix, k, n[k], t[k] / 1000, b[k] / 1e6, (hn[k] ? sprintf("%.1f%%", h[k] / hn[k]) : "-") }' \
+        "$1" | sort -k5 -g -r | tee -a "$LOG/bench.log"
+}
+
 # decode_row NAME: the summary row of a gpu-bench stage from its table's `decode 1` line
 # (mode rows launches MB/step floor_us eager_us graph_us fl/eager fl/graph tok/s).
 decode_row() {
@@ -250,12 +279,25 @@ facts() {
     fi
     clocks before
     # Loads every module: the JIT of the PTX, cached for every later process.
-    stage facts "$LIMIT_FACTS" "$LOG/facts.log" "$BIN" gpu-facts
+    stage facts "$1" "$LOG/facts.log" "$BIN" gpu-facts
     local line
     line=$(key '^cuda backend:' | cut -d: -f2-)
     [ -n "$line" ] && line="$line; $(key '^modules loaded' |
         sed -E 's/^modules loaded \(([0-9]+ of [0-9]+) from cubins.*in ([0-9.]+ s)$/\1 modules from cubins, loaded in \2/')"
     record facts "$line" "$LOG/facts.log"
+}
+
+# prefill NAME LEVERS: a 2,048-token prompt of the 1B shape in chunks of 512 (prefill programs,
+# then the last chunk's logits), then 16 decode steps, eager and graph (`bench --backend cuda`);
+# LEVERS empty for the gemv routing.
+prefill() {
+    local levers=()
+    [ -n "$2" ] && levers=(--levers "$2")
+    stage "$1" "$LIMIT_PREFILL" "$LOG/bench.log" \
+        "$BIN" bench --backend cuda --synth llama-3.2-1b --prompt-len 2048 --chunk 512 --gen 16 \
+        "${levers[@]}"
+    record "$1" "$(key '^solder decode:' | tr ' ' '\n' |
+        grep -E '^(prefill_ms|prefill_tok_per_s|eager_ms|graph_ms)=' | paste -sd ' ')" "$LOG/bench.log"
 }
 
 part1() {
@@ -264,26 +306,31 @@ part1() {
         "$BIN" gpu-bench --synth llama-3.2-1b --widths 1 --runs 200 --max-seconds 1
     decode_row "decode w1 graph/eager"
 
-    stage "step twin ctx 4200" "$LIMIT_STEP_TWIN" "$LOG/checks.log" \
-        "$BIN" gpu-step --builtin tiny-llama --context 4200 --compare --cpu-twin
-    record "step twin ctx 4200" "$(key '^cpu twin:')" "$LOG/checks.log"
-
     stage "parity split k/heads" "$LIMIT_PARITY_SPLIT" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --only tiny-llama-wide,tiny-llama-long \
         --json "$DATA/parity.json"
     record "parity split k/heads" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
 
-    # The same model per lever set (baseline, each of AB_LEVERS, all together), timed
-    # interleaved, graph and eager, at 1 and 8 rows.
-    stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
-        "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --widths 1,8 --rounds 6 \
-        --runs 10 --max-seconds 4 --json "$DATA/ab.json"
+    # The tensor cores (`tensor_cores` lever, gemm::*_mma): their logits within the rules'
+    # tolerance of the CUDA-core reference and every sequence byte-identical at every width
+    # (batch invariance, on the device's own mma.sync); a long prefill gemv against them;
+    # then timed against gemv at 32 and 128 rows.
+    stage "parity tensor cores" "$LIMIT_TC_PARITY" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --levers tensor_cores --only tiny-llama,tiny-qwen3-moe \
+        --json "$DATA/parity-tc.json"
+    record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+    prefill "prefill 2048 gemv" ""
+    prefill "prefill 2048 tensor cores" tensor_cores
+    stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
+        --runs 10 --max-seconds 4 --json "$DATA/ab-tc.json"
     local rows program
-    for rows in 1 8; do
-        record "A/B rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
+    for rows in 32 128; do
+        record "tensor cores rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
     done
 
-    # ncu: per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step.
+    # ncu: per-kernel time and DRAM bytes over one decode and one 16-wide multi-seq step, then
+    # one 128-wide step with the tensor cores.
     echo "ncu: ${NCU:-not found}" | tee -a "$LOG/bench.log"
     if [ -z "$NCU" ]; then
         skip "ncu" "ncu not found"
@@ -302,18 +349,58 @@ part1() {
             record "ncu $program" "$(key "^ncu $program total" |
                 awk '{printf "%s kernels %s us, %s MB DRAM = %s TB/s (%s of peak); floor %s us = %s of it", $4, $5, $6, $8, $9, $10, $11}')" "$LOG/bench.log"
         done
+        stage "ncu tensor cores" "$LIMIT_TC_NCU" "$LOG/bench.log" \
+            "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+            --log-file "$DATA/ncu-tc.csv" \
+            "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 128 --profile \
+            --levers tensor_cores
+        ncu_by_kernel "$DATA/ncu-tc.csv" ncu-tc >"$SCRATCH/ncu-tc.txt"
+        record "ncu tensor cores" "$(grep -m 2 -E '_mma' "$SCRATCH/ncu-tc.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
+        # Every launch of a 1,024-token prefill in chunks of 512 with the lever (a prefill
+        # program, then the last chunk's verify program and one decode step).
+        stage "ncu prefill" "$LIMIT_NCU_PREFILL" "$LOG/bench.log" \
+            "$NCU" --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+            --log-file "$DATA/ncu-prefill.csv" \
+            "$BIN" bench --backend cuda --synth llama-3.2-1b --prompt-len 1024 --chunk 512 --gen 1 \
+            --graphs eager --levers tensor_cores
+        ncu_by_kernel "$DATA/ncu-prefill.csv" ncu-prefill >"$SCRATCH/ncu-prefill.txt"
+        record "ncu prefill" "$(head -n 3 "$SCRATCH/ncu-prefill.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
     fi
-
-    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
-    sanitize "memcheck split" memcheck "$LIMIT_MEMCHECK" "${SPLIT_MODEL[@]}"
-    sanitize "racecheck split" racecheck "$LIMIT_RACECHECK" "${SPLIT_MODEL[@]}"
 
     device_tests cuda_device "$LIMIT_CUDA_DEVICE"
     device_tests checked_cuda "$LIMIT_CHECKED"
 
+    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
+    sanitize "memcheck split" memcheck "$LIMIT_MEMCHECK" "${SPLIT_MODEL[@]}"
+
     stage goldens "$LIMIT_GOLDENS" "$LOG/parity.log" \
         "$BIN" parity --backend cuda --goldens tests/fixtures/golden --json "$DATA/goldens.json"
     record "parity (goldens)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+}
+
+part2() {
+    stage "parity (built-in)" "$LIMIT_PARITY" "$LOG/parity.log" \
+        "$BIN" parity --backend cuda --json "$DATA/parity.json"
+    record "parity (built-in)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
+
+    stage "step twin ctx 4200" "$LIMIT_STEP_TWIN" "$LOG/checks.log" \
+        "$BIN" gpu-step --builtin tiny-llama --context 4200 --compare --cpu-twin
+    record "step twin ctx 4200" "$(key '^cpu twin:')" "$LOG/checks.log"
+
+    # The same model per lever set (baseline, each of AB_LEVERS, all together), timed
+    # interleaved, graph and eager, at 1 and 8 rows.
+    stage "gpu-bench A/B" "$LIMIT_AB" "$LOG/bench.log" \
+        "$BIN" gpu-bench --synth llama-3.2-1b --ab "$AB_LEVERS" --widths 1,8 --rounds 4 \
+        --runs 10 --max-seconds 3 --json "$DATA/ab.json"
+    local rows
+    for rows in 1 8; do
+        record "A/B rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
+    done
+
+    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
+    sanitize "racecheck split" racecheck "$LIMIT_RACECHECK" "${SPLIT_MODEL[@]}"
 
     # Every width of the default ladder, 0.3 s each.
     stage "width sweep" "$LIMIT_SWEEP" "$LOG/bench.log" \
@@ -323,62 +410,14 @@ part1() {
 
     bench_context "decode ctx 1024" "$LIMIT_CTX_1K" 1024
     bench_context "decode ctx 8192" "$LIMIT_CTX_8K" 8192
-    # 131,069 tokens: the step's own positions (and the warm-up's) fill the 1B's 131,072.
-    bench_context "decode ctx 131069" "$LIMIT_CTX_128K" 131069
-}
 
-part2() {
-    # The fallback path: every module from its PTX, JIT-compiled by this driver.
-    stage "facts, ptx jit" "$LIMIT_FACTS_JIT" "$LOG/facts.log" \
-        env SOLDER_CUBINS= CUDA_CACHE_DISABLE=1 "$BIN" gpu-facts
-    record "facts, ptx jit" "$(key '^modules loaded')" "$LOG/facts.log"
+    # The tensor-core kernels under the sanitizers: the grouped experts GEMM gathers picks with
+    # shared atomics.
+    sanitize "memcheck moe tc" memcheck "$LIMIT_TC_SANITIZE" --builtin tiny-qwen3-moe --context 40 \
+        --width 8 --levers tensor_cores
+    sanitize "racecheck moe tc" racecheck "$LIMIT_TC_SANITIZE" --builtin tiny-qwen3-moe --context 40 \
+        --width 8 --levers tensor_cores
 
-    stage "parity (built-in)" "$LIMIT_PARITY" "$LOG/parity.log" \
-        "$BIN" parity --backend cuda --json "$DATA/parity.json"
-    record "parity (built-in)" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
-
-    # The tensor cores (`tensor_cores` lever, gemm::linear_mma / lm_head_mma): their logits
-    # within the rules' tolerance of the CUDA-core reference and every sequence byte-identical
-    # at every width (batch invariance, on the device's own mma.sync); then timed against gemv
-    # at 32 and 128 rows, and each kernel's time and DRAM bytes in one 128-wide step.
-    stage "parity tensor cores" "$LIMIT_TC_PARITY" "$LOG/parity.log" \
-        "$BIN" parity --backend cuda --levers tensor_cores --only tiny-llama,tiny-qwen3-moe \
-        --json "$DATA/parity-tc.json"
-    record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
-    stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
-        "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
-        --runs 10 --max-seconds 4 --json "$DATA/ab-tc.json"
-    for rows in 32 128; do
-        record "tensor cores rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
-    done
-    if [ -z "$NCU" ]; then
-        skip "ncu tensor cores" "ncu not found"
-    else
-        stage "ncu tensor cores" "$LIMIT_TC_NCU" "$LOG/bench.log" \
-            "$NCU" --profile-from-start off --clock-control none --csv --print-units base \
-            --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-            --log-file "$DATA/ncu-tc.csv" \
-            "$BIN" gpu-step --synth llama-3.2-1b --context 32 --width 128 --profile \
-            --levers tensor_cores
-        # Per kernel name: launches and summed time (ns) and DRAM bytes read.
-        awk -F'","' 'NR > 1 && $0 ~ /^"[0-9]/ {
-                name = $5; sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
-                if ($(NF-2) ~ /gpu__time_duration/) { t[name] += v; n[name]++ }
-                if ($(NF-2) ~ /dram__bytes_read/) { b[name] += v }
-            } END { for (k in t) printf "ncu-tc %-32s %4d launches %12.1f us %10.2f MB\n", k, n[k], t[k] / 1000, b[k] / 1e6 }' \
-            "$DATA/ncu-tc.csv" | sort -k5 -g -r | tee -a "$LOG/bench.log" >"$SCRATCH/ncu-tc.txt"
-        record "ncu tensor cores" "$(grep -m 2 -E 'linear_mma|lm_head_mma' "$SCRATCH/ncu-tc.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
-    fi
-
-    stage "step 1b ctx 4200" "$LIMIT_STEP_LONG" "$LOG/checks.log" \
-        "$BIN" gpu-step --synth llama-3.2-1b --context 4200 --width 8 --compare
-    record "step 1b ctx 4200" "$(key '^(second identical run|gpu-step )')" "$LOG/checks.log"
-
-    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
-    sanitize "initcheck split" initcheck "$LIMIT_INITCHECK" "${SPLIT_MODEL[@]}"
-    sanitize "synccheck split" synccheck "$LIMIT_SYNCCHECK" "${SPLIT_MODEL[@]}"
-    sanitize "memcheck split pdl" memcheck "$LIMIT_MEMCHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
-    sanitize "racecheck split pdl" racecheck "$LIMIT_RACECHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
     sanitize "memcheck qwen3_moe" memcheck "$LIMIT_MEMCHECK_MODEL" --model tests/fixtures/golden/qwen3_moe
     sanitize "memcheck qwen3_next" memcheck "$LIMIT_MEMCHECK_MODEL" --model tests/fixtures/golden/qwen3_next
 
@@ -391,13 +430,44 @@ part2() {
     record "stress replays" "$([ "$equal" -gt 0 ] && echo "$equal steps x $STRESS_REPLAYS replays equal; $(key '^gpu-step ')")" "$LOG/checks.log"
 }
 
-facts
+part3() {
+    # The fallback path: every module from its PTX, JIT-compiled by this driver.
+    stage "facts, ptx jit" "$LIMIT_FACTS_JIT" "$LOG/facts.log" \
+        env SOLDER_CUBINS= CUDA_CACHE_DISABLE=1 "$BIN" gpu-facts
+    record "facts, ptx jit" "$(key '^modules loaded')" "$LOG/facts.log"
+
+    stage "step 1b ctx 4200" "$LIMIT_STEP_LONG" "$LOG/checks.log" \
+        "$BIN" gpu-step --synth llama-3.2-1b --context 4200 --width 8 --compare
+    record "step 1b ctx 4200" "$(key '^(second identical run|gpu-step )')" "$LOG/checks.log"
+
+    echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
+    sanitize "initcheck split" initcheck "$LIMIT_INITCHECK" "${SPLIT_MODEL[@]}"
+    sanitize "synccheck split" synccheck "$LIMIT_SYNCCHECK" "${SPLIT_MODEL[@]}"
+    sanitize "memcheck split pdl" memcheck "$LIMIT_MEMCHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
+    sanitize "racecheck split pdl" racecheck "$LIMIT_RACECHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
+
+    # 131,069 tokens: the step's own positions (and the warm-up's) fill the 1B's 131,072.
+    bench_context "decode ctx 131069" "$LIMIT_CTX_128K" 131069
+}
+
 case $PART in
-    1) part1 ;;
-    2) part2 ;;
+    1)
+        facts "$LIMIT_FACTS"
+        part1
+        ;;
+    2)
+        facts "$LIMIT_FACTS_2"
+        part2
+        ;;
+    3)
+        facts "$LIMIT_FACTS_3"
+        part3
+        ;;
     all)
+        facts "$LIMIT_FACTS"
         part1
         part2
+        part3
         ;;
 esac
 clocks after
