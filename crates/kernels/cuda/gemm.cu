@@ -3,10 +3,15 @@
 // multi-seq and verify programs) rather than a matrix-vector one.
 #include "common.cuh"
 
-// Block tile: 64 rows (tokens) × 32 output features, k in steps of 32. Four warps, each owning
+// Block tile: 64 rows (tokens) × 32 output features, k in steps of 64. Four warps, each owning
 // 16 rows × 32 features (one m16 A fragment against four n8 B fragments per k16 step). Tiles
-// are staged in shared memory with a row pitch of 40 bf16 (80 bytes): every ldmatrix row
+// are staged in shared memory with a row pitch of 72 bf16 (144 bytes): every ldmatrix row
 // address stays 16-byte aligned and the eight rows of one 8×8 matrix fall in distinct banks.
+// Staging is software-pipelined through registers: each thread loads its chunks of the next
+// k tile from global memory while the warps run the current tile's mma.sync, so a tile's
+// load latency hides behind the one before it (the first device run, 2026-12-04, measured
+// the unpipelined 32-wide tiles at 2-17% of the tensor pipe, one block per SM waiting on
+// its loads).
 //
 // Numerics: each output's accumulator starts at +0 and takes the products of its row of x and
 // its weight row in k order, 16 at a time through mma.sync, then the zero padding of the last
@@ -16,26 +21,12 @@
 // last bits, so the rules launching these kernels are `differs` (FUSIONS.toml).
 #define GEMM_BM 64
 #define GEMM_BN 32
-#define GEMM_BK 32
+#define GEMM_BK 64
 #define GEMM_PITCH (GEMM_BK + 8)
 #define GEMM_THREADS 128
-
-// A tile of `tile` rows × GEMM_BK k of a row-major bf16 matrix src[count][k] into shared
-// memory: rows at or past `count` and k at or past `k` are +0.
-template <unsigned tile>
-__device__ __forceinline__ void gemm_stage(bf16 (*s)[GEMM_PITCH], const bf16* src, unsigned first,
-                                           unsigned count, unsigned k, unsigned k0, bool vec) {
-    constexpr unsigned chunks = GEMM_BK / 8;
-    for (unsigned c = threadIdx.x; c < tile * chunks; c += GEMM_THREADS) {
-        const unsigned r = c / chunks;
-        const unsigned kc = (c % chunks) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (first + r < count && k0 + kc < k) {
-            v = load8_bits(src + (unsigned long long)(first + r) * k + k0 + kc, k - (k0 + kc), vec);
-        }
-        *reinterpret_cast<uint4*>(&s[r][kc]) = v;
-    }
-}
+// 16-byte chunks of one staged k tile per thread: of x's 64 rows, of one weight's 32.
+#define GEMM_X_CHUNKS (GEMM_BM * GEMM_BK / 8 / GEMM_THREADS)
+#define GEMM_W_CHUNKS (GEMM_BN * GEMM_BK / 8 / GEMM_THREADS)
 
 // Which rows of x a block's 64 tile rows are: `src(r)` the row of x that tile row r reads
 // (GEMM_NO_ROW: zeros, nothing stored), `dst(r)` the output row it stores.
@@ -79,21 +70,51 @@ __device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool 
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The 64 × GEMM_BK tile of x whose rows `rows_of` names into shared memory; +0 past k and
-// for GEMM_NO_ROW.
+// This thread's chunks of the 64 × GEMM_BK tile of x at k0 whose rows `rows_of` names, into
+// registers: +0 past k and for GEMM_NO_ROW. Chunk i is tile chunk threadIdx.x + i·GEMM_THREADS
+// (row c / (GEMM_BK/8), k (c % (GEMM_BK/8))·8), as gemm_put stores it.
 template <class Rows>
-__device__ __forceinline__ void gemm_stage_x(bf16 (*s)[GEMM_PITCH], const bf16* x, Rows rows_of,
-                                             unsigned k, unsigned k0, bool vec) {
+__device__ __forceinline__ void gemm_fetch_x(uint4 (&v)[GEMM_X_CHUNKS], const bf16* x,
+                                             Rows rows_of, unsigned k, unsigned k0, bool vec) {
     constexpr unsigned chunks = GEMM_BK / 8;
-    for (unsigned c = threadIdx.x; c < GEMM_BM * chunks; c += GEMM_THREADS) {
+#pragma unroll
+    for (unsigned i = 0; i < GEMM_X_CHUNKS; ++i) {
+        const unsigned c = threadIdx.x + i * GEMM_THREADS;
+        const unsigned kc = (c % chunks) * 8;
+        const unsigned row = rows_of.src(c / chunks);
+        v[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (row != GEMM_NO_ROW && k0 + kc < k) {
+            v[i] = gemm_load8(x + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
+        }
+    }
+}
+
+// This thread's chunks of the 32 × GEMM_BK tile at k0 of a row-major weight w[n][k], rows
+// n0..n0+32, into registers: +0 for rows at or past n and k at or past k.
+__device__ __forceinline__ void gemm_fetch_w(uint4 (&v)[GEMM_W_CHUNKS], const bf16* w,
+                                             unsigned n0, unsigned n, unsigned k, unsigned k0,
+                                             bool vec) {
+    constexpr unsigned chunks = GEMM_BK / 8;
+#pragma unroll
+    for (unsigned i = 0; i < GEMM_W_CHUNKS; ++i) {
+        const unsigned c = threadIdx.x + i * GEMM_THREADS;
         const unsigned r = c / chunks;
         const unsigned kc = (c % chunks) * 8;
-        const unsigned row = rows_of.src(r);
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (row != GEMM_NO_ROW && k0 + kc < k) {
-            v = gemm_load8(x + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
+        v[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (n0 + r < n && k0 + kc < k) {
+            v[i] = gemm_load8(w + (unsigned long long)(n0 + r) * k + k0 + kc, k - (k0 + kc), vec);
         }
-        *reinterpret_cast<uint4*>(&s[r][kc]) = v;
+    }
+}
+
+// A thread's fetched chunks (gemm_fetch_x's or gemm_fetch_w's) into the shared tile s.
+template <unsigned N>
+__device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)[N]) {
+    constexpr unsigned chunks = GEMM_BK / 8;
+#pragma unroll
+    for (unsigned i = 0; i < N; ++i) {
+        const unsigned c = threadIdx.x + i * GEMM_THREADS;
+        *reinterpret_cast<uint4*>(&s[c / chunks][(c % chunks) * 8]) = v[i];
     }
 }
 
@@ -125,11 +146,22 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
         }
     }
-    for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
-        gemm_stage_x(xs, x, rows_of, k, k0, vec);
+    // The next k tile in registers while the current one runs from shared memory.
+    uint4 xv[GEMM_X_CHUNKS];
+    uint4 wv[NW][GEMM_W_CHUNKS];
+    gemm_fetch_x(xv, x, rows_of, k, 0u, vec);
 #pragma unroll
-        for (unsigned i = 0; i < NW; ++i) gemm_stage<GEMM_BN>(ws[i], w[i], n0, n, k, k0, vec);
+    for (unsigned i = 0; i < NW; ++i) gemm_fetch_w(wv[i], w[i], n0, n, k, 0u, vec);
+    for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
+        gemm_put(xs, xv);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) gemm_put(ws[i], wv[i]);
         __syncthreads();
+        if (k0 + GEMM_BK < k) {
+            gemm_fetch_x(xv, x, rows_of, k, k0 + GEMM_BK, vec);
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) gemm_fetch_w(wv[i], w[i], n0, n, k, k0 + GEMM_BK, vec);
+        }
 #pragma unroll
         for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
             // Matrices: rows 0-7 / 8-15 of the warp's 16 (lane bit 3), k 0-7 / 8-15 (bit 4).

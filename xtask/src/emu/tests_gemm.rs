@@ -60,7 +60,8 @@ fn tensor_core_projections_equal_their_twins_off_every_tile() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     // (rows, k, n): one row; a partial k tile and feature block with k % 8 != 0 (the scalar
-    // staging); whole tiles; two row blocks with a partial one; k of three tiles, odd n.
+    // staging); whole tiles; two row blocks with a partial one; k of four tiles (the pipelined
+    // staging past its first tile), odd n.
     let shapes = [
         (1u32, 64u32, 32u32),
         (5, 40, 37),

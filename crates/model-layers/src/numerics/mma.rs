@@ -11,7 +11,7 @@ use half::bf16;
 use super::to_f32;
 
 /// k of one staged tile of `gemm.cu`: the accumulation is padded with zero products to it.
-pub const MMA_K_TILE: usize = 32;
+pub const MMA_K_TILE: usize = 64;
 
 /// Features of one group of lanes in a panel (one AVX2 register of f32).
 pub const MMA_BLOCK: usize = 8;

@@ -8,12 +8,14 @@
 //! `experts` the routed experts' gate/up+SiLU·mul, picks grouped by expert.
 //!
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
-//! features, k in steps of 32; `grid` = (⌈features/32⌉, ⌈rows/64⌉).
+//! features, k in steps of 64 (the next step's loads in flight while one runs); `grid` =
+//! (⌈features/32⌉, ⌈rows/64⌉).
 //!
 //! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
 //! `numerics::MmaPanel`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
 //! with one fused multiply-add per `i` in order, then one `0·0` per element of zero padding up
-//! to the next multiple of 32 (the kernel's last k tile). So a row's bytes do not depend on the program's
+//! to the next multiple of 64 (the kernel's last k tile; a zero product leaves an accumulator
+//! that is never -0 as it was, so the tile's width does not change a byte). So a row's bytes do not depend on the program's
 //! width or the row's place in it. A device's tensor cores sum each group of 16 products in an
 //! undocumented order, so the device's bytes differ from the twins' in the last bits, as the
 //! twins' differ from gemv's segmented dots: `differs`, never `bit_identical`.
