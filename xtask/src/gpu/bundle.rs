@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The most the working tree plus the bundle may weigh: the device tool carries 64 MiB, and
-/// 12 MiB of it stay free for the tree to grow between a check and a device call. (48 MiB
-/// until the quantized and YaRN goldens and the fp8/int4 entries came: 1.4 MiB of fixtures and
-/// larger PTX, with 2.5 MiB of duplicated checkpoint already won back.)
-pub const BUDGET_BYTES: u64 = 52 << 20;
+/// 8 MiB of it stay free for the tree to grow between a check and a device call (the largest
+/// growth seen between two checks was 1.4 MiB of fixtures). 48 MiB until the quantized and
+/// YaRN goldens and the fp8/int4 entries came, 52 MiB until the pipelined GEMM's PTX left
+/// 0.4 MiB; the first device run (2026-12-04) carried 51.4 MiB without trouble.
+pub const BUDGET_BYTES: u64 = 56 << 20;
 
 /// The archive's name in the bundle folder.
 pub const ARCHIVE: &str = "bundle.tgz";
@@ -182,16 +183,16 @@ mod tests {
         };
         assert!(fits.check().is_ok());
         let over = Weights {
-            bundle: 15 << 20,
+            bundle: 19 << 20,
             ..fits
         };
         let error = over.check().unwrap_err();
         for part in [
             "over budget",
             "working tree 38.0 MiB",
-            "bundle 15.0 MiB",
-            "53.0 MiB to carry",
-            "budget 52 MiB",
+            "bundle 19.0 MiB",
+            "57.0 MiB to carry",
+            "budget 56 MiB",
         ] {
             assert!(error.contains(part), "{part}: {error}");
         }

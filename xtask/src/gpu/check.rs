@@ -43,8 +43,9 @@ const HELP: &str = "usage: cargo xtask gpu-check
   --release -p xtask --features cuda, into the workspace's target/, stripped), the
   device test binaries (cuda_device, checked_cuda: run.sh runs their ignored tests) and
   cubin/ (the embedded PTX assembled for sm_90 by the pinned ptxas, with its MANIFEST); fails
-  when the working tree plus the bundle weigh more than 52 MiB; prints the device call:
-  bash target/gpu-check/run.sh, from the repository root, carrying target/gpu-check";
+  when the working tree plus the bundle weigh more than 56 MiB; prints the device calls:
+  bash target/gpu-check/run.sh 1 (then 2, 3), from the repository root, carrying
+  target/gpu-check";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     let args = Args::parse(argv, &[], &["help"])?;
