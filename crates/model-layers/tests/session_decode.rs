@@ -337,3 +337,70 @@ fn a_prompt_prefilled_in_256_token_chunks_equals_token_by_token_decode() {
         exec.free(&mut backend).unwrap();
     }
 }
+
+#[test]
+fn a_last_chunk_read_for_its_last_row_runs_headless_and_the_last_token_through_decode() {
+    // A 32-row chunk program: 64 tokens (from the start, or after 5 already held: a cut inside
+    // a page this prefill took) are 32 + 32 rows, the last chunk wide enough
+    // (HEADLESS_LAST_MIN_ROWS) to run without its LM head and its last token again through
+    // decode; 59 tokens are 32 + 8 + 8 + 8 + 3, the last chunk a 3-row verify program with its
+    // head, as before. The logits and every later step are the bytes of plain prefill, under
+    // the default rules and with the tensor cores on.
+    let mut backend = backend();
+    let tokens = prompt(11, VOCAB, 69);
+    let mut tensor_cores = Policy::default();
+    tensor_cores.levers.set("tensor_cores", true).unwrap();
+    for policy in [Policy::default(), tensor_cores] {
+        let mut exec = build_chunked(&mut backend, 32, policy);
+        let want = alone(&exec, &mut backend, &tokens);
+        let mut session = Session::new(&exec);
+        let (decode, verify3) = (
+            (solder_circuit::Mode::Decode, 1),
+            (solder_circuit::Mode::Verify, 3),
+        );
+        for (held, len, ran_last) in [(0, 64, decode), (5, 69, decode), (5, 64, verify3)] {
+            let plain = session.add_sequence();
+            let headless = session.add_sequence();
+            for id in [plain, headless] {
+                if held > 0 {
+                    session
+                        .prefill_chunk(&mut backend, id, &tokens[..held])
+                        .unwrap();
+                }
+            }
+            let all = session
+                .prefill(&mut backend, plain, &tokens[held..len])
+                .unwrap();
+            assert_same_bytes(
+                &all,
+                &want[held * VOCAB..len * VOCAB],
+                "chunked prefill vs decode",
+            );
+            let last = session
+                .prefill_last(&mut backend, headless, &tokens[held..len])
+                .unwrap();
+            let what = format!("prefill_last of {} tokens after {held}", len - held);
+            assert_same_bytes(&last, &want[(len - 1) * VOCAB..len * VOCAB], &what);
+            assert_eq!(session.seq_len(headless).unwrap(), len, "{what}");
+            // The last program a step ran: decode after headless 32-row chunks, else the last
+            // chunk's verify program.
+            assert_eq!(
+                session.last_program().map(|(mode, rows, _)| (mode, rows)),
+                Some(ran_last),
+                "{what}"
+            );
+            // Decoding on reads every KV page both prefills wrote.
+            for token in [7, 9] {
+                let (a, b) = (
+                    session.decode(&mut backend, plain, token).unwrap(),
+                    session.decode(&mut backend, headless, token).unwrap(),
+                );
+                assert_same_bytes(&b, &a, &format!("decode after {what}"));
+            }
+            session.end_sequence(plain).unwrap();
+            session.end_sequence(headless).unwrap();
+        }
+        drop(session);
+        exec.free(&mut backend).unwrap();
+    }
+}

@@ -1,7 +1,8 @@
 //! Plain decoding: how each of `Session`'s plain entry points lays out its rows and picks its
 //! program — prefill in chunks (the widest verify width the rest fills, a last single token
 //! through decode; a chunk whose logits nobody reads runs the prefill program of its width,
-//! which has no LM head and writes the same KV pages and state), verify and decode (one
+//! which has no LM head and writes the same KV pages and state; when only the last position is
+//! read, a wide last chunk too, its last token then recomputed by decode), verify and decode (one
 //! sequence), multi-seq steps (one token each of several sequences) and batched verify
 //! (several sequences' consecutive tokens) — before one `state::step` runs it.
 //!
@@ -16,8 +17,22 @@ use super::state::{Reads, Row, SaveState, StateBackup};
 use super::{SeqId, Session};
 use crate::error::SessionError;
 
+/// A prompt's last chunk at least this wide runs headless too when only its last position's
+/// logits are read: its LM head over every row costs more than the one decode step that then
+/// recomputes the last position (a 512-row chunk of Llama-3.2-1B's shape: 512 rows of a 128,256
+/// × 2,048 head against one row of the whole model).
+pub(crate) const HEADLESS_LAST_MIN_ROWS: usize = 16;
+
 /// `Session::prefill` (every position's logits) and `Session::prefill_next` (`last_only`:
 /// the last position's logits alone, `[vocab]`; earlier chunks copy nothing back).
+///
+/// With `Reads::Last`, a last chunk of at least `HEADLESS_LAST_MIN_ROWS` rows runs its
+/// headless prefill program as well, the sequence is cut back by its last token, and that token
+/// runs again through decode for the logits: the same bytes (a row's KV and logits do not
+/// depend on its program's width: parity's batch invariance), without the LM head over the
+/// chunk's other rows. Not for a model that keeps recurrent state (the last token would advance
+/// it twice), nor where the cut would fall in a KV page the sequence held before this prefill
+/// (a fork may share it).
 pub(super) fn prefill(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
@@ -39,17 +54,31 @@ pub(super) fn prefill(
         Reads::Last => 1,
         Reads::Nothing => 0,
     };
+    // The chunks: the widest verify program the rest fills; a last single token runs decode.
+    let mut widths = Vec::new();
+    let mut left = tokens.len();
+    while left > 0 {
+        let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
+        widths.push(width);
+        left -= width;
+    }
+    let last_width = widths.last().copied().unwrap_or(1);
+    let block = exec.layout.kv_block_size;
+    let headless_last = reads == Reads::Last
+        && last_width >= HEADLESS_LAST_MIN_ROWS
+        && shapes.contains(Mode::Prefill, last_width)
+        && !session.recurrent()
+        && (start + tokens.len() - 1) / block >= pages_before;
     let mut logits = Vec::with_capacity(rows_read * exec.config.vocab_size);
     let mut at = 0;
-    while at < tokens.len() {
-        let left = tokens.len() - at;
-        // The widest verify program the rest fills; a last single token runs decode.
-        let width = shapes.widest_within(Mode::Verify, left).unwrap_or(1);
+    for (i, &width) in widths.iter().enumerate() {
+        let last = i + 1 == widths.len();
         // The prefill saved the slot it had, or the slot is new and goes back on failure.
         let save = SaveState::SavedByCaller;
         // Every row's logits, the last chunk's last row's only, or none.
-        let chunk_reads = match (reads, at + width == tokens.len()) {
+        let chunk_reads = match (reads, last) {
             (Reads::Last, false) => Reads::Nothing,
+            (Reads::Last, true) if headless_last => Reads::Nothing,
             (reads, _) => reads,
         };
         match verify(
@@ -62,30 +91,77 @@ pub(super) fn prefill(
         ) {
             Ok(chunk) => logits.extend(chunk),
             Err(e) => {
-                session.truncate(id, start, pages_before);
-                // A slot taken by this prefill goes back (re-zeroed when next taken); a
-                // slot the sequence already had is restored to its state before.
-                if slot_before.is_none() {
-                    if let Some(slot) = session.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
-                        exec.pools().slots.give_back(slot);
-                    }
-                }
-                if let Some(backup) = &backup {
-                    if let Err(restore) = backup.restore(exec, backend) {
-                        return Err(SessionError::StateLost {
-                            step: Box::new(e),
-                            seqs: vec![id],
-                            restore,
-                        });
-                    }
-                }
-                return Err(e);
+                return Err(undo_prefill(
+                    session,
+                    backend,
+                    id,
+                    (start, pages_before, slot_before),
+                    backup,
+                    e,
+                ))
             }
         }
         at += width;
     }
+    if headless_last {
+        // The last position again, through decode: the cut frees nothing another sequence
+        // holds (its page is this prefill's), and the decode step rewrites the same KV bytes.
+        let end = start + tokens.len() - 1;
+        session.truncate(id, end, end.div_ceil(block));
+        let last = &tokens[tokens.len() - 1..];
+        match verify(
+            session,
+            backend,
+            id,
+            last,
+            SaveState::SavedByCaller,
+            Reads::Last,
+        ) {
+            Ok(chunk) => logits.extend(chunk),
+            Err(e) => {
+                return Err(undo_prefill(
+                    session,
+                    backend,
+                    id,
+                    (start, pages_before, slot_before),
+                    backup,
+                    e,
+                ))
+            }
+        }
+    }
     session.recycle_out_of_window([id]);
     Ok(logits)
+}
+
+/// Undoes a failed prefill (`before`: the sequence's length, page count and slot before it):
+/// its length and pages cut back, a slot this prefill took given back (re-zeroed when next
+/// taken), a slot it already had restored from `backup`; returns the error to report.
+fn undo_prefill(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    id: SeqId,
+    (start, pages_before, slot_before): (usize, usize, Option<u32>),
+    backup: Option<StateBackup>,
+    e: SessionError,
+) -> SessionError {
+    let exec = session.exec;
+    session.truncate(id, start, pages_before);
+    if slot_before.is_none() {
+        if let Some(slot) = session.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
+            exec.pools().slots.give_back(slot);
+        }
+    }
+    if let Some(backup) = &backup {
+        if let Err(restore) = backup.restore(exec, backend) {
+            return SessionError::StateLost {
+                step: Box::new(e),
+                seqs: vec![id],
+                restore,
+            };
+        }
+    }
+    e
 }
 
 /// Everything a prefill can be refused for before its first chunk; returns the sequence's

@@ -216,7 +216,10 @@ impl Session<'_> {
 
     /// Feeds a prompt as `prefill` does and returns the last position's logits alone,
     /// `[vocab]`: every chunk but the last runs a prefill program (no LM head) and copies
-    /// nothing back (what an engine that samples on its own side wants).
+    /// nothing back (what an engine that samples on its own side wants). A last chunk of 16
+    /// rows or more runs headless too, and its last token runs again through decode for the
+    /// logits (the same bytes; not on a model with recurrent state, whose state that token
+    /// would advance twice).
     pub fn prefill_last(
         &mut self,
         backend: &mut dyn GpuBackend,
