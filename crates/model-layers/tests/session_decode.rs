@@ -404,3 +404,42 @@ fn a_last_chunk_read_for_its_last_row_runs_headless_and_the_last_token_through_d
         exec.free(&mut backend).unwrap();
     }
 }
+
+#[test]
+fn a_headless_last_chunk_whose_decode_fails_takes_the_whole_prompt_back() {
+    // 64 tokens after 5 held: two headless 32-row chunks, then the last token's decode, which
+    // fails mid-step. The sequence is back at 5 tokens with its pages, and the same prompt
+    // then gives plain prefill's last logits.
+    let mut backend = backend();
+    let mut exec = build_chunked(&mut backend, 32, Policy::default());
+    exec.set_graph_policy(solder_model_layers::GraphPolicy::Never);
+    let tokens = prompt(13, VOCAB, 69);
+    let want = alone(&exec, &mut backend, &tokens);
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    session
+        .prefill_chunk(&mut backend, id, &tokens[..5])
+        .unwrap();
+    let free = session.free_page_count();
+    let chunk = exec
+        .program(solder_circuit::Mode::Prefill, 32)
+        .unwrap()
+        .launches();
+    let decode = exec.decode_program().unwrap().launches();
+    backend.fail_call("launch", 2 * chunk + decode / 2);
+    assert!(session
+        .prefill_last(&mut backend, id, &tokens[5..])
+        .is_err());
+    assert_eq!(session.seq_len(id).unwrap(), 5);
+    assert_eq!(session.free_page_count(), free);
+    let last = session
+        .prefill_last(&mut backend, id, &tokens[5..])
+        .unwrap();
+    assert_same_bytes(
+        &last,
+        &want[68 * VOCAB..],
+        "prefill_last after a failed one",
+    );
+    drop(session);
+    exec.free(&mut backend).unwrap();
+}

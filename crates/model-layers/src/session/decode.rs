@@ -69,68 +69,82 @@ pub(super) fn prefill(
         && shapes.contains(Mode::Prefill, last_width)
         && !session.recurrent()
         && (start + tokens.len() - 1) / block >= pages_before;
-    let mut logits = Vec::with_capacity(rows_read * exec.config.vocab_size);
-    let mut at = 0;
-    for (i, &width) in widths.iter().enumerate() {
-        let last = i + 1 == widths.len();
-        // The prefill saved the slot it had, or the slot is new and goes back on failure.
-        let save = SaveState::SavedByCaller;
-        // Every row's logits, the last chunk's last row's only, or none.
-        let chunk_reads = match (reads, last) {
-            (Reads::Last, false) => Reads::Nothing,
-            (Reads::Last, true) if headless_last => Reads::Nothing,
-            (reads, _) => reads,
-        };
-        match verify(
+    let chunks = Chunks {
+        widths: &widths,
+        rows_read,
+        headless_last,
+    };
+    match run_chunks(session, backend, id, tokens, reads, chunks) {
+        Ok(logits) => {
+            session.recycle_out_of_window([id]);
+            Ok(logits)
+        }
+        Err(e) => Err(undo_prefill(
             session,
             backend,
             id,
-            &tokens[at..at + width],
-            save,
+            (start, pages_before, slot_before),
+            backup,
+            e,
+        )),
+    }
+}
+
+/// How `prefill` cut a prompt: each chunk's width, the rows whose logits it reads, and whether
+/// the last chunk runs headless with its last token again through decode.
+struct Chunks<'a> {
+    widths: &'a [usize],
+    rows_read: usize,
+    headless_last: bool,
+}
+
+/// The chunks of `prefill`, in order; the first error stops them (the caller undoes them all).
+fn run_chunks(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    id: SeqId,
+    tokens: &[u32],
+    reads: Reads,
+    chunks: Chunks<'_>,
+) -> Result<Vec<f32>, SessionError> {
+    let mut logits = Vec::with_capacity(chunks.rows_read * session.exec.config.vocab_size);
+    let mut at = 0;
+    for (i, &width) in chunks.widths.iter().enumerate() {
+        let last = i + 1 == chunks.widths.len();
+        // Every row's logits, the last chunk's last row's only, or none.
+        let chunk_reads = match (reads, last) {
+            (Reads::Last, false) => Reads::Nothing,
+            (Reads::Last, true) if chunks.headless_last => Reads::Nothing,
+            (reads, _) => reads,
+        };
+        // The prefill saved the slot it had, or the slot is new and goes back on failure.
+        let chunk = &tokens[at..at + width];
+        logits.extend(verify(
+            session,
+            backend,
+            id,
+            chunk,
+            SaveState::SavedByCaller,
             chunk_reads,
-        ) {
-            Ok(chunk) => logits.extend(chunk),
-            Err(e) => {
-                return Err(undo_prefill(
-                    session,
-                    backend,
-                    id,
-                    (start, pages_before, slot_before),
-                    backup,
-                    e,
-                ))
-            }
-        }
+        )?);
         at += width;
     }
-    if headless_last {
+    if chunks.headless_last {
         // The last position again, through decode: the cut frees nothing another sequence
         // holds (its page is this prefill's), and the decode step rewrites the same KV bytes.
-        let end = start + tokens.len() - 1;
+        let end = session.seq_len(id)? - 1;
+        let block = session.exec.layout.kv_block_size;
         session.truncate(id, end, end.div_ceil(block));
         let last = &tokens[tokens.len() - 1..];
-        match verify(
+        logits.extend(verify(
             session,
             backend,
             id,
             last,
             SaveState::SavedByCaller,
             Reads::Last,
-        ) {
-            Ok(chunk) => logits.extend(chunk),
-            Err(e) => {
-                return Err(undo_prefill(
-                    session,
-                    backend,
-                    id,
-                    (start, pages_before, slot_before),
-                    backup,
-                    e,
-                ))
-            }
-        }
+        )?);
     }
-    session.recycle_out_of_window([id]);
     Ok(logits)
 }
 
