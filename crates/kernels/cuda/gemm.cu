@@ -70,44 +70,27 @@ __device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool 
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// This thread's chunks of the 64 × GEMM_BK tile of x at k0 whose rows `rows_of` names, into
-// registers: +0 past k and for GEMM_NO_ROW. Chunk i is tile chunk threadIdx.x + i·GEMM_THREADS
-// (row c / (GEMM_BK/8), k (c % (GEMM_BK/8))·8), as gemm_put stores it.
-template <class Rows>
-__device__ __forceinline__ void gemm_fetch_x(uint4 (&v)[GEMM_X_CHUNKS], const bf16* x,
-                                             Rows rows_of, unsigned k, unsigned k0, bool vec) {
+// This thread's N chunks of the tile at k0 of a row-major bf16 matrix src[..][k] whose rows
+// `rows_of` names (x's 64 rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0
+// past k and for GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row
+// c / (GEMM_BK/8), k (c % (GEMM_BK/8))·8), as gemm_put stores it.
+template <unsigned N, class Rows>
+__device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const bf16* src, Rows rows_of,
+                                           unsigned k, unsigned k0, bool vec) {
     constexpr unsigned chunks = GEMM_BK / 8;
 #pragma unroll
-    for (unsigned i = 0; i < GEMM_X_CHUNKS; ++i) {
+    for (unsigned i = 0; i < N; ++i) {
         const unsigned c = threadIdx.x + i * GEMM_THREADS;
         const unsigned kc = (c % chunks) * 8;
         const unsigned row = rows_of.src(c / chunks);
         v[i] = make_uint4(0u, 0u, 0u, 0u);
         if (row != GEMM_NO_ROW && k0 + kc < k) {
-            v[i] = gemm_load8(x + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
+            v[i] = gemm_load8(src + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
         }
     }
 }
 
-// This thread's chunks of the 32 × GEMM_BK tile at k0 of a row-major weight w[n][k], rows
-// n0..n0+32, into registers: +0 for rows at or past n and k at or past k.
-__device__ __forceinline__ void gemm_fetch_w(uint4 (&v)[GEMM_W_CHUNKS], const bf16* w,
-                                             unsigned n0, unsigned n, unsigned k, unsigned k0,
-                                             bool vec) {
-    constexpr unsigned chunks = GEMM_BK / 8;
-#pragma unroll
-    for (unsigned i = 0; i < GEMM_W_CHUNKS; ++i) {
-        const unsigned c = threadIdx.x + i * GEMM_THREADS;
-        const unsigned r = c / chunks;
-        const unsigned kc = (c % chunks) * 8;
-        v[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (n0 + r < n && k0 + kc < k) {
-            v[i] = gemm_load8(w + (unsigned long long)(n0 + r) * k + k0 + kc, k - (k0 + kc), vec);
-        }
-    }
-}
-
-// A thread's fetched chunks (gemm_fetch_x's or gemm_fetch_w's) into the shared tile s.
+// A thread's fetched chunks (gemm_fetch's) into the shared tile s.
 template <unsigned N>
 __device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)[N]) {
     constexpr unsigned chunks = GEMM_BK / 8;
@@ -149,18 +132,20 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16
     // The next k tile in registers while the current one runs from shared memory.
     uint4 xv[GEMM_X_CHUNKS];
     uint4 wv[NW][GEMM_W_CHUNKS];
-    gemm_fetch_x(xv, x, rows_of, k, 0u, vec);
+    gemm_fetch(xv, x, rows_of, k, 0u, vec);
 #pragma unroll
-    for (unsigned i = 0; i < NW; ++i) gemm_fetch_w(wv[i], w[i], n0, n, k, 0u, vec);
+    for (unsigned i = 0; i < NW; ++i) gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, 0u, vec);
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
         gemm_put(xs, xv);
 #pragma unroll
         for (unsigned i = 0; i < NW; ++i) gemm_put(ws[i], wv[i]);
         __syncthreads();
         if (k0 + GEMM_BK < k) {
-            gemm_fetch_x(xv, x, rows_of, k, k0 + GEMM_BK, vec);
+            gemm_fetch(xv, x, rows_of, k, k0 + GEMM_BK, vec);
 #pragma unroll
-            for (unsigned i = 0; i < NW; ++i) gemm_fetch_w(wv[i], w[i], n0, n, k, k0 + GEMM_BK, vec);
+            for (unsigned i = 0; i < NW; ++i) {
+                gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, k0 + GEMM_BK, vec);
+            }
         }
 #pragma unroll
         for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {

@@ -49,11 +49,6 @@ pub(super) fn prefill(
         None => None,
     };
     let shapes = exec.instance.program_shapes();
-    let rows_read = match reads {
-        Reads::Live => tokens.len(),
-        Reads::Last => 1,
-        Reads::Nothing => 0,
-    };
     // The chunks: the widest verify program the rest fills; a last single token runs decode.
     let mut widths = Vec::new();
     let mut left = tokens.len();
@@ -69,12 +64,7 @@ pub(super) fn prefill(
         && shapes.contains(Mode::Prefill, last_width)
         && !session.recurrent()
         && (start + tokens.len() - 1) / block >= pages_before;
-    let chunks = Chunks {
-        widths: &widths,
-        rows_read,
-        headless_last,
-    };
-    match run_chunks(session, backend, id, tokens, reads, chunks) {
+    match run_chunks(session, backend, id, tokens, reads, &widths, headless_last) {
         Ok(logits) => {
             session.recycle_out_of_window([id]);
             Ok(logits)
@@ -90,31 +80,31 @@ pub(super) fn prefill(
     }
 }
 
-/// How `prefill` cut a prompt: each chunk's width, the rows whose logits it reads, and whether
-/// the last chunk runs headless with its last token again through decode.
-struct Chunks<'a> {
-    widths: &'a [usize],
-    rows_read: usize,
-    headless_last: bool,
-}
-
-/// The chunks of `prefill`, in order; the first error stops them (the caller undoes them all).
+/// The chunks of `prefill` (`widths`), in order, the last one headless with its last token
+/// again through decode when `headless_last`; the first error stops them (the caller undoes
+/// them all).
 fn run_chunks(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
     id: SeqId,
     tokens: &[u32],
     reads: Reads,
-    chunks: Chunks<'_>,
+    widths: &[usize],
+    headless_last: bool,
 ) -> Result<Vec<f32>, SessionError> {
-    let mut logits = Vec::with_capacity(chunks.rows_read * session.exec.config.vocab_size);
+    let rows_read = match reads {
+        Reads::Live => tokens.len(),
+        Reads::Last => 1,
+        Reads::Nothing => 0,
+    };
+    let mut logits = Vec::with_capacity(rows_read * session.exec.config.vocab_size);
     let mut at = 0;
-    for (i, &width) in chunks.widths.iter().enumerate() {
-        let last = i + 1 == chunks.widths.len();
+    for (i, &width) in widths.iter().enumerate() {
+        let last = i + 1 == widths.len();
         // Every row's logits, the last chunk's last row's only, or none.
         let chunk_reads = match (reads, last) {
             (Reads::Last, false) => Reads::Nothing,
-            (Reads::Last, true) if chunks.headless_last => Reads::Nothing,
+            (Reads::Last, true) if headless_last => Reads::Nothing,
             (reads, _) => reads,
         };
         // The prefill saved the slot it had, or the slot is new and goes back on failure.
@@ -129,7 +119,7 @@ fn run_chunks(
         )?);
         at += width;
     }
-    if chunks.headless_last {
+    if headless_last {
         // The last position again, through decode: the cut frees nothing another sequence
         // holds (its page is this prefill's), and the decode step rewrites the same KV bytes.
         let end = session.seq_len(id)? - 1;
@@ -148,7 +138,7 @@ fn run_chunks(
     Ok(logits)
 }
 
-/// Undoes a failed prefill (`before`: the sequence's length, page count and slot before it):
+/// Undoes a failed prefill, given the sequence's length, page count and slot before it:
 /// its length and pages cut back, a slot this prefill took given back (re-zeroed when next
 /// taken), a slot it already had restored from `backup`; returns the error to report.
 fn undo_prefill(
