@@ -112,6 +112,22 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const bf16* row) {
 #endif
 }
 
+// ldmatrix_x4 transposed (.trans): lanes 8i..8i+7 give the addresses of matrix i's rows 0..7;
+// every lane receives in r[i] matrix i's elements (row 2·(lane % 4), column lane / 4) and (row
+// 2·(lane % 4) + 1, the same column): a row-major [k][n] tile as mma.sync's B fragment.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const bf16* row) {
+#if defined(__CUDA_ARCH__)
+    unsigned addr;
+    asm("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(addr) : "l"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#else
+    emu_ldmatrix_x4_trans(r, row);
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------
 
 // bf16 -> f32, exactly.

@@ -463,6 +463,23 @@ inline void emu_ldmatrix_x4(unsigned r[4], const __nv_bfloat16* row) {
     }
 }
 
+// ldmatrix .trans: lane (g, t) = (lane / 4, lane % 4) takes column g of rows 2t and 2t + 1.
+inline void emu_ldmatrix_x4_trans(unsigned r[4], const __nv_bfloat16* row) {
+    const unsigned lane = emu::lane_id();
+    if ((reinterpret_cast<unsigned long long>(row) & 15ull) != 0) {
+        emu::fail("ldmatrix: a row address that is not 16-byte aligned");
+    }
+    const unsigned g = lane >> 2, t = lane & 3;
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned char* lo = emu::exchange(reinterpret_cast<const unsigned char*>(row), 8 * i + 2 * t);
+        const unsigned char* hi = emu::exchange(reinterpret_cast<const unsigned char*>(row), 8 * i + 2 * t + 1);
+        unsigned short a = 0, b = 0;
+        std::memcpy(&a, lo + 2 * g, 2);
+        std::memcpy(&b, hi + 2 * g, 2);
+        r[i] = static_cast<unsigned>(a) | (static_cast<unsigned>(b) << 16);
+    }
+}
+
 // ---- launching -----------------------------------------------------------------------------
 namespace emu {
 

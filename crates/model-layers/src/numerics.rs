@@ -28,10 +28,12 @@ pub fn to_bf16(x: f32) -> bf16 {
 
 mod attention;
 pub mod dequant;
+mod flash;
 mod mma;
 mod reduce;
 
 pub use attention::{attend, AttendScratch};
+pub use flash::{attend_mma, flash_chunk, FlashScratch, FLASH_KEYS, FLASH_SPLITS};
 pub use mma::{mma_dot, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
 
 pub use reduce::{

@@ -193,6 +193,8 @@ mod tests;
 #[cfg(test)]
 mod tests_fold;
 #[cfg(test)]
+mod tests_flash;
+#[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
 mod tests_moe_quant;

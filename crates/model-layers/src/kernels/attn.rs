@@ -183,19 +183,19 @@ pub(super) fn kv_cache_of(v: &View<'_>, a: &Op) -> Result<super::Buf, ExecError>
 /// An attention launch's inputs, checked (`paged_decode`/`paged_causal` and the o-fold
 /// kernels share them): `run` attends every (row, head) into a bf16 output.
 pub(super) struct Attention<'c> {
-    ctx: &'c TwinCtx<'c>,
-    q: &'c [bf16],
-    cache: &'c [bf16],
-    block_tables: &'c [i32],
-    seq_lens: &'c [i32],
+    pub(super) ctx: &'c TwinCtx<'c>,
+    pub(super) q: &'c [bf16],
+    pub(super) cache: &'c [bf16],
+    pub(super) block_tables: &'c [i32],
+    pub(super) seq_lens: &'c [i32],
     pub rows: usize,
     pub heads: usize,
-    kv_heads: usize,
+    pub(super) kv_heads: usize,
     pub head_dim: usize,
-    block_size: usize,
-    max_blocks: usize,
-    num_pages: usize,
-    window: usize,
+    pub(super) block_size: usize,
+    pub(super) max_blocks: usize,
+    pub(super) num_pages: usize,
+    pub(super) window: usize,
 }
 
 impl<'c> Attention<'c> {
@@ -320,7 +320,7 @@ impl<'c> Attention<'c> {
 
 /// The first token a row of `len` tokens attends to under `window` (0: none): the last
 /// `window` tokens, as the CUDA kernels.
-fn window_start(len: usize, window: usize) -> usize {
+pub(super) fn window_start(len: usize, window: usize) -> usize {
     if window == 0 {
         0
     } else {
@@ -386,7 +386,7 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
 
 /// An attention op's sliding window: only windowed layers' ops carry the attribute; 0 is full
 /// causal attention.
-fn window_of(v: &View<'_>, a: &Op) -> Result<u32, ExecError> {
+pub(super) fn window_of(v: &View<'_>, a: &Op) -> Result<u32, ExecError> {
     match a.attrs.iter().any(|(key, _)| key == "window") {
         true => v.u32(a, "window"),
         false => Ok(0),

@@ -88,6 +88,11 @@ impl<'a> View<'a> {
         self.bind.rows() as u32
     }
 
+    /// The plan's mode (what its rows are: one sequence's tokens, or one token of each).
+    pub fn mode(&self) -> Mode {
+        self.bind.mode()
+    }
+
     /// The build's levers (what a declaration's `shape` reads).
     pub fn levers(&self) -> &'a Levers {
         self.bind.levers()

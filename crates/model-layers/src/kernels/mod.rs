@@ -56,6 +56,7 @@ pub mod act;
 pub mod add;
 pub mod attn;
 pub mod embed;
+pub mod flash;
 pub mod gdn;
 pub mod gemm;
 pub mod gemv;
@@ -77,6 +78,7 @@ const BY_MODULE: &[&[&[KernelDecl]]] = &[
     add::DECLS,
     attn::DECLS,
     embed::DECLS,
+    flash::DECLS,
     gdn::DECLS,
     gemm::DECLS,
     gemv::DECLS,
@@ -113,6 +115,7 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
         .iter()
         .chain(gemv::HEAD_VARIANTS)
         .chain(attn::VARIANTS)
+        .chain(flash::VARIANTS)
         .copied()
 }
 

@@ -1,0 +1,221 @@
+//! Tensor-core attention of one (row, head) in the order of flash.cu `flash_block`, as the host
+//! emulation runs it (`mma.sync` as fused multiply-adds in k order from the accumulator), so the
+//! twin of `flash::paged_mma` and the CUDA source agree byte for byte.
+//!
+//! The order, a function of the row's keys first..len alone: chunks of
+//! C = max(256, 32·⌈n / 480⌉) keys at absolute multiples of C (n = len − first: at most 16 touch
+//! the row); inside a chunk, 32-key tiles at absolute multiples of 32. Per tile: s_j = (q·k_j,
+//! fma in dim order from +0)·scale, -inf outside the chunk; m' = max(m, max s_j);
+//! p_j = bf16(exp(s_j − m')); l_t = (p0 + p1) + (p2 + p3) with lane t's partial p_t over keys
+//! 8i + 2t, 8i + 2t + 1 (i = 0..3) in order; corr = exp(m − m') (0 while m = -inf);
+//! l = fma(l, corr, l_t); o_d = fma(o_d, corr, D_d) with D_d = Σ_j p_j·v_jd by fma from +0 over
+//! the tile's 32 keys in order (staged keys outside the row's range enter as 0·v). One chunk:
+//! out = bf16(o / l); several: merged in chunk order as attn's splits are (max M,
+//! e_z = exp(m_z − M), den = Σ fma(l_z, e_z), num = Σ fma(o_z, e_z)), out = bf16(num / den).
+//!
+//! Invariant: every float operation and its operands are the kernel's under the emulation;
+//! `expf` is glibc's in both.
+
+use std::ops::Range;
+
+use half::bf16;
+
+use super::{to_bf16, to_f32};
+
+/// Keys of one staged tile (flash.cu `FLASH_KEYS`).
+pub const FLASH_KEYS: usize = 32;
+/// Chunks a row's keys are cut into at most (flash.cu `FLASH_SPLITS`).
+pub const FLASH_SPLITS: usize = 16;
+/// The smallest chunk (flash.cu `FLASH_CHUNK_MIN`).
+pub const CHUNK_MIN: usize = 256;
+/// A chunk holds at least n / 15 keys, in 32-key tiles (flash.cu `FLASH_CHUNK_DIV`).
+pub const CHUNK_DIV: usize = 480;
+
+/// Keys of one chunk for a row attending `n` keys.
+pub fn flash_chunk(n: usize) -> usize {
+    (n.div_ceil(CHUNK_DIV) * FLASH_KEYS).max(CHUNK_MIN)
+}
+
+/// One chunk's online-softmax state.
+#[derive(Default)]
+struct Partial {
+    m: f32,
+    l: f32,
+    o: Vec<f32>,
+}
+
+/// Scratch of `attend_mma`, reused across heads.
+#[derive(Default)]
+pub struct FlashScratch {
+    parts: Vec<Partial>,
+    d: Vec<f32>,
+}
+
+/// Attention of one query head over keys `keys` (first..len) on the tensor cores' order (see
+/// the module doc), stored bf16 in `out` (`head_dim` = `out.len()` values). `staged`: the keys
+/// its block stages (a superset of `keys`); `key(j)` / `value(j)` give a staged key's rows.
+pub fn attend_mma<'k>(
+    q: &[bf16],
+    (keys, staged): (Range<usize>, Range<usize>),
+    scale: f32,
+    (key, value): (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    scratch: &mut FlashScratch,
+    out: &mut [bf16],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports FMA (checked above).
+        return unsafe { attend_mma_fma(q, (keys, staged), scale, (key, value), scratch, out) };
+    }
+    attend_mma_body(q, (keys, staged), scale, (key, value), scratch, out)
+}
+
+/// `attend_mma_body` compiled with FMA, so each `mul_add` is one instruction.
+///
+/// Safety: the CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn attend_mma_fma<'k>(
+    q: &[bf16],
+    ranges: (Range<usize>, Range<usize>),
+    scale: f32,
+    kv: (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    scratch: &mut FlashScratch,
+    out: &mut [bf16],
+) {
+    attend_mma_body(q, ranges, scale, kv, scratch, out)
+}
+
+/// max(a, b) keeping NaN (common.cuh `fmax_nan`).
+#[inline(always)]
+fn fmax_nan(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
+    } else {
+        a.max(b)
+    }
+}
+
+#[inline(always)]
+fn attend_mma_body<'k>(
+    q: &[bf16],
+    (keys, staged): (Range<usize>, Range<usize>),
+    scale: f32,
+    (key, value): (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    scratch: &mut FlashScratch,
+    out: &mut [bf16],
+) {
+    let head_dim = out.len();
+    let (first, len) = (keys.start, keys.end);
+    if len == 0 {
+        out.fill(to_bf16(0.0));
+        return;
+    }
+    let chunk = flash_chunk(len - first);
+    let c0 = first / chunk;
+    let chunks = (len - 1) / chunk - c0 + 1;
+    let q: Vec<f32> = q.iter().map(|v| to_f32(*v)).collect();
+    scratch.parts.resize_with(chunks, Partial::default);
+    scratch.d.resize(head_dim, 0.0);
+    for (z, part) in scratch.parts[..chunks].iter_mut().enumerate() {
+        let begin = (c0 + z) * chunk;
+        let (a, b) = (first.max(begin), len.min(begin + chunk));
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        part.o.clear();
+        part.o.resize(head_dim, 0.0);
+        let mut t0 = a / FLASH_KEYS * FLASH_KEYS;
+        while t0 < b {
+            // Scores of the row's keys; the tile's max.
+            let mut s = [f32::NEG_INFINITY; FLASH_KEYS];
+            for (i, s) in s.iter_mut().enumerate() {
+                let j = t0 + i;
+                if j >= a && j < b {
+                    let mut dot = 0.0f32;
+                    for (x, k) in q.iter().zip(key(j)) {
+                        dot = x.mul_add(to_f32(*k), dot);
+                    }
+                    *s = dot * scale;
+                }
+            }
+            let m_new = fmax_nan(m, s.iter().fold(f32::NEG_INFINITY, |m, x| fmax_nan(m, *x)));
+            let p = s.map(|s| {
+                let p = if s == f32::NEG_INFINITY { 0.0 } else { (s - m_new).exp() };
+                to_f32(to_bf16(p))
+            });
+            let lane = |t: usize| {
+                (0..4).fold(0.0f32, |part, i| part + p[8 * i + 2 * t] + p[8 * i + 2 * t + 1])
+            };
+            let l_tile = (lane(0) + lane(1)) + (lane(2) + lane(3));
+            let corr = if m == f32::NEG_INFINITY { 0.0 } else { (m - m_new).exp() };
+            l = l.mul_add(corr, l_tile);
+            // D = P·V over the tile's 32 keys in order (zeros for a key not staged).
+            let d = &mut scratch.d;
+            d.fill(0.0);
+            for (i, p) in p.iter().enumerate() {
+                let j = t0 + i;
+                if staged.contains(&j) {
+                    for (d, v) in d.iter_mut().zip(value(j)) {
+                        *d = p.mul_add(to_f32(*v), *d);
+                    }
+                } else {
+                    for d in d.iter_mut() {
+                        *d = p.mul_add(0.0, *d);
+                    }
+                }
+            }
+            for (o, d) in part.o.iter_mut().zip(d.iter()) {
+                *o = o.mul_add(corr, *d);
+            }
+            m = m_new;
+            t0 += FLASH_KEYS;
+        }
+        (part.m, part.l) = (m, l);
+    }
+    let parts = &scratch.parts[..chunks];
+    if chunks == 1 {
+        for (o, v) in out.iter_mut().zip(&parts[0].o) {
+            *o = to_bf16(*v / parts[0].l);
+        }
+        return;
+    }
+    // The chunks merged in chunk order.
+    let big = parts
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, p| fmax_nan(m, p.m));
+    let e: Vec<f32> = parts
+        .iter()
+        .map(|p| if p.m == f32::NEG_INFINITY { 0.0 } else { (p.m - big).exp() })
+        .collect();
+    let den = parts
+        .iter()
+        .zip(&e)
+        .fold(0.0f32, |den, (p, e)| p.l.mul_add(*e, den));
+    for (d, o) in out.iter_mut().enumerate() {
+        let num = parts
+            .iter()
+            .zip(&e)
+            .fold(0.0f32, |num, (p, e)| p.o[d].mul_add(*e, num));
+        *o = to_bf16(num / den);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_tile_multiples_and_at_most_sixteen_touch_a_row() {
+        for n in [1usize, 255, 256, 257, 4096, 7200, 7201, 100_000, 131_072] {
+            let c = flash_chunk(n);
+            assert_eq!(c % FLASH_KEYS, 0, "n {n}");
+            assert!(c >= CHUNK_MIN && c * 15 >= n, "n {n}: chunk {c}");
+            // Any window of n keys, aligned or not, touches at most 16 chunks.
+            for first in [0usize, 1, c - 1, 3 * c + 7] {
+                let touched = (first + n - 1) / c - first / c + 1;
+                assert!(touched <= FLASH_SPLITS, "n {n} first {first}: {touched}");
+            }
+        }
+    }
+}
