@@ -49,6 +49,9 @@ struct Partial {
 pub struct FlashScratch {
     parts: Vec<Partial>,
     d: Vec<f32>,
+    q: Vec<f32>,
+    /// A tile's keys widened and transposed: `kt[d·32 + i]` is dim d of the tile's key i.
+    kt: Vec<f32>,
 }
 
 /// Attention of one query head over keys `keys` (first..len) on the tensor cores' order (see
@@ -116,9 +119,12 @@ fn attend_mma_body<'k>(
     let chunk = flash_chunk(len - first);
     let c0 = first / chunk;
     let chunks = (len - 1) / chunk - c0 + 1;
-    let q: Vec<f32> = q.iter().map(|v| to_f32(*v)).collect();
+    scratch.q.clear();
+    scratch.q.extend(q.iter().map(|v| to_f32(*v)));
     scratch.parts.resize_with(chunks, Partial::default);
     scratch.d.resize(head_dim, 0.0);
+    scratch.kt.resize(head_dim * FLASH_KEYS, 0.0);
+    let (q, kt) = (&scratch.q, &mut scratch.kt);
     for (z, part) in scratch.parts[..chunks].iter_mut().enumerate() {
         let begin = (c0 + z) * chunk;
         let (a, b) = (first.max(begin), len.min(begin + chunk));
@@ -126,17 +132,32 @@ fn attend_mma_body<'k>(
         part.o.clear();
         part.o.resize(head_dim, 0.0);
         let mut t0 = a / FLASH_KEYS * FLASH_KEYS;
+        let kt = &mut *kt;
         while t0 < b {
-            // Scores of the row's keys; the tile's max.
-            let mut s = [f32::NEG_INFINITY; FLASH_KEYS];
-            for (i, s) in s.iter_mut().enumerate() {
+            // Scores of the row's keys (each key's dot a chain over dims in order; the 32
+            // chains side by side), -inf for the others; the tile's max.
+            for i in 0..FLASH_KEYS {
                 let j = t0 + i;
                 if j >= a && j < b {
-                    let mut dot = 0.0f32;
-                    for (x, k) in q.iter().zip(key(j)) {
-                        dot = x.mul_add(to_f32(*k), dot);
+                    for (d, k) in key(j).iter().enumerate() {
+                        kt[d * FLASH_KEYS + i] = to_f32(*k);
                     }
-                    *s = dot * scale;
+                } else {
+                    for d in 0..head_dim {
+                        kt[d * FLASH_KEYS + i] = 0.0;
+                    }
+                }
+            }
+            let mut dots = [0.0f32; FLASH_KEYS];
+            for (x, column) in q.iter().zip(kt.chunks_exact(FLASH_KEYS)) {
+                for (dot, k) in dots.iter_mut().zip(column) {
+                    *dot = x.mul_add(*k, *dot);
+                }
+            }
+            let mut s = [f32::NEG_INFINITY; FLASH_KEYS];
+            for (i, s) in s.iter_mut().enumerate() {
+                if (a..b).contains(&(t0 + i)) {
+                    *s = dots[i] * scale;
                 }
             }
             let m_new = fmax_nan(m, s.iter().fold(f32::NEG_INFINITY, |m, x| fmax_nan(m, *x)));
