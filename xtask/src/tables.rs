@@ -207,6 +207,8 @@ fn kernels_table(rules: &RuleSet) -> Result<String, String> {
         let format_entry = kernels::format_entries().find(|(entry, ..)| *entry == decl.name);
         let named = if named.is_empty() && kernels::PROGRAM_KERNELS.contains(&decl.name) {
             "none: every program's first launch (`program::compile`)".to_string()
+        } else if named.is_empty() && kernels::SESSION_KERNELS.contains(&decl.name) {
+            "none: the session's greedy tokens after a step (`Session::next_tokens`)".to_string()
         } else if let (true, Some((_, kernel, format))) = (named.is_empty(), format_entry) {
             format!("none: `{kernel}`'s entry for {format} weights (its emitter picks it)")
         } else {

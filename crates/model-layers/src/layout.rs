@@ -51,6 +51,9 @@ pub struct Layout {
     pub hidden_offset: usize,
     pub draft_hidden_offset: usize,
     pub hidden_bytes: usize,
+    /// The greedy tokens of a step (`kernels::pick::argmax`: i32 `[max_rows]`), read back
+    /// instead of the logits when every sequence of the step samples greedily.
+    pub ids_offset: usize,
     pub workspace_bytes: usize,
     /// Offset of each weight slot in the weights allocation, then of inv_freq.
     pub weight_offsets: Vec<usize>,
@@ -120,6 +123,7 @@ impl Layout {
         let hidden_offset = gemv_scratch_offset + gemv_scratch_bytes;
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
+        let ids_offset = draft_hidden_offset + hidden_bytes;
 
         let (weight_offsets, inv_freq_offset) = weight_offsets(circuit);
         let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
@@ -145,7 +149,8 @@ impl Layout {
             hidden_offset,
             draft_hidden_offset,
             hidden_bytes,
-            workspace_bytes: draft_hidden_offset + hidden_bytes,
+            ids_offset,
+            workspace_bytes: ids_offset + align(max_rows * 4),
             weight_offsets,
             inv_freq_offset,
             inv_freq_len,

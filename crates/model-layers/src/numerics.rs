@@ -41,6 +41,20 @@ pub use reduce::{
     sum_squares_f32, sum_squares_f32_lanes, warp_strided_sum, warp_sum, CHUNK, DOT_SEG, WARP,
 };
 
+/// A logits row's greedy token: the arg-max, the lowest index among equal maxima, NaN never;
+/// `None` when the row holds nothing but -inf and NaN (pick.cu `argmax`, and the host's
+/// `sampling::greedy` on the rows its sampler accepts).
+pub fn greedy_id(row: &[f32]) -> Option<u32> {
+    let mut best: Option<(f32, usize)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if !v.is_nan() && best.is_none_or(|(b, _)| v > b) {
+            best = Some((v, i));
+        }
+    }
+    best.filter(|(v, _)| *v != f32::NEG_INFINITY)
+        .map(|(_, i)| i as u32)
+}
+
 /// 1 / sqrt(mean square + eps) of a row whose sum of squares is `ss`.
 #[inline]
 pub fn inv_rms(ss: f32, len: usize, eps: f32) -> f32 {

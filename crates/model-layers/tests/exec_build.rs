@@ -140,9 +140,14 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     let streams = exec.plans.iter().map(|p| p.num_streams).max().unwrap();
     assert!(layout.gemv_slot_bytes > 0, "tiny-llama's heads split");
     assert_eq!(layout.gemv_scratch_bytes, streams * layout.gemv_slot_bytes);
+    // Then the hidden rows (none without a draft head) and a step's greedy ids, i32 a row.
+    assert_eq!(
+        layout.ids_offset,
+        layout.gemv_scratch_offset + layout.gemv_scratch_bytes + 2 * layout.hidden_bytes
+    );
     assert_eq!(
         layout.workspace_bytes,
-        layout.gemv_scratch_offset + layout.gemv_scratch_bytes
+        layout.ids_offset + (layout.max_rows * 4).next_multiple_of(256)
     );
     let zeroed =
         layout.gemv_scratch_offset + layout.gemv_scratch_bytes - layout.attn_scratch_offset;

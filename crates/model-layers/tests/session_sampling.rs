@@ -2,7 +2,8 @@
 //! sequence's next token by its own sampler from its own logits row (greedy by default), so
 //! a sequence's tokens are the same alone or at any row of a batch; and a sampled target's
 //! speculative step with a greedy drafter is sampled (the exact rule with a one-hot draft
-//! distribution), never silently greedy. The distributions themselves are proven at the
+//! distribution), never silently greedy; a greedy batch's tokens, taken on the device and read
+//! back alone, are the host's arg-max of its logits. The distributions themselves are proven at the
 //! rule level in `tests/sampling.rs` (chi-square tests, the one-hot case included).
 
 mod exec_support;
@@ -87,6 +88,44 @@ fn prefill_next_and_next_tokens_are_the_samplers_draws_from_the_logits() {
     let logits = session.prefill(&mut backend, id, &p).expect("prefill");
     let got = run_batch(&mut backend, &exec, &[(None, p.clone())], 0);
     assert_eq!(got[0][0], greedy(&logits[(p.len() - 1) * VOCAB..]));
+}
+
+#[test]
+fn greedy_next_tokens_are_the_host_arg_max_of_each_rows_logits() {
+    // next_tokens takes a greedy batch's tokens on the device (pick::argmax) and reads back
+    // only them: the tokens multi_seq_step's logits give on the host, for one sequence
+    // (decode) and three (a multi-seq width with a padding row).
+    let mut backend = backend();
+    let exec = build_llama(&mut backend, roomy_kv());
+    for count in [1u64, 3] {
+        let prompts: Vec<Vec<u32>> = (0..count)
+            .map(|i| prompt(30 + i, VOCAB, 4 + i as usize))
+            .collect();
+        let mut session = Session::new(&exec);
+        let mut live: Vec<(SeqId, u32)> = Vec::new();
+        let mut expected = vec![Vec::new(); prompts.len()];
+        for (i, p) in prompts.iter().enumerate() {
+            let id = session.add_sequence();
+            let next = session.prefill_next(&mut backend, id, p).expect("prefill");
+            expected[i].push(next);
+            live.push((id, next));
+        }
+        for _ in 0..4 {
+            let rows = session.multi_seq_step(&mut backend, &live).expect("step");
+            for (i, row) in rows.iter().enumerate() {
+                let token = greedy(row);
+                expected[i].push(token);
+                live[i].1 = token;
+            }
+        }
+        drop(session);
+        let seqs: Vec<(Option<u64>, Vec<u32>)> = prompts.into_iter().map(|p| (None, p)).collect();
+        assert_eq!(
+            run_batch(&mut backend, &exec, &seqs, 4),
+            expected,
+            "{count} sequences"
+        );
+    }
 }
 
 #[test]

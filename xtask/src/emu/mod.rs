@@ -191,9 +191,9 @@ mod semantics;
 mod tests;
 
 #[cfg(test)]
-mod tests_fold;
-#[cfg(test)]
 mod tests_flash;
+#[cfg(test)]
+mod tests_fold;
 #[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
@@ -202,6 +202,8 @@ mod tests_moe_quant;
 mod tests_mutation;
 #[cfg(test)]
 mod tests_nan;
+#[cfg(test)]
+mod tests_pick;
 #[cfg(test)]
 mod tests_positions;
 #[cfg(test)]

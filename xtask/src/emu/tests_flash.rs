@@ -80,7 +80,10 @@ fn launch(backend: &mut CpuBackend, p: &Problem, q: &[f32], seed: u64) -> Vec<u8
     let q = upload(backend, &bf16_bytes(q));
     let cache = upload(
         backend,
-        &bf16_bytes(&values((pages * 2 * bs * row_elems) as usize, seed ^ 0x9e37)),
+        &bf16_bytes(&values(
+            (pages * 2 * bs * row_elems) as usize,
+            seed ^ 0x9e37,
+        )),
     );
     let block_tables = upload(backend, &i32_bytes(&tables));
     let seq_lens = upload(backend, &i32_bytes(&lens));
@@ -113,7 +116,11 @@ fn launch(backend: &mut CpuBackend, p: &Problem, q: &[f32], seed: u64) -> Vec<u8
     let words = download(backend, scratch.ptr, scratch_len);
     let slot = (1 + ATTN_SPLITS as usize * (p.head_dim as usize + 2)) * 4;
     for pair in 0..(rows * p.heads) as usize {
-        assert_eq!(&words[pair * slot..pair * slot + 4], &[0, 0, 0, 0], "counter {pair}");
+        assert_eq!(
+            &words[pair * slot..pair * slot + 4],
+            &[0, 0, 0, 0],
+            "counter {pair}"
+        );
     }
     download(backend, out.ptr, out_bytes)
 }
@@ -134,7 +141,11 @@ fn paged_mma_equals_its_twin_at_every_entry_and_row_layout() {
         block_size: 16,
         window,
         seqs: lens.to_vec(),
-        rows: lens.iter().enumerate().map(|(s, l)| Some((s, *l))).collect(),
+        rows: lens
+            .iter()
+            .enumerate()
+            .map(|(s, l)| Some((s, *l)))
+            .collect(),
         per_block: 1,
     };
     // One sequence's tokens start..end, then `padding` padding rows, `per_block` rows a block.
@@ -171,7 +182,10 @@ fn paged_mma_equals_its_twin_at_every_entry_and_row_layout() {
         launch(&mut backend, p, &q, seed);
         let kernel = entry(p.head_dim).as_str();
         let parity = &backend.emulation().unwrap().report()[kernel];
-        assert_eq!(parity.launches, parity.identical, "{name}: {kernel} {parity:?}");
+        assert_eq!(
+            parity.launches, parity.identical,
+            "{name}: {kernel} {parity:?}"
+        );
     }
 }
 
@@ -204,6 +218,11 @@ fn a_tokens_bytes_do_not_depend_on_the_rows_beside_it() {
             ..chunk
         };
         let out = launch(&mut backend, &alone, &q[r * width..(r + 1) * width], seed);
-        assert_eq!(out, all[r * width * 2..(r + 1) * width * 2], "token {}", len - 1);
+        assert_eq!(
+            out,
+            all[r * width * 2..(r + 1) * width * 2],
+            "token {}",
+            len - 1
+        );
     }
 }

@@ -138,7 +138,12 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
             return Err(ctx.fail(format!("row {r}: seq_len {len} outside 1..={capacity}")));
         }
         let len = *len as usize;
-        work = work.saturating_add(macs(&[2, len - window_start(len, at.window), heads, head_dim]));
+        work = work.saturating_add(macs(&[
+            2,
+            len - window_start(len, at.window),
+            heads,
+            head_dim,
+        ]));
     }
     // Each block's anchor (its first longest row) and staged keys (min first .. max len).
     let mut blocks = Vec::with_capacity(at.rows.div_ceil(per_block));
@@ -203,7 +208,11 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
 
 fn emit_paged_mma(v: &View<'_>) -> R {
     let a = v.op(OpKind::Attention, None)?;
-    let (heads, kv_heads, head_dim) = (v.u32(a, "heads")?, v.u32(a, "kv_heads")?, v.u32(a, "head_dim")?);
+    let (heads, kv_heads, head_dim) = (
+        v.u32(a, "heads")?,
+        v.u32(a, "kv_heads")?,
+        v.u32(a, "head_dim")?,
+    );
     // One sequence's tokens share key tiles; any other rows are each their own sequence.
     let rows_per_block = match v.mode().rows_as() {
         Mode::Verify => FLASH_SLOTS / pack(heads, kv_heads),

@@ -63,6 +63,7 @@ pub mod gemv;
 pub mod kv;
 pub mod moe;
 pub mod norm;
+pub mod pick;
 pub mod rope;
 
 #[cfg(test)]
@@ -85,6 +86,7 @@ const BY_MODULE: &[&[&[KernelDecl]]] = &[
     kv::DECLS,
     moe::DECLS,
     norm::DECLS,
+    pick::DECLS,
     rope::DECLS,
 ];
 
@@ -121,6 +123,10 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).
 pub const PROGRAM_KERNELS: &[&str] = &[gemv::COUNTERS_RESET.as_str()];
+
+/// Kernels no rule names, launched by the session after a step (`pick::argmax`: the greedy
+/// tokens `Session::next_tokens` reads back instead of the logits).
+pub const SESSION_KERNELS: &[&str] = &[pick::ARGMAX.as_str()];
 
 /// Entries that read a quantized weight, each with the kernel whose emitter launches it for a
 /// slot of that format and the format's kind (`gemv::linear_fp8` for `gemv::linear`, "fp8").

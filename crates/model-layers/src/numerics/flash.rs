@@ -162,14 +162,24 @@ fn attend_mma_body<'k>(
             }
             let m_new = fmax_nan(m, s.iter().fold(f32::NEG_INFINITY, |m, x| fmax_nan(m, *x)));
             let p = s.map(|s| {
-                let p = if s == f32::NEG_INFINITY { 0.0 } else { (s - m_new).exp() };
+                let p = if s == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (s - m_new).exp()
+                };
                 to_f32(to_bf16(p))
             });
             let lane = |t: usize| {
-                (0..4).fold(0.0f32, |part, i| part + p[8 * i + 2 * t] + p[8 * i + 2 * t + 1])
+                (0..4).fold(0.0f32, |part, i| {
+                    part + p[8 * i + 2 * t] + p[8 * i + 2 * t + 1]
+                })
             };
             let l_tile = (lane(0) + lane(1)) + (lane(2) + lane(3));
-            let corr = if m == f32::NEG_INFINITY { 0.0 } else { (m - m_new).exp() };
+            let corr = if m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (m - m_new).exp()
+            };
             l = l.mul_add(corr, l_tile);
             // D = P·V over the tile's 32 keys in order (zeros for a key not staged).
             let d = &mut scratch.d;
@@ -207,7 +217,13 @@ fn attend_mma_body<'k>(
         .fold(f32::NEG_INFINITY, |m, p| fmax_nan(m, p.m));
     let e: Vec<f32> = parts
         .iter()
-        .map(|p| if p.m == f32::NEG_INFINITY { 0.0 } else { (p.m - big).exp() })
+        .map(|p| {
+            if p.m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (p.m - big).exp()
+            }
+        })
         .collect();
     let den = parts
         .iter()

@@ -16,6 +16,7 @@ use solder_gpu_runtime::GpuBackend;
 use super::state::{Reads, Row, SaveState, StateBackup};
 use super::{SeqId, Session};
 use crate::error::SessionError;
+use crate::program::Program;
 
 /// A prompt's last chunk at least this wide runs headless too when only its last position's
 /// logits are read: its LM head over every row costs more than the one decode step that then
@@ -251,6 +252,49 @@ pub(super) fn multi_seq_step(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, u32)],
 ) -> Result<Vec<Vec<f32>>, SessionError> {
+    let (program, rows, advance) = multi_seq_rows(session, batch)?;
+    let logits = session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::PerStep,
+        Reads::Live,
+    )?;
+    let vocab = session.exec.config.vocab_size;
+    Ok(logits
+        .chunks(vocab)
+        .take(batch.len())
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
+/// `Session::next_tokens` when every sequence samples greedily: `multi_seq_step`'s step
+/// (decode for one sequence) reading nothing back, then its greedy tokens taken on the device
+/// (`pick::argmax`), 4 bytes a sequence read back instead of its logits row; `None` for a row
+/// with no logit but -inf and NaN.
+pub(super) fn next_greedy(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[(SeqId, u32)],
+) -> Result<Vec<Option<u32>>, SessionError> {
+    let (program, rows, advance) = multi_seq_rows(session, batch)?;
+    session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::PerStep,
+        Reads::Nothing,
+    )?;
+    session.greedy_ids(backend, batch.len())
+}
+
+/// The program, rows (padded) and advances of one token for each of `batch`'s sequences.
+fn multi_seq_rows<'e>(
+    session: &Session<'e>,
+    batch: &[(SeqId, u32)],
+) -> Result<(&'e Program, Vec<Row>, Vec<(SeqId, usize)>), SessionError> {
     let n = batch.len();
     if n == 0 {
         return Err(SessionError::Empty("multi-seq step of no sequences"));
@@ -283,16 +327,7 @@ pub(super) fn multi_seq_step(
     }
     rows.resize(program.rows, Row::PADDING);
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
-    let logits = session.step(
-        backend,
-        program,
-        &rows,
-        &advance,
-        SaveState::PerStep,
-        Reads::Live,
-    )?;
-    let vocab = exec.config.vocab_size;
-    Ok(logits.chunks(vocab).take(n).map(<[f32]>::to_vec).collect())
+    Ok((program, rows, advance))
 }
 
 /// `Session::verify_batch`.

@@ -41,7 +41,7 @@ use solder_gpu_runtime::GpuBackend;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
 use crate::graphs::StepRun;
-use crate::sampling::{Sampler, Sampling};
+use crate::sampling::{Sampler, Sampling, SamplingError};
 use state::{Reads, SaveState};
 
 pub use fork::ParkedSession;
@@ -304,12 +304,37 @@ impl Session<'_> {
     }
 
     /// One step feeding one token to each sequence (decode for one, else the narrowest
-    /// multi-seq width that holds them); returns each sequence's next token, in order.
+    /// multi-seq width that holds them); returns each sequence's next token, in order. When
+    /// every sequence samples greedily (the default), the tokens are taken on the device
+    /// (`pick::argmax`) and only they are read back, 4 bytes a sequence instead of its logits
+    /// row: the same tokens the host's greedy sampler draws from those logits.
     pub fn next_tokens(
         &mut self,
         backend: &mut dyn GpuBackend,
         batch: &[(SeqId, u32)],
     ) -> Result<Vec<u32>, SessionError> {
+        let greedy = batch.iter().all(|(id, _)| {
+            self.seqs
+                .get(id)
+                .is_some_and(|s| s.sampler.as_ref().is_none_or(Sampler::is_greedy))
+        });
+        if greedy {
+            let ids = decode::next_greedy(self, backend, batch)?;
+            let vocab = self.exec.config.vocab_size;
+            return batch
+                .iter()
+                .zip(ids)
+                .map(|(&(id, _), token)| {
+                    if let Some(seq) = self.seqs.get_mut(&id) {
+                        seq.sampler.get_or_insert_with(Sampler::greedy);
+                    }
+                    token.ok_or(SessionError::SampledAt {
+                        seq: id,
+                        source: SamplingError::NoFiniteLogit { vocab },
+                    })
+                })
+                .collect();
+        }
         let logits = match batch {
             [(id, token)] => vec![self.decode(backend, *id, *token)?],
             _ => self.multi_seq_step(backend, batch)?,

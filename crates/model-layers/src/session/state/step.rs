@@ -20,6 +20,8 @@ use super::StateBackup;
 use crate::bytes::f32s_from_bytes;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::kernels::pick::{Argmax, ARGMAX};
+use crate::kernels::Buf;
 use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
 use crate::program::Program;
 use crate::session::{SeqId, Session};
@@ -263,6 +265,39 @@ impl Session<'_> {
         let at = self.exec.layout.logits_offset + first * vocab * 4;
         backend.copy_d2h(self.exec.workspace().offset(at), &mut raw)?;
         Ok(f32s_from_bytes(&raw))
+    }
+
+    /// The greedy tokens of the step that just ran, for its first `live` rows: `pick::argmax`
+    /// over their logits on the device, then 4 bytes a row read back (not `vocab` f32);
+    /// `None` for a row with no logit but -inf and NaN.
+    pub(crate) fn greedy_ids(
+        &self,
+        backend: &mut dyn GpuBackend,
+        live: usize,
+    ) -> Result<Vec<Option<u32>>, SessionError> {
+        let vocab = self.exec.config.vocab_size;
+        let (workspace, layout) = (self.exec.workspace(), &self.exec.layout);
+        let ids = Buf::new(workspace.offset(layout.ids_offset), live * 4);
+        let launch = Argmax {
+            logits: Buf::new(workspace.offset(layout.logits_offset), live * vocab * 4),
+            ids,
+            rows: live as u32,
+            vocab: vocab as u32,
+        }
+        .launch(ARGMAX);
+        let kernel = backend.kernel(launch.kernel)?;
+        backend.launch(
+            self.exec.default_stream(),
+            kernel,
+            &launch.config,
+            &launch.args,
+        )?;
+        let mut raw = vec![0u8; live * 4];
+        backend.copy_d2h(ids.ptr, &mut raw)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|b| u32::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok())
+            .collect())
     }
 
     /// Uploads the step's metadata: each row's token, position, block table and state slot.

@@ -1,0 +1,71 @@
+//! `pick::argmax` (the greedy tokens `Session::next_tokens` reads back instead of the logits)
+//! through the host emulation of its CUDA source: equal to its twin on rows of every kind —
+//! ties across threads and warps, NaN, ±inf, nothing finite — and rows past one block's grid.
+
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::LaunchConfig;
+use solder_model_layers::kernels::pick::{Argmax, ARGMAX};
+use solder_model_layers::numerics::greedy_id;
+
+use super::tests::{download, emulated, run, upload};
+
+#[test]
+fn argmax_equals_its_twin_on_every_kind_of_row() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let vocab = 1000usize;
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    // The maximum twice, in different warps (index 37 and 937): the lower index.
+    let mut tie: Vec<f32> = (0..vocab).map(|i| (i as f32 * 0.37).sin()).collect();
+    tie[37] = 5.0;
+    tie[937] = 5.0;
+    rows.push(tie);
+    // NaN everywhere but two finite values; +inf in two places; nothing finite.
+    let mut sparse = vec![nan; vocab];
+    sparse[500] = -1.0;
+    sparse[3] = -2.0;
+    rows.push(sparse);
+    let mut infs: Vec<f32> = (0..vocab).map(|i| i as f32).collect();
+    infs[700] = inf;
+    infs[300] = inf;
+    rows.push(infs);
+    rows.push(
+        (0..vocab)
+            .map(|i| if i % 2 == 0 { -inf } else { nan })
+            .collect(),
+    );
+    let logits: Vec<u8> = rows
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let count = rows.len();
+    let logits = upload(&mut backend, &logits);
+    let ids = upload(&mut backend, &vec![0xa5u8; count * 4]);
+    let mut launch = Argmax {
+        logits,
+        ids,
+        rows: count as u32,
+        vocab: vocab as u32,
+    }
+    .launch(ARGMAX);
+    // Two blocks for four rows: each block takes every other row.
+    launch.config = LaunchConfig {
+        grid: [2, 1, 1],
+        ..launch.config
+    };
+    run(&mut backend, &launch);
+    let parity = &backend.emulation().unwrap().report()[ARGMAX.as_str()];
+    assert_eq!(parity.launches, parity.identical, "{parity:?}");
+    let got: Vec<i32> = download(&mut backend, ids.ptr, count * 4)
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let want: Vec<i32> = rows
+        .iter()
+        .map(|r| greedy_id(r).map_or(-1, |i| i as i32))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(want, vec![37, 500, 300, -1]);
+}
