@@ -1,7 +1,9 @@
 // `flash` module: paged attention on the tensor cores (the `tensor_cores` lever), in the manner
 // of FlashAttention-2: a block stages 32-key tiles of K and V in shared memory once for up to
 // 64 (row, head) pairs, each warp takes 16 of them through mma.sync m16n8k16 (S = Q·Kᵀ, then
-// O += P·V with P rounded to bf16), with an online softmax per pair in registers. One kernel
+// O += P·V with P rounded to bf16), with an online softmax per pair in registers; up to head_dim
+// 128 each tile's loads are issued into registers one tile ahead, while the warps compute the
+// tile before. One kernel
 // serves every mode, so a sequence's bytes are the same whether its token runs in decode, a
 // verify, a prefill chunk or a wide multi-seq step (the lever's batch invariance).
 //
@@ -103,6 +105,63 @@ __device__ __forceinline__ unsigned flash_pack(bf16 lo, bf16 hi) {
     return (unsigned)bf16_bits(lo) | ((unsigned)bf16_bits(hi) << 16);
 }
 
+// Where a block's staged keys come from: the anchor's block table, keys kb..ke, one kv head.
+struct FlashKv {
+    const bf16* cache;
+    const int* table;
+    unsigned kb;
+    unsigned ke;
+    unsigned block_size;
+    unsigned row_elems;
+    unsigned num_pages;
+    unsigned head_dim;
+    unsigned long long head_at; // kv head · head_dim
+    bool vec;
+};
+
+// This thread's 16-byte chunks of the tile at key t0, into registers: chunk c = threadIdx.x +
+// i·128 is K's (key c / CPR, dims (c % CPR)·8..) for c < 32·CPR, then V's (dims d_base + ..,
+// VCPR chunks a key); zeros outside kb..ke, past head_dim and for a page outside the cache.
+template <unsigned CPR, unsigned VCPR, unsigned N>
+__device__ __forceinline__ void flash_fetch(uint4 (&v)[N], const FlashKv& kv, unsigned t0,
+                                            unsigned d_base) {
+#pragma unroll
+    for (unsigned i = 0; i < N; ++i) {
+        const unsigned c = threadIdx.x + i * FLASH_THREADS;
+        const bool is_k = c < FLASH_KEYS * CPR;
+        const unsigned cc = is_k ? c : c - FLASH_KEYS * CPR;
+        const unsigned per_row = is_k ? CPR : VCPR;
+        const unsigned j = t0 + cc / per_row;
+        const unsigned d = (cc % per_row) * 8u + (is_k ? 0u : d_base);
+        v[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (j >= kv.kb && j < kv.ke && d < kv.head_dim) {
+            const int page = kv.table[j / kv.block_size];
+            if (page >= 0 && (unsigned)page < kv.num_pages) {
+                const unsigned long long at =
+                    cache_offset((unsigned)page, is_k ? 0u : 1u, j % kv.block_size,
+                                 kv.block_size, kv.row_elems) +
+                    kv.head_at + d;
+                v[i] = load8_bits(kv.cache + at, min(8u, kv.head_dim - d), kv.vec);
+            }
+        }
+    }
+}
+
+// The chunks flash_fetch fetched, into the shared K and V tiles.
+template <unsigned CPR, unsigned VCPR, unsigned KP, unsigned VP, unsigned N>
+__device__ __forceinline__ void flash_put(bf16 (*ks)[KP], bf16 (*vs)[VP], const uint4 (&v)[N]) {
+#pragma unroll
+    for (unsigned i = 0; i < N; ++i) {
+        const unsigned c = threadIdx.x + i * FLASH_THREADS;
+        const bool is_k = c < FLASH_KEYS * CPR;
+        const unsigned cc = is_k ? c : c - FLASH_KEYS * CPR;
+        const unsigned per_row = is_k ? CPR : VCPR;
+        bf16* dst = is_k ? &ks[cc / per_row][(cc % per_row) * 8u]
+                         : &vs[cc / per_row][(cc % per_row) * 8u];
+        *reinterpret_cast<uint4*>(dst) = v[i];
+    }
+}
+
 // The kernels' body for head_dim <= HD. HD <= 128 stages the block's q in shared memory once
 // and takes every output dim in one pass over the keys; 256 reads each lane's q fragments again
 // for each tile (L1) and makes two passes of 128 output dims each (S computed twice, the same
@@ -120,7 +179,10 @@ __device__ __forceinline__ void flash_block(
     constexpr unsigned DN = DV / 8u;                // n8 tiles of a pass's output
     constexpr unsigned CPR = HD / 8u;               // 16-byte chunks of a staged key row
     constexpr unsigned VCPR = DV / 8u;              // ... of a staged value row
+    constexpr unsigned STAGED = FLASH_KEYS * (CPR + VCPR) / FLASH_THREADS; // chunks a thread
+    static_assert(STAGED * FLASH_THREADS == FLASH_KEYS * (CPR + VCPR), "whole chunks a thread");
     constexpr bool kQSmem = HD <= 128u;
+    constexpr bool kPrefetch = HD <= 128u; // the next tile's loads in flight (registers)
     __shared__ __align__(16) bf16 qs[kQSmem ? FLASH_SLOTS : 1][kQSmem ? PITCH : 8];
     __shared__ __align__(16) bf16 ks[FLASH_KEYS][PITCH];
     __shared__ __align__(16) bf16 vs[FLASH_KEYS][DV + 8u];
@@ -220,6 +282,8 @@ __device__ __forceinline__ void flash_block(
     const unsigned split_words = head_dim + 2u;
     const unsigned long long slot_words = 1ull + (unsigned long long)FLASH_SPLITS * split_words;
     const bool vec = (head_dim % 8u == 0u) && (row_elems % 8u == 0u) && aligned16(cache);
+    const FlashKv kv = {cache, table, kb, ke, block_size, row_elems, num_pages, head_dim,
+                        (unsigned long long)kvh * head_dim, vec};
     for (unsigned d_base = 0; d_base < HD && d_base < head_dim; d_base += DV) {
         float m_run[2] = {NEG_INF, NEG_INF};
         float l_run[2] = {0.0f, 0.0f};
@@ -232,33 +296,25 @@ __device__ __forceinline__ void flash_block(
             }
         }
 
-        for (unsigned t0 = tb - tb % FLASH_KEYS; t0 < te; t0 += FLASH_KEYS) {
-            __syncthreads(); // every warp is done with the previous tile
-            // Stage K (every dim) and V (this pass's): zeros outside kb..ke, past head_dim and for
-            // a page outside the cache.
-            for (unsigned c = threadIdx.x; c < FLASH_KEYS * (CPR + VCPR); c += FLASH_THREADS) {
-                const bool is_k = c < FLASH_KEYS * CPR;
-                const unsigned cc = is_k ? c : c - FLASH_KEYS * CPR;
-                const unsigned per_row = is_k ? CPR : VCPR;
-                const unsigned key = cc / per_row;
-                const unsigned d0 = (cc % per_row) * 8u;
-                const unsigned d = is_k ? d0 : d_base + d0;
-                const unsigned j = t0 + key;
-                uint4 bits = make_uint4(0u, 0u, 0u, 0u);
-                if (j >= kb && j < ke && d < head_dim) {
-                    const int page = table[j / block_size];
-                    if (page >= 0 && (unsigned)page < num_pages) {
-                        bits = load8_bits(cache + cache_offset((unsigned)page, is_k ? 0u : 1u,
-                                                               j % block_size, block_size,
-                                                               row_elems) +
-                                              (unsigned long long)kvh * head_dim + d,
-                                          min(8u, head_dim - d), vec);
-                    }
-                }
-                bf16* dst = is_k ? &ks[key][d0] : &vs[key][d0];
-                *reinterpret_cast<uint4*>(dst) = bits;
+        // The tile's loads are issued a tile ahead, into registers, so they are in flight
+        // while the warps compute the tile before (the same bytes: only the loads move).
+        // (Not at HD 256, whose accumulators leave no registers for it: there each tile is
+        // fetched just before it is stored.)
+        uint4 staged[STAGED];
+        const unsigned t_first = tb - tb % FLASH_KEYS;
+        if (kPrefetch && t_first < te) {
+            flash_fetch<CPR, VCPR>(staged, kv, t_first, d_base);
+        }
+        for (unsigned t0 = t_first; t0 < te; t0 += FLASH_KEYS) {
+            if (!kPrefetch) {
+                flash_fetch<CPR, VCPR>(staged, kv, t0, d_base);
             }
+            __syncthreads(); // every warp is done with the previous tile
+            flash_put<CPR, VCPR>(ks, vs, staged);
             __syncthreads();
+            if (kPrefetch && t0 + FLASH_KEYS < te) {
+                flash_fetch<CPR, VCPR>(staged, kv, t0 + FLASH_KEYS, d_base);
+            }
 
             bool active[2];
             unsigned any = 0u;
@@ -320,7 +376,8 @@ __device__ __forceinline__ void flash_block(
                     for (unsigned h = 0; h < 2; ++h) {
                         const unsigned e = 2u * s + h;
                         const unsigned j = t0 + 8u * i + 2u * t + h;
-                        sc[i][e] = (j >= fr[s].a && j < fr[s].b) ? __fmul_rn(sc[i][e], scale) : NEG_INF;
+                        const bool in = j >= fr[s].a && j < fr[s].b;
+                        sc[i][e] = in ? __fmul_rn(sc[i][e], scale) : NEG_INF;
                         tmax = fmax_nan(tmax, sc[i][e]);
                     }
                 }
