@@ -97,6 +97,7 @@ fn run_chunks(
         Reads::Live => tokens.len(),
         Reads::Last => 1,
         Reads::Nothing => 0,
+        Reads::First(n) => n.min(tokens.len()),
     };
     let mut logits = Vec::with_capacity(rows_read * session.exec.config.vocab_size);
     let mut at = 0;
@@ -328,6 +329,71 @@ fn multi_seq_rows<'e>(
     rows.resize(program.rows, Row::PADDING);
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
     Ok((program, rows, advance))
+}
+
+/// `Session::mixed_step`: `decode`'s rows first (one token each), then `chunk`'s tokens, in
+/// the narrowest batched-verify program that holds them; returns the decode rows' greedy ids
+/// (read back alone) when `ids`, else their logits rows.
+pub(super) fn mixed_step(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    decode: &[(SeqId, u32)],
+    (chunk_id, chunk): (SeqId, &[u32]),
+    ids: bool,
+) -> Result<Mixed, SessionError> {
+    if chunk.is_empty() {
+        return Err(SessionError::Empty("mixed step of an empty chunk"));
+    }
+    for (i, (id, _)) in decode.iter().enumerate() {
+        if *id == chunk_id || decode[..i].iter().any(|(other, _)| other == id) {
+            return Err(SessionError::DuplicateSequence(*id));
+        }
+    }
+    let exec = session.exec;
+    let total = decode.len() + chunk.len();
+    let shapes = exec.instance.program_shapes();
+    let width = shapes
+        .narrowest(Mode::VerifyBatch, total)
+        .ok_or(SessionError::TooWide {
+            asked: total,
+            widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+        })?;
+    let program = exec.program(Mode::VerifyBatch, width)?;
+    let mut rows = Vec::with_capacity(width);
+    for &(id, token) in decode {
+        rows.push(Row {
+            seq: Some(id),
+            token,
+            position: session.seq_len(id)?,
+        });
+    }
+    let start = session.seq_len(chunk_id)?;
+    rows.extend(chunk.iter().enumerate().map(|(i, &token)| Row {
+        seq: Some(chunk_id),
+        token,
+        position: start + i,
+    }));
+    rows.resize(width, Row::PADDING);
+    let mut advance: Vec<(SeqId, usize)> = decode.iter().map(|&(id, _)| (id, 1)).collect();
+    advance.push((chunk_id, chunk.len()));
+    let reads = if ids {
+        Reads::Nothing
+    } else {
+        Reads::First(decode.len())
+    };
+    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep, reads)?;
+    Ok(match ids {
+        true => Mixed::Ids(session.greedy_ids(backend, decode.len())?),
+        false => Mixed::Logits(logits),
+    })
+}
+
+/// What a mixed step read back for its decode rows.
+pub(super) enum Mixed {
+    /// Each row's greedy token (`None`: nothing finite to pick).
+    Ids(Vec<Option<u32>>),
+    /// Their logits, `[rows * vocab]`.
+    Logits(Vec<f32>),
 }
 
 /// `Session::verify_batch`.

@@ -313,27 +313,9 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         batch: &[(SeqId, u32)],
     ) -> Result<Vec<u32>, SessionError> {
-        let greedy = batch.iter().all(|(id, _)| {
-            self.seqs
-                .get(id)
-                .is_some_and(|s| s.sampler.as_ref().is_none_or(Sampler::is_greedy))
-        });
-        if greedy {
+        if self.all_greedy(batch) {
             let ids = decode::next_greedy(self, backend, batch)?;
-            let vocab = self.exec.config.vocab_size;
-            return batch
-                .iter()
-                .zip(ids)
-                .map(|(&(id, _), token)| {
-                    if let Some(seq) = self.seqs.get_mut(&id) {
-                        seq.sampler.get_or_insert_with(Sampler::greedy);
-                    }
-                    token.ok_or(SessionError::SampledAt {
-                        seq: id,
-                        source: SamplingError::NoFiniteLogit { vocab },
-                    })
-                })
-                .collect();
+            return self.take_ids(batch, ids);
         }
         let logits = match batch {
             [(id, token)] => vec![self.decode(backend, *id, *token)?],
@@ -343,6 +325,66 @@ impl Session<'_> {
             .iter()
             .zip(&logits)
             .map(|(&(id, _), row)| self.draw(id, row))
+            .collect()
+    }
+
+    /// One step of decode rows beside a prompt chunk (chunked prefill sharing a step with
+    /// decode, as vLLM schedules it): each of `decode`'s sequences takes one token and
+    /// `chunk`'s sequence takes its tokens, in the narrowest batched-verify program that holds
+    /// them all (`ServeShape::verify_batch_widths`). Returns each decode sequence's next token,
+    /// drawn as `next_tokens` draws it (on the device when every one is greedy); the chunk's
+    /// logits are not read. Every sequence gets the bytes of its own steps: the decode rows
+    /// those of `next_tokens`, the chunk those of `prefill_chunk` (batched verify's rows are
+    /// each sequence's alone; parity checks it at every width).
+    pub fn mixed_step(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        decode: &[(SeqId, u32)],
+        chunk: (SeqId, &[u32]),
+    ) -> Result<Vec<u32>, SessionError> {
+        let greedy = self.all_greedy(decode);
+        match decode::mixed_step(self, backend, decode, chunk, greedy)? {
+            decode::Mixed::Ids(ids) => self.take_ids(decode, ids),
+            decode::Mixed::Logits(logits) => {
+                let vocab = self.exec.config.vocab_size;
+                decode
+                    .iter()
+                    .zip(logits.chunks(vocab))
+                    .map(|(&(id, _), row)| self.draw(id, row))
+                    .collect()
+            }
+        }
+    }
+
+    /// Whether every sequence of `batch` samples greedily (the default).
+    fn all_greedy(&self, batch: &[(SeqId, u32)]) -> bool {
+        batch.iter().all(|(id, _)| {
+            self.seqs
+                .get(id)
+                .is_some_and(|s| s.sampler.as_ref().is_none_or(Sampler::is_greedy))
+        })
+    }
+
+    /// The greedy tokens a step took on the device, as `draw` would give them: a row with no
+    /// finite logit is the sampler's error, naming its sequence.
+    fn take_ids(
+        &mut self,
+        batch: &[(SeqId, u32)],
+        ids: Vec<Option<u32>>,
+    ) -> Result<Vec<u32>, SessionError> {
+        let vocab = self.exec.config.vocab_size;
+        batch
+            .iter()
+            .zip(ids)
+            .map(|(&(id, _), token)| {
+                if let Some(seq) = self.seqs.get_mut(&id) {
+                    seq.sampler.get_or_insert_with(Sampler::greedy);
+                }
+                token.ok_or(SessionError::SampledAt {
+                    seq: id,
+                    source: SamplingError::NoFiniteLogit { vocab },
+                })
+            })
             .collect()
     }
 

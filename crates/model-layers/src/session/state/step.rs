@@ -61,6 +61,8 @@ pub(crate) enum Reads {
     Last,
     /// None (a prefill chunk before the last, when only the next token is asked for).
     Nothing,
+    /// The first n live rows', `[n * vocab]` (a mixed step's decode rows, before its chunk).
+    First(usize),
 }
 
 /// What a step lent, given back if it fails: sequences that took a slot, and each advancing
@@ -260,6 +262,7 @@ impl Session<'_> {
             Reads::Live => (0, live),
             Reads::Last => (live.saturating_sub(1), live.min(1)),
             Reads::Nothing => return Ok(Vec::new()),
+            Reads::First(n) => (0, n.min(live)),
         };
         let mut raw = vec![0u8; count * vocab * 4];
         let at = self.exec.layout.logits_offset + first * vocab * 4;
