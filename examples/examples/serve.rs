@@ -6,7 +6,8 @@
 //!
 //! Every step: requests join when the pool has pages for their first prompt chunk (first
 //! come, first served), prompt chunks up to `--chunk` tokens in all are prefilled, every decoding request gets one token
-//! in a single multi-sequence step, finished requests leave and give their pages back; when
+//! in a single multi-sequence step (a lone chunk that is not its prompt's last shares that step,
+//! `Session::mixed_step`, when a batched-verify width holds them all), finished requests leave and give their pages back; when
 //! a decode step needs more pages than are free, the newest request is preempted and later
 //! recomputed (the policy is `solder_examples::scheduler`, vLLM's). `--prompts FILE` reads
 //! one prompt per line: text when the checkpoint has a `tokenizer.json`, else token ids
@@ -24,7 +25,7 @@ use solder_examples::scheduler::{Plan, Request, Scheduler};
 use solder_examples::{backend, boot, check, greedy_reference, kv_shape, prompt};
 use solder_examples::{tiny_llama_json, write_tiny, Result};
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{CircuitExec, KvBudget, SeqId, Session};
+use solder_model_layers::{CircuitExec, KvBudget, SeqId, Session, SessionError};
 
 const USAGE: &str = "serve [CHECKPOINT] [--prompts FILE] [--requests N] [--max-tokens N] \
                      [--concurrency N] [--chunk N] [--pages N | --kv-bytes B] [--no-check] \
@@ -105,8 +106,9 @@ fn main() -> Result<()> {
         if plan.is_empty() {
             return Err(format!("step {}: nothing can run", totals.steps).into());
         }
-        run(backend, &mut session, &mut scheduler, &mut seqs, &plan)?;
+        let mixed = run(backend, &mut session, &mut scheduler, &mut seqs, &plan)?;
         totals.count(&plan);
+        totals.mixed += usize::from(mixed);
         // Finished requests leave; their pages go back to the pool.
         for (req, seq) in seqs.iter_mut().enumerate() {
             if scheduler.done(req) {
@@ -120,7 +122,8 @@ fn main() -> Result<()> {
     let generated = prompts.len() * options.max_tokens;
     println!(
         "{} requests, concurrency {}, pool {} pages: {generated} tokens in {:.2} s, \
-         {:.1} tokens/s ({} steps, mean decode width {:.1}, {} prefill chunks, {} preemptions)",
+         {:.1} tokens/s ({} steps, mean decode width {:.1}, {} prefill chunks ({} beside \
+         decode rows), {} preemptions)",
         prompts.len(),
         options.concurrency,
         kv.pages - 1,
@@ -129,6 +132,7 @@ fn main() -> Result<()> {
         totals.steps,
         totals.decode_rows as f64 / totals.decode_steps.max(1) as f64,
         totals.chunks,
+        totals.mixed,
         totals.preemptions,
     );
     check(
@@ -160,14 +164,15 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Runs one planned step on the session and reports what each request now holds.
+/// Runs one planned step on the session and reports what each request now holds; true when
+/// its prompt chunk shared the decode rows' step (`Session::mixed_step`).
 fn run(
     backend: &mut dyn GpuBackend,
     session: &mut Session<'_>,
     scheduler: &mut Scheduler,
     seqs: &mut [Option<SeqId>],
     plan: &Plan,
-) -> Result<()> {
+) -> Result<bool> {
     let seq = |seqs: &[Option<SeqId>], req: usize| -> Result<SeqId> {
         Ok(seqs[req].ok_or(format!("request {req} has no sequence"))?)
     };
@@ -178,6 +183,29 @@ fn run(
     }
     for &req in &plan.admitted {
         seqs[req] = Some(session.add_sequence());
+    }
+    let batch = plan
+        .decode
+        .iter()
+        .map(|&(req, token)| Ok((seq(seqs, req)?, token)))
+        .collect::<Result<Vec<_>>>()?;
+    // A lone prompt chunk that is not its prompt's last shares the decode rows' step (one
+    // batched-verify program, vLLM's chunked prefill) when a compiled width holds them all.
+    if let ([chunk], false) = (&plan.prefill[..], batch.is_empty()) {
+        if !chunk.last {
+            let id = seq(seqs, chunk.req)?;
+            let tokens = scheduler.tokens(chunk.req)[chunk.from..chunk.to].to_vec();
+            match session.mixed_step(backend, &batch, (id, &tokens)) {
+                Ok(next) => {
+                    scheduler.prefilled(chunk, session.held_pages(id)?, None);
+                    decoded(session, scheduler, plan, &batch, next)?;
+                    return Ok(true);
+                }
+                // Too many rows for one program: one step after the other, below.
+                Err(SessionError::TooWide { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     for chunk in &plan.prefill {
         let id = seq(seqs, chunk.req)?;
@@ -190,16 +218,23 @@ fn run(
         };
         scheduler.prefilled(chunk, session.held_pages(id)?, next);
     }
-    if !plan.decode.is_empty() {
-        let batch = plan
-            .decode
-            .iter()
-            .map(|&(req, token)| Ok((seq(seqs, req)?, token)))
-            .collect::<Result<Vec<_>>>()?;
+    if !batch.is_empty() {
         let next = session.next_tokens(backend, &batch)?;
-        for (&(req, _), (&(id, _), token)) in plan.decode.iter().zip(batch.iter().zip(next)) {
-            scheduler.decoded(req, session.held_pages(id)?, token);
-        }
+        decoded(session, scheduler, plan, &batch, next)?;
+    }
+    Ok(false)
+}
+
+/// Tells the scheduler each decoding request's new token and the pages it now holds.
+fn decoded(
+    session: &Session<'_>,
+    scheduler: &mut Scheduler,
+    plan: &Plan,
+    batch: &[(SeqId, u32)],
+    next: Vec<u32>,
+) -> Result<()> {
+    for (&(req, _), (&(id, _), token)) in plan.decode.iter().zip(batch.iter().zip(next)) {
+        scheduler.decoded(req, session.held_pages(id)?, token);
     }
     Ok(())
 }
@@ -208,6 +243,8 @@ fn run(
 #[derive(Default)]
 struct Totals {
     steps: usize,
+    /// Steps whose prompt chunk ran beside the decode rows.
+    mixed: usize,
     decode_steps: usize,
     decode_rows: usize,
     chunks: usize,
