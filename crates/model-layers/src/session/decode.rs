@@ -291,11 +291,14 @@ pub(super) fn next_greedy(
     session.greedy_ids(backend, batch.len())
 }
 
+/// A step's program, its rows (padded) and how far each sequence advances.
+type StepRows<'e> = (&'e Program, Vec<Row>, Vec<(SeqId, usize)>);
+
 /// The program, rows (padded) and advances of one token for each of `batch`'s sequences.
 fn multi_seq_rows<'e>(
     session: &Session<'e>,
     batch: &[(SeqId, u32)],
-) -> Result<(&'e Program, Vec<Row>, Vec<(SeqId, usize)>), SessionError> {
+) -> Result<StepRows<'e>, SessionError> {
     let n = batch.len();
     if n == 0 {
         return Err(SessionError::Empty("multi-seq step of no sequences"));
