@@ -39,8 +39,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
     let width = width_of(args)?;
     let replays = args.number_in("replays", 1..=1_000_000)?.unwrap_or(1);
-    // The prefill, the decode steps, two multi-seq steps.
-    let tokens = context + steps + 2;
+    // The prefill, the decode steps, three multi-seq steps (the last greedy on the device).
+    let tokens = context + steps + 3;
     let (name, config, weights) = model(args, tokens)?;
     check_positions(&name, &config, context, steps)?;
     let rules = RuleSet::from_file(&super::rules_path(args)).map_err(|e| e.to_string())?;
@@ -158,11 +158,11 @@ pub(super) fn check_positions(
     context: usize,
     steps: usize,
 ) -> Result<(), String> {
-    let tokens = context + steps + 2;
+    let tokens = context + steps + 3;
     if tokens > config.max_position_embeddings {
         return Err(format!(
             "`--context {context} --steps {steps}`: {tokens} positions (the prefill, the \
-             decode steps and two multi-seq steps), more than {name}'s \
+             decode steps and three multi-seq steps), more than {name}'s \
              max_position_embeddings {}",
             config.max_position_embeddings
         ));
@@ -366,6 +366,22 @@ fn steps(
         let next = record(stage, logits)?;
         batch[0].1 = next;
     }
+    // A third step, every sequence greedy: `next_tokens` takes the tokens on the device
+    // (`pick::argmax`) and reads back only them; they must be the host's arg-max of the
+    // logits the step left in the workspace.
+    let ids = session.next_tokens(backend, &batch).map_err(err)?;
+    let logits = read_logits(exec, backend, batch.len() * vocab)?;
+    let host: Vec<u32> = logits.chunks(vocab).map(greedy).collect();
+    if ids != host {
+        return Err(format!(
+            "{name}: next_tokens' device tokens {ids:?} are not the host's arg-max {host:?}"
+        ));
+    }
+    println!(
+        "greedy step ({} live rows of {}): the device's tokens are the host's arg-max",
+        batch.len(),
+        schedule.width
+    );
     Ok(trace)
 }
 
