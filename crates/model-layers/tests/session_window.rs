@@ -155,6 +155,28 @@ fn recycled_decode_gives_the_bytes_of_a_roomy_pool() {
 }
 
 #[test]
+fn with_the_tensor_cores_chunks_on_a_recycling_pool_give_decodes_bytes() {
+    // The tensor cores' attention (flash::paged_mma) takes a verify chunk's rows a block at a
+    // time through one row's block table, windows starting in different tiles, pages before
+    // them recycled: every position's logits are still the bytes decoding it one token at a
+    // time gives (its own batch invariance), and recycling changes nothing.
+    let mut backend = backend();
+    let mut policy = Policy::default();
+    policy.levers.set("tensor_cores", true).unwrap();
+    let tight = build(&mut backend, &mistral("8"), policy.clone(), kv(8, 4, 64));
+    let roomy = build(&mut backend, &mistral("8"), policy, kv(40, 4, 64));
+    let tokens = prompt(5, VOCAB, 64);
+    let decoded = decode_all(&roomy, &mut backend, &tokens);
+    let mut session = Session::new(&tight);
+    let id = session.add_sequence();
+    let mut got = session.prefill(&mut backend, id, &tokens[..20]).unwrap();
+    for chunk in tokens[20..].chunks(8) {
+        got.extend(session.verify(&mut backend, id, chunk).unwrap());
+    }
+    assert_same_bytes(&got, &decoded.concat(), "chunks on the tight pool against decode");
+}
+
+#[test]
 fn a_full_attention_layer_keeps_every_page() {
     let mut backend = backend();
     let exec = exec(&mut backend, QWEN2_MIXED, 40);
