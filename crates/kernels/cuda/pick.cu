@@ -17,11 +17,14 @@ __device__ __forceinline__ bool pick_beats(float v, unsigned i, float best_v, un
 
 // logits f32[rows·vocab] → ids i32[rows]: each row's arg-max (the lowest index among equal
 // maxima, NaN never), or -1 when the row has no logit but -inf and NaN (the host's sampler
-// refuses such a row). One block per row (grid-stride over rows), 256 threads: each thread
-// scans every 256th logit, then the warps' and the block's candidates are reduced.
+// refuses such a row); `tokens` i32[rows], or null: the same ids again (the next step's token
+// field of the step metadata, when steps feed each other on the device). One block per row
+// (grid-stride over rows), 256 threads: each thread scans every 256th logit, then the warps'
+// and the block's candidates are reduced.
 extern "C" __global__ void __launch_bounds__(256) argmax(const float* __restrict__ logits,
-                                                         int* __restrict__ ids, unsigned rows,
-                                                         unsigned vocab) {
+                                                         int* __restrict__ ids,
+                                                         int* __restrict__ tokens,
+                                                         unsigned rows, unsigned vocab) {
     __shared__ float warp_v[PICK_THREADS / 32u];
     __shared__ unsigned warp_i[PICK_THREADS / 32u];
     pdl_wait(); // before any early return and any buffer another launch writes
@@ -65,6 +68,9 @@ extern "C" __global__ void __launch_bounds__(256) argmax(const float* __restrict
             // Every candidate -inf: only -inf and NaN in the row.
             const bool none = best_i == PICK_NONE || best_v == NEG_INF;
             ids[r] = none ? -1 : (int)best_i;
+            if (tokens != nullptr) {
+                tokens[r] = none ? -1 : (int)best_i;
+            }
         }
         __syncthreads(); // the next row reuses the warps' slots
     }

@@ -18,6 +18,10 @@ use crate::bytes::{align, ALIGN};
 use crate::kernels::attn;
 use crate::meta::MetaLayout;
 
+/// Steps of greedy ids the workspace holds (`Layout::ids_offset`): how many steps
+/// `Session::next_tokens_ahead` enqueues before it reads their tokens back.
+pub const IDS_SLOTS: usize = 8;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub max_rows: usize,
@@ -52,7 +56,8 @@ pub struct Layout {
     pub draft_hidden_offset: usize,
     pub hidden_bytes: usize,
     /// The greedy tokens of a step (`kernels::pick::argmax`: i32 `[max_rows]`), read back
-    /// instead of the logits when every sequence of the step samples greedily.
+    /// instead of the logits when every sequence of the step samples greedily: `IDS_SLOTS`
+    /// slots of `max_rows` i32 (`Session::next_tokens_ahead` keeps one a step).
     pub ids_offset: usize,
     pub workspace_bytes: usize,
     /// Offset of each weight slot in the weights allocation, then of inv_freq.
@@ -150,7 +155,7 @@ impl Layout {
             draft_hidden_offset,
             hidden_bytes,
             ids_offset,
-            workspace_bytes: ids_offset + align(max_rows * 4),
+            workspace_bytes: ids_offset + align(IDS_SLOTS * max_rows * 4),
             weight_offsets,
             inv_freq_offset,
             inv_freq_len,

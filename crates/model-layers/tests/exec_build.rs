@@ -147,7 +147,8 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
     );
     assert_eq!(
         layout.workspace_bytes,
-        layout.ids_offset + (layout.max_rows * 4).next_multiple_of(256)
+        layout.ids_offset
+            + (solder_model_layers::IDS_SLOTS * layout.max_rows * 4).next_multiple_of(256)
     );
     let zeroed =
         layout.gemv_scratch_offset + layout.gemv_scratch_bytes - layout.attn_scratch_offset;

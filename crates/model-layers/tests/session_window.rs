@@ -173,7 +173,11 @@ fn with_the_tensor_cores_chunks_on_a_recycling_pool_give_decodes_bytes() {
     for chunk in tokens[20..].chunks(8) {
         got.extend(session.verify(&mut backend, id, chunk).unwrap());
     }
-    assert_same_bytes(&got, &decoded.concat(), "chunks on the tight pool against decode");
+    assert_same_bytes(
+        &got,
+        &decoded.concat(),
+        "chunks on the tight pool against decode",
+    );
 }
 
 #[test]

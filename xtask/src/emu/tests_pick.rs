@@ -1,6 +1,7 @@
 //! `pick::argmax` (the greedy tokens `Session::next_tokens` reads back instead of the logits)
 //! through the host emulation of its CUDA source: equal to its twin on rows of every kind —
-//! ties across threads and warps, NaN, ±inf, nothing finite — and rows past one block's grid.
+//! ties across threads and warps, NaN, ±inf, nothing finite — and rows past one block's grid;
+//! the optional token field (steps fed on the device) gets the same ids.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::LaunchConfig;
@@ -43,9 +44,11 @@ fn argmax_equals_its_twin_on_every_kind_of_row() {
     let count = rows.len();
     let logits = upload(&mut backend, &logits);
     let ids = upload(&mut backend, &vec![0xa5u8; count * 4]);
+    let tokens = upload(&mut backend, &vec![0x5au8; count * 4]);
     let mut launch = Argmax {
         logits,
         ids,
+        tokens: Some(tokens),
         rows: count as u32,
         vocab: vocab as u32,
     }
@@ -68,4 +71,9 @@ fn argmax_equals_its_twin_on_every_kind_of_row() {
         .collect();
     assert_eq!(got, want);
     assert_eq!(want, vec![37, 500, 300, -1]);
+    // The next step's token field gets the same ids.
+    assert_eq!(
+        download(&mut backend, tokens.ptr, count * 4),
+        download(&mut backend, ids.ptr, count * 4)
+    );
 }

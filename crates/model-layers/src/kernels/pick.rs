@@ -12,10 +12,12 @@ use crate::numerics::greedy_id;
 
 kernel! {
     /// logits f32\[rows·vocab\] → ids i32\[rows\]: each row's arg-max (the lowest index among
-    /// equal maxima; NaN never wins), -1 for a row with no logit but -inf and NaN.
+    /// equal maxima; NaN never wins), -1 for a row with no logit but -inf and NaN; `tokens`
+    /// (the next step's token field, when steps feed each other) gets the same ids.
     pub struct Argmax / ArgmaxArgs {
         logits: In<f32>,
         ids: Out<i32>,
+        tokens: OutOpt<i32>,
         rows: U32,
         vocab: U32,
     }
@@ -33,6 +35,9 @@ fn argmax(a: ArgmaxArgs<'_>) -> Result<(), GpuError> {
     solder_gpu_runtime::par_chunks_mut(ids, 1, threads, |r, id| {
         id[0] = greedy_id(&logits[r * vocab..(r + 1) * vocab]).map_or(-1, |i| i as i32);
     });
+    if let Some(tokens) = a.tokens.len(rows)? {
+        tokens.copy_from_slice(ids);
+    }
     Ok(())
 }
 

@@ -279,16 +279,27 @@ pub(super) fn next_greedy(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, u32)],
 ) -> Result<Vec<Option<u32>>, SessionError> {
-    let (program, rows, advance) = multi_seq_rows(session, batch)?;
-    session.step(
-        backend,
-        program,
-        &rows,
-        &advance,
-        SaveState::PerStep,
-        Reads::Nothing,
-    )?;
+    greedy_step(session, backend, batch)?;
     session.greedy_ids(backend, batch.len())
+}
+
+/// `multi_seq_step`'s step (decode for one sequence), reading nothing back.
+pub(super) fn greedy_step(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    batch: &[(SeqId, u32)],
+) -> Result<(), SessionError> {
+    let (program, rows, advance) = multi_seq_rows(session, batch)?;
+    session
+        .step(
+            backend,
+            program,
+            &rows,
+            &advance,
+            SaveState::PerStep,
+            Reads::Nothing,
+        )
+        .map(drop)
 }
 
 /// A step's program, its rows (padded) and how far each sequence advances.

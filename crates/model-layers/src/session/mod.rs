@@ -28,6 +28,7 @@
 //! other sequence of any session (the scratch page a block table names in place of a
 //! recycled page is no page held: it is never read through that entry, never given back).
 
+mod ahead;
 mod decode;
 mod fork;
 mod speculative;
@@ -84,6 +85,9 @@ pub struct Session<'e> {
     last_program: Option<(Mode, usize, Option<RouteCondition>)>,
     /// How the last step ran: a graph replayed, captured, or eager launches.
     last_run: Option<StepRun>,
+    /// Set by `next_tokens_ahead` around a step fed on the device: the ids slot the step
+    /// before's greedy tokens go to (they also become this step's tokens).
+    feed: Option<usize>,
 }
 
 /// Sessions and sequences.
@@ -98,6 +102,7 @@ impl<'e> Session<'e> {
             seqs: BTreeMap::new(),
             next_id: 1,
             routes: true,
+            feed: None,
             last_program: None,
             last_run: None,
         }
@@ -354,6 +359,21 @@ impl Session<'_> {
                     .collect()
             }
         }
+    }
+
+    /// `steps` greedy steps of `batch` (as `steps` calls of `next_tokens`, each fed the tokens
+    /// of the one before), enqueued back to back: each step after the first takes its tokens
+    /// from the step before on the device, and every step's tokens are read back in one copy
+    /// at the end, so the host waits once, not once a step. Returns each sequence's `steps`
+    /// tokens, the same as `next_tokens` step by step gives. `steps` is 1 to
+    /// `IDS_SLOTS`; a sampled sequence or a model with recurrent state runs step by step.
+    pub fn next_tokens_ahead(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32)],
+        steps: usize,
+    ) -> Result<Vec<Vec<u32>>, SessionError> {
+        ahead::next_tokens_ahead(self, backend, batch, steps)
     }
 
     /// Whether every sequence of `batch` samples greedily (the default).

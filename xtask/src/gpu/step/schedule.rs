@@ -39,8 +39,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     let steps = args.number_in("steps", 1..=4096)?.unwrap_or(1);
     let width = width_of(args)?;
     let replays = args.number_in("replays", 1..=1_000_000)?.unwrap_or(1);
-    // The prefill, the decode steps, three multi-seq steps (the last greedy on the device).
-    let tokens = context + steps + 3;
+    // The prefill, the decode steps, six multi-seq steps (two compared, then one greedy on the
+    // device, then three greedy steps enqueued ahead).
+    let tokens = context + steps + 6;
     let (name, config, weights) = model(args, tokens)?;
     check_positions(&name, &config, context, steps)?;
     let rules = RuleSet::from_file(&super::rules_path(args)).map_err(|e| e.to_string())?;
@@ -158,11 +159,11 @@ pub(super) fn check_positions(
     context: usize,
     steps: usize,
 ) -> Result<(), String> {
-    let tokens = context + steps + 3;
+    let tokens = context + steps + 6;
     if tokens > config.max_position_embeddings {
         return Err(format!(
             "`--context {context} --steps {steps}`: {tokens} positions (the prefill, the \
-             decode steps and three multi-seq steps), more than {name}'s \
+             decode steps and six multi-seq steps), more than {name}'s \
              max_position_embeddings {}",
             config.max_position_embeddings
         ));
@@ -382,6 +383,29 @@ fn steps(
         batch.len(),
         schedule.width
     );
+    // Three greedy steps enqueued ahead, each fed the one before's tokens on the device: the
+    // last step's tokens are the host's arg-max of the logits it left, and each step's fed
+    // tokens (as the session now holds them) are the step before's.
+    for (slot, id) in batch.iter_mut().zip(&ids) {
+        slot.1 = *id;
+    }
+    let ahead = session.next_tokens_ahead(backend, &batch, 3).map_err(err)?;
+    let logits = read_logits(exec, backend, batch.len() * vocab)?;
+    for ((row, (id, _)), tokens) in logits.chunks(vocab).zip(&batch).zip(&ahead) {
+        let held = session.tokens(*id).map_err(err)?;
+        let fed = &held[held.len() - 3..];
+        if tokens[2] != greedy(row) || fed[1..] != tokens[..2] {
+            return Err(format!(
+                "{name}: steps ahead: tokens {tokens:?}, fed {fed:?}, host arg-max {}",
+                greedy(row)
+            ));
+        }
+    }
+    let how = match session.recurrent() {
+        true => "one by one (recurrent state)",
+        false => "fed on the device",
+    };
+    println!("3 greedy steps ahead, {how}: the last the host's arg-max");
     Ok(trace)
 }
 

@@ -241,6 +241,12 @@ impl Session<'_> {
         };
         self.last_program = Some((program.mode, program.rows, program.arm));
         self.upload_meta(backend, rows, &slots)?;
+        // Steps fed on the device (`next_tokens_ahead`): the step before's greedy tokens, taken
+        // now, after this step's metadata (stream order), into its token field and a slot.
+        if let Some(slot) = self.feed.take() {
+            let live = rows.iter().take_while(|r| r.seq.is_some()).count();
+            self.take_greedy(backend, live, slot, true)?;
+        }
         // The program's graph (captured on first use) or its launches, as the exec's policy says.
         self.last_run = Some(self.exec.run_step(backend, program)?);
 
@@ -278,12 +284,27 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         live: usize,
     ) -> Result<Vec<Option<u32>>, SessionError> {
+        self.take_greedy(backend, live, 0, false)?;
+        Ok(self.read_ids(backend, 1, live)?.concat())
+    }
+
+    /// Launches `pick::argmax` over the first `live` logits rows into ids slot `slot` (and,
+    /// with `feed`, into the token field of the step metadata now uploaded: the step about to
+    /// run takes them as its tokens). Nothing is read back.
+    pub(crate) fn take_greedy(
+        &self,
+        backend: &mut dyn GpuBackend,
+        live: usize,
+        slot: usize,
+        feed: bool,
+    ) -> Result<(), SessionError> {
         let vocab = self.exec.config.vocab_size;
         let (workspace, layout) = (self.exec.workspace(), &self.exec.layout);
-        let ids = Buf::new(workspace.offset(layout.ids_offset), live * 4);
+        let ids_at = layout.ids_offset + slot * layout.max_rows * 4;
         let launch = Argmax {
             logits: Buf::new(workspace.offset(layout.logits_offset), live * vocab * 4),
-            ids,
+            ids: Buf::new(workspace.offset(ids_at), live * 4),
+            tokens: feed.then(|| Buf::new(workspace.offset(layout.meta.tokens), live * 4)),
             rows: live as u32,
             vocab: vocab as u32,
         }
@@ -295,11 +316,29 @@ impl Session<'_> {
             &launch.config,
             &launch.args,
         )?;
-        let mut raw = vec![0u8; live * 4];
-        backend.copy_d2h(ids.ptr, &mut raw)?;
+        Ok(())
+    }
+
+    /// The ids of slots `0..slots`, `live` rows each (one copy), `None` where a row had
+    /// nothing finite to pick.
+    pub(crate) fn read_ids(
+        &self,
+        backend: &mut dyn GpuBackend,
+        slots: usize,
+        live: usize,
+    ) -> Result<Vec<Vec<Option<u32>>>, SessionError> {
+        let layout = &self.exec.layout;
+        let stride = layout.max_rows * 4;
+        let mut raw = vec![0u8; slots * stride];
+        backend.copy_d2h(self.exec.workspace().offset(layout.ids_offset), &mut raw)?;
         Ok(raw
-            .chunks_exact(4)
-            .map(|b| u32::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok())
+            .chunks_exact(stride)
+            .map(|slot| {
+                slot[..live * 4]
+                    .chunks_exact(4)
+                    .map(|b| u32::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok())
+                    .collect()
+            })
             .collect())
     }
 
