@@ -54,6 +54,17 @@ struct PickRows {
     __device__ __forceinline__ unsigned dst(unsigned r) const { return picks[r]; }
 };
 
+// `count` picks gathered in shared memory whose rows of x are the picks themselves (x is per
+// pick, as the experts' act is): tile row r reads and stores row picks[r].
+struct PickSelf {
+    const unsigned* picks;
+    unsigned count;
+    __device__ __forceinline__ unsigned src(unsigned r) const {
+        return r < count ? picks[r] : GEMM_NO_ROW;
+    }
+    __device__ __forceinline__ unsigned dst(unsigned r) const { return picks[r]; }
+};
+
 // load8_bits with its scalar path inline (the same bits): the out-of-line call made ptxas
 // spill around it in the experts kernel, whose pick loop keeps more registers live.
 __device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool vec) {
@@ -278,30 +289,17 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
 }
 
-// The routed experts' gate and up projections on the tensor cores, grouped by expert: for each
-// pick s (= r·k + j) of expert e = ids[s], act bf16[s·inter + f] = silu(bf16(x_r · wg[e][f])) ·
-// bf16(x_r · wu[e][f]), every dot and stored value linear_mma's (so gate_up_silu_mma's on that
-// expert's matrices). grid = (⌈inter/32⌉, experts), 128 threads: block (fb, e) scans the ids
-// 64 at a time, gathers expert e's picks in shared memory (atomics: their order in a tile
-// varies, but no pick's bytes depend on its tile), and runs a 64-pick tile whenever 64 are
-// gathered and at the end. A pick whose id is outside 0..experts (the twin refuses it) is
-// zeros, written by expert 0's blocks.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    experts_gate_up_silu_mma(const bf16* __restrict__ x, const int* __restrict__ ids,
-                             const bf16* __restrict__ wg, const bf16* __restrict__ wu,
-                             bf16* __restrict__ act, unsigned rows, unsigned hidden,
-                             unsigned inter, unsigned experts, unsigned k) {
+// Every pick s (= r·k + j) of expert e among `total` ids, gathered 64 at a time in shared memory
+// (atomics: their order in a tile varies, but no pick's bytes depend on its tile), `tile(picks,
+// take)` run whenever 64 are gathered and at the end; `invalid(s)` for a pick whose id is
+// outside 0..experts, called by expert 0's blocks only. Every thread of the block calls it.
+template <class Tile, class Invalid>
+__device__ __forceinline__ void experts_gather(const int* __restrict__ ids, unsigned total,
+                                               unsigned e, unsigned experts, Tile tile,
+                                               Invalid invalid) {
     // A window of 64 ids adds at most 64 picks to fewer than 64 waiting.
     __shared__ unsigned picks[2 * GEMM_BM];
     __shared__ unsigned count;
-    pdl_wait();
-    pdl_launch_dependents();
-    const unsigned e = blockIdx.y;
-    const unsigned n0 = blockIdx.x * GEMM_BN;
-    const unsigned long long matrix = (unsigned long long)inter * hidden;
-    const bf16* const gate = wg + e * matrix;
-    const bf16* const up = wu + e * matrix;
-    const unsigned total = rows * k;
     if (threadIdx.x == 0) count = 0u;
     __syncthreads();
     for (unsigned base = 0; base < total; base += GEMM_BM) {
@@ -311,18 +309,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
             if (id == (int)e) {
                 picks[atomicAdd(&count, 1u)] = s;
             } else if (e == 0u && (id < 0 || (unsigned)id >= experts)) {
-                for (unsigned f = n0; f < n0 + GEMM_BN && f < inter; ++f) {
-                    act[(unsigned long long)s * inter + f] = to_bf16(0.0f);
-                }
+                invalid(s);
             }
         }
         __syncthreads();
         const unsigned waiting = count;
         if (waiting >= GEMM_BM || (base + GEMM_BM >= total && waiting > 0u)) {
             const unsigned take = waiting < GEMM_BM ? waiting : GEMM_BM;
-            const bf16* const ws[2] = {gate, up};
-            gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
-                         StoreSiluMul{act, inter});
+            tile(picks, take);
             __syncthreads();
             if (threadIdx.x < waiting - take) picks[threadIdx.x] = picks[take + threadIdx.x];
             __syncthreads();
@@ -330,4 +324,69 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         }
         __syncthreads();
     }
+}
+
+// The routed experts' gate and up projections on the tensor cores, grouped by expert: for each
+// pick s (= r·k + j) of expert e = ids[s], act bf16[s·inter + f] = silu(bf16(x_r · wg[e][f])) ·
+// bf16(x_r · wu[e][f]), every dot and stored value linear_mma's (so gate_up_silu_mma's on that
+// expert's matrices). grid = (⌈inter/32⌉, experts), 128 threads: block (fb, e) gathers expert
+// e's picks (experts_gather) and runs a 64-pick tile at a time. A pick whose id is outside
+// 0..experts (the twin refuses it) is zeros, written by expert 0's blocks.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_gate_up_silu_mma(const bf16* __restrict__ x, const int* __restrict__ ids,
+                             const bf16* __restrict__ wg, const bf16* __restrict__ wu,
+                             bf16* __restrict__ act, unsigned rows, unsigned hidden,
+                             unsigned inter, unsigned experts, unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned e = blockIdx.y;
+    const unsigned n0 = blockIdx.x * GEMM_BN;
+    const unsigned long long matrix = (unsigned long long)inter * hidden;
+    const bf16* const gate = wg + e * matrix;
+    const bf16* const up = wu + e * matrix;
+    experts_gather(
+        ids, rows * k, e, experts,
+        [&](const unsigned* picks, unsigned take) {
+            const bf16* const ws[2] = {gate, up};
+            gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
+                         StoreSiluMul{act, inter});
+        },
+        [&](unsigned s) {
+            for (unsigned f = n0; f < n0 + GEMM_BN && f < inter; ++f) {
+                act[(unsigned long long)s * inter + f] = to_bf16(0.0f);
+            }
+        });
+}
+
+struct StoreDots {
+    float* dots;
+    unsigned n;
+    __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[1]) const {
+        dots[(unsigned long long)r * n + f] = v[0];
+    }
+};
+
+// The routed experts' down projections on the tensor cores, grouped by expert: for each pick s
+// (= r·k + j) of expert e = ids[s], dots f32[s·hidden + f] = act_s · wd[e][f] (act
+// bf16[rows·k·inter], wd bf16[experts·hidden·inter]), each dot linear_mma's. grid =
+// (⌈hidden/32⌉, experts), 128 threads, as experts_gate_up_silu_mma. A pick whose id is outside
+// 0..experts gets no dots (moe::down_combine skips it). moe::down_combine then sums each row's
+// picks in order.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_down_mma(const bf16* __restrict__ act, const int* __restrict__ ids,
+                     const bf16* __restrict__ wd, float* __restrict__ dots, unsigned rows,
+                     unsigned hidden, unsigned inter, unsigned experts, unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned e = blockIdx.y;
+    const unsigned n0 = blockIdx.x * GEMM_BN;
+    const bf16* const down = wd + e * ((unsigned long long)hidden * inter);
+    experts_gather(
+        ids, rows * k, e, experts,
+        [&](const unsigned* picks, unsigned take) {
+            const bf16* const ws[1] = {down};
+            gemm_tile<1>(act, ws, PickSelf{picks, take}, inter, hidden, n0,
+                         StoreDots{dots, hidden});
+        },
+        [](unsigned) {});
 }

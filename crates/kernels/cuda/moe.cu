@@ -310,6 +310,37 @@ extern "C" __global__ void __launch_bounds__(256) down(const bf16* __restrict__ 
     }
 }
 
+// moe::down's sum over each row's picks, from dots f32[rows·k·hidden] computed apart
+// (gemm::experts_down_mma, the tensor cores): out bf16[r·hidden + o] = Σ_j dots[(r·k + j)·hidden
+// + o] · weights[r·k + j] in f32 over the picks j in increasing order (acc + dot · weight, as
+// moe::down), stored bf16 once; a pick with an id outside 0..experts adds nothing.
+// Elementwise over rows·hidden outputs: 256 threads, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) down_combine(const float* __restrict__ dots,
+                                                               const int* __restrict__ ids,
+                                                               const float* __restrict__ weights,
+                                                               bf16* __restrict__ out,
+                                                               unsigned rows, unsigned hidden,
+                                                               unsigned experts, unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned long long n = (unsigned long long)rows * hidden;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long r = i / hidden;
+        const unsigned long long o = i - r * hidden;
+        float acc = 0.0f;
+        for (unsigned j = 0; j < k; ++j) {
+            const unsigned long long s = r * k + j;
+            const int id = ids[s];
+            if (id < 0 || (unsigned)id >= experts) {
+                continue;
+            }
+            acc = __fadd_rn(acc, __fmul_rn(dots[s * hidden + o], weights[s]));
+        }
+        out[i] = to_bf16(acc);
+    }
+}
+
 // ---- the routed expert MLP on quantized experts ----------------------------------------------
 
 // The `_fp8` and `_int4` entries of gate_up_silu and down read each expert matrix from its blob

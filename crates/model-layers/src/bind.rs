@@ -225,6 +225,13 @@ impl Operands for Bindings<'_> {
         Bindings::o_scratch(self, heads, n_out)
     }
 
+    fn moe_scratch(&self) -> Buf {
+        Buf::new(
+            self.workspace.offset(self.layout.moe_scratch_offset),
+            self.layout.moe_scratch_bytes,
+        )
+    }
+
     fn gemv_slot(&self, stream: u8) -> Option<Buf> {
         Bindings::gemv_slot(self, stream)
     }

@@ -59,6 +59,11 @@ pub struct Layout {
     /// instead of the logits when every sequence of the step samples greedily: `IDS_SLOTS`
     /// slots of `max_rows` i32 (`Session::next_tokens_ahead` keeps one a step).
     pub ids_offset: usize,
+    /// Each routed pick's down-projection dots, f32 `[rows·k][hidden]` at the widest plan that
+    /// launches `gemm::experts_down_mma` (`kernels::gemm::experts_down_scratch_max`), summed by
+    /// `moe::down_combine`; zero bytes when no plan does.
+    pub moe_scratch_offset: usize,
+    pub moe_scratch_bytes: usize,
     pub workspace_bytes: usize,
     /// Offset of each weight slot in the weights allocation, then of inv_freq.
     pub weight_offsets: Vec<usize>,
@@ -129,6 +134,10 @@ impl Layout {
         let hidden_bytes = align(max_rows * hidden_row_bytes(circuit));
         let draft_hidden_offset = hidden_offset + hidden_bytes;
         let ids_offset = draft_hidden_offset + hidden_bytes;
+        let moe_scratch_offset = ids_offset + align(IDS_SLOTS * max_rows * 4);
+        let moe_scratch_bytes = align(crate::kernels::gemm::experts_down_scratch_max(
+            circuit, plans,
+        ));
 
         let (weight_offsets, inv_freq_offset) = weight_offsets(circuit);
         let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
@@ -155,7 +164,9 @@ impl Layout {
             draft_hidden_offset,
             hidden_bytes,
             ids_offset,
-            workspace_bytes: ids_offset + align(IDS_SLOTS * max_rows * 4),
+            moe_scratch_offset,
+            moe_scratch_bytes,
+            workspace_bytes: moe_scratch_offset + moe_scratch_bytes,
             weight_offsets,
             inv_freq_offset,
             inv_freq_len,

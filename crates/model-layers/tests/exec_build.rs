@@ -146,9 +146,15 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
         layout.gemv_scratch_offset + layout.gemv_scratch_bytes + 2 * layout.hidden_bytes
     );
     assert_eq!(
-        layout.workspace_bytes,
+        layout.moe_scratch_offset,
         layout.ids_offset
             + (solder_model_layers::IDS_SLOTS * layout.max_rows * 4).next_multiple_of(256)
+    );
+    // Then the experts' down dots of the tensor cores (none: a dense model, no lever).
+    assert_eq!(layout.moe_scratch_bytes, 0);
+    assert_eq!(
+        layout.workspace_bytes,
+        layout.moe_scratch_offset + layout.moe_scratch_bytes
     );
     let zeroed =
         layout.gemv_scratch_offset + layout.gemv_scratch_bytes - layout.attn_scratch_offset;

@@ -224,13 +224,10 @@ pub(super) fn experts_launch(
     let x = upload(backend, &values(rows * hidden, seed));
     let wg = upload(backend, &values(experts * inter * hidden, seed ^ 0x11));
     let wu = upload(backend, &values(experts * inter * hidden, seed ^ 0x22));
-    let ids: Vec<i32> = (0..rows)
-        .flat_map(|r| {
-            let first = (r * 3 + r / 7) % experts;
-            (0..k).map(move |j| ((first + j * (1 + r % (experts - 1).max(1))) % experts) as i32)
-        })
-        .collect();
-    let ids = upload(backend, &super::tests_nan::i32_bytes(&ids));
+    let ids = upload(
+        backend,
+        &super::tests_nan::i32_bytes(&pick_ids(rows, k, experts)),
+    );
     let bytes = (rows * k * inter) as usize * 2;
     let act = Buf::new(backend.alloc(bytes).unwrap(), bytes);
     ExpertsGateUpSiluMma {
@@ -246,6 +243,79 @@ pub(super) fn experts_launch(
         k,
     }
     .launch(EXPERTS_GATE_UP_SILU_MMA)
+}
+
+/// `k` distinct picks per row among `experts`, spread unevenly.
+fn pick_ids(rows: u32, k: u32, experts: u32) -> Vec<i32> {
+    (0..rows)
+        .flat_map(|r| {
+            let first = (r * 3 + r / 7) % experts;
+            (0..k).map(move |j| ((first + j * (1 + r % (experts - 1).max(1))) % experts) as i32)
+        })
+        .collect()
+}
+
+#[test]
+fn the_experts_down_kernels_equal_their_twins_with_picks_over_several_tiles() {
+    use solder_model_layers::kernels::gemm::{ExpertsDownMma, EXPERTS_DOWN_MMA};
+    use solder_model_layers::kernels::moe::{DownCombine, DOWN_COMBINE};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (rows, k, experts), (hidden, inter): as the gate/up cases, the down matrix
+    // [hidden][inter] (inter the dot's length, off 8 in the last case).
+    let cases = [
+        ((1u32, 1u32, 3u32), (64u32, 32u32)),
+        ((75, 2, 2), (37, 40)),
+        ((130, 1, 2), (37, 40)),
+        ((20, 2, 8), (70, 96)),
+        ((33, 4, 6), (9, 100)),
+    ];
+    for (i, ((rows, k, experts), (hidden, inter))) in cases.into_iter().enumerate() {
+        let seed = 0x99 + i as u64;
+        let act = upload(&mut backend, &values(rows * k * inter, seed));
+        let wd = upload(&mut backend, &values(experts * hidden * inter, seed ^ 0x33));
+        let weights: Vec<u8> = (0..rows * k)
+            .flat_map(|s| (0.25 + (s % 5) as f32 * 0.125).to_le_bytes())
+            .collect();
+        let weights = upload(&mut backend, &weights);
+        let ids = upload(
+            &mut backend,
+            &super::tests_nan::i32_bytes(&pick_ids(rows, k, experts)),
+        );
+        let dots_bytes = (rows * k * hidden) as usize * 4;
+        let dots = Buf::new(backend.alloc(dots_bytes).unwrap(), dots_bytes);
+        let out_bytes = (rows * hidden) as usize * 2;
+        let out = Buf::new(backend.alloc(out_bytes).unwrap(), out_bytes);
+        let down = ExpertsDownMma {
+            act,
+            ids,
+            wd,
+            dots,
+            rows,
+            hidden,
+            inter,
+            experts,
+            k,
+        };
+        run(&mut backend, &down.launch(EXPERTS_DOWN_MMA));
+        let combine = DownCombine {
+            dots,
+            ids,
+            weights,
+            out,
+            rows,
+            hidden,
+            experts,
+            k,
+        };
+        run(&mut backend, &combine.launch(DOWN_COMBINE));
+    }
+    let report = backend.emulation().unwrap().report();
+    for kernel in [EXPERTS_DOWN_MMA.as_str(), DOWN_COMBINE.as_str()] {
+        let parity = &report[kernel];
+        assert_eq!(parity.launches, cases.len() as u64, "{kernel}: {parity:?}");
+        assert_eq!(parity.launches, parity.identical, "{kernel}: {parity:?}");
+    }
 }
 
 #[test]

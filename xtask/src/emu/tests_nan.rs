@@ -177,6 +177,11 @@ const DRIVEN: &[&str] = &[
     "gemm::qkv_mma",
     "gemm::gate_up_silu_mma",
     "gemm::experts_gate_up_silu_mma",
+    "gemm::experts_down_mma",
+    "moe::down_combine",
+    "flash::paged_mma",
+    // driven in tests_pick (argmax_equals_its_twin_on_every_kind_of_row: NaN, ±inf rows)
+    "pick::argmax",
     "moe::topk_softmax",
     "moe::router_topk",
     "moe::gate_up_silu",
@@ -875,11 +880,38 @@ fn attention_carries_nan_and_inf_as_its_twin() {
             b.mixed("paged_*_o h_out", h_out, 4);
         }
     }
+    // The tensor cores' attention on the same rows, one row a block (each on its own pages):
+    // its own order, so only its twin's bytes are asked of it, NaN where they are.
+    let out = b.zeros(out_bytes);
+    let base = plain(out);
+    b.run(
+        &solder_model_layers::kernels::flash::PagedMma {
+            q,
+            cache,
+            block_tables,
+            seq_lens,
+            out,
+            scratch,
+            rows,
+            heads,
+            kv_heads: 1,
+            head_dim: d,
+            block_size: base.block_size,
+            max_blocks: base.max_blocks,
+            num_pages: pages,
+            window: 0,
+            scale: base.scale,
+            rows_per_block: 1,
+        }
+        .launch(solder_model_layers::kernels::flash::PAGED_MMA),
+    );
+    b.mixed("flash::paged_mma", out, 2);
     b.agree(&[
         "attn::paged_decode",
         "attn::paged_causal",
         "attn::paged_decode_o",
         "attn::paged_causal_o",
+        "flash::paged_mma",
     ]);
 }
 
@@ -1010,12 +1042,46 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
         .launch(DOWN),
     );
     b.mixed("moe down", out, 2);
+    // The same down projections through the tensor cores: the picks' dots, then their sum.
+    let dots = b.zeros(rows * k * hidden * 4);
+    b.run(
+        &solder_model_layers::kernels::gemm::ExpertsDownMma {
+            act: act_in,
+            ids,
+            wd,
+            dots,
+            rows: rows as u32,
+            hidden: hidden as u32,
+            inter: inter as u32,
+            experts: experts as u32,
+            k: k as u32,
+        }
+        .launch(solder_model_layers::kernels::gemm::EXPERTS_DOWN_MMA),
+    );
+    b.mixed("experts_down_mma dots", dots, 4);
+    let out_mma = b.zeros(rows * hidden * 2);
+    b.run(
+        &solder_model_layers::kernels::moe::DownCombine {
+            dots,
+            ids,
+            weights,
+            out: out_mma,
+            rows: rows as u32,
+            hidden: hidden as u32,
+            experts: experts as u32,
+            k: k as u32,
+        }
+        .launch(solder_model_layers::kernels::moe::DOWN_COMBINE),
+    );
+    b.mixed("down_combine", out_mma, 2);
     b.agree(&[
         "moe::topk_softmax",
         "moe::router_topk",
         "moe::gate_up_silu",
         "gemm::experts_gate_up_silu_mma",
         "moe::down",
+        "gemm::experts_down_mma",
+        "moe::down_combine",
     ]);
 }
 

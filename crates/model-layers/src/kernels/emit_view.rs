@@ -41,6 +41,8 @@ pub trait Operands {
     fn attn_scratch(&self, heads: usize, head_dim: usize) -> Buf;
     /// The o-fold scratch of `heads` heads and `n_out` output features at this rows.
     fn o_scratch(&self, heads: usize, n_out: usize) -> Buf;
+    /// The experts' down dots (`gemm::experts_down_mma`): the workspace's region, whole.
+    fn moe_scratch(&self) -> Buf;
     /// The whole gemv split-K scratch slot of `stream`; `None` when the workspace has none.
     fn gemv_slot(&self, stream: u8) -> Option<Buf>;
     /// Sequence slots of the recurrent states.
@@ -290,6 +292,19 @@ impl<'a> View<'a> {
         self.bind.o_scratch(heads, n_out)
     }
 
+    /// `bytes` of the experts' down-dots region (`gemm::experts_down_mma`), or an error
+    /// naming both sizes when the workspace holds fewer.
+    pub fn moe_scratch(&self, bytes: usize) -> Result<Buf, ExecError> {
+        let region = self.bind.moe_scratch();
+        if bytes > region.bytes {
+            return Err(self.err(format!(
+                "the experts' down dots need {bytes} bytes, the workspace holds {}",
+                region.bytes
+            )));
+        }
+        Ok(Buf::new(region.ptr, bytes))
+    }
+
     /// `bytes` of the gemv split-K scratch slot of this group's stream, for `entry`'s launch
     /// split `splits` ways: an error naming the kernel, the slot and both sizes when the
     /// workspace has no slot for the stream or a smaller one (a launch never falls back to
@@ -386,6 +401,9 @@ mod tests {
             buf()
         }
         fn o_scratch(&self, _: usize, _: usize) -> Buf {
+            buf()
+        }
+        fn moe_scratch(&self) -> Buf {
             buf()
         }
         fn gemv_slot(&self, stream: u8) -> Option<Buf> {

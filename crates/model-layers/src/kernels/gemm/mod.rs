@@ -71,7 +71,10 @@ kernel! {
 
 mod experts;
 mod fused;
-pub use experts::{ExpertsGateUpSiluMma, ExpertsGateUpSiluMmaArgs, EXPERTS_GATE_UP_SILU_MMA};
+pub use experts::{
+    down_scratch_bytes, ExpertsDownMma, ExpertsDownMmaArgs, ExpertsGateUpSiluMma,
+    ExpertsGateUpSiluMmaArgs, EXPERTS_DOWN_MMA, EXPERTS_GATE_UP_SILU_MMA,
+};
 pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
@@ -80,7 +83,34 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
     ExpertsGateUpSiluMma::DECLS,
+    ExpertsDownMma::DECLS,
 ];
+
+/// The experts' down-dots region a workspace needs (`Layout::moe_scratch_offset`): at the
+/// widest of `plans` that launches `gemm::experts_down_mma`, for the circuit's largest MoE
+/// (picks k, hidden); zero when no plan does.
+pub fn experts_down_scratch_max(
+    circuit: &solder_circuit::ir::Circuit,
+    plans: &[&solder_circuit::ExecutionPlan],
+) -> usize {
+    let rows = plans
+        .iter()
+        .filter(|p| {
+            p.fusion.groups.iter().any(|g| {
+                g.kernels
+                    .iter()
+                    .any(|k| experts::DOWN_KERNELS.contains(&k.as_str()))
+            })
+        })
+        .map(|p| p.rows)
+        .max();
+    let Some(rows) = rows else {
+        return 0;
+    };
+    let k = super::attrs::widest(circuit, OpKind::MoeDown, None, "k");
+    let hidden = super::attrs::widest(circuit, OpKind::MoeDown, None, "hidden");
+    down_scratch_bytes(rows, k, hidden)
+}
 
 /// One block per tile of 64 rows × 32 features.
 pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {

@@ -59,6 +59,9 @@ impl Operands for Everything {
     fn o_scratch(&self, _: usize, _: usize) -> Buf {
         buf()
     }
+    fn moe_scratch(&self) -> Buf {
+        buf()
+    }
     fn gemv_slot(&self, _: u8) -> Option<Buf> {
         None
     }

@@ -132,6 +132,24 @@ kernel! {
 }
 
 kernel! {
+    /// moe::down's sum from dots computed apart (`gemm::experts_down_mma`): out
+    /// bf16\[rows·hidden\] = Σ_j dots\[(r·k + j)·hidden + o\] · weights\[r·k + j\], summed in f32 over
+    /// the picks in order, stored bf16 once.
+    pub struct DownCombine / DownCombineArgs {
+        dots: In<f32>,
+        ids: In<i32>,
+        weights: In<f32>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        experts: U32,
+        k: U32,
+    }
+    grid(a) = super::grid::elementwise(a.rows as u64 * a.hidden as u64);
+    DOWN_COMBINE = "moe::down_combine" => twin twin::down_combine, emit emit_down_combine;
+}
+
+kernel! {
     /// gate_up_silu on fp8 experts: wg, wu the stacked blobs (32-bit words) of
     /// `[experts]\[inter\]\[hidden\]` in `Fp8 { block_n, block_k }`, each weight dequantised
     /// to bf16, then gate_up_silu's arithmetic.
@@ -248,6 +266,7 @@ kernel! {
 }
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
+    DownCombine::DECLS,
     TopkSoftmax::DECLS,
     RouterTopk::DECLS,
     GateUpSilu::DECLS,
@@ -397,6 +416,14 @@ fn emit_gate_up_silu(v: &View<'_>) -> R {
         .launch(GATE_UP_SILU_INT4),
     };
     Ok(vec![launch])
+}
+
+/// Never a group's first kernel: `gemm::experts_down_mma`'s emitter launches it after itself.
+fn emit_down_combine(v: &View<'_>) -> R {
+    Err(v.err(
+        "moe::down_combine runs after gemm::experts_down_mma, whose emitter launches it"
+            .to_string(),
+    ))
 }
 
 fn emit_down(v: &View<'_>) -> R {

@@ -17,8 +17,8 @@ use solder_circuit::WeightFormat;
 
 use super::dequant;
 use super::{
-    CombineSharedArgs, DownArgs, DownFp8Args, DownInt4Args, GateUpSiluArgs, GateUpSiluFp8Args,
-    GateUpSiluInt4Args, RouterTopkArgs, TopkSoftmaxArgs,
+    CombineSharedArgs, DownArgs, DownCombineArgs, DownFp8Args, DownInt4Args, GateUpSiluArgs,
+    GateUpSiluFp8Args, GateUpSiluInt4Args, RouterTopkArgs, TopkSoftmaxArgs,
 };
 use crate::kernels::act::sigmoid;
 use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
@@ -344,6 +344,42 @@ pub(super) fn down(a: DownArgs<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
+/// down's sum from the picks' dots: per row and output, Σ_j dot · weight in pick order (f32,
+/// each product rounded, then added), stored bf16.
+pub(super) fn down_combine(a: DownCombineArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, hidden) = (a.rows.count(), a.hidden.dim()?);
+    let (experts, k) = (a.experts.dim()?, a.k.dim()?);
+    let dots = a.dots.len(size(ctx, &[rows, k, hidden])?)?;
+    let ids = a.ids.len(size(ctx, &[rows, k])?)?;
+    let weights = a.weights.len(size(ctx, &[rows, k])?)?;
+    let out = a.out.len(size(ctx, &[rows, hidden])?)?;
+    expert_ids(ctx, ids, k, experts)?;
+    combine(ctx, dots, weights, (hidden, k), out);
+    Ok(())
+}
+
+/// Each row's sum over its k picks in order of dot · weight (f32), stored bf16: down's last
+/// step, shared by `down` and `down_combine`.
+fn combine(
+    ctx: &TwinCtx<'_>,
+    dots: &[f32],
+    weights: &[f32],
+    (hidden, k): (usize, usize),
+    out: &mut [bf16],
+) {
+    let threads = threads_for(ctx, out.len().saturating_mul(k));
+    par_chunks_mut(out, hidden, threads, |r, row| {
+        for (o, y) in row.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for j in 0..k {
+                acc += dots[(r * k + j) * hidden + o] * weights[r * k + j];
+            }
+            *y = to_bf16(acc);
+        }
+    });
+}
+
 /// down's arithmetic with the bf16 matrix `[hidden][inter]` of each chosen expert from
 /// `matrix(e)`.
 fn down_core<'w>(
@@ -387,15 +423,7 @@ fn down_core<'w>(
             dots[at..at + t.count].copy_from_slice(values);
         }
     }
-    par_chunks_mut(out, hidden, threads, |r, row| {
-        for (o, y) in row.iter_mut().enumerate() {
-            let mut acc = 0.0f32;
-            for j in 0..k {
-                acc += dots[(r * k + j) * hidden + o] * weights[r * k + j];
-            }
-            *y = to_bf16(acc);
-        }
-    });
+    combine(ctx, &dots, weights, (hidden, k), out);
 }
 
 // ---- quantized experts ---------------------------------------------------------------------
