@@ -23,7 +23,7 @@ const ATTN_SPLIT_MIN_TOKENS: usize = 256;
 
 /// max(a, b) keeping NaN (common.cuh `fmax_nan`).
 #[inline(always)]
-fn fmax_nan(a: f32, b: f32) -> f32 {
+pub(super) fn fmax_nan(a: f32, b: f32) -> f32 {
     if a.is_nan() {
         a
     } else if b.is_nan() {

@@ -20,6 +20,7 @@ use std::ops::Range;
 
 use half::bf16;
 
+use super::attention::fmax_nan;
 use super::{to_bf16, to_f32};
 
 /// Keys of one staged tile (flash.cu `FLASH_KEYS`).
@@ -87,18 +88,6 @@ unsafe fn attend_mma_fma<'k>(
     out: &mut [bf16],
 ) {
     attend_mma_body(q, ranges, scale, kv, scratch, out)
-}
-
-/// max(a, b) keeping NaN (common.cuh `fmax_nan`).
-#[inline(always)]
-fn fmax_nan(a: f32, b: f32) -> f32 {
-    if a.is_nan() {
-        a
-    } else if b.is_nan() {
-        b
-    } else {
-        a.max(b)
-    }
 }
 
 #[inline(always)]

@@ -352,44 +352,15 @@ pub(super) fn mixed_step(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
     decode: &[(SeqId, u32)],
-    (chunk_id, chunk): (SeqId, &[u32]),
+    chunk: (SeqId, &[u32]),
     ids: bool,
 ) -> Result<Mixed, SessionError> {
-    if chunk.is_empty() {
-        return Err(SessionError::Empty("mixed step of an empty chunk"));
-    }
-    for (i, (id, _)) in decode.iter().enumerate() {
-        if *id == chunk_id || decode[..i].iter().any(|(other, _)| other == id) {
-            return Err(SessionError::DuplicateSequence(*id));
-        }
-    }
-    let exec = session.exec;
-    let total = decode.len() + chunk.len();
-    let shapes = exec.instance.program_shapes();
-    let width = shapes
-        .narrowest(Mode::VerifyBatch, total)
-        .ok_or(SessionError::TooWide {
-            asked: total,
-            widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
-        })?;
-    let program = exec.program(Mode::VerifyBatch, width)?;
-    let mut rows = Vec::with_capacity(width);
-    for &(id, token) in decode {
-        rows.push(Row {
-            seq: Some(id),
-            token,
-            position: session.seq_len(id)?,
-        });
-    }
-    let start = session.seq_len(chunk_id)?;
-    rows.extend(chunk.iter().enumerate().map(|(i, &token)| Row {
-        seq: Some(chunk_id),
-        token,
-        position: start + i,
-    }));
-    rows.resize(width, Row::PADDING);
-    let mut advance: Vec<(SeqId, usize)> = decode.iter().map(|&(id, _)| (id, 1)).collect();
-    advance.push((chunk_id, chunk.len()));
+    let batch: Vec<(SeqId, &[u32])> = decode
+        .iter()
+        .map(|(id, token)| (*id, std::slice::from_ref(token)))
+        .chain(std::iter::once(chunk))
+        .collect();
+    let (program, rows, advance) = verify_batch_rows(session, &batch)?;
     let reads = if ids {
         Reads::Nothing
     } else {
@@ -416,6 +387,31 @@ pub(super) fn verify_batch(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, &[u32])],
 ) -> Result<Vec<Vec<f32>>, SessionError> {
+    let (program, rows, advance) = verify_batch_rows(session, batch)?;
+    let logits = session.step(
+        backend,
+        program,
+        &rows,
+        &advance,
+        SaveState::PerStep,
+        Reads::Live,
+    )?;
+    let vocab = session.exec.config.vocab_size;
+    let mut out = Vec::with_capacity(batch.len());
+    let mut at = 0;
+    for (_, tokens) in batch {
+        out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
+        at += tokens.len();
+    }
+    Ok(out)
+}
+
+/// The program, rows (each sequence's tokens in order, padded) and advances of a batched
+/// verify over `batch` (`verify_batch`, `mixed_step`).
+fn verify_batch_rows<'e>(
+    session: &Session<'e>,
+    batch: &[(SeqId, &[u32])],
+) -> Result<StepRows<'e>, SessionError> {
     if batch.is_empty() || batch.iter().any(|(_, t)| t.is_empty()) {
         return Err(SessionError::Empty("verify_batch of no tokens"));
     }
@@ -444,21 +440,6 @@ pub(super) fn verify_batch(
         }));
     }
     rows.resize(width, Row::PADDING);
-    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, t)| (id, t.len())).collect();
-    let logits = session.step(
-        backend,
-        program,
-        &rows,
-        &advance,
-        SaveState::PerStep,
-        Reads::Live,
-    )?;
-    let vocab = exec.config.vocab_size;
-    let mut out = Vec::with_capacity(batch.len());
-    let mut at = 0;
-    for (_, tokens) in batch {
-        out.push(logits[at * vocab..(at + tokens.len()) * vocab].to_vec());
-        at += tokens.len();
-    }
-    Ok(out)
+    let advance = batch.iter().map(|&(id, t)| (id, t.len())).collect();
+    Ok((program, rows, advance))
 }

@@ -79,6 +79,25 @@ pub fn experts_grid(inter: u32, experts: u32) -> LaunchConfig {
     }
 }
 
+/// Each expert with picks: the expert, its picks s (= r·k + j) in order, and the rows of
+/// `src` (`width` elements each) they read, `row(s)`, gathered in that order.
+fn by_expert<'a>(
+    chosen: &'a [usize],
+    experts: usize,
+    (src, width): (&'a [bf16], usize),
+    row: impl Fn(usize) -> usize + 'a,
+) -> impl Iterator<Item = (usize, Vec<usize>, Vec<bf16>)> + 'a {
+    (0..experts).filter_map(move |e| {
+        let picks: Vec<usize> = (0..chosen.len()).filter(|&s| chosen[s] == e).collect();
+        let xs: Vec<bf16> = picks
+            .iter()
+            .flat_map(|&s| &src[row(s) * width..(row(s) + 1) * width])
+            .copied()
+            .collect();
+        (!picks.is_empty()).then_some((e, picks, xs))
+    })
+}
+
 fn experts_gate_up_silu_mma(a: ExpertsGateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
     let ctx = a.ctx;
     let (rows, hidden, inter) = (a.rows.count(), a.hidden.dim()?, a.inter.dim()?);
@@ -90,16 +109,7 @@ fn experts_gate_up_silu_mma(a: ExpertsGateUpSiluMmaArgs<'_>) -> Result<(), GpuEr
     let wu = a.wu.len(size(ctx, &[experts, inter, hidden])?)?;
     let act = a.act.len(size(ctx, &[rows, k, inter])?)?;
     let chosen = expert_ids(ctx, ids, k, experts)?;
-    for e in 0..experts {
-        let picks: Vec<usize> = (0..chosen.len()).filter(|&s| chosen[s] == e).collect();
-        if picks.is_empty() {
-            continue;
-        }
-        let xs: Vec<bf16> = picks
-            .iter()
-            .flat_map(|s| &x[(s / k) * hidden..(s / k + 1) * hidden])
-            .copied()
-            .collect();
+    for (e, picks, xs) in by_expert(&chosen, experts, (x, hidden), |s| s / k) {
         let weights = (
             &wg[e * matrix..(e + 1) * matrix],
             &wu[e * matrix..(e + 1) * matrix],
@@ -148,16 +158,7 @@ fn experts_down_mma(a: ExpertsDownMmaArgs<'_>) -> Result<(), GpuError> {
     let wd = a.wd.len(size(ctx, &[experts, hidden, inter])?)?;
     let dots = a.dots.len(size(ctx, &[rows, k, hidden])?)?;
     let chosen = expert_ids(ctx, ids, k, experts)?;
-    for e in 0..experts {
-        let picks: Vec<usize> = (0..chosen.len()).filter(|&s| chosen[s] == e).collect();
-        if picks.is_empty() {
-            continue;
-        }
-        let xs: Vec<bf16> = picks
-            .iter()
-            .flat_map(|s| &act[s * inter..(s + 1) * inter])
-            .copied()
-            .collect();
+    for (e, picks, xs) in by_expert(&chosen, experts, (act, inter), |s| s) {
         let mut rows_dots = vec![0.0f32; picks.len() * hidden];
         each_dot(
             ctx,
