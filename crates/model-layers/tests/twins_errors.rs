@@ -401,19 +401,16 @@ fn bad_sequence_lengths_and_pages_are_refused() {
     run_threads(&launch, 1).expect("unused table entries are ignored");
 }
 
-/// Kernels named by `kernel = "..."` lines of the shipped rules.
+/// Every kernel a rule of fusions/FUSIONS.toml names (`kernel`, or each of `kernels`), as the
+/// fuser reads them.
 fn kernels_in_rules() -> BTreeSet<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fusions/FUSIONS.toml");
-    let text = std::fs::read_to_string(path).expect("fusions/FUSIONS.toml");
-    text.lines()
-        .filter_map(|line| {
-            let rest = line
-                .trim()
-                .strip_prefix("kernel")?
-                .trim_start()
-                .strip_prefix('=')?;
-            Some(rest.trim().trim_matches('"').to_string())
-        })
+    let rules = solder_circuit::RuleSet::from_file(std::path::Path::new(path))
+        .expect("fusions/FUSIONS.toml");
+    rules
+        .rules
+        .iter()
+        .flat_map(|r| r.kernels.iter().cloned())
         .collect()
 }
 
