@@ -253,15 +253,8 @@ pub(super) fn multi_seq_step(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, u32)],
 ) -> Result<Vec<Vec<f32>>, SessionError> {
-    let (program, rows, advance) = multi_seq_rows(session, batch)?;
-    let logits = session.step(
-        backend,
-        program,
-        &rows,
-        &advance,
-        SaveState::PerStep,
-        Reads::Live,
-    )?;
+    let step = multi_seq_rows(session, batch)?;
+    let logits = run_rows(session, backend, step, Reads::Live)?;
     let vocab = session.exec.config.vocab_size;
     Ok(logits
         .chunks(vocab)
@@ -289,21 +282,23 @@ pub(super) fn greedy_step(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, u32)],
 ) -> Result<(), SessionError> {
-    let (program, rows, advance) = multi_seq_rows(session, batch)?;
-    session
-        .step(
-            backend,
-            program,
-            &rows,
-            &advance,
-            SaveState::PerStep,
-            Reads::Nothing,
-        )
-        .map(drop)
+    let step = multi_seq_rows(session, batch)?;
+    run_rows(session, backend, step, Reads::Nothing).map(drop)
 }
 
 /// A step's program, its rows (padded) and how far each sequence advances.
 type StepRows<'e> = (&'e Program, Vec<Row>, Vec<(SeqId, usize)>);
+
+/// Runs a step laid out by `multi_seq_rows` or `verify_batch_rows` (its own saved state),
+/// returning the logits `reads` asks for.
+fn run_rows(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    (program, rows, advance): StepRows<'_>,
+    reads: Reads,
+) -> Result<Vec<f32>, SessionError> {
+    session.step(backend, program, &rows, &advance, SaveState::PerStep, reads)
+}
 
 /// The program, rows (padded) and advances of one token for each of `batch`'s sequences.
 fn multi_seq_rows<'e>(
@@ -360,13 +355,13 @@ pub(super) fn mixed_step(
         .map(|(id, token)| (*id, std::slice::from_ref(token)))
         .chain(std::iter::once(chunk))
         .collect();
-    let (program, rows, advance) = verify_batch_rows(session, &batch)?;
+    let step = verify_batch_rows(session, &batch)?;
     let reads = if ids {
         Reads::Nothing
     } else {
         Reads::First(decode.len())
     };
-    let logits = session.step(backend, program, &rows, &advance, SaveState::PerStep, reads)?;
+    let logits = run_rows(session, backend, step, reads)?;
     Ok(match ids {
         true => Mixed::Ids(session.greedy_ids(backend, decode.len())?),
         false => Mixed::Logits(logits),
@@ -387,15 +382,8 @@ pub(super) fn verify_batch(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, &[u32])],
 ) -> Result<Vec<Vec<f32>>, SessionError> {
-    let (program, rows, advance) = verify_batch_rows(session, batch)?;
-    let logits = session.step(
-        backend,
-        program,
-        &rows,
-        &advance,
-        SaveState::PerStep,
-        Reads::Live,
-    )?;
+    let step = verify_batch_rows(session, batch)?;
+    let logits = run_rows(session, backend, step, Reads::Live)?;
     let vocab = session.exec.config.vocab_size;
     let mut out = Vec::with_capacity(batch.len());
     let mut at = 0;
