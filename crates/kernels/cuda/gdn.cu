@@ -15,10 +15,11 @@
 // Launch (ops/gdn.rs):
 //  - conv: grid (⌈C/256⌉, rows, or 1 with chain 1), 256 threads, one thread per channel;
 //  - gates: elementwise over rows·nv;
-//  - recurrence, recurrence_pitched: grid (nv, rows, or 1 with chain 1), 128 threads; thread t
-//    owns the state columns j ≡ t (mod blockDim) of the head (a column of S evolves on its own:
-//    kv_mem[j], delta[j], the update and out[j] read only column j), so no cross-thread
-//    reduction touches the state; dk <= 256;
+//  - recurrence, recurrence_pitched: grid (nv·⌈dv/32⌉, rows, or 1 with chain 1), one warp;
+//    lane t of block (head, tile) owns state column j = 32·tile + t of the head (a column of S
+//    evolves on its own: kv_mem[j], delta[j], the update and out[j] read only column j), so no
+//    cross-thread reduction touches the state; dk <= 256 (the block's columns staged in 32 KB
+//    of shared memory);
 //  - gated_norm: one warp per (row, v head), 8 per block.
 //
 // chain = 0 with several rows on one slot (padding rows on a scratch slot): the CPU twin runs
@@ -237,103 +238,167 @@ extern "C" __global__ void __launch_bounds__(256) gates(const bf16* __restrict__
 
 // ---- recurrence ----------------------------------------------------------------------------
 
-// One token of v head `head` of row r on the state S (`[dk][dv]` f32 at `s`), by the whole
-// block (every thread calls it; `live` is uniform). q and k are l2-normalised (eps 1e-6, warp
-// 0 and warp 1 reduce Σx² in `warp_sum_squares` order), q scaled by 1/sqrt(dk); then per column
-// j (one thread): S ← S · exp(g); kv = Σ_i S[i][j]·k[i] (i ascending); delta = (v[j] − kv) ·
-// beta; S[i][j] += k[i]·delta; out[j] = bf16(Σ_i S[i][j]·q[i]) (i ascending), multiplies and
-// adds unfused in the CPU twin's order. The column is read twice from global memory (the
-// decayed value is recomputed in the second pass, same bits) and written once.
-__device__ __forceinline__ void recurrence_row(
+// A recurrence block is one warp owning 32 state columns of one v head: column j of S evolves
+// on its own (kv_mem[j], delta[j], the update and out[j] read only column j), so the columns
+// of a head split across blocks with no reduction between them, and each lane runs its column
+// in the twin's order whatever the split.
+#define GDN_COLUMNS 32u
+
+// q and k of row `m` (key head kh) into q_s, k_s, by the warp: l2-normalised (eps 1e-6,
+// Σx² in `warp_sum_squares` order), q scaled by 1/sqrt(dk).
+__device__ __forceinline__ void recurrence_qk(const GdnHeads& hd, const bf16* __restrict__ m,
+                                              unsigned kh, float* q_s, float* k_s,
+                                              unsigned lane) {
+    const unsigned dk = hd.dk;
+    const float scale = __fsqrt_rn((float)dk);
+    for (unsigned w = 0; w < 2u; ++w) {
+        const bf16* src = m + (w == 0u ? 0ull : hd.kd) + (unsigned long long)kh * dk;
+        float* dst = w == 0u ? q_s : k_s;
+        const float ss = warp_sum_squares([&](unsigned i) { return to_f32(src[i]); }, dk, lane);
+        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, GDN_L2NORM_EPS)));
+        for (unsigned i = lane; i < dk; i += 32u) {
+            const float v = __fmul_rn(to_f32(src[i]), inv);
+            dst[i] = w == 0u ? __fdiv_rn(v, scale) : v;
+        }
+    }
+}
+
+// kv = Σ_i (S[i][j]·decay)·k[i], i ascending, unfused: the first pass of a row. `col` is the
+// lane's column, stride GDN_COLUMNS in shared memory.
+__device__ __forceinline__ float recurrence_kv(const float* col, unsigned dk, float decay,
+                                               const float* k_s) {
+    float kv = 0.0f;
+#pragma unroll 4
+    for (unsigned i = 0; i < dk; ++i) {
+        const float x = __fmul_rn(col[i * GDN_COLUMNS], decay);
+        kv = __fadd_rn(kv, __fmul_rn(x, k_s[i]));
+    }
+    return kv;
+}
+
+// A unit's rows [start, end) of v head `head` for this lane's column j (every lane of the warp
+// calls it; `live` and `has_col` = j < dv are what differ): per row, S ← S·exp(g); kv =
+// Σ_i S[i][j]·k[i]; delta = (v[j] − kv)·beta; S[i][j] += k[i]·delta; out[j] = bf16(Σ_i
+// S[i][j]·q[i]) (i ascending), multiplies and adds unfused in the CPU twin's order. The
+// column is copied into shared memory (`cols`, [dk][GDN_COLUMNS]) at the unit's first row and
+// back after its last, so a chain of rows reads the state from global memory once. A row's
+// second pass also runs the next row's first (its kv over the values just written): two
+// independent chains of adds, so a lane's latency per row is about one pass, not two; the next
+// row's q and k are normalised into the other half of the double buffer first. A dead unit
+// writes zeros to its outputs and snapshots and touches no state.
+__device__ __forceinline__ void recurrence_unit(
     const GdnHeads& hd, const bf16* __restrict__ mixed, const float* __restrict__ beta,
     const float* __restrict__ g, float* __restrict__ s, bf16* __restrict__ out,
-    float* __restrict__ snap, unsigned r, unsigned head, bool live, float* q_s, float* k_s) {
+    float* __restrict__ snapshots, unsigned start, unsigned end, unsigned head, unsigned j,
+    bool live, float (*cols)[GDN_COLUMNS], float (*q_s)[GDN_MAX_DK],
+    float (*k_s)[GDN_MAX_DK]) {
     const unsigned dk = hd.dk;
     const unsigned dv = hd.dv;
-    bf16* o = out + ((unsigned long long)r * hd.nv + head) * dv;
+    const unsigned lane = threadIdx.x & 31u;
+    const bool has_col = j < dv;
+    const unsigned long long head_elems = (unsigned long long)dk * dv;
+    auto row_out = [&](unsigned r) { return out + ((unsigned long long)r * hd.nv + head) * dv; };
+    auto row_snap = [&](unsigned r) -> float* {
+        return snapshots != nullptr
+                   ? snapshots + ((unsigned long long)r * hd.nv + head) * head_elems + j
+                   : nullptr;
+    };
     if (!live) {
-        for (unsigned j = threadIdx.x; j < dv; j += blockDim.x) {
-            o[j] = to_bf16(0.0f);
-        }
-        if (snap != nullptr) {
-            const unsigned long long head_elems = (unsigned long long)dk * dv;
-            for (unsigned long long e = threadIdx.x; e < head_elems; e += blockDim.x) {
-                snap[e] = 0.0f;
+        if (has_col) {
+            for (unsigned r = start; r < end; ++r) {
+                row_out(r)[j] = to_bf16(0.0f);
+                float* snap = row_snap(r);
+                if (snap != nullptr) {
+                    for (unsigned i = 0; i < dk; ++i) {
+                        snap[(unsigned long long)i * dv] = 0.0f;
+                    }
+                }
             }
         }
         return;
     }
-    const unsigned lane = threadIdx.x & 31u;
-    const unsigned warp = threadIdx.x >> 5;
-    const bf16* m = mixed + (unsigned long long)r * hd.channels;
     const unsigned kh = head / hd.ratio;
-    __syncthreads(); // the previous row's readers are done with q_s, k_s
-    if (warp < 2u) {
-        const bf16* src = m + (warp == 0u ? 0ull : hd.kd) + (unsigned long long)kh * dk;
-        float* dst = warp == 0u ? q_s : k_s;
-        const float ss = warp_sum_squares([&](unsigned i) { return to_f32(src[i]); }, dk, lane);
-        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ss, GDN_L2NORM_EPS)));
-        const float scale = __fsqrt_rn((float)dk);
-        for (unsigned i = lane; i < dk; i += 32) {
-            const float v = __fmul_rn(to_f32(src[i]), inv);
-            dst[i] = warp == 0u ? __fdiv_rn(v, scale) : v;
+    auto row_mixed = [&](unsigned r) { return mixed + (unsigned long long)r * hd.channels; };
+    auto row_at = [&](unsigned r) { return (unsigned long long)r * hd.nv + head; };
+    float* col = &cols[0][lane];
+    __syncwarp(); // the previous unit's readers are done with cols and buffer 0
+    if (has_col) {
+        for (unsigned i = 0; i < dk; ++i) {
+            col[i * GDN_COLUMNS] = s[(unsigned long long)i * dv + j];
         }
     }
-    __syncthreads();
-    const unsigned long long at = (unsigned long long)r * hd.nv + head;
-    const float decay = expf(g[at]);
-    const float b = beta[at];
-    const bf16* v = m + 2ull * hd.kd + (unsigned long long)head * dv;
-    for (unsigned j = threadIdx.x; j < dv; j += blockDim.x) {
-        float kv = 0.0f;
-        for (unsigned i = 0; i < dk; ++i) {
-            const float x = __fmul_rn(s[(unsigned long long)i * dv + j], decay);
-            kv = __fadd_rn(kv, __fmul_rn(x, k_s[i]));
+    recurrence_qk(hd, row_mixed(start), kh, q_s[0], k_s[0], lane);
+    __syncwarp();
+    float decay = expf(g[row_at(start)]);
+    float kv = has_col ? recurrence_kv(col, dk, decay, k_s[0]) : 0.0f;
+    for (unsigned r = start; r < end; ++r) {
+        const unsigned cur = (r - start) & 1u;
+        const bool has_next = r + 1u < end;
+        float next_decay = 0.0f;
+        if (has_next) {
+            // Buffer cur ^ 1 was last read by row r − 1's second pass.
+            recurrence_qk(hd, row_mixed(r + 1u), kh, q_s[cur ^ 1u], k_s[cur ^ 1u], lane);
+            __syncwarp();
+            next_decay = expf(g[row_at(r + 1u)]);
         }
-        const float delta = __fmul_rn(__fsub_rn(to_f32(v[j]), kv), b);
-        float acc = 0.0f;
-        for (unsigned i = 0; i < dk; ++i) {
-            const unsigned long long e = (unsigned long long)i * dv + j;
-            const float x = __fadd_rn(__fmul_rn(s[e], decay), __fmul_rn(k_s[i], delta));
-            s[e] = x;
-            if (snap != nullptr) {
-                snap[e] = x;
+        if (has_col) {
+            const float* q = q_s[cur];
+            const float* k = k_s[cur];
+            const float* k_next = k_s[cur ^ 1u];
+            const bf16* v = row_mixed(r) + 2ull * hd.kd + (unsigned long long)head * dv;
+            const float delta = __fmul_rn(__fsub_rn(to_f32(v[j]), kv), beta[row_at(r)]);
+            float* snap = row_snap(r);
+            float acc = 0.0f;
+            float kv_next = 0.0f;
+#pragma unroll 4
+            for (unsigned i = 0; i < dk; ++i) {
+                const float x = __fadd_rn(__fmul_rn(col[i * GDN_COLUMNS], decay),
+                                          __fmul_rn(k[i], delta));
+                col[i * GDN_COLUMNS] = x;
+                if (snap != nullptr) {
+                    snap[(unsigned long long)i * dv] = x;
+                }
+                acc = __fadd_rn(acc, __fmul_rn(x, q[i]));
+                if (has_next) {
+                    const float y = __fmul_rn(x, next_decay);
+                    kv_next = __fadd_rn(kv_next, __fmul_rn(y, k_next[i]));
+                }
             }
-            acc = __fadd_rn(acc, __fmul_rn(x, q_s[i]));
+            row_out(r)[j] = to_bf16(acc);
+            kv = kv_next;
         }
-        o[j] = to_bf16(acc);
+        decay = next_decay;
+        __syncwarp(); // buffer cur is free for row r + 2
+    }
+    if (has_col) {
+        for (unsigned i = 0; i < dk; ++i) {
+            s[(unsigned long long)i * dv + j] = col[i * GDN_COLUMNS];
+        }
     }
 }
 
 // The body of both recurrence kernels; `pitched`: row r's slot is slots[0] + r·(slots[1] −
-// slots[0]) (chain 0 only).
+// slots[0]) (chain 0 only). Block x is (v head, column tile), block y a row (chain 0, 2) or
+// the only one (chain 1).
 __device__ __forceinline__ void recurrence_run(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
     unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
-    __shared__ float q_s[GDN_MAX_DK];
-    __shared__ float k_s[GDN_MAX_DK];
+    __shared__ float cols[GDN_MAX_DK][GDN_COLUMNS];
+    __shared__ float q_s[2][GDN_MAX_DK];
+    __shared__ float k_s[2][GDN_MAX_DK];
     GdnHeads hd;
-    if (!hd.init(nk, dk, nv, dv) || dk > GDN_MAX_DK || rows == 0u || blockDim.x < 64u ||
-        (blockDim.x & 31u) != 0u) {
+    if (!hd.init(nk, dk, nv, dv) || dk > GDN_MAX_DK || rows == 0u || blockDim.x != GDN_COLUMNS) {
         return;
     }
-    const unsigned head = blockIdx.x;
+    const unsigned tiles = (dv - 1u) / GDN_COLUMNS + 1u;
+    const unsigned head = blockIdx.x / tiles;
     if (head >= nv) {
         return;
     }
+    const unsigned j = (blockIdx.x - head * tiles) * GDN_COLUMNS + threadIdx.x;
     const unsigned long long head_elems = (unsigned long long)dk * dv;
-    auto head_state = [&](int slot) {
-        return state + ((unsigned long long)slot * nv + head) * head_elems;
-    };
-    auto head_snapshot = [&](unsigned r) -> float* {
-        return snapshots != nullptr ? snapshots + ((unsigned long long)r * nv + head) * head_elems
-                                    : nullptr;
-    };
-    // One call site of recurrence_row: block row 0 walks every row with chain 1; otherwise
-    // each block row takes its rows grid-stride (chain 2: the runs starting there, walked
-    // whole).
     if (chain == 1u && blockIdx.y != 0u) {
         return;
     }
@@ -361,19 +426,20 @@ __device__ __forceinline__ void recurrence_run(
             first_row = first_on_slot(slots, start, slot);
         }
         const bool live = first_row && slot_ok(slot, num_slots);
-        float* s = live ? head_state(slot) : nullptr;
-        unsigned r = start;
-        do {
-            recurrence_row(hd, mixed, beta, g, s, out, head_snapshot(r), r, head, live, q_s, k_s);
-            ++r;
-        } while (r < rows && (chain == 1u || (chain == 2u && slots[r] == slots[start])));
+        float* s = live ? state + ((unsigned long long)slot * nv + head) * head_elems : nullptr;
+        unsigned end = start + 1u;
+        while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
+            ++end;
+        }
+        recurrence_unit(hd, mixed, beta, g, s, out, snapshots, start, end, head, j, live, cols,
+                        q_s, k_s);
     }
 }
 
 // The gated delta rule with l2-normalised q and k: mixed bf16[rows·C] (the conv output), beta,
 // g f32[rows·nv], state f32 (read-write), out bf16[rows·nv·dv], snapshots f32[rows·nv·dk·dv]
 // (optional).
-extern "C" __global__ void __launch_bounds__(128) recurrence(
+extern "C" __global__ void __launch_bounds__(32) recurrence(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
@@ -385,9 +451,9 @@ extern "C" __global__ void __launch_bounds__(128) recurrence(
 }
 
 // `recurrence` (chain 0) on evenly pitched slots: row r's state is slot slots[0] + r·(slots[1] −
-// slots[0]). The same `recurrence_row` per (row, head), so on such slots it is byte-identical
+// slots[0]). The same `recurrence_unit` per (row, head), so on such slots it is byte-identical
 // to `recurrence`.
-extern "C" __global__ void __launch_bounds__(128) recurrence_pitched(
+extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,

@@ -39,6 +39,10 @@ fn recurrence_constants_match_gdn_cu() {
         cuda_define("gdn.cu", "GDN_MAX_DK"),
         solder_model_layers::kernels::gdn::GDN_MAX_DK
     );
+    assert_eq!(
+        cuda_define("gdn.cu", "GDN_COLUMNS"),
+        solder_model_layers::kernels::gdn::GDN_COLUMNS
+    );
 }
 
 /// docs/PERFORMANCE.md's split-K tables are `split_table()`'s text, between its markers.

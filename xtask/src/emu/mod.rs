@@ -195,6 +195,8 @@ mod tests_flash;
 #[cfg(test)]
 mod tests_fold;
 #[cfg(test)]
+mod tests_gdn;
+#[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
 mod tests_moe_quant;

@@ -32,8 +32,9 @@ use crate::kernels::emit_view::{View, R};
 
 /// Channels per conv block (one thread each).
 const CONV_THREADS: u32 = 256;
-/// Threads of a recurrence block: each owns state columns j of one head.
-const RECURRENCE_THREADS: u32 = 128;
+/// State columns of a recurrence block, one warp: lane t owns column 32·tile + t of one head
+/// (`crates/kernels/cuda/gdn.cu` `GDN_COLUMNS`).
+pub const GDN_COLUMNS: u32 = 32;
 /// Heads per gated-norm block (one warp each).
 const NORM_WARPS: u32 = 8;
 
@@ -65,11 +66,14 @@ fn conv_config(a: &Conv) -> LaunchConfig {
     }
 }
 
-/// One block per (v head, row); with `chain` 1 one per v head, walking the rows.
+/// One warp per (v head, 32 state columns, row); with `chain` 1 one per (v head, 32 columns),
+/// walking the rows.
 fn recurrence_config(a: &Recurrence) -> LaunchConfig {
+    let tiles = a.dv.max(1).div_ceil(GDN_COLUMNS) as u64;
+    let blocks = (a.nv.max(1) as u64 * tiles).clamp(1, u32::MAX as u64) as u32;
     LaunchConfig {
-        grid: [a.nv.max(1), row_blocks(a.rows, a.chain), 1],
-        block: [RECURRENCE_THREADS, 1, 1],
+        grid: [blocks, row_blocks(a.rows, a.chain), 1],
+        block: [GDN_COLUMNS, 1, 1],
         shared_bytes: 0,
     }
 }
