@@ -548,3 +548,78 @@ __device__ __forceinline__ uint4 pack8_bits(const unsigned b[8]) {
     return make_uint4(b[0] | (b[1] << 16), b[2] | (b[3] << 16), b[4] | (b[5] << 16),
                       b[6] | (b[7] << 16));
 }
+
+// Quantized weight rows (gemv's and gemm's): `row(f, k)` of a matrix, whose `load8(i0,
+// valid)` gives elements [i0, i0 + 8) dequantised, packed as `load8_bits` packs bf16 (at or
+// past `valid`: +0).
+
+// Row f of an fp8 e4m3 matrix: its codes and its block row of scales.
+struct RowFp8 {
+    const unsigned char* q;
+    const float* scales;
+    unsigned block_k;
+    __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        unsigned b[8];
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            b[e] = e < valid ? dequant_fp8_bits(q[i0 + e], scales[(i0 + e) / block_k]) : 0u;
+        }
+        return pack8_bits(b);
+    }
+};
+
+// Row f of an int4 matrix: its packed nibbles (the low one first) and its groups' scales and
+// zero points. i0 is even (chunks of 8), so element i0 + e is nibble e % 2 of byte (i0 + e) / 2.
+struct RowInt4 {
+    const unsigned char* q;
+    const float* scales;
+    const unsigned char* zeros;
+    unsigned group;
+    __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        unsigned b[8];
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            const unsigned i = i0 + e;
+            b[e] = 0u;
+            if (e < valid) { // nothing past the row is read
+                const unsigned nibble = ((unsigned)q[i >> 1] >> ((i & 1u) * 4u)) & 0xfu;
+                b[e] = dequant_int4_bits(nibble, zeros[i / group], scales[i / group]);
+            }
+        }
+        return pack8_bits(b);
+    }
+};
+
+// An `n × k` fp8 matrix blob (circuit::format `Fp8 { block_n, block_k }`).
+struct WFp8 {
+    const unsigned char* blob;
+    unsigned n;
+    unsigned block_n;
+    unsigned block_k;
+    using Row = RowFp8;
+    __device__ __forceinline__ RowFp8 row(unsigned f, unsigned k) const {
+        const float* scales =
+            reinterpret_cast<const float*>(blob + quant_align((unsigned long long)n * k));
+        const unsigned cols = (k + block_k - 1u) / block_k;
+        return RowFp8{blob + (unsigned long long)f * k,
+                      scales + (unsigned long long)(f / block_n) * cols, block_k};
+    }
+};
+
+// An `n × k` int4 matrix blob (circuit::format `Int4 { group }`).
+struct WInt4 {
+    const unsigned char* blob;
+    unsigned n;
+    unsigned group;
+    using Row = RowInt4;
+    __device__ __forceinline__ RowInt4 row(unsigned f, unsigned k) const {
+        const unsigned groups = (k + group - 1u) / group;
+        const unsigned long long scales_at = quant_align((unsigned long long)n * k / 2u);
+        const unsigned long long zeros_at =
+            quant_align(scales_at + (unsigned long long)n * groups * 4u);
+        const unsigned long long g0 = (unsigned long long)f * groups;
+        return RowInt4{blob + (unsigned long long)f * k / 2u,
+                       reinterpret_cast<const float*>(blob + scales_at) + g0,
+                       blob + zeros_at + g0, group};
+    }
+};

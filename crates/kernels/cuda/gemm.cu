@@ -81,12 +81,36 @@ __device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool 
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// This thread's N chunks of the tile at k0 of a row-major bf16 matrix src[..][k] whose rows
-// `rows_of` names (x's 64 rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0
-// past k and for GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row
-// c / (GEMM_BK/8), k (c % (GEMM_BK/8))·8), as gemm_put stores it.
-template <unsigned N, class Rows>
-__device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const bf16* src, Rows rows_of,
+// Where a tile's 16-byte chunks come from: `load8(row, k, i0, vec)` gives elements [i0, i0 + 8)
+// of row `row` of an [..][k] matrix as 8 packed bf16 (at or past k: +0).
+
+// A row-major bf16 matrix (x, or a bf16 weight).
+struct GemmBf16 {
+    const bf16* __restrict__ p;
+    __device__ __forceinline__ bool aligned() const { return aligned16(p); }
+    __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool vec) const {
+        return gemm_load8(p + (unsigned long long)row * k + i0, k - i0, vec);
+    }
+};
+
+// A quantized weight (common.cuh's WFp8, WInt4): each chunk dequantised on its way to shared
+// memory, so the tile holds exactly the dequantised bf16 matrix and the mma.sync sequence is
+// the bf16 kernel's.
+template <class W>
+struct GemmQuant {
+    W w;
+    __device__ __forceinline__ bool aligned() const { return true; }
+    __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool) const {
+        return w.row(row, k).load8(i0, k - i0);
+    }
+};
+
+// This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
+// rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0 past k and for
+// GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (GEMM_BK/8), k
+// (c % (GEMM_BK/8))·8), as gemm_put stores it.
+template <unsigned N, class Rows, class Src>
+__device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows rows_of,
                                            unsigned k, unsigned k0, bool vec) {
     constexpr unsigned chunks = GEMM_BK / 8;
 #pragma unroll
@@ -96,7 +120,7 @@ __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const bf16* src, Rows 
         const unsigned row = rows_of.src(c / chunks);
         v[i] = make_uint4(0u, 0u, 0u, 0u);
         if (row != GEMM_NO_ROW && k0 + kc < k) {
-            v[i] = gemm_load8(src + (unsigned long long)row * k + k0 + kc, k - (k0 + kc), vec);
+            v[i] = src.load8(row, k, k0 + kc, vec);
         }
     }
 }
@@ -120,17 +144,18 @@ __device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)
 // The tile's rows are `rows_of`'s; store(dst row, f, v) for every row it names and f < n.
 // The caller waits on the previous grid (pdl_wait) first; the tile ends on a barrier after its
 // last use of shared memory, before the stores, so a caller may restage at once.
-template <unsigned NW, class Rows, class Store>
-__device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16* const (&w)[NW],
+template <unsigned NW, class W, class Rows, class Store>
+__device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&w)[NW],
                                           Rows rows_of, unsigned k, unsigned n, unsigned n0,
                                           Store store) {
     __shared__ __align__(16) bf16 xs[GEMM_BM][GEMM_PITCH];
     __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_PITCH];
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
-    bool vec = (k % 8u) == 0u && aligned16(x);
+    const GemmBf16 xm{x};
+    bool vec = (k % 8u) == 0u && xm.aligned();
 #pragma unroll
-    for (unsigned i = 0; i < NW; ++i) vec = vec && aligned16(w[i]);
+    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
     float acc[NW][4][4];
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
@@ -143,7 +168,7 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16
     // The next k tile in registers while the current one runs from shared memory.
     uint4 xv[GEMM_X_CHUNKS];
     uint4 wv[NW][GEMM_W_CHUNKS];
-    gemm_fetch(xv, x, rows_of, k, 0u, vec);
+    gemm_fetch(xv, xm, rows_of, k, 0u, vec);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, 0u, vec);
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
@@ -152,7 +177,7 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16
         for (unsigned i = 0; i < NW; ++i) gemm_put(ws[i], wv[i]);
         __syncthreads();
         if (k0 + GEMM_BK < k) {
-            gemm_fetch(xv, x, rows_of, k, k0 + GEMM_BK, vec);
+            gemm_fetch(xv, xm, rows_of, k, k0 + GEMM_BK, vec);
 #pragma unroll
             for (unsigned i = 0; i < NW; ++i) {
                 gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, k0 + GEMM_BK, vec);
@@ -195,8 +220,8 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const bf16
 }
 
 // gemm_tile over rows blockIdx.y·64.. of a row-major x of `rows` rows.
-template <unsigned NW, class Store>
-__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const bf16* const (&w)[NW],
+template <unsigned NW, class W, class Store>
+__device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w)[NW],
                                          unsigned rows, unsigned k, unsigned n, unsigned n0,
                                          Store store) {
     pdl_wait();
@@ -236,7 +261,7 @@ struct StoreSiluMul {
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out) {
-    const bf16* const ws[1] = {w};
+    const GemmBf16 ws[1] = {{w}};
     gemm_run<1>(x, ws, rows, k, n_out, blockIdx.x * GEMM_BN, StoreLinear{bias, y, n_out});
 }
 
@@ -245,8 +270,60 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 unsigned rows, unsigned k, unsigned vocab) {
-    const bf16* const ws[1] = {w};
+    const GemmBf16 ws[1] = {{w}};
     gemm_run<1>(x, ws, rows, k, vocab, blockIdx.x * GEMM_BN, StoreLogits{logits, vocab});
+}
+
+// gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
+// or groups; otherwise nothing is written).
+template <class W, class Store>
+__device__ __forceinline__ void gemm_run_quant(bool ok, const bf16* __restrict__ x, W w,
+                                               unsigned rows, unsigned k, unsigned n,
+                                               Store store) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (!ok) {
+        return;
+    }
+    const GemmQuant<W> ws[1] = {{w}};
+    gemm_tile<1>(x, ws, SpanRows{blockIdx.y * GEMM_BM, rows}, k, n, blockIdx.x * GEMM_BN, store);
+}
+
+// The quantized entries of linear_mma and lm_head_mma: w an fp8 blob (f32 scales of block_n ×
+// block_k blocks) or an int4 blob (f32 scales and u8 zero points per `group` of a row),
+// dequantised chunk by chunk into the staged tile (GemmQuant), so each output is the bf16
+// kernel's on the dequantised matrix. Same grid as the bf16 kernels. A zero block or group (the
+// CPU twin refuses it) writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                   const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows, unsigned k,
+                   unsigned n_out, unsigned block_n, unsigned block_k) {
+    gemm_run_quant(block_n != 0u && block_k != 0u, x, WFp8{w, n_out, block_n, block_k}, rows, k,
+                   n_out, StoreLinear{bias, y, n_out});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                    const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                    unsigned k, unsigned n_out, unsigned group) {
+    gemm_run_quant(group != 0u, x, WInt4{w, n_out, group}, rows, k, n_out,
+                   StoreLinear{bias, y, n_out});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    lm_head_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                    unsigned block_n, unsigned block_k) {
+    gemm_run_quant(block_n != 0u && block_k != 0u, x, WFp8{w, vocab, block_n, block_k}, rows, k,
+                   vocab, StoreLogits{logits, vocab});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    lm_head_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                     float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                     unsigned group) {
+    gemm_run_quant(group != 0u, x, WInt4{w, vocab, group}, rows, k, vocab,
+                   StoreLogits{logits, vocab});
 }
 
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
@@ -274,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         store = StoreLinear{bk, k_out, nkv};
         n = nkv;
     }
-    const bf16* const ws[1] = {w};
+    const GemmBf16 ws[1] = {{w}};
     gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store);
 }
 
@@ -285,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                      const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
                      unsigned k, unsigned inter) {
-    const bf16* const ws[2] = {wg, wu};
+    const GemmBf16 ws[2] = {{wg}, {wu}};
     gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
 }
 
@@ -347,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     experts_gather(
         ids, rows * k, e, experts,
         [&](const unsigned* picks, unsigned take) {
-            const bf16* const ws[2] = {gate, up};
+            const GemmBf16 ws[2] = {{gate}, {up}};
             gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
                          StoreSiluMul{act, inter});
         },
@@ -384,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     experts_gather(
         ids, rows * k, e, experts,
         [&](const unsigned* picks, unsigned take) {
-            const bf16* const ws[1] = {down};
+            const GemmBf16 ws[1] = {{down}};
             gemm_tile<1>(act, ws, PickSelf{picks, take}, inter, hidden, n0,
                          StoreDots{dots, hidden});
         },

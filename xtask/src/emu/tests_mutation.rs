@@ -15,8 +15,9 @@ use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{run, upload};
 
-/// Builds `module` from its source with each `from` (which must occur exactly once) replaced
-/// by its `to`, into a fresh folder; returns the folder.
+/// Builds `module` from its source with each `from` (which must occur exactly once, in the
+/// module's source or else in common.cuh) replaced by its `to`, into a fresh folder; returns
+/// the folder.
 pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     // One folder per call: tests of one module run side by side.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -24,19 +25,34 @@ pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     let root = crate::paths::workspace_root();
     let path = super::generate::source_path(&root, module);
     let mut source = std::fs::read_to_string(&path).unwrap();
+    // An edit not in the module's source applies to common.cuh, copied beside the mutant: the
+    // module's `#include "common.cuh"` finds the copy first.
+    let common_path = root.join(solder_kernels::CUDA_DIR).join("common.cuh");
+    let mut common = std::fs::read_to_string(&common_path).unwrap();
+    let mut common_edited = false;
     for (from, to) in edits {
-        assert_eq!(
-            source.matches(from).count(),
-            1,
-            "{module}: `{from}` is not unique"
-        );
-        source = source.replace(from, to);
+        match source.matches(from).count() {
+            1 => source = source.replace(from, to),
+            0 => {
+                assert_eq!(
+                    common.matches(from).count(),
+                    1,
+                    "{module}: `{from}` is once in neither {module}.cu nor common.cuh"
+                );
+                common = common.replace(from, to);
+                common_edited = true;
+            }
+            _ => panic!("{module}: `{from}` is not unique"),
+        }
     }
     let dir = std::env::temp_dir().join(format!(
         "solder-emu-mutant-{module}-{}-{call}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
+    if common_edited {
+        std::fs::write(dir.join("common.cuh"), common).unwrap();
+    }
     let mutant = dir.join(format!("{module}.cu"));
     std::fs::write(&mutant, source).unwrap();
     let unit = super::generate::unit(&root, module).unwrap();

@@ -19,19 +19,10 @@ use solder_model_layers::kernels::{Buf, Launch};
 use super::tests::{download, emulated, run, upload};
 
 /// Kernels with no launch in this file, and why.
-const NOT_DRIVEN: &[(&str, &str)] = &[
-    (
-        "gemv::counters_reset",
-        "zeroes the step's integer merge counters: it reads no floating-point value",
-    ),
-    ("gemv::linear_fp8", QUANT_GEMV),
-    ("gemv::linear_int4", QUANT_GEMV),
-    ("gemv::lm_head_fp8", QUANT_GEMV),
-    ("gemv::lm_head_int4", QUANT_GEMV),
-];
-
-/// Why the quantized gemv entries are not driven here.
-const QUANT_GEMV: &str = "not yet driven with NaN/inf: after dequantisation (every finite e4m3 code checked in emu::tests_quant) it runs `gemv_block`'s bf16 arithmetic, which the bf16 entries drive here";
+const NOT_DRIVEN: &[(&str, &str)] = &[(
+    "gemv::counters_reset",
+    "zeroes the step's integer merge counters: it reads no floating-point value",
+)];
 
 /// A value at index `i` of a stream `seed`: NaN, +inf or −inf at fixed sparse places
 /// (`poisoned`), else a finite value in −1..1.
@@ -173,6 +164,14 @@ const DRIVEN: &[&str] = &[
     "gemv::add_norm_lm_head",
     "gemv::qkv_rope_kv",
     "gemm::linear_mma",
+    "gemm::linear_mma_fp8",
+    "gemm::linear_mma_int4",
+    "gemm::lm_head_mma_fp8",
+    "gemm::lm_head_mma_int4",
+    "gemv::linear_fp8",
+    "gemv::linear_int4",
+    "gemv::lm_head_fp8",
+    "gemv::lm_head_int4",
     "gemm::lm_head_mma",
     "gemm::qkv_mma",
     "gemm::gate_up_silu_mma",
@@ -663,6 +662,171 @@ fn tensor_core_projections_carry_nan_and_inf_as_their_twins() {
     );
     b.mixed("lm_head_mma", logits, 4);
     b.agree(&["gemm::linear_mma", "gemm::lm_head_mma"]);
+}
+
+/// The quantized entries, gemv's and the tensor cores': x's row 1 poisoned; in the weight,
+/// fp8 NaN codes (0x7f) in feature row 3, an infinite scale (int4: over feature row 5's first
+/// group, whose q − z of 0 makes 0·inf a NaN).
+#[test]
+fn quantized_projections_carry_nan_and_inf_as_their_twins() {
+    use solder_circuit::WeightFormat;
+    use solder_model_layers::kernels::gemm::{
+        LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8, LINEAR_MMA_INT4,
+        LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
+    };
+    use solder_model_layers::kernels::gemv::{
+        LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8,
+        LM_HEAD_INT4,
+    };
+    use solder_model_layers::numerics::dequant::quantize_matrix;
+    let mut b = Bench::new();
+    let (rows, k, n) = (3u32, 300u32, 9u32);
+    let (block_n, block_k, group) = (4u32, 64u32, 50u32);
+    let x = b.bf16(&rows_of(rows as usize, k as usize, 1.0, &[1]));
+    let clean = rows_of(n as usize, k as usize, 2.0, &[]);
+    let fp8 = WeightFormat::Fp8 { block_n, block_k };
+    let mut blob = quantize_matrix(fp8, &clean, n as usize, k as usize);
+    for i in [0usize, 7, 299] {
+        blob[3 * k as usize + i] = 0x7f;
+    }
+    let layout = fp8.check(n as usize, k as usize).unwrap();
+    // Block (2, 1)'s scale (feature rows 8.., k 64..128) +inf.
+    let at = layout.scales_offset + (2 * k.div_ceil(block_k) as usize + 1) * 4;
+    blob[at..at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let w8 = upload(&mut b.backend, &blob);
+    let int4 = WeightFormat::Int4 { group };
+    let mut blob = quantize_matrix(int4, &clean, n as usize, k as usize);
+    let layout = int4.check(n as usize, k as usize).unwrap();
+    let at = layout.scales_offset + 5 * k.div_ceil(group) as usize * 4;
+    blob[at..at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    let w4 = upload(&mut b.backend, &blob);
+    let bias = Some(b.bf16(&rows_of(1, n as usize, 3.0, &[])));
+    let (y_bytes, logit_bytes) = ((rows * n) as usize * 2, (rows * n) as usize * 4);
+    let mut launches: Vec<(Launch, Buf, usize)> = Vec::new();
+    for mma in [false, true] {
+        let y = b.zeros(y_bytes);
+        let launch = if mma {
+            LinearMmaFp8 {
+                x,
+                w: w8,
+                bias,
+                y,
+                rows,
+                k,
+                n_out: n,
+                block_n,
+                block_k,
+            }
+            .launch(LINEAR_MMA_FP8)
+        } else {
+            LinearFp8 {
+                x,
+                w: w8,
+                bias,
+                y,
+                rows,
+                k,
+                n_out: n,
+                block_n,
+                block_k,
+            }
+            .launch(LINEAR_FP8)
+        };
+        launches.push((launch, y, 2));
+        let y = b.zeros(y_bytes);
+        let launch = if mma {
+            LinearMmaInt4 {
+                x,
+                w: w4,
+                bias,
+                y,
+                rows,
+                k,
+                n_out: n,
+                group,
+            }
+            .launch(LINEAR_MMA_INT4)
+        } else {
+            LinearInt4 {
+                x,
+                w: w4,
+                bias,
+                y,
+                rows,
+                k,
+                n_out: n,
+                group,
+            }
+            .launch(LINEAR_INT4)
+        };
+        launches.push((launch, y, 2));
+        let logits = b.zeros(logit_bytes);
+        let launch = if mma {
+            LmHeadMmaFp8 {
+                x,
+                w: w8,
+                logits,
+                rows,
+                k,
+                vocab: n,
+                block_n,
+                block_k,
+            }
+            .launch(LM_HEAD_MMA_FP8)
+        } else {
+            LmHeadFp8 {
+                x,
+                w: w8,
+                logits,
+                rows,
+                k,
+                vocab: n,
+                block_n,
+                block_k,
+            }
+            .launch(LM_HEAD_FP8)
+        };
+        launches.push((launch, logits, 4));
+        let logits = b.zeros(logit_bytes);
+        let launch = if mma {
+            LmHeadMmaInt4 {
+                x,
+                w: w4,
+                logits,
+                rows,
+                k,
+                vocab: n,
+                group,
+            }
+            .launch(LM_HEAD_MMA_INT4)
+        } else {
+            LmHeadInt4 {
+                x,
+                w: w4,
+                logits,
+                rows,
+                k,
+                vocab: n,
+                group,
+            }
+            .launch(LM_HEAD_INT4)
+        };
+        launches.push((launch, logits, 4));
+    }
+    for (launch, out, elem) in &launches {
+        b.run(launch);
+        b.mixed(launch.kernel, *out, *elem);
+    }
+    b.agree(&[
+        "gemm::linear_mma_fp8",
+        "gemm::linear_mma_int4",
+        "gemm::lm_head_mma_fp8",
+        "gemm::lm_head_mma_int4",
+        "gemv::linear_fp8",
+        "gemv::linear_int4",
+        "gemv::lm_head_fp8",
+        "gemv::lm_head_int4",
+    ]);
 }
 
 #[test]

@@ -1,12 +1,18 @@
-//! The quantized gemv entries (`linear_fp8`, `linear_int4`, `lm_head_fp8`, `lm_head_int4`):
-//! the CUDA source, dequantising in registers, equals its twin (which dequantises with
-//! `numerics::dequant` and runs the bf16 arithmetic) byte for byte, at every row tile, at k
-//! and n off the blocks and groups, and a kernel reading the wrong scale is caught.
+//! The quantized gemv entries (`linear_fp8`, `linear_int4`, `lm_head_fp8`, `lm_head_int4`)
+//! and their tensor-core counterparts (`gemm::linear_mma_fp8`, ...): the CUDA source,
+//! dequantising in registers (gemv) or as a tile is staged (gemm), equals its twin (which
+//! dequantises with `numerics::dequant` and runs the bf16 arithmetic) byte for byte, at every
+//! row tile, at k and n off the blocks, groups and tiles, and a kernel reading the wrong scale
+//! is caught.
 
 use half::bf16;
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
+use solder_model_layers::kernels::gemm::{
+    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8, LINEAR_MMA_INT4,
+    LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
+};
 use solder_model_layers::kernels::gemv::{
     LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8,
     LM_HEAD_INT4,
@@ -31,6 +37,13 @@ fn matrix(n: usize, k: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Which kernels a test launches: gemv's quantized entries or the tensor cores'.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Family {
+    Gemv,
+    Mma,
+}
+
 /// The launch of the quantized linear (`logits` false) or LM head entry of `format`.
 fn launch(
     format: WeightFormat,
@@ -38,6 +51,26 @@ fn launch(
     (rows, k, n): (u32, u32, u32),
     logits: bool,
 ) -> Launch {
+    launch_of(
+        Family::Gemv,
+        format,
+        (x, w, bias, out),
+        (rows, k, n),
+        logits,
+    )
+}
+
+/// `launch` of `family`'s entry.
+fn launch_of(
+    family: Family,
+    format: WeightFormat,
+    (x, w, bias, out): (Buf, Buf, Option<Buf>, Buf),
+    (rows, k, n): (u32, u32, u32),
+    logits: bool,
+) -> Launch {
+    if family == Family::Mma {
+        return mma_launch(format, (x, w, bias, out), (rows, k, n), logits);
+    }
     match (format, logits) {
         (WeightFormat::Fp8 { block_n, block_k }, false) => LinearFp8 {
             x,
@@ -87,8 +120,76 @@ fn launch(
     }
 }
 
+/// The tensor-core entry of `format` (`launch`'s arguments).
+fn mma_launch(
+    format: WeightFormat,
+    (x, w, bias, out): (Buf, Buf, Option<Buf>, Buf),
+    (rows, k, n): (u32, u32, u32),
+    logits: bool,
+) -> Launch {
+    match (format, logits) {
+        (WeightFormat::Fp8 { block_n, block_k }, false) => LinearMmaFp8 {
+            x,
+            w,
+            bias,
+            y: out,
+            rows,
+            k,
+            n_out: n,
+            block_n,
+            block_k,
+        }
+        .launch(LINEAR_MMA_FP8),
+        (WeightFormat::Int4 { group }, false) => LinearMmaInt4 {
+            x,
+            w,
+            bias,
+            y: out,
+            rows,
+            k,
+            n_out: n,
+            group,
+        }
+        .launch(LINEAR_MMA_INT4),
+        (WeightFormat::Fp8 { block_n, block_k }, true) => LmHeadMmaFp8 {
+            x,
+            w,
+            logits: out,
+            rows,
+            k,
+            vocab: n,
+            block_n,
+            block_k,
+        }
+        .launch(LM_HEAD_MMA_FP8),
+        (WeightFormat::Int4 { group }, true) => LmHeadMmaInt4 {
+            x,
+            w,
+            logits: out,
+            rows,
+            k,
+            vocab: n,
+            group,
+        }
+        .launch(LM_HEAD_MMA_INT4),
+        (WeightFormat::Bf16, _) => unreachable!("a quantized format"),
+    }
+}
+
 /// Uploads a quantized `n × k` matrix and `rows` inputs, and launches the entry.
 fn quantized_launch(
+    backend: &mut CpuBackend,
+    format: WeightFormat,
+    (rows, k, n): (u32, u32, u32),
+    logits: bool,
+    seed: u64,
+) -> Launch {
+    quantized_launch_of(Family::Gemv, backend, format, (rows, k, n), logits, seed)
+}
+
+/// `quantized_launch` of `family`'s entry.
+fn quantized_launch_of(
+    family: Family,
     backend: &mut CpuBackend,
     format: WeightFormat,
     (rows, k, n): (u32, u32, u32),
@@ -106,7 +207,7 @@ fn quantized_launch(
     let bias = (!logits).then(|| upload(backend, &values(n, seed ^ 0xaaaa)));
     let bytes = (rows * n) as usize * if logits { 4 } else { 2 };
     let out = Buf::new(backend.alloc(bytes).unwrap(), bytes);
-    launch(format, (x, w, bias, out), (rows, k, n), logits)
+    launch_of(family, format, (x, w, bias, out), (rows, k, n), logits)
 }
 
 #[test]
@@ -170,6 +271,59 @@ fn quantized_gemv_entries_equal_their_twins_at_every_row_tile() {
     assert_eq!(seen, launches);
 }
 
+/// The tensor-core entries: k = 300 (a partial k tile of 64, partial 8-chunks, blocks and
+/// groups off the tile), n = 37 (a partial 32-feature tile), rows 1, 5 and 70 (a partial and
+/// a second 64-row tile).
+#[test]
+fn quantized_mma_entries_equal_their_twins_across_tiles() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let formats = [
+        WeightFormat::Fp8 {
+            block_n: 128,
+            block_k: 128,
+        },
+        WeightFormat::Fp8 {
+            block_n: 3,
+            block_k: 40,
+        },
+        WeightFormat::Int4 { group: 128 },
+        WeightFormat::Int4 { group: 25 },
+    ];
+    let (k, n) = (300u32, 37u32);
+    let mut launches = 0u64;
+    for format in formats {
+        for rows in [1u32, 5, 70] {
+            for logits in [false, true] {
+                let seed = 0x7f4a_7c15 ^ (rows as u64) << 20;
+                let l = quantized_launch_of(
+                    Family::Mma,
+                    &mut backend,
+                    format,
+                    (rows, k, n),
+                    logits,
+                    seed,
+                );
+                run(&mut backend, &l);
+                launches += 1;
+            }
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let mut seen = 0u64;
+    for entry in [
+        LINEAR_MMA_FP8.as_str(),
+        LINEAR_MMA_INT4.as_str(),
+        LM_HEAD_MMA_FP8.as_str(),
+        LM_HEAD_MMA_INT4.as_str(),
+    ] {
+        let parity = &report[entry];
+        assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
+        seen += parity.launches;
+    }
+    assert_eq!(seen, launches);
+}
+
 #[test]
 fn e4m3_codes_decode_as_the_twin_does_for_every_code() {
     // One row holding every finite e4m3 code (subnormals, ±0, both signs) with scale 1: the
@@ -207,39 +361,40 @@ fn e4m3_codes_decode_as_the_twin_does_for_every_code() {
 }
 
 #[test]
-fn a_quantized_gemv_reading_the_next_scale_differs_from_the_twin() {
+fn a_quantized_kernel_reading_the_next_scale_differs_from_the_twin() {
     // Each weight takes the scale of the element after it: wrong only at a block's (group's)
-    // last element, which the emulation check must catch.
-    let dir = build_mutant(
-        "gemv",
-        &[
-            (
-                "scales[(i0 + e) / block_k]",
-                "scales[(i0 + e + 1u) / block_k]",
-            ),
-            ("scales[i / group]", "scales[(i + 1u) / group]"),
-        ],
-    );
-    for format in [
-        WeightFormat::Fp8 {
-            block_n: 2,
-            block_k: 64,
-        },
-        WeightFormat::Int4 { group: 32 },
-    ] {
-        let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-        let l = quantized_launch(&mut backend, format, (2, 256, 16), false, 77);
-        let (mutant, original) = shadow(&dir, "gemv", &mut backend, &l);
-        assert_eq!(
-            (mutant.launches, mutant.identical),
-            (1, 0),
-            "{format}: {mutant:?}"
-        );
-        assert_eq!(
-            (original.launches, original.identical),
-            (1, 1),
-            "{format}: {original:?}"
-        );
+    // last element, which the emulation check must catch, in gemv's entries and in the tensor
+    // cores' (both dequantise through common.cuh's rows).
+    let edits = [
+        (
+            "scales[(i0 + e) / block_k]",
+            "scales[(i0 + e + 1u) / block_k]",
+        ),
+        ("scales[i / group]", "scales[(i + 1u) / group]"),
+    ];
+    for (family, module) in [(Family::Gemv, "gemv"), (Family::Mma, "gemm")] {
+        let dir = build_mutant(module, &edits);
+        for format in [
+            WeightFormat::Fp8 {
+                block_n: 2,
+                block_k: 64,
+            },
+            WeightFormat::Int4 { group: 32 },
+        ] {
+            let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+            let l = quantized_launch_of(family, &mut backend, format, (2, 256, 16), false, 77);
+            let (mutant, original) = shadow(&dir, module, &mut backend, &l);
+            assert_eq!(
+                (mutant.launches, mutant.identical),
+                (1, 0),
+                "{module} {format}: {mutant:?}"
+            );
+            assert_eq!(
+                (original.launches, original.identical),
+                (1, 1),
+                "{module} {format}: {original:?}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

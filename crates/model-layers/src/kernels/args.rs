@@ -254,3 +254,20 @@ pub(crate) fn scatter<T: Copy>(
         }
     }
 }
+
+/// The `n × k` matrix in blob `w` (stored as `format`), dequantised to bf16 with
+/// `numerics::dequant` (the one definition of a quantized weight's value): the twins of the
+/// entries that read a quantized weight run their bf16 arithmetic on it.
+pub(crate) fn dequantised(
+    ctx: &TwinCtx<'_>,
+    w: In<'_, u8>,
+    format: solder_circuit::WeightFormat,
+    n: usize,
+    k: usize,
+) -> Result<Vec<half::bf16>, GpuError> {
+    let layout = format.check(n, k).map_err(|e| w.at.bad(e))?;
+    let blob = w.len(layout.bytes)?;
+    let mut matrix = vec![half::bf16::ZERO; size(ctx, &[n, k])?];
+    crate::numerics::dequant::dequant_matrix(format, blob, (n, k), &mut matrix, ctx.threads());
+    Ok(matrix)
+}

@@ -270,6 +270,13 @@ impl<'a> View<'a> {
             .ok_or_else(|| self.err(format!("op `{}` has no weight {index}", op.name)))
     }
 
+    /// The format of `op`'s weight `index` (bf16 when it has none): which format entry of a
+    /// kernel an emitter launches.
+    pub fn weight_format(&self, op: &Op, index: usize) -> solder_circuit::WeightFormat {
+        self.weight_slot(op, index)
+            .map_or(solder_circuit::WeightFormat::Bf16, |s| s.format)
+    }
+
     pub fn weight_opt(&self, op: &Op, index: usize) -> Option<Buf> {
         op.weights.get(index).map(|w| self.bind.weight(*w))
     }

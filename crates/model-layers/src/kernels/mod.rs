@@ -135,7 +135,11 @@ pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'s
     let moe = moe::FORMAT_ENTRIES
         .iter()
         .map(|&(kernel, format, entry)| (entry, kernel, format));
-    gemv::FORMAT_ENTRIES.iter().copied().chain(moe)
+    gemv::FORMAT_ENTRIES
+        .iter()
+        .chain(gemm::FORMAT_ENTRIES)
+        .copied()
+        .chain(moe)
 }
 
 /// The kernel a format entry stands for, if `entry` is one (`gemv::linear_fp8` →

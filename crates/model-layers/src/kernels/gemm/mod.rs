@@ -71,15 +71,24 @@ kernel! {
 
 mod experts;
 mod fused;
+mod quant;
 pub use experts::{
     down_scratch_bytes, ExpertsDownMma, ExpertsDownMmaArgs, ExpertsGateUpSiluMma,
     ExpertsGateUpSiluMmaArgs, EXPERTS_DOWN_MMA, EXPERTS_GATE_UP_SILU_MMA,
 };
 pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
+pub use quant::{
+    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
+    LINEAR_MMA_INT4, LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
+};
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LinearMma::DECLS,
     LmHeadMma::DECLS,
+    LinearMmaFp8::DECLS,
+    LinearMmaInt4::DECLS,
+    LmHeadMmaFp8::DECLS,
+    LmHeadMmaInt4::DECLS,
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
     ExpertsGateUpSiluMma::DECLS,
@@ -226,9 +235,9 @@ fn lm_head_mma(a: LmHeadMmaArgs<'_>) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Refuses a quantized weight: these kernels read bf16 only (their rules list no other format,
-/// so the fuser never gives them one; this keeps a hand-built plan from a bf16 read of
-/// quantized bytes).
+/// Refuses a quantized weight: the fused and experts kernels read bf16 only (their rules list
+/// no other format, so the fuser never gives them one; this keeps a hand-built plan from a bf16
+/// read of quantized bytes).
 pub(super) fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecError> {
     match v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
         Some(slot) => Err(v.err(format!(
@@ -239,23 +248,56 @@ pub(super) fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecErr
     }
 }
 
+/// `linear_mma`, or its entry for the weight's format (`linear_mma_fp8`, `linear_mma_int4`).
 fn emit_linear_mma(v: &View<'_>) -> R {
-    bf16_only(v, LINEAR_MMA.as_str())?;
     let l = v.op(OpKind::Linear, None)?;
-    Ok(vec![LinearMma {
-        x: v.input(l, 0)?,
-        w: v.weight(l, 0)?,
-        bias: v.weight_opt(l, 1),
-        y: v.output(l, 0)?,
-        rows: v.rows(),
-        k: v.u32(l, "in")?,
-        n_out: v.u32(l, "out")?,
-    }
-    .launch(LINEAR_MMA)])
+    let (x, w, bias, y) = (
+        v.input(l, 0)?,
+        v.weight(l, 0)?,
+        v.weight_opt(l, 1),
+        v.output(l, 0)?,
+    );
+    let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
+    let launch = match v.weight_format(l, 0) {
+        WeightFormat::Bf16 => LinearMma {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+        }
+        .launch(LINEAR_MMA),
+        WeightFormat::Fp8 { block_n, block_k } => LinearMmaFp8 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            block_n,
+            block_k,
+        }
+        .launch(LINEAR_MMA_FP8),
+        WeightFormat::Int4 { group } => LinearMmaInt4 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            group,
+        }
+        .launch(LINEAR_MMA_INT4),
+    };
+    Ok(vec![launch])
 }
 
+/// `lm_head_mma`, or its entry for the weight's format.
 fn emit_lm_head_mma(v: &View<'_>) -> R {
-    bf16_only(v, LM_HEAD_MMA.as_str())?;
     // The LM head and an MoE router are the same f32-output projection.
     let (h, vocab) = match v.op(OpKind::LmHead, None) {
         Ok(h) => (h, v.u32(h, "vocab")?),
@@ -264,13 +306,39 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             (r, v.u32(r, "experts")?)
         }
     };
-    Ok(vec![LmHeadMma {
-        x: v.input(h, 0)?,
-        w: v.weight(h, 0)?,
-        logits: v.output(h, 0)?,
-        rows: v.rows(),
-        k: v.u32(h, "hidden")?,
-        vocab,
-    }
-    .launch(LM_HEAD_MMA)])
+    let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
+    let (rows, k) = (v.rows(), v.u32(h, "hidden")?);
+    let launch = match v.weight_format(h, 0) {
+        WeightFormat::Bf16 => LmHeadMma {
+            x,
+            w,
+            logits,
+            rows,
+            k,
+            vocab,
+        }
+        .launch(LM_HEAD_MMA),
+        WeightFormat::Fp8 { block_n, block_k } => LmHeadMmaFp8 {
+            x,
+            w,
+            logits,
+            rows,
+            k,
+            vocab,
+            block_n,
+            block_k,
+        }
+        .launch(LM_HEAD_MMA_FP8),
+        WeightFormat::Int4 { group } => LmHeadMmaInt4 {
+            x,
+            w,
+            logits,
+            rows,
+            k,
+            vocab,
+            group,
+        }
+        .launch(LM_HEAD_MMA_INT4),
+    };
+    Ok(vec![launch])
 }

@@ -76,14 +76,8 @@ fn no_entry(v: &View<'_>, entry: &str, slot: &WeightSlot) -> ExecError {
         slot.name,
         slot.format,
         slot.format.kind(),
-        formats(kernel).join(", ")
+        crate::kernels::formats_read(kernel).join(", ")
     ))
-}
-
-/// The format of weight `index` of `op` (bf16 when it has no slot).
-fn format_of(v: &View<'_>, op: &Op, index: usize) -> WeightFormat {
-    v.weight_slot(op, index)
-        .map_or(WeightFormat::Bf16, |s| s.format)
 }
 
 /// `linear`, or its entry for the weight's format (`linear_fp8`, `linear_int4`).
@@ -96,7 +90,7 @@ pub(super) fn emit_linear(v: &View<'_>) -> R {
         v.output(l, 0)?,
     );
     let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
-    let launch = match format_of(v, l, 0) {
+    let launch = match v.weight_format(l, 0) {
         WeightFormat::Bf16 => {
             let scratch = None;
             launch(
@@ -151,7 +145,7 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
     };
     let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
     let (rows, k) = (v.rows(), v.u32(h, "hidden")?);
-    let launch = match format_of(v, h, 0) {
+    let launch = match v.weight_format(h, 0) {
         WeightFormat::Bf16 => {
             let scratch = None;
             launch(

@@ -55,8 +55,8 @@ use emit::*;
 use shape::{gemv_config, qkv_features, qkv_heads_config, Dims};
 
 pub use quant::{
-    formats, LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, FORMAT_ENTRIES, KERNEL_FORMATS,
-    LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8, LM_HEAD_INT4,
+    LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, FORMAT_ENTRIES, LINEAR_FP8, LINEAR_INT4,
+    LM_HEAD_FP8, LM_HEAD_INT4,
 };
 pub use reset::{counters_reset_launch, CountersReset, ScratchRegions, COUNTERS_RESET};
 pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};

@@ -20,9 +20,8 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 use super::emit::{emit_linear, emit_lm_head};
 use super::shape::gemv_config;
 use super::twin::{logits, project, Proj};
-use crate::kernels::args::{size, In};
+use crate::kernels::args::{dequantised, size, In};
 use crate::kernels::decl::kernel;
-use crate::numerics::dequant::dequant_matrix;
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
@@ -97,36 +96,6 @@ pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
     (LM_HEAD_FP8.as_str(), super::LM_HEAD.as_str(), "fp8"),
     (LM_HEAD_INT4.as_str(), super::LM_HEAD.as_str(), "int4"),
 ];
-
-/// The weight formats each gemv kernel reads (`WeightFormat::kind` names; FUSIONS.toml's
-/// `formats` of its rules must not list more). A kernel not listed reads bf16 only.
-pub const KERNEL_FORMATS: &[(&str, &[&str])] = &[
-    (super::LINEAR.as_str(), &["bf16", "fp8", "int4"]),
-    (super::LM_HEAD.as_str(), &["bf16", "fp8", "int4"]),
-];
-
-/// The formats `kernel` reads: its `KERNEL_FORMATS` entry, else bf16 only.
-pub fn formats(kernel: &str) -> &'static [&'static str] {
-    KERNEL_FORMATS
-        .iter()
-        .find(|(k, _)| *k == kernel)
-        .map_or(&["bf16"], |(_, formats)| formats)
-}
-
-/// The `n × k` matrix in blob `w` (stored as `format`), dequantised to bf16 row by row.
-fn dequantised(
-    ctx: &TwinCtx<'_>,
-    w: In<'_, u8>,
-    format: WeightFormat,
-    n: usize,
-    k: usize,
-) -> Result<Vec<bf16>, GpuError> {
-    let layout = format.check(n, k).map_err(|e| w.at.bad(e))?;
-    let blob = w.len(layout.bytes)?;
-    let mut matrix = vec![bf16::ZERO; size(ctx, &[n, k])?];
-    dequant_matrix(format, blob, (n, k), &mut matrix, ctx.threads());
-    Ok(matrix)
-}
 
 fn linear_quant(
     ctx: &TwinCtx<'_>,

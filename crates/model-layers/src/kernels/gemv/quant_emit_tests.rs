@@ -207,6 +207,11 @@ fn linear_and_lm_head_launch_the_entry_of_their_weights_format() {
         (int4, "gemv::linear", 0, "gemv::linear_int4 1 64 16 64"),
         (fp8, "gemv::lm_head", 2, "gemv::lm_head_fp8 1 64 32 128 32"),
         (int4, "gemv::lm_head", 2, "gemv::lm_head_int4 1 64 32 64"),
+        // The tensor cores' kernels likewise.
+        (fp8, "gemm::linear_mma", 0, "gemm::linear_mma_fp8 1 64 16 128 32"),
+        (int4, "gemm::linear_mma", 0, "gemm::linear_mma_int4 1 64 16 64"),
+        (fp8, "gemm::lm_head_mma", 2, "gemm::lm_head_mma_fp8 1 64 32 128 32"),
+        (int4, "gemm::lm_head_mma", 2, "gemm::lm_head_mma_int4 1 64 32 64"),
     ];
     for (format, kernel, node, want) in cases {
         assert_eq!(
@@ -217,6 +222,8 @@ fn linear_and_lm_head_launch_the_entry_of_their_weights_format() {
     // bf16 keeps the kernel's own (streaming) entry.
     let bf16 = emit(WeightFormat::Bf16, "gemv::linear", &[0]).unwrap();
     assert!(bf16[0].starts_with("gemv::linear_r1 "), "{bf16:?}");
+    let bf16 = emit(WeightFormat::Bf16, "gemm::linear_mma", &[0]).unwrap();
+    assert_eq!(bf16, vec!["gemm::linear_mma 1 64 16".to_string()]);
 }
 
 #[test]
@@ -234,6 +241,10 @@ fn a_kernel_without_an_entry_for_the_format_is_an_error_naming_kernel_tensor_and
     ] {
         assert!(err.contains(part), "`{part}` missing from: {err}");
     }
-    assert_eq!(super::formats("gemv::linear"), ["bf16", "fp8", "int4"]);
-    assert_eq!(super::formats("gemv::qkv"), ["bf16"]);
+    let formats = crate::kernels::formats_read;
+    assert_eq!(formats("gemv::linear"), ["bf16", "fp8", "int4"]);
+    assert_eq!(formats("gemm::linear_mma"), ["bf16", "fp8", "int4"]);
+    assert_eq!(formats("gemm::lm_head_mma"), ["bf16", "fp8", "int4"]);
+    assert_eq!(formats("gemv::qkv"), ["bf16"]);
+    assert_eq!(formats("gemm::qkv_mma"), ["bf16"]);
 }
