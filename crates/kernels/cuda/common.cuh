@@ -623,3 +623,134 @@ struct WInt4 {
                        blob + zeros_at + g0, group};
     }
 };
+
+// ---- stacked expert matrices (moe's quantized entries and gemm's experts) -----------------
+//
+// A stacked blob of `[experts][n][k]` holds matrix e at e · stride (each matrix's values,
+// scales and zero points as a quantized matrix lays them out, its bytes rounded up to 256),
+// passed as 32-bit words (the device's bytes, little endian).
+
+// e4m3 (fn: no infinities, S.1111.111 is NaN) → f32, exactly, in integer code.
+__device__ __forceinline__ float moe_e4m3_to_f32(unsigned q) {
+    const unsigned sign = (q & 0x80u) << 24;
+    const unsigned e = (q >> 3) & 0xfu;
+    const unsigned m = q & 7u;
+    if (e == 15u && m == 7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e != 0u) {
+        return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+    }
+    if (m == 0u) {
+        return __uint_as_float(sign);
+    }
+    // Subnormal m · 2^-9: the leading bit p of m gives 2^(p − 9) · (1 + rest / 2^p).
+    const unsigned p = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);
+    return __uint_as_float(sign | ((p + 118u) << 23) | ((m - (1u << p)) << (23u - p)));
+}
+
+__device__ __forceinline__ unsigned long long moe_align256(unsigned long long x) {
+    return (x + 255ull) & ~255ull;
+}
+
+// One fp8 expert matrix [n, k] of a stacked blob: byte q of (f, i) at values[f·k + i].
+struct MoeFp8Matrix {
+    const unsigned char* values;
+    const float* scales;
+    unsigned k;
+    unsigned block_n;
+    unsigned block_k;
+    unsigned kblocks; // ⌈k / block_k⌉
+
+    // The byte stride between experts of an [n, k] matrix stack.
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned block_n,
+                                                unsigned block_k) {
+        const unsigned long long values = (unsigned long long)n * k;
+        const unsigned long long scales = (unsigned long long)((n + block_n - 1u) / block_n) *
+                                          ((k + block_k - 1u) / block_k);
+        return moe_align256(moe_align256(values) + scales * 4ull);
+    }
+
+    __device__ __forceinline__ MoeFp8Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+                            unsigned block_n_, unsigned block_k_)
+        : k(k_), block_n(block_n_), block_k(block_k_), kblocks((k_ + block_k_ - 1u) / block_k_) {
+        const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
+                                    (unsigned long long)e * stride(n, k_, block_n_, block_k_);
+        values = base;
+        scales = reinterpret_cast<const float*>(base + moe_align256((unsigned long long)n * k_));
+    }
+
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
+        const float q = moe_e4m3_to_f32(values[(unsigned long long)f * k + i]);
+        const float s = scales[(unsigned long long)(f / block_n) * kblocks + i / block_k];
+        return bf16_bits(to_bf16(__fmul_rn(q, s)));
+    }
+
+    // Weights i0 + j and i0 + j + 1 of row f as one word of two bf16 (past `valid`: +0).
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
+    // Row f's dequantised weights i0 .. i0 + 8 as load8_bits packs bf16 (past `valid`: +0).
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
+    }
+};
+
+// One int4 expert matrix [n, k] of a stacked blob.
+struct MoeInt4Matrix {
+    const unsigned char* values;
+    const float* scales;
+    const unsigned char* zeros;
+    unsigned k;
+    unsigned group;
+    unsigned groups; // ⌈k / group⌉ per row
+
+    __device__ __forceinline__ static unsigned long long scales_at(unsigned n, unsigned k) {
+        return moe_align256((unsigned long long)n * (k / 2u));
+    }
+
+    __device__ __forceinline__ static unsigned long long zeros_at(unsigned n, unsigned k, unsigned group) {
+        const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
+        return moe_align256(scales_at(n, k) + count * 4ull);
+    }
+
+    __device__ __forceinline__ static unsigned long long stride(unsigned n, unsigned k, unsigned group) {
+        const unsigned long long count = (unsigned long long)n * ((k + group - 1u) / group);
+        return moe_align256(zeros_at(n, k, group) + count);
+    }
+
+    __device__ __forceinline__ MoeInt4Matrix(const unsigned* blob, unsigned e, unsigned n, unsigned k_,
+                             unsigned group_)
+        : k(k_), group(group_), groups((k_ + group_ - 1u) / group_) {
+        const unsigned char* base = reinterpret_cast<const unsigned char*>(blob) +
+                                    (unsigned long long)e * stride(n, k_, group_);
+        values = base;
+        scales = reinterpret_cast<const float*>(base + scales_at(n, k_));
+        zeros = base + zeros_at(n, k_, group_);
+    }
+
+    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
+        const unsigned byte = values[(unsigned long long)f * (k / 2u) + i / 2u];
+        const int q = (int)((i & 1u) != 0u ? byte >> 4 : byte & 0xfu);
+        const unsigned long long g = (unsigned long long)f * groups + i / group;
+        const int z = (int)zeros[g];
+        return bf16_bits(to_bf16(__fmul_rn((float)(q - z), scales[g])));
+    }
+
+    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
+                                             unsigned j) const {
+        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
+        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
+        return lo | (hi << 16);
+    }
+
+    __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
+                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
+    }
+};

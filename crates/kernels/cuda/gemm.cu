@@ -105,6 +105,45 @@ struct GemmQuant {
     }
 };
 
+// One expert's quantized matrix of a stacked blob (common.cuh's MoeFp8Matrix, MoeInt4Matrix),
+// dequantised chunk by chunk as GemmQuant does.
+template <class M>
+struct GemmExpert {
+    M m;
+    __device__ __forceinline__ bool aligned() const { return true; }
+    __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool) const {
+        return m.load8(row, i0, k - i0);
+    }
+};
+
+// An int4 expert's chunk with its row's addresses worked out once (the generic
+// MoeInt4Matrix::load8 recomputes them per weight, which made ptxas spill in
+// experts_down_mma_int4): each weight is weight_bits's dequant_int4_bits of the same nibble,
+// zero point and scale.
+template <>
+struct GemmExpert<MoeInt4Matrix> {
+    MoeInt4Matrix m;
+    __device__ __forceinline__ bool aligned() const { return true; }
+    __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool) const {
+        const unsigned valid = k - i0;
+        const unsigned char* q = m.values + (unsigned long long)row * (k / 2u);
+        const unsigned long long g0 = (unsigned long long)row * m.groups;
+        unsigned b[8];
+#pragma unroll
+        for (unsigned e = 0; e < 8u; ++e) {
+            const unsigned i = i0 + e;
+            b[e] = 0u;
+            if (e < valid) {
+                const unsigned byte = q[i / 2u];
+                const unsigned nibble = (i & 1u) != 0u ? byte >> 4 : byte & 0xfu;
+                const unsigned long long g = g0 + i / m.group;
+                b[e] = dequant_int4_bits(nibble, m.zeros[g], m.scales[g]);
+            }
+        }
+        return pack8_bits(b);
+    }
+};
+
 // This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
 // rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0 past k and for
 // GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (GEMM_BK/8), k
@@ -379,7 +418,7 @@ __device__ __forceinline__ void experts_gather(const int* __restrict__ ids, unsi
     __shared__ unsigned count;
     if (threadIdx.x == 0) count = 0u;
     __syncthreads();
-    for (unsigned base = 0; base < total; base += GEMM_BM) {
+    for (unsigned base = 0;; base += GEMM_BM) {
         const unsigned s = base + threadIdx.x;
         if (threadIdx.x < GEMM_BM && s < total) {
             const int id = ids[s];
@@ -391,16 +430,48 @@ __device__ __forceinline__ void experts_gather(const int* __restrict__ ids, unsi
         }
         __syncthreads();
         const unsigned waiting = count;
-        if (waiting >= GEMM_BM || (base + GEMM_BM >= total && waiting > 0u)) {
+        // Past the last window of ids up to 127 picks may wait: a full tile now, the rest on
+        // the next pass, which gathers nothing.
+        const bool drained = base + GEMM_BM >= total;
+        if (waiting >= GEMM_BM || (drained && waiting > 0u)) {
             const unsigned take = waiting < GEMM_BM ? waiting : GEMM_BM;
             tile(picks, take);
             __syncthreads();
+            // take is 64 whenever picks stay (waiting − take < 64): the moves read 64.. and
+            // write 0..63, apart.
             if (threadIdx.x < waiting - take) picks[threadIdx.x] = picks[take + threadIdx.x];
             __syncthreads();
             if (threadIdx.x == 0) count = waiting - take;
         }
         __syncthreads();
+        if (drained && count == 0u) {
+            break;
+        }
     }
+}
+
+// Expert blockIdx.y's gate and up tiles (GemmBf16 or GemmExpert) against its picks:
+// experts_gate_up_silu_mma's body for any weight source.
+template <class W>
+__device__ __forceinline__ void experts_gate_up(const bf16* __restrict__ x,
+                                                const int* __restrict__ ids, W gate, W up,
+                                                bf16* __restrict__ act, unsigned rows,
+                                                unsigned hidden, unsigned inter, unsigned experts,
+                                                unsigned k) {
+    const unsigned e = blockIdx.y;
+    const unsigned n0 = blockIdx.x * GEMM_BN;
+    experts_gather(
+        ids, rows * k, e, experts,
+        [&](const unsigned* picks, unsigned take) {
+            const W ws[2] = {gate, up};
+            gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
+                         StoreSiluMul{act, inter});
+        },
+        [&](unsigned s) {
+            for (unsigned f = n0; f < n0 + GEMM_BN && f < inter; ++f) {
+                act[(unsigned long long)s * inter + f] = to_bf16(0.0f);
+            }
+        });
 }
 
 // The routed experts' gate and up projections on the tensor cores, grouped by expert: for each
@@ -416,23 +487,49 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                              unsigned inter, unsigned experts, unsigned k) {
     pdl_wait();
     pdl_launch_dependents();
-    const unsigned e = blockIdx.y;
-    const unsigned n0 = blockIdx.x * GEMM_BN;
     const unsigned long long matrix = (unsigned long long)inter * hidden;
-    const bf16* const gate = wg + e * matrix;
-    const bf16* const up = wu + e * matrix;
-    experts_gather(
-        ids, rows * k, e, experts,
-        [&](const unsigned* picks, unsigned take) {
-            const GemmBf16 ws[2] = {{gate}, {up}};
-            gemm_tile<2>(x, ws, PickRows{picks, take, k}, hidden, inter, n0,
-                         StoreSiluMul{act, inter});
-        },
-        [&](unsigned s) {
-            for (unsigned f = n0; f < n0 + GEMM_BN && f < inter; ++f) {
-                act[(unsigned long long)s * inter + f] = to_bf16(0.0f);
-            }
-        });
+    experts_gate_up(x, ids, GemmBf16{wg + blockIdx.y * matrix}, GemmBf16{wu + blockIdx.y * matrix},
+                    act, rows, hidden, inter, experts, k);
+}
+
+// experts_gate_up_silu_mma on quantized experts: wg, wu the stacked blobs (words) of
+// [experts][inter][hidden] in fp8 (blocks block_n × block_k) or int4 (groups of `group`, hidden
+// even), each weight chunk dequantised as its tile is staged (GemmExpert), so each pick's bytes
+// are experts_gate_up_silu_mma's on the dequantised experts. A zero block or group, or an odd
+// hidden for int4 (the CPU twin refuses them), writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_gate_up_silu_mma_fp8(const bf16* __restrict__ x, const int* __restrict__ ids,
+                                 const unsigned* __restrict__ wg, const unsigned* __restrict__ wu,
+                                 bf16* __restrict__ act, unsigned rows, unsigned hidden,
+                                 unsigned inter, unsigned experts, unsigned k, unsigned block_n,
+                                 unsigned block_k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (block_n == 0u || block_k == 0u) {
+        return;
+    }
+    const unsigned e = blockIdx.y;
+    experts_gate_up(x, ids,
+                    GemmExpert<MoeFp8Matrix>{MoeFp8Matrix(wg, e, inter, hidden, block_n, block_k)},
+                    GemmExpert<MoeFp8Matrix>{MoeFp8Matrix(wu, e, inter, hidden, block_n, block_k)},
+                    act, rows, hidden, inter, experts, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_gate_up_silu_mma_int4(const bf16* __restrict__ x, const int* __restrict__ ids,
+                                  const unsigned* __restrict__ wg,
+                                  const unsigned* __restrict__ wu, bf16* __restrict__ act,
+                                  unsigned rows, unsigned hidden, unsigned inter,
+                                  unsigned experts, unsigned k, unsigned group) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (group == 0u || (hidden & 1u) != 0u) {
+        return;
+    }
+    const unsigned e = blockIdx.y;
+    experts_gate_up(x, ids, GemmExpert<MoeInt4Matrix>{MoeInt4Matrix(wg, e, inter, hidden, group)},
+                    GemmExpert<MoeInt4Matrix>{MoeInt4Matrix(wu, e, inter, hidden, group)}, act,
+                    rows, hidden, inter, experts, k);
 }
 
 struct StoreDots {
@@ -442,6 +539,25 @@ struct StoreDots {
         dots[(unsigned long long)r * n + f] = v[0];
     }
 };
+
+// Expert blockIdx.y's down tile (GemmBf16 or GemmExpert) against its picks:
+// experts_down_mma's body for any weight source.
+template <class W>
+__device__ __forceinline__ void experts_down(const bf16* __restrict__ act,
+                                             const int* __restrict__ ids, W down,
+                                             float* __restrict__ dots, unsigned rows,
+                                             unsigned hidden, unsigned inter, unsigned experts,
+                                             unsigned k) {
+    const unsigned n0 = blockIdx.x * GEMM_BN;
+    experts_gather(
+        ids, rows * k, blockIdx.y, experts,
+        [&](const unsigned* picks, unsigned take) {
+            const W ws[1] = {down};
+            gemm_tile<1>(act, ws, PickSelf{picks, take}, inter, hidden, n0,
+                         StoreDots{dots, hidden});
+        },
+        [](unsigned) {});
+}
 
 // The routed experts' down projections on the tensor cores, grouped by expert: for each pick s
 // (= r·k + j) of expert e = ids[s], dots f32[s·hidden + f] = act_s · wd[e][f] (act
@@ -455,15 +571,39 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                      unsigned hidden, unsigned inter, unsigned experts, unsigned k) {
     pdl_wait();
     pdl_launch_dependents();
-    const unsigned e = blockIdx.y;
-    const unsigned n0 = blockIdx.x * GEMM_BN;
-    const bf16* const down = wd + e * ((unsigned long long)hidden * inter);
-    experts_gather(
-        ids, rows * k, e, experts,
-        [&](const unsigned* picks, unsigned take) {
-            const GemmBf16 ws[1] = {{down}};
-            gemm_tile<1>(act, ws, PickSelf{picks, take}, inter, hidden, n0,
-                         StoreDots{dots, hidden});
-        },
-        [](unsigned) {});
+    experts_down(act, ids, GemmBf16{wd + blockIdx.y * ((unsigned long long)hidden * inter)}, dots,
+                 rows, hidden, inter, experts, k);
+}
+
+// experts_down_mma on quantized experts: wd the stacked blob (words) of [experts][hidden][inter]
+// in fp8 or int4 (inter even), dequantised as experts_gate_up_silu_mma_fp8's are. A zero block
+// or group, or an odd inter for int4, writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_down_mma_fp8(const bf16* __restrict__ act, const int* __restrict__ ids,
+                         const unsigned* __restrict__ wd, float* __restrict__ dots, unsigned rows,
+                         unsigned hidden, unsigned inter, unsigned experts, unsigned k,
+                         unsigned block_n, unsigned block_k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (block_n == 0u || block_k == 0u) {
+        return;
+    }
+    experts_down(act, ids,
+                 GemmExpert<MoeFp8Matrix>{MoeFp8Matrix(wd, blockIdx.y, hidden, inter, block_n,
+                                                       block_k)},
+                 dots, rows, hidden, inter, experts, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    experts_down_mma_int4(const bf16* __restrict__ act, const int* __restrict__ ids,
+                          const unsigned* __restrict__ wd, float* __restrict__ dots,
+                          unsigned rows, unsigned hidden, unsigned inter, unsigned experts,
+                          unsigned k, unsigned group) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (group == 0u || (inter & 1u) != 0u) {
+        return;
+    }
+    experts_down(act, ids, GemmExpert<MoeInt4Matrix>{MoeInt4Matrix(wd, blockIdx.y, hidden, inter, group)},
+                 dots, rows, hidden, inter, experts, k);
 }

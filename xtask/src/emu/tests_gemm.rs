@@ -269,6 +269,9 @@ fn the_experts_down_kernels_equal_their_twins_with_picks_over_several_tiles() {
         ((130, 1, 2), (37, 40)),
         ((20, 2, 8), (70, 96)),
         ((33, 4, 6), (9, 100)),
+        // More than 64 picks of an expert still waiting at the last window of ids.
+        ((128, 2, 4), (37, 40)),
+        ((200, 3, 5), (37, 40)),
     ];
     for (i, ((rows, k, experts), (hidden, inter))) in cases.into_iter().enumerate() {
         let seed = 0x99 + i as u64;
@@ -332,6 +335,9 @@ fn the_experts_tensor_core_kernel_equals_its_twin_with_picks_over_several_tiles(
         ((130, 1, 2), (40, 37)),
         ((20, 2, 8), (96, 70)),
         ((33, 4, 6), (100, 9)),
+        // More than 64 picks of an expert still waiting at the last window of ids.
+        ((128, 2, 4), (40, 37)),
+        ((200, 3, 5), (40, 37)),
     ];
     for (i, (picks, dims)) in cases.into_iter().enumerate() {
         let l = experts_launch(&mut backend, picks, dims, 0x77 + i as u64);

@@ -2,7 +2,9 @@
 //! under the host emulation: each CUDA kernel writes its twin's bytes (shadow mode) over fp8
 //! block, channel and odd-block scales and int4 groups, at several row counts and top-k
 //! routings, with k not a multiple of 128; and a kernel reading the wrong expert stride or the
-//! wrong group's scale differs from the twin (the check can fail). The twins equal the bf16
+//! wrong group's scale differs from the twin (the check can fail). The same for the tensor
+//! cores' quantized expert entries (`gemm::experts_gate_up_silu_mma_fp8`, ...), whose picks
+//! span several 64-pick tiles. The twins equal the bf16
 //! twins on the dequantised experts (crates/model-layers/tests/twins_moe_quant.rs), so these
 //! kernels give the bf16 kernels' bytes on the dequantised experts.
 
@@ -10,6 +12,11 @@ use half::bf16;
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::CpuBackend;
+use solder_model_layers::kernels::gemm::{
+    ExpertsDownMmaFp8, ExpertsDownMmaInt4, ExpertsGateUpSiluMmaFp8, ExpertsGateUpSiluMmaInt4,
+    EXPERTS_DOWN_MMA_FP8, EXPERTS_DOWN_MMA_INT4, EXPERTS_GATE_UP_SILU_MMA_FP8,
+    EXPERTS_GATE_UP_SILU_MMA_INT4,
+};
 use solder_model_layers::kernels::moe::{
     DownFp8, DownInt4, GateUpSiluFp8, GateUpSiluInt4, DOWN_FP8, DOWN_INT4, GATE_UP_SILU_FP8,
     GATE_UP_SILU_INT4,
@@ -17,20 +24,37 @@ use solder_model_layers::kernels::moe::{
 use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{emulated, run, upload};
-use super::tests_mutation::shadow;
+use super::tests_mutation::{build_mutant, shadow};
 
-/// Builds the emulation of the `moe` module with each `from` (which must occur exactly once)
-/// replaced by its `to`, into a fresh folder; returns the folder. (moe's unit carries its
+/// Builds the emulation of the `moe` module with each `from` (which must occur exactly once, in
+/// the unit or else in common.cuh) replaced by its `to`, into a fresh folder; returns the folder. (moe's unit carries its
 /// source inline, rewritten for its dynamic shared memory, so the edits apply to the unit.)
 fn build_moe_mutant(edits: &[(&str, &str)]) -> std::path::PathBuf {
     let root = crate::paths::workspace_root();
     let mut text = super::generate::unit(&root, "moe").unwrap().text;
+    // An edit not in the unit applies to common.cuh, copied beside the unit (its `#include
+    // "common.cuh"` finds the copy first).
+    let mut common =
+        std::fs::read_to_string(root.join(solder_kernels::CUDA_DIR).join("common.cuh")).unwrap();
+    let mut common_edited = false;
     for (from, to) in edits {
-        assert_eq!(text.matches(from).count(), 1, "moe: `{from}` is not unique");
-        text = text.replace(from, to);
+        if text.matches(from).count() == 1 {
+            text = text.replace(from, to);
+        } else {
+            assert_eq!(
+                (text.matches(from).count(), common.matches(from).count()),
+                (0, 1),
+                "moe: `{from}` is once in neither moe's unit nor common.cuh"
+            );
+            common = common.replace(from, to);
+            common_edited = true;
+        }
     }
     let dir = std::env::temp_dir().join(format!("solder-emu-mutant-moeq-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    if common_edited {
+        std::fs::write(dir.join("common.cuh"), common).unwrap();
+    }
     let cpp = dir.join("moe.cpp");
     std::fs::write(&cpp, text).unwrap();
     let output = std::process::Command::new(super::CXX)
@@ -235,6 +259,153 @@ fn launches(
     }
 }
 
+/// The tensor cores' gate_up and down entries of `format` at (rows, k): act and the picks'
+/// f32 dots.
+fn mma_launches(
+    backend: &mut CpuBackend,
+    seed: u64,
+    format: WeightFormat,
+    rows: usize,
+    k: usize,
+) -> [(Launch, Buf); 2] {
+    let mut rng = Rng(seed | 1);
+    let x = upload(backend, &bf16s(&mut rng, rows * HIDDEN));
+    let ids = upload(backend, &ids(&mut rng, rows, k));
+    let wg = upload(backend, &blob(&mut rng, format, INTER, HIDDEN));
+    let wu = upload(backend, &blob(&mut rng, format, INTER, HIDDEN));
+    let wd = upload(backend, &blob(&mut rng, format, HIDDEN, INTER));
+    let act_in = upload(backend, &bf16s(&mut rng, rows * k * INTER));
+    let act = zeros(backend, rows * k * INTER * 2);
+    let dots = zeros(backend, rows * k * HIDDEN * 4);
+    let (rows, hidden, inter, experts, k) = (
+        rows as u32,
+        HIDDEN as u32,
+        INTER as u32,
+        EXPERTS as u32,
+        k as u32,
+    );
+    let (gate_up, down) = match format {
+        WeightFormat::Fp8 { block_n, block_k } => (
+            ExpertsGateUpSiluMmaFp8 {
+                x,
+                ids,
+                wg,
+                wu,
+                act,
+                rows,
+                hidden,
+                inter,
+                experts,
+                k,
+                block_n,
+                block_k,
+            }
+            .launch(EXPERTS_GATE_UP_SILU_MMA_FP8),
+            ExpertsDownMmaFp8 {
+                act: act_in,
+                ids,
+                wd,
+                dots,
+                rows,
+                hidden,
+                inter,
+                experts,
+                k,
+                block_n,
+                block_k,
+            }
+            .launch(EXPERTS_DOWN_MMA_FP8),
+        ),
+        WeightFormat::Int4 { group } => (
+            ExpertsGateUpSiluMmaInt4 {
+                x,
+                ids,
+                wg,
+                wu,
+                act,
+                rows,
+                hidden,
+                inter,
+                experts,
+                k,
+                group,
+            }
+            .launch(EXPERTS_GATE_UP_SILU_MMA_INT4),
+            ExpertsDownMmaInt4 {
+                act: act_in,
+                ids,
+                wd,
+                dots,
+                rows,
+                hidden,
+                inter,
+                experts,
+                k,
+                group,
+            }
+            .launch(EXPERTS_DOWN_MMA_INT4),
+        ),
+        WeightFormat::Bf16 => unreachable!(),
+    };
+    [(gate_up, act), (down, dots)]
+}
+
+/// Rows 70 with 4 picks each over 4 experts: 70 picks an expert, two 64-pick tiles; 96 and 128
+/// rows of 2 random picks: more than 64 of an expert's picks still waiting at the last window
+/// of ids (the gather once dropped those past the first tile).
+#[test]
+fn quantized_expert_mma_entries_equal_their_twins_across_tiles() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let mut launched = 0;
+    for (fi, format) in formats().into_iter().enumerate() {
+        for (rows, k) in [(1, 1), (70, 4), (96, 2), (128, 2)] {
+            for (launch, _) in mma_launches(&mut backend, 90 + fi as u64, format, rows, k) {
+                run(&mut backend, &launch);
+                launched += 1;
+            }
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let mut seen = 0;
+    for name in [
+        EXPERTS_GATE_UP_SILU_MMA_FP8.as_str(),
+        EXPERTS_GATE_UP_SILU_MMA_INT4.as_str(),
+        EXPERTS_DOWN_MMA_FP8.as_str(),
+        EXPERTS_DOWN_MMA_INT4.as_str(),
+    ] {
+        let k = &report[name];
+        assert!(k.launches > 0, "{name}: never launched");
+        assert_eq!(k.identical, k.launches, "{name}: {k:?}");
+        seen += k.launches;
+    }
+    assert_eq!(seen, launched);
+}
+
+/// The tensor cores' entries read the expert stride through common.cuh's MoeFp8Matrix: read
+/// 256 bytes early, the emulation check catches it.
+#[test]
+fn a_wrong_expert_stride_in_the_tensor_core_entries_differs_from_the_twin() {
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "(unsigned long long)e * stride(n, k_, block_n_, block_k_);",
+            "(unsigned long long)e * (stride(n, k_, block_n_, block_k_) - 256ull);",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    for (launch, _) in mma_launches(&mut backend, 9, formats()[0], 3, 2) {
+        let (mutant, original) = shadow(&dir, "gemm", &mut backend, &launch);
+        assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+        assert_eq!(
+            (original.launches, original.identical),
+            (1, 1),
+            "{original:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn quantized_expert_entries_equal_their_twins_byte_for_byte() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -423,6 +594,91 @@ fn quantized_experts_carry_nan_and_inf_as_their_twins() {
                 bytes.len() / 2
             );
         }
+        // The tensor cores' entries on the same experts: act, and the picks' f32 dots (the
+        // +inf scale makes expert 1's dots ±inf or NaN).
+        let act = zeros(&mut backend, rows * k * INTER * 2);
+        let dots = zeros(&mut backend, rows * k * HIDDEN * 4);
+        let mma = match format {
+            WeightFormat::Fp8 { block_n, block_k } => [
+                ExpertsGateUpSiluMmaFp8 {
+                    x,
+                    ids,
+                    wg,
+                    wu,
+                    act,
+                    rows: r,
+                    hidden: h,
+                    inter: i,
+                    experts: e,
+                    k: kk,
+                    block_n,
+                    block_k,
+                }
+                .launch(EXPERTS_GATE_UP_SILU_MMA_FP8),
+                ExpertsDownMmaFp8 {
+                    act: act_in,
+                    ids,
+                    wd,
+                    dots,
+                    rows: r,
+                    hidden: h,
+                    inter: i,
+                    experts: e,
+                    k: kk,
+                    block_n,
+                    block_k,
+                }
+                .launch(EXPERTS_DOWN_MMA_FP8),
+            ],
+            WeightFormat::Int4 { group } => [
+                ExpertsGateUpSiluMmaInt4 {
+                    x,
+                    ids,
+                    wg,
+                    wu,
+                    act,
+                    rows: r,
+                    hidden: h,
+                    inter: i,
+                    experts: e,
+                    k: kk,
+                    group,
+                }
+                .launch(EXPERTS_GATE_UP_SILU_MMA_INT4),
+                ExpertsDownMmaInt4 {
+                    act: act_in,
+                    ids,
+                    wd,
+                    dots,
+                    rows: r,
+                    hidden: h,
+                    inter: i,
+                    experts: e,
+                    k: kk,
+                    group,
+                }
+                .launch(EXPERTS_DOWN_MMA_INT4),
+            ],
+            WeightFormat::Bf16 => unreachable!(),
+        };
+        for (launch, (buf, elem)) in mma.iter().zip([(act, 2usize), (dots, 4)]) {
+            run(&mut backend, launch);
+            let bytes = super::tests::download(&mut backend, buf.ptr, buf.bytes);
+            let values: Vec<f32> = bytes
+                .chunks_exact(elem)
+                .map(|b| match elem {
+                    2 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                    _ => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                })
+                .collect();
+            let odd = values.iter().filter(|v| !v.is_finite()).count();
+            assert!(
+                odd > 0 && odd < values.len(),
+                "{}: {odd} not finite of {}",
+                launch.kernel,
+                values.len()
+            );
+        }
     }
     let report = backend.emulation().unwrap().report();
     for name in [
@@ -430,6 +686,10 @@ fn quantized_experts_carry_nan_and_inf_as_their_twins() {
         "moe::gate_up_silu_int4",
         "moe::down_fp8",
         "moe::down_int4",
+        EXPERTS_GATE_UP_SILU_MMA_FP8.as_str(),
+        EXPERTS_GATE_UP_SILU_MMA_INT4.as_str(),
+        EXPERTS_DOWN_MMA_FP8.as_str(),
+        EXPERTS_DOWN_MMA_INT4.as_str(),
     ] {
         let k = &report[name];
         assert!(k.launches > 0 && k.identical == k.launches, "{name}: {k:?}");

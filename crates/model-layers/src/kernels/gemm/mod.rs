@@ -72,9 +72,12 @@ kernel! {
 mod experts;
 mod fused;
 mod quant;
+pub use experts::FORMAT_ENTRIES as EXPERTS_FORMAT_ENTRIES;
 pub use experts::{
-    down_scratch_bytes, ExpertsDownMma, ExpertsDownMmaArgs, ExpertsGateUpSiluMma,
-    ExpertsGateUpSiluMmaArgs, EXPERTS_DOWN_MMA, EXPERTS_GATE_UP_SILU_MMA,
+    down_scratch_bytes, ExpertsDownMma, ExpertsDownMmaArgs, ExpertsDownMmaFp8, ExpertsDownMmaInt4,
+    ExpertsGateUpSiluMma, ExpertsGateUpSiluMmaArgs, ExpertsGateUpSiluMmaFp8,
+    ExpertsGateUpSiluMmaInt4, EXPERTS_DOWN_MMA, EXPERTS_DOWN_MMA_FP8, EXPERTS_DOWN_MMA_INT4,
+    EXPERTS_GATE_UP_SILU_MMA, EXPERTS_GATE_UP_SILU_MMA_FP8, EXPERTS_GATE_UP_SILU_MMA_INT4,
 };
 pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
 pub use quant::{
@@ -93,6 +96,10 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     GateUpSiluMma::DECLS,
     ExpertsGateUpSiluMma::DECLS,
     ExpertsDownMma::DECLS,
+    experts::ExpertsGateUpSiluMmaFp8::DECLS,
+    experts::ExpertsGateUpSiluMmaInt4::DECLS,
+    experts::ExpertsDownMmaFp8::DECLS,
+    experts::ExpertsDownMmaInt4::DECLS,
 ];
 
 /// The experts' down-dots region a workspace needs (`Layout::moe_scratch_offset`): at the

@@ -208,10 +208,30 @@ fn linear_and_lm_head_launch_the_entry_of_their_weights_format() {
         (fp8, "gemv::lm_head", 2, "gemv::lm_head_fp8 1 64 32 128 32"),
         (int4, "gemv::lm_head", 2, "gemv::lm_head_int4 1 64 32 64"),
         // The tensor cores' kernels likewise.
-        (fp8, "gemm::linear_mma", 0, "gemm::linear_mma_fp8 1 64 16 128 32"),
-        (int4, "gemm::linear_mma", 0, "gemm::linear_mma_int4 1 64 16 64"),
-        (fp8, "gemm::lm_head_mma", 2, "gemm::lm_head_mma_fp8 1 64 32 128 32"),
-        (int4, "gemm::lm_head_mma", 2, "gemm::lm_head_mma_int4 1 64 32 64"),
+        (
+            fp8,
+            "gemm::linear_mma",
+            0,
+            "gemm::linear_mma_fp8 1 64 16 128 32",
+        ),
+        (
+            int4,
+            "gemm::linear_mma",
+            0,
+            "gemm::linear_mma_int4 1 64 16 64",
+        ),
+        (
+            fp8,
+            "gemm::lm_head_mma",
+            2,
+            "gemm::lm_head_mma_fp8 1 64 32 128 32",
+        ),
+        (
+            int4,
+            "gemm::lm_head_mma",
+            2,
+            "gemm::lm_head_mma_int4 1 64 32 64",
+        ),
     ];
     for (format, kernel, node, want) in cases {
         assert_eq!(

@@ -20,7 +20,7 @@
 
 pub mod dequant;
 mod twin;
-pub(crate) use twin::expert_ids;
+pub(crate) use twin::{dequant_chosen, expert_ids};
 
 use half::bf16;
 use solder_circuit::ir::Op;
@@ -332,7 +332,7 @@ pub(crate) fn expert_dims(v: &View<'_>, op: &Op) -> Result<(u32, u32, u32, u32),
 
 /// The format of `op`'s expert weights `indices` (one format for all of them), refused unless
 /// `formats` (the kernel's list) has it: an error naming kernel, tensor and format.
-fn expert_format(
+pub(crate) fn expert_format(
     v: &View<'_>,
     op: &Op,
     indices: &[usize],

@@ -430,7 +430,7 @@ fn down_core<'w>(
 
 /// A stacked quantized blob (words) checked against `format` and `[experts, n, k]`, and each
 /// chosen expert's matrix dequantised to bf16 (empty for the others).
-fn dequant_chosen(
+pub(crate) fn dequant_chosen(
     blob: In<'_, u32>,
     format: WeightFormat,
     [experts, n, k]: [usize; 3],
