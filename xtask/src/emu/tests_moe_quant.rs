@@ -275,6 +275,19 @@ fn mma_launches(
     let wu = upload(backend, &blob(&mut rng, format, INTER, HIDDEN));
     let wd = upload(backend, &blob(&mut rng, format, HIDDEN, INTER));
     let act_in = upload(backend, &bf16s(&mut rng, rows * k * INTER));
+    mma_pair(backend, format, [x, ids, wg, wu, wd, act_in], rows, k)
+}
+
+/// The tensor cores' gate_up and down entries of `format` on x, ids, wg, wu, wd and the down's
+/// act (`bufs`), at (rows, k), each with the output it writes (act, the picks' f32 dots).
+fn mma_pair(
+    backend: &mut CpuBackend,
+    format: WeightFormat,
+    bufs: [Buf; 6],
+    rows: usize,
+    k: usize,
+) -> [(Launch, Buf); 2] {
+    let [x, ids, wg, wu, wd, act_in] = bufs;
     let act = zeros(backend, rows * k * INTER * 2);
     let dots = zeros(backend, rows * k * HIDDEN * 4);
     let (rows, hidden, inter, experts, k) = (
@@ -596,72 +609,8 @@ fn quantized_experts_carry_nan_and_inf_as_their_twins() {
         }
         // The tensor cores' entries on the same experts: act, and the picks' f32 dots (the
         // +inf scale makes expert 1's dots ±inf or NaN).
-        let act = zeros(&mut backend, rows * k * INTER * 2);
-        let dots = zeros(&mut backend, rows * k * HIDDEN * 4);
-        let mma = match format {
-            WeightFormat::Fp8 { block_n, block_k } => [
-                ExpertsGateUpSiluMmaFp8 {
-                    x,
-                    ids,
-                    wg,
-                    wu,
-                    act,
-                    rows: r,
-                    hidden: h,
-                    inter: i,
-                    experts: e,
-                    k: kk,
-                    block_n,
-                    block_k,
-                }
-                .launch(EXPERTS_GATE_UP_SILU_MMA_FP8),
-                ExpertsDownMmaFp8 {
-                    act: act_in,
-                    ids,
-                    wd,
-                    dots,
-                    rows: r,
-                    hidden: h,
-                    inter: i,
-                    experts: e,
-                    k: kk,
-                    block_n,
-                    block_k,
-                }
-                .launch(EXPERTS_DOWN_MMA_FP8),
-            ],
-            WeightFormat::Int4 { group } => [
-                ExpertsGateUpSiluMmaInt4 {
-                    x,
-                    ids,
-                    wg,
-                    wu,
-                    act,
-                    rows: r,
-                    hidden: h,
-                    inter: i,
-                    experts: e,
-                    k: kk,
-                    group,
-                }
-                .launch(EXPERTS_GATE_UP_SILU_MMA_INT4),
-                ExpertsDownMmaInt4 {
-                    act: act_in,
-                    ids,
-                    wd,
-                    dots,
-                    rows: r,
-                    hidden: h,
-                    inter: i,
-                    experts: e,
-                    k: kk,
-                    group,
-                }
-                .launch(EXPERTS_DOWN_MMA_INT4),
-            ],
-            WeightFormat::Bf16 => unreachable!(),
-        };
-        for (launch, (buf, elem)) in mma.iter().zip([(act, 2usize), (dots, 4)]) {
+        let mma = mma_pair(&mut backend, format, [x, ids, wg, wu, wd, act_in], rows, k);
+        for ((launch, buf), elem) in mma.iter().zip([2usize, 4]) {
             run(&mut backend, launch);
             let bytes = super::tests::download(&mut backend, buf.ptr, buf.bytes);
             let values: Vec<f32> = bytes
