@@ -185,11 +185,16 @@ pub fn fuse(
                 continue;
             }
             if let Some(nodes) = cover.grow(rule, start) {
-                // A rule never takes a chain holding a weight its kernels cannot read.
+                // A rule never takes a chain holding a weight its kernels cannot read, nor
+                // one whose weights mix format kinds (a kernel's entry reads one kind).
                 let reads_all = nodes
                     .iter()
                     .all(|&n| unread_weights(circuit, rule, n).next().is_none());
-                if reads_all && cover.closed(rule, &nodes) && !cover.makes_cycle(&nodes) {
+                if reads_all
+                    && one_format_kind(circuit, &nodes)
+                    && cover.closed(rule, &nodes)
+                    && !cover.makes_cycle(&nodes)
+                {
                     cover.assign(rule, nodes);
                 }
             }
@@ -218,6 +223,22 @@ fn unread_weights<'c, 'r>(
         .iter()
         .map(|w| &circuit.weights[w.0 as usize])
         .filter(move |slot| slot.shape.len() >= 2 && !rule.reads(slot.format))
+}
+
+/// Whether the weight matrices `nodes` read share one format kind (`WeightFormat::kind`): a
+/// fused kernel's format entry reads one (`gemm::qkv_mma_fp8` reads q, k and v as fp8), so a
+/// chain mixing kinds is left to rules of fewer ops.
+fn one_format_kind(circuit: &Circuit, nodes: &[NodeId]) -> bool {
+    let mut kinds = nodes
+        .iter()
+        .flat_map(|&n| circuit.op(n).weights.iter())
+        .map(|w| &circuit.weights[w.0 as usize])
+        .filter(|slot| slot.shape.len() >= 2)
+        .map(|slot| slot.format.kind());
+    match kinds.next() {
+        Some(first) => kinds.all(|kind| kind == first),
+        None => true,
+    }
 }
 
 /// The error for an uncovered `node`: by format when a rule that names its op was kept off it

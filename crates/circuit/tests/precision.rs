@@ -442,3 +442,99 @@ fn traffic_counts_quantized_weights_in_their_format() {
     assert_eq!(q.bytes(), FP8.layout(q.shape[0], q.shape[1]).unwrap().bytes);
     assert!(q.bytes() < q.shape[0] * q.shape[1] * 2);
 }
+
+/// Under `tensor_cores`, the fused q/k/v and gate/up rules take quantized projections of one
+/// kind (their fp8/int4 entries read one), and leave a chain that mixes kinds (here k_proj kept
+/// bf16 by the checkpoint) to the single projections' rule.
+#[test]
+fn fused_tensor_core_rules_take_one_quantized_kind_and_leave_mixed_chains_alone() {
+    let rules = rules();
+    let mut policy = Policy::default();
+    policy
+        .levers
+        .set("tensor_cores", true)
+        .expect("a known lever");
+    let groups_of = |instance: &Instance| {
+        let p = ExecutionPlan::build_with(
+            instance,
+            &rules,
+            &Available::all_kernels(&rules),
+            &policy,
+            Mode::MultiSeq,
+            32,
+            BuildOptions { verify: true },
+        )
+        .expect("plan");
+        p.fusion
+            .groups
+            .iter()
+            .map(|g| {
+                let names: Vec<String> = g
+                    .nodes
+                    .iter()
+                    .map(|n| instance.circuit.op(*n).name.clone())
+                    .collect();
+                (g.rule.clone(), names)
+            })
+            .collect::<Vec<_>>()
+    };
+    let layer0 = |groups: &[(String, Vec<String>)], rule: &str| {
+        groups
+            .iter()
+            .filter(|(r, names)| r == rule && names.iter().any(|n| n.starts_with("l0.")))
+            .count()
+    };
+    for q in [
+        fp8_block(),
+        Quantization::Awq {
+            group_size: 32,
+            zero_point: true,
+            not_converted: Vec::new(),
+        },
+    ] {
+        let one = instance_with(
+            &config("golden-llama-gqa", Some(q)),
+            &PrecisionSpec::default(),
+            &rules,
+        );
+        assert_ne!(
+            format_of(&one, "model.layers.0.self_attn.k_proj.weight"),
+            WeightFormat::Bf16
+        );
+        let groups = groups_of(&one);
+        assert_eq!(layer0(&groups, "qkv_tensor_cores"), 1, "{groups:?}");
+        assert_eq!(
+            layer0(&groups, "gate_up_silu_tensor_cores"),
+            1,
+            "{groups:?}"
+        );
+    }
+    let mixed = instance_with(
+        &config(
+            "golden-llama-gqa",
+            Some(Quantization::Fp8Block {
+                block: [128, 128],
+                not_converted: vec!["model.layers.0.self_attn.k_proj".to_string()],
+            }),
+        ),
+        &PrecisionSpec::default(),
+        &rules,
+    );
+    assert_eq!(
+        format_of(&mixed, "model.layers.0.self_attn.k_proj.weight"),
+        WeightFormat::Bf16
+    );
+    assert_eq!(
+        format_of(&mixed, "model.layers.0.self_attn.q_proj.weight"),
+        FP8
+    );
+    let groups = groups_of(&mixed);
+    assert_eq!(layer0(&groups, "qkv_tensor_cores"), 0, "{groups:?}");
+    // q, k and v each on their own, in their own formats; gate/up (both fp8) still fused.
+    assert_eq!(layer0(&groups, "linear_tensor_cores"), 5, "{groups:?}");
+    assert_eq!(
+        layer0(&groups, "gate_up_silu_tensor_cores"),
+        1,
+        "{groups:?}"
+    );
+}

@@ -259,12 +259,16 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
 }
 
 // gemm_tile over rows blockIdx.y·64.. of a row-major x of `rows` rows.
+// `ok` false (a quantized weight's zero block or group) writes nothing.
 template <unsigned NW, class W, class Store>
 __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w)[NW],
                                          unsigned rows, unsigned k, unsigned n, unsigned n0,
-                                         Store store) {
+                                         Store store, bool ok = true) {
     pdl_wait();
     pdl_launch_dependents();
+    if (!ok) {
+        return;
+    }
     gemm_tile<NW>(x, w, SpanRows{blockIdx.y * GEMM_BM, rows}, k, n, n0, store);
 }
 
@@ -319,13 +323,8 @@ template <class W, class Store>
 __device__ __forceinline__ void gemm_run_quant(bool ok, const bf16* __restrict__ x, W w,
                                                unsigned rows, unsigned k, unsigned n,
                                                Store store) {
-    pdl_wait();
-    pdl_launch_dependents();
-    if (!ok) {
-        return;
-    }
     const GemmQuant<W> ws[1] = {{w}};
-    gemm_tile<1>(x, ws, SpanRows{blockIdx.y * GEMM_BM, rows}, k, n, blockIdx.x * GEMM_BN, store);
+    gemm_run<1>(x, ws, rows, k, n, blockIdx.x * GEMM_BN, store, ok);
 }
 
 // The quantized entries of linear_mma and lm_head_mma: w an fp8 blob (f32 scales of block_n ×
@@ -365,6 +364,33 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                    StoreLogits{logits, vocab});
 }
 
+// qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the
+// block's projection (q's feature blocks, then k's, then v's) stored as linear_mma stores it.
+// `ok` as gemm_run's.
+template <class W>
+__device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, const W (&w)[3],
+                                        const bf16* const (&bias)[3], bf16* const (&out)[3],
+                                        unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    const unsigned q_blocks = (nq + GEMM_BN - 1) / GEMM_BN;
+    const unsigned kv_blocks = (nkv + GEMM_BN - 1) / GEMM_BN;
+    unsigned b = blockIdx.x;
+    W ws[1] = {w[0]};
+    StoreLinear store{bias[0], out[0], nq};
+    unsigned n = nq;
+    if (b >= q_blocks + kv_blocks) {
+        b -= q_blocks + kv_blocks;
+        ws[0] = w[2];
+        store = StoreLinear{bias[2], out[2], nkv};
+        n = nkv;
+    } else if (b >= q_blocks) {
+        b -= q_blocks;
+        ws[0] = w[1];
+        store = StoreLinear{bias[1], out[1], nkv};
+        n = nkv;
+    }
+    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store, ok);
+}
+
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
 // k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈nq/32⌉ + 2·⌈nkv/32⌉,
 // ⌈rows/64⌉), 128 threads: q's feature blocks, then k's, then v's.
@@ -373,25 +399,48 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
             const bf16* __restrict__ wk, const bf16* __restrict__ bk, const bf16* __restrict__ wv,
             const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
             bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
-    const unsigned q_blocks = (nq + GEMM_BN - 1) / GEMM_BN;
-    const unsigned kv_blocks = (nkv + GEMM_BN - 1) / GEMM_BN;
-    unsigned b = blockIdx.x;
-    const bf16* w = wq;
-    StoreLinear store{bq, q, nq};
-    unsigned n = nq;
-    if (b >= q_blocks + kv_blocks) {
-        b -= q_blocks + kv_blocks;
-        w = wv;
-        store = StoreLinear{bv, v, nkv};
-        n = nkv;
-    } else if (b >= q_blocks) {
-        b -= q_blocks;
-        w = wk;
-        store = StoreLinear{bk, k_out, nkv};
-        n = nkv;
-    }
-    const GemmBf16 ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store);
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run(true, x, w, bias, out, rows, k, nq, nkv);
+}
+
+// qkv_mma on quantized q, k and v (one kind, each with its own blocks or group: a per-tensor
+// fp8 scale is a block of the whole matrix), dequantised as linear_mma_fp8's and
+// linear_mma_int4's are, so each output is linear_mma's on the dequantised matrix. A zero
+// block or group writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                unsigned q_block_n, unsigned q_block_k, unsigned k_block_n, unsigned k_block_k,
+                unsigned v_block_n, unsigned v_block_k) {
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
+                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
+                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run(ok, x, w, bias, out, rows, k, nq, nkv);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                 const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                 const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                 const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                 bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
+                 unsigned q_group, unsigned k_group, unsigned v_group) {
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
+                                   {WInt4{wk, nkv, k_group}},
+                                   {WInt4{wv, nkv, v_group}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run(ok, x, w, bias, out, rows, k, nq, nkv);
 }
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
@@ -403,6 +452,29 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                      unsigned k, unsigned inter) {
     const GemmBf16 ws[2] = {{wg}, {wu}};
     gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
+}
+
+// gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),
+// dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    gate_up_silu_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                         const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                         unsigned rows, unsigned k, unsigned inter, unsigned g_block_n,
+                         unsigned g_block_k, unsigned u_block_n, unsigned u_block_k) {
+    const bool ok = g_block_n != 0u && g_block_k != 0u && u_block_n != 0u && u_block_k != 0u;
+    const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
+                                   {WFp8{wu, inter, u_block_n, u_block_k}}};
+    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter}, ok);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    gate_up_silu_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                          const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                          unsigned rows, unsigned k, unsigned inter, unsigned g_group,
+                          unsigned u_group) {
+    const bool ok = g_group != 0u && u_group != 0u;
+    const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
+    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter}, ok);
 }
 
 // Every pick s (= r·k + j) of expert e among `total` ids, gathered 64 at a time in shared memory

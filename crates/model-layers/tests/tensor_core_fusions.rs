@@ -3,19 +3,21 @@
 //! `act::silu_mul`): a program built with every rule and one built without the fused rules give
 //! the same logits at decode, across a chunk of two row tiles (64 + 8 rows) and through the
 //! headless prefill program, for a model without biases (llama) and one with q/k/v biases
-//! (qwen2).
+//! (qwen2); and their quantized entries (`qkv_mma_fp8`, `gate_up_silu_mma_int4`, ...) those of
+//! `linear_mma_fp8`/`_int4`, on an fp8 (block 16 × 16) llama and an int4 (AWQ, group 32) qwen2.
 
 mod exec_support;
 
 use exec_support::{assert_same_bytes, backend, config, prompt, TINY_LLAMA, TINY_QWEN2};
 use solder_circuit::{Mode, Policy, RuleSet};
+use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
-use solder_model_layers::{Boot, CircuitExec, Session, WeightSource};
+use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
 const FUSED: [&str; 2] = ["qkv_tensor_cores", "gate_up_silu_tensor_cores"];
 const CHUNK: usize = 72;
 
-fn build(backend: &mut CpuBackend, json: &str, rules: RuleSet) -> CircuitExec {
+fn build(backend: &mut CpuBackend, model: &ModelConfig, rules: RuleSet) -> CircuitExec {
     let mut policy = Policy::default();
     policy.levers.set("tensor_cores", true).unwrap();
     let mut serve = exec_support::serve();
@@ -24,7 +26,7 @@ fn build(backend: &mut CpuBackend, json: &str, rules: RuleSet) -> CircuitExec {
         serve,
         rules,
         ..exec_support::boot(
-            config(json),
+            model.clone(),
             policy,
             WeightSource::Random { seed: 0x7c0e },
             exec_support::kv(2 * 40 + 2, 4, 160),
@@ -33,12 +35,16 @@ fn build(backend: &mut CpuBackend, json: &str, rules: RuleSet) -> CircuitExec {
     CircuitExec::build(backend, boot).expect("build")
 }
 
-/// The kernels the (mode, rows) program launches, in order.
+/// The kernel entries the (mode, rows) program launches, in order.
 fn kernels(exec: &CircuitExec, mode: Mode, rows: usize) -> Vec<String> {
-    let plan = exec.plan(mode, rows).expect("planned");
-    plan.order
+    let program = exec.program(mode, rows).expect("planned");
+    program
+        .steps
         .iter()
-        .flat_map(|&id| plan.group(id).kernels.clone())
+        .filter_map(|step| match step {
+            ProgramStep::Launch { name, .. } => Some(name.to_string()),
+            _ => None,
+        })
         .collect()
 }
 
@@ -58,17 +64,54 @@ fn run(exec: &CircuitExec, backend: &mut CpuBackend) -> Vec<f32> {
     out
 }
 
+/// The tiny models: bf16 llama and qwen2, an fp8 llama and an int4 qwen2; and the suffix of
+/// their fused kernels' entries.
+fn models() -> Vec<(&'static str, ModelConfig, &'static str)> {
+    let quantized = |json: &str, q: Quantization| {
+        let mut c = config(json);
+        c.quantization = Some(q);
+        c
+    };
+    vec![
+        ("llama", config(TINY_LLAMA), ""),
+        ("qwen2", config(TINY_QWEN2), ""),
+        (
+            "llama fp8",
+            quantized(
+                TINY_LLAMA,
+                Quantization::Fp8Block {
+                    block: [16, 16],
+                    not_converted: Vec::new(),
+                },
+            ),
+            "_fp8",
+        ),
+        (
+            "qwen2 int4",
+            quantized(
+                TINY_QWEN2,
+                Quantization::Awq {
+                    group_size: 32,
+                    zero_point: true,
+                    not_converted: Vec::new(),
+                },
+            ),
+            "_int4",
+        ),
+    ]
+}
+
 #[test]
 fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
     let mut backend = backend();
-    for (name, json) in [("llama", TINY_LLAMA), ("qwen2", TINY_QWEN2)] {
+    for (name, model, entry) in models() {
         let rules = exec_support::rules();
         let mut unfused = rules.clone();
         unfused.rules.retain(|r| !FUSED.contains(&r.id.as_str()));
         assert_eq!(unfused.rules.len() + FUSED.len(), rules.rules.len());
         let (mut fused, mut single) = (
-            build(&mut backend, json, rules),
-            build(&mut backend, json, unfused),
+            build(&mut backend, &model, rules),
+            build(&mut backend, &model, unfused),
         );
         // (mode, rows, MLPs): the prefill program drops the last layer's MLP, not its q/k/v.
         for (mode, rows, mlps) in [
@@ -78,9 +121,10 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
             for (kernel, count) in [("gemm::qkv_mma", 2), ("gemm::gate_up_silu_mma", mlps)] {
-                let launched = f.iter().filter(|k| *k == kernel).count();
-                assert_eq!(launched, count, "{name} {mode:?}: {kernel}");
-                assert!(!s.iter().any(|k| k == kernel), "{name} {mode:?}");
+                let kernel = format!("{kernel}{entry}");
+                let launched = f.iter().filter(|k| **k == kernel).count();
+                assert_eq!(launched, count, "{name} {mode:?}: {kernel} in {f:?}");
+                assert!(!s.contains(&kernel), "{name} {mode:?}");
             }
             // q/k/v 3 → 1, gate/up/silu_mul 3 → 1.
             assert_eq!(f.len() + 2 * (2 + mlps), s.len(), "{name} {mode:?}: {f:?}");

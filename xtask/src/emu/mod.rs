@@ -195,6 +195,8 @@ mod tests_flash;
 #[cfg(test)]
 mod tests_fold;
 #[cfg(test)]
+mod tests_fused_quant;
+#[cfg(test)]
 mod tests_gdn;
 #[cfg(test)]
 mod tests_gemm;

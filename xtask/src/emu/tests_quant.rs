@@ -24,7 +24,7 @@ use super::tests::{emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
 
 /// Seeded values in [-1, 1), with a spread of magnitudes (so blocks get different scales).
-fn matrix(n: usize, k: usize, seed: u64) -> Vec<f32> {
+pub(super) fn matrix(n: usize, k: usize, seed: u64) -> Vec<f32> {
     let mut state = seed;
     (0..n * k)
         .map(|i| {

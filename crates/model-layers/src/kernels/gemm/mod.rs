@@ -3,9 +3,10 @@
 //! `tensor_cores` lever in place of gemv's CUDA-core dots.
 //!
 //! Files: this one declares the single projections (`linear_mma`, `lm_head_mma`), the launch
-//! grid and the twins' dot driver (`each_dot`); `fused` the q/k/v and gate/up+SiLU·mul
-//! kernels, whose dots are these kernels' bytes (the same `mma.sync` sequence per output);
-//! `experts` the routed experts' gate/up+SiLU·mul, picks grouped by expert.
+//! grid and the twins' dot driver (`each_dot`); `quant` their fp8/int4 entries; `fused` the
+//! q/k/v and gate/up+SiLU·mul kernels (and their fp8/int4 entries), whose dots are these
+//! kernels' bytes (the same `mma.sync` sequence per output); `experts` the routed experts'
+//! gate/up+SiLU·mul and down projections, picks grouped by expert.
 //!
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
 //! features, k in steps of 64 (the next step's loads in flight while one runs); `grid` =
@@ -79,7 +80,12 @@ pub use experts::{
     ExpertsGateUpSiluMmaInt4, EXPERTS_DOWN_MMA, EXPERTS_DOWN_MMA_FP8, EXPERTS_DOWN_MMA_INT4,
     EXPERTS_GATE_UP_SILU_MMA, EXPERTS_GATE_UP_SILU_MMA_FP8, EXPERTS_GATE_UP_SILU_MMA_INT4,
 };
-pub use fused::{GateUpSiluMma, GateUpSiluMmaArgs, QkvMma, QkvMmaArgs, GATE_UP_SILU_MMA, QKV_MMA};
+pub use fused::FORMAT_ENTRIES as FUSED_FORMAT_ENTRIES;
+pub use fused::{
+    GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMma, QkvMmaArgs,
+    QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA,
+    QKV_MMA_FP8, QKV_MMA_INT4,
+};
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
     LINEAR_MMA_INT4, LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
@@ -94,6 +100,10 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LmHeadMmaInt4::DECLS,
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
+    QkvMmaFp8::DECLS,
+    QkvMmaInt4::DECLS,
+    GateUpSiluMmaFp8::DECLS,
+    GateUpSiluMmaInt4::DECLS,
     ExpertsGateUpSiluMma::DECLS,
     ExpertsDownMma::DECLS,
     experts::ExpertsGateUpSiluMmaFp8::DECLS,
@@ -240,19 +250,6 @@ fn lm_head_mma(a: LmHeadMmaArgs<'_>) -> Result<(), GpuError> {
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
     each_dot(ctx, x, w, [rows, k, vocab], |_, d| d, out);
     Ok(())
-}
-
-/// Refuses a quantized weight: the fused and experts kernels read bf16 only (their rules list
-/// no other format, so the fuser never gives them one; this keeps a hand-built plan from a bf16
-/// read of quantized bytes).
-pub(super) fn bf16_only(v: &View<'_>, kernel: &str) -> Result<(), crate::ExecError> {
-    match v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
-        Some(slot) => Err(v.err(format!(
-            "weight `{}` is stored as {}, but `{kernel}` reads only bf16",
-            slot.name, slot.format
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// `linear_mma`, or its entry for the weight's format (`linear_mma_fp8`, `linear_mma_int4`).

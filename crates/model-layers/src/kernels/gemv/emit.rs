@@ -211,7 +211,7 @@ pub(crate) struct Projections<'a> {
     pub(crate) q_op: &'a Op,
     pub(crate) w: [Buf; 3],
     pub(crate) bias: [Option<Buf>; 3],
-    ops: [&'a Op; 3],
+    pub(crate) ops: [&'a Op; 3],
     pub(crate) k: u32,
     pub(crate) nq: u32,
     pub(crate) nkv: u32,

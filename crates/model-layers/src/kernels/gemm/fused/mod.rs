@@ -1,5 +1,6 @@
 //! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::gate_up_silu_mma`): one launch where
-//! the single projections took three (q, k, v) or three (gate, up, SiLU·mul).
+//! the single projections took three (q, k, v) or three (gate, up, SiLU·mul). `quant` holds
+//! their fp8 and int4 entries; the emitters here launch the entry of the weights' format.
 //!
 //! Numerics: every output's dot is `linear_mma`'s (the same `mma.sync` sequence from +0 in k
 //! order, the same zero padding), stored as `linear_mma` stores it; the SiLU·mul epilogue takes
@@ -9,14 +10,21 @@
 //! and unfused tensor-core programs to the same bytes).
 
 use half::bf16;
+use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::{bf16_only, each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::{each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::{gate_up, projections, GateUp};
 use crate::numerics::{linear_value, silu_mul_value};
+
+mod quant;
+pub use quant::{
+    GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, FORMAT_ENTRIES,
+    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
+};
 
 kernel! {
     /// The q, k and v projections of x bf16\[rows·k\] on the tensor cores: q bf16\[rows·nq\],
@@ -126,31 +134,100 @@ pub(super) fn gate_up_act(
     }
 }
 
-fn emit_qkv_mma(v: &View<'_>) -> R {
-    bf16_only(v, QKV_MMA.as_str())?;
-    let p = projections(v)?;
-    let ([wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (p.w, p.bias, p.outputs(v)?);
-    Ok(vec![QkvMma {
-        x: v.input(p.q_op, 0)?,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        q,
-        k_out,
-        v: vo,
-        rows: v.rows(),
-        k: p.k,
-        nq: p.nq,
-        nkv: p.nkv,
-    }
-    .launch(QKV_MMA)])
+/// The error for weights of a fused kernel in more than one format kind (the fuser never
+/// gives a fused rule such a chain: `solder_circuit::fuser`'s one-format check).
+fn mixed_formats(v: &View<'_>, kernel: &str, formats: &[WeightFormat]) -> crate::ExecError {
+    let listed: Vec<String> = formats.iter().map(ToString::to_string).collect();
+    v.err(format!(
+        "`{kernel}`'s weights are stored as {}: its entries read one format kind",
+        listed.join(", ")
+    ))
 }
 
+/// `qkv_mma`, or its entry for the weights' format (`qkv_mma_fp8`, `qkv_mma_int4`).
+fn emit_qkv_mma(v: &View<'_>) -> R {
+    let p = projections(v)?;
+    let ([wq, wk, wv], [bq, bk, bv], [q, k_out, vo]) = (p.w, p.bias, p.outputs(v)?);
+    let (x, rows, k, nq, nkv) = (v.input(p.q_op, 0)?, v.rows(), p.k, p.nq, p.nkv);
+    let formats = p.ops.map(|op| v.weight_format(op, 0));
+    use WeightFormat::{Bf16, Fp8, Int4};
+    let launch = match formats {
+        [Bf16, Bf16, Bf16] => QkvMma {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            q,
+            k_out,
+            v: vo,
+            rows,
+            k,
+            nq,
+            nkv,
+        }
+        .launch(QKV_MMA),
+        [Fp8 {
+            block_n: q_block_n,
+            block_k: q_block_k,
+        }, Fp8 {
+            block_n: k_block_n,
+            block_k: k_block_k,
+        }, Fp8 {
+            block_n: v_block_n,
+            block_k: v_block_k,
+        }] => QkvMmaFp8 {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            q,
+            k_out,
+            v: vo,
+            rows,
+            k,
+            nq,
+            nkv,
+            q_block_n,
+            q_block_k,
+            k_block_n,
+            k_block_k,
+            v_block_n,
+            v_block_k,
+        }
+        .launch(QKV_MMA_FP8),
+        [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => QkvMmaInt4 {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            q,
+            k_out,
+            v: vo,
+            rows,
+            k,
+            nq,
+            nkv,
+            q_group,
+            k_group,
+            v_group,
+        }
+        .launch(QKV_MMA_INT4),
+        _ => return Err(mixed_formats(v, QKV_MMA.as_str(), &formats)),
+    };
+    Ok(vec![launch])
+}
+
+/// `gate_up_silu_mma`, or its entry for the weights' format.
 fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
-    bf16_only(v, GATE_UP_SILU_MMA.as_str())?;
     let GateUp {
         gate,
         wg,
@@ -159,14 +236,54 @@ fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
         k,
         inter,
     } = gate_up(v)?;
-    Ok(vec![GateUpSiluMma {
-        x: v.input(gate, 0)?,
-        wg,
-        wu,
-        act,
-        rows: v.rows(),
-        k,
-        inter,
-    }
-    .launch(GATE_UP_SILU_MMA)])
+    let up = v.producer_in_group(v.op(OpKind::SiluMul, None)?, 1)?;
+    let (x, rows) = (v.input(gate, 0)?, v.rows());
+    let formats = [v.weight_format(gate, 0), v.weight_format(up, 0)];
+    use WeightFormat::{Bf16, Fp8, Int4};
+    let launch = match formats {
+        [Bf16, Bf16] => GateUpSiluMma {
+            x,
+            wg,
+            wu,
+            act,
+            rows,
+            k,
+            inter,
+        }
+        .launch(GATE_UP_SILU_MMA),
+        [Fp8 {
+            block_n: g_block_n,
+            block_k: g_block_k,
+        }, Fp8 {
+            block_n: u_block_n,
+            block_k: u_block_k,
+        }] => GateUpSiluMmaFp8 {
+            x,
+            wg,
+            wu,
+            act,
+            rows,
+            k,
+            inter,
+            g_block_n,
+            g_block_k,
+            u_block_n,
+            u_block_k,
+        }
+        .launch(GATE_UP_SILU_MMA_FP8),
+        [Int4 { group: g_group }, Int4 { group: u_group }] => GateUpSiluMmaInt4 {
+            x,
+            wg,
+            wu,
+            act,
+            rows,
+            k,
+            inter,
+            g_group,
+            u_group,
+        }
+        .launch(GATE_UP_SILU_MMA_INT4),
+        _ => return Err(mixed_formats(v, GATE_UP_SILU_MMA.as_str(), &formats)),
+    };
+    Ok(vec![launch])
 }
