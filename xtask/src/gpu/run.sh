@@ -24,7 +24,9 @@
 # contexts 1,024 and 8,192; memcheck and racecheck on an MoE with the tensor cores; memcheck
 # on an MoE and a hybrid checkpoint; a stress stage
 # replaying the split steps 1,000 times, comparing the logits bytes every time.
-# Part 3: every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
+# Part 3: the 1B shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
+# the tensor cores' quantized entries, and ncu per kernel over a 1,024-token prefill with them;
+# every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
 # eager == graph == a second run; initcheck and synccheck on the splitting model; memcheck and
 # racecheck with `pdl` on; decode timed at context 131,069 (the 1B's 131,072 positions less
 # the timed step's own).
@@ -35,8 +37,8 @@
 # go to $OUT (the device tool's folder) or /tmp/solder-gpu-check, in six files (the device tool
 # brings back eight at most): summary.txt facts.log parity.log checks.log bench.log, and
 # data.tar, which holds the machine-readable results (parity.json goldens.json bench.json
-# ab.json ncu.csv parity-tc.json ab-tc.json ncu-tc.csv ncu-prefill.csv), packed again with each
-# summary row. The summary of the part is printed again last.
+# ab.json ncu.csv parity-tc.json ab-tc.json ncu-tc.csv ncu-prefill.csv ncu-prefill-fp8.csv),
+# packed again with each summary row. The summary of the part is printed again last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 PART=${1:-${PART:-1}}
@@ -78,8 +80,10 @@ LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)
 LIMIT_STRESS=${LIMIT_STRESS:-10}        # (1 s)
 LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE with the lever (4 s at context 40; now 300, not yet timed)
-# Part 3: 350 s in all (the third device call gives 390).
+# Part 3: 440 s in all (the third device call gives 480).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
+LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, two runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
+LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
 LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-45}  # every module JIT-compiled from its PTX (25 s)
 LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-40}  # Llama-3.2-1B's shape, 4,200 tokens, compared (21 s)
 LIMIT_INITCHECK=${LIMIT_INITCHECK:-10}  # (1 s)
@@ -287,15 +291,17 @@ facts() {
     record facts "$line" "$LOG/facts.log"
 }
 
-# prefill NAME LEVERS: a 2,048-token prompt of the 1B shape in chunks of 512 (prefill programs,
-# then the last chunk's logits), then 16 decode steps, eager and graph (`bench --backend cuda`);
-# LEVERS empty for the gemv routing.
+# prefill NAME LEVERS LIMIT [QUANT]: a 2,048-token prompt of the 1B shape in chunks of 512
+# (prefill programs, then the last chunk's logits), then 16 decode steps, eager and graph
+# (`bench --backend cuda`); LEVERS empty for the gemv routing; QUANT (`bench --quant`) stores
+# the weights quantized.
 prefill() {
-    local levers=()
+    local levers=() quant=()
     [ -n "$2" ] && levers=(--levers "$2")
-    stage "$1" "$LIMIT_PREFILL" "$LOG/bench.log" \
+    [ -n "${4:-}" ] && quant=(--quant "$4")
+    stage "$1" "$3" "$LOG/bench.log" \
         "$BIN" bench --backend cuda --synth llama-3.2-1b --prompt-len 2048 --chunk 512 --gen 16 \
-        "${levers[@]}"
+        "${levers[@]}" "${quant[@]}"
     record "$1" "$(key '^solder decode:' | tr ' ' '\n' |
         grep -E '^(prefill_ms|prefill_tok_per_s|eager_ms|graph_ms)=' | paste -sd ' ')" "$LOG/bench.log"
 }
@@ -319,8 +325,8 @@ part1() {
         "$BIN" parity --backend cuda --levers tensor_cores --only tiny-llama,tiny-qwen3-moe \
         --json "$DATA/parity-tc.json"
     record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
-    prefill "prefill 2048 gemv" ""
-    prefill "prefill 2048 tensor cores" tensor_cores
+    prefill "prefill 2048 gemv" "" "$LIMIT_PREFILL"
+    prefill "prefill 2048 tensor cores" tensor_cores "$LIMIT_PREFILL"
     stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
         "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
         --runs 10 --max-seconds 4 --json "$DATA/ab-tc.json"
@@ -432,6 +438,24 @@ part2() {
 }
 
 part3() {
+    # fp8 weights: gemv's quantized entries against the tensor cores' (linear_mma_fp8, the fused
+    # qkv_mma_fp8 and gate_up_silu_mma_fp8), then every launch of a 1,024-token prefill with
+    # the lever under ncu.
+    prefill "prefill 2048 fp8 gemv" "" "$LIMIT_PREFILL_FP8" fp8
+    prefill "prefill 2048 fp8 tensor cores" tensor_cores "$LIMIT_PREFILL_FP8" fp8
+    if [ -z "$NCU" ]; then
+        skip "ncu prefill fp8" "ncu not found"
+    else
+        stage "ncu prefill fp8" "$LIMIT_NCU_PREFILL_FP8" "$LOG/bench.log" \
+            "$NCU" --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+            --log-file "$DATA/ncu-prefill-fp8.csv" \
+            "$BIN" bench --backend cuda --synth llama-3.2-1b --quant fp8 --prompt-len 1024 \
+            --chunk 512 --gen 1 --graphs eager --levers tensor_cores
+        ncu_by_kernel "$DATA/ncu-prefill-fp8.csv" ncu-prefill-fp8 >"$SCRATCH/ncu-prefill-fp8.txt"
+        record "ncu prefill fp8" "$(head -n 3 "$SCRATCH/ncu-prefill-fp8.txt" | tr -s ' ' | paste -sd ';')" "$LOG/bench.log"
+    fi
+
     # The fallback path: every module from its PTX, JIT-compiled by this driver.
     stage "facts, ptx jit" "$LIMIT_FACTS_JIT" "$LOG/facts.log" \
         env SOLDER_CUBINS= CUDA_CACHE_DISABLE=1 "$BIN" gpu-facts
