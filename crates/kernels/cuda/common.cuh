@@ -552,6 +552,44 @@ __device__ __forceinline__ uint4 pack8_bits(const unsigned b[8]) {
 // Quantized weight rows (gemv's and gemm's): `row(f, k)` of a matrix, whose `load8(i0,
 // valid)` gives elements [i0, i0 + 8) dequantised, packed as `load8_bits` packs bf16 (at or
 // past `valid`: +0).
+//
+// A whole chunk inside one scale block or group (i0 and the block or group a multiple of 8, all
+// 8 elements valid) whose codes are aligned (fp8: 8 bytes, int4: 4; so for k a multiple of 8)
+// takes the fast path: its codes in one load and one scale (and zero point) for the 8, instead
+// of a byte load and an integer division per element. Each element's value is the same
+// dequant_*_bits of the same code, zero point and scale, so the bits do not depend on the path.
+
+// Whether the chunk [i0, i0 + 8) lies whole in one block or group of `span` elements, all valid.
+__device__ __forceinline__ bool quant_chunk_whole(unsigned i0, unsigned valid, unsigned span) {
+    return valid >= 8u && ((i0 | span) & 7u) == 0u;
+}
+
+// 8 fp8 codes (code e in byte e of `codes`, little endian) dequantised with one scale.
+__device__ __forceinline__ uint4 dequant8_fp8(uint2 codes, float scale) {
+    unsigned b[8];
+#pragma unroll
+    for (unsigned e = 0; e < 8u; ++e) {
+        const unsigned word = e < 4u ? codes.x : codes.y;
+        b[e] = dequant_fp8_bits((word >> ((e & 3u) * 8u)) & 0xffu, scale);
+    }
+    return pack8_bits(b);
+}
+
+// 8 int4 codes (element e in nibble e of `nibbles`, the low first) dequantised with one zero
+// point and scale.
+__device__ __forceinline__ uint4 dequant8_int4(unsigned nibbles, unsigned z, float scale) {
+    unsigned b[8];
+#pragma unroll
+    for (unsigned e = 0; e < 8u; ++e) {
+        b[e] = dequant_int4_bits((nibbles >> (e * 4u)) & 0xfu, z, scale);
+    }
+    return pack8_bits(b);
+}
+
+// Whether p is aligned to `bytes` (a power of two).
+__device__ __forceinline__ bool quant_aligned(const unsigned char* p, unsigned bytes) {
+    return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1u)) == 0ull;
+}
 
 // Row f of an fp8 e4m3 matrix: its codes and its block row of scales.
 struct RowFp8 {
@@ -559,6 +597,10 @@ struct RowFp8 {
     const float* scales;
     unsigned block_k;
     __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        if (quant_chunk_whole(i0, valid, block_k) && quant_aligned(q + i0, 8u)) {
+            return dequant8_fp8(__ldg(reinterpret_cast<const uint2*>(q + i0)),
+                                scales[i0 / block_k]);
+        }
         unsigned b[8];
 #pragma unroll
         for (unsigned e = 0; e < 8u; ++e) {
@@ -576,6 +618,11 @@ struct RowInt4 {
     const unsigned char* zeros;
     unsigned group;
     __device__ __forceinline__ uint4 load8(unsigned i0, unsigned valid) const {
+        if (quant_chunk_whole(i0, valid, group) && quant_aligned(q + (i0 >> 1), 4u)) {
+            const unsigned g = i0 / group;
+            return dequant8_int4(__ldg(reinterpret_cast<const unsigned*>(q + (i0 >> 1))),
+                                 zeros[g], scales[g]);
+        }
         unsigned b[8];
 #pragma unroll
         for (unsigned e = 0; e < 8u; ++e) {
@@ -680,24 +727,32 @@ struct MoeFp8Matrix {
         scales = reinterpret_cast<const float*>(base + moe_align256((unsigned long long)n * k_));
     }
 
-    __device__ __forceinline__ unsigned short weight_bits(unsigned f, unsigned i) const {
-        const float q = moe_e4m3_to_f32(values[(unsigned long long)f * k + i]);
-        const float s = scales[(unsigned long long)(f / block_n) * kblocks + i / block_k];
-        return bf16_bits(to_bf16(__fmul_rn(q, s)));
+    // One weight's bf16 bits from its code and its block's scale.
+    __device__ __forceinline__ static unsigned bits(unsigned code, float s) {
+        return bf16_bits(to_bf16(__fmul_rn(moe_e4m3_to_f32(code), s)));
     }
 
-    // Weights i0 + j and i0 + j + 1 of row f as one word of two bf16 (past `valid`: +0).
-    __device__ __forceinline__ unsigned pair(unsigned f, unsigned i0, unsigned valid,
-                                             unsigned j) const {
-        const unsigned lo = j < valid ? weight_bits(f, i0 + j) : 0u;
-        const unsigned hi = j + 1u < valid ? weight_bits(f, i0 + j + 1u) : 0u;
-        return lo | (hi << 16);
-    }
-
-    // Row f's dequantised weights i0 .. i0 + 8 as load8_bits packs bf16 (past `valid`: +0).
+    // Row f's dequantised weights i0 .. i0 + 8 as load8_bits packs bf16 (past `valid`: +0),
+    // the row's codes and block row of scales found once; a chunk whole in one block on the
+    // fast path (quant_chunk_whole: one load, one scale, the same bits).
     __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
-        return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
-                          pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
+        const unsigned char* q = values + (unsigned long long)f * k + i0;
+        const float* srow = scales + (unsigned long long)(f / block_n) * kblocks;
+        unsigned b[8];
+        if (quant_chunk_whole(i0, valid, block_k) && quant_aligned(q, 8u)) {
+            const float s = srow[i0 / block_k];
+            const uint2 codes = __ldg(reinterpret_cast<const uint2*>(q));
+#pragma unroll
+            for (unsigned e = 0; e < 8u; ++e) {
+                b[e] = bits(((e < 4u ? codes.x : codes.y) >> ((e & 3u) * 8u)) & 0xffu, s);
+            }
+        } else {
+#pragma unroll
+            for (unsigned e = 0; e < 8u; ++e) {
+                b[e] = e < valid ? bits(q[e], srow[(i0 + e) / block_k]) : 0u;
+            }
+        }
+        return pack8_bits(b);
     }
 };
 
@@ -749,7 +804,15 @@ struct MoeInt4Matrix {
         return lo | (hi << 16);
     }
 
+    // Row f's dequantised weights i0 .. i0 + 8 (i0 even) as load8_bits packs bf16 (past
+    // `valid`: +0); a chunk whole in one group on the fast path (quant_chunk_whole: one load,
+    // one scale and zero point, weight_bits's arithmetic).
     __device__ __forceinline__ uint4 load8(unsigned f, unsigned i0, unsigned valid) const {
+        const unsigned char* q = values + (unsigned long long)f * (k / 2u) + (i0 >> 1);
+        if (quant_chunk_whole(i0, valid, group) && quant_aligned(q, 4u)) {
+            const unsigned long long g = (unsigned long long)f * groups + i0 / group;
+            return dequant8_int4(__ldg(reinterpret_cast<const unsigned*>(q)), zeros[g], scales[g]);
+        }
         return make_uint4(pair(f, i0, valid, 0u), pair(f, i0, valid, 2u),
                           pair(f, i0, valid, 4u), pair(f, i0, valid, 6u));
     }

@@ -119,7 +119,7 @@ struct GemmExpert {
 // An int4 expert's chunk with its row's addresses worked out once (the generic
 // MoeInt4Matrix::load8 recomputes them per weight, which made ptxas spill in
 // experts_down_mma_int4): each weight is weight_bits's dequant_int4_bits of the same nibble,
-// zero point and scale.
+// zero point and scale; a chunk whole in one group on the fast path (quant_chunk_whole).
 template <>
 struct GemmExpert<MoeInt4Matrix> {
     MoeInt4Matrix m;
@@ -128,6 +128,11 @@ struct GemmExpert<MoeInt4Matrix> {
         const unsigned valid = k - i0;
         const unsigned char* q = m.values + (unsigned long long)row * (k / 2u);
         const unsigned long long g0 = (unsigned long long)row * m.groups;
+        if (quant_chunk_whole(i0, valid, m.group) && quant_aligned(q + (i0 >> 1), 4u)) {
+            const unsigned long long g = g0 + i0 / m.group;
+            return dequant8_int4(__ldg(reinterpret_cast<const unsigned*>(q + (i0 >> 1))),
+                                 m.zeros[g], m.scales[g]);
+        }
         unsigned b[8];
 #pragma unroll
         for (unsigned e = 0; e < 8u; ++e) {

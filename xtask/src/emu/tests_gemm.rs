@@ -193,7 +193,7 @@ fn fused_tensor_core_kernels_picking_the_wrong_weight_differ_from_their_twins() 
     let dir = build_mutant(
         "gemm",
         &[
-            ("        w = wv;\n", "        w = wk;\n"),
+            ("        ws[0] = w[2];\n", "        ws[0] = w[1];\n"),
             (
                 "silu_mul_value(linear_value(v[0], nullptr, f), linear_value(v[1], nullptr, f))",
                 "silu_mul_value(linear_value(v[1], nullptr, f), linear_value(v[0], nullptr, f))",

@@ -99,7 +99,9 @@ impl Rng {
     }
 }
 
-fn formats() -> [WeightFormat; 5] {
+/// Blocks and groups that are multiples of 8 take the kernels' fast path (a chunk of 8 whole in
+/// one block: one load, one scale); those of 20 and 36 the per-element path.
+fn formats() -> [WeightFormat; 7] {
     [
         WeightFormat::Fp8 {
             block_n: 128,
@@ -115,6 +117,11 @@ fn formats() -> [WeightFormat; 5] {
         },
         WeightFormat::Int4 { group: 128 },
         WeightFormat::Int4 { group: 32 },
+        WeightFormat::Fp8 {
+            block_n: 16,
+            block_k: 20,
+        },
+        WeightFormat::Int4 { group: 36 },
     ]
 }
 
@@ -458,7 +465,8 @@ fn quantized_expert_entries_equal_their_twins_byte_for_byte() {
 
 #[test]
 fn a_wrong_expert_stride_or_group_scale_differs_from_the_twin() {
-    // fp8: expert e read 256 bytes early; int4: the scale and zero of the group of i + 1.
+    // fp8: expert e read 256 bytes early; int4: the scale and zero of the group of i + 1 (per
+    // element), of the chunk after it (a chunk whole in its group).
     let dir = build_moe_mutant(&[
         (
             "(unsigned long long)e * stride(n, k_, block_n_, block_k_);",
@@ -468,9 +476,13 @@ fn a_wrong_expert_stride_or_group_scale_differs_from_the_twin() {
             "(unsigned long long)f * groups + i / group;",
             "(unsigned long long)f * groups + (i + 1u) / group;",
         ),
+        (
+            "(unsigned long long)f * groups + i0 / group;",
+            "(unsigned long long)f * groups + (i0 + 8u) / group;",
+        ),
     ]);
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    for format in [formats()[0], formats()[4]] {
+    for format in [formats()[0], formats()[4], formats()[6]] {
         // Expert ids 1.. in every row: a wrong stride shows.
         let [gate_up, down] = launches(&mut backend, 9, format, 3, 2);
         for launch in [gate_up, down] {

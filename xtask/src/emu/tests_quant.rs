@@ -362,15 +362,22 @@ fn e4m3_codes_decode_as_the_twin_does_for_every_code() {
 
 #[test]
 fn a_quantized_kernel_reading_the_next_scale_differs_from_the_twin() {
-    // Each weight takes the scale of the element after it: wrong only at a block's (group's)
-    // last element, which the emulation check must catch, in gemv's entries and in the tensor
-    // cores' (both dequantise through common.cuh's rows).
+    // Each weight takes the scale of the element after it (the per-element path), each chunk
+    // whole in a block or group the scale of the chunk after it (the fast path): wrong only at
+    // a block's (group's) last element or chunk, which the emulation check must catch, in
+    // gemv's entries and in the tensor cores' (both dequantise through common.cuh's rows).
+    // Blocks and groups of 64 and 32 take the fast path, of 60 and 36 the per-element one.
     let edits = [
         (
             "scales[(i0 + e) / block_k]",
             "scales[(i0 + e + 1u) / block_k]",
         ),
         ("scales[i / group]", "scales[(i + 1u) / group]"),
+        ("scales[i0 / block_k]", "scales[(i0 + 8u) / block_k]"),
+        (
+            "const unsigned g = i0 / group;",
+            "const unsigned g = (i0 + 8u) / group;",
+        ),
     ];
     for (family, module) in [(Family::Gemv, "gemv"), (Family::Mma, "gemm")] {
         let dir = build_mutant(module, &edits);
@@ -379,7 +386,12 @@ fn a_quantized_kernel_reading_the_next_scale_differs_from_the_twin() {
                 block_n: 2,
                 block_k: 64,
             },
+            WeightFormat::Fp8 {
+                block_n: 2,
+                block_k: 60,
+            },
             WeightFormat::Int4 { group: 32 },
+            WeightFormat::Int4 { group: 36 },
         ] {
             let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
             let l = quantized_launch_of(family, &mut backend, format, (2, 256, 16), false, 77);

@@ -270,7 +270,7 @@ mod tests {
                         "LIMIT_TC_SANITIZE",
                         "LIMIT_PREFILL_FP8",
                     ]
-                        .contains(&name.as_str())
+                    .contains(&name.as_str())
                     {
                         2 * n
                     } else {
