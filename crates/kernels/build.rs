@@ -1,8 +1,10 @@
-//! Packs the kernel modules for embedding: every `ptx/<module>.ptx` into one deflate blob (the
-//! PTX is most of a binary's bytes, and text packs about five to one), with each module's
+//! Packs the kernel modules for embedding: every `ptx/<module>.ptx.deflate` (the checked-in
+//! PTX, deflated: `solder_kernels::pack_ptx`) unpacked, then all of them into one deflate blob
+//! (the PTX is most of a binary's bytes, and text packs about five to one), with each module's
 //! length and SHA-256 beside it, and the module list read off `cuda/*.cu`.
 //!
-//! Invariant: a `cuda/<module>.cu` without its `ptx/<module>.ptx` fails the build, naming it.
+//! Invariant: a `cuda/<module>.cu` without its `ptx/<module>.ptx.deflate` fails the build,
+//! naming it.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,12 +36,10 @@ fn main() {
     let mut sources = String::new();
     for module in &modules {
         let source = cuda.join(format!("{module}.cu"));
-        let text = read(&ptx.join(format!("{module}.ptx")), module);
+        let packed = ptx.join(format!("{module}.ptx.deflate"));
+        let text = read(&packed, module);
         println!("cargo::rerun-if-changed={}", source.display());
-        println!(
-            "cargo::rerun-if-changed={}",
-            ptx.join(format!("{module}.ptx")).display()
-        );
+        println!("cargo::rerun-if-changed={}", packed.display());
         blob.extend_from_slice(text.as_bytes());
         write!(lengths, "{}, ", text.len()).unwrap();
         let digest: String = Sha256::digest(text.as_bytes())
@@ -83,11 +83,20 @@ fn main() {
     std::fs::write(&path, generated).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
+/// The PTX text of a checked-in `ptx/<module>.ptx.deflate` (raw deflate of UTF-8 text).
 fn read(path: &Path, module: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (cuda/{module}.cu has no PTX beside it: `cargo xtask ptx` writes it)",
             path.display()
         )
-    })
+    });
+    let raw = miniz_oxide::inflate::decompress_to_vec(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "{}: not a deflate stream ({e:?}): `cargo xtask ptx` rewrites it",
+            path.display()
+        )
+    });
+    String::from_utf8(raw)
+        .unwrap_or_else(|e| panic!("{}: the unpacked PTX is not UTF-8 ({e})", path.display()))
 }

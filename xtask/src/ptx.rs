@@ -1,5 +1,6 @@
 //! `cargo xtask ptx [--check]`: compiles every `crates/kernels/cuda/*.cu` with NVRTC for `compute_90` into
-//! `crates/kernels/ptx/<module>.ptx` (checked in, embedded by the runtime).
+//! `crates/kernels/ptx/<module>.ptx.deflate` (checked in deflated, `solder_kernels::pack_ptx`;
+//! embedded by the runtime). `--unpack DIR` writes the checked-in PTX as plain text for reading.
 //!
 //! `--check` regenerates into a temporary folder and fails on any difference from the
 //! checked-in PTX, on a `.cu` without its `.ptx` (or the reverse), on a kernel that
@@ -26,26 +27,31 @@ use crate::paths::workspace_root;
 
 const USAGE: &str = "usage: cargo xtask ptx [--check]
 
-  (no option)  regenerate crates/kernels/ptx/<module>.ptx from crates/kernels/cuda/<module>.cu
+  (no option)  regenerate crates/kernels/ptx/<module>.ptx.deflate (the PTX, deflated) from
+               crates/kernels/cuda/<module>.cu
   --check      regenerate into a temp folder, fail on any difference from the checked-in PTX,
                assemble every module with ptxas -arch=sm_90 -v, fail on spills, stack frames,
                a FUSIONS.toml kernel missing from the PTX or a kernel that writes before
-               griddepcontrol.wait (pdl_wait), and print a resource table";
+               griddepcontrol.wait (pdl_wait), and print a resource table
+  --unpack DIR write the checked-in PTX as plain DIR/<module>.ptx (no toolchain needed)";
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
     if argv.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
         return Ok(());
     }
-    let args = Args::parse(argv, &[], &["check"])?;
+    let args = Args::parse(argv, &["unpack"], &["check"])?;
     let root = workspace_root();
+    let ptx_dir = root.join(solder_kernels::PTX_DIR);
+    if let Some(dir) = args.value("unpack") {
+        return unpack_to(&ptx_dir, Path::new(dir));
+    }
     let tools = toolchain::Toolchain::ensure(&root)?;
     // The loader reads LD_LIBRARY_PATH only at start: re-run this command with it set.
     toolchain::reexec_with_library_path(&tools)?;
 
     let kernels_dir = root.join(solder_kernels::CUDA_DIR);
     let sources = sources(&kernels_dir)?;
-    let ptx_dir = root.join(solder_kernels::PTX_DIR);
     if args.flag("check") {
         check(&root, &tools, &sources, &ptx_dir)
     } else {
@@ -80,51 +86,111 @@ fn sources(kernels_dir: &Path) -> Result<Vec<String>, String> {
     Ok(modules)
 }
 
-/// Compiles every module into `out_dir`; returns the written paths.
+/// Compiles every module: (module, its PTX text).
+fn compile_all(
+    tools: &toolchain::Toolchain,
+    kernels_dir: &Path,
+    modules: &[String],
+) -> Result<Vec<(String, String)>, String> {
+    let version = nvrtc::version()?;
+    let mut compiled = Vec::new();
+    for module in modules {
+        let cu = kernels_dir.join(format!("{module}.cu"));
+        let source =
+            fs::read_to_string(&cu).map_err(|e| format!("cannot read {}: {e}", cu.display()))?;
+        let ptx = nvrtc::compile(tools, kernels_dir, module, &source, version)?;
+        compiled.push((module.clone(), ptx));
+    }
+    Ok(compiled)
+}
+
+/// Compiles every module into `out_dir` as it is checked in (`<module>.ptx.deflate`); returns
+/// the written paths.
 fn generate(
     tools: &toolchain::Toolchain,
     kernels_dir: &Path,
     modules: &[String],
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
-    let version = nvrtc::version()?;
     let mut written = Vec::new();
-    for module in modules {
-        let cu = kernels_dir.join(format!("{module}.cu"));
-        let source =
-            fs::read_to_string(&cu).map_err(|e| format!("cannot read {}: {e}", cu.display()))?;
-        let ptx = nvrtc::compile(tools, kernels_dir, module, &source, version)?;
-        let path = out_dir.join(format!("{module}.ptx"));
-        crate::files::write_output(&path, ptx.as_bytes(), &crate::files::Inputs::default())?;
+    for (module, ptx) in compile_all(tools, kernels_dir, modules)? {
+        let path = out_dir.join(solder_kernels::packed_ptx_file(&module));
+        let packed = solder_kernels::pack_ptx(&ptx);
+        crate::files::write_output(&path, &packed, &crate::files::Inputs::default())?;
         written.push(path);
     }
     Ok(written)
 }
 
-/// Removes `ptx/*.ptx` files whose `.cu` is gone.
+/// Writes `compiled` into `dir` as plain `<module>.ptx` (what ptxas and the checks read).
+fn write_plain(dir: &Path, compiled: &[(String, String)]) -> Result<(), String> {
+    for (module, ptx) in compiled {
+        let path = dir.join(format!("{module}.ptx"));
+        fs::write(&path, ptx).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The checked-in PTX of `module` as text.
+fn read_packed(ptx_dir: &Path, module: &str) -> Result<String, String> {
+    let path = ptx_dir.join(solder_kernels::packed_ptx_file(module));
+    let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    solder_kernels::unpack_ptx(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `cargo xtask ptx --unpack DIR`: every checked-in module as plain `DIR/<module>.ptx`.
+fn unpack_to(ptx_dir: &Path, dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let modules = ptx_files(ptx_dir)?;
+    if modules.is_empty() {
+        return Err(format!(
+            "no *{} in {}: run `cargo xtask ptx`",
+            solder_kernels::PACKED_PTX_SUFFIX,
+            ptx_dir.display()
+        ));
+    }
+    for module in modules {
+        let text = read_packed(ptx_dir, &module)?;
+        let path = dir.join(format!("{module}.ptx"));
+        crate::files::write_output(&path, text.as_bytes(), &crate::files::Inputs::default())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Removes checked-in PTX files whose `.cu` is gone, and plain `ptx/*.ptx` left from before
+/// the PTX was checked in deflated.
 fn remove_stale(ptx_dir: &Path, modules: &[String]) -> Result<(), String> {
-    for stale in ptx_files(ptx_dir)?
+    let mut stale: Vec<PathBuf> = ptx_files(ptx_dir)?
         .into_iter()
         .filter(|m| !modules.contains(m))
-    {
-        let path = ptx_dir.join(format!("{stale}.ptx"));
+        .map(|m| ptx_dir.join(solder_kernels::packed_ptx_file(&m)))
+        .collect();
+    if let Ok(entries) = fs::read_dir(ptx_dir) {
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.extension().is_some_and(|x| x == "ptx") {
+                stale.push(path);
+            }
+        }
+    }
+    for path in stale {
         fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
         println!("removed stale {}", path.display());
     }
     Ok(())
 }
 
+/// The modules whose packed PTX is in `ptx_dir`, sorted.
 fn ptx_files(ptx_dir: &Path) -> Result<Vec<String>, String> {
     let mut modules = Vec::new();
     let Ok(entries) = fs::read_dir(ptx_dir) else {
         return Ok(modules);
     };
     for entry in entries {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|x| x == "ptx") {
-            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
-                modules.push(stem.to_string());
-            }
+        let name = entry.map_err(|e| e.to_string())?.file_name();
+        if let Some(module) = name.to_str().and_then(solder_kernels::packed_ptx_module) {
+            modules.push(module.to_string());
         }
     }
     modules.sort();
@@ -165,20 +231,21 @@ fn check_in(
     temp: &Path,
 ) -> Result<Vec<String>, String> {
     let mut failures = Vec::new();
-    generate(tools, &root.join(solder_kernels::CUDA_DIR), modules, temp)?;
+    let compiled = compile_all(tools, &root.join(solder_kernels::CUDA_DIR), modules)?;
+    write_plain(temp, &compiled)?;
     // 1. The checked-in PTX is what the sources give.
-    for module in modules {
-        let fresh = fs::read_to_string(temp.join(format!("{module}.ptx"))).unwrap_or_default();
-        let path = ptx_dir.join(format!("{module}.ptx"));
-        match fs::read_to_string(&path) {
-            Err(_) => failures.push(format!(
-                "{} is missing: run `cargo xtask ptx`",
+    for (module, fresh) in &compiled {
+        let path = ptx_dir.join(solder_kernels::packed_ptx_file(module));
+        match read_packed(ptx_dir, module) {
+            Err(e) if !path.exists() => failures.push(format!(
+                "{} is missing ({e}): run `cargo xtask ptx`",
                 relative(root, &path)
             )),
-            Ok(old) if old != fresh => failures.push(format!(
+            Err(e) => failures.push(format!("{e}: run `cargo xtask ptx`")),
+            Ok(old) if old != *fresh => failures.push(format!(
                 "{} differs from crates/kernels/cuda/{module}.cu's NVRTC output ({}): run `cargo xtask ptx`",
                 relative(root, &path),
-                first_difference(&old, &fresh)
+                first_difference(&old, fresh)
             )),
             Ok(_) => {}
         }
@@ -188,7 +255,8 @@ fn check_in(
         .filter(|m| !modules.contains(m))
     {
         failures.push(format!(
-            "crates/kernels/ptx/{stale}.ptx has no crates/kernels/cuda/{stale}.cu"
+            "crates/kernels/ptx/{} has no crates/kernels/cuda/{stale}.cu",
+            solder_kernels::packed_ptx_file(&stale)
         ));
     }
     // 2. Every kernel the rules name is defined; ops kernels without PTX are reported.
@@ -215,14 +283,7 @@ fn check_in(
         }
     }
     // 3. Programmatic dependent launch: every kernel waits for the previous grid (`pdl`).
-    let fresh: Vec<(String, String)> = modules
-        .iter()
-        .map(|m| {
-            let text = fs::read_to_string(temp.join(format!("{m}.ptx"))).unwrap_or_default();
-            (m.clone(), text)
-        })
-        .collect();
-    let pdl_failures = pdl::check(&fresh);
+    let pdl_failures = pdl::check(&compiled);
     if pdl_failures.is_empty() {
         println!("pdl: every kernel waits (griddepcontrol.wait) before it writes");
     }

@@ -1,9 +1,12 @@
 //! solder's CUDA kernels: the CUDA C sources (`cuda/<module>.cu`, shared device helpers in
-//! `cuda/common.cuh`) and the PTX `cargo xtask ptx` generates from them (`ptx/<module>.ptx`),
-//! both embedded here by module name so that a binary needs no files and no CUDA toolkit.
+//! `cuda/common.cuh`) and the PTX `cargo xtask ptx` generates from them, checked in deflated
+//! (`ptx/<module>.ptx.deflate`, [`pack_ptx`]: PTX is verbose text, and a device run carries
+//! the working tree), both embedded here by module name so that a binary needs no files and no
+//! CUDA toolkit.
 //!
-//! Invariants: [`MODULES`] names exactly the files `cuda/<module>.cu` and `ptx/<module>.ptx`
-//! (a missing file is a build error, never a run-time one); the PTX is what NVRTC makes of the
+//! Invariants: [`MODULES`] names exactly the files `cuda/<module>.cu` and
+//! `ptx/<module>.ptx.deflate` (a missing file is a build error, never a run-time one); the PTX
+//! is what NVRTC makes of the
 //! sources with the pinned toolchain (`cargo xtask ptx --check` proves it in CI). This crate
 //! has no code of its own: the host side of each kernel (its declaration, CPU twin and
 //! emitter) lives in `solder-model-layers`' `kernels` module.
@@ -80,6 +83,34 @@ pub fn source(module: &str) -> Option<&'static str> {
 pub const CUDA_DIR: &str = "crates/kernels/cuda";
 pub const PTX_DIR: &str = "crates/kernels/ptx";
 
+/// The suffix of a module's checked-in PTX file in [`PTX_DIR`]: `<module>.ptx.deflate`.
+pub const PACKED_PTX_SUFFIX: &str = ".ptx.deflate";
+
+/// The checked-in file name of `module`'s PTX.
+pub fn packed_ptx_file(module: &str) -> String {
+    format!("{module}{PACKED_PTX_SUFFIX}")
+}
+
+/// The module a file name in [`PTX_DIR`] holds the PTX of, if it is a packed PTX file.
+pub fn packed_ptx_module(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_suffix(PACKED_PTX_SUFFIX)
+        .filter(|m| !m.is_empty())
+}
+
+/// PTX text as it is checked in: raw deflate at level 9 (the same text gives the same bytes).
+pub fn pack_ptx(text: &str) -> Vec<u8> {
+    miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 9)
+}
+
+/// The PTX text of a checked-in file's bytes ([`pack_ptx`]'s inverse); an error names what is
+/// wrong with them.
+pub fn unpack_ptx(bytes: &[u8]) -> Result<String, String> {
+    let raw = miniz_oxide::inflate::decompress_to_vec(bytes)
+        .map_err(|e| format!("not a deflate stream ({e:?})"))?;
+    String::from_utf8(raw).map_err(|e| format!("the unpacked PTX is not UTF-8 ({e})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +140,8 @@ mod tests {
     fn the_packed_ptx_unpacks_to_the_files() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
         for (module, text) in ptx_modules() {
-            let file = std::fs::read_to_string(format!("{root}ptx/{module}.ptx")).unwrap();
+            let bytes = std::fs::read(format!("{root}ptx/{}", packed_ptx_file(module))).unwrap();
+            let file = unpack_ptx(&bytes).unwrap();
             assert!(file == *text, "{module}.ptx differs from its embedded copy");
             assert_eq!(ptx(module), Some(*text));
             let digest = ptx_sha256(module).unwrap();
@@ -122,17 +154,34 @@ mod tests {
     #[test]
     fn the_folders_hold_exactly_the_modules() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
-        for (dir, ext) in [("cuda", "cu"), ("ptx", "ptx")] {
-            let mut found: Vec<String> = std::fs::read_dir(format!("{root}{dir}"))
+        let names = |dir: &str| -> Vec<String> {
+            std::fs::read_dir(format!("{root}{dir}"))
                 .unwrap()
-                .filter_map(|e| {
-                    let path = e.unwrap().path();
-                    (path.extension()? == ext)
-                        .then(|| path.file_stem()?.to_str().map(str::to_string))?
-                })
-                .collect();
-            found.sort();
-            assert_eq!(found, MODULES, "{dir}/*.{ext}");
-        }
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        let mut cu: Vec<String> = names("cuda")
+            .iter()
+            .filter_map(|n| n.strip_suffix(".cu").map(str::to_string))
+            .collect();
+        cu.sort();
+        assert_eq!(cu, MODULES, "cuda/*.cu");
+        let mut ptx: Vec<String> = names("ptx")
+            .iter()
+            .filter_map(|n| packed_ptx_module(n).map(str::to_string))
+            .collect();
+        ptx.sort();
+        assert_eq!(ptx, MODULES, "ptx/*{PACKED_PTX_SUFFIX}");
+    }
+
+    #[test]
+    fn packing_round_trips_and_bad_bytes_are_named() {
+        let text = ".version 8.8\n.target sm_90\n.visible .entry k() { ret; }\n";
+        assert_eq!(unpack_ptx(&pack_ptx(text)).unwrap(), text);
+        assert_eq!(pack_ptx(text), pack_ptx(text));
+        assert!(unpack_ptx(b"plain text").unwrap_err().contains("deflate"));
+        assert_eq!(packed_ptx_module("gemv.ptx.deflate"), Some("gemv"));
+        assert_eq!(packed_ptx_module("gemv.ptx"), None);
+        assert_eq!(packed_ptx_module(".ptx.deflate"), None);
     }
 }

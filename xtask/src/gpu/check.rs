@@ -55,7 +55,11 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     let root = crate::paths::workspace_root();
     for module in solder_model_layers::kernels::MODULES {
-        let ptx = root.join(format!("{}/{module}.ptx", solder_kernels::PTX_DIR));
+        let ptx = root.join(format!(
+            "{}/{}",
+            solder_kernels::PTX_DIR,
+            solder_kernels::packed_ptx_file(module)
+        ));
         if !ptx.is_file() {
             return Err(format!(
                 "{} is missing: the bundle embeds every kernel module (`cargo xtask ptx` writes it)",
