@@ -180,18 +180,19 @@ __device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)
     }
 }
 
-// The block's tile of NW weights (one, or gate and up) against the same 64 rows of x: output
-// features n0..n0+32 of each. acc[i][j][0..3] of this lane: rows (g, g+8) of its warp's 16,
-// features 8j + 2t and the next, of dot(x row, w[i] row) over all of k. Each accumulator takes
-// the same mma.sync sequence whatever NW is, so a fused kernel's dots are linear_mma's bytes.
-// store(r, f, v) gets v[i] = the dot of row r and feature f of weight i.
-// The tile's rows are `rows_of`'s; store(dst row, f, v) for every row it names and f < n.
-// The caller waits on the previous grid (pdl_wait) first; the tile ends on a barrier after its
-// last use of shared memory, before the stores, so a caller may restage at once.
-template <unsigned NW, class W, class Rows, class Store>
-__device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&w)[NW],
-                                          Rows rows_of, unsigned k, unsigned n, unsigned n0,
-                                          Store store) {
+// gemm_tile_acc: the block's tile of NW weights (one, or gate and up) against the same 64 rows
+// of x (`rows_of`'s), tile column c being weight row cols_of.src(c) (GEMM_NO_ROW: a zero
+// column), into acc: acc[i][j][0..3] of this lane is rows (g, g+8) of its warp's 16, tile
+// columns 8j + 2t and the next, of dot(x row, w[i] row) over all of k. Each accumulator takes
+// the same mma.sync sequence whatever NW and the columns are, so a fused kernel's dots are
+// linear_mma's bytes. The caller waits on the previous grid (pdl_wait) first; the tile ends on
+// a barrier after its last use of shared memory, so a caller may store and restage at once.
+// gemm_tile: output features n0..n0+32 of each weight; store(dst row, f, v) for every row
+// `rows_of` names and f < n, v[i] the dot of weight i.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_tile_acc(const bf16* __restrict__ x, const W (&w)[NW],
+                                              Rows rows_of, Cols cols_of, unsigned k,
+                                              float (&acc)[NW][4][4]) {
     __shared__ __align__(16) bf16 xs[GEMM_BM][GEMM_PITCH];
     __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_PITCH];
     const unsigned warp = threadIdx.x / 32;
@@ -200,7 +201,6 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
     bool vec = (k % 8u) == 0u && xm.aligned();
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
-    float acc[NW][4][4];
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
 #pragma unroll
@@ -214,7 +214,7 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
     uint4 wv[NW][GEMM_W_CHUNKS];
     gemm_fetch(xv, xm, rows_of, k, 0u, vec);
 #pragma unroll
-    for (unsigned i = 0; i < NW; ++i) gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, 0u, vec);
+    for (unsigned i = 0; i < NW; ++i) gemm_fetch(wv[i], w[i], cols_of, k, 0u, vec);
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
         gemm_put(xs, xv);
 #pragma unroll
@@ -224,7 +224,7 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
             gemm_fetch(xv, xm, rows_of, k, k0 + GEMM_BK, vec);
 #pragma unroll
             for (unsigned i = 0; i < NW; ++i) {
-                gemm_fetch(wv[i], w[i], SpanRows{n0, n}, k, k0 + GEMM_BK, vec);
+                gemm_fetch(wv[i], w[i], cols_of, k, k0 + GEMM_BK, vec);
             }
         }
 #pragma unroll
@@ -247,6 +247,16 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
         }
         __syncthreads();
     }
+}
+
+template <unsigned NW, class W, class Rows, class Store>
+__device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&w)[NW],
+                                          Rows rows_of, unsigned k, unsigned n, unsigned n0,
+                                          Store store) {
+    float acc[NW][4][4];
+    gemm_tile_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
     const unsigned g = lane >> 2;
     const unsigned t = lane & 3;
 #pragma unroll
@@ -446,6 +456,197 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const bf16* const bias[3] = {bq, bk, bv};
     bf16* const out[3] = {q, k_out, v};
     qkv_run(ok, x, w, bias, out, rows, k, nq, nkv);
+}
+
+// ---- q/k/v with rope and the KV write in the epilogue (qkv_rope_kv_mma) ------------------
+//
+// A block's 32 tile columns are, for a rope block of a q or k head, 16 features of the head's
+// first rotary half (c0 + c) and their 16 partners (half + c0 + c): mma's tile columns 8j + 2t
+// (+1) and 8(j + 2) + 2t (+1) sit in the same lane, so each lane ropes its pairs in registers.
+// A pass-through block takes 32 features past the rotary dims, a v block 32 of v's. Every
+// value is first rounded as linear_mma stores it, then roped and stored as rope::rope_kv_write
+// does (head_transform's arithmetic on the bf16 projections), so the launch writes the bytes of
+// qkv_mma then rope_kv_write.
+
+// A qkv_rope_kv_mma block's tile columns (one type for every block, so the tile's shared
+// memory is allocated once): with `pairs`, column c is feature c0 + c (c < 16) or half + c0 +
+// c − 16 of the head whose first weight row is `base` (GEMM_NO_ROW past the rotary half); else
+// weight row base + c, below `end`.
+struct QkvRopeCols {
+    unsigned base;
+    unsigned end;
+    unsigned c0;
+    unsigned half;
+    bool pairs;
+    __device__ __forceinline__ unsigned src(unsigned c) const {
+        if (!pairs) {
+            return base + c < end ? base + c : GEMM_NO_ROW;
+        }
+        const unsigned i = c0 + (c & 15u);
+        if (i >= half) {
+            return GEMM_NO_ROW;
+        }
+        return base + i + (c >= 16u ? half : 0u);
+    }
+};
+
+// The geometry of a qkv_rope_kv_mma launch and the block's part of it.
+struct QkvRopeGeometry {
+    unsigned heads, kv_heads, head_dim, half;
+    unsigned rope_blocks; // per head: ⌈half / 16⌉
+    unsigned pass_blocks; // per head: ⌈(head_dim − 2·half) / 32⌉
+    __device__ __forceinline__ unsigned per_head() const { return rope_blocks + pass_blocks; }
+};
+
+template <class W>
+__device__ __forceinline__ void qkv_rope_kv_run(
+    bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
+    const int* __restrict__ positions, const float* __restrict__ inv_freq,
+    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
+    unsigned rows, unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (!ok) {
+        return;
+    }
+    const unsigned hd = geo.head_dim;
+    const unsigned nq = geo.heads * hd;
+    const unsigned nkv = geo.kv_heads * hd;
+    const unsigned row_elems = nkv;
+    const unsigned long long slots = (unsigned long long)num_pages * block_size;
+    const SpanRows rows_of{blockIdx.y * GEMM_BM, rows};
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned g = lane >> 2;
+    const unsigned t = lane & 3;
+    // The block: a q head's, then a k head's (rope blocks, then pass-through), then v's.
+    unsigned b = blockIdx.x;
+    const unsigned head_blocks = (geo.heads + geo.kv_heads) * geo.per_head();
+    float acc[1][4][4];
+    if (b >= head_blocks) {
+        // v: features 32·b.. of v, stored to each row's v slot.
+        b -= head_blocks;
+        const W ws[1] = {w[2]};
+        gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{b * GEMM_BN, nkv, 0u, 0u, false}, k, acc);
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned r = warp * 16 + g + (e >> 1) * 8;
+                const unsigned f = b * GEMM_BN + j * 8 + 2 * t + (e & 1);
+                const unsigned row = rows_of.src(r);
+                if (row == GEMM_NO_ROW || f >= nkv) {
+                    continue;
+                }
+                const int slot = slot_mapping[row];
+                if (slot < 0 || (unsigned long long)slot >= slots) {
+                    continue;
+                }
+                bf16* dst = cache + cache_offset((unsigned)slot / block_size, 1,
+                                                 (unsigned)slot % block_size, block_size,
+                                                 row_elems);
+                dst[f] = linear_value(acc[0][j][e], bias[2], f);
+            }
+        }
+        return;
+    }
+    const unsigned head = b / geo.per_head();
+    const unsigned part = b % geo.per_head();
+    const bool is_q = head < geo.heads;
+    const unsigned h = is_q ? head : head - geo.heads;
+    const unsigned base = h * hd;
+    const W ws[1] = {is_q ? w[0] : w[1]};
+    const bf16* bh = is_q ? bias[0] : bias[1];
+    // Where row `row`'s head goes: q_out, or the k slot (null: a slot outside the cache).
+    auto head_dst = [&](unsigned row) -> bf16* {
+        if (is_q) {
+            return q_out + (unsigned long long)row * nq + base;
+        }
+        const int slot = slot_mapping[row];
+        if (slot < 0 || (unsigned long long)slot >= slots) {
+            return nullptr;
+        }
+        return cache + cache_offset((unsigned)slot / block_size, 0, (unsigned)slot % block_size,
+                                    block_size, row_elems) + base;
+    };
+    if (part < geo.rope_blocks) {
+        const unsigned c0 = part * 16u;
+        gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k, acc);
+        const float scaling = inv_freq[geo.half];
+#pragma unroll
+        for (unsigned j = 0; j < 2; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned r = warp * 16 + g + (e >> 1) * 8;
+                const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
+                const unsigned row = rows_of.src(r);
+                if (row == GEMM_NO_ROW || i >= geo.half) {
+                    continue;
+                }
+                bf16* dst = head_dst(row);
+                if (dst == nullptr) {
+                    continue;
+                }
+                const bf16 x1 = linear_value(acc[0][j][e], bh, base + i);
+                const bf16 x2 = linear_value(acc[0][j + 2][e], bh, base + geo.half + i);
+                float c, sn;
+                rope_cos_sin(positions[row], inv_freq[i], &c, &sn);
+                c = __fmul_rn(c, scaling);
+                sn = __fmul_rn(sn, scaling);
+                rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);
+            }
+        }
+        return;
+    }
+    // Pass-through: features 2·half + 32·(part − rope_blocks).. of the head.
+    const unsigned i0 = 2u * geo.half + (part - geo.rope_blocks) * GEMM_BN;
+    gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base + i0, base + hd, 0u, 0u, false}, k, acc);
+#pragma unroll
+    for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            const unsigned r = warp * 16 + g + (e >> 1) * 8;
+            const unsigned i = i0 + j * 8 + 2 * t + (e & 1);
+            const unsigned row = rows_of.src(r);
+            if (row == GEMM_NO_ROW || i >= hd) {
+                continue;
+            }
+            bf16* dst = head_dst(row);
+            if (dst != nullptr) {
+                dst[i] = linear_value(acc[0][j][e], bh, base + i);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ QkvRopeGeometry qkv_rope_geometry(unsigned heads, unsigned kv_heads,
+                                                             unsigned head_dim,
+                                                             unsigned rotary_dim) {
+    // rotary_dim is even and at most head_dim (the CPU twin refuses anything else); clamp.
+    const unsigned half = min(rotary_dim, head_dim) / 2u;
+    return QkvRopeGeometry{heads, kv_heads, head_dim, half, (half + 15u) / 16u,
+                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN};
+}
+
+// q, k and v of x bf16[rows·k] (wq [heads·head_dim·k], wk and wv [kv_heads·head_dim·k], biases
+// optional); q roped into q_out, k roped and v into each row's slot of the paged cache (a slot
+// outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ((heads +
+// kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉, ⌈rows/64⌉), half =
+// rotary_dim / 2; 128 threads.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                    const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                    const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                    const bf16* __restrict__ bv, const int* __restrict__ positions,
+                    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+                    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
+                    unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+                    unsigned rotary_dim, unsigned block_size, unsigned num_pages) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    qkv_rope_kv_run(true, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
+                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
+                    num_pages);
 }
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]

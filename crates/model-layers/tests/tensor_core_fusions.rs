@@ -1,6 +1,7 @@
-//! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::gate_up_silu_mma`) write the bytes of
-//! the single-projection launches they replace (`gemm::linear_mma` ×3, ×2 and
-//! `act::silu_mul`): a program built with every rule and one built without the fused rules give
+//! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma`, `gemm::qkv_mma`,
+//! `gemm::gate_up_silu_mma`) write the bytes of the launches they replace (`gemm::linear_mma`
+//! ×3 and `rope::rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
+//! and one built without the fused rules give
 //! the same logits at decode, across a chunk of two row tiles (64 + 8 rows) and through the
 //! headless prefill program, for a model without biases (llama) and one with q/k/v biases
 //! (qwen2); and their quantized entries (`qkv_mma_fp8`, `gate_up_silu_mma_int4`, ...) those of
@@ -14,7 +15,11 @@ use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
-const FUSED: [&str; 2] = ["qkv_tensor_cores", "gate_up_silu_tensor_cores"];
+const FUSED: [&str; 3] = [
+    "qkv_rope_kv_tensor_cores",
+    "qkv_tensor_cores",
+    "gate_up_silu_tensor_cores",
+];
 const CHUNK: usize = 72;
 
 fn build(backend: &mut CpuBackend, model: &ModelConfig, rules: RuleSet) -> CircuitExec {
@@ -120,14 +125,24 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
             (Mode::Prefill, CHUNK, 1),
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
-            for (kernel, count) in [("gemm::qkv_mma", 2), ("gemm::gate_up_silu_mma", mlps)] {
-                let kernel = format!("{kernel}{entry}");
-                let launched = f.iter().filter(|k| **k == kernel).count();
+            // bf16: q/k/v, rope and the KV write in one launch; quantized: q/k/v in one launch
+            // of the format's entry, then rope_kv_write.
+            let (qkv, qkv_launches) = match entry {
+                "" => ("gemm::qkv_rope_kv_mma".to_string(), 1),
+                _ => (format!("gemm::qkv_mma{entry}"), 2),
+            };
+            let gate_up = format!("gemm::gate_up_silu_mma{entry}");
+            for (kernel, count) in [(&qkv, 2), (&gate_up, mlps)] {
+                let launched = f.iter().filter(|k| *k == kernel).count();
                 assert_eq!(launched, count, "{name} {mode:?}: {kernel} in {f:?}");
-                assert!(!s.contains(&kernel), "{name} {mode:?}");
+                assert!(!s.contains(kernel), "{name} {mode:?}");
             }
-            // q/k/v 3 → 1, gate/up/silu_mul 3 → 1.
-            assert_eq!(f.len() + 2 * (2 + mlps), s.len(), "{name} {mode:?}: {f:?}");
+            // q/k/v (+ rope_kv_write) 4 → qkv_launches, gate/up/silu_mul 3 → 1.
+            assert_eq!(
+                f.len() + 2 * (4 - qkv_launches) + 2 * mlps,
+                s.len(),
+                "{name} {mode:?}: {f:?}"
+            );
         }
         let want = run(&single, &mut backend);
         let got = run(&fused, &mut backend);

@@ -215,4 +215,6 @@ mod tests_prefetch;
 #[cfg(test)]
 mod tests_quant;
 #[cfg(test)]
+mod tests_rope_mma;
+#[cfg(test)]
 mod tests_split;

@@ -194,6 +194,8 @@ const DRIVEN: &[&str] = &[
     "gemm::experts_gate_up_silu_mma_int4",
     "gemm::experts_down_mma_fp8",
     "gemm::experts_down_mma_int4",
+    // driven in tests_rope_mma (qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin)
+    "gemm::qkv_rope_kv_mma",
     // driven in tests_fused_quant (fused_quantized_entries_carry_nan_and_inf_as_their_twins)
     "gemm::qkv_mma_fp8",
     "gemm::qkv_mma_int4",

@@ -82,9 +82,10 @@ pub use experts::{
 };
 pub use fused::FORMAT_ENTRIES as FUSED_FORMAT_ENTRIES;
 pub use fused::{
-    GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMma, QkvMmaArgs,
-    QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA,
-    QKV_MMA_FP8, QKV_MMA_INT4,
+    qkv_rope_kv_grid, GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4,
+    QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma, QkvRopeKvMmaArgs, GATE_UP_SILU_MMA,
+    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA, QKV_MMA_FP8, QKV_MMA_INT4,
+    QKV_ROPE_KV_MMA,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
@@ -100,6 +101,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LmHeadMmaInt4::DECLS,
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
+    QkvRopeKvMma::DECLS,
     QkvMmaFp8::DECLS,
     QkvMmaInt4::DECLS,
     GateUpSiluMmaFp8::DECLS,

@@ -21,10 +21,12 @@ use crate::kernels::gemv::{gate_up, projections, GateUp};
 use crate::numerics::{linear_value, silu_mul_value};
 
 mod quant;
+mod rope;
 pub use quant::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, FORMAT_ENTRIES,
     GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
 };
+pub use rope::{qkv_rope_kv_grid, QkvRopeKvMma, QkvRopeKvMmaArgs, QKV_ROPE_KV_MMA};
 
 kernel! {
     /// The q, k and v projections of x bf16\[rows·k\] on the tensor cores: q bf16\[rows·nq\],

@@ -1,0 +1,172 @@
+//! `gemm::qkv_rope_kv_mma` (q/k/v on the tensor cores, rope and the KV write in the epilogue)
+//! under the host emulation: the CUDA source writes its twin's bytes (shadow mode) in every
+//! head layout (rotary halves that are and are not a multiple of the 16-feature rope blocks,
+//! partial rotary with pass-through features, GQA, one row, a partial and a second row tile,
+//! the scalar staging of k off 8), the slots no row takes left alone; a kernel that
+//! ropes a pair with its values swapped differs (the check can fail); NaN and ±inf carry as
+//! the twin carries them.
+
+use half::bf16;
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::{CpuBackend, GpuBackend};
+use solder_model_layers::kernels::gemm::{QkvRopeKvMma, QKV_ROPE_KV_MMA};
+use solder_model_layers::kernels::{Buf, Launch};
+
+use super::tests::{download, emulated, run, upload};
+use super::tests_mutation::{build_mutant, shadow, values};
+use super::tests_nan::{bf16_bytes, rows_of};
+
+/// (rows, k, heads, kv_heads, head_dim, rotary_dim).
+type Shape = (u32, u32, u32, u32, u32, u32);
+
+const BLOCK_SIZE: u32 = 4;
+
+/// The launch over x (`rows` × k) and seeded weights: biases on q and k for even seeds; rows'
+/// positions spread up to 4,000; the cache filled with seeded bytes (the slots no row takes
+/// keep them).
+fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64) -> Launch {
+    let (rows, k, heads, kv_heads, head_dim, rotary_dim) = shape;
+    let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
+    let mut weight = |n: u32, salt: u64| upload(backend, &values(n * k, seed ^ salt));
+    let (wq, wk, wv) = (weight(nq, 0x11), weight(nkv, 0x22), weight(nkv, 0x33));
+    let with_bias = seed.is_multiple_of(2);
+    let mut bias = |n: u32, salt: u64| with_bias.then(|| upload(backend, &values(n, seed ^ salt)));
+    let (bq, bk, bv) = (bias(nq, 0x66), bias(nkv, 0x77), None);
+    let positions: Vec<i32> = (0..rows as i32).map(|r| (r * 613 + 7) % 4001).collect();
+    let half = rotary_dim / 2;
+    let mut table: Vec<f32> = (0..half)
+        .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / rotary_dim as f32))
+        .collect();
+    table.push(if with_bias { 1.0 } else { 1.25 }); // the attention scaling
+                                                    // Slots in reverse row order over more pages than the rows fill: rows cross pages, and the
+                                                    // slots no row takes keep their bytes.
+    let pages = rows.div_ceil(BLOCK_SIZE) + 2;
+    let slots = (pages * BLOCK_SIZE) as i32;
+    let slot_mapping: Vec<i32> = (0..rows as i32).map(|r| slots - 2 - r).collect();
+    let bytes = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let positions = upload(backend, &bytes(&positions));
+    let inv_freq = upload(
+        backend,
+        &table
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    );
+    let slot_mapping = upload(backend, &bytes(&slot_mapping));
+    let cache = upload(backend, &values(pages * 2 * BLOCK_SIZE * nkv, seed ^ 0x99));
+    let q_bytes = (rows * nq) as usize * 2;
+    let q_out = Buf::new(backend.alloc(q_bytes).unwrap(), q_bytes);
+    QkvRopeKvMma {
+        x,
+        wq,
+        bq,
+        wk,
+        bk,
+        wv,
+        bv,
+        positions,
+        inv_freq,
+        slot_mapping,
+        q_out,
+        cache,
+        rows,
+        k,
+        heads,
+        kv_heads,
+        head_dim,
+        rotary_dim,
+        block_size: BLOCK_SIZE,
+        num_pages: pages,
+    }
+    .launch(QKV_ROPE_KV_MMA)
+}
+
+fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64) -> Launch {
+    let x = upload(backend, &values(shape.0 * shape.1, seed));
+    launch(backend, shape, x, seed)
+}
+
+/// head_dim 64, rotary 64 (two whole rope blocks); 48 and 40 (a partial rope block, 8
+/// pass-through features); 32 and 16 (one rope block half full, 16 pass-through); 128 and 128.
+const SHAPES: [Shape; 4] = [
+    (1, 64, 2, 1, 64, 64),
+    (5, 40, 3, 1, 48, 40),
+    (70, 100, 4, 2, 32, 16),
+    (17, 96, 1, 1, 128, 128),
+];
+
+#[test]
+fn qkv_rope_kv_mma_equals_its_twin_in_every_head_layout() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let mut launches = 0u64;
+    for (i, shape) in SHAPES.into_iter().enumerate() {
+        for seed in [2u64, 3] {
+            let l = seeded(&mut backend, shape, seed + 16 * i as u64);
+            run(&mut backend, &l);
+            launches += 1;
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let parity = &report[QKV_ROPE_KV_MMA.as_str()];
+    assert_eq!(
+        (parity.launches, parity.identical),
+        (launches, launches),
+        "{parity:?}"
+    );
+}
+
+#[test]
+fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);",
+            "rope_pair(to_f32(x2), to_f32(x1), c, sn, &dst[i], &dst[i + geo.half]);",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let l = seeded(&mut backend, SHAPES[1], 41);
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// How many of a bf16 buffer's values are NaN, and how many it holds.
+fn nans(backend: &mut CpuBackend, buf: Buf) -> (usize, usize) {
+    let bytes = download(backend, buf.ptr, buf.bytes);
+    let all: Vec<bf16> = bytes
+        .chunks_exact(2)
+        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    (all.iter().filter(|v| v.is_nan()).count(), all.len())
+}
+
+/// x's row 1 poisoned (NaN, ±inf): its q row and its k and v slot carry NaN, the other rows do
+/// not, as in the twin.
+#[test]
+fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let shape = (3u32, 64u32, 2u32, 1u32, 48u32, 40u32);
+    let x = upload(&mut backend, &bf16_bytes(&rows_of(3, 64, 1.0, &[1])));
+    let l = launch(&mut backend, shape, x, 8);
+    run(&mut backend, &l);
+    for index in [10usize, 11] {
+        // q_out and the cache (arguments 10 and 11).
+        let solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. } = l.args[index] else {
+            panic!("argument {index} is a buffer");
+        };
+        let (nan, all) = nans(&mut backend, Buf::new(ptr, bytes));
+        assert!(nan > 0, "argument {index}: no NaN, the test is vacuous");
+        assert!(nan < all, "argument {index}: every value NaN");
+    }
+    let report = backend.emulation().unwrap().report();
+    let parity = &report[QKV_ROPE_KV_MMA.as_str()];
+    assert_eq!((parity.launches, parity.identical), (1, 1), "{parity:?}");
+}
