@@ -195,7 +195,8 @@ pub const STEPS: &[Step] = &[
     // The tensor cores (`tensor_cores`: gemm's differs rules): every built-in within the
     // rules' tolerance of the reference and byte-identical to itself at every width; then the
     // CUDA source of gemm.cu through the host model of mma.sync/ldmatrix, launch by launch
-    // against its twin, on a dense and an MoE model.
+    // against its twin, on a dense model without qk-norm (qkv_rope_kv_mma), one with it
+    // (qkv_mma) and an MoE model.
     Step {
         name: "parity tensor cores",
         cargo: &["xtask", "parity", "--levers", "tensor_cores"],
@@ -211,7 +212,7 @@ pub const STEPS: &[Step] = &[
             "--levers",
             "tensor_cores",
             "--only",
-            "tiny-qwen3,tiny-qwen3-moe",
+            "tiny-llama,tiny-qwen3,tiny-qwen3-moe",
             "--max-batch",
             "2",
             "--tokens",
