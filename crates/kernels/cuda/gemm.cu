@@ -649,6 +649,54 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                     num_pages);
 }
 
+// qkv_rope_kv_mma on quantized q, k and v (one kind, each with its own blocks or group),
+// dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                        const bf16* __restrict__ bv, const int* __restrict__ positions,
+                        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+                        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
+                        unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+                        unsigned rotary_dim, unsigned block_size, unsigned num_pages,
+                        unsigned q_block_n, unsigned q_block_k, unsigned k_block_n,
+                        unsigned k_block_k, unsigned v_block_n, unsigned v_block_k) {
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
+                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
+                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    qkv_rope_kv_run(ok, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
+                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
+                    num_pages);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_rope_kv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                         const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                         const bf16* __restrict__ bv, const int* __restrict__ positions,
+                         const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+                         bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
+                         unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+                         unsigned rotary_dim, unsigned block_size, unsigned num_pages,
+                         unsigned q_group, unsigned k_group, unsigned v_group) {
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
+                                   {WInt4{wk, nkv, k_group}},
+                                   {WInt4{wv, nkv, v_group}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    qkv_rope_kv_run(ok, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
+                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
+                    num_pages);
+}
+
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
 // = silu(gate) · up, with gate and up rounded to bf16 first as linear_mma stores them.
 // grid = (⌈inter/32⌉, ⌈rows/64⌉), 128 threads: each block takes both weights' tiles.

@@ -125,12 +125,8 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
             (Mode::Prefill, CHUNK, 1),
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
-            // bf16: q/k/v, rope and the KV write in one launch; quantized: q/k/v in one launch
-            // of the format's entry, then rope_kv_write.
-            let (qkv, qkv_launches) = match entry {
-                "" => ("gemm::qkv_rope_kv_mma".to_string(), 1),
-                _ => (format!("gemm::qkv_mma{entry}"), 2),
-            };
+            // q/k/v, rope and the KV write in one launch of the format's entry.
+            let (qkv, qkv_launches) = (format!("gemm::qkv_rope_kv_mma{entry}"), 1);
             let gate_up = format!("gemm::gate_up_silu_mma{entry}");
             for (kernel, count) in [(&qkv, 2), (&gate_up, mlps)] {
                 let launched = f.iter().filter(|k| *k == kernel).count();

@@ -196,6 +196,8 @@ const DRIVEN: &[&str] = &[
     "gemm::experts_down_mma_int4",
     // driven in tests_rope_mma (qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin)
     "gemm::qkv_rope_kv_mma",
+    "gemm::qkv_rope_kv_mma_fp8",
+    "gemm::qkv_rope_kv_mma_int4",
     // driven in tests_fused_quant (fused_quantized_entries_carry_nan_and_inf_as_their_twins)
     "gemm::qkv_mma_fp8",
     "gemm::qkv_mma_int4",

@@ -2,19 +2,25 @@
 //! under the host emulation: the CUDA source writes its twin's bytes (shadow mode) in every
 //! head layout (rotary halves that are and are not a multiple of the 16-feature rope blocks,
 //! partial rotary with pass-through features, GQA, one row, a partial and a second row tile,
-//! the scalar staging of k off 8), the slots no row takes left alone; a kernel that
-//! ropes a pair with its values swapped differs (the check can fail); NaN and ±inf carry as
-//! the twin carries them.
+//! the scalar staging of k off 8), the slots no row takes left alone, and so do its fp8 and
+//! int4 entries (each weight in its own blocks or group); a kernel that ropes a pair with its
+//! values swapped differs (the check can fail); NaN and ±inf carry as the twin carries them.
 
 use half::bf16;
+use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
-use solder_model_layers::kernels::gemm::{QkvRopeKvMma, QKV_ROPE_KV_MMA};
+use solder_model_layers::kernels::gemm::{
+    QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
+    QKV_ROPE_KV_MMA_INT4,
+};
 use solder_model_layers::kernels::{Buf, Launch};
+use solder_model_layers::numerics::dequant::quantize_matrix;
 
 use super::tests::{download, emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
+use super::tests_quant::matrix;
 
 /// (rows, k, heads, kv_heads, head_dim, rotary_dim).
 type Shape = (u32, u32, u32, u32, u32, u32);
@@ -25,10 +31,34 @@ const BLOCK_SIZE: u32 = 4;
 /// positions spread up to 4,000; the cache filled with seeded bytes (the slots no row takes
 /// keep them).
 fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64) -> Launch {
+    launch_in(backend, shape, x, seed, [WeightFormat::Bf16; 3])
+}
+
+/// `launch` with q, k and v stored in `formats` (bf16, or one quantized kind).
+fn launch_in(
+    backend: &mut CpuBackend,
+    shape: Shape,
+    x: Buf,
+    seed: u64,
+    formats: [WeightFormat; 3],
+) -> Launch {
     let (rows, k, heads, kv_heads, head_dim, rotary_dim) = shape;
     let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
-    let mut weight = |n: u32, salt: u64| upload(backend, &values(n * k, seed ^ salt));
-    let (wq, wk, wv) = (weight(nq, 0x11), weight(nkv, 0x22), weight(nkv, 0x33));
+    let mut weight = |i: usize, n: u32, salt: u64| match formats[i] {
+        WeightFormat::Bf16 => upload(backend, &values(n * k, seed ^ salt)),
+        format => {
+            let m = matrix(n as usize, k as usize, seed ^ salt);
+            upload(
+                backend,
+                &quantize_matrix(format, &m, n as usize, k as usize),
+            )
+        }
+    };
+    let (wq, wk, wv) = (
+        weight(0, nq, 0x11),
+        weight(1, nkv, 0x22),
+        weight(2, nkv, 0x33),
+    );
     let with_bias = seed.is_multiple_of(2);
     let mut bias = |n: u32, salt: u64| with_bias.then(|| upload(backend, &values(n, seed ^ salt)));
     let (bq, bk, bv) = (bias(nq, 0x66), bias(nkv, 0x77), None);
@@ -56,29 +86,100 @@ fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64) -> Launch {
     let cache = upload(backend, &values(pages * 2 * BLOCK_SIZE * nkv, seed ^ 0x99));
     let q_bytes = (rows * nq) as usize * 2;
     let q_out = Buf::new(backend.alloc(q_bytes).unwrap(), q_bytes);
-    QkvRopeKvMma {
-        x,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        positions,
-        inv_freq,
-        slot_mapping,
-        q_out,
-        cache,
-        rows,
-        k,
-        heads,
-        kv_heads,
-        head_dim,
-        rotary_dim,
-        block_size: BLOCK_SIZE,
-        num_pages: pages,
+    let block_size = BLOCK_SIZE;
+    let num_pages = pages;
+    match formats {
+        [WeightFormat::Bf16, WeightFormat::Bf16, WeightFormat::Bf16] => QkvRopeKvMma {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            positions,
+            inv_freq,
+            slot_mapping,
+            q_out,
+            cache,
+            rows,
+            k,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary_dim,
+            block_size,
+            num_pages,
+        }
+        .launch(QKV_ROPE_KV_MMA),
+        [WeightFormat::Fp8 {
+            block_n: q_block_n,
+            block_k: q_block_k,
+        }, WeightFormat::Fp8 {
+            block_n: k_block_n,
+            block_k: k_block_k,
+        }, WeightFormat::Fp8 {
+            block_n: v_block_n,
+            block_k: v_block_k,
+        }] => QkvRopeKvMmaFp8 {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            positions,
+            inv_freq,
+            slot_mapping,
+            q_out,
+            cache,
+            rows,
+            k,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary_dim,
+            block_size,
+            num_pages,
+            q_block_n,
+            q_block_k,
+            k_block_n,
+            k_block_k,
+            v_block_n,
+            v_block_k,
+        }
+        .launch(QKV_ROPE_KV_MMA_FP8),
+        [WeightFormat::Int4 { group: q_group }, WeightFormat::Int4 { group: k_group }, WeightFormat::Int4 { group: v_group }] => {
+            QkvRopeKvMmaInt4 {
+                x,
+                wq,
+                bq,
+                wk,
+                bk,
+                wv,
+                bv,
+                positions,
+                inv_freq,
+                slot_mapping,
+                q_out,
+                cache,
+                rows,
+                k,
+                heads,
+                kv_heads,
+                head_dim,
+                rotary_dim,
+                block_size,
+                num_pages,
+                q_group,
+                k_group,
+                v_group,
+            }
+            .launch(QKV_ROPE_KV_MMA_INT4)
+        }
+        other => panic!("bf16 or one quantized kind, not {other:?}"),
     }
-    .launch(QKV_ROPE_KV_MMA)
 }
 
 fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64) -> Launch {
@@ -155,18 +256,80 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
     emulated(EmuMode::Shadow, &mut backend);
     let shape = (3u32, 64u32, 2u32, 1u32, 48u32, 40u32);
     let x = upload(&mut backend, &bf16_bytes(&rows_of(3, 64, 1.0, &[1])));
-    let l = launch(&mut backend, shape, x, 8);
-    run(&mut backend, &l);
+    let formats = [
+        [WeightFormat::Bf16; 3],
+        [WeightFormat::Fp8 {
+            block_n: 16,
+            block_k: 32,
+        }; 3],
+        [WeightFormat::Int4 { group: 32 }; 3],
+    ];
+    for formats in formats {
+        let l = launch_in(&mut backend, shape, x, 8, formats);
+        run(&mut backend, &l);
+        carries_nan(&mut backend, &l);
+    }
+    let report = backend.emulation().unwrap().report();
+    let entries = [
+        QKV_ROPE_KV_MMA.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ];
+    for entry in entries {
+        let parity = &report[entry];
+        assert_eq!(
+            (parity.launches, parity.identical),
+            (1, 1),
+            "{entry}: {parity:?}"
+        );
+    }
+}
+
+/// q_out and the cache (arguments 10 and 11) of `l` hold NaN and finite values both.
+fn carries_nan(backend: &mut CpuBackend, l: &Launch) {
     for index in [10usize, 11] {
         // q_out and the cache (arguments 10 and 11).
         let solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. } = l.args[index] else {
             panic!("argument {index} is a buffer");
         };
-        let (nan, all) = nans(&mut backend, Buf::new(ptr, bytes));
-        assert!(nan > 0, "argument {index}: no NaN, the test is vacuous");
-        assert!(nan < all, "argument {index}: every value NaN");
+        let (nan, all) = nans(backend, Buf::new(ptr, bytes));
+        assert!(
+            nan > 0,
+            "{} argument {index}: no NaN, the test is vacuous",
+            l.kernel
+        );
+        assert!(nan < all, "{} argument {index}: every value NaN", l.kernel);
+    }
+}
+
+/// q, k and v in fp8 blocks of 128 × 128, 3 × 40 and one per-tensor block, or int4 groups of
+/// 128, 20 and 32, at the head layouts above: the twin's bytes (k even for int4).
+#[test]
+fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let mut launches = 0u64;
+    for (i, shape) in SHAPES.into_iter().enumerate() {
+        let (_, k, _, kv_heads, head_dim, _) = shape;
+        let fp8 = |block_n, block_k| WeightFormat::Fp8 { block_n, block_k };
+        let int4 = |group| WeightFormat::Int4 { group };
+        for formats in [
+            [fp8(128, 128), fp8(3, 40), fp8(kv_heads * head_dim, k)],
+            [int4(128), int4(20), int4(32)],
+        ] {
+            let seed = 5 + 16 * i as u64;
+            let x = upload(&mut backend, &values(shape.0 * k, seed));
+            let l = launch_in(&mut backend, shape, x, seed, formats);
+            run(&mut backend, &l);
+            launches += 1;
+        }
     }
     let report = backend.emulation().unwrap().report();
-    let parity = &report[QKV_ROPE_KV_MMA.as_str()];
-    assert_eq!((parity.launches, parity.identical), (1, 1), "{parity:?}");
+    let mut seen = 0u64;
+    for entry in [QKV_ROPE_KV_MMA_FP8.as_str(), QKV_ROPE_KV_MMA_INT4.as_str()] {
+        let parity = &report[entry];
+        assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
+        seen += parity.launches;
+    }
+    assert_eq!(seen, launches);
 }

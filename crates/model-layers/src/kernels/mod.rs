@@ -138,9 +138,9 @@ pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'s
     gemv::FORMAT_ENTRIES
         .iter()
         .chain(gemm::FORMAT_ENTRIES)
-        .chain(gemm::FUSED_FORMAT_ENTRIES)
         .chain(gemm::EXPERTS_FORMAT_ENTRIES)
         .copied()
+        .chain(gemm::fused_format_entries())
         .chain(moe)
 }
 

@@ -80,12 +80,12 @@ pub use experts::{
     ExpertsGateUpSiluMmaInt4, EXPERTS_DOWN_MMA, EXPERTS_DOWN_MMA_FP8, EXPERTS_DOWN_MMA_INT4,
     EXPERTS_GATE_UP_SILU_MMA, EXPERTS_GATE_UP_SILU_MMA_FP8, EXPERTS_GATE_UP_SILU_MMA_INT4,
 };
-pub use fused::FORMAT_ENTRIES as FUSED_FORMAT_ENTRIES;
+pub use fused::format_entries as fused_format_entries;
 pub use fused::{
     qkv_rope_kv_grid, GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4,
-    QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma, QkvRopeKvMmaArgs, GATE_UP_SILU_MMA,
-    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA, QKV_MMA_FP8, QKV_MMA_INT4,
-    QKV_ROPE_KV_MMA,
+    QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8,
+    QkvRopeKvMmaInt4, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA,
+    QKV_MMA_FP8, QKV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
@@ -102,6 +102,8 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     QkvMma::DECLS,
     GateUpSiluMma::DECLS,
     QkvRopeKvMma::DECLS,
+    QkvRopeKvMmaFp8::DECLS,
+    QkvRopeKvMmaInt4::DECLS,
     QkvMmaFp8::DECLS,
     QkvMmaInt4::DECLS,
     GateUpSiluMmaFp8::DECLS,

@@ -267,5 +267,5 @@ fn a_kernel_without_an_entry_for_the_format_is_an_error_naming_kernel_tensor_and
     assert_eq!(formats("gemm::lm_head_mma"), ["bf16", "fp8", "int4"]);
     assert_eq!(formats("gemv::qkv"), ["bf16"]);
     assert_eq!(formats("gemm::qkv_mma"), ["bf16", "fp8", "int4"]);
-    assert_eq!(formats("gemm::qkv_rope_kv_mma"), ["bf16"]);
+    assert_eq!(formats("gemm::qkv_rope_kv_mma"), ["bf16", "fp8", "int4"]);
 }

@@ -22,11 +22,22 @@ use crate::numerics::{linear_value, silu_mul_value};
 
 mod quant;
 mod rope;
+
+/// Each quantized entry of the fused kernels: (entry, the kernel it serves, the format kind).
+pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    quant::FORMAT_ENTRIES
+        .iter()
+        .chain(rope::FORMAT_ENTRIES)
+        .copied()
+}
 pub use quant::{
-    GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, FORMAT_ENTRIES,
-    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
+    GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
+    GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
 };
-pub use rope::{qkv_rope_kv_grid, QkvRopeKvMma, QkvRopeKvMmaArgs, QKV_ROPE_KV_MMA};
+pub use rope::{
+    qkv_rope_kv_grid, QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
+};
 
 kernel! {
     /// The q, k and v projections of x bf16\[rows·k\] on the tensor cores: q bf16\[rows·nq\],
@@ -138,7 +149,11 @@ pub(super) fn gate_up_act(
 
 /// The error for weights of a fused kernel in more than one format kind (the fuser never
 /// gives a fused rule such a chain: `solder_circuit::fuser`'s one-format check).
-fn mixed_formats(v: &View<'_>, kernel: &str, formats: &[WeightFormat]) -> crate::ExecError {
+pub(super) fn mixed_formats(
+    v: &View<'_>,
+    kernel: &str,
+    formats: &[WeightFormat],
+) -> crate::ExecError {
     let listed: Vec<String> = formats.iter().map(ToString::to_string).collect();
     v.err(format!(
         "`{kernel}`'s weights are stored as {}: its entries read one format kind",

@@ -9,7 +9,10 @@
 //!
 //! Invariant: every projection is rounded as `linear_mma` stores it, then roped and stored as
 //! `rope::rope_kv_write` does from the bf16 projections, so the launch writes the bytes of
-//! `qkv_mma` then `rope_kv_write` (the twin runs exactly those two twins' arithmetic).
+//! `qkv_mma` then `rope_kv_write` (the twin runs exactly those two twins' arithmetic). The fp8
+//! and int4 entries (`qkv_rope_kv_mma_fp8`, `_int4`: one kind, each weight with its own blocks
+//! or group) dequantise as `qkv_mma_fp8`/`_int4` do; their twins run the bf16 twin on the
+//! dequantised matrices.
 
 use half::bf16;
 use solder_circuit::ir::MetaField;
@@ -17,7 +20,7 @@ use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
 use super::super::{each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
-use crate::kernels::args::size;
+use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
@@ -53,6 +56,87 @@ kernel! {
     QKV_ROPE_KV_MMA = "gemm::qkv_rope_kv_mma" => twin qkv_rope_kv_mma, emit emit_qkv_rope_kv_mma;
 }
 
+kernel! {
+    /// `qkv_rope_kv_mma` on fp8 blobs wq \[heads·head_dim·k\], wk and wv
+    /// \[kv_heads·head_dim·k\], each with its f32 scales of `block_n × block_k` blocks.
+    pub struct QkvRopeKvMmaFp8 / QkvRopeKvMmaFp8Args {
+        x: In<bf16>,
+        wq: In<u8>,
+        bq: InOpt<bf16>,
+        wk: In<u8>,
+        bk: InOpt<bf16>,
+        wv: In<u8>,
+        bv: InOpt<bf16>,
+        positions: In<i32>,
+        inv_freq: In<f32>,
+        slot_mapping: In<i32>,
+        q_out: Out<bf16>,
+        cache: InOut<bf16>,
+        rows: U32,
+        k: U32,
+        heads: U32,
+        kv_heads: U32,
+        head_dim: U32,
+        rotary_dim: U32,
+        block_size: U32,
+        num_pages: U32,
+        q_block_n: U32,
+        q_block_k: U32,
+        k_block_n: U32,
+        k_block_k: U32,
+        v_block_n: U32,
+        v_block_k: U32,
+    }
+    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows);
+    QKV_ROPE_KV_MMA_FP8 = "gemm::qkv_rope_kv_mma_fp8" => twin qkv_rope_kv_mma_fp8, emit emit_qkv_rope_kv_mma;
+}
+
+kernel! {
+    /// `qkv_rope_kv_mma` on int4 blobs wq \[heads·head_dim·k\], wk and wv
+    /// \[kv_heads·head_dim·k\], each with its f32 scales and u8 zero points per `group`.
+    pub struct QkvRopeKvMmaInt4 / QkvRopeKvMmaInt4Args {
+        x: In<bf16>,
+        wq: In<u8>,
+        bq: InOpt<bf16>,
+        wk: In<u8>,
+        bk: InOpt<bf16>,
+        wv: In<u8>,
+        bv: InOpt<bf16>,
+        positions: In<i32>,
+        inv_freq: In<f32>,
+        slot_mapping: In<i32>,
+        q_out: Out<bf16>,
+        cache: InOut<bf16>,
+        rows: U32,
+        k: U32,
+        heads: U32,
+        kv_heads: U32,
+        head_dim: U32,
+        rotary_dim: U32,
+        block_size: U32,
+        num_pages: U32,
+        q_group: U32,
+        k_group: U32,
+        v_group: U32,
+    }
+    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows);
+    QKV_ROPE_KV_MMA_INT4 = "gemm::qkv_rope_kv_mma_int4" => twin qkv_rope_kv_mma_int4, emit emit_qkv_rope_kv_mma;
+}
+
+/// Each quantized entry: (entry, the kernel it serves, the format kind it reads).
+pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
+    (
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+        "fp8",
+    ),
+    (
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+        "int4",
+    ),
+];
+
 /// Per q or k head ⌈half/16⌉ rope blocks and ⌈(head_dim − 2·half)/32⌉ pass-through blocks
 /// (half = min(rotary_dim, head_dim) / 2), then ⌈kv_heads·head_dim/32⌉ v blocks; one block per
 /// 64 rows.
@@ -74,80 +158,253 @@ pub fn qkv_rope_kv_grid(
     }
 }
 
-fn qkv_rope_kv_mma(a: QkvRopeKvMmaArgs<'_>) -> Result<(), GpuError> {
-    let ctx = a.ctx;
-    let (rows, k) = (a.rows.count(), a.k.dim()?);
-    let (heads, kv_heads, head_dim) = (a.heads.dim()?, a.kv_heads.dim()?, a.head_dim.dim()?);
-    let (nq, nkv) = (
-        size(ctx, &[heads, head_dim])?,
-        size(ctx, &[kv_heads, head_dim])?,
-    );
-    let x = a.x.len(size(ctx, &[rows, k])?)?;
-    let mut q = vec![bf16::ZERO; size(ctx, &[rows, nq])?];
-    let mut kr = vec![bf16::ZERO; size(ctx, &[rows, nkv])?];
-    let mut v = vec![bf16::ZERO; size(ctx, &[rows, nkv])?];
-    let projections = [
-        (a.wq, a.bq, &mut q, nq),
-        (a.wk, a.bk, &mut kr, nkv),
-        (a.wv, a.bv, &mut v, nkv),
-    ];
-    for (w, bias, y, n) in projections {
-        let w = w.len(size(ctx, &[n, k])?)?;
-        let bias = bias.len(n)?;
-        each_dot(
-            ctx,
-            x,
-            w,
-            [rows, k, n],
-            |o, d| linear_value(d, bias.map(|b| b[o])),
-            y,
-        );
-    }
-    let pass = HeadPass::over(ctx, &q, &kr, [rows, heads, kv_heads, head_dim]);
-    let pass = with_rope(pass, a.positions, a.inv_freq, a.rotary_dim)?;
-    let cache = CacheArgs {
-        slot_mapping: a.slot_mapping,
-        cache: a.cache,
-        block_size: a.block_size,
-        num_pages: a.num_pages,
-    };
-    pass.into_cache_from(&v, a.q_out, cache)
+/// Every entry's arguments but the weights (the same names in each).
+struct RopeKv<'a> {
+    ctx: &'a solder_gpu_runtime::TwinCtx<'a>,
+    x: In<'a, bf16>,
+    biases: [InOpt<'a, bf16>; 3],
+    positions: In<'a, i32>,
+    inv_freq: In<'a, f32>,
+    slot_mapping: In<'a, i32>,
+    q_out: Out<'a, bf16>,
+    cache: Out<'a, bf16>,
+    /// rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages.
+    dims: [Dim<'a>; 8],
 }
 
+macro_rules! rope_kv {
+    ($a:ident) => {
+        RopeKv {
+            ctx: $a.ctx,
+            x: $a.x,
+            biases: [$a.bq, $a.bk, $a.bv],
+            positions: $a.positions,
+            inv_freq: $a.inv_freq,
+            slot_mapping: $a.slot_mapping,
+            q_out: $a.q_out,
+            cache: $a.cache,
+            dims: [
+                $a.rows,
+                $a.k,
+                $a.heads,
+                $a.kv_heads,
+                $a.head_dim,
+                $a.rotary_dim,
+                $a.block_size,
+                $a.num_pages,
+            ],
+        }
+    };
+}
+
+impl RopeKv<'_> {
+    /// (k, q's width, k's and v's width).
+    fn widths(&self) -> Result<(usize, usize, usize), GpuError> {
+        let [_, k, heads, kv_heads, head_dim, ..] = self.dims;
+        let head_dim = head_dim.dim()?;
+        Ok((
+            k.dim()?,
+            size(self.ctx, &[heads.dim()?, head_dim])?,
+            size(self.ctx, &[kv_heads.dim()?, head_dim])?,
+        ))
+    }
+
+    /// The projections against the bf16 matrices `w` (q, k, v) as `qkv_mma` stores them, then
+    /// `rope_kv_write`'s pass into q_out and the cache.
+    fn run(self, w: [&[bf16]; 3]) -> Result<(), GpuError> {
+        let ctx = self.ctx;
+        let [rows, _, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages] = self.dims;
+        let rows = rows.count();
+        let (k, nq, nkv) = self.widths()?;
+        let x = self.x.len(size(ctx, &[rows, k])?)?;
+        let mut q = vec![bf16::ZERO; size(ctx, &[rows, nq])?];
+        let mut kr = vec![bf16::ZERO; size(ctx, &[rows, nkv])?];
+        let mut v = vec![bf16::ZERO; size(ctx, &[rows, nkv])?];
+        let outputs = [(&mut q, nq), (&mut kr, nkv), (&mut v, nkv)];
+        for ((y, n), (w, bias)) in outputs.into_iter().zip(w.into_iter().zip(self.biases)) {
+            let w = w.get(..size(ctx, &[n, k])?).ok_or_else(|| {
+                ctx.fail(format!("a weight holds {} elements, want {n}·{k}", w.len()))
+            })?;
+            let bias = bias.len(n)?;
+            each_dot(
+                ctx,
+                x,
+                w,
+                [rows, k, n],
+                |o, d| linear_value(d, bias.map(|b| b[o])),
+                y,
+            );
+        }
+        let dims = [rows, heads.dim()?, kv_heads.dim()?, head_dim.dim()?];
+        let pass = HeadPass::over(ctx, &q, &kr, dims);
+        let pass = with_rope(pass, self.positions, self.inv_freq, rotary_dim)?;
+        let cache = CacheArgs {
+            slot_mapping: self.slot_mapping,
+            cache: self.cache,
+            block_size,
+            num_pages,
+        };
+        pass.into_cache_from(&v, self.q_out, cache)
+    }
+}
+
+fn qkv_rope_kv_mma(a: QkvRopeKvMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (wq, wk, wv) = (a.wq, a.wk, a.wv);
+    let c = rope_kv!(a);
+    let (k, nq, nkv) = c.widths()?;
+    let (wq, wk, wv) = (
+        wq.len(size(ctx, &[nq, k])?)?,
+        wk.len(size(ctx, &[nkv, k])?)?,
+        wv.len(size(ctx, &[nkv, k])?)?,
+    );
+    c.run([wq, wk, wv])
+}
+
+/// The twin of a quantized entry: the bf16 twin on the matrices `numerics::dequant` gives.
+fn quant_run(c: RopeKv<'_>, w: [(In<'_, u8>, WeightFormat); 3]) -> Result<(), GpuError> {
+    let (k, nq, nkv) = c.widths()?;
+    let [(wq, fq), (wk, fk), (wv, fv)] = w;
+    let (wq, wk, wv) = (
+        dequantised(c.ctx, wq, fq, nq, k)?,
+        dequantised(c.ctx, wk, fk, nkv, k)?,
+        dequantised(c.ctx, wv, fv, nkv, k)?,
+    );
+    c.run([&wq, &wk, &wv])
+}
+
+fn fp8(block_n: Dim<'_>, block_k: Dim<'_>) -> WeightFormat {
+    WeightFormat::Fp8 {
+        block_n: block_n.get(),
+        block_k: block_k.get(),
+    }
+}
+
+fn qkv_rope_kv_mma_fp8(a: QkvRopeKvMmaFp8Args<'_>) -> Result<(), GpuError> {
+    let w = [
+        (a.wq, fp8(a.q_block_n, a.q_block_k)),
+        (a.wk, fp8(a.k_block_n, a.k_block_k)),
+        (a.wv, fp8(a.v_block_n, a.v_block_k)),
+    ];
+    quant_run(rope_kv!(a), w)
+}
+
+fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
+    let int4 = |group: Dim<'_>| WeightFormat::Int4 { group: group.get() };
+    let w = [
+        (a.wq, int4(a.q_group)),
+        (a.wk, int4(a.k_group)),
+        (a.wv, int4(a.v_group)),
+    ];
+    quant_run(rope_kv!(a), w)
+}
+
+/// `qkv_rope_kv_mma`, or its entry for the weights' format.
 fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     let p = projections(v)?;
-    if let Some(slot) = v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
-        return Err(v.err(format!(
-            "weight `{}` is stored as {}, but `{}` reads only bf16",
-            slot.name,
-            slot.format,
-            QKV_ROPE_KV_MMA.as_str()
-        )));
-    }
     let ([wq, wk, wv], [bq, bk, bv]) = (p.w, p.bias);
     let rope = v.op(OpKind::Rope, None)?;
     let write = v.op(OpKind::KvWrite, None)?;
-    Ok(vec![QkvRopeKvMma {
-        x: v.input(p.q_op, 0)?,
-        wq,
-        bq,
-        wk,
-        bk,
-        wv,
-        bv,
-        positions: v.meta(MetaField::Positions),
-        inv_freq: v.inv_freq(),
-        slot_mapping: v.meta(MetaField::SlotMapping),
-        q_out: v.output(rope, 0)?,
-        cache: v.state_of(write.outputs[0])?,
-        rows: v.rows(),
-        k: p.k,
-        heads: v.u32(rope, "heads")?,
-        kv_heads: v.u32(rope, "kv_heads")?,
-        head_dim: v.u32(rope, "head_dim")?,
-        rotary_dim: v.u32(rope, "rotary_dim")?,
-        block_size: v.kv_block_size(),
-        num_pages: v.kv_pages(),
-    }
-    .launch(QKV_ROPE_KV_MMA)])
+    let (x, rows, k) = (v.input(p.q_op, 0)?, v.rows(), p.k);
+    let (positions, inv_freq) = (v.meta(MetaField::Positions), v.inv_freq());
+    let slot_mapping = v.meta(MetaField::SlotMapping);
+    let (q_out, cache) = (v.output(rope, 0)?, v.state_of(write.outputs[0])?);
+    let (heads, kv_heads) = (v.u32(rope, "heads")?, v.u32(rope, "kv_heads")?);
+    let (head_dim, rotary_dim) = (v.u32(rope, "head_dim")?, v.u32(rope, "rotary_dim")?);
+    let (block_size, num_pages) = (v.kv_block_size(), v.kv_pages());
+    let formats = p.ops.map(|op| v.weight_format(op, 0));
+    use WeightFormat::{Bf16, Fp8, Int4};
+    let launch = match formats {
+        [Bf16, Bf16, Bf16] => QkvRopeKvMma {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            positions,
+            inv_freq,
+            slot_mapping,
+            q_out,
+            cache,
+            rows,
+            k,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary_dim,
+            block_size,
+            num_pages,
+        }
+        .launch(QKV_ROPE_KV_MMA),
+        [Fp8 {
+            block_n: q_block_n,
+            block_k: q_block_k,
+        }, Fp8 {
+            block_n: k_block_n,
+            block_k: k_block_k,
+        }, Fp8 {
+            block_n: v_block_n,
+            block_k: v_block_k,
+        }] => QkvRopeKvMmaFp8 {
+            x,
+            wq,
+            bq,
+            wk,
+            bk,
+            wv,
+            bv,
+            positions,
+            inv_freq,
+            slot_mapping,
+            q_out,
+            cache,
+            rows,
+            k,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary_dim,
+            block_size,
+            num_pages,
+            q_block_n,
+            q_block_k,
+            k_block_n,
+            k_block_k,
+            v_block_n,
+            v_block_k,
+        }
+        .launch(QKV_ROPE_KV_MMA_FP8),
+        [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
+            QkvRopeKvMmaInt4 {
+                x,
+                wq,
+                bq,
+                wk,
+                bk,
+                wv,
+                bv,
+                positions,
+                inv_freq,
+                slot_mapping,
+                q_out,
+                cache,
+                rows,
+                k,
+                heads,
+                kv_heads,
+                head_dim,
+                rotary_dim,
+                block_size,
+                num_pages,
+                q_group,
+                k_group,
+                v_group,
+            }
+            .launch(QKV_ROPE_KV_MMA_INT4)
+        }
+        _ => return Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
+    };
+    Ok(vec![launch])
 }
