@@ -130,14 +130,16 @@ pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-fn fp8(block_n: Dim<'_>, block_k: Dim<'_>) -> WeightFormat {
+/// The fp8 format of an entry's `block_n`, `block_k` arguments.
+pub(super) fn fp8(block_n: Dim<'_>, block_k: Dim<'_>) -> WeightFormat {
     WeightFormat::Fp8 {
         block_n: block_n.get(),
         block_k: block_k.get(),
     }
 }
 
-fn int4(group: Dim<'_>) -> WeightFormat {
+/// The int4 format of an entry's `group` argument.
+pub(super) fn int4(group: Dim<'_>) -> WeightFormat {
     WeightFormat::Int4 { group: group.get() }
 }
 

@@ -20,6 +20,7 @@ use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
 use super::super::{each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::quant::{fp8, int4};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
@@ -273,13 +274,6 @@ fn quant_run(c: RopeKv<'_>, w: [(In<'_, u8>, WeightFormat); 3]) -> Result<(), Gp
     c.run([&wq, &wk, &wv])
 }
 
-fn fp8(block_n: Dim<'_>, block_k: Dim<'_>) -> WeightFormat {
-    WeightFormat::Fp8 {
-        block_n: block_n.get(),
-        block_k: block_k.get(),
-    }
-}
-
 fn qkv_rope_kv_mma_fp8(a: QkvRopeKvMmaFp8Args<'_>) -> Result<(), GpuError> {
     let w = [
         (a.wq, fp8(a.q_block_n, a.q_block_k)),
@@ -290,7 +284,6 @@ fn qkv_rope_kv_mma_fp8(a: QkvRopeKvMmaFp8Args<'_>) -> Result<(), GpuError> {
 }
 
 fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
-    let int4 = |group: Dim<'_>| WeightFormat::Int4 { group: group.get() };
     let w = [
         (a.wq, int4(a.q_group)),
         (a.wk, int4(a.k_group)),
