@@ -443,9 +443,9 @@ fn traffic_counts_quantized_weights_in_their_format() {
     assert!(q.bytes() < q.shape[0] * q.shape[1] * 2);
 }
 
-/// Under `tensor_cores`, the fused q/k/v and gate/up rules take quantized projections of one
-/// kind (their fp8/int4 entries read one), and leave a chain that mixes kinds (here k_proj kept
-/// bf16 by the checkpoint) to the single projections' rule.
+/// Under `tensor_cores`, the fused q/k/v (with rope and the KV write) and gate/up rules take
+/// quantized projections of one kind (their fp8/int4 entries read one), and leave a chain that
+/// mixes kinds (here k_proj kept bf16 by the checkpoint) to the single projections' rule.
 #[test]
 fn fused_tensor_core_rules_take_one_quantized_kind_and_leave_mixed_chains_alone() {
     let rules = rules();
@@ -502,7 +502,8 @@ fn fused_tensor_core_rules_take_one_quantized_kind_and_leave_mixed_chains_alone(
             WeightFormat::Bf16
         );
         let groups = groups_of(&one);
-        assert_eq!(layer0(&groups, "qkv_tensor_cores"), 1, "{groups:?}");
+        // llama has no qk-norm: q/k/v with rope and the KV write in one group.
+        assert_eq!(layer0(&groups, "qkv_rope_kv_tensor_cores"), 1, "{groups:?}");
         assert_eq!(
             layer0(&groups, "gate_up_silu_tensor_cores"),
             1,
@@ -529,6 +530,7 @@ fn fused_tensor_core_rules_take_one_quantized_kind_and_leave_mixed_chains_alone(
         FP8
     );
     let groups = groups_of(&mixed);
+    assert_eq!(layer0(&groups, "qkv_rope_kv_tensor_cores"), 0, "{groups:?}");
     assert_eq!(layer0(&groups, "qkv_tensor_cores"), 0, "{groups:?}");
     // q, k and v each on their own, in their own formats; gate/up (both fp8) still fused.
     assert_eq!(layer0(&groups, "linear_tensor_cores"), 5, "{groups:?}");
