@@ -248,8 +248,8 @@ fn a_fused_quantized_kernel_reading_another_projections_blocks_differs_from_the_
     // must reach its tiles.
     let edits = [
         (
-            "{WFp8{wv, nkv, v_block_n, v_block_k}}",
-            "{WFp8{wv, nkv, k_block_n, k_block_k}}",
+            "{WFp8{wv, nkv, v_block_n, v_block_k}}};\n    const bf16* const bias[3] = {bq, bk, bv};\n    bf16* const out[3]",
+            "{WFp8{wv, nkv, k_block_n, k_block_k}}};\n    const bf16* const bias[3] = {bq, bk, bv};\n    bf16* const out[3]",
         ),
         ("{WInt4{wu, inter, u_group}}", "{WInt4{wu, inter, g_group}}"),
     ];
