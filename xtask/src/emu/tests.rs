@@ -27,6 +27,24 @@ fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
         .collect()
 }
 
+/// How many of a bf16 buffer's values are NaN, and how many it holds.
+pub(super) fn bf16_nans(backend: &mut CpuBackend, buf: Buf) -> (usize, usize) {
+    let bytes = download(backend, buf.ptr, buf.bytes);
+    let values: Vec<bf16> = bytes
+        .chunks_exact(2)
+        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    (values.iter().filter(|v| v.is_nan()).count(), values.len())
+}
+
+/// The buffer a launch argument names.
+pub(super) fn arg_buf(arg: &solder_gpu_runtime::KernelArg) -> Buf {
+    match arg {
+        solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. } => Buf::new(*ptr, *bytes),
+        other => panic!("not a buffer: {other:?}"),
+    }
+}
+
 pub(super) fn run(backend: &mut CpuBackend, launch: &Launch) {
     let kernel = backend.kernel(launch.kernel).unwrap();
     let stream = backend.default_stream();

@@ -7,10 +7,9 @@
 //! twins on the dequantised matrices, which are `linear_mma_fp8`'s and `linear_mma_int4`'s
 //! bytes (crates/model-layers/src/kernels/gemm/fused/quant.rs).
 
-use half::bf16;
 use solder_circuit::{MatrixLayout, WeightFormat};
 use solder_gpu_runtime::cpu::emu::EmuMode;
-use solder_gpu_runtime::{CpuBackend, GpuBackend, KernelArg};
+use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
     GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
@@ -18,7 +17,7 @@ use solder_model_layers::kernels::gemm::{
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
 
-use super::tests::{download, emulated, run, upload};
+use super::tests::{arg_buf, bf16_nans, emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
 use super::tests_quant::matrix;
@@ -281,16 +280,6 @@ fn a_fused_quantized_kernel_reading_another_projections_blocks_differs_from_the_
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// How many of a bf16 buffer's values are NaN, and how many it holds.
-fn nans(backend: &mut CpuBackend, buf: Buf) -> (usize, usize) {
-    let bytes = download(backend, buf.ptr, buf.bytes);
-    let values: Vec<bf16> = bytes
-        .chunks_exact(2)
-        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-        .collect();
-    (values.iter().filter(|v| v.is_nan()).count(), values.len())
-}
-
 /// x's row 1 poisoned (NaN, ±inf); in the weights, fp8 NaN codes (0x7f) in q's feature row 3
 /// and gate's row 2, an infinite scale over v's first block (int4: k's and up's first group of
 /// feature row 5, whose q − z of 0 makes 0·inf a NaN). Every entry writes its twin's bytes, and
@@ -356,7 +345,7 @@ fn fused_quantized_entries_carry_nan_and_inf_as_their_twins() {
         outputs.push((l.kernel, arg_buf(&l.args[3])));
     }
     for (kernel, buf) in outputs {
-        let (nan, all) = nans(&mut backend, buf);
+        let (nan, all) = bf16_nans(&mut backend, buf);
         assert!(
             nan > 0,
             "{kernel}: no NaN in an output, the test is vacuous"
@@ -379,13 +368,5 @@ fn fused_quantized_entries_carry_nan_and_inf_as_their_twins() {
             (1, 1),
             "{entry}: {parity:?}"
         );
-    }
-}
-
-/// The buffer a launch argument names.
-fn arg_buf(arg: &KernelArg) -> Buf {
-    match arg {
-        KernelArg::Buffer { ptr, bytes, .. } => Buf::new(*ptr, *bytes),
-        other => panic!("not a buffer: {other:?}"),
     }
 }

@@ -6,7 +6,6 @@
 //! int4 entries (each weight in its own blocks or group); a kernel that ropes a pair with its
 //! values swapped differs (the check can fail); NaN and ±inf carry as the twin carries them.
 
-use half::bf16;
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
@@ -17,7 +16,7 @@ use solder_model_layers::kernels::gemm::{
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
 
-use super::tests::{download, emulated, run, upload};
+use super::tests::{arg_buf, bf16_nans, emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
 use super::tests_quant::matrix;
@@ -238,16 +237,6 @@ fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// How many of a bf16 buffer's values are NaN, and how many it holds.
-fn nans(backend: &mut CpuBackend, buf: Buf) -> (usize, usize) {
-    let bytes = download(backend, buf.ptr, buf.bytes);
-    let all: Vec<bf16> = bytes
-        .chunks_exact(2)
-        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-        .collect();
-    (all.iter().filter(|v| v.is_nan()).count(), all.len())
-}
-
 /// x's row 1 poisoned (NaN, ±inf): its q row and its k and v slot carry NaN, the other rows do
 /// not, as in the twin.
 #[test]
@@ -289,10 +278,7 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
 fn carries_nan(backend: &mut CpuBackend, l: &Launch) {
     for index in [10usize, 11] {
         // q_out and the cache (arguments 10 and 11).
-        let solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. } = l.args[index] else {
-            panic!("argument {index} is a buffer");
-        };
-        let (nan, all) = nans(backend, Buf::new(ptr, bytes));
+        let (nan, all) = bf16_nans(backend, arg_buf(&l.args[index]));
         assert!(
             nan > 0,
             "{} argument {index}: no NaN, the test is vacuous",

@@ -180,6 +180,26 @@ pub(super) fn each_dot<T: Copy + Send>(
     }
 }
 
+/// `y[r][o]` = `linear_value` of row r's dot with weight row o plus `bias[o]`, each dot in
+/// `each_dot`'s order: what `linear_mma` and every tensor-core projection storing bf16 store.
+pub(super) fn linear_dots(
+    ctx: &solder_gpu_runtime::TwinCtx<'_>,
+    x: &[bf16],
+    w: &[bf16],
+    bias: Option<&[bf16]>,
+    shape: [usize; 3],
+    y: &mut [bf16],
+) {
+    each_dot(
+        ctx,
+        x,
+        w,
+        shape,
+        |o, d| linear_value(d, bias.map(|b| b[o])),
+        y,
+    );
+}
+
 /// `each_dot` with panels of `8·B` features.
 fn each_dot_in<const B: usize, T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
@@ -235,14 +255,7 @@ fn linear_mma(a: LinearMmaArgs<'_>) -> Result<(), GpuError> {
     let w = a.w.len(size(ctx, &[n, k])?)?;
     let bias = a.bias.len(n)?;
     let y = a.y.len(size(ctx, &[rows, n])?)?;
-    each_dot(
-        ctx,
-        x,
-        w,
-        [rows, k, n],
-        |o, d| linear_value(d, bias.map(|b| b[o])),
-        y,
-    );
+    linear_dots(ctx, x, w, bias, [rows, k, n], y);
     Ok(())
 }
 

@@ -16,10 +16,9 @@ use half::bf16;
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
-use super::{each_dot, emit_linear_mma, emit_lm_head_mma, gemm_grid};
+use super::{each_dot, emit_linear_mma, emit_lm_head_mma, gemm_grid, linear_dots};
 use crate::kernels::args::{dequantised, size, In};
 use crate::kernels::decl::kernel;
-use crate::numerics::linear_value;
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
@@ -112,14 +111,7 @@ fn linear_quant(
 ) -> Result<(), GpuError> {
     let x = x.len(size(ctx, &[rows, k])?)?;
     let matrix = dequantised(ctx, w, format, n, k)?;
-    each_dot(
-        ctx,
-        x,
-        &matrix,
-        [rows, k, n],
-        |o, d| linear_value(d, bias.map(|b| b[o])),
-        y,
-    );
+    linear_dots(ctx, x, &matrix, bias, [rows, k, n], y);
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use half::bf16;
 use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::{each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::{each_dot, linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
@@ -105,14 +105,7 @@ fn qkv_mma(a: QkvMmaArgs<'_>) -> Result<(), GpuError> {
         let w = w.len(size(ctx, &[n, k])?)?;
         let bias = bias.len(n)?;
         let y = y.len(size(ctx, &[rows, n])?)?;
-        each_dot(
-            ctx,
-            x,
-            w,
-            [rows, k, n],
-            |o, d| linear_value(d, bias.map(|b| b[o])),
-            y,
-        );
+        linear_dots(ctx, x, w, bias, [rows, k, n], y);
     }
     Ok(())
 }

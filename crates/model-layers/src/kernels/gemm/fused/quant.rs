@@ -18,8 +18,7 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 use super::{emit_gate_up_silu_mma, emit_qkv_mma, gate_up_act, qkv_grid};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
 use crate::kernels::decl::kernel;
-use crate::kernels::gemm::each_dot;
-use crate::numerics::linear_value;
+use crate::kernels::gemm::linear_dots;
 
 kernel! {
     /// `qkv_mma` on fp8 blobs wq \[nq·k\], wk and wv \[nkv·k\], each with its f32 scales of
@@ -166,14 +165,7 @@ fn qkv_quant(
         let matrix = dequantised(ctx, w, format, n, k)?;
         let bias = bias.len(n)?;
         let y = y.len(size(ctx, &[rows, n])?)?;
-        each_dot(
-            ctx,
-            x,
-            &matrix,
-            [rows, k, n],
-            |o, d| linear_value(d, bias.map(|b| b[o])),
-            y,
-        );
+        linear_dots(ctx, x, &matrix, bias, [rows, k, n], y);
     }
     Ok(())
 }

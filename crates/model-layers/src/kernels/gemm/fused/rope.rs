@@ -19,14 +19,13 @@ use solder_circuit::ir::MetaField;
 use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::super::{each_dot, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use super::quant::{fp8, int4};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
-use crate::numerics::linear_value;
 
 kernel! {
     /// x bf16\[rows·k\] → q, k, v (weights bf16\[n·k\], biases optional); q roped into q_out
@@ -227,14 +226,7 @@ impl RopeKv<'_> {
                 ctx.fail(format!("a weight holds {} elements, want {n}·{k}", w.len()))
             })?;
             let bias = bias.len(n)?;
-            each_dot(
-                ctx,
-                x,
-                w,
-                [rows, k, n],
-                |o, d| linear_value(d, bias.map(|b| b[o])),
-                y,
-            );
+            linear_dots(ctx, x, w, bias, [rows, k, n], y);
         }
         let dims = [rows, heads.dim()?, kv_heads.dim()?, head_dim.dim()?];
         let pass = HeadPass::over(ctx, &q, &kr, dims);
