@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    LaunchOrder, ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, ReadbackId, StreamId,
 };
 
 /// A device: memory, copies, modules and kernels, launches, streams, events and graphs.
@@ -36,6 +36,24 @@ pub trait GpuBackend {
         dst: DevicePtr,
         src: &[u8],
     ) -> Result<(), GpuError>;
+    /// Queues a copy of `bytes` device bytes at `src` into host memory the backend holds,
+    /// ordered on `stream` like a launch that reads them (refused while `stream` captures).
+    /// Nothing waits: the bytes are the caller's through `take_readback`, once the copy ran.
+    fn copy_d2h_async(
+        &mut self,
+        stream: StreamId,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<ReadbackId, GpuError>;
+    /// Whether `readback`'s copy has completed (never waits).
+    fn readback_ready(&mut self, readback: ReadbackId) -> Result<bool, GpuError>;
+    /// Waits for `readback`'s copy (that copy and the work before it on its stream, not the
+    /// whole device) and moves its bytes into `dst`, whose length must be the copy's. Ends
+    /// the readback.
+    fn take_readback(&mut self, readback: ReadbackId, dst: &mut [u8]) -> Result<(), GpuError>;
+    /// Ends `readback` without its bytes and without waiting: its host memory is reused once
+    /// the copy completed.
+    fn release_readback(&mut self, readback: ReadbackId) -> Result<(), GpuError>;
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError>;
 
     /// Loads a module; its kernels become visible to `kernel` and `kernel_names`.

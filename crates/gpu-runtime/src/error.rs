@@ -36,6 +36,12 @@ pub enum GpuError {
     Kernel { kernel: String, message: String },
     #[error("unknown {what} handle {id}")]
     UnknownHandle { what: &'static str, id: u32 },
+    #[error("readback {readback}: {asked} bytes asked for, its copy holds {holds}")]
+    ReadbackLength {
+        readback: u32,
+        asked: usize,
+        holds: usize,
+    },
     #[error("cannot free {ptr:#x}: a live graph captured work on it (destroy the graph first)")]
     CapturedByLiveGraph { ptr: u64 },
     #[error("graph capture: {0}")]

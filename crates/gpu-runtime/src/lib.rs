@@ -34,5 +34,5 @@ pub use error::GpuError;
 pub use twin::{par_chunks_mut, Element, TwinCtx, TwinFn};
 pub use types::{
     Access, DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId,
-    LaunchConfig, LaunchOrder, ModuleImage, StreamId,
+    LaunchConfig, LaunchOrder, ModuleImage, ReadbackId, StreamId,
 };

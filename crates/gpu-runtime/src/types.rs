@@ -26,6 +26,11 @@ pub struct EventId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KernelId(pub u32);
 
+/// A copy queued by `copy_d2h_async`, until `take_readback` or `release_readback` ends it
+/// (ids are never reused by a backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadbackId(pub u32);
+
 /// A captured (not yet instantiated) graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GraphId(pub u32);

@@ -6,7 +6,7 @@ mod common;
 use common::backend;
 use solder_gpu_runtime::{
     Checked, CpuBackend, DeviceFacts, DevicePtr, EventId, GpuBackend, GpuError, GraphExecId,
-    GraphId, KernelArg, KernelId, LaunchConfig, ModuleImage, StreamId,
+    GraphId, KernelArg, KernelId, LaunchConfig, ModuleImage, ReadbackId, StreamId,
 };
 
 const S0: StreamId = StreamId(0);
@@ -53,6 +53,24 @@ impl GpuBackend for Counting {
     fn copy_h2d_async(&mut self, s: StreamId, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
         let result = self.inner.copy_h2d_async(s, dst, src);
         self.count(result)
+    }
+    fn copy_d2h_async(
+        &mut self,
+        s: StreamId,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<ReadbackId, GpuError> {
+        let result = self.inner.copy_d2h_async(s, src, bytes);
+        self.count(result)
+    }
+    fn readback_ready(&mut self, readback: ReadbackId) -> Result<bool, GpuError> {
+        self.inner.readback_ready(readback)
+    }
+    fn take_readback(&mut self, readback: ReadbackId, dst: &mut [u8]) -> Result<(), GpuError> {
+        self.inner.take_readback(readback, dst)
+    }
+    fn release_readback(&mut self, readback: ReadbackId) -> Result<(), GpuError> {
+        self.inner.release_readback(readback)
     }
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {
         let result = self.inner.memset(dst, value, bytes);
@@ -264,6 +282,8 @@ fn an_unordered_cross_stream_access_is_a_race_and_is_not_forwarded() {
     }
     let err = gpu.copy_h2d_async(S0, buf, &[0; 4]).unwrap_err();
     assert!(matches!(err, GpuError::Race { ref current, .. } if current == "copy_h2d_async"));
+    let err = gpu.copy_d2h_async(S0, buf, 16).unwrap_err();
+    assert!(matches!(err, GpuError::Race { ref current, .. } if current == "copy_d2h_async"));
     assert_eq!(forwarded(&gpu), 1);
 
     // Ordered by an event, the same read passes.
@@ -271,6 +291,10 @@ fn an_unordered_cross_stream_access_is_a_race_and_is_not_forwarded() {
     gpu.record_event(event, s1).unwrap();
     gpu.wait_event(S0, event).unwrap();
     copy_on(&mut gpu, S0, buf, out, 4).unwrap();
+    let readback = gpu.copy_d2h_async(S0, buf, 16).unwrap();
+    let mut got = [0u8; 16];
+    gpu.take_readback(readback, &mut got).unwrap();
+    assert_eq!(got, [1.0f32.to_le_bytes(); 4].concat()[..]);
     assert_eq!(download(&mut gpu, out, 4), vec![1.0; 4]);
 }
 

@@ -163,6 +163,33 @@ fn alloc_copy_round_trip() {
     assert!(back[512..520].iter().all(|x| *x == 0x22));
     assert!(back[520..].iter().all(|x| *x == 0x11));
 
+    // A readback waits for its own copy only, and holds the bytes of its point in the stream.
+    let first = backend
+        .copy_d2h_async(StreamId(0), b, 600)
+        .expect("copy_d2h_async");
+    backend.memset(b, 0x33, 600).expect("memset");
+    let second = backend
+        .copy_d2h_async(StreamId(0), b.offset(500), 8)
+        .expect("copy_d2h_async");
+    let released = backend
+        .copy_d2h_async(StreamId(0), b, 1000)
+        .expect("copy_d2h_async");
+    backend
+        .release_readback(released)
+        .expect("release_readback");
+    let mut got = vec![0u8; 600];
+    backend
+        .take_readback(first, &mut got)
+        .expect("take_readback");
+    assert!(got[..512].iter().all(|x| *x == 0x11));
+    assert!(got[512..520].iter().all(|x| *x == 0x22));
+    let mut got = [0u8; 8];
+    backend
+        .take_readback(second, &mut got)
+        .expect("take_readback");
+    assert_eq!(got, [0x33; 8]);
+    assert!(backend.readback_ready(second).is_err(), "taken once");
+
     assert_eq!(backend.live_allocations(), 2);
     backend.free(a).expect("free");
     backend.free(b).expect("free");

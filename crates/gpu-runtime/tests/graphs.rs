@@ -151,6 +151,10 @@ fn copy_or_synchronize_during_capture_is_refused() {
         gpu.copy_h2d_async(S0, buf, &[0; 4]),
         Err(GpuError::Capture(_))
     ));
+    assert!(matches!(
+        gpu.copy_d2h_async(S0, buf, 4),
+        Err(GpuError::Capture(_))
+    ));
     assert!(matches!(gpu.synchronize(), Err(GpuError::Capture(_))));
     // Another stream, not in the capture, may still copy asynchronously.
     gpu.copy_h2d_async(s1, buf, &[0; 4]).unwrap();

@@ -173,3 +173,51 @@ fn zero_byte_buffers_may_point_anywhere_inside() {
     )
     .unwrap();
 }
+
+#[test]
+fn async_readbacks_are_checked_and_end_once() {
+    let mut gpu = backend();
+    let buf = upload(&mut gpu, &[1.0, 2.0, 3.0, 4.0]);
+    let readback = gpu.copy_d2h_async(S0, buf.offset(4), 8).unwrap();
+    assert!(gpu.readback_ready(readback).unwrap());
+    // The destination must be the copy's length; a refused take keeps the readback.
+    let mut short = [0u8; 4];
+    assert!(matches!(
+        gpu.take_readback(readback, &mut short),
+        Err(GpuError::ReadbackLength {
+            asked: 4,
+            holds: 8,
+            ..
+        })
+    ));
+    let mut got = [0u8; 8];
+    gpu.take_readback(readback, &mut got).unwrap();
+    assert_eq!(
+        got[..],
+        [2.0f32.to_le_bytes(), 3.0f32.to_le_bytes()].concat()[..]
+    );
+    // Taken once: the id is gone, as is a released one's.
+    assert!(matches!(
+        gpu.take_readback(readback, &mut got),
+        Err(GpuError::UnknownHandle {
+            what: "readback",
+            ..
+        })
+    ));
+    let released = gpu.copy_d2h_async(S0, buf, 16).unwrap();
+    assert_ne!(released, readback, "ids are not reused");
+    assert_eq!(gpu.live_readbacks(), 1);
+    gpu.release_readback(released).unwrap();
+    assert_eq!(gpu.live_readbacks(), 0);
+    assert!(gpu.readback_ready(released).is_err());
+    // Outside an allocation, nothing is queued.
+    assert!(matches!(
+        gpu.copy_d2h_async(S0, buf.offset(8), 16),
+        Err(GpuError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        gpu.copy_d2h_async(StreamId(7), buf, 4),
+        Err(GpuError::UnknownHandle { what: "stream", .. })
+    ));
+    assert_eq!(gpu.live_readbacks(), 0);
+}

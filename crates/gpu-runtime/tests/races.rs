@@ -168,3 +168,32 @@ fn history_seen_by_every_stream_is_pruned() {
         gpu.pending_accesses()
     );
 }
+
+#[test]
+fn async_readback_is_a_read_on_its_stream() {
+    let mut gpu = backend();
+    let s1 = gpu.create_stream().unwrap();
+    let buf = gpu.alloc(bytes(4)).unwrap();
+    fill_on(&mut gpu, S0, buf, 4, 2).unwrap();
+    // Reading what stream 0 wrote, unordered, is a race; after an event it is not.
+    let err = gpu.copy_d2h_async(s1, buf, 16).unwrap_err();
+    assert!(
+        matches!(err, GpuError::Race { ref current, stream: 1, .. } if current == "copy_d2h_async"),
+        "{err}"
+    );
+    let written = gpu.create_event().unwrap();
+    gpu.record_event(written, S0).unwrap();
+    gpu.wait_event(s1, written).unwrap();
+    let readback = gpu.copy_d2h_async(s1, buf, 16).unwrap();
+    // Stream 0 writing the bytes again before the read is ordered is the other race.
+    let err = fill_on(&mut gpu, S0, buf, 4, 3).unwrap_err();
+    assert!(matches!(err, GpuError::Race { stream: 0, .. }), "{err}");
+    let read = gpu.create_event().unwrap();
+    gpu.record_event(read, s1).unwrap();
+    gpu.wait_event(S0, read).unwrap();
+    fill_on(&mut gpu, S0, buf, 4, 3).unwrap();
+    // The readback holds the bytes at its point in stream order.
+    let mut got = [0u8; 16];
+    gpu.take_readback(readback, &mut got).unwrap();
+    assert_eq!(got[..], [2.0f32.to_le_bytes(); 4].concat()[..]);
+}

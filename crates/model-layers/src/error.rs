@@ -209,6 +209,10 @@ pub enum SessionError {
         field: &'static str,
         message: String,
     },
+    #[error("{call}: a pipeline is open (Session::stop_pipeline closes it)")]
+    PipelineOpen { call: &'static str },
+    #[error("no pipeline is open (Session::start_pipeline opens one)")]
+    NoPipeline,
     #[error("MTP draft head: {0}")]
     DraftHead(String),
     #[error(transparent)]

@@ -37,6 +37,10 @@ const HELP: &str =
                      whose levers no `differs` rule names gives the baseline's bytes
                      (a difference fails the run)
   --rounds R         with --ab: interleaved rounds per width, 1..=1000 (default 6)
+  --loop STEPS       also time the serving loop at each width, 1..=4096 steps a run: greedy
+                     steps with the host waiting for each step's ids (next_tokens) against a
+                     pipeline (start_pipeline, 2 steps queued ahead), alternated over 3 rounds,
+                     medians of us per step; the two must give the same tokens
   --copy-mib M       buffer copied device-to-device for the bandwidth, 1..=16384
                      (default 1024)
   --json PATH        also write the figures as JSON (with --ab: under the key `ab`, merged
@@ -65,6 +69,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             "json",
             "rules",
             "backend",
+            "loop",
         ],
         &["help"],
     )?;
@@ -73,6 +78,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     match args.value("ab") {
+        Some(_) if args.value("loop").is_some() => Err("`--loop` does not go with `--ab`".into()),
         Some(list) => run_ab(&args, list),
         None if args.value("rounds").is_some() => Err("`--rounds` goes with `--ab`".into()),
         None => timing::run(&args),
@@ -94,7 +100,7 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
     let mut widths = timing::widths(args, &serve, default_widths)?;
     let mut seen = std::collections::BTreeSet::new();
     widths.retain(|w| seen.insert(*w));
-    timing::check_positions(&name, &config, context, &widths)?;
+    timing::check_positions(&name, &config, (context, 0), &widths)?;
     // Programs for the timed widths only (and verify, which prefill runs): each variant's
     // build plans half of what the default ladder would.
     let serve = solder_config::ServeShape {
@@ -121,7 +127,7 @@ fn run_ab(args: &Args, list: &str) -> Result<(), String> {
         weights,
         rules,
         serve,
-        kv: timing::kv_shape(context, &widths),
+        kv: timing::kv_shape((context, 0), &widths),
         context,
         widths,
         rounds,
@@ -179,6 +185,19 @@ pub struct WidthFigures {
     pub graph_runs: usize,
 }
 
+/// One width's serving loop (`--loop`).
+#[derive(Debug, Clone)]
+pub struct LoopFigures {
+    pub rows: usize,
+    /// Steps a run.
+    pub steps: usize,
+    pub rounds: usize,
+    /// Median us a step with the host waiting for each step's ids (`next_tokens`).
+    pub waited_us: f64,
+    /// Median us a step through a pipeline.
+    pub piped_us: f64,
+}
+
 /// The whole run's figures.
 #[derive(Debug, Clone)]
 pub struct BenchFigures {
@@ -189,6 +208,8 @@ pub struct BenchFigures {
     /// Tokens each sequence held before the timed steps.
     pub context: usize,
     pub widths: Vec<WidthFigures>,
+    /// The serving loop per width (empty without `--loop`).
+    pub loops: Vec<LoopFigures>,
     pub programs_captured: usize,
     pub capture_all_ms: f64,
     pub build_s: f64,
@@ -237,6 +258,15 @@ impl BenchFigures {
                 w.rows as f64 * 1e6 / w.graph_us
             );
         }
+        for l in &self.loops {
+            out += &format!(
+                "serving loop {}: next_tokens {:.1} us/step, pipeline {:.1} us/step, ratio {:.3}\n",
+                l.rows,
+                l.waited_us,
+                l.piped_us,
+                l.piped_us / l.waited_us
+            );
+        }
         out
     }
 
@@ -263,11 +293,20 @@ impl BenchFigures {
                 "floor_percent_of_graph": 100.0 * w.floor_us / w.graph_us,
                 "floor_percent_of_eager": 100.0 * w.floor_us / w.eager_us,
             })).collect::<Vec<_>>(),
+            "serving_loop": self.loops.iter().map(|l| serde_json::json!({
+                "rows": l.rows,
+                "steps": l.steps,
+                "rounds": l.rounds,
+                "next_tokens_us_per_step_median": l.waited_us,
+                "pipeline_us_per_step_median": l.piped_us,
+                "pipeline_over_next_tokens": l.piped_us / l.waited_us,
+            })).collect::<Vec<_>>(),
         })
     }
 }
 
 pub mod ab;
+mod serving;
 mod timing;
 
 #[cfg(test)]
@@ -346,8 +385,9 @@ mod tests {
             &crate::paths::workspace_root().join("tests/fixtures/configs/llama-3.2-1b.json"),
         )
         .unwrap();
-        timing::check_positions("1b", &config, 131_069, &[1]).unwrap();
-        assert!(timing::check_positions("1b", &config, 131_070, &[1]).is_err());
+        timing::check_positions("1b", &config, (131_069, 0), &[1]).unwrap();
+        assert!(timing::check_positions("1b", &config, (131_070, 0), &[1]).is_err());
+        assert!(timing::check_positions("1b", &config, (131_060, 10), &[1]).is_err());
     }
 
     #[test]
@@ -369,13 +409,24 @@ mod tests {
                 graph_us: 750.0,
                 graph_runs: 100,
             }],
+            loops: vec![LoopFigures {
+                rows: 32,
+                steps: 16,
+                rounds: 3,
+                waited_us: 2000.0,
+                piped_us: 1500.0,
+            }],
             programs_captured: 19,
             capture_all_ms: 12.5,
             build_s: 1.0,
         };
         let table = figures.table();
-        let last = table.lines().last().unwrap();
-        let fields: Vec<&str> = last.split_whitespace().collect();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[lines.len() - 1],
+            "serving loop 32: next_tokens 2000.0 us/step, pipeline 1500.0 us/step, ratio 0.750"
+        );
+        let fields: Vec<&str> = lines[lines.len() - 2].split_whitespace().collect();
         assert_eq!(
             fields,
             ["decode", "1", "98", "2000.00", "500.0", "1000.0", "750.0", "50%", "67%", "1333"]
@@ -384,5 +435,52 @@ mod tests {
             "gpu-bench m: weights 2000.0 MB, copy bandwidth 4000 GB/s (read + write), floor 500.0 us"
         ));
         assert_eq!(figures.json()["widths"][0]["floor_percent_of_eager"], 50.0);
+        assert_eq!(
+            figures.json()["serving_loop"][0]["pipeline_over_next_tokens"],
+            0.75
+        );
+    }
+
+    /// `gpu-bench --loop` end to end on the CPU backend: one serving-loop row per width in the
+    /// JSON (the pipeline's tokens checked against next_tokens' on the way); refused with
+    /// `--ab`.
+    #[test]
+    fn the_serving_loop_runs_on_the_cpu_backend() {
+        let dir = std::env::temp_dir().join(format!("solder-loop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("bench.json");
+        let common = argv(&[
+            "--backend",
+            "cpu",
+            "--builtin",
+            "tiny-llama",
+            "--widths",
+            "1,2",
+            "--runs",
+            "1",
+            "--copy-mib",
+            "1",
+            "--context",
+            "4",
+            "--loop",
+            "3",
+        ]);
+        let mut args = common.clone();
+        args.extend(argv(&["--json", json.to_str().unwrap()]));
+        run(args).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let loops = written["serving_loop"].as_array().unwrap();
+        assert_eq!(loops.len(), 2);
+        assert_eq!(
+            (loops[1]["rows"].as_u64(), loops[1]["steps"].as_u64()),
+            (Some(2), Some(3))
+        );
+        let mut args = common;
+        args.extend(argv(&["--ab", "pdl"]));
+        assert!(run(args)
+            .unwrap_err()
+            .contains("`--loop` does not go with `--ab`"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

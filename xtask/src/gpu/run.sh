@@ -20,7 +20,8 @@
 # `--ignored`); memcheck on a model that splits (tiny-llama-wide past 256 tokens: gemv's
 # split-K and split heads, attention in two chunks); the goldens.
 # Part 2: parity on every built-in; a long context step against the CPU twin; the lever A/B
-# at widths 1 and 8; racecheck on the splitting model; the width sweep; decode timed at
+# at widths 1 and 8; racecheck on the splitting model; the width sweep with the serving loop
+# (next_tokens against a pipeline); decode timed at
 # contexts 1,024 and 8,192; memcheck and racecheck on an MoE with the tensor cores; memcheck
 # on an MoE and a hybrid checkpoint; a stress stage
 # replaying the split steps 1,000 times, comparing the logits bytes every time.
@@ -68,13 +69,13 @@ LIMIT_CUDA_DEVICE=${LIMIT_CUDA_DEVICE:-8}   # the CudaBackend device tests (7; 1
 LIMIT_CHECKED=${LIMIT_CHECKED:-7}      # the Checked<CudaBackend> device test (0.3 s)
 LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-10}    # (1.2 s)
 LIMIT_GOLDENS=${LIMIT_GOLDENS:-85}      # 23 checkpoints (66 s)
-# Part 2: 365 s in all (the second device call gives 400).
+# Part 2: 370 s in all (the second device call gives 400).
 LIMIT_FACTS_2=${LIMIT_FACTS_2:-15}
 LIMIT_PARITY=${LIMIT_PARITY:-60}        # every built-in (32 s)
 LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-15}  # tiny-llama, 4,200 tokens, against the CPU twin (3 s)
 LIMIT_AB=${LIMIT_AB:-50}                # 1B shape, one build per variant, widths 1 and 8 (28 s)
 LIMIT_RACECHECK=${LIMIT_RACECHECK:-60}  # (39 s)
-LIMIT_SWEEP=${LIMIT_SWEEP:-35}          # every ladder width for 0.3 s (20 s)
+LIMIT_SWEEP=${LIMIT_SWEEP:-40}          # every ladder width for 0.3 s (20 s), and the serving loop (not yet timed)
 LIMIT_CTX_1K=${LIMIT_CTX_1K:-20}        # (9 s)
 LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)
@@ -408,11 +409,15 @@ part2() {
     echo "compute-sanitizer: ${SANITIZER:-not found}" | tee -a "$LOG/checks.log"
     sanitize "racecheck split" racecheck "$LIMIT_RACECHECK" "${SPLIT_MODEL[@]}"
 
-    # Every width of the default ladder, 0.3 s each.
+    # Every width of the default ladder, 0.3 s each; then at each width 32 greedy steps with
+    # the host waiting for each step's ids against a pipeline (2 steps queued ahead).
     stage "width sweep" "$LIMIT_SWEEP" "$LOG/bench.log" \
-        "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --json "$DATA/bench.json"
+        "$BIN" gpu-bench --synth llama-3.2-1b --runs 100 --max-seconds 0.3 --loop 32 --json "$DATA/bench.json"
     decode_row "width sweep"
     record "width sweep rows 8" "$(key '^multi_seq +8 ' | awk '{printf "graph %s us, eager %s us, floor %s us = %s of graph", $7, $6, $5, $9}')"
+    for rows in 1 32 128; do
+        record "serving loop rows $rows" "$(key "^serving loop $rows:" | cut -d: -f2-)" "$LOG/bench.log"
+    done
 
     bench_context "decode ctx 1024" "$LIMIT_CTX_1K" 1024
     bench_context "decode ctx 8192" "$LIMIT_CTX_8K" 8192

@@ -162,15 +162,15 @@ mod tests {
 
     #[test]
     fn contexts_reach_the_models_limit_and_stop_there() {
-        // Qwen3-Next serves 262,144 positions: 262,137 tokens and one step fit exactly (the
-        // check comes before anything is built).
+        // Qwen3-Next serves 262,144 positions: 262,131 tokens, one step and the twelve after it
+        // fit exactly (the check comes before anything is built).
         let config = crate::files::model_config(
             &crate::paths::workspace_root().join("tests/fixtures/configs/qwen3-next-80b-a3b.json"),
         )
         .unwrap();
         assert_eq!(config.max_position_embeddings, 262_144);
-        schedule::check_positions("next", &config, 262_137, 1).unwrap();
-        let e = schedule::check_positions("next", &config, 262_138, 1).unwrap_err();
+        schedule::check_positions("next", &config, 262_131, 1).unwrap();
+        let e = schedule::check_positions("next", &config, 262_132, 1).unwrap_err();
         assert!(e.contains("max_position_embeddings 262144"), "{e}");
         // Past the old 65,536 cap, refused by the model's limit, not by the flag's range.
         let e = run(argv(&[

@@ -24,7 +24,7 @@ use crate::cpu::hb::Tracker;
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    LaunchOrder, ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, ReadbackId, StreamId,
 };
 
 /// A backend whose every launch, copy, memset and free is checked before it is forwarded.
@@ -149,6 +149,40 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         self.checked_forward(lane, &[touch], |inner| {
             inner.copy_h2d_async(stream, dst, src)
         })
+    }
+
+    fn copy_d2h_async(
+        &mut self,
+        stream: StreamId,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<ReadbackId, GpuError> {
+        let lane = self.lane(stream)?;
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "copy_d2h_async on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            )));
+        }
+        let touch = self.call_touch("copy_d2h_async", src, bytes, false)?;
+        let mut readback = None;
+        self.checked_forward(lane, &[touch], |inner| {
+            readback = Some(inner.copy_d2h_async(stream, src, bytes)?);
+            Ok(())
+        })?;
+        Ok(readback.expect("forwarded"))
+    }
+
+    fn readback_ready(&mut self, readback: ReadbackId) -> Result<bool, GpuError> {
+        self.inner.readback_ready(readback)
+    }
+
+    fn take_readback(&mut self, readback: ReadbackId, dst: &mut [u8]) -> Result<(), GpuError> {
+        self.inner.take_readback(readback, dst)
+    }
+
+    fn release_readback(&mut self, readback: ReadbackId) -> Result<(), GpuError> {
+        self.inner.release_readback(readback)
     }
 
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {

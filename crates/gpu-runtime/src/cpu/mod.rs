@@ -21,7 +21,7 @@ mod launch;
 mod memory;
 mod registry;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ptr;
 
 use graph::{Event, GraphState};
@@ -34,7 +34,7 @@ use crate::error::GpuError;
 use crate::twin::TwinFn;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    LaunchOrder, ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, ReadbackId, StreamId,
 };
 
 pub use memory::POISON;
@@ -58,6 +58,11 @@ pub struct CpuBackend {
     programmatic_launches: u64,
     /// With an emulation, launches run the host-compiled CUDA kernels (`emu`).
     emulation: Option<emu::Emulation>,
+    /// `copy_d2h_async`'s bytes (copied at submission, as every operation runs then), by
+    /// readback id, until taken or released.
+    readbacks: BTreeMap<u32, Vec<u8>>,
+    /// Readback ids handed out.
+    next_readback: u32,
 }
 
 /// A failure armed by `CpuBackend::fail_call`: the call named `call` fails once `skip` more
@@ -94,6 +99,8 @@ impl CpuBackend {
             injected: None,
             programmatic_launches: 0,
             emulation: None,
+            readbacks: BTreeMap::new(),
+            next_readback: 0,
         }
     }
 
@@ -159,7 +166,7 @@ impl CpuBackend {
     }
 
     /// Test hook: the call named `call` (`alloc`, `copy_h2d`, `copy_d2h`, `copy_d2d`,
-    /// `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
+    /// `copy_d2h_async`, `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
     /// `launch_graph`) fails with a `Driver` error, having done nothing, once `skip` more of
     /// them have succeeded. `graph_node` names each launch a graph replays: one failing stops
     /// the replay there, the nodes before it having run (a kernel fault part-way through a
@@ -216,6 +223,21 @@ impl CpuBackend {
                 id: event.0,
             })
         }
+    }
+
+    /// Readbacks queued and not yet taken or released.
+    pub fn live_readbacks(&self) -> usize {
+        self.readbacks.len()
+    }
+
+    /// The bytes of a readback not yet ended, ending it.
+    fn readback(&mut self, readback: ReadbackId) -> Result<Vec<u8>, GpuError> {
+        self.readbacks
+            .remove(&readback.0)
+            .ok_or(GpuError::UnknownHandle {
+                what: "readback",
+                id: readback.0,
+            })
     }
 
     /// Waits for all work (a no-op here: it already ran) so nothing recorded can race.
@@ -322,6 +344,75 @@ impl GpuBackend for CpuBackend {
         // SAFETY: checked above to lie inside a live allocation.
         unsafe { ptr::copy_nonoverlapping(src.as_ptr(), to, src.len()) };
         Ok(())
+    }
+
+    fn copy_d2h_async(
+        &mut self,
+        stream: StreamId,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<ReadbackId, GpuError> {
+        self.injected("copy_d2h_async")?;
+        self.check_stream(stream)?;
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "copy_d2h_async on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            )));
+        }
+        let allocation = self.memory.range("copy_d2h_async", src, bytes)?;
+        let touch = Touch {
+            alloc: allocation.base,
+            start: src.0,
+            end: src.0 + bytes as u64,
+            write: false,
+            label: Label::Call("copy_d2h_async"),
+        };
+        self.track(stream, &[touch])?;
+        let from = self.memory.host_range("copy_d2h_async", src, bytes)?;
+        let mut copy = vec![0u8; bytes];
+        // SAFETY: checked above to lie inside a live allocation; `copy` is a distinct buffer.
+        unsafe { ptr::copy_nonoverlapping(from, copy.as_mut_ptr(), bytes) };
+        let id = self.next_readback;
+        self.next_readback = id.checked_add(1).ok_or(GpuError::Driver {
+            call: "copy_d2h_async",
+            message: "readback ids exhausted".into(),
+        })?;
+        self.readbacks.insert(id, copy);
+        Ok(ReadbackId(id))
+    }
+
+    fn readback_ready(&mut self, readback: ReadbackId) -> Result<bool, GpuError> {
+        // Every copy ran at submission.
+        match self.readbacks.contains_key(&readback.0) {
+            true => Ok(true),
+            false => Err(GpuError::UnknownHandle {
+                what: "readback",
+                id: readback.0,
+            }),
+        }
+    }
+
+    fn take_readback(&mut self, readback: ReadbackId, dst: &mut [u8]) -> Result<(), GpuError> {
+        let Some(bytes) = self.readbacks.get(&readback.0) else {
+            return Err(GpuError::UnknownHandle {
+                what: "readback",
+                id: readback.0,
+            });
+        };
+        if bytes.len() != dst.len() {
+            return Err(GpuError::ReadbackLength {
+                readback: readback.0,
+                asked: dst.len(),
+                holds: bytes.len(),
+            });
+        }
+        dst.copy_from_slice(&self.readback(readback)?);
+        Ok(())
+    }
+
+    fn release_readback(&mut self, readback: ReadbackId) -> Result<(), GpuError> {
+        self.readback(readback).map(drop)
     }
 
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {

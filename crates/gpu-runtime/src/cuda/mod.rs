@@ -7,13 +7,14 @@
 //! backend creates (never the legacy default stream, so it can be captured). Synchronous
 //! copies and memsets wait for every stream of the backend, run on stream 0 and wait for it,
 //! so they are ordered with all of its work. `copy_h2d_async` stages the caller's bytes in
-//! pinned memory (`staging`). Kernels are found by reading the `.entry` lines of each
+//! pinned memory (`staging`); `copy_d2h_async` copies into pinned memory and waits on that
+//! copy's event alone (`readback`). Kernels are found by reading the `.entry` lines of each
 //! module's PTX (`ptx`).
 //!
 //! Invariants: no driver call is made before the driver library was found to load
 //! (`driver`); the backend's context is bound on the calling thread before every driver call;
 //! calls CUDA forbids during stream capture (synchronous copies, memset, alloc, free,
-//! synchronize, `copy_h2d_async`) are refused with [`GpuError::Capture`] instead of
+//! synchronize, `copy_h2d_async`, `copy_d2h_async`) are refused with [`GpuError::Capture`] instead of
 //! invalidating the capture.
 
 mod driver;
@@ -22,6 +23,7 @@ mod launch;
 mod memory;
 mod module;
 mod ptx;
+mod readback;
 mod staging;
 
 use std::collections::HashMap;
@@ -38,7 +40,7 @@ use crate::backend::{fresh_instance_id, GpuBackend};
 use crate::error::GpuError;
 use crate::types::{
     DeviceFacts, DevicePtr, EventId, GraphExecId, GraphId, KernelArg, KernelId, LaunchConfig,
-    LaunchOrder, ModuleImage, StreamId,
+    LaunchOrder, ModuleImage, ReadbackId, StreamId,
 };
 use driver::{describe, driver, no_driver};
 
@@ -48,6 +50,7 @@ pub struct CudaBackend {
     /// Live allocations: base address → bytes.
     allocations: HashMap<u64, usize>,
     staging: staging::Staging,
+    readbacks: readback::Readbacks,
     graphs: graph::Graphs,
     modules: module::Modules,
     /// Index = `EventId`; `None` once destroyed (ids are never reused).
@@ -107,6 +110,7 @@ impl CudaBackend {
             facts,
             allocations: HashMap::new(),
             staging: staging::Staging::default(),
+            readbacks: readback::Readbacks::default(),
             graphs: graph::Graphs::default(),
             modules: module::Modules::default(),
             events: Vec::new(),
@@ -170,6 +174,7 @@ impl CudaBackend {
         self.bind()?;
         self.wait_streams()?;
         self.staging.all_completed();
+        self.readbacks.all_completed();
         Ok(())
     }
 
@@ -231,6 +236,7 @@ impl Drop for CudaBackend {
             tracing::warn!(%error, "cuda backend drop");
         }
         self.staging.free_all();
+        self.readbacks.free_all();
         self.graphs.destroy_all();
         for (base, _) in self.allocations.drain() {
             // SAFETY: allocated by `alloc`, not freed yet; all work on it has completed.
@@ -279,6 +285,33 @@ impl GpuBackend for CudaBackend {
         src: &[u8],
     ) -> Result<(), GpuError> {
         self.copy_h2d_async_impl(stream, dst, src)
+    }
+
+    fn copy_d2h_async(
+        &mut self,
+        stream: StreamId,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<ReadbackId, GpuError> {
+        // A captured copy would write host memory at every replay: graphs hold launches only.
+        self.graphs.refuse_during_capture("copy_d2h_async")?;
+        let target = self.stream(stream)?.clone();
+        self.readbacks.copy(&self.ctx, &target, src.0, bytes)
+    }
+
+    fn readback_ready(&mut self, readback: ReadbackId) -> Result<bool, GpuError> {
+        self.bind()?;
+        self.readbacks.ready(readback)
+    }
+
+    fn take_readback(&mut self, readback: ReadbackId, dst: &mut [u8]) -> Result<(), GpuError> {
+        self.bind()?;
+        self.readbacks.take(readback, dst)
+    }
+
+    fn release_readback(&mut self, readback: ReadbackId) -> Result<(), GpuError> {
+        self.bind()?;
+        self.readbacks.release(readback)
     }
 
     fn memset(&mut self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), GpuError> {

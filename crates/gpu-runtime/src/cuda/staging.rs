@@ -19,11 +19,13 @@ const MIN_SLOT_BYTES: usize = 4096;
 /// Idle slots kept for reuse; more are freed.
 const MAX_SPARE_SLOTS: usize = 16;
 
-struct Slot {
-    host: *mut u8,
-    capacity: usize,
-    /// Recorded on the stream right after the copy that reads `host`.
-    done: CudaEvent,
+/// A page-locked host buffer and the event recorded after the copy that uses it (shared with
+/// `readback`, whose copies write such buffers).
+pub(super) struct Slot {
+    pub(super) host: *mut u8,
+    pub(super) capacity: usize,
+    /// Recorded on the stream right after the copy that reads (or writes) `host`.
+    pub(super) done: CudaEvent,
 }
 
 #[derive(Default)]
@@ -116,18 +118,7 @@ impl Staging {
         if let Some(index) = best {
             return Ok(self.spare.swap_remove(index));
         }
-        let capacity = bytes.next_power_of_two().max(MIN_SLOT_BYTES);
-        let done = ctx
-            .new_event(None)
-            .map_err(|e| driver("cuEventCreate", e))?;
-        // SAFETY: a plain page-locked allocation; freed once in `free_slot`.
-        let host =
-            unsafe { result::malloc_host(capacity, 0) }.map_err(|e| driver("cuMemHostAlloc", e))?;
-        Ok(Slot {
-            host: host.cast(),
-            capacity,
-            done,
-        })
+        new_slot(ctx, bytes)
     }
 
     /// Frees every slot. The caller has waited for all work; the context is current.
@@ -137,7 +128,24 @@ impl Staging {
     }
 }
 
-fn free_slot(slot: Slot) {
+/// A new pinned slot of at least `bytes` (a power of two, at least `MIN_SLOT_BYTES`).
+pub(super) fn new_slot(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Slot, GpuError> {
+    let capacity = bytes.next_power_of_two().max(MIN_SLOT_BYTES);
+    let done = ctx
+        .new_event(None)
+        .map_err(|e| driver("cuEventCreate", e))?;
+    // SAFETY: a plain page-locked allocation; freed once in `free_slot`.
+    let host =
+        unsafe { result::malloc_host(capacity, 0) }.map_err(|e| driver("cuMemHostAlloc", e))?;
+    Ok(Slot {
+        host: host.cast(),
+        capacity,
+        done,
+    })
+}
+
+/// Frees a slot whose copy completed; the context is current.
+pub(super) fn free_slot(slot: Slot) {
     // SAFETY: allocated by `malloc_host`, freed once; its copy completed.
     if let Err(error) = unsafe { result::free_host(slot.host.cast()) } {
         tracing::warn!(error = %describe(error), "cuMemFreeHost");

@@ -46,8 +46,11 @@ impl ParkedSession {
 /// Forks and parking.
 impl<'e> Session<'e> {
     /// Keeps every sequence (pages and slots stay lent) and lets go of the exec, so it can
-    /// grow (`CircuitExec::grow_kv`) before `ParkedSession::resume`.
+    /// grow (`CircuitExec::grow_kv`) before `ParkedSession::resume`. An open pipeline is
+    /// closed as `stop_pipeline` closes it, but its stream and events stay with the backend
+    /// (stop it first to free them).
     pub fn park(mut self) -> ParkedSession {
+        super::pipeline::abandon(&mut self);
         let seqs = std::mem::take(&mut self.seqs);
         ParkedSession {
             exec_id: self.exec.id(),
@@ -63,6 +66,7 @@ impl<'e> Session<'e> {
     /// when too few pages or slots are free.
     pub fn fork(&mut self, backend: &mut dyn GpuBackend, id: SeqId) -> Result<SeqId, SessionError> {
         self.exec.check_usable(backend)?;
+        self.refuse_piped("fork")?;
         let parent = self
             .seqs
             .get(&id)

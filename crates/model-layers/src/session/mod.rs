@@ -31,6 +31,7 @@
 mod ahead;
 mod decode;
 mod fork;
+mod pipeline;
 mod speculative;
 mod state;
 
@@ -88,6 +89,9 @@ pub struct Session<'e> {
     /// Set by `next_tokens_ahead` around a step fed on the device: the ids slot the step
     /// before's greedy tokens go to (they also become this step's tokens).
     feed: Option<usize>,
+    /// The open pipeline (`start_pipeline`), if any: every other step and every change to a
+    /// sequence is refused while it is open.
+    pipeline: Option<pipeline::Pipeline>,
 }
 
 /// Sessions and sequences.
@@ -103,6 +107,7 @@ impl<'e> Session<'e> {
             next_id: 1,
             routes: true,
             feed: None,
+            pipeline: None,
             last_program: None,
             last_run: None,
         }
@@ -128,6 +133,7 @@ impl<'e> Session<'e> {
 
     /// Ends a sequence and returns its pages and slot to the pools.
     pub fn end_sequence(&mut self, id: SeqId) -> Result<(), SessionError> {
+        self.refuse_piped("end_sequence")?;
         let mut seq = self
             .seqs
             .remove(&id)
@@ -376,6 +382,54 @@ impl Session<'_> {
         ahead::next_tokens_ahead(self, backend, batch, steps)
     }
 
+    /// Greedy decoding of `batch` with steps in flight, for a serving loop: enqueues the first
+    /// `ahead` steps (the first fed each sequence's token, each later one the step before's
+    /// tokens, taken on the device), reading nothing back. Each `pipeline_next` then enqueues
+    /// one more and returns the oldest step's tokens, so the device always has `ahead` steps
+    /// queued while the host handles the tokens it got. `ahead` is 1 to `IDS_SLOTS - 1`
+    /// (and at most the widest verify width for a windowed model). Greedy sequences only, on
+    /// a model without recurrent state; every other step and change to a sequence is refused
+    /// until `stop_pipeline`. On any error the pipeline is closed as `stop_pipeline` closes it.
+    pub fn start_pipeline(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        batch: &[(SeqId, u32)],
+        ahead: usize,
+    ) -> Result<(), SessionError> {
+        pipeline::start(self, backend, batch, ahead)
+    }
+
+    /// The open pipeline's next step's tokens, one per sequence in the order `start_pipeline`
+    /// was given: the same tokens `next_tokens` step by step gives. Waits for that step's ids
+    /// alone, after enqueueing one more step.
+    pub fn pipeline_next(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+    ) -> Result<Vec<u32>, SessionError> {
+        pipeline::next(self, backend)
+    }
+
+    /// Closes the open pipeline (nothing to do without one) without waiting for the device:
+    /// the steps whose tokens `pipeline_next` did not return are taken back, so each sequence
+    /// holds the tokens fed in the steps returned, its last returned token pending (feed it to
+    /// the next step, as after `next_tokens`).
+    pub fn stop_pipeline(&mut self, backend: &mut dyn GpuBackend) -> Result<(), SessionError> {
+        pipeline::stop(self, backend)
+    }
+
+    /// Whether a pipeline is open (`start_pipeline` until `stop_pipeline` or an error).
+    pub fn pipeline_open(&self) -> bool {
+        self.pipeline.is_some()
+    }
+
+    /// Refuses `call` while a pipeline is open, except the pipeline's own steps.
+    fn refuse_piped(&self, call: &'static str) -> Result<(), SessionError> {
+        match &self.pipeline {
+            Some(pipe) if !pipe.stepping => Err(SessionError::PipelineOpen { call }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether every sequence of `batch` samples greedily (the default).
     fn all_greedy(&self, batch: &[(SeqId, u32)]) -> bool {
         batch.iter().all(|(id, _)| {
@@ -444,6 +498,7 @@ impl Session<'_> {
         backend: &mut dyn GpuBackend,
         point: &RewindPoint,
     ) -> Result<(), SessionError> {
+        self.refuse_piped("rewind")?;
         state::rewind::rewind(self, backend, point)
     }
 
@@ -452,6 +507,7 @@ impl Session<'_> {
     /// head's sequence, which takes no state slot); one that holds some is refused (take a
     /// rewind point before the tokens to drop).
     pub fn truncate_to(&mut self, id: SeqId, len: usize) -> Result<(), SessionError> {
+        self.refuse_piped("truncate_to")?;
         state::rewind::truncate_to(self, id, len)
     }
 }
@@ -462,6 +518,7 @@ impl Session<'_> {
     /// `prefill_next` and `next_tokens` draw from its logits, speculative steps accept drafts
     /// by the exact rule under it (a greedy drafter's draft as a one-hot distribution).
     pub fn set_sampling(&mut self, id: SeqId, sampling: Sampling) -> Result<(), SessionError> {
+        self.refuse_piped("set_sampling")?;
         let sampler = Sampler::new(sampling)?;
         let seq = self
             .seqs

@@ -11,7 +11,7 @@ use solder_model_layers::{
     Boot, CapturedGraph, CircuitExec, KvShape, Program, SeqId, Session, WeightSource,
 };
 
-use super::{BenchFigures, WidthFigures};
+use super::{serving, BenchFigures, LoopFigures, WidthFigures};
 use crate::args::Args;
 use crate::gpu::median;
 
@@ -88,14 +88,15 @@ pub(super) fn widths(
         .collect()
 }
 
-/// The positions a run of `widths` after `context` tokens needs, refused past the model's.
+/// The positions a run of `widths` after `context` tokens needs (and `extra` more: the
+/// serving loop's), refused past the model's.
 pub(super) fn check_positions(
     name: &str,
     config: &ModelConfig,
-    context: usize,
+    (context, extra): (usize, usize),
     widths: &[usize],
 ) -> Result<(), String> {
-    let positions = context + widths.len() + 2;
+    let positions = context + widths.len() + 2 + extra;
     if positions > config.max_position_embeddings {
         return Err(format!(
             "`--context {context}`: {positions} positions, more than {name}'s \
@@ -106,11 +107,11 @@ pub(super) fn check_positions(
     Ok(())
 }
 
-/// Room for `widest` sequences of `context` tokens, one step per width, and the warm-up's
-/// rewrites.
-pub(super) fn kv_shape(context: usize, widths: &[usize]) -> KvShape {
+/// Room for `widest` sequences of `context` tokens, one step per width, the warm-up's
+/// rewrites and `extra` more tokens (the serving loop's).
+pub(super) fn kv_shape((context, extra): (usize, usize), widths: &[usize]) -> KvShape {
     let widest = widths.iter().copied().max().unwrap_or(1);
-    let max_seq_len = (context + widths.len() + 2).next_multiple_of(16);
+    let max_seq_len = (context + widths.len() + 2 + extra).next_multiple_of(16);
     KvShape {
         pages: (widest + 1) * (max_seq_len / 16) + 2,
         block_size: 16,
@@ -141,8 +142,10 @@ pub fn run(args: &Args) -> Result<(), String> {
         .chain(serve.multi_seq_ladder.iter().copied())
         .collect();
     let widths = widths(args, &serve, ladder)?;
+    let loop_steps = args.number_in("loop", 1..=4096)?;
+    let extra = loop_steps.map_or(0, serving::extra_positions);
     // Before any buffer is allocated: the context must fit the model's positions.
-    check_positions(&name, &config, context, &widths)?;
+    check_positions(&name, &config, (context, extra), &widths)?;
     let copy_bytes = args.number_in("copy-mib", 1..=16384)?.unwrap_or(1024) << 20;
     let rules = rules(args)?;
 
@@ -157,7 +160,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         copy_bytes >> 20
     );
 
-    let kv = kv_shape(context, &widths);
+    let kv = kv_shape((context, extra), &widths);
     let started = Instant::now();
     let mut exec = CircuitExec::build(
         backend,
@@ -184,11 +187,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     // graph reads the metadata region when replayed, not when captured).
     let (graphs, capture_all_ms) = capture_every(&mut exec, backend)?;
 
-    let rows = time_ladder(
+    let (rows, loops) = time_ladder(
         &exec,
         backend,
         &graphs,
-        (&widths, &limits),
+        (&widths, &limits, loop_steps),
         (&name, context, copy_bytes_per_s),
     )?;
     let graphs_captured = graphs.len();
@@ -204,6 +207,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         copy_bytes_per_s,
         context,
         widths: rows,
+        loops,
         programs_captured: graphs_captured,
         capture_all_ms,
         build_s,
@@ -242,14 +246,15 @@ fn capture_every(
 }
 
 /// One session of `widest` sequences prefilled with `context` tokens, then per width a real
-/// step and its program timed eagerly and as a graph replay, with its traffic and floor.
+/// step and its program timed eagerly and as a graph replay, with its traffic and floor;
+/// then, with `loop_steps`, the serving loop at each width (`serving`).
 fn time_ladder(
     exec: &CircuitExec,
     backend: &mut dyn GpuBackend,
     graphs: &[CapturedGraph],
-    (widths, limits): (&[usize], &Limits),
+    (widths, limits, loop_steps): (&[usize], &Limits, Option<usize>),
     (name, context, copy_bytes_per_s): (&str, usize, f64),
-) -> Result<Vec<WidthFigures>, String> {
+) -> Result<(Vec<WidthFigures>, Vec<LoopFigures>), String> {
     let widest = widths.iter().copied().max().unwrap_or(1);
     let vocab = exec.config.vocab_size as u32;
     let mut rows = Vec::new();
@@ -310,7 +315,11 @@ fn time_ladder(
         );
         rows.push(row);
     }
-    Ok(rows)
+    let loops = match loop_steps {
+        Some(steps) => serving::time_loops(&mut session, backend, &seqs, widths, steps)?,
+        None => Vec::new(),
+    };
+    Ok((rows, loops))
 }
 
 /// The backend `--backend` names (default cuda), its modules loaded.

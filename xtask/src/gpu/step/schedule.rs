@@ -8,12 +8,16 @@ use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::{DevicePtr, GpuBackend};
 use solder_model_layers::{
-    greedy, Boot, CapturedGraph, CircuitExec, KvShape, Session, SessionError, WeightSource,
+    greedy, Boot, CapturedGraph, CircuitExec, KvShape, SeqId, Session, SessionError, WeightSource,
 };
 
 use super::same_bytes;
 use crate::args::Args;
 use crate::gpu::BackendKind;
+
+/// Positions a sequence takes after the decode steps: six multi-seq steps, then a pipeline's
+/// six (four returned, two queued ahead).
+const AFTER_DECODE: usize = 12;
 
 /// What one run of the schedule does.
 #[derive(Clone, Copy)]
@@ -40,8 +44,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     let width = width_of(args)?;
     let replays = args.number_in("replays", 1..=1_000_000)?.unwrap_or(1);
     // The prefill, the decode steps, six multi-seq steps (two compared, then one greedy on the
-    // device, then three greedy steps enqueued ahead).
-    let tokens = context + steps + 6;
+    // device, then three greedy steps enqueued ahead), then a pipeline's six (four returned,
+    // two queued).
+    let tokens = context + steps + AFTER_DECODE;
     let (name, config, weights) = model(args, tokens)?;
     check_positions(&name, &config, context, steps)?;
     let rules = RuleSet::from_file(&super::rules_path(args)).map_err(|e| e.to_string())?;
@@ -159,11 +164,11 @@ pub(super) fn check_positions(
     context: usize,
     steps: usize,
 ) -> Result<(), String> {
-    let tokens = context + steps + 6;
+    let tokens = context + steps + AFTER_DECODE;
     if tokens > config.max_position_embeddings {
         return Err(format!(
             "`--context {context} --steps {steps}`: {tokens} positions (the prefill, the \
-             decode steps and six multi-seq steps), more than {name}'s \
+             decode steps and {AFTER_DECODE} steps after them), more than {name}'s \
              max_position_embeddings {}",
             config.max_position_embeddings
         ));
@@ -406,7 +411,58 @@ fn steps(
         false => "fed on the device",
     };
     println!("3 greedy steps ahead, {how}: the last the host's arg-max");
+    if !session.recurrent() {
+        pipeline_matches_ahead(&mut session, backend, name, &batch, &ahead)?;
+    }
     Ok(trace)
+}
+
+/// Four greedy steps through a pipeline (2 queued ahead, each step's ids copied back on the
+/// pipeline's own stream), then the same four from the same point by `next_tokens_ahead`: the
+/// tokens must agree, and a stop must leave each sequence at the tokens returned.
+fn pipeline_matches_ahead(
+    session: &mut Session<'_>,
+    backend: &mut dyn GpuBackend,
+    name: &str,
+    batch: &[(SeqId, u32)],
+    ahead: &[Vec<u32>],
+) -> Result<(), String> {
+    let err = |e: SessionError| format!("{name}: pipeline: {e}");
+    let feed: Vec<(SeqId, u32)> = batch
+        .iter()
+        .zip(ahead)
+        .map(|(&(id, _), tokens)| (id, tokens[2]))
+        .collect();
+    let lens = feed
+        .iter()
+        .map(|&(id, _)| session.seq_len(id))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    session.start_pipeline(backend, &feed, 2).map_err(err)?;
+    let mut piped = vec![Vec::new(); feed.len()];
+    for _ in 0..4 {
+        let next = session.pipeline_next(backend).map_err(err)?;
+        for (row, token) in piped.iter_mut().zip(next) {
+            row.push(token);
+        }
+    }
+    session.stop_pipeline(backend).map_err(err)?;
+    for (&(id, _), &len) in feed.iter().zip(&lens) {
+        if session.seq_len(id).map_err(err)? != len + 4 {
+            return Err(format!(
+                "{name}: pipeline: sequence {id} not at the 4 steps returned"
+            ));
+        }
+        session.truncate_to(id, len).map_err(err)?;
+    }
+    let again = session.next_tokens_ahead(backend, &feed, 4).map_err(err)?;
+    if piped != again {
+        return Err(format!(
+            "{name}: pipeline tokens {piped:?}, next_tokens_ahead's {again:?}"
+        ));
+    }
+    println!("4 greedy steps through a pipeline (2 ahead): next_tokens_ahead's tokens");
+    Ok(())
 }
 
 /// Copies the state allocation into `snapshot` (or back from it).

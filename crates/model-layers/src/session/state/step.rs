@@ -98,6 +98,7 @@ impl Session<'_> {
         // A prefill program has no logits to read.
         debug_assert!(program.mode != Mode::Prefill || reads == Reads::Nothing);
         self.exec.check_usable(backend)?;
+        self.refuse_piped("a step")?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
         if save == SaveState::PerStep {
@@ -243,9 +244,20 @@ impl Session<'_> {
         self.upload_meta(backend, rows, &slots)?;
         // Steps fed on the device (`next_tokens_ahead`): the step before's greedy tokens, taken
         // now, after this step's metadata (stream order), into its token field and a slot.
+        // An open pipeline copies them back once taken, overlapping this step.
         if let Some(slot) = self.feed.take() {
             let live = rows.iter().take_while(|r| r.seq.is_some()).count();
+            let model = self.exec.default_stream();
+            if let Some(pipe) = &self.pipeline {
+                pipe.before_ids(backend, model, slot)?;
+            }
             self.take_greedy(backend, live, slot, true)?;
+            if let Some(pipe) = self.pipeline.as_mut() {
+                let layout = &self.exec.layout;
+                let ids =
+                    (self.exec.workspace()).offset(layout.ids_offset + slot * layout.max_rows * 4);
+                pipe.read_ids(backend, model, (ids, slot, live))?;
+            }
         }
         // The program's graph (captured on first use) or its launches, as the exec's policy says.
         self.last_run = Some(self.exec.run_step(backend, program)?);
@@ -416,6 +428,7 @@ pub(crate) fn mtp_step_many(
     backend: &mut dyn GpuBackend,
     batch: &[(SeqId, &[u32])],
 ) -> Result<Vec<f32>, SessionError> {
+    session.refuse_piped("mtp step")?;
     let exec = session.exec;
     let fed: Vec<u32> = batch.iter().flat_map(|(_, t)| t.iter().copied()).collect();
     let (program, width) = mtp_program(exec, &fed)?;

@@ -80,7 +80,7 @@ fn tiny_setup(rules: RuleSet) -> Setup {
         weights: WeightSource::Random { seed: builtin.seed },
         rules,
         serve: ServeShape::default(),
-        kv: super::super::timing::kv_shape(8, &widths),
+        kv: super::super::timing::kv_shape((8, 0), &widths),
         context: 8,
         widths,
         rounds: 3,
