@@ -467,6 +467,15 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // value is first rounded as linear_mma stores it, then roped and stored as rope::rope_kv_write
 // does (head_transform's arithmetic on the bf16 projections), so the launch writes the bytes of
 // qkv_mma then rope_kv_write.
+//
+// With qk-norm (wqn, wkn given) a q or k head is one block: qk-norm needs the whole head's sum
+// of squares, so the block runs the head's 32-feature tiles one after another, rounds each
+// value as linear_mma stores it into the head stage (dynamic shared memory, 64 rows × head_dim),
+// then each warp runs rope::qk_norm_rope_kv_write's head_transform over its rows' staged heads:
+// the bytes of qkv_mma then qk_norm_rope_kv_write.
+
+#define GEMM_HEAD_DIM_MAX 256u // the widest head the stage holds (64 · 256 · 2 B = 32 KB)
+extern __shared__ __align__(16) bf16 gemm_head_stage[];
 
 // A qkv_rope_kv_mma block's tile columns (one type for every block, so the tile's shared
 // memory is allocated once): with `pairs`, column c is feature c0 + c (c < 16) or half + c0 +
@@ -495,18 +504,22 @@ struct QkvRopeGeometry {
     unsigned heads, kv_heads, head_dim, half;
     unsigned rope_blocks; // per head: ⌈half / 16⌉
     unsigned pass_blocks; // per head: ⌈(head_dim − 2·half) / 32⌉
-    __device__ __forceinline__ unsigned per_head() const { return rope_blocks + pass_blocks; }
+    bool norm;            // qk-norm: one block per head
+    __device__ __forceinline__ unsigned per_head() const {
+        return norm ? 1u : rope_blocks + pass_blocks;
+    }
 };
 
 template <class W>
 __device__ __forceinline__ void qkv_rope_kv_run(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
-    const int* __restrict__ positions, const float* __restrict__ inv_freq,
-    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
-    unsigned rows, unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
+    const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+    QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
     pdl_wait();
     pdl_launch_dependents();
-    if (!ok) {
+    if (!ok || (geo.norm && geo.head_dim > GEMM_HEAD_DIM_MAX)) {
         return;
     }
     const unsigned hd = geo.head_dim;
@@ -569,6 +582,39 @@ __device__ __forceinline__ void qkv_rope_kv_run(
         return cache + cache_offset((unsigned)slot / block_size, 0, (unsigned)slot % block_size,
                                     block_size, row_elems) + base;
     };
+    if (geo.norm) {
+        // The head's tiles into the stage, rounded as linear_mma stores them; then per row
+        // qk-norm and rope as qk_norm_rope_kv_write does from the bf16 projections.
+        for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
+            gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base + c0, base + hd, 0u, 0u, false}, k,
+                             acc);
+#pragma unroll
+            for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+                for (unsigned e = 0; e < 4; ++e) {
+                    const unsigned r = warp * 16 + g + (e >> 1) * 8;
+                    const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
+                    if (i < hd) {
+                        gemm_head_stage[r * hd + i] = linear_value(acc[0][j][e], bh, base + i);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        const bf16* wn = is_q ? norm_w[0] : norm_w[1];
+        for (unsigned r = warp; r < GEMM_BM; r += GEMM_THREADS / 32u) {
+            const unsigned row = rows_of.src(r);
+            if (row == GEMM_NO_ROW) {
+                continue;
+            }
+            bf16* dst = head_dst(row);
+            if (dst != nullptr) {
+                head_transform(&gemm_head_stage[r * hd], dst, hd, wn, eps, positions[row],
+                               inv_freq, geo.half, lane);
+            }
+        }
+        return;
+    }
     if (part < geo.rope_blocks) {
         const unsigned c0 = part * 16u;
         gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k, acc);
@@ -621,80 +667,165 @@ __device__ __forceinline__ void qkv_rope_kv_run(
 
 __device__ __forceinline__ QkvRopeGeometry qkv_rope_geometry(unsigned heads, unsigned kv_heads,
                                                              unsigned head_dim,
-                                                             unsigned rotary_dim) {
+                                                             unsigned rotary_dim, bool norm) {
     // rotary_dim is even and at most head_dim (the CPU twin refuses anything else); clamp.
     const unsigned half = min(rotary_dim, head_dim) / 2u;
     return QkvRopeGeometry{heads, kv_heads, head_dim, half, (half + 15u) / 16u,
-                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN};
+                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN, norm};
+}
+
+// A qkv_rope_kv_mma launch's head and cache dimensions.
+struct QkvRopeDims {
+    unsigned heads, kv_heads, head_dim, rotary_dim, block_size, num_pages;
+};
+
+// One entry's launch over weight sources w (q, k, v); `norm` (a constant in each entry, so each
+// compiles only its own layout) takes qk-norm's one-block-per-head layout, which needs both
+// weights (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
+template <class W>
+__device__ __forceinline__ void qkv_rope_kv_entry(
+    bool ok, const bf16* __restrict__ x, const W (&w)[3], bool norm, const bf16* const (&bias)[3],
+    const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+    QkvRopeDims d) {
+    ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr));
+    qkv_rope_kv_run(ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping, q_out,
+                    cache, rows, k,
+                    qkv_rope_geometry(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm),
+                    d.block_size, d.num_pages);
 }
 
 // q, k and v of x bf16[rows·k] (wq [heads·head_dim·k], wk and wv [kv_heads·head_dim·k], biases
 // optional); q roped into q_out, k roped and v into each row's slot of the paged cache (a slot
 // outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ((heads +
 // kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉, ⌈rows/64⌉), half =
-// rotary_dim / 2; 128 threads.
+// rotary_dim / 2; 128 threads. wqn, wkn and eps are qkv_norm_rope_kv_mma's (unread here).
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
-                    const bf16* __restrict__ bq, const bf16* __restrict__ wk,
-                    const bf16* __restrict__ bk, const bf16* __restrict__ wv,
-                    const bf16* __restrict__ bv, const int* __restrict__ positions,
-                    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-                    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
-                    unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-                    unsigned rotary_dim, unsigned block_size, unsigned num_pages) {
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps) {
     const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    qkv_rope_kv_run(true, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
-                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
-                    num_pages);
+    const bool ok = true;
+    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
-// qkv_rope_kv_mma on quantized q, k and v (one kind, each with its own blocks or group),
-// dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.
+// qkv_rope_kv_mma with qk-norm first (weights wqn, wkn bf16[head_dim]): the bytes of qkv_mma
+// then rope::qk_norm_rope_kv_write. grid = (heads + kv_heads + ⌈kv_heads·head_dim/32⌉,
+// ⌈rows/64⌉), 64·head_dim·2 bytes of dynamic shared memory; head_dim <= 256 (the CPU twin
+// refuses more; the kernel stores nothing).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_norm_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    const bool ok = true;
+    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+// qkv_rope_kv_mma and qkv_norm_rope_kv_mma on quantized q, k and v (one kind, each with its own
+// blocks or group), dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group
+// writes nothing.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-                        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-                        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-                        const bf16* __restrict__ bv, const int* __restrict__ positions,
-                        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-                        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
-                        unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-                        unsigned rotary_dim, unsigned block_size, unsigned num_pages,
-                        unsigned q_block_n, unsigned q_block_k, unsigned k_block_n,
-                        unsigned k_block_k, unsigned v_block_n, unsigned v_block_k) {
-    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
-                    v_block_n != 0u && v_block_k != 0u;
+        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
     const unsigned nq = heads * head_dim;
     const unsigned nkv = kv_heads * head_dim;
     const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
                                   {WFp8{wk, nkv, k_block_n, k_block_k}},
                                   {WFp8{wv, nkv, v_block_n, v_block_k}}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    qkv_rope_kv_run(ok, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
-                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
-                    num_pages);
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_norm_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
+                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
+                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-                         const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-                         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-                         const bf16* __restrict__ bv, const int* __restrict__ positions,
-                         const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-                         bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows,
-                         unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-                         unsigned rotary_dim, unsigned block_size, unsigned num_pages,
-                         unsigned q_group, unsigned k_group, unsigned v_group) {
-    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
+        unsigned k_group, unsigned v_group) {
     const unsigned nq = heads * head_dim;
     const unsigned nkv = kv_heads * head_dim;
     const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
                                    {WInt4{wk, nkv, k_group}},
                                    {WInt4{wv, nkv, v_group}}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    qkv_rope_kv_run(ok, x, w, bias, positions, inv_freq, slot_mapping, q_out, cache, rows, k,
-                    qkv_rope_geometry(heads, kv_heads, head_dim, rotary_dim), block_size,
-                    num_pages);
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_norm_rope_kv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
+        unsigned k_group, unsigned v_group) {
+    const unsigned nq = heads * head_dim;
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
+                                   {WInt4{wk, nkv, k_group}},
+                                   {WInt4{wv, nkv, v_group}}};
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]

@@ -1,11 +1,13 @@
-//! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma`, `gemm::qkv_mma`,
-//! `gemm::gate_up_silu_mma`) write the bytes of the launches they replace (`gemm::linear_mma`
-//! ×3 and `rope::rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
-//! and one built without the fused rules give
-//! the same logits at decode, across a chunk of two row tiles (64 + 8 rows) and through the
-//! headless prefill program, for a model without biases (llama) and one with q/k/v biases
-//! (qwen2); and their quantized entries (`qkv_mma_fp8`, `gate_up_silu_mma_int4`, ...) those of
-//! `linear_mma_fp8`/`_int4`, on an fp8 (block 16 × 16) llama and an int4 (AWQ, group 32) qwen2.
+//! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma` and its qk-norm entry
+//! `gemm::qkv_norm_rope_kv_mma`, `gemm::qkv_mma`, `gemm::gate_up_silu_mma`) write the bytes of
+//! the launches they replace (`gemm::linear_mma` ×3 and `rope::rope_kv_write` or
+//! `rope::qk_norm_rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
+//! and one built without the fused rules give the same logits at decode, across a chunk of two
+//! row tiles (64 + 8 rows) and through the headless prefill program, for a model without
+//! biases (llama), one with q/k/v biases (qwen2) and one with qk-norm (qwen3); and their
+//! quantized entries (`qkv_mma_fp8`, `gate_up_silu_mma_int4`, ...) those of
+//! `linear_mma_fp8`/`_int4`, on an fp8 (block 16 × 16) llama and qwen3 and an int4 (AWQ, group
+//! 32) qwen2.
 
 mod exec_support;
 
@@ -15,11 +17,21 @@ use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
-const FUSED: [&str; 3] = [
+const FUSED: [&str; 4] = [
     "qkv_rope_kv_tensor_cores",
+    "qkv_norm_rope_kv_tensor_cores",
     "qkv_tensor_cores",
     "gate_up_silu_tensor_cores",
 ];
+
+/// A qwen3: qk-norm, head_dim 32 (hidden 64, 4 heads, GQA 4/2), vocab 128, untied.
+const TINY_QWEN3: &str = r#"{
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 128,
+    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+    "rope_theta": 1000000.0, "hidden_act": "silu", "attention_bias": false
+}"#;
 const CHUNK: usize = 72;
 
 fn build(backend: &mut CpuBackend, model: &ModelConfig, rules: RuleSet) -> CircuitExec {
@@ -69,17 +81,23 @@ fn run(exec: &CircuitExec, backend: &mut CpuBackend) -> Vec<f32> {
     out
 }
 
-/// The tiny models: bf16 llama and qwen2, an fp8 llama and an int4 qwen2; and the suffix of
-/// their fused kernels' entries.
+/// The tiny models: bf16 llama, qwen2 and qwen3, an fp8 llama and qwen3 and an int4 qwen2; and
+/// the suffix of their fused kernels' entries.
 fn models() -> Vec<(&'static str, ModelConfig, &'static str)> {
     let quantized = |json: &str, q: Quantization| {
         let mut c = config(json);
         c.quantization = Some(q);
         c
     };
+    let fp8 = || Quantization::Fp8Block {
+        block: [16, 16],
+        not_converted: Vec::new(),
+    };
     vec![
         ("llama", config(TINY_LLAMA), ""),
         ("qwen2", config(TINY_QWEN2), ""),
+        ("qwen3", config(TINY_QWEN3), ""),
+        ("qwen3 fp8", quantized(TINY_QWEN3, fp8()), "_fp8"),
         (
             "llama fp8",
             quantized(
@@ -125,8 +143,12 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
             (Mode::Prefill, CHUNK, 1),
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
-            // q/k/v, rope and the KV write in one launch of the format's entry.
-            let (qkv, qkv_launches) = (format!("gemm::qkv_rope_kv_mma{entry}"), 1);
+            // q/k/v, (qk-norm,) rope and the KV write in one launch of the format's entry.
+            let stem = match name.starts_with("qwen3") {
+                true => "qkv_norm_rope_kv_mma",
+                false => "qkv_rope_kv_mma",
+            };
+            let (qkv, qkv_launches) = (format!("gemm::{stem}{entry}"), 1);
             let gate_up = format!("gemm::gate_up_silu_mma{entry}");
             for (kernel, count) in [(&qkv, 2), (&gate_up, mlps)] {
                 let launched = f.iter().filter(|k| *k == kernel).count();

@@ -26,8 +26,12 @@ fn read(path: &Path) -> Result<String, String> {
 }
 
 pub fn unit(root: &Path, module: &str) -> Result<Unit, String> {
-    let path = source_path(root, module);
-    let source = read(&path)?;
+    unit_at(root, module, &source_path(root, module))
+}
+
+/// `unit` over the source at `path` in place of the module's own (a mutant's copy).
+pub fn unit_at(root: &Path, module: &str, path: &Path) -> Result<Unit, String> {
+    let source = read(path)?;
     let mut inputs = vec![source.clone()];
     for header in ["cuda_emu.hpp", "cuda_bf16.h"] {
         inputs.push(read(&root.join(EMU_DIR).join(header))?);

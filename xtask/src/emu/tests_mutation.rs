@@ -55,15 +55,11 @@ pub(super) fn build_mutant(module: &str, edits: &[(&str, &str)]) -> PathBuf {
     }
     let mutant = dir.join(format!("{module}.cu"));
     std::fs::write(&mutant, source).unwrap();
-    let unit = super::generate::unit(&root, module).unwrap();
-    let original = format!("#include \"{}\"", path.display());
-    assert!(
-        unit.text.contains(&original),
-        "{module}: the unit includes its source"
-    );
-    let text = unit
-        .text
-        .replace(&original, &format!("#include \"{}\"", mutant.display()));
+    // The unit over the mutant (included, or copied in when its dynamic shared memory is
+    // rewritten).
+    let text = super::generate::unit_at(&root, module, &mutant)
+        .unwrap()
+        .text;
     let cpp = dir.join(format!("{module}.cpp"));
     std::fs::write(&cpp, text).unwrap();
     let output = Command::new(super::CXX)

@@ -3,14 +3,17 @@
 //! head layout (rotary halves that are and are not a multiple of the 16-feature rope blocks,
 //! partial rotary with pass-through features, GQA, one row, a partial and a second row tile,
 //! the scalar staging of k off 8), the slots no row takes left alone, and so do its fp8 and
-//! int4 entries (each weight in its own blocks or group); a kernel that ropes a pair with its
-//! values swapped differs (the check can fail); NaN and ±inf carry as the twin carries them.
+//! int4 entries (each weight in its own blocks or group); with qk-norm too (one block per head,
+//! up to the 256-wide head the stage holds); a kernel that ropes a pair with its values swapped
+//! differs, and so does one that norms k with q's weights (the checks can fail); NaN and ±inf
+//! carry as the twin carries them.
 
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
+    QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QKV_NORM_ROPE_KV_MMA,
+    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
     QKV_ROPE_KV_MMA_INT4,
 };
 use solder_model_layers::kernels::{Buf, Launch};
@@ -29,19 +32,23 @@ const BLOCK_SIZE: u32 = 4;
 /// The launch over x (`rows` × k) and seeded weights: biases on q and k for even seeds; rows'
 /// positions spread up to 4,000; the cache filled with seeded bytes (the slots no row takes
 /// keep them).
-fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64) -> Launch {
-    launch_in(backend, shape, x, seed, [WeightFormat::Bf16; 3])
+fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64, norm: bool) -> Launch {
+    launch_in(backend, shape, x, seed, [WeightFormat::Bf16; 3], norm)
 }
 
-/// `launch` with q, k and v stored in `formats` (bf16, or one quantized kind).
+/// `launch` with q, k and v stored in `formats` (bf16, or one quantized kind); with `norm`,
+/// qk-norm's seeded weights and eps 1e-6 (the one-block-per-head layout).
 fn launch_in(
     backend: &mut CpuBackend,
     shape: Shape,
     x: Buf,
     seed: u64,
     formats: [WeightFormat; 3],
+    norm: bool,
 ) -> Launch {
     let (rows, k, heads, kv_heads, head_dim, rotary_dim) = shape;
+    let mut norm_weight = |salt: u64| norm.then(|| upload(backend, &values(head_dim, seed ^ salt)));
+    let (wqn, wkn, eps) = (norm_weight(0x44), norm_weight(0x55), 1e-6);
     let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
     let mut weight = |i: usize, n: u32, salt: u64| match formats[i] {
         WeightFormat::Bf16 => upload(backend, &values(n * k, seed ^ salt)),
@@ -96,6 +103,8 @@ fn launch_in(
             bk,
             wv,
             bv,
+            wqn,
+            wkn,
             positions,
             inv_freq,
             slot_mapping,
@@ -109,8 +118,12 @@ fn launch_in(
             rotary_dim,
             block_size,
             num_pages,
+            eps,
         }
-        .launch(QKV_ROPE_KV_MMA),
+        .launch(match norm {
+            true => QKV_NORM_ROPE_KV_MMA,
+            false => QKV_ROPE_KV_MMA,
+        }),
         [WeightFormat::Fp8 {
             block_n: q_block_n,
             block_k: q_block_k,
@@ -128,6 +141,8 @@ fn launch_in(
             bk,
             wv,
             bv,
+            wqn,
+            wkn,
             positions,
             inv_freq,
             slot_mapping,
@@ -141,6 +156,7 @@ fn launch_in(
             rotary_dim,
             block_size,
             num_pages,
+            eps,
             q_block_n,
             q_block_k,
             k_block_n,
@@ -148,7 +164,10 @@ fn launch_in(
             v_block_n,
             v_block_k,
         }
-        .launch(QKV_ROPE_KV_MMA_FP8),
+        .launch(match norm {
+            true => QKV_NORM_ROPE_KV_MMA_FP8,
+            false => QKV_ROPE_KV_MMA_FP8,
+        }),
         [WeightFormat::Int4 { group: q_group }, WeightFormat::Int4 { group: k_group }, WeightFormat::Int4 { group: v_group }] => {
             QkvRopeKvMmaInt4 {
                 x,
@@ -158,6 +177,8 @@ fn launch_in(
                 bk,
                 wv,
                 bv,
+                wqn,
+                wkn,
                 positions,
                 inv_freq,
                 slot_mapping,
@@ -171,19 +192,23 @@ fn launch_in(
                 rotary_dim,
                 block_size,
                 num_pages,
+                eps,
                 q_group,
                 k_group,
                 v_group,
             }
-            .launch(QKV_ROPE_KV_MMA_INT4)
+            .launch(match norm {
+                true => QKV_NORM_ROPE_KV_MMA_INT4,
+                false => QKV_ROPE_KV_MMA_INT4,
+            })
         }
         other => panic!("bf16 or one quantized kind, not {other:?}"),
     }
 }
 
-fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64) -> Launch {
+fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64, norm: bool) -> Launch {
     let x = upload(backend, &values(shape.0 * shape.1, seed));
-    launch(backend, shape, x, seed)
+    launch(backend, shape, x, seed, norm)
 }
 
 /// head_dim 64, rotary 64 (two whole rope blocks); 48 and 40 (a partial rope block, 8
@@ -195,25 +220,36 @@ const SHAPES: [Shape; 4] = [
     (17, 96, 1, 1, 128, 128),
 ];
 
+/// With qk-norm too: the widest head the stage holds, a quarter of it rotary (qwen3_next's).
+const NORM_SHAPE: Shape = (9, 64, 2, 1, 256, 64);
+
 #[test]
 fn qkv_rope_kv_mma_equals_its_twin_in_every_head_layout() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     let mut launches = 0u64;
-    for (i, shape) in SHAPES.into_iter().enumerate() {
-        for seed in [2u64, 3] {
-            let l = seeded(&mut backend, shape, seed + 16 * i as u64);
-            run(&mut backend, &l);
-            launches += 1;
+    for norm in [false, true] {
+        let shapes = SHAPES.into_iter().chain(norm.then_some(NORM_SHAPE));
+        for (i, shape) in shapes.enumerate() {
+            for seed in [2u64, 3] {
+                let l = seeded(&mut backend, shape, seed + 16 * i as u64, norm);
+                run(&mut backend, &l);
+                launches += 1;
+            }
         }
     }
     let report = backend.emulation().unwrap().report();
-    let parity = &report[QKV_ROPE_KV_MMA.as_str()];
-    assert_eq!(
-        (parity.launches, parity.identical),
-        (launches, launches),
-        "{parity:?}"
+    let (plain, norm) = (
+        &report[QKV_ROPE_KV_MMA.as_str()],
+        &report[QKV_NORM_ROPE_KV_MMA.as_str()],
     );
+    assert_eq!(
+        (plain.launches + norm.launches, norm.launches),
+        (launches, 2 * (SHAPES.len() as u64 + 1)),
+        "{plain:?} {norm:?}"
+    );
+    assert_eq!(plain.launches, plain.identical, "{plain:?}");
+    assert_eq!(norm.launches, norm.identical, "{norm:?}");
 }
 
 #[test]
@@ -226,7 +262,28 @@ fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
         )],
     );
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let l = seeded(&mut backend, SHAPES[1], 41);
+    let l = seeded(&mut backend, SHAPES[1], 41, false);
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_qk_norm_epilogue_with_k_normed_by_q_weights_differs_from_the_twin() {
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "const bf16* wn = is_q ? norm_w[0] : norm_w[1];",
+            "const bf16* wn = norm_w[0];",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let l = seeded(&mut backend, SHAPES[0], 43, true);
     let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
     assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
     assert_eq!(
@@ -254,15 +311,20 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
         [WeightFormat::Int4 { group: 32 }; 3],
     ];
     for formats in formats {
-        let l = launch_in(&mut backend, shape, x, 8, formats);
-        run(&mut backend, &l);
-        carries_nan(&mut backend, &l);
+        for norm in [false, true] {
+            let l = launch_in(&mut backend, shape, x, 8, formats, norm);
+            run(&mut backend, &l);
+            carries_nan(&mut backend, &l);
+        }
     }
     let report = backend.emulation().unwrap().report();
     let entries = [
         QKV_ROPE_KV_MMA.as_str(),
         QKV_ROPE_KV_MMA_FP8.as_str(),
         QKV_ROPE_KV_MMA_INT4.as_str(),
+        QKV_NORM_ROPE_KV_MMA.as_str(),
+        QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
+        QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
     ];
     for entry in entries {
         let parity = &report[entry];
@@ -274,10 +336,9 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
     }
 }
 
-/// q_out and the cache (arguments 10 and 11) of `l` hold NaN and finite values both.
+/// q_out and the cache (arguments 12 and 13) of `l` hold NaN and finite values both.
 fn carries_nan(backend: &mut CpuBackend, l: &Launch) {
-    for index in [10usize, 11] {
-        // q_out and the cache (arguments 10 and 11).
+    for index in [12usize, 13] {
         let (nan, all) = bf16_nans(backend, arg_buf(&l.args[index]));
         assert!(
             nan > 0,
@@ -305,14 +366,22 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
         ] {
             let seed = 5 + 16 * i as u64;
             let x = upload(&mut backend, &values(shape.0 * k, seed));
-            let l = launch_in(&mut backend, shape, x, seed, formats);
-            run(&mut backend, &l);
-            launches += 1;
+            for norm in [false, true] {
+                let l = launch_in(&mut backend, shape, x, seed, formats, norm);
+                run(&mut backend, &l);
+                launches += 1;
+            }
         }
     }
     let report = backend.emulation().unwrap().report();
     let mut seen = 0u64;
-    for entry in [QKV_ROPE_KV_MMA_FP8.as_str(), QKV_ROPE_KV_MMA_INT4.as_str()] {
+    let entries = [
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+        QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
+        QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
+    ];
+    for entry in entries {
         let parity = &report[entry];
         assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
         seen += parity.launches;

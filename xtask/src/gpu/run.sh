@@ -69,13 +69,13 @@ LIMIT_CUDA_DEVICE=${LIMIT_CUDA_DEVICE:-8}   # the CudaBackend device tests (7; 1
 LIMIT_CHECKED=${LIMIT_CHECKED:-7}      # the Checked<CudaBackend> device test (0.3 s)
 LIMIT_MEMCHECK=${LIMIT_MEMCHECK:-10}    # (1.2 s)
 LIMIT_GOLDENS=${LIMIT_GOLDENS:-85}      # 23 checkpoints (66 s)
-# Part 2: 370 s in all (the second device call gives 400).
+# Part 2: 365 s in all (the second device call gives 400).
 LIMIT_FACTS_2=${LIMIT_FACTS_2:-15}
 LIMIT_PARITY=${LIMIT_PARITY:-60}        # every built-in (32 s)
 LIMIT_STEP_TWIN=${LIMIT_STEP_TWIN:-15}  # tiny-llama, 4,200 tokens, against the CPU twin (3 s)
 LIMIT_AB=${LIMIT_AB:-50}                # 1B shape, one build per variant, widths 1 and 8 (28 s)
 LIMIT_RACECHECK=${LIMIT_RACECHECK:-60}  # (39 s)
-LIMIT_SWEEP=${LIMIT_SWEEP:-40}          # every ladder width for 0.3 s (20 s), and the serving loop (not yet timed)
+LIMIT_SWEEP=${LIMIT_SWEEP:-35}          # every ladder width for 0.3 s (20 s), then the serving loop (a few s; not yet timed)
 LIMIT_CTX_1K=${LIMIT_CTX_1K:-20}        # (9 s)
 LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)

@@ -30,13 +30,13 @@ pub fn emit_group(
         .ok_or_else(|| view.err(format!("no emitter for `{emitter}`")))?;
     let launches = (decl.emit)(&view)?;
     // A variant entry (gemv's streaming entries) stands for the kernel it is a variant of, and
-    // a format entry (`gemv::linear_fp8`) for the kernel whose weight format it reads.
+    // a format entry (`gemv::linear_fp8`) for the kernel whose weight format it reads; a
+    // variant of a format entry (`gemm::qkv_norm_rope_kv_mma_fp8`) for that entry's kernel.
     let names: Vec<&str> = launches
         .iter()
         .map(|l| {
-            crate::kernels::variant_of(l.kernel)
-                .or_else(|| crate::kernels::format_entry_of(l.kernel))
-                .unwrap_or(l.kernel)
+            let entry = crate::kernels::variant_of(l.kernel).unwrap_or(l.kernel);
+            crate::kernels::format_entry_of(entry).unwrap_or(entry)
         })
         .collect();
     if names != group.kernels.iter().map(String::as_str).collect::<Vec<_>>() {

@@ -118,6 +118,7 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
         .chain(gemv::HEAD_VARIANTS)
         .chain(attn::VARIANTS)
         .chain(flash::VARIANTS)
+        .chain(gemm::VARIANTS)
         .copied()
 }
 

@@ -1,15 +1,19 @@
 //! `gemm::qkv_rope_kv_mma`: q, k and v on the tensor cores with rope and the KV write in the
 //! epilogue, one launch where `qkv_mma` and `rope::rope_kv_write` took two (the tensor cores'
-//! counterpart of gemv's `qkv_rope_kv`, for models without qk-norm).
+//! counterpart of gemv's `qkv_rope_kv`); `gemm::qkv_norm_rope_kv_mma` does the same with
+//! qk-norm first, where `qkv_mma` and `rope::qk_norm_rope_kv_write` took two.
 //!
 //! Launch shape: 64-row tiles as every gemm kernel; per q or k head, ⌈half/16⌉ rope blocks
 //! (16 features of the first rotary half and their 16 partners, so each lane holds both values
 //! of a pair) and ⌈(head_dim − 2·half)/32⌉ pass-through blocks, then v's 32-feature blocks
-//! (half = rotary_dim / 2).
+//! (half = rotary_dim / 2). With qk-norm, which needs a head's whole sum of squares, a q or k
+//! head is one block: it runs the head's 32-feature tiles one after another into shared memory
+//! (64 rows × head_dim, up to 256), then each warp norms and ropes its rows' staged heads.
 //!
-//! Invariant: every projection is rounded as `linear_mma` stores it, then roped and stored as
-//! `rope::rope_kv_write` does from the bf16 projections, so the launch writes the bytes of
-//! `qkv_mma` then `rope_kv_write` (the twin runs exactly those two twins' arithmetic). The fp8
+//! Invariant: every projection is rounded as `linear_mma` stores it, then (normed and) roped
+//! and stored as `rope::rope_kv_write` (`qk_norm_rope_kv_write`) does from the bf16
+//! projections, so the launch writes the bytes of `qkv_mma` then that kernel (the twin runs
+//! exactly those two twins' arithmetic). The fp8
 //! and int4 entries (`qkv_rope_kv_mma_fp8`, `_int4`: one kind, each weight with its own blocks
 //! or group) dequantise as `qkv_mma_fp8`/`_int4` do; their twins run the bf16 twin on the
 //! dequantised matrices.
@@ -22,14 +26,15 @@ use solder_gpu_runtime::{GpuError, LaunchConfig};
 use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use super::quant::{fp8, int4};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
-use crate::kernels::decl::kernel;
+use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 
 kernel! {
     /// x bf16\[rows·k\] → q, k, v (weights bf16\[n·k\], biases optional); q roped into q_out
-    /// bf16\[rows·heads·head_dim\], the roped k and v into each row's slot of the paged cache.
+    /// bf16\[rows·heads·head_dim\], the roped k and v into each row's slot of the paged cache;
+    /// with qk-norm weights wqn, wkn bf16\[head_dim\] (both or neither), q and k normed first.
     pub struct QkvRopeKvMma / QkvRopeKvMmaArgs {
         x: In<bf16>,
         wq: In<bf16>,
@@ -38,6 +43,8 @@ kernel! {
         bk: InOpt<bf16>,
         wv: In<bf16>,
         bv: InOpt<bf16>,
+        wqn: InOpt<bf16>,
+        wkn: InOpt<bf16>,
         positions: In<i32>,
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
@@ -51,8 +58,9 @@ kernel! {
         rotary_dim: U32,
         block_size: U32,
         num_pages: U32,
+        eps: F32,
     }
-    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows);
+    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows, a.wqn.is_some() || a.wkn.is_some());
     QKV_ROPE_KV_MMA = "gemm::qkv_rope_kv_mma" => twin qkv_rope_kv_mma, emit emit_qkv_rope_kv_mma;
 }
 
@@ -67,6 +75,8 @@ kernel! {
         bk: InOpt<bf16>,
         wv: In<u8>,
         bv: InOpt<bf16>,
+        wqn: InOpt<bf16>,
+        wkn: InOpt<bf16>,
         positions: In<i32>,
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
@@ -80,6 +90,7 @@ kernel! {
         rotary_dim: U32,
         block_size: U32,
         num_pages: U32,
+        eps: F32,
         q_block_n: U32,
         q_block_k: U32,
         k_block_n: U32,
@@ -87,7 +98,7 @@ kernel! {
         v_block_n: U32,
         v_block_k: U32,
     }
-    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows);
+    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows, a.wqn.is_some() || a.wkn.is_some());
     QKV_ROPE_KV_MMA_FP8 = "gemm::qkv_rope_kv_mma_fp8" => twin qkv_rope_kv_mma_fp8, emit emit_qkv_rope_kv_mma;
 }
 
@@ -102,6 +113,8 @@ kernel! {
         bk: InOpt<bf16>,
         wv: In<u8>,
         bv: InOpt<bf16>,
+        wqn: InOpt<bf16>,
+        wkn: InOpt<bf16>,
         positions: In<i32>,
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
@@ -115,13 +128,37 @@ kernel! {
         rotary_dim: U32,
         block_size: U32,
         num_pages: U32,
+        eps: F32,
         q_group: U32,
         k_group: U32,
         v_group: U32,
     }
-    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows);
+    grid(a) = qkv_rope_kv_grid([a.heads, a.kv_heads, a.head_dim, a.rotary_dim], a.rows, a.wqn.is_some() || a.wkn.is_some());
     QKV_ROPE_KV_MMA_INT4 = "gemm::qkv_rope_kv_mma_int4" => twin qkv_rope_kv_mma_int4, emit emit_qkv_rope_kv_mma;
 }
+
+/// `qkv_rope_kv_mma` with qk-norm (qwen3 and its family): each q or k head one block, its
+/// tiles staged and normed as `rope::qk_norm_rope_kv_write` norms them. The same arguments and
+/// twin; the entry takes `wqn` and `wkn`, the plain ones neither.
+pub const QKV_NORM_ROPE_KV_MMA: Name<QkvRopeKvMma> = Name::new("gemm::qkv_norm_rope_kv_mma");
+pub const QKV_NORM_ROPE_KV_MMA_FP8: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_fp8");
+pub const QKV_NORM_ROPE_KV_MMA_INT4: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_int4");
+
+/// The qk-norm entries, with the entry each is a variant of (the quantized ones are variants
+/// of the quantized plain entries, so each stands for `qkv_rope_kv_mma` in its format).
+pub const VARIANTS: &[(&str, &str)] = &[
+    (QKV_NORM_ROPE_KV_MMA.as_str(), QKV_ROPE_KV_MMA.as_str()),
+    (
+        QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+];
 
 /// Each quantized entry: (entry, the kernel it serves, the format kind it reads).
 pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
@@ -137,15 +174,23 @@ pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The widest head the qk-norm layout stages (64 rows of it in shared memory).
+pub const NORM_HEAD_DIM_MAX: u32 = 256;
+
 /// Per q or k head ⌈half/16⌉ rope blocks and ⌈(head_dim − 2·half)/32⌉ pass-through blocks
-/// (half = min(rotary_dim, head_dim) / 2), then ⌈kv_heads·head_dim/32⌉ v blocks; one block per
-/// 64 rows.
+/// (half = min(rotary_dim, head_dim) / 2), or with qk-norm (`norm`) one block holding the
+/// whole head (its 64 rows staged in dynamic shared memory); then ⌈kv_heads·head_dim/32⌉ v
+/// blocks; one block per 64 rows.
 pub fn qkv_rope_kv_grid(
     [heads, kv_heads, head_dim, rotary_dim]: [u32; 4],
     rows: u32,
+    norm: bool,
 ) -> LaunchConfig {
     let half = rotary_dim.min(head_dim) / 2;
-    let per_head = half.div_ceil(16) + (head_dim - 2 * half).div_ceil(GEMM_FEATURES);
+    let per_head = match norm {
+        true => 1,
+        false => half.div_ceil(16) + (head_dim - 2 * half).div_ceil(GEMM_FEATURES),
+    };
     let v_blocks = (kv_heads * head_dim).div_ceil(GEMM_FEATURES);
     LaunchConfig {
         grid: [
@@ -154,7 +199,10 @@ pub fn qkv_rope_kv_grid(
             1,
         ],
         block: [GEMM_THREADS, 1, 1],
-        shared_bytes: 0,
+        shared_bytes: match norm {
+            true => GEMM_ROWS * head_dim.min(NORM_HEAD_DIM_MAX) * 2,
+            false => 0,
+        },
     }
 }
 
@@ -163,6 +211,8 @@ struct RopeKv<'a> {
     ctx: &'a solder_gpu_runtime::TwinCtx<'a>,
     x: In<'a, bf16>,
     biases: [InOpt<'a, bf16>; 3],
+    /// qk-norm's weights (both or neither) and epsilon.
+    norm: (InOpt<'a, bf16>, InOpt<'a, bf16>, f32),
     positions: In<'a, i32>,
     inv_freq: In<'a, f32>,
     slot_mapping: In<'a, i32>,
@@ -178,6 +228,7 @@ macro_rules! rope_kv {
             ctx: $a.ctx,
             x: $a.x,
             biases: [$a.bq, $a.bk, $a.bv],
+            norm: ($a.wqn, $a.wkn, $a.eps),
             positions: $a.positions,
             inv_freq: $a.inv_freq,
             slot_mapping: $a.slot_mapping,
@@ -210,7 +261,7 @@ impl RopeKv<'_> {
     }
 
     /// The projections against the bf16 matrices `w` (q, k, v) as `qkv_mma` stores them, then
-    /// `rope_kv_write`'s pass into q_out and the cache.
+    /// `rope_kv_write`'s pass (`qk_norm_rope_kv_write`'s with qk-norm) into q_out and the cache.
     fn run(self, w: [&[bf16]; 3]) -> Result<(), GpuError> {
         let ctx = self.ctx;
         let [rows, _, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages] = self.dims;
@@ -229,7 +280,26 @@ impl RopeKv<'_> {
             linear_dots(ctx, x, w, bias, [rows, k, n], y);
         }
         let dims = [rows, heads.dim()?, kv_heads.dim()?, head_dim.dim()?];
-        let pass = HeadPass::over(ctx, &q, &kr, dims);
+        let mut pass = HeadPass::over(ctx, &q, &kr, dims);
+        let (wqn, wkn, eps) = self.norm;
+        let hd = dims[3];
+        // The qk-norm entries take both weights, the plain ones neither.
+        let normed = VARIANTS.iter().any(|(entry, _)| *entry == ctx.kernel());
+        match (wqn.len(hd)?, wkn.len(hd)?) {
+            (Some(_), Some(_)) if normed && hd > NORM_HEAD_DIM_MAX as usize => {
+                return Err(ctx.fail(format!(
+                    "head_dim {hd} is wider than the {NORM_HEAD_DIM_MAX} a qk-norm block stages"
+                )))
+            }
+            (Some(wqn), Some(wkn)) if normed => pass = pass.normed_by(wqn, wkn, eps),
+            (None, None) if !normed => {}
+            _ => {
+                return Err(ctx.fail(match normed {
+                    true => "a qk-norm entry takes both wqn and wkn",
+                    false => "wqn and wkn are the qk-norm entries' (gemm::qkv_norm_rope_kv_mma)",
+                }))
+            }
+        }
         let pass = with_rope(pass, self.positions, self.inv_freq, rotary_dim)?;
         let cache = CacheArgs {
             slot_mapping: self.slot_mapping,
@@ -297,6 +367,24 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     let (heads, kv_heads) = (v.u32(rope, "heads")?, v.u32(rope, "kv_heads")?);
     let (head_dim, rotary_dim) = (v.u32(rope, "head_dim")?, v.u32(rope, "rotary_dim")?);
     let (block_size, num_pages) = (v.kv_block_size(), v.kv_pages());
+    // qk-norm models: q and k normed in the same launch (one block per head).
+    let (wqn, wkn, eps) = match v.has(OpKind::QkNorm) {
+        true if head_dim > NORM_HEAD_DIM_MAX => {
+            return Err(v.err(format!(
+                "head_dim {head_dim} is wider than the {NORM_HEAD_DIM_MAX} a qk-norm block stages"
+            )))
+        }
+        true => {
+            let n = v.op(OpKind::QkNorm, None)?;
+            (
+                Some(v.weight(n, 0)?),
+                Some(v.weight(n, 1)?),
+                v.f32(n, "eps")?,
+            )
+        }
+        false => (None, None, 0.0),
+    };
+    let norm = wqn.is_some();
     let formats = p.ops.map(|op| v.weight_format(op, 0));
     use WeightFormat::{Bf16, Fp8, Int4};
     let launch = match formats {
@@ -308,6 +396,8 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
             bk,
             wv,
             bv,
+            wqn,
+            wkn,
             positions,
             inv_freq,
             slot_mapping,
@@ -321,8 +411,12 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
             rotary_dim,
             block_size,
             num_pages,
+            eps,
         }
-        .launch(QKV_ROPE_KV_MMA),
+        .launch(match norm {
+            true => QKV_NORM_ROPE_KV_MMA,
+            false => QKV_ROPE_KV_MMA,
+        }),
         [Fp8 {
             block_n: q_block_n,
             block_k: q_block_k,
@@ -340,6 +434,8 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
             bk,
             wv,
             bv,
+            wqn,
+            wkn,
             positions,
             inv_freq,
             slot_mapping,
@@ -353,6 +449,7 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
             rotary_dim,
             block_size,
             num_pages,
+            eps,
             q_block_n,
             q_block_k,
             k_block_n,
@@ -360,7 +457,10 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
             v_block_n,
             v_block_k,
         }
-        .launch(QKV_ROPE_KV_MMA_FP8),
+        .launch(match norm {
+            true => QKV_NORM_ROPE_KV_MMA_FP8,
+            false => QKV_ROPE_KV_MMA_FP8,
+        }),
         [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
             QkvRopeKvMmaInt4 {
                 x,
@@ -370,6 +470,8 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
                 bk,
                 wv,
                 bv,
+                wqn,
+                wkn,
                 positions,
                 inv_freq,
                 slot_mapping,
@@ -383,11 +485,15 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
                 rotary_dim,
                 block_size,
                 num_pages,
+                eps,
                 q_group,
                 k_group,
                 v_group,
             }
-            .launch(QKV_ROPE_KV_MMA_INT4)
+            .launch(match norm {
+                true => QKV_NORM_ROPE_KV_MMA_INT4,
+                false => QKV_ROPE_KV_MMA_INT4,
+            })
         }
         _ => return Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
     };
