@@ -252,17 +252,12 @@ fn qkv_rope_kv_mma_equals_its_twin_in_every_head_layout() {
     assert_eq!(norm.launches, norm.identical, "{norm:?}");
 }
 
-#[test]
-fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
-    let dir = build_mutant(
-        "gemm",
-        &[(
-            "rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);",
-            "rope_pair(to_f32(x2), to_f32(x1), c, sn, &dst[i], &dst[i + geo.half]);",
-        )],
-    );
+/// gemm built with `edit` differs from the twin on one launch of `shape` (`norm`: the qk-norm
+/// entry), and the unmutated build does not.
+fn mutant_differs(edit: (&str, &str), shape: Shape, seed: u64, norm: bool) {
+    let dir = build_mutant("gemm", &[edit]);
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let l = seeded(&mut backend, SHAPES[1], 41, false);
+    let l = seeded(&mut backend, shape, seed, norm);
     let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
     assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
     assert_eq!(
@@ -274,24 +269,21 @@ fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
 }
 
 #[test]
+fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
+    let edit = (
+        "rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);",
+        "rope_pair(to_f32(x2), to_f32(x1), c, sn, &dst[i], &dst[i + geo.half]);",
+    );
+    mutant_differs(edit, SHAPES[1], 41, false);
+}
+
+#[test]
 fn a_qk_norm_epilogue_with_k_normed_by_q_weights_differs_from_the_twin() {
-    let dir = build_mutant(
-        "gemm",
-        &[(
-            "const bf16* wn = is_q ? norm_w[0] : norm_w[1];",
-            "const bf16* wn = norm_w[0];",
-        )],
+    let edit = (
+        "const bf16* wn = is_q ? norm_w[0] : norm_w[1];",
+        "const bf16* wn = norm_w[0];",
     );
-    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let l = seeded(&mut backend, SHAPES[0], 43, true);
-    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
-    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
-    assert_eq!(
-        (original.launches, original.identical),
-        (1, 1),
-        "{original:?}"
-    );
-    std::fs::remove_dir_all(&dir).ok();
+    mutant_differs(edit, SHAPES[0], 43, true);
 }
 
 /// x's row 1 poisoned (NaN, ±inf): its q row and its k and v slot carry NaN, the other rows do

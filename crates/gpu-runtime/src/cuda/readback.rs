@@ -14,12 +14,9 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::driver::driver;
-use super::staging::{free_slot, new_slot, Slot};
+use super::staging::{free_slot, retire, take_spare, Slot};
 use crate::error::GpuError;
 use crate::types::ReadbackId;
-
-/// Idle slots kept for reuse; more are freed.
-const MAX_SPARE_SLOTS: usize = 16;
 
 /// A queued copy: its slot and its length.
 struct Live {
@@ -56,7 +53,7 @@ impl Readbacks {
             call: "copy_d2h_async",
             message: "readback ids exhausted".into(),
         })?;
-        let slot = self.take_spare(ctx, bytes)?;
+        let slot = take_spare(&mut self.spare, ctx, bytes)?;
         if bytes > 0 {
             // SAFETY: the slot holds at least `bytes`; no pending copy uses it.
             let queued = unsafe {
@@ -138,39 +135,8 @@ impl Readbacks {
         })
     }
 
-    /// Moves released slots whose copy completed to the spare list; frees spares past
-    /// `MAX_SPARE_SLOTS`, smallest first.
+    /// Moves released slots whose copy completed to the spare list.
     fn retire_released(&mut self) -> Result<(), GpuError> {
-        let mut index = 0;
-        while index < self.released.len() {
-            let complete = self.released[index]
-                .done
-                .try_is_complete()
-                .map_err(|e| driver("cuEventQuery", e))?;
-            if complete {
-                let slot = self.released.swap_remove(index);
-                self.spare.push(slot);
-            } else {
-                index += 1;
-            }
-        }
-        while self.spare.len() > MAX_SPARE_SLOTS {
-            let smallest = (0..self.spare.len())
-                .min_by_key(|i| self.spare[*i].capacity)
-                .expect("spare is not empty");
-            free_slot(self.spare.swap_remove(smallest));
-        }
-        Ok(())
-    }
-
-    /// The smallest spare slot that fits `bytes`, or a new one.
-    fn take_spare(&mut self, ctx: &Arc<CudaContext>, bytes: usize) -> Result<Slot, GpuError> {
-        let best = (0..self.spare.len())
-            .filter(|i| self.spare[*i].capacity >= bytes)
-            .min_by_key(|i| self.spare[*i].capacity);
-        match best {
-            Some(index) => Ok(self.spare.swap_remove(index)),
-            None => new_slot(ctx, bytes),
-        }
+        retire(&mut self.released, &mut self.spare)
     }
 }

@@ -82,27 +82,7 @@ impl Staging {
 
     /// Moves every slot whose copy completed back to the spare list.
     fn retire_completed(&mut self) -> Result<(), GpuError> {
-        let mut index = 0;
-        while index < self.in_flight.len() {
-            let complete = self.in_flight[index]
-                .done
-                .try_is_complete()
-                .map_err(|e| driver("cuEventQuery", e))?;
-            if complete {
-                let slot = self.in_flight.swap_remove(index);
-                self.spare.push(slot);
-            } else {
-                index += 1;
-            }
-        }
-        while self.spare.len() > MAX_SPARE_SLOTS {
-            // The smallest slots go first: large ones are the costly ones to pin again.
-            let smallest = (0..self.spare.len())
-                .min_by_key(|i| self.spare[*i].capacity)
-                .expect("spare is not empty");
-            free_slot(self.spare.swap_remove(smallest));
-        }
-        Ok(())
+        retire(&mut self.in_flight, &mut self.spare)
     }
 
     /// After a full synchronisation: every copy completed.
@@ -112,19 +92,52 @@ impl Staging {
 
     /// The smallest spare slot that fits `bytes`, or a new one.
     fn take(&mut self, ctx: &Arc<CudaContext>, bytes: usize) -> Result<Slot, GpuError> {
-        let best = (0..self.spare.len())
-            .filter(|i| self.spare[*i].capacity >= bytes)
-            .min_by_key(|i| self.spare[*i].capacity);
-        if let Some(index) = best {
-            return Ok(self.spare.swap_remove(index));
-        }
-        new_slot(ctx, bytes)
+        take_spare(&mut self.spare, ctx, bytes)
     }
 
     /// Frees every slot. The caller has waited for all work; the context is current.
     pub(super) fn free_all(&mut self) {
         self.all_completed();
         self.spare.drain(..).for_each(free_slot);
+    }
+}
+
+/// Moves every slot of `pending` whose copy completed to `spare`, then frees spares past
+/// `MAX_SPARE_SLOTS`, the smallest first (large ones are the costly ones to pin again).
+pub(super) fn retire(pending: &mut Vec<Slot>, spare: &mut Vec<Slot>) -> Result<(), GpuError> {
+    let mut index = 0;
+    while index < pending.len() {
+        let complete = pending[index]
+            .done
+            .try_is_complete()
+            .map_err(|e| driver("cuEventQuery", e))?;
+        if complete {
+            spare.push(pending.swap_remove(index));
+        } else {
+            index += 1;
+        }
+    }
+    while spare.len() > MAX_SPARE_SLOTS {
+        let smallest = (0..spare.len())
+            .min_by_key(|i| spare[*i].capacity)
+            .expect("spare is not empty");
+        free_slot(spare.swap_remove(smallest));
+    }
+    Ok(())
+}
+
+/// The smallest slot of `spare` that fits `bytes`, or a new one.
+pub(super) fn take_spare(
+    spare: &mut Vec<Slot>,
+    ctx: &Arc<CudaContext>,
+    bytes: usize,
+) -> Result<Slot, GpuError> {
+    let best = (0..spare.len())
+        .filter(|i| spare[*i].capacity >= bytes)
+        .min_by_key(|i| spare[*i].capacity);
+    match best {
+        Some(index) => Ok(spare.swap_remove(index)),
+        None => new_slot(ctx, bytes),
     }
 }
 
