@@ -196,7 +196,7 @@ pub const STEPS: &[Step] = &[
     // rules' tolerance of the reference and byte-identical to itself at every width; then the
     // CUDA source of gemm.cu through the host model of mma.sync/ldmatrix, launch by launch
     // against its twin, on a dense model without qk-norm (qkv_rope_kv_mma), one with it
-    // (qkv_norm_rope_kv_mma) and an MoE model.
+    // (qkv_norm_rope_kv_mma), an MoE model and qwen3_next (its shared experts' gate_up_silu_mma).
     Step {
         name: "parity tensor cores",
         cargo: &["xtask", "parity", "--levers", "tensor_cores"],
@@ -212,7 +212,7 @@ pub const STEPS: &[Step] = &[
             "--levers",
             "tensor_cores",
             "--only",
-            "tiny-llama,tiny-qwen3,tiny-qwen3-moe",
+            "tiny-llama,tiny-qwen3,tiny-qwen3-moe,tiny-qwen3-next",
             "--max-batch",
             "2",
             "--tokens",

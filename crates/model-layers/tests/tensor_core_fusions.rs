@@ -4,24 +4,26 @@
 //! `rope::qk_norm_rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
 //! and one built without the fused rules give the same logits at decode, across a chunk of two
 //! row tiles (64 + 8 rows) and through the headless prefill program, for a model without
-//! biases (llama), one with q/k/v biases (qwen2) and one with qk-norm (qwen3); and their
+//! biases (llama), one with q/k/v biases (qwen2), one with qk-norm (qwen3) and qwen3_next (its
+//! gated attention's q/k/v, its shared experts' gate/up); and their
 //! quantized entries (`qkv_mma_fp8`, `gate_up_silu_mma_int4`, ...) those of
 //! `linear_mma_fp8`/`_int4`, on an fp8 (block 16 × 16) llama and qwen3 and an int4 (AWQ, group
 //! 32) qwen2.
 
 mod exec_support;
 
-use exec_support::{assert_same_bytes, backend, config, prompt, TINY_LLAMA, TINY_QWEN2};
+use exec_support::{assert_same_bytes, backend, config, prompt, TINY_LLAMA, TINY_NEXT, TINY_QWEN2};
 use solder_circuit::{Mode, Policy, RuleSet};
 use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
-const FUSED: [&str; 4] = [
+const FUSED: [&str; 5] = [
     "qkv_rope_kv_tensor_cores",
     "qkv_norm_rope_kv_tensor_cores",
     "qkv_tensor_cores",
     "gate_up_silu_tensor_cores",
+    "shared_gate_up_silu_tensor_cores",
 ];
 
 /// A qwen3: qk-norm, head_dim 32 (hidden 64, 4 heads, GQA 4/2), vocab 128, untied.
@@ -97,6 +99,7 @@ fn models() -> Vec<(&'static str, ModelConfig, &'static str)> {
         ("llama", config(TINY_LLAMA), ""),
         ("qwen2", config(TINY_QWEN2), ""),
         ("qwen3", config(TINY_QWEN3), ""),
+        ("qwen3-next", config(TINY_NEXT), ""),
         ("qwen3 fp8", quantized(TINY_QWEN3, fp8()), "_fp8"),
         (
             "llama fp8",
@@ -143,6 +146,16 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
             (Mode::Prefill, CHUNK, 1),
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
+            if name == "qwen3-next" {
+                // Its attention layer's q (with the gate) and k/v in one qkv_mma (2 launches
+                // saved); each shared expert's gate/up+SiLU·mul in one launch (2 saved).
+                let gate_up = "gemm::gate_up_silu_mma";
+                let launched = f.iter().filter(|k| *k == gate_up).count();
+                assert_eq!(launched, mlps, "{name} {mode:?}: {f:?}");
+                assert!(!s.iter().any(|k| k == gate_up), "{name} {mode:?}");
+                assert_eq!(f.len() + 2 + 2 * mlps, s.len(), "{name} {mode:?}: {f:?}");
+                continue;
+            }
             // q/k/v, (qk-norm,) rope and the KV write in one launch of the format's entry.
             let stem = match name.starts_with("qwen3") {
                 true => "qkv_norm_rope_kv_mma",
