@@ -12,9 +12,8 @@ use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QKV_NORM_ROPE_KV_MMA,
-    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
-    QKV_ROPE_KV_MMA_INT4,
+    QkvRopeKvParts, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -73,9 +72,10 @@ fn launch_in(
     let mut table: Vec<f32> = (0..half)
         .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / rotary_dim as f32))
         .collect();
-    table.push(if with_bias { 1.0 } else { 1.25 }); // the attention scaling
-                                                    // Slots in reverse row order over more pages than the rows fill: rows cross pages, and the
-                                                    // slots no row takes keep their bytes.
+    // The attention scaling.
+    table.push(if with_bias { 1.0 } else { 1.25 });
+    // Slots in reverse row order over more pages than the rows fill: rows cross pages, and the
+    // slots no row takes keep their bytes.
     let pages = rows.div_ceil(BLOCK_SIZE) + 2;
     let slots = (pages * BLOCK_SIZE) as i32;
     let slot_mapping: Vec<i32> = (0..rows as i32).map(|r| slots - 2 - r).collect();
@@ -92,118 +92,22 @@ fn launch_in(
     let cache = upload(backend, &values(pages * 2 * BLOCK_SIZE * nkv, seed ^ 0x99));
     let q_bytes = (rows * nq) as usize * 2;
     let q_out = Buf::new(backend.alloc(q_bytes).unwrap(), q_bytes);
-    let block_size = BLOCK_SIZE;
-    let num_pages = pages;
-    match formats {
-        [WeightFormat::Bf16, WeightFormat::Bf16, WeightFormat::Bf16] => QkvRopeKvMma {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            wqn,
-            wkn,
-            positions,
-            inv_freq,
-            slot_mapping,
-            q_out,
-            cache,
-            rows,
-            k,
-            heads,
-            kv_heads,
-            head_dim,
-            rotary_dim,
-            block_size,
-            num_pages,
-            eps,
-        }
-        .launch(match norm {
-            true => QKV_NORM_ROPE_KV_MMA,
-            false => QKV_ROPE_KV_MMA,
-        }),
-        [WeightFormat::Fp8 {
-            block_n: q_block_n,
-            block_k: q_block_k,
-        }, WeightFormat::Fp8 {
-            block_n: k_block_n,
-            block_k: k_block_k,
-        }, WeightFormat::Fp8 {
-            block_n: v_block_n,
-            block_k: v_block_k,
-        }] => QkvRopeKvMmaFp8 {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            wqn,
-            wkn,
-            positions,
-            inv_freq,
-            slot_mapping,
-            q_out,
-            cache,
-            rows,
-            k,
-            heads,
-            kv_heads,
-            head_dim,
-            rotary_dim,
-            block_size,
-            num_pages,
-            eps,
-            q_block_n,
-            q_block_k,
-            k_block_n,
-            k_block_k,
-            v_block_n,
-            v_block_k,
-        }
-        .launch(match norm {
-            true => QKV_NORM_ROPE_KV_MMA_FP8,
-            false => QKV_ROPE_KV_MMA_FP8,
-        }),
-        [WeightFormat::Int4 { group: q_group }, WeightFormat::Int4 { group: k_group }, WeightFormat::Int4 { group: v_group }] => {
-            QkvRopeKvMmaInt4 {
-                x,
-                wq,
-                bq,
-                wk,
-                bk,
-                wv,
-                bv,
-                wqn,
-                wkn,
-                positions,
-                inv_freq,
-                slot_mapping,
-                q_out,
-                cache,
-                rows,
-                k,
-                heads,
-                kv_heads,
-                head_dim,
-                rotary_dim,
-                block_size,
-                num_pages,
-                eps,
-                q_group,
-                k_group,
-                v_group,
-            }
-            .launch(match norm {
-                true => QKV_NORM_ROPE_KV_MMA_INT4,
-                false => QKV_ROPE_KV_MMA_INT4,
-            })
-        }
-        other => panic!("bf16 or one quantized kind, not {other:?}"),
+    QkvRopeKvParts {
+        x,
+        w: [wq, wk, wv],
+        bias: [bq, bk, bv],
+        norm: wqn.zip(wkn).map(|(wqn, wkn)| (wqn, wkn, eps)),
+        positions,
+        inv_freq,
+        slot_mapping,
+        q_out,
+        cache,
+        dims: [
+            rows, k, heads, kv_heads, head_dim, rotary_dim, BLOCK_SIZE, pages,
+        ],
     }
+    .launch(formats)
+    .expect("bf16 or one quantized kind")
 }
 
 fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64, norm: bool) -> Launch {

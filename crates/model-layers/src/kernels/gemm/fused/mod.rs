@@ -36,8 +36,8 @@ pub use quant::{
 };
 pub use rope::{
     qkv_rope_kv_grid, QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4,
-    QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA,
-    QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
+    QkvRopeKvParts, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
 
 kernel! {

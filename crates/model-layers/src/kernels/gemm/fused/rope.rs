@@ -30,6 +30,7 @@ use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
+use crate::kernels::{Buf, Launch};
 
 kernel! {
     /// x bf16\[rows·k\] → q, k, v (weights bf16\[n·k\], biases optional); q roped into q_out
@@ -368,7 +369,7 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     let (head_dim, rotary_dim) = (v.u32(rope, "head_dim")?, v.u32(rope, "rotary_dim")?);
     let (block_size, num_pages) = (v.kv_block_size(), v.kv_pages());
     // qk-norm models: q and k normed in the same launch (one block per head).
-    let (wqn, wkn, eps) = match v.has(OpKind::QkNorm) {
+    let norm = match v.has(OpKind::QkNorm) {
         true if head_dim > NORM_HEAD_DIM_MAX => {
             return Err(v.err(format!(
                 "head_dim {head_dim} is wider than the {NORM_HEAD_DIM_MAX} a qk-norm block stages"
@@ -376,93 +377,74 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
         }
         true => {
             let n = v.op(OpKind::QkNorm, None)?;
-            (
-                Some(v.weight(n, 0)?),
-                Some(v.weight(n, 1)?),
-                v.f32(n, "eps")?,
-            )
+            Some((v.weight(n, 0)?, v.weight(n, 1)?, v.f32(n, "eps")?))
         }
-        false => (None, None, 0.0),
+        false => None,
     };
-    let norm = wqn.is_some();
+    let parts = QkvRopeKvParts {
+        x,
+        w: [wq, wk, wv],
+        bias: [bq, bk, bv],
+        norm,
+        positions,
+        inv_freq,
+        slot_mapping,
+        q_out,
+        cache,
+        dims: [
+            rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages,
+        ],
+    };
     let formats = p.ops.map(|op| v.weight_format(op, 0));
-    use WeightFormat::{Bf16, Fp8, Int4};
-    let launch = match formats {
-        [Bf16, Bf16, Bf16] => QkvRopeKvMma {
+    match parts.launch(formats) {
+        Some(launch) => Ok(vec![launch]),
+        None => Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
+    }
+}
+
+/// Every `qkv_rope_kv_mma` entry's arguments but the quantized weights' parameters (which
+/// `launch` takes from their formats): what the emitter and the tests build a launch from.
+#[derive(Debug, Clone, Copy)]
+pub struct QkvRopeKvParts {
+    pub x: Buf,
+    /// q, k and v (bf16, or blobs of one quantized kind).
+    pub w: [Buf; 3],
+    pub bias: [Option<Buf>; 3],
+    /// qk-norm's weights (q, k) and epsilon: the qk-norm entry.
+    pub norm: Option<(Buf, Buf, f32)>,
+    pub positions: Buf,
+    pub inv_freq: Buf,
+    pub slot_mapping: Buf,
+    pub q_out: Buf,
+    pub cache: Buf,
+    /// rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages.
+    pub dims: [u32; 8],
+}
+
+impl QkvRopeKvParts {
+    /// The launch of the entry for `formats` (all bf16, or one quantized kind), its qk-norm
+    /// variant with `norm`; `None` when the formats mix kinds.
+    pub fn launch(self, formats: [WeightFormat; 3]) -> Option<Launch> {
+        let Self {
             x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            wqn,
-            wkn,
+            w: [wq, wk, wv],
+            bias: [bq, bk, bv],
+            norm,
             positions,
             inv_freq,
             slot_mapping,
             q_out,
             cache,
-            rows,
-            k,
-            heads,
-            kv_heads,
-            head_dim,
-            rotary_dim,
-            block_size,
-            num_pages,
-            eps,
-        }
-        .launch(match norm {
-            true => QKV_NORM_ROPE_KV_MMA,
-            false => QKV_ROPE_KV_MMA,
-        }),
-        [Fp8 {
-            block_n: q_block_n,
-            block_k: q_block_k,
-        }, Fp8 {
-            block_n: k_block_n,
-            block_k: k_block_k,
-        }, Fp8 {
-            block_n: v_block_n,
-            block_k: v_block_k,
-        }] => QkvRopeKvMmaFp8 {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            wqn,
-            wkn,
-            positions,
-            inv_freq,
-            slot_mapping,
-            q_out,
-            cache,
-            rows,
-            k,
-            heads,
-            kv_heads,
-            head_dim,
-            rotary_dim,
-            block_size,
-            num_pages,
-            eps,
-            q_block_n,
-            q_block_k,
-            k_block_n,
-            k_block_k,
-            v_block_n,
-            v_block_k,
-        }
-        .launch(match norm {
-            true => QKV_NORM_ROPE_KV_MMA_FP8,
-            false => QKV_ROPE_KV_MMA_FP8,
-        }),
-        [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
-            QkvRopeKvMmaInt4 {
+            dims: [rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages],
+        } = self;
+        let (wqn, wkn, eps) = match norm {
+            Some((wqn, wkn, eps)) => (Some(wqn), Some(wkn), eps),
+            None => (None, None, 0.0),
+        };
+        let normed = norm.is_some();
+        use WeightFormat::{Bf16, Fp8, Int4};
+        Some(match formats {
+            [Bf16, Bf16, Bf16] => QkvRopeKvMma {
                 x,
                 wq,
                 bq,
@@ -486,16 +468,90 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
                 block_size,
                 num_pages,
                 eps,
-                q_group,
-                k_group,
-                v_group,
             }
-            .launch(match norm {
-                true => QKV_NORM_ROPE_KV_MMA_INT4,
-                false => QKV_ROPE_KV_MMA_INT4,
-            })
-        }
-        _ => return Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
-    };
-    Ok(vec![launch])
+            .launch(match normed {
+                true => QKV_NORM_ROPE_KV_MMA,
+                false => QKV_ROPE_KV_MMA,
+            }),
+            [Fp8 {
+                block_n: q_block_n,
+                block_k: q_block_k,
+            }, Fp8 {
+                block_n: k_block_n,
+                block_k: k_block_k,
+            }, Fp8 {
+                block_n: v_block_n,
+                block_k: v_block_k,
+            }] => QkvRopeKvMmaFp8 {
+                x,
+                wq,
+                bq,
+                wk,
+                bk,
+                wv,
+                bv,
+                wqn,
+                wkn,
+                positions,
+                inv_freq,
+                slot_mapping,
+                q_out,
+                cache,
+                rows,
+                k,
+                heads,
+                kv_heads,
+                head_dim,
+                rotary_dim,
+                block_size,
+                num_pages,
+                eps,
+                q_block_n,
+                q_block_k,
+                k_block_n,
+                k_block_k,
+                v_block_n,
+                v_block_k,
+            }
+            .launch(match normed {
+                true => QKV_NORM_ROPE_KV_MMA_FP8,
+                false => QKV_ROPE_KV_MMA_FP8,
+            }),
+            [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
+                QkvRopeKvMmaInt4 {
+                    x,
+                    wq,
+                    bq,
+                    wk,
+                    bk,
+                    wv,
+                    bv,
+                    wqn,
+                    wkn,
+                    positions,
+                    inv_freq,
+                    slot_mapping,
+                    q_out,
+                    cache,
+                    rows,
+                    k,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    rotary_dim,
+                    block_size,
+                    num_pages,
+                    eps,
+                    q_group,
+                    k_group,
+                    v_group,
+                }
+                .launch(match normed {
+                    true => QKV_NORM_ROPE_KV_MMA_INT4,
+                    false => QKV_ROPE_KV_MMA_INT4,
+                })
+            }
+            _ => return None,
+        })
+    }
 }
