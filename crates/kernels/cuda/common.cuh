@@ -253,6 +253,11 @@ __device__ __forceinline__ bf16 norm_value(float v, float inv, bf16 w) {
     return to_bf16(__fmul_rn(__fmul_rn(v, inv), to_f32(w)));
 }
 
+// Zero-centred RMSNorm of one value: bf16((v · inv) · (1 + w)).
+__device__ __forceinline__ bf16 norm_value_zc(float v, float inv, bf16 w) {
+    return to_bf16(__fmul_rn(__fmul_rn(v, inv), __fadd_rn(1.0f, to_f32(w))));
+}
+
 // One projection output: bf16(acc + bias[o]) (bias may be null).
 __device__ __forceinline__ bf16 linear_value(float acc, const bf16* bias, unsigned o) {
     return bias != nullptr ? to_bf16(__fadd_rn(acc, to_f32(bias[o]))) : to_bf16(acc);
@@ -353,10 +358,12 @@ __device__ __forceinline__ float row_inv_rms(const float* h, const bf16* d, unsi
 // ---- heads (norm::qk_norm, rope::*) --------------------------------------------------------
 
 // One head of head_dim values, by one warp: qk-norm when w != null (the normalised values are
-// rounded to bf16, as norm::qk_norm stores them), then rotate-half rope of the first `half`
-// pairs when half > 0; the remaining dims pass through. Written to dst. The rope table holds
-// half inverse frequencies then the attention scaling (YaRN's; exactly 1.0 for every other
-// rope, so c·1 and s·1 are c and s), which multiplies cos and sin in f32 as transformers does.
+// rounded to bf16, as norm::qk_norm stores them; with ZC, zero-centred weights as
+// norm::qk_norm_zc stores them), then rotate-half rope of the first `half` pairs when
+// half > 0; the remaining dims pass through. Written to dst. The rope table holds half inverse
+// frequencies then the attention scaling (YaRN's; exactly 1.0 for every other rope, so c·1 and
+// s·1 are c and s), which multiplies cos and sin in f32 as transformers does.
+template <bool ZC = false>
 __device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16* __restrict__ dst,
                                                unsigned head_dim, const bf16* __restrict__ w,
                                                float eps, int position,
@@ -368,7 +375,10 @@ __device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16*
         inv = inv_rms(ss, head_dim, eps);
     }
     auto value = [&](unsigned i) -> bf16 {
-        return w != nullptr ? norm_value(to_f32(x[i]), inv, w[i]) : x[i];
+        if (w == nullptr) {
+            return x[i];
+        }
+        return ZC ? norm_value_zc(to_f32(x[i]), inv, w[i]) : norm_value(to_f32(x[i]), inv, w[i]);
     };
     const float scaling = half > 0 ? inv_freq[half] : 1.0f;
     for (unsigned i = lane; i < half; i += 32) {
@@ -384,16 +394,20 @@ __device__ __forceinline__ void head_transform(const bf16* __restrict__ x, bf16*
 }
 
 // The per-head pass of every head kernel: one block per row (grid-stride), one warp per head
-// (q heads then k heads, strided by the block's warp count). qk-norm when wq, wk != null; rope
-// when positions != null; k heads go to k_out, or with slot_mapping != null to their cache slot
-// together with the v head (a slot outside the cache is skipped; q_out is still written).
+// (q heads then k heads, strided by the block's warp count). qk-norm when wq, wk != null
+// (zero-centred weights with ZC); rope when positions != null; k heads go to k_out, or with
+// slot_mapping != null to their cache slot together with the v head (a slot outside the cache
+// is skipped; q_out is still written). With gate_out != null q is a gated projection
+// (Qwen3-Next: each head `[q | gate]`, 2·head_dim wide) and each q head's gate half is copied
+// to gate_out (bf16[rows·heads·head_dim]) as attn::gate_split copies it.
+template <bool ZC = false>
 __device__ __forceinline__ void head_pass(
     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
     const bf16* __restrict__ wq, const bf16* __restrict__ wk, float eps,
     const int* __restrict__ positions, const float* __restrict__ inv_freq, unsigned rotary_dim,
     const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ k_out,
     bf16* __restrict__ cache, unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim,
-    unsigned block_size, unsigned num_pages) {
+    unsigned block_size, unsigned num_pages, bf16* __restrict__ gate_out = nullptr) {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
@@ -407,15 +421,21 @@ __device__ __forceinline__ void head_pass(
         for (unsigned hh = warp; hh < all_heads; hh += warps) {
             if (hh < heads) {
                 const unsigned long long at = ((unsigned long long)r * heads + hh) * head_dim;
-                head_transform(q + at, q_out + at, head_dim, wq, eps, position, inv_freq, half,
-                               lane);
+                const bf16* src = q + (gate_out != nullptr ? 2ull * at : at);
+                head_transform<ZC>(src, q_out + at, head_dim, wq, eps, position, inv_freq, half,
+                                   lane);
+                if (gate_out != nullptr) {
+                    for (unsigned i = lane; i < head_dim; i += 32) {
+                        gate_out[at + i] = src[head_dim + i];
+                    }
+                }
                 continue;
             }
             const unsigned kvh = hh - heads;
             const unsigned long long at = (unsigned long long)r * row_elems + (unsigned long long)kvh * head_dim;
             if (slot_mapping == nullptr) {
-                head_transform(k + at, k_out + at, head_dim, wk, eps, position, inv_freq, half,
-                               lane);
+                head_transform<ZC>(k + at, k_out + at, head_dim, wk, eps, position, inv_freq,
+                                   half, lane);
                 continue;
             }
             const int slot = slot_mapping[r];
@@ -427,7 +447,7 @@ __device__ __forceinline__ void head_pass(
             const unsigned long long head_at = (unsigned long long)kvh * head_dim;
             bf16* k_dst = cache + cache_offset(page, 0, offset, block_size, row_elems) + head_at;
             bf16* v_dst = cache + cache_offset(page, 1, offset, block_size, row_elems) + head_at;
-            head_transform(k + at, k_dst, head_dim, wk, eps, position, inv_freq, half, lane);
+            head_transform<ZC>(k + at, k_dst, head_dim, wk, eps, position, inv_freq, half, lane);
             for (unsigned i = lane; i < head_dim; i += 32) {
                 v_dst[i] = v[at + i];
             }
@@ -502,10 +522,6 @@ __device__ __forceinline__ float silu_f32(float x) {
     return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
 }
 
-// Zero-centred RMSNorm of one value: bf16((v · inv) · (1 + w)).
-__device__ __forceinline__ bf16 norm_value_zc(float v, float inv, bf16 w) {
-    return to_bf16(__fmul_rn(__fmul_rn(v, inv), __fadd_rn(1.0f, to_f32(w))));
-}
 
 // ---- quantized weights (solder_circuit::format; the twin is numerics::dequant) --------------
 //

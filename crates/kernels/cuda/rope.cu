@@ -61,3 +61,21 @@ extern "C" __global__ void __launch_bounds__(1024) qk_norm_rope_kv_write(
     head_pass(q, k, v, wq, wk, eps, positions, inv_freq, rotary_dim, slot_mapping, q_out,
               nullptr, cache, rows, heads, kv_heads, head_dim, block_size, num_pages);
 }
+
+// Qwen3-Next's gated attention: q2 is the gated q projection (each head `[q | gate]`,
+// bf16[rows·heads·2·head_dim]); the gate halves are copied to gate_out, then zero-centred
+// qk-norm, rope of q (→ q_out) and k, and the roped k and v stored in the cache: the bytes of
+// attn::gate_split, norm::qk_norm_zc and rope_kv_write.
+extern "C" __global__ void __launch_bounds__(1024) gated_qk_norm_zc_rope_kv_write(
+    const bf16* __restrict__ q2, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    const bf16* __restrict__ wq, const bf16* __restrict__ wk, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+    bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+    unsigned rows, unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+    unsigned block_size, unsigned num_pages, float eps) {
+    pdl_wait();
+    pdl_launch_dependents();
+    head_pass<true>(q2, k, v, wq, wk, eps, positions, inv_freq, rotary_dim, slot_mapping, q_out,
+                    nullptr, cache, rows, heads, kv_heads, head_dim, block_size, num_pages,
+                    gate_out);
+}

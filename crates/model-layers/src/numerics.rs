@@ -77,6 +77,15 @@ pub fn rms_norm_row_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
     }
 }
 
+/// Zero-centred RMSNorm of a bf16 row (Qwen3-Next's qk-norm, one head):
+/// out\[i\] = bf16((x\[i\] · inv) · (1 + w\[i\])).
+pub fn rms_norm_zc_row_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
+    let inv = inv_rms(sum_squares_bf16(x), x.len(), eps);
+    for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
+        *o = to_bf16((to_f32(*v) * inv) * (1.0 + to_f32(*g)));
+    }
+}
+
 /// One projection output: bf16(acc + bias).
 #[inline(always)]
 pub fn linear_value(acc: f32, bias: Option<bf16>) -> bf16 {

@@ -1,10 +1,11 @@
-//! The fused per-head twins give the same bytes as qk_norm → rope → kv_write run in sequence,
-//! and `gemv::qkv_rope_kv` the same bytes as (add_)norm_qkv followed by them.
+//! The fused per-head twins give the same bytes as qk_norm → rope → kv_write run in sequence
+//! (Qwen3-Next's gated one as gate_split → qk_norm_zc → rope → kv_write), and
+//! `gemv::qkv_rope_kv` the same bytes as (add_)norm_qkv followed by them.
 
 mod twins_support;
 
 use half::bf16;
-use solder_model_layers::kernels::{gemv, kv, norm, rope};
+use solder_model_layers::kernels::{attn, gemv, kv, norm, rope};
 use twins_support::{bits_bf16, bits_f32, poison_bf16, poison_f32, rd, run, wr, Rng};
 
 const EPS: f32 = 1e-6;
@@ -225,6 +226,91 @@ fn rope_fusions_match_qk_norm_rope_and_kv_write() {
                 "rope_kv_write cache {what}"
             );
             assert_ne!(bits_bf16(&cache), bits_bf16(&t.cache), "the write happened");
+        }
+    }
+}
+
+#[test]
+fn gated_head_pass_matches_gate_split_qk_norm_zc_rope_kv_write() {
+    let mut rng = Rng::new(6);
+    for rows in ROWS {
+        for rotary in [HEAD_DIM, 6] {
+            let t = HeadInputs::new(&mut rng, rows, rotary);
+            let (r, h, kvh, d) = t.dims();
+            let what = format!("rows {rows} rotary {rotary}");
+            // The gated projection: each head's q, then its gate.
+            let gate_in = rng.bf16s(t.q.len(), 4.0);
+            let q2: Vec<bf16> =
+                t.q.chunks_exact(HEAD_DIM)
+                    .zip(gate_in.chunks_exact(HEAD_DIM))
+                    .flat_map(|(q, g)| q.iter().chain(g).copied())
+                    .collect();
+
+            // gate_split → qk_norm_zc → rope → kv_write
+            let (mut q_split, mut gate_ref) = (poison_bf16(t.q.len()), poison_bf16(t.q.len()));
+            run(attn::GateSplit {
+                q2: rd(&q2),
+                q: wr(&mut q_split),
+                gate: wr(&mut gate_ref),
+                rows: r,
+                heads: h,
+                head_dim: d,
+            }
+            .launch(attn::GATE_SPLIT));
+            let (mut qn, mut kn) = (poison_bf16(t.q.len()), poison_bf16(t.k.len()));
+            run(norm::QkNorm {
+                q: rd(&q_split),
+                k: rd(&t.k),
+                wq: rd(&t.wq),
+                wk: rd(&t.wk),
+                q_out: wr(&mut qn),
+                k_out: wr(&mut kn),
+                rows: r,
+                heads: h,
+                kv_heads: kvh,
+                head_dim: d,
+                eps: EPS,
+            }
+            .launch(norm::QK_NORM_ZC));
+            let (q_ref, k_ref) = t.rope(&qn, &kn);
+            let cache_ref = t.kv_write(&k_ref);
+
+            let (mut qo, mut gate, mut cache) = (
+                poison_bf16(t.q.len()),
+                poison_bf16(t.q.len()),
+                t.cache.clone(),
+            );
+            run(rope::GatedQkNormZcRopeKvWrite {
+                q2: rd(&q2),
+                k: rd(&t.k),
+                v: rd(&t.v),
+                wq: rd(&t.wq),
+                wk: rd(&t.wk),
+                positions: rd(&t.positions),
+                inv_freq: rd(&t.inv_freq),
+                slot_mapping: rd(&t.slots),
+                q_out: wr(&mut qo),
+                gate_out: wr(&mut gate),
+                cache: wr(&mut cache),
+                rows: r,
+                heads: h,
+                kv_heads: kvh,
+                head_dim: d,
+                rotary_dim: rotary as u32,
+                block_size: BLOCK as u32,
+                num_pages: PAGES as u32,
+                eps: EPS,
+            }
+            .launch(rope::GATED_QK_NORM_ZC_ROPE_KV_WRITE));
+            assert_eq!(bits_bf16(&qo), bits_bf16(&q_ref), "gated q {what}");
+            assert_eq!(bits_bf16(&gate), bits_bf16(&gate_ref), "gated gate {what}");
+            assert_eq!(
+                bits_bf16(&cache),
+                bits_bf16(&cache_ref),
+                "gated cache {what}"
+            );
+            // Zero-centred: the plain qk-norm's bytes differ.
+            assert_ne!(bits_bf16(&qn), bits_bf16(&t.qk_norm().0), "zc {what}");
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The per-head pass the twins of `norm::qk_norm`, `rope::*` and `kv::kv_write` share: per
-//! row, per head, qk-norm (`rms_norm_row_bf16`) into a bf16 head buffer, then rope
+//! The per-head pass the twins of `norm::qk_norm`, `norm::qk_norm_zc`, `rope::*` and
+//! `kv::kv_write` share: per row, per head, qk-norm (`rms_norm_row_bf16`, or
+//! `rms_norm_zc_row_bf16` for zero-centred weights) into a bf16 head buffer, then rope
 //! (`rope_head`) from it, exactly what the reference twins store between them; the k row then
 //! goes to `k_out` or to its cache slot with the v row.
 
@@ -7,7 +8,7 @@ use half::bf16;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::args::{size, Dim, In, Out};
-use crate::numerics::{rms_norm_row_bf16, rope_cos_sin, rope_head};
+use crate::numerics::{rms_norm_row_bf16, rms_norm_zc_row_bf16, rope_cos_sin, rope_head};
 
 /// What a pass does to each head of q and k.
 pub(crate) struct HeadPass<'a> {
@@ -20,6 +21,8 @@ pub(crate) struct HeadPass<'a> {
     k: &'a [bf16],
     /// qk-norm weights (q, k) and eps.
     norm: Option<(&'a [bf16], &'a [bf16], f32)>,
+    /// The qk-norm's weights are zero-centred (each multiplies as 1 + w).
+    zero_centred: bool,
     /// Rope: positions per row, inv_freq (rotary_dim / 2 entries) and the attention scaling.
     rope: Option<(&'a [i32], &'a [f32], f32)>,
 }
@@ -47,6 +50,7 @@ pub(crate) fn geometry<'a>(
         q,
         k,
         norm: None,
+        zero_centred: false,
         rope: None,
     })
 }
@@ -104,6 +108,7 @@ impl<'a> HeadPass<'a> {
             q,
             k,
             norm: None,
+            zero_centred: false,
             rope: None,
         }
     }
@@ -111,6 +116,12 @@ impl<'a> HeadPass<'a> {
     /// Adds qk-norm with weights `wq`, `wk` (`[head_dim]` each, checked by the caller).
     pub(crate) fn normed_by(mut self, wq: &'a [bf16], wk: &'a [bf16], eps: f32) -> HeadPass<'a> {
         self.norm = Some((wq, wk, eps));
+        self
+    }
+
+    /// Makes the qk-norm's weights zero-centred (Qwen3-Next's `1 + w`).
+    pub(crate) fn zero_centred(mut self) -> HeadPass<'a> {
+        self.zero_centred = true;
         self
     }
 
@@ -131,6 +142,7 @@ impl<'a> HeadPass<'a> {
             q: &[],
             k,
             norm: None,
+            zero_centred: false,
             rope: None,
         }
     }
@@ -219,12 +231,16 @@ impl<'a> HeadPass<'a> {
         normed: &mut [bf16],
         out: &mut [bf16],
     ) {
+        let norm_row = match self.zero_centred {
+            true => rms_norm_zc_row_bf16,
+            false => rms_norm_row_bf16,
+        };
         match (norm, self.rope.is_some()) {
             (Some((w, eps)), true) => {
-                rms_norm_row_bf16(x, w, eps, normed);
+                norm_row(x, w, eps, normed);
                 rope_head(normed, cos, sin, out);
             }
-            (Some((w, eps)), false) => rms_norm_row_bf16(x, w, eps, out),
+            (Some((w, eps)), false) => norm_row(x, w, eps, out),
             (None, true) => rope_head(x, cos, sin, out),
             (None, false) => out.copy_from_slice(x),
         }

@@ -16,9 +16,7 @@ use super::decl::{kernel, Name};
 use super::grid::{per_head_block, per_warp_row};
 use super::heads::{geometry, with_norm};
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{
-    inv_rms, residual_row, rms_norm_row, sum_squares_bf16, sum_squares_f32, to_bf16, to_f32,
-};
+use crate::numerics::{inv_rms, residual_row, rms_norm_row, sum_squares_f32, to_bf16, to_f32};
 
 kernel! {
     /// x f32\[rows·hidden\], w bf16\[hidden\] → out bf16\[rows·hidden\].
@@ -122,14 +120,6 @@ fn rms_norm_zc_row(x: &[f32], w: &[bf16], eps: f32, out: &mut [bf16]) {
     }
 }
 
-/// Zero-centred RMSNorm of a bf16 head.
-fn rms_norm_zc_head(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
-    let inv = inv_rms(sum_squares_bf16(x), x.len(), eps);
-    for ((o, v), g) in out.iter_mut().zip(x).zip(w) {
-        *o = to_bf16((to_f32(*v) * inv) * (1.0 + to_f32(*g)));
-    }
-}
-
 /// `h + x` into `h_out` when present, else into a local buffer; returns the sum.
 pub(crate) fn add_rows<'a>(
     h: &[f32],
@@ -222,31 +212,9 @@ fn qk_norm(a: QkNormArgs<'_>) -> Result<(), GpuError> {
 }
 
 fn qk_norm_zc(a: QkNormArgs<'_>) -> Result<(), GpuError> {
-    let (rows, heads, kv_heads, head_dim) = (
-        a.rows.count(),
-        a.heads.dim()?,
-        a.kv_heads.dim()?,
-        a.head_dim.dim()?,
-    );
-    let q = a.q.len(size(a.ctx, &[rows, heads, head_dim])?)?;
-    let k = a.k.len(size(a.ctx, &[rows, kv_heads, head_dim])?)?;
-    let wq = a.wq.len(head_dim)?;
-    let wk = a.wk.len(head_dim)?;
-    let q_out = a.q_out.len(q.len())?;
-    let k_out = a.k_out.len(k.len())?;
-    for (x, o) in q
-        .chunks_exact(head_dim)
-        .zip(q_out.chunks_exact_mut(head_dim))
-    {
-        rms_norm_zc_head(x, wq, a.eps, o);
-    }
-    for (x, o) in k
-        .chunks_exact(head_dim)
-        .zip(k_out.chunks_exact_mut(head_dim))
-    {
-        rms_norm_zc_head(x, wk, a.eps, o);
-    }
-    Ok(())
+    let pass = geometry(a.ctx, a.q, a.k, a.rows, a.heads, a.kv_heads, a.head_dim)?;
+    let pass = with_norm(pass, a.wq, a.wk, a.eps)?.zero_centred();
+    pass.into_outputs(a.q_out, a.k_out)
 }
 
 // ---- emitters ------------------------------------------------------------------------------

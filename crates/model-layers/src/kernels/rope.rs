@@ -6,9 +6,10 @@ use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
 use solder_gpu_runtime::GpuError;
 
+use super::args::size;
 use super::decl::kernel;
 use super::grid::per_head_block;
-use super::heads::{geometry, with_norm, with_rope, CacheArgs};
+use super::heads::{geometry, with_norm, with_rope, CacheArgs, HeadPass};
 use crate::error::ExecError;
 use crate::kernels::emit_view::{View, R};
 
@@ -105,11 +106,42 @@ kernel! {
         twin qk_norm_rope_kv_write, emit emit_qk_norm_rope_kv_write;
 }
 
+kernel! {
+    /// Qwen3-Next's gated attention: q2 bf16\[rows·heads·2·head_dim\] (each head
+    /// `[q | gate]`); the gate halves → gate_out, then zero-centred qk-norm, rope of q (→ q_out)
+    /// and k, and the roped k and v stored in the cache.
+    pub struct GatedQkNormZcRopeKvWrite / GatedQkNormZcRopeKvWriteArgs {
+        q2: In<bf16>,
+        k: In<bf16>,
+        v: In<bf16>,
+        wq: In<bf16>,
+        wk: In<bf16>,
+        positions: In<i32>,
+        inv_freq: In<f32>,
+        slot_mapping: In<i32>,
+        q_out: Out<bf16>,
+        gate_out: Out<bf16>,
+        cache: InOut<bf16>,
+        rows: U32,
+        heads: U32,
+        kv_heads: U32,
+        head_dim: U32,
+        rotary_dim: U32,
+        block_size: U32,
+        num_pages: U32,
+        eps: F32,
+    }
+    grid(a) = per_head_block(a.rows, a.heads, a.kv_heads);
+    GATED_QK_NORM_ZC_ROPE_KV_WRITE = "rope::gated_qk_norm_zc_rope_kv_write" =>
+        twin gated_qk_norm_zc_rope_kv_write, emit emit_gated_qk_norm_zc_rope_kv_write;
+}
+
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     Rope::DECLS,
     QkNormRope::DECLS,
     RopeKvWrite::DECLS,
     QkNormRopeKvWrite::DECLS,
+    GatedQkNormZcRopeKvWrite::DECLS,
 ];
 
 // ---- twins ---------------------------------------------------------------------------------
@@ -145,6 +177,39 @@ fn rope_kv_write(a: RopeKvWriteArgs<'_>) -> Result<(), GpuError> {
 fn qk_norm_rope_kv_write(a: QkNormRopeKvWriteArgs<'_>) -> Result<(), GpuError> {
     let pass = geometry(a.ctx, a.q, a.k, a.rows, a.heads, a.kv_heads, a.head_dim)?;
     let pass = with_norm(pass, a.wq, a.wk, a.eps)?;
+    let pass = with_rope(pass, a.positions, a.inv_freq, a.rotary_dim)?;
+    let cache = CacheArgs {
+        slot_mapping: a.slot_mapping,
+        cache: a.cache,
+        block_size: a.block_size,
+        num_pages: a.num_pages,
+    };
+    pass.into_cache(a.v, a.q_out, cache)
+}
+
+/// gate_split → qk_norm_zc → rope → kv_write.
+fn gated_qk_norm_zc_rope_kv_write(a: GatedQkNormZcRopeKvWriteArgs<'_>) -> Result<(), GpuError> {
+    let (rows, heads, kv_heads, head_dim) = (
+        a.rows.count(),
+        a.heads.dim()?,
+        a.kv_heads.dim()?,
+        a.head_dim.dim()?,
+    );
+    let n = size(a.ctx, &[rows, heads, head_dim])?;
+    let q2 = a.q2.len(size(a.ctx, &[n, 2])?)?;
+    let k = a.k.len(size(a.ctx, &[rows, kv_heads, head_dim])?)?;
+    let gate = a.gate_out.len(n)?;
+    let mut q = vec![bf16::ZERO; n];
+    for ((pair, q), g) in q2
+        .chunks_exact(2 * head_dim)
+        .zip(q.chunks_exact_mut(head_dim))
+        .zip(gate.chunks_exact_mut(head_dim))
+    {
+        q.copy_from_slice(&pair[..head_dim]);
+        g.copy_from_slice(&pair[head_dim..]);
+    }
+    let pass = HeadPass::over(a.ctx, &q, k, [rows, heads, kv_heads, head_dim]);
+    let pass = with_norm(pass, a.wq, a.wk, a.eps)?.zero_centred();
     let pass = with_rope(pass, a.positions, a.inv_freq, a.rotary_dim)?;
     let cache = CacheArgs {
         slot_mapping: a.slot_mapping,
@@ -263,4 +328,34 @@ fn emit_qk_norm_rope_kv_write(v: &View<'_>) -> R {
         eps: v.f32(n, "eps")?,
     }
     .launch(QK_NORM_ROPE_KV_WRITE)])
+}
+
+fn emit_gated_qk_norm_zc_rope_kv_write(v: &View<'_>) -> R {
+    let (r, w) = (rope_inputs(v)?, v.op(OpKind::KvWrite, None)?);
+    let (g, n) = (
+        v.op(OpKind::AttnGateSplit, None)?,
+        v.op(OpKind::QkNormZc, None)?,
+    );
+    Ok(vec![GatedQkNormZcRopeKvWrite {
+        q2: v.input(g, 0)?,
+        k: v.input(n, 1)?,
+        v: v.input(w, 1)?,
+        wq: v.weight(n, 0)?,
+        wk: v.weight(n, 1)?,
+        positions: v.meta(MetaField::Positions),
+        inv_freq: v.inv_freq(),
+        slot_mapping: v.meta(MetaField::SlotMapping),
+        q_out: v.output(r.op, 0)?,
+        gate_out: v.output(g, 1)?,
+        cache: v.state_of(w.outputs[0])?,
+        rows: v.rows(),
+        heads: r.heads,
+        kv_heads: r.kv_heads,
+        head_dim: r.head_dim,
+        rotary_dim: r.rotary_dim,
+        block_size: v.kv_block_size(),
+        num_pages: v.kv_pages(),
+        eps: v.f32(n, "eps")?,
+    }
+    .launch(GATED_QK_NORM_ZC_ROPE_KV_WRITE)])
 }
