@@ -473,6 +473,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // value as linear_mma stores it into the head stage (dynamic shared memory, 64 rows × head_dim),
 // then each warp runs rope::qk_norm_rope_kv_write's head_transform over its rows' staged heads:
 // the bytes of qkv_mma then qk_norm_rope_kv_write.
+//
+// Gated (Qwen3-Next, qkv_gated_norm_zc_rope_kv_mma): q's weight holds per head [q | gate]
+// (2·head_dim rows), so a q head's block runs both halves through the stage: the gate half
+// first, copied to gate_out as attn::gate_split copies it, then the q half as above; the
+// qk-norm's weights are zero-centred. The bytes of qkv_mma then rope::gated_qk_norm_zc_rope_kv_write.
 
 #define GEMM_HEAD_DIM_MAX 256u // the widest head the stage holds (64 · 256 · 2 B = 32 KB)
 extern __shared__ __align__(16) bf16 gemm_head_stage[];
@@ -505,6 +510,7 @@ struct QkvRopeGeometry {
     unsigned rope_blocks; // per head: ⌈half / 16⌉
     unsigned pass_blocks; // per head: ⌈(head_dim − 2·half) / 32⌉
     bool norm;            // qk-norm: one block per head
+    bool gated;           // with norm: q heads [q | gate], zero-centred qk-norm weights
     __device__ __forceinline__ unsigned per_head() const {
         return norm ? 1u : rope_blocks + pass_blocks;
     }
@@ -515,8 +521,8 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
     const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
     const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
-    QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
+    bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+    unsigned rows, unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
     pdl_wait();
     pdl_launch_dependents();
     if (!ok || (geo.norm && geo.head_dim > GEMM_HEAD_DIM_MAX)) {
@@ -568,6 +574,9 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     const bool is_q = head < geo.heads;
     const unsigned h = is_q ? head : head - geo.heads;
     const unsigned base = h * hd;
+    // A gated q head's weight rows: its 2·head_dim features [q | gate].
+    const bool gated_q = is_q && geo.gated;
+    const unsigned wbase = gated_q ? 2u * base : base;
     const W ws[1] = {is_q ? w[0] : w[1]};
     const bf16* bh = is_q ? bias[0] : bias[1];
     // Where row `row`'s head goes: q_out, or the k slot (null: a slot outside the cache).
@@ -583,24 +592,44 @@ __device__ __forceinline__ void qkv_rope_kv_run(
                                     block_size, row_elems) + base;
     };
     if (geo.norm) {
-        // The head's tiles into the stage, rounded as linear_mma stores them; then per row
-        // qk-norm and rope as qk_norm_rope_kv_write does from the bf16 projections.
-        for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
-            gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base + c0, base + hd, 0u, 0u, false}, k,
-                             acc);
+        // A half head's tiles (weight rows at..at + hd) into the stage, rounded as linear_mma
+        // stores them.
+        auto stage_half = [&](unsigned at) {
+            for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
+                gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{at + c0, at + hd, 0u, 0u, false}, k,
+                                 acc);
 #pragma unroll
-            for (unsigned j = 0; j < 4; ++j) {
+                for (unsigned j = 0; j < 4; ++j) {
 #pragma unroll
-                for (unsigned e = 0; e < 4; ++e) {
-                    const unsigned r = warp * 16 + g + (e >> 1) * 8;
-                    const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
-                    if (i < hd) {
-                        gemm_head_stage[r * hd + i] = linear_value(acc[0][j][e], bh, base + i);
+                    for (unsigned e = 0; e < 4; ++e) {
+                        const unsigned r = warp * 16 + g + (e >> 1) * 8;
+                        const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
+                        if (i < hd) {
+                            gemm_head_stage[r * hd + i] = linear_value(acc[0][j][e], bh, at + i);
+                        }
                     }
                 }
             }
+            __syncthreads();
+        };
+        if (gated_q) {
+            // The gate half first, through the stage to gate_out (as attn::gate_split copies it).
+            stage_half(wbase + hd);
+            for (unsigned r = warp; r < GEMM_BM; r += GEMM_THREADS / 32u) {
+                const unsigned row = rows_of.src(r);
+                if (row == GEMM_NO_ROW) {
+                    continue;
+                }
+                bf16* gate_row = gate_out + (unsigned long long)row * nq + base;
+                for (unsigned i = lane; i < hd; i += 32) {
+                    gate_row[i] = gemm_head_stage[r * hd + i];
+                }
+            }
+            __syncthreads(); // every warp has read the gate before the q half overwrites it
         }
-        __syncthreads();
+        // The head (a gated q head's q half); then per row qk-norm and rope as
+        // qk_norm_rope_kv_write does from the bf16 projections.
+        stage_half(wbase);
         const bf16* wn = is_q ? norm_w[0] : norm_w[1];
         for (unsigned r = warp; r < GEMM_BM; r += GEMM_THREADS / 32u) {
             const unsigned row = rows_of.src(r);
@@ -608,7 +637,13 @@ __device__ __forceinline__ void qkv_rope_kv_run(
                 continue;
             }
             bf16* dst = head_dst(row);
-            if (dst != nullptr) {
+            if (dst == nullptr) {
+                continue;
+            }
+            if (geo.gated) {
+                head_transform<true>(&gemm_head_stage[r * hd], dst, hd, wn, eps, positions[row],
+                                     inv_freq, geo.half, lane);
+            } else {
                 head_transform(&gemm_head_stage[r * hd], dst, hd, wn, eps, positions[row],
                                inv_freq, geo.half, lane);
             }
@@ -667,11 +702,12 @@ __device__ __forceinline__ void qkv_rope_kv_run(
 
 __device__ __forceinline__ QkvRopeGeometry qkv_rope_geometry(unsigned heads, unsigned kv_heads,
                                                              unsigned head_dim,
-                                                             unsigned rotary_dim, bool norm) {
+                                                             unsigned rotary_dim, bool norm,
+                                                             bool gated) {
     // rotary_dim is even and at most head_dim (the CPU twin refuses anything else); clamp.
     const unsigned half = min(rotary_dim, head_dim) / 2u;
     return QkvRopeGeometry{heads, kv_heads, head_dim, half, (half + 15u) / 16u,
-                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN, norm};
+                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN, norm, gated};
 }
 
 // A qkv_rope_kv_mma launch's head and cache dimensions.
@@ -679,20 +715,29 @@ struct QkvRopeDims {
     unsigned heads, kv_heads, head_dim, rotary_dim, block_size, num_pages;
 };
 
-// One entry's launch over weight sources w (q, k, v); `norm` (a constant in each entry, so each
-// compiles only its own layout) takes qk-norm's one-block-per-head layout, which needs both
-// weights (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
+// The layouts of a qkv_rope_kv_mma entry: rope blocks, qk-norm's one block per head, and
+// that with a gated q and zero-centred qk-norm weights (Qwen3-Next).
+#define QKV_ROPE 0u
+#define QKV_NORM 1u
+#define QKV_GATED_NORM_ZC 2u
+
+// One entry's launch over weight sources w (q, k, v) in `layout` (a constant in each entry, so
+// each compiles only its own). The qk-norm layouts need both weights and the gated one
+// gate_out (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
 template <class W>
 __device__ __forceinline__ void qkv_rope_kv_entry(
-    bool ok, const bf16* __restrict__ x, const W (&w)[3], bool norm, const bf16* const (&bias)[3],
-    const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
-    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-    bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
-    QkvRopeDims d) {
-    ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr));
+    bool ok, const bf16* __restrict__ x, const W (&w)[3], unsigned layout,
+    const bf16* const (&bias)[3], const bf16* const (&norm_w)[2], float eps,
+    const int* __restrict__ positions, const float* __restrict__ inv_freq,
+    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ gate_out,
+    bf16* __restrict__ cache, unsigned rows, unsigned k, QkvRopeDims d) {
+    const bool norm = layout != QKV_ROPE;
+    const bool gated = layout == QKV_GATED_NORM_ZC;
+    ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr)) &&
+         (!gated || gate_out != nullptr);
     qkv_rope_kv_run(ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping, q_out,
-                    cache, rows, k,
-                    qkv_rope_geometry(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm),
+                    gate_out, cache, rows, k,
+                    qkv_rope_geometry(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm, gated),
                     d.block_size, d.num_pages);
 }
 
@@ -700,20 +745,21 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
 // optional); q roped into q_out, k roped and v into each row's slot of the paged cache (a slot
 // outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ((heads +
 // kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉, ⌈rows/64⌉), half =
-// rotary_dim / 2; 128 threads. wqn, wkn and eps are qkv_norm_rope_kv_mma's (unread here).
+// rotary_dim / 2; 128 threads. wqn, wkn and eps are qkv_norm_rope_kv_mma's, gate_out
+// qkv_gated_norm_zc_rope_kv_mma's (unread here).
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
         const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
         const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
         const bf16* __restrict__ wkn, const int* __restrict__ positions,
         const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
-        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
-        unsigned block_size, unsigned num_pages, float eps) {
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
     const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
     const bool ok = true;
-    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
@@ -727,27 +773,47 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
         const bf16* __restrict__ wkn, const int* __restrict__ positions,
         const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
-        bf16* __restrict__ q_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
-        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
-        unsigned block_size, unsigned num_pages, float eps) {
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
     const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
     const bool ok = true;
-    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
-// qkv_rope_kv_mma and qkv_norm_rope_kv_mma on quantized q, k and v (one kind, each with its own
-// blocks or group), dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group
-// writes nothing.
+// qkv_norm_rope_kv_mma for Qwen3-Next's gated attention: wq bf16[heads·2·head_dim·k] holds per
+// head [q | gate]; the gate half goes to gate_out bf16[rows·heads·head_dim] and the qk-norm's
+// weights are zero-centred. The bytes of qkv_mma then rope::gated_qk_norm_zc_rope_kv_write.
+// The grid and shared memory of qkv_norm_rope_kv_mma.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_gated_norm_zc_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    const bool ok = true;
+    qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
+                      inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+// qkv_rope_kv_mma, qkv_norm_rope_kv_mma and qkv_gated_norm_zc_rope_kv_mma on quantized q, k and
+// v (one kind, each with its own blocks or group), dequantised as qkv_mma_fp8's and
+// qkv_mma_int4's are. A zero block or group writes nothing.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
         const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
         const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
-        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
-        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
         unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
@@ -758,8 +824,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                                   {WFp8{wv, nkv, v_block_n, v_block_k}}};
     const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
                     v_block_n != 0u && v_block_k != 0u;
-    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
@@ -769,8 +835,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
         const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
-        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
-        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
         unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
@@ -781,8 +847,33 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                                   {WFp8{wv, nkv, v_block_n, v_block_k}}};
     const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
                     v_block_n != 0u && v_block_k != 0u;
-    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_gated_norm_zc_rope_kv_mma_fp8(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    const unsigned nq2 = 2u * heads * head_dim; // each head [q | gate]
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq2, q_block_n, q_block_k}},
+                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
+                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
+                      inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
@@ -792,8 +883,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
         const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
-        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
-        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
         unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
         unsigned k_group, unsigned v_group) {
     const unsigned nq = heads * head_dim;
@@ -802,8 +893,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                                    {WInt4{wk, nkv, k_group}},
                                    {WInt4{wv, nkv, v_group}}};
     const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    qkv_rope_kv_entry(ok, x, w, false, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
@@ -813,8 +904,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
         const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
-        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ cache,
-        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
         unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
         unsigned k_group, unsigned v_group) {
     const unsigned nq = heads * head_dim;
@@ -823,8 +914,31 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                                    {WInt4{wk, nkv, k_group}},
                                    {WInt4{wv, nkv, v_group}}};
     const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    qkv_rope_kv_entry(ok, x, w, true, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, cache, rows, k,
+    qkv_rope_kv_entry(ok, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
+                      slot_mapping, q_out, gate_out, cache, rows, k,
+                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_gated_norm_zc_rope_kv_mma_int4(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    const unsigned nq2 = 2u * heads * head_dim; // each head [q | gate]
+    const unsigned nkv = kv_heads * head_dim;
+    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq2, q_group}},
+                                   {WInt4{wk, nkv, k_group}},
+                                   {WInt4{wv, nkv, v_group}}};
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
+                      inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 

@@ -1,7 +1,8 @@
-//! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma` and its qk-norm entry
-//! `gemm::qkv_norm_rope_kv_mma`, `gemm::qkv_mma`, `gemm::gate_up_silu_mma`) write the bytes of
-//! the launches they replace (`gemm::linear_mma` ×3 and `rope::rope_kv_write` or
-//! `rope::qk_norm_rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
+//! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma` and its qk-norm entries
+//! `gemm::qkv_norm_rope_kv_mma` and `gemm::qkv_gated_norm_zc_rope_kv_mma`, `gemm::qkv_mma`,
+//! `gemm::gate_up_silu_mma`) write the bytes of the launches they replace (`gemm::linear_mma`
+//! ×3 and `rope::rope_kv_write`, `rope::qk_norm_rope_kv_write` or
+//! `rope::gated_qk_norm_zc_rope_kv_write`, ×3, ×2 and `act::silu_mul`): a program built with every rule
 //! and one built without the fused rules give the same logits at decode, across a chunk of two
 //! row tiles (64 + 8 rows) and through the headless prefill program, for a model without
 //! biases (llama), one with q/k/v biases (qwen2), one with qk-norm (qwen3) and qwen3_next (its
@@ -18,9 +19,10 @@ use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
-const FUSED: [&str; 5] = [
+const FUSED: [&str; 6] = [
     "qkv_rope_kv_tensor_cores",
     "qkv_norm_rope_kv_tensor_cores",
+    "qkv_gated_norm_zc_rope_kv_tensor_cores",
     "qkv_tensor_cores",
     "gate_up_silu_tensor_cores",
     "shared_gate_up_silu_tensor_cores",
@@ -147,13 +149,18 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
         ] {
             let (f, s) = (kernels(&fused, mode, rows), kernels(&single, mode, rows));
             if name == "qwen3-next" {
-                // Its attention layer's q (with the gate) and k/v in one qkv_mma (2 launches
-                // saved); each shared expert's gate/up+SiLU·mul in one launch (2 saved).
+                // Its attention layer's q (with the gate), k, v, the gate split, zero-centred
+                // qk-norm, rope and the KV write in one launch (3 saved: linear_mma ×3 and
+                // gated_qk_norm_zc_rope_kv_write); each shared expert's gate/up+SiLU·mul in one
+                // launch (2 saved).
+                let qkv = format!("gemm::qkv_gated_norm_zc_rope_kv_mma{entry}");
                 let gate_up = "gemm::gate_up_silu_mma";
-                let launched = f.iter().filter(|k| *k == gate_up).count();
-                assert_eq!(launched, mlps, "{name} {mode:?}: {f:?}");
-                assert!(!s.iter().any(|k| k == gate_up), "{name} {mode:?}");
-                assert_eq!(f.len() + 2 + 2 * mlps, s.len(), "{name} {mode:?}: {f:?}");
+                for (kernel, count) in [(qkv.as_str(), 1), (gate_up, mlps)] {
+                    let launched = f.iter().filter(|k| *k == kernel).count();
+                    assert_eq!(launched, count, "{name} {mode:?}: {kernel} in {f:?}");
+                    assert!(!s.iter().any(|k| k == kernel), "{name} {mode:?}");
+                }
+                assert_eq!(f.len() + 3 + 2 * mlps, s.len(), "{name} {mode:?}: {f:?}");
                 continue;
             }
             // q/k/v, (qk-norm,) rope and the KV write in one launch of the format's entry.

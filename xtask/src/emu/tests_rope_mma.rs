@@ -4,16 +4,19 @@
 //! partial rotary with pass-through features, GQA, one row, a partial and a second row tile,
 //! the scalar staging of k off 8), the slots no row takes left alone, and so do its fp8 and
 //! int4 entries (each weight in its own blocks or group); with qk-norm too (one block per head,
-//! up to the 256-wide head the stage holds); a kernel that ropes a pair with its values swapped
-//! differs, and so does one that norms k with q's weights (the checks can fail); NaN and ±inf
-//! carry as the twin carries them.
+//! up to the 256-wide head the stage holds), and gated (Qwen3-Next: q's weight holding each
+//! head's `[q | gate]`, the gate half stored, zero-centred qk-norm); a kernel that ropes a pair
+//! with its values swapped differs, and so do one that norms k with q's weights, one that
+//! norms a gated head with plain weights and one that stores a gate's features reversed (the
+//! checks can fail); NaN and ±inf carry as the twin carries them.
 
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    QkvRopeKvParts, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
-    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
+    QkvRopeKvParts, QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8,
+    QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -28,27 +31,42 @@ type Shape = (u32, u32, u32, u32, u32, u32);
 
 const BLOCK_SIZE: u32 = 4;
 
+/// The entry's layout: rope blocks, qk-norm's one block per head, or that with a gated q and
+/// zero-centred qk-norm weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    Rope,
+    Norm,
+    Gated,
+}
+
+const LAYOUTS: [Layout; 3] = [Layout::Rope, Layout::Norm, Layout::Gated];
+
 /// The launch over x (`rows` × k) and seeded weights: biases on q and k for even seeds; rows'
 /// positions spread up to 4,000; the cache filled with seeded bytes (the slots no row takes
 /// keep them).
-fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64, norm: bool) -> Launch {
-    launch_in(backend, shape, x, seed, [WeightFormat::Bf16; 3], norm)
+fn launch(backend: &mut CpuBackend, shape: Shape, x: Buf, seed: u64, layout: Layout) -> Launch {
+    launch_in(backend, shape, x, seed, [WeightFormat::Bf16; 3], layout)
 }
 
-/// `launch` with q, k and v stored in `formats` (bf16, or one quantized kind); with `norm`,
-/// qk-norm's seeded weights and eps 1e-6 (the one-block-per-head layout).
+/// `launch` with q, k and v stored in `formats` (bf16, or one quantized kind); with a qk-norm
+/// `layout`, qk-norm's seeded weights and eps 1e-6 (the one-block-per-head layout); gated, q's
+/// weight (and bias) twice as tall and a gate output.
 fn launch_in(
     backend: &mut CpuBackend,
     shape: Shape,
     x: Buf,
     seed: u64,
     formats: [WeightFormat; 3],
-    norm: bool,
+    layout: Layout,
 ) -> Launch {
     let (rows, k, heads, kv_heads, head_dim, rotary_dim) = shape;
+    let (norm, gated) = (layout != Layout::Rope, layout == Layout::Gated);
     let mut norm_weight = |salt: u64| norm.then(|| upload(backend, &values(head_dim, seed ^ salt)));
     let (wqn, wkn, eps) = (norm_weight(0x44), norm_weight(0x55), 1e-6);
     let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
+    // q's weight rows: each head's q and, gated, its gate.
+    let nq_rows = if gated { 2 * nq } else { nq };
     let mut weight = |i: usize, n: u32, salt: u64| match formats[i] {
         WeightFormat::Bf16 => upload(backend, &values(n * k, seed ^ salt)),
         format => {
@@ -60,13 +78,13 @@ fn launch_in(
         }
     };
     let (wq, wk, wv) = (
-        weight(0, nq, 0x11),
+        weight(0, nq_rows, 0x11),
         weight(1, nkv, 0x22),
         weight(2, nkv, 0x33),
     );
     let with_bias = seed.is_multiple_of(2);
     let mut bias = |n: u32, salt: u64| with_bias.then(|| upload(backend, &values(n, seed ^ salt)));
-    let (bq, bk, bv) = (bias(nq, 0x66), bias(nkv, 0x77), None);
+    let (bq, bk, bv) = (bias(nq_rows, 0x66), bias(nkv, 0x77), None);
     let positions: Vec<i32> = (0..rows as i32).map(|r| (r * 613 + 7) % 4001).collect();
     let half = rotary_dim / 2;
     let mut table: Vec<f32> = (0..half)
@@ -92,11 +110,13 @@ fn launch_in(
     let cache = upload(backend, &values(pages * 2 * BLOCK_SIZE * nkv, seed ^ 0x99));
     let q_bytes = (rows * nq) as usize * 2;
     let q_out = Buf::new(backend.alloc(q_bytes).unwrap(), q_bytes);
+    let gate = gated.then(|| Buf::new(backend.alloc(q_bytes).unwrap(), q_bytes));
     QkvRopeKvParts {
         x,
         w: [wq, wk, wv],
         bias: [bq, bk, bv],
         norm: wqn.zip(wkn).map(|(wqn, wkn)| (wqn, wkn, eps)),
+        gate,
         positions,
         inv_freq,
         slot_mapping,
@@ -110,9 +130,9 @@ fn launch_in(
     .expect("bf16 or one quantized kind")
 }
 
-fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64, norm: bool) -> Launch {
+fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64, layout: Layout) -> Launch {
     let x = upload(backend, &values(shape.0 * shape.1, seed));
-    launch(backend, shape, x, seed, norm)
+    launch(backend, shape, x, seed, layout)
 }
 
 /// head_dim 64, rotary 64 (two whole rope blocks); 48 and 40 (a partial rope block, 8
@@ -131,37 +151,39 @@ const NORM_SHAPE: Shape = (9, 64, 2, 1, 256, 64);
 fn qkv_rope_kv_mma_equals_its_twin_in_every_head_layout() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
-    let mut launches = 0u64;
-    for norm in [false, true] {
-        let shapes = SHAPES.into_iter().chain(norm.then_some(NORM_SHAPE));
+    for layout in LAYOUTS {
+        let shapes = SHAPES
+            .into_iter()
+            .chain((layout != Layout::Rope).then_some(NORM_SHAPE));
         for (i, shape) in shapes.enumerate() {
             for seed in [2u64, 3] {
-                let l = seeded(&mut backend, shape, seed + 16 * i as u64, norm);
+                let l = seeded(&mut backend, shape, seed + 16 * i as u64, layout);
                 run(&mut backend, &l);
-                launches += 1;
             }
         }
     }
     let report = backend.emulation().unwrap().report();
-    let (plain, norm) = (
-        &report[QKV_ROPE_KV_MMA.as_str()],
-        &report[QKV_NORM_ROPE_KV_MMA.as_str()],
-    );
-    assert_eq!(
-        (plain.launches + norm.launches, norm.launches),
-        (launches, 2 * (SHAPES.len() as u64 + 1)),
-        "{plain:?} {norm:?}"
-    );
-    assert_eq!(plain.launches, plain.identical, "{plain:?}");
-    assert_eq!(norm.launches, norm.identical, "{norm:?}");
+    let shapes = SHAPES.len() as u64;
+    for (entry, launches) in [
+        (QKV_ROPE_KV_MMA.as_str(), 2 * shapes),
+        (QKV_NORM_ROPE_KV_MMA.as_str(), 2 * (shapes + 1)),
+        (QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(), 2 * (shapes + 1)),
+    ] {
+        let parity = &report[entry];
+        assert_eq!(
+            (parity.launches, parity.identical),
+            (launches, launches),
+            "{entry}: {parity:?}"
+        );
+    }
 }
 
-/// gemm built with `edit` differs from the twin on one launch of `shape` (`norm`: the qk-norm
-/// entry), and the unmutated build does not.
-fn mutant_differs(edit: (&str, &str), shape: Shape, seed: u64, norm: bool) {
+/// gemm built with `edit` differs from the twin on one launch of `shape` in `layout`'s entry,
+/// and the unmutated build does not.
+fn mutant_differs(edit: (&str, &str), shape: Shape, seed: u64, layout: Layout) {
     let dir = build_mutant("gemm", &[edit]);
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let l = seeded(&mut backend, shape, seed, norm);
+    let l = seeded(&mut backend, shape, seed, layout);
     let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
     assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
     assert_eq!(
@@ -178,7 +200,7 @@ fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
         "rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);",
         "rope_pair(to_f32(x2), to_f32(x1), c, sn, &dst[i], &dst[i + geo.half]);",
     );
-    mutant_differs(edit, SHAPES[1], 41, false);
+    mutant_differs(edit, SHAPES[1], 41, Layout::Rope);
 }
 
 #[test]
@@ -187,7 +209,25 @@ fn a_qk_norm_epilogue_with_k_normed_by_q_weights_differs_from_the_twin() {
         "const bf16* wn = is_q ? norm_w[0] : norm_w[1];",
         "const bf16* wn = norm_w[0];",
     );
-    mutant_differs(edit, SHAPES[0], 43, true);
+    mutant_differs(edit, SHAPES[0], 43, Layout::Norm);
+}
+
+#[test]
+fn a_gated_epilogue_with_plain_qk_norm_weights_differs_from_the_twin() {
+    let edit = (
+        "head_transform<true>(&gemm_head_stage[r * hd], dst, hd, wn, eps, positions[row],",
+        "head_transform<false>(&gemm_head_stage[r * hd], dst, hd, wn, eps, positions[row],",
+    );
+    mutant_differs(edit, SHAPES[0], 45, Layout::Gated);
+}
+
+#[test]
+fn a_gated_epilogue_with_a_gate_reversed_differs_from_the_twin() {
+    let edit = (
+        "gate_row[i] = gemm_head_stage[r * hd + i];",
+        "gate_row[i] = gemm_head_stage[r * hd + (hd - 1u - i)];",
+    );
+    mutant_differs(edit, SHAPES[2], 47, Layout::Gated);
 }
 
 /// x's row 1 poisoned (NaN, ±inf): its q row and its k and v slot carry NaN, the other rows do
@@ -207,10 +247,10 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
         [WeightFormat::Int4 { group: 32 }; 3],
     ];
     for formats in formats {
-        for norm in [false, true] {
-            let l = launch_in(&mut backend, shape, x, 8, formats, norm);
+        for layout in LAYOUTS {
+            let l = launch_in(&mut backend, shape, x, 8, formats, layout);
             run(&mut backend, &l);
-            carries_nan(&mut backend, &l);
+            carries_nan(&mut backend, &l, layout == Layout::Gated);
         }
     }
     let report = backend.emulation().unwrap().report();
@@ -221,6 +261,9 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
         QKV_NORM_ROPE_KV_MMA.as_str(),
         QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
         QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
     ];
     for entry in entries {
         let parity = &report[entry];
@@ -232,9 +275,11 @@ fn qkv_rope_kv_mma_carries_nan_and_inf_as_its_twin() {
     }
 }
 
-/// q_out and the cache (arguments 12 and 13) of `l` hold NaN and finite values both.
-fn carries_nan(backend: &mut CpuBackend, l: &Launch) {
-    for index in [12usize, 13] {
+/// q_out and the cache (arguments 12 and 14), and with `gated` the gate (13), of `l` hold NaN
+/// and finite values both.
+fn carries_nan(backend: &mut CpuBackend, l: &Launch, gated: bool) {
+    let gate = gated.then_some(13usize);
+    for index in [12usize, 14].into_iter().chain(gate) {
         let (nan, all) = bf16_nans(backend, arg_buf(&l.args[index]));
         assert!(
             nan > 0,
@@ -262,8 +307,8 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
         ] {
             let seed = 5 + 16 * i as u64;
             let x = upload(&mut backend, &values(shape.0 * k, seed));
-            for norm in [false, true] {
-                let l = launch_in(&mut backend, shape, x, seed, formats, norm);
+            for layout in LAYOUTS {
+                let l = launch_in(&mut backend, shape, x, seed, formats, layout);
                 run(&mut backend, &l);
                 launches += 1;
             }
@@ -276,6 +321,8 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
         QKV_ROPE_KV_MMA_INT4.as_str(),
         QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
         QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
     ];
     for entry in entries {
         let parity = &report[entry];

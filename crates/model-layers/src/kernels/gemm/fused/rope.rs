@@ -1,14 +1,18 @@
 //! `gemm::qkv_rope_kv_mma`: q, k and v on the tensor cores with rope and the KV write in the
 //! epilogue, one launch where `qkv_mma` and `rope::rope_kv_write` took two (the tensor cores'
 //! counterpart of gemv's `qkv_rope_kv`); `gemm::qkv_norm_rope_kv_mma` does the same with
-//! qk-norm first, where `qkv_mma` and `rope::qk_norm_rope_kv_write` took two.
+//! qk-norm first, where `qkv_mma` and `rope::qk_norm_rope_kv_write` took two, and
+//! `gemm::qkv_gated_norm_zc_rope_kv_mma` Qwen3-Next's gated attention (q's weight holds per head
+//! `[q | gate]`, zero-centred qk-norm), where `qkv_mma` and
+//! `rope::gated_qk_norm_zc_rope_kv_write` took two.
 //!
 //! Launch shape: 64-row tiles as every gemm kernel; per q or k head, ⌈half/16⌉ rope blocks
 //! (16 features of the first rotary half and their 16 partners, so each lane holds both values
 //! of a pair) and ⌈(head_dim − 2·half)/32⌉ pass-through blocks, then v's 32-feature blocks
 //! (half = rotary_dim / 2). With qk-norm, which needs a head's whole sum of squares, a q or k
 //! head is one block: it runs the head's 32-feature tiles one after another into shared memory
-//! (64 rows × head_dim, up to 256), then each warp norms and ropes its rows' staged heads.
+//! (64 rows × head_dim, up to 256), then each warp norms and ropes its rows' staged heads. A
+//! gated q head's block runs 2·head_dim features, its gate half straight to `gate_out`.
 //!
 //! Invariant: every projection is rounded as `linear_mma` stores it, then (normed and) roped
 //! and stored as `rope::rope_kv_write` (`qk_norm_rope_kv_write`) does from the bf16
@@ -25,7 +29,7 @@ use solder_gpu_runtime::{GpuError, LaunchConfig};
 
 use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use super::quant::{fp8, int4};
-use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
+use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out, OutOpt};
 use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
@@ -35,7 +39,8 @@ use crate::kernels::{Buf, Launch};
 kernel! {
     /// x bf16\[rows·k\] → q, k, v (weights bf16\[n·k\], biases optional); q roped into q_out
     /// bf16\[rows·heads·head_dim\], the roped k and v into each row's slot of the paged cache;
-    /// with qk-norm weights wqn, wkn bf16\[head_dim\] (both or neither), q and k normed first.
+    /// with qk-norm weights wqn, wkn bf16\[head_dim\] (both or neither), q and k normed first;
+    /// gate_out bf16\[rows·heads·head_dim\] only for the gated entries.
     pub struct QkvRopeKvMma / QkvRopeKvMmaArgs {
         x: In<bf16>,
         wq: In<bf16>,
@@ -50,6 +55,7 @@ kernel! {
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
         q_out: Out<bf16>,
+        gate_out: OutOpt<bf16>,
         cache: InOut<bf16>,
         rows: U32,
         k: U32,
@@ -82,6 +88,7 @@ kernel! {
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
         q_out: Out<bf16>,
+        gate_out: OutOpt<bf16>,
         cache: InOut<bf16>,
         rows: U32,
         k: U32,
@@ -120,6 +127,7 @@ kernel! {
         inv_freq: In<f32>,
         slot_mapping: In<i32>,
         q_out: Out<bf16>,
+        gate_out: OutOpt<bf16>,
         cache: InOut<bf16>,
         rows: U32,
         k: U32,
@@ -147,8 +155,26 @@ pub const QKV_NORM_ROPE_KV_MMA_FP8: Name<QkvRopeKvMmaFp8> =
 pub const QKV_NORM_ROPE_KV_MMA_INT4: Name<QkvRopeKvMmaInt4> =
     Name::new("gemm::qkv_norm_rope_kv_mma_int4");
 
-/// The qk-norm entries, with the entry each is a variant of (the quantized ones are variants
-/// of the quantized plain entries, so each stands for `qkv_rope_kv_mma` in its format).
+/// The qk-norm entry for Qwen3-Next's gated attention: wq holds per head `[q | gate]`
+/// (\[heads·2·head_dim·k\]), the gate half goes to `gate_out`, and the qk-norm's weights are
+/// zero-centred (`1 + w`). The same arguments and twin; only these entries take `gate_out`.
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA: Name<QkvRopeKvMma> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_fp8");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_int4");
+
+/// The gated entries (each a qk-norm entry too).
+const GATED: [&str; 3] = [
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
+];
+
+/// The qk-norm entries (the gated ones too), with the entry each is a variant of (the quantized
+/// ones are variants of the quantized plain entries, so each stands for `qkv_rope_kv_mma` in
+/// its format).
 pub const VARIANTS: &[(&str, &str)] = &[
     (QKV_NORM_ROPE_KV_MMA.as_str(), QKV_ROPE_KV_MMA.as_str()),
     (
@@ -157,6 +183,18 @@ pub const VARIANTS: &[(&str, &str)] = &[
     ),
     (
         QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
         QKV_ROPE_KV_MMA_INT4.as_str(),
     ),
 ];
@@ -218,6 +256,8 @@ struct RopeKv<'a> {
     inv_freq: In<'a, f32>,
     slot_mapping: In<'a, i32>,
     q_out: Out<'a, bf16>,
+    /// The gated entries' gate halves.
+    gate_out: OutOpt<'a, bf16>,
     cache: Out<'a, bf16>,
     /// rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages.
     dims: [Dim<'a>; 8],
@@ -234,6 +274,7 @@ macro_rules! rope_kv {
             inv_freq: $a.inv_freq,
             slot_mapping: $a.slot_mapping,
             q_out: $a.q_out,
+            gate_out: $a.gate_out,
             cache: $a.cache,
             dims: [
                 $a.rows,
@@ -250,21 +291,29 @@ macro_rules! rope_kv {
 }
 
 impl RopeKv<'_> {
-    /// (k, q's width, k's and v's width).
+    /// This entry is a gated one (q's weight holds each head's `[q | gate]`).
+    fn gated(&self) -> bool {
+        GATED.contains(&self.ctx.kernel())
+    }
+
+    /// (k, q's weight rows (each head's q and, gated, its gate), k's and v's width).
     fn widths(&self) -> Result<(usize, usize, usize), GpuError> {
         let [_, k, heads, kv_heads, head_dim, ..] = self.dims;
         let head_dim = head_dim.dim()?;
+        let q_parts = if self.gated() { 2 } else { 1 };
         Ok((
             k.dim()?,
-            size(self.ctx, &[heads.dim()?, head_dim])?,
+            size(self.ctx, &[heads.dim()?, q_parts, head_dim])?,
             size(self.ctx, &[kv_heads.dim()?, head_dim])?,
         ))
     }
 
     /// The projections against the bf16 matrices `w` (q, k, v) as `qkv_mma` stores them, then
-    /// `rope_kv_write`'s pass (`qk_norm_rope_kv_write`'s with qk-norm) into q_out and the cache.
+    /// `rope_kv_write`'s pass (`qk_norm_rope_kv_write`'s with qk-norm, and gated
+    /// `gated_qk_norm_zc_rope_kv_write`'s) into q_out (gate_out) and the cache.
     fn run(self, w: [&[bf16]; 3]) -> Result<(), GpuError> {
         let ctx = self.ctx;
+        let gated = self.gated();
         let [rows, _, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages] = self.dims;
         let rows = rows.count();
         let (k, nq, nkv) = self.widths()?;
@@ -281,9 +330,30 @@ impl RopeKv<'_> {
             linear_dots(ctx, x, w, bias, [rows, k, n], y);
         }
         let dims = [rows, heads.dim()?, kv_heads.dim()?, head_dim.dim()?];
+        let hd = dims[3];
+        // A gated entry splits each head's [q | gate] as attn::gate_split does.
+        let q = match (gated, self.gate_out.len(size(ctx, &[rows, dims[1], hd])?)?) {
+            (true, Some(gate)) => {
+                let mut q_half = vec![bf16::ZERO; gate.len()];
+                for ((pair, q), g) in q
+                    .chunks_exact(2 * hd)
+                    .zip(q_half.chunks_exact_mut(hd))
+                    .zip(gate.chunks_exact_mut(hd))
+                {
+                    q.copy_from_slice(&pair[..hd]);
+                    g.copy_from_slice(&pair[hd..]);
+                }
+                q_half
+            }
+            (false, None) => q,
+            (true, None) => return Err(ctx.fail("a gated entry takes gate_out")),
+            (false, Some(_)) => {
+                return Err(ctx
+                    .fail("gate_out is the gated entries' (gemm::qkv_gated_norm_zc_rope_kv_mma)"))
+            }
+        };
         let mut pass = HeadPass::over(ctx, &q, &kr, dims);
         let (wqn, wkn, eps) = self.norm;
-        let hd = dims[3];
         // The qk-norm entries take both weights, the plain ones neither.
         let normed = VARIANTS.iter().any(|(entry, _)| *entry == ctx.kernel());
         match (wqn.len(hd)?, wkn.len(hd)?) {
@@ -292,7 +362,12 @@ impl RopeKv<'_> {
                     "head_dim {hd} is wider than the {NORM_HEAD_DIM_MAX} a qk-norm block stages"
                 )))
             }
-            (Some(wqn), Some(wkn)) if normed => pass = pass.normed_by(wqn, wkn, eps),
+            (Some(wqn), Some(wkn)) if normed => {
+                pass = pass.normed_by(wqn, wkn, eps);
+                if gated {
+                    pass = pass.zero_centred();
+                }
+            }
             (None, None) if !normed => {}
             _ => {
                 return Err(ctx.fail(match normed {
@@ -368,24 +443,41 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     let (heads, kv_heads) = (v.u32(rope, "heads")?, v.u32(rope, "kv_heads")?);
     let (head_dim, rotary_dim) = (v.u32(rope, "head_dim")?, v.u32(rope, "rotary_dim")?);
     let (block_size, num_pages) = (v.kv_block_size(), v.kv_pages());
-    // qk-norm models: q and k normed in the same launch (one block per head).
-    let norm = match v.has(OpKind::QkNorm) {
-        true if head_dim > NORM_HEAD_DIM_MAX => {
+    // qk-norm models: q and k normed in the same launch (one block per head); Qwen3-Next's
+    // gated attention with its zero-centred qk-norm in the gated entry.
+    let norm_op = [OpKind::QkNorm, OpKind::QkNormZc]
+        .into_iter()
+        .find(|kind| v.has(*kind));
+    let norm = match norm_op {
+        Some(_) if head_dim > NORM_HEAD_DIM_MAX => {
             return Err(v.err(format!(
                 "head_dim {head_dim} is wider than the {NORM_HEAD_DIM_MAX} a qk-norm block stages"
             )))
         }
-        true => {
-            let n = v.op(OpKind::QkNorm, None)?;
+        Some(kind) => {
+            let n = v.op(kind, None)?;
             Some((v.weight(n, 0)?, v.weight(n, 1)?, v.f32(n, "eps")?))
         }
+        None => None,
+    };
+    let gate = match v.has(OpKind::AttnGateSplit) {
+        true => Some(v.output(v.op(OpKind::AttnGateSplit, None)?, 1)?),
         false => None,
     };
+    // The gated entry's norm is zero-centred, the qk-norm entry's plain.
+    if gate.is_some() != (norm_op == Some(OpKind::QkNormZc)) {
+        return Err(v.err(
+            "gemm::qkv_rope_kv_mma takes a gate split only with the zero-centred qk-norm \
+             (qwen3_next), and that norm only with the gate split"
+                .to_string(),
+        ));
+    }
     let parts = QkvRopeKvParts {
         x,
         w: [wq, wk, wv],
         bias: [bq, bk, bv],
         norm,
+        gate,
         positions,
         inv_freq,
         slot_mapping,
@@ -412,6 +504,8 @@ pub struct QkvRopeKvParts {
     pub bias: [Option<Buf>; 3],
     /// qk-norm's weights (q, k) and epsilon: the qk-norm entry.
     pub norm: Option<(Buf, Buf, f32)>,
+    /// The gate halves' destination: the gated entry (with `norm`, its weights zero-centred).
+    pub gate: Option<Buf>,
     pub positions: Buf,
     pub inv_freq: Buf,
     pub slot_mapping: Buf,
@@ -423,13 +517,14 @@ pub struct QkvRopeKvParts {
 
 impl QkvRopeKvParts {
     /// The launch of the entry for `formats` (all bf16, or one quantized kind), its qk-norm
-    /// variant with `norm`; `None` when the formats mix kinds.
+    /// variant with `norm`, its gated one with `gate`; `None` when the formats mix kinds.
     pub fn launch(self, formats: [WeightFormat; 3]) -> Option<Launch> {
         let Self {
             x,
             w: [wq, wk, wv],
             bias: [bq, bk, bv],
             norm,
+            gate,
             positions,
             inv_freq,
             slot_mapping,
@@ -437,11 +532,17 @@ impl QkvRopeKvParts {
             cache,
             dims: [rows, k, heads, kv_heads, head_dim, rotary_dim, block_size, num_pages],
         } = self;
+        let gate_out = gate;
         let (wqn, wkn, eps) = match norm {
             Some((wqn, wkn, eps)) => (Some(wqn), Some(wkn), eps),
             None => (None, None, 0.0),
         };
-        let normed = norm.is_some();
+        // The layout: plain, qk-norm, or gated with (zero-centred) qk-norm.
+        let layout = match (norm.is_some(), gate.is_some()) {
+            (_, true) => 2,
+            (true, false) => 1,
+            (false, false) => 0,
+        };
         use WeightFormat::{Bf16, Fp8, Int4};
         Some(match formats {
             [Bf16, Bf16, Bf16] => QkvRopeKvMma {
@@ -458,6 +559,7 @@ impl QkvRopeKvParts {
                 inv_freq,
                 slot_mapping,
                 q_out,
+                gate_out,
                 cache,
                 rows,
                 k,
@@ -469,10 +571,13 @@ impl QkvRopeKvParts {
                 num_pages,
                 eps,
             }
-            .launch(match normed {
-                true => QKV_NORM_ROPE_KV_MMA,
-                false => QKV_ROPE_KV_MMA,
-            }),
+            .launch(
+                [
+                    QKV_ROPE_KV_MMA,
+                    QKV_NORM_ROPE_KV_MMA,
+                    QKV_GATED_NORM_ZC_ROPE_KV_MMA,
+                ][layout],
+            ),
             [Fp8 {
                 block_n: q_block_n,
                 block_k: q_block_k,
@@ -496,6 +601,7 @@ impl QkvRopeKvParts {
                 inv_freq,
                 slot_mapping,
                 q_out,
+                gate_out,
                 cache,
                 rows,
                 k,
@@ -513,10 +619,13 @@ impl QkvRopeKvParts {
                 v_block_n,
                 v_block_k,
             }
-            .launch(match normed {
-                true => QKV_NORM_ROPE_KV_MMA_FP8,
-                false => QKV_ROPE_KV_MMA_FP8,
-            }),
+            .launch(
+                [
+                    QKV_ROPE_KV_MMA_FP8,
+                    QKV_NORM_ROPE_KV_MMA_FP8,
+                    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
+                ][layout],
+            ),
             [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
                 QkvRopeKvMmaInt4 {
                     x,
@@ -532,6 +641,7 @@ impl QkvRopeKvParts {
                     inv_freq,
                     slot_mapping,
                     q_out,
+                    gate_out,
                     cache,
                     rows,
                     k,
@@ -546,10 +656,13 @@ impl QkvRopeKvParts {
                     k_group,
                     v_group,
                 }
-                .launch(match normed {
-                    true => QKV_NORM_ROPE_KV_MMA_INT4,
-                    false => QKV_ROPE_KV_MMA_INT4,
-                })
+                .launch(
+                    [
+                        QKV_ROPE_KV_MMA_INT4,
+                        QKV_NORM_ROPE_KV_MMA_INT4,
+                        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
+                    ][layout],
+                )
             }
             _ => return None,
         })
