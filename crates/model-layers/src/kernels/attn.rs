@@ -335,14 +335,7 @@ fn gate_split(a: GateSplitArgs<'_>) -> Result<(), GpuError> {
     let q2 = a.q2.len(size(a.ctx, &[n, 2])?)?;
     let q = a.q.len(n)?;
     let gate = a.gate.len(n)?;
-    for ((pair, q), g) in q2
-        .chunks_exact(2 * head_dim)
-        .zip(q.chunks_exact_mut(head_dim))
-        .zip(gate.chunks_exact_mut(head_dim))
-    {
-        q.copy_from_slice(&pair[..head_dim]);
-        g.copy_from_slice(&pair[head_dim..]);
-    }
+    super::heads::split_gated(q2, head_dim, q, gate);
     Ok(())
 }
 

@@ -247,6 +247,21 @@ impl<'a> HeadPass<'a> {
     }
 }
 
+/// Splits a gated q projection (Qwen3-Next: each head `[q | gate]`, 2·head_dim wide) into its
+/// q halves and its gate halves (`attn::gate_split`'s bit copies; every gated twin runs it).
+pub(crate) fn split_gated(q2: &[bf16], head_dim: usize, q: &mut [bf16], gate: &mut [bf16]) {
+    debug_assert_eq!(q2.len(), 2 * q.len());
+    debug_assert_eq!(q.len(), gate.len());
+    for ((pair, q), g) in q2
+        .chunks_exact(2 * head_dim)
+        .zip(q.chunks_exact_mut(head_dim))
+        .zip(gate.chunks_exact_mut(head_dim))
+    {
+        q.copy_from_slice(&pair[..head_dim]);
+        g.copy_from_slice(&pair[head_dim..]);
+    }
+}
+
 /// The arguments that place rows in a layer's paged KV cache.
 pub(crate) struct CacheArgs<'a> {
     pub slot_mapping: In<'a, i32>,

@@ -9,7 +9,7 @@ use solder_gpu_runtime::GpuError;
 use super::args::size;
 use super::decl::kernel;
 use super::grid::per_head_block;
-use super::heads::{geometry, with_norm, with_rope, CacheArgs, HeadPass};
+use super::heads::{geometry, split_gated, with_norm, with_rope, CacheArgs, HeadPass};
 use crate::error::ExecError;
 use crate::kernels::emit_view::{View, R};
 
@@ -200,14 +200,7 @@ fn gated_qk_norm_zc_rope_kv_write(a: GatedQkNormZcRopeKvWriteArgs<'_>) -> Result
     let k = a.k.len(size(a.ctx, &[rows, kv_heads, head_dim])?)?;
     let gate = a.gate_out.len(n)?;
     let mut q = vec![bf16::ZERO; n];
-    for ((pair, q), g) in q2
-        .chunks_exact(2 * head_dim)
-        .zip(q.chunks_exact_mut(head_dim))
-        .zip(gate.chunks_exact_mut(head_dim))
-    {
-        q.copy_from_slice(&pair[..head_dim]);
-        g.copy_from_slice(&pair[head_dim..]);
-    }
+    split_gated(q2, head_dim, &mut q, gate);
     let pass = HeadPass::over(a.ctx, &q, k, [rows, heads, kv_heads, head_dim]);
     let pass = with_norm(pass, a.wq, a.wk, a.eps)?.zero_centred();
     let pass = with_rope(pass, a.positions, a.inv_freq, a.rotary_dim)?;

@@ -33,7 +33,7 @@ use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out, OutOpt};
 use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::projections;
-use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
+use crate::kernels::heads::{split_gated, with_rope, CacheArgs, HeadPass};
 use crate::kernels::{Buf, Launch};
 
 kernel! {
@@ -335,14 +335,7 @@ impl RopeKv<'_> {
         let q = match (gated, self.gate_out.len(size(ctx, &[rows, dims[1], hd])?)?) {
             (true, Some(gate)) => {
                 let mut q_half = vec![bf16::ZERO; gate.len()];
-                for ((pair, q), g) in q
-                    .chunks_exact(2 * hd)
-                    .zip(q_half.chunks_exact_mut(hd))
-                    .zip(gate.chunks_exact_mut(hd))
-                {
-                    q.copy_from_slice(&pair[..hd]);
-                    g.copy_from_slice(&pair[hd..]);
-                }
+                split_gated(&q, hd, &mut q_half, gate);
                 q_half
             }
             (false, None) => q,
