@@ -151,6 +151,7 @@ const DRIVEN: &[&str] = &[
     "rope::qk_norm_rope",
     "rope::rope_kv_write",
     "rope::qk_norm_rope_kv_write",
+    "rope::gated_qk_norm_zc_rope_kv_write",
     "gemv::linear",
     "gemv::lm_head",
     "gemv::norm_linear",
@@ -355,8 +356,8 @@ fn norms_and_heads_carry_nan_and_inf_as_their_twins() {
         QK_NORM, QK_NORM_ZC, RMS_NORM, RMS_NORM_ZC,
     };
     use solder_model_layers::kernels::rope::{
-        QkNormRope, QkNormRopeKvWrite, Rope, RopeKvWrite, QK_NORM_ROPE, QK_NORM_ROPE_KV_WRITE,
-        ROPE, ROPE_KV_WRITE,
+        GatedQkNormZcRopeKvWrite, QkNormRope, QkNormRopeKvWrite, Rope, RopeKvWrite,
+        GATED_QK_NORM_ZC_ROPE_KV_WRITE, QK_NORM_ROPE, QK_NORM_ROPE_KV_WRITE, ROPE, ROPE_KV_WRITE,
     };
     let mut b = Bench::new();
     let (rows, hidden) = (3usize, 96usize);
@@ -560,6 +561,41 @@ fn norms_and_heads_carry_nan_and_inf_as_their_twins() {
         .launch(QK_NORM_ROPE_KV_WRITE),
     );
     b.mixed("qk_norm_rope_kv_write cache", cache, 2);
+    // Qwen3-Next's gated q (each head [q | gate]), row 1 poisoned: its q, gate and k slot.
+    let q2 = b.bf16(&rows_of(
+        rows as usize,
+        (2 * heads * head_dim) as usize,
+        5.0,
+        &[1],
+    ));
+    let (q_out, gate_out, cache) = (b.zeros(qn * 2), b.zeros(qn * 2), b.zeros(cache_bytes));
+    b.run(
+        &GatedQkNormZcRopeKvWrite {
+            q2,
+            k,
+            v,
+            wq,
+            wk,
+            positions,
+            inv_freq,
+            slot_mapping,
+            q_out,
+            gate_out,
+            cache,
+            rows,
+            heads,
+            kv_heads,
+            head_dim,
+            rotary_dim,
+            block_size,
+            num_pages: pages,
+            eps: 1e-6,
+        }
+        .launch(GATED_QK_NORM_ZC_ROPE_KV_WRITE),
+    );
+    b.mixed("gated_qk_norm_zc_rope_kv_write q", q_out, 2);
+    b.mixed("gated_qk_norm_zc_rope_kv_write gate", gate_out, 2);
+    b.mixed("gated_qk_norm_zc_rope_kv_write cache", cache, 2);
     b.agree(&[
         "norm::rms_norm",
         "norm::rms_norm_zc",
@@ -572,6 +608,7 @@ fn norms_and_heads_carry_nan_and_inf_as_their_twins() {
         "rope::qk_norm_rope",
         "rope::rope_kv_write",
         "rope::qk_norm_rope_kv_write",
+        "rope::gated_qk_norm_zc_rope_kv_write",
     ]);
 }
 
