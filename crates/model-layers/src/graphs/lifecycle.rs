@@ -290,7 +290,9 @@ fn capture_into(
 }
 
 /// Captures `program` on stream 0 and instantiates it; on failure ends the capture and
-/// destroys what it made.
+/// destroys what it made. A launch that fails mid-capture is the error returned, even when
+/// ending the capture then fails too (a side stream forked and not yet joined back, as CUDA's
+/// `cudaErrorStreamCaptureUnjoined`): that second error is only logged.
 fn capture_program(
     backend: &mut dyn GpuBackend,
     program: &Program,
@@ -299,12 +301,18 @@ fn capture_program(
     let stream = lanes.streams[0];
     backend.begin_capture(stream)?;
     let ran = lanes.run(backend, program);
-    let graph = backend.end_capture(stream)?;
+    let ended = backend.end_capture(stream);
     if let Err(e) = ran {
-        // The capture ended; its graph holds nothing worth keeping.
-        let _ = backend.destroy_graph(graph);
+        // The capture ended; its graph, if any, holds nothing worth keeping.
+        match ended {
+            Ok(graph) => {
+                let _ = backend.destroy_graph(graph);
+            }
+            Err(end) => tracing::debug!(error = %end, "ending a failed capture failed too"),
+        }
         return Err(e);
     }
+    let graph = ended?;
     match backend.instantiate(graph) {
         Ok(exec) => Ok((graph, exec)),
         Err(e) => {
