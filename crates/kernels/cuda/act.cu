@@ -45,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(256) sigmoid_mul(const bf16* __rest
         for (unsigned e = 0; e < 4; ++e) {
             unsigned long long i = base + (unsigned long long)e * blockDim.x + threadIdx.x;
             if (i < n) {
-                out[i] = to_bf16(__fmul_rn(to_f32(a[i]), sigmoid_f32(to_f32(b[i]))));
+                out[i] = sigmoid_gated(a[i], b[i]);
             }
         }
     }

@@ -61,9 +61,10 @@ __device__ __forceinline__ unsigned attn_splits(unsigned len) {
 
 // The o projection folded into attention (paged_decode_o / paged_causal_o): what the block
 // holding a (head, row)'s final output needs beyond attention's arguments. Null in the plain
-// kernels, which store `out` instead.
+// kernels, which store `out` instead (times sigmoid(gate) when `gate` is given).
 struct OFold {
-    const bf16* gate;  // sigmoid gate bf16[rows·heads·head_dim] (Qwen3-Next), or null
+    const bf16* gate;  // sigmoid gate bf16[rows·heads·head_dim] (Qwen3-Next), or null (the
+                       // plain kernels store `out` gated by it too)
     const bf16* wo;    // o_proj weight bf16[n_out][heads·head_dim]
     const bf16* bias;  // bf16[n_out], or null
     const float* h;    // residual stream f32[rows·n_out]
@@ -440,23 +441,24 @@ __device__ __forceinline__ void attention_block(
     } else {
         for (unsigned d = threadIdx.x; d < head_dim; d += ATTN_THREADS) {
             const float num = acc_s[0][d];
-            out[q_at + d] = to_bf16(empty ? 0.0f : __fdiv_rn(num, den));
+            const bf16 o = to_bf16(empty ? 0.0f : __fdiv_rn(num, den));
+            out[q_at + d] = fold.gate != nullptr ? sigmoid_gated(o, fold.gate[q_at + d]) : o;
         }
     }
 }
 
-// The plain kernels' body: attention only, `out` stored.
+// The plain kernels' body: attention only, `out` stored (gated by `gate` unless null).
 template <bool kPrefetch>
 __device__ __forceinline__ void paged_attention_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale) {
-    const OFold none = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0u};
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale) {
+    const OFold plain = {gate, nullptr, nullptr, nullptr, nullptr, nullptr, 0u};
     attention_block<false, kPrefetch>(q, cache, block_tables, seq_lens, out, scratch, rows,
                                       heads, kv_heads, head_dim, block_size, max_blocks,
-                                      num_pages, window, scale, none);
+                                      num_pages, window, scale, plain);
 }
 
 // The fold epilogue, run by the one block that holds (head h, row r)'s final attention output:
@@ -490,7 +492,7 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
         if (d < head_dim) {
             o = to_bf16(empty ? 0.0f : __fdiv_rn(num_s[d], den));
             if (fold.gate != nullptr) {
-                o = to_bf16(__fmul_rn(to_f32(o), sigmoid_f32(to_f32(fold.gate[q_at + d]))));
+                o = sigmoid_gated(o, fold.gate[q_at + d]);
             }
         }
         out_s[d] = o;
@@ -567,19 +569,21 @@ __device__ __forceinline__ void o_fold_epilogue(const OFold& fold, const float* 
 }
 
 // One query row per sequence: q bf16[rows·heads·head_dim], block_tables i32[rows·max_blocks],
-// seq_lens i32[rows] → out bf16[rows·heads·head_dim]; scratch: cross-block partials and
-// counters (see above); window: the layer's sliding window in tokens, 0 for none.
+// seq_lens i32[rows] → out bf16[rows·heads·head_dim]; gate: bf16[rows·heads·head_dim] or null,
+// when given out is stored times sigmoid(gate) as act::sigmoid_mul stores it (Qwen3-Next's
+// gated attention); scratch: cross-block partials and counters (see above); window: the
+// layer's sliding window in tokens, 0 for none.
 extern "C" __global__ void __launch_bounds__(256) paged_decode(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale) {
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale) {
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
-    paged_attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
-                                 kv_heads, head_dim, block_size, max_blocks, num_pages, window,
-                                 scale);
+    paged_attention_block<false>(q, cache, block_tables, seq_lens, gate, out, scratch, rows,
+                                 heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                                 window, scale);
 }
 
 // paged_decode with the `attn_prefetch` lever's load schedule: the next tile's page-table entry
@@ -589,14 +593,14 @@ extern "C" __global__ void __launch_bounds__(256) paged_decode(
 extern "C" __global__ void __launch_bounds__(256) paged_decode_prefetch(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale) {
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale) {
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
-    paged_attention_block<true>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
-                                kv_heads, head_dim, block_size, max_blocks, num_pages, window,
-                                scale);
+    paged_attention_block<true>(q, cache, block_tables, seq_lens, gate, out, scratch, rows,
+                                heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                                window, scale);
 }
 
 // K query rows of one sequence (or several, verify_batch), causal among themselves through
@@ -604,14 +608,14 @@ extern "C" __global__ void __launch_bounds__(256) paged_decode_prefetch(
 extern "C" __global__ void __launch_bounds__(256) paged_causal(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale) {
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale) {
     pdl_wait(); // before any early return and any buffer another launch writes
     pdl_launch_dependents();
-    paged_attention_block<false>(q, cache, block_tables, seq_lens, out, scratch, rows, heads,
-                                 kv_heads, head_dim, block_size, max_blocks, num_pages, window,
-                                 scale);
+    paged_attention_block<false>(q, cache, block_tables, seq_lens, gate, out, scratch, rows,
+                                 heads, kv_heads, head_dim, block_size, max_blocks, num_pages,
+                                 window, scale);
 }
 
 // Attention, then the o projection and the residual add (the `fold_o_proj` lever): the same

@@ -517,6 +517,12 @@ __device__ __forceinline__ float sigmoid_f32(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
+// bf16(x · sigmoid(gate)): Qwen3-Next's gated attention output (act::sigmoid_mul, and the
+// attention kernels that store their output gated).
+__device__ __forceinline__ bf16 sigmoid_gated(bf16 x, bf16 gate) {
+    return to_bf16(__fmul_rn(to_f32(x), sigmoid_f32(to_f32(gate))));
+}
+
 // x / (1 + exp(−x)), in f32 (the SiLU inside `silu_mul_value`).
 __device__ __forceinline__ float silu_f32(float x) {
     return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));

@@ -162,6 +162,13 @@ __device__ __forceinline__ void flash_put(bf16 (*ks)[KP], bf16 (*vs)[VP], const 
     }
 }
 
+// out[i] = o, times sigmoid(gate[i]) as act::sigmoid_mul stores it when `gate` is given
+// (Qwen3-Next's gated attention).
+__device__ __forceinline__ void store_gated(bf16* __restrict__ out, const bf16* __restrict__ gate,
+                                            unsigned long long i, bf16 o) {
+    out[i] = gate != nullptr ? sigmoid_gated(o, gate[i]) : o;
+}
+
 // The kernels' body for head_dim <= HD. HD <= 128 stages the block's q in shared memory once
 // and takes every output dim in one pass over the keys; 256 reads each lane's q fragments again
 // for each tile (L1) and makes two passes of 128 output dims each (S computed twice, the same
@@ -170,9 +177,10 @@ template <unsigned HD>
 __device__ __forceinline__ void flash_block(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale, unsigned rows_per_block) {
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale,
+    unsigned rows_per_block) {
     constexpr unsigned PITCH = HD + 8u; // 16-byte rows for ldmatrix, rows in distinct banks
     constexpr unsigned KC = HD / 16u;   // k16 steps of q·k
     constexpr unsigned DV = HD <= 128u ? HD : 128u; // output dims of one pass over the keys
@@ -458,7 +466,7 @@ __device__ __forceinline__ void flash_block(
                             const float o = fr[s].chunks == 0u
                                                 ? 0.0f
                                                 : __fdiv_rn(acc[dn][2u * s + h], l_run[s]);
-                            out[at[s] + d] = to_bf16(o);
+                            store_gated(out, gate, at[s] + d, to_bf16(o));
                         }
                     }
                 }
@@ -530,7 +538,7 @@ __device__ __forceinline__ void flash_block(
                 for (unsigned c = 0; c < fr[s].chunks; ++c) {
                     num = __fmaf_rn(__ldcg(slot + c * split_words + 2u + d), merge_e[m][c], num);
                 }
-                out[at[s] + d] = to_bf16(__fdiv_rn(num, merge_den[m]));
+                store_gated(out, gate, at[s] + d, to_bf16(__fdiv_rn(num, merge_den[m])));
             }
         }
     }
@@ -540,37 +548,45 @@ __device__ __forceinline__ void flash_block(
 }
 
 // q bf16[rows·heads·head_dim], cache (the layer's KV pages), block_tables i32[rows·max_blocks],
-// seq_lens i32[rows] → out bf16[rows·heads·head_dim], through scratch (see above); window: the
-// layer's sliding window, 0 for none; rows_per_block: R (1, or up to 64 / pack for one
-// sequence's rows). head_dim <= 64.
+// seq_lens i32[rows] → out bf16[rows·heads·head_dim], through scratch (see above); gate:
+// bf16[rows·heads·head_dim] or null, when given out is stored times sigmoid(gate) as
+// act::sigmoid_mul stores it (Qwen3-Next's gated attention); window: the layer's sliding
+// window, 0 for none; rows_per_block: R (1, or up to 64 / pack for one sequence's rows).
+// head_dim <= 64.
 extern "C" __global__ void __launch_bounds__(128) paged_mma(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale, unsigned rows_per_block) {
-    flash_block<64>(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                    head_dim, block_size, max_blocks, num_pages, window, scale, rows_per_block);
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale,
+    unsigned rows_per_block) {
+    flash_block<64>(q, cache, block_tables, seq_lens, gate, out, scratch, rows, heads,
+                    kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
+                    rows_per_block);
 }
 
 // paged_mma for head_dim <= 128: the same arguments, grid and bytes.
 extern "C" __global__ void __launch_bounds__(128) paged_mma_128(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale, unsigned rows_per_block) {
-    flash_block<128>(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                     head_dim, block_size, max_blocks, num_pages, window, scale, rows_per_block);
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale,
+    unsigned rows_per_block) {
+    flash_block<128>(q, cache, block_tables, seq_lens, gate, out, scratch, rows, heads,
+                     kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
+                     rows_per_block);
 }
 
 // paged_mma for head_dim <= 256: the same arguments, grid and bytes.
 extern "C" __global__ void __launch_bounds__(128) paged_mma_256(
     const bf16* __restrict__ q, const bf16* __restrict__ cache,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens,
-    bf16* __restrict__ out, float* scratch, unsigned rows, unsigned heads, unsigned kv_heads,
-    unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned num_pages,
-    unsigned window, float scale, unsigned rows_per_block) {
-    flash_block<256>(q, cache, block_tables, seq_lens, out, scratch, rows, heads, kv_heads,
-                     head_dim, block_size, max_blocks, num_pages, window, scale, rows_per_block);
+    const bf16* __restrict__ gate, bf16* __restrict__ out, float* scratch, unsigned rows,
+    unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned block_size,
+    unsigned max_blocks, unsigned num_pages, unsigned window, float scale,
+    unsigned rows_per_block) {
+    flash_block<256>(q, cache, block_tables, seq_lens, gate, out, scratch, rows, heads,
+                     kv_heads, head_dim, block_size, max_blocks, num_pages, window, scale,
+                     rows_per_block);
 }

@@ -73,6 +73,7 @@ impl Inputs {
             cache: rd(&self.cache),
             block_tables: rd(&self.tables),
             seq_lens: rd(&self.lens),
+            gate: None,
             out: wr(&mut out),
             scratch: wr(&mut scratch),
             rows: s.rows as u32,

@@ -316,6 +316,7 @@ fn paged_decode_over_a_split_context_equals_its_twin() {
         cache,
         block_tables,
         seq_lens,
+        gate: None,
         out,
         scratch,
         rows: 1,

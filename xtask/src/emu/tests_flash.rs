@@ -98,6 +98,7 @@ fn launch(backend: &mut CpuBackend, p: &Problem, q: &[f32], seed: u64) -> Vec<u8
             cache,
             block_tables,
             seq_lens,
+            gate: None,
             out,
             scratch,
             rows,

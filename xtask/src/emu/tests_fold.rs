@@ -243,6 +243,7 @@ fn chain(host: &Host) -> Vec<f32> {
             cache: d.cache,
             block_tables: d.tables,
             seq_lens: d.lens,
+            gate: None,
             out: attn,
             scratch: d.scratch,
             rows: ROWS as u32,

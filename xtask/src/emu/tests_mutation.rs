@@ -185,6 +185,7 @@ fn attention_missing_one_key_per_tile_differs_from_the_twin() {
         cache,
         block_tables,
         seq_lens,
+        gate: None,
         out,
         scratch,
         rows: 1,
@@ -206,4 +207,117 @@ fn attention_missing_one_key_per_tile_differs_from_the_twin() {
         "{original:?}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_output_gate_applied_before_attentions_rounding_differs_from_the_twin() {
+    // Qwen3-Next's gate multiplied into attention's f32 output, not into the bf16 value attention
+    // stores (act::sigmoid_mul's input): one rounding where the reference routing has two.
+    use solder_model_layers::kernels::flash::{PagedMma, PAGED_MMA};
+    let attn = build_mutant(
+        "attn",
+        &[(
+            "out[q_at + d] = fold.gate != nullptr ? sigmoid_gated(o, fold.gate[q_at + d]) : o;",
+            "out[q_at + d] = fold.gate != nullptr ? to_bf16(__fmul_rn(empty ? 0.0f : \
+             __fdiv_rn(num, den), sigmoid_f32(to_f32(fold.gate[q_at + d])))) : o;",
+        )],
+    );
+    let flash = build_mutant(
+        "flash",
+        &[
+            (
+                "store_gated(out, gate, at[s] + d, to_bf16(o));",
+                "out[at[s] + d] = gate != nullptr ? to_bf16(__fmul_rn(o, \
+                 sigmoid_f32(to_f32(gate[at[s] + d])))) : to_bf16(o);",
+            ),
+            (
+                "store_gated(out, gate, at[s] + d, to_bf16(__fdiv_rn(num, merge_den[m])));",
+                "out[at[s] + d] = gate != nullptr ? to_bf16(__fmul_rn(__fdiv_rn(num, \
+                 merge_den[m]), sigmoid_f32(to_f32(gate[at[s] + d])))) : \
+                 to_bf16(__fdiv_rn(num, merge_den[m]));",
+            ),
+        ],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    // One row of 600 tokens (several splits and chunks), two heads on one kv head.
+    let (heads, kv_heads, head_dim, block_size, len) = (2u32, 1u32, 64u32, 16u32, 600u32);
+    let pages = len.div_ceil(block_size);
+    let q = upload(&mut backend, &values(heads * head_dim, 7));
+    let gate = upload(&mut backend, &values(heads * head_dim, 13));
+    let cache_elems = pages * 2 * block_size * kv_heads * head_dim;
+    let cache = upload(&mut backend, &values(cache_elems, 11));
+    let table: Vec<u8> = (0..pages).flat_map(|p| (p as i32).to_le_bytes()).collect();
+    let block_tables = upload(&mut backend, &table);
+    let out_bytes = (heads * head_dim * 2) as usize;
+    let scratch_len = scratch_bytes(1, heads as usize, head_dim as usize);
+    let scratch = upload(&mut backend, &vec![0u8; scratch_len]);
+    // At 600 tokens (chunks merged) and at 40 (one chunk: flash's other store).
+    for len in [len, 40] {
+        let seq_lens = upload(&mut backend, &(len as i32).to_le_bytes());
+        let out = Buf::new(backend.alloc(out_bytes).unwrap(), out_bytes);
+        let launches = [
+            (
+                &attn,
+                "attn",
+                PagedAttention {
+                    q,
+                    cache,
+                    block_tables,
+                    seq_lens,
+                    gate: Some(gate),
+                    out,
+                    scratch,
+                    rows: 1,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    block_size,
+                    max_blocks: pages,
+                    num_pages: pages,
+                    window: 0,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                }
+                .launch(PAGED_DECODE),
+            ),
+            (
+                &flash,
+                "flash",
+                PagedMma {
+                    q,
+                    cache,
+                    block_tables,
+                    seq_lens,
+                    gate: Some(gate),
+                    out,
+                    scratch,
+                    rows: 1,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    block_size,
+                    max_blocks: pages,
+                    num_pages: pages,
+                    window: 0,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    rows_per_block: 1,
+                }
+                .launch(PAGED_MMA),
+            ),
+        ];
+        for (dir, module, launch) in &launches {
+            let (mutant, original) = shadow(dir, module, &mut backend, launch);
+            assert_eq!(
+                (mutant.launches, mutant.identical),
+                (1, 0),
+                "{module} at {len}: {mutant:?}"
+            );
+            assert_eq!(
+                (original.launches, original.identical),
+                (1, 1),
+                "{module} at {len}: {original:?}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&attn).ok();
+    std::fs::remove_dir_all(&flash).ok();
 }

@@ -1008,6 +1008,7 @@ fn attention_carries_nan_and_inf_as_its_twin() {
         cache,
         block_tables,
         seq_lens,
+        gate: None,
         out,
         scratch,
         rows,
@@ -1045,6 +1046,37 @@ fn attention_carries_nan_and_inf_as_its_twin() {
             assert_eq!(nan_dims(5), all, "row 5: a +inf score");
             assert!(nan_dims(6).is_empty(), "row 6 (clean)");
         }
+    }
+    // Gated (Qwen3-Next's output gate in the store): a NaN gate at row 0's head 0, dim 1; a −inf
+    // gate (sigmoid 0) at its dim 2 and a +inf one (sigmoid 1) at dim 3; every NaN attention
+    // output stays NaN whatever its gate.
+    let width = (heads * d) as usize;
+    let mut gate_host = rows_of(ATTN_ROWS, width, 6.0, &[]);
+    (gate_host[1], gate_host[2], gate_host[3]) = (f32::NAN, f32::NEG_INFINITY, f32::INFINITY);
+    let poisoned_gate = b.bf16(&gate_host);
+    for kernel in [PAGED_DECODE, PAGED_CAUSAL] {
+        let out = b.zeros(out_bytes);
+        b.run(
+            &PagedAttention {
+                gate: Some(poisoned_gate),
+                ..plain(out)
+            }
+            .launch(kernel),
+        );
+        let bytes = download(&mut b.backend, out.ptr, out_bytes);
+        let value_at = |i: usize| bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32();
+        let nans: Vec<usize> = (0..width).filter(|i| value_at(*i).is_nan()).collect();
+        assert_eq!(
+            nans,
+            [1],
+            "row 0 (clean) gated: NaN only under the NaN gate"
+        );
+        assert_eq!(value_at(2), 0.0, "row 0: a −inf gate closes its dim");
+        assert!(
+            (width..2 * width).all(|i| value_at(i).is_nan()),
+            "row 1 stays NaN gated"
+        );
+        b.mixed("paged_* gated", out, 2);
     }
     // The o-fold kernels, plain and gated; h carries a NaN in row 6's residual.
     let n_out = 48u32;
@@ -1095,31 +1127,35 @@ fn attention_carries_nan_and_inf_as_its_twin() {
         }
     }
     // The tensor cores' attention on the same rows, one row a block (each on its own pages):
-    // its own order, so only its twin's bytes are asked of it, NaN where they are.
-    let out = b.zeros(out_bytes);
-    let base = plain(out);
-    b.run(
-        &solder_model_layers::kernels::flash::PagedMma {
-            q,
-            cache,
-            block_tables,
-            seq_lens,
-            out,
-            scratch,
-            rows,
-            heads,
-            kv_heads: 1,
-            head_dim: d,
-            block_size: base.block_size,
-            max_blocks: base.max_blocks,
-            num_pages: pages,
-            window: 0,
-            scale: base.scale,
-            rows_per_block: 1,
-        }
-        .launch(solder_model_layers::kernels::flash::PAGED_MMA),
-    );
-    b.mixed("flash::paged_mma", out, 2);
+    // its own order, so only its twin's bytes are asked of it, NaN where they are; plain and
+    // gated.
+    for gate in [None, Some(poisoned_gate)] {
+        let out = b.zeros(out_bytes);
+        let base = plain(out);
+        b.run(
+            &solder_model_layers::kernels::flash::PagedMma {
+                q,
+                cache,
+                block_tables,
+                seq_lens,
+                gate,
+                out,
+                scratch,
+                rows,
+                heads,
+                kv_heads: 1,
+                head_dim: d,
+                block_size: base.block_size,
+                max_blocks: base.max_blocks,
+                num_pages: pages,
+                window: 0,
+                scale: base.scale,
+                rows_per_block: 1,
+            }
+            .launch(solder_model_layers::kernels::flash::PAGED_MMA),
+        );
+        b.mixed("flash::paged_mma", out, 2);
+    }
     b.agree(&[
         "attn::paged_decode",
         "attn::paged_causal",

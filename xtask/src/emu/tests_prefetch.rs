@@ -53,6 +53,7 @@ fn both(backend: &mut CpuBackend, p: &Problem) -> [Vec<u8>; 2] {
                 cache,
                 block_tables,
                 seq_lens,
+                gate: None,
                 out,
                 scratch,
                 rows,

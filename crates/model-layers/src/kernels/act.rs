@@ -34,6 +34,20 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// bf16(x · sigmoid(gate)): Qwen3-Next's gated attention output, as `sigmoid_mul` stores it
+/// (and the attention kernels that store their output gated).
+#[inline(always)]
+pub(crate) fn sigmoid_gated(x: bf16, gate: bf16) -> bf16 {
+    to_bf16(to_f32(x) * sigmoid(to_f32(gate)))
+}
+
+/// `out[i] = sigmoid_gated(out[i], gate[i])`: attention's stored output gated in place.
+pub(crate) fn gate_in_place(out: &mut [bf16], gate: &[bf16]) {
+    for (o, g) in out.iter_mut().zip(gate) {
+        *o = sigmoid_gated(*o, *g);
+    }
+}
+
 fn each(g: GatedArgs<'_>, f: impl Fn(bf16, bf16) -> bf16) -> Result<(), GpuError> {
     let n = size(g.ctx, &[g.rows.count(), g.width.dim()?])?;
     let a = g.a.len(n)?;
@@ -50,7 +64,7 @@ fn silu_mul(g: GatedArgs<'_>) -> Result<(), GpuError> {
 }
 
 fn sigmoid_mul(g: GatedArgs<'_>) -> Result<(), GpuError> {
-    each(g, |x, gate| to_bf16(to_f32(x) * sigmoid(to_f32(gate))))
+    each(g, sigmoid_gated)
 }
 
 fn emit_silu_mul(v: &View<'_>) -> R {

@@ -13,6 +13,7 @@ use solder_circuit::ir::{MetaField, Op};
 use solder_circuit::OpKind;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig, TwinCtx};
 
+use super::act::gate_in_place;
 use super::args::{macs, size, threads_for, Dim, In, Out};
 use super::decl::{kernel, Name};
 use super::grid::elementwise;
@@ -74,12 +75,15 @@ kernel! {
     /// sequence; `paged_causal` (verify: row r attends to its sequence's first seq_lens\[r\]
     /// tokens) runs the same launch and arithmetic for now (sharing K/V tiles across a kv
     /// head's query rows is the follow-up). `window`: the layer's sliding window in tokens
-    /// (the last `window` tokens attended), 0 for full causal attention.
+    /// (the last `window` tokens attended), 0 for full causal attention. `gate`
+    /// (bf16\[rows·heads·head_dim\], Qwen3-Next's gated attention): `out` is stored times
+    /// sigmoid(gate), as `act::sigmoid_mul` stores it.
     pub struct PagedAttention / PagedAttentionArgs {
         q: In<bf16>,
         cache: In<bf16>,
         block_tables: In<i32>,
         seq_lens: In<i32>,
+        gate: InOpt<bf16>,
         out: Out<bf16>,
         scratch: InOut<f32>,
         rows: U32,
@@ -136,9 +140,14 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
 fn paged_attention(a: PagedAttentionArgs<'_>) -> Result<(), GpuError> {
     let dims = attn_dims!(a);
     let attention = Attention::check(a.ctx, [a.q, a.cache], [a.block_tables, a.seq_lens], dims)?;
+    let gate = a.gate.len(attention.out_len())?;
     let out = a.out.len(attention.out_len())?;
     attention.check_scratch(a.scratch)?;
-    attention.run(a.scale, out)
+    attention.run(a.scale, out)?;
+    if let Some(gate) = gate {
+        gate_in_place(out, gate);
+    }
+    Ok(())
 }
 
 /// The scalar arguments every attention kernel shares.
@@ -357,12 +366,14 @@ fn emit_paged_causal(v: &View<'_>) -> R {
 fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
     let a = v.op(OpKind::Attention, None)?;
     let (heads, head_dim) = (v.u32(a, "heads")?, v.u32(a, "head_dim")?);
+    let (gate, out) = gated_out(v, a)?;
     Ok(vec![PagedAttention {
         q: v.input(a, 0)?,
         cache: kv_cache_of(v, a)?,
         block_tables: v.meta(MetaField::BlockTables),
         seq_lens: v.meta(MetaField::SeqLens),
-        out: v.output(a, 0)?,
+        gate,
+        out,
         scratch: v.attn_scratch(heads as usize, head_dim as usize),
         rows: v.rows(),
         heads,
@@ -375,6 +386,31 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
         scale: v.f32(a, "scale")?,
     }
     .launch(kernel)])
+}
+
+/// The group's output gate (Qwen3-Next's gated attention): `sigmoid_mul`'s gate and output when
+/// the group holds one, which must read attention `a`'s output; `None` without one.
+pub(super) fn gate_of(v: &View<'_>, a: &Op) -> Result<Option<(super::Buf, super::Buf)>, ExecError> {
+    if !v.has(OpKind::SigmoidMul) {
+        return Ok(None);
+    }
+    let s = v.op(OpKind::SigmoidMul, None)?;
+    if v.producer_in_group(s, 0)?.name != a.name {
+        return Err(v.err(format!("`{}` does not gate `{}`'s output", s.name, a.name)));
+    }
+    Ok(Some((v.input(s, 1)?, v.output(s, 0)?)))
+}
+
+/// What an attention kernel stores: the gate and `sigmoid_mul`'s output when the group gates
+/// attention `a` (`gate_of`), else no gate and `a`'s own output.
+pub(super) fn gated_out(
+    v: &View<'_>,
+    a: &Op,
+) -> Result<(Option<super::Buf>, super::Buf), ExecError> {
+    Ok(match gate_of(v, a)? {
+        Some((gate, out)) => (Some(gate), out),
+        None => (None, v.output(a, 0)?),
+    })
 }
 
 /// An attention op's sliding window: only windowed layers' ops carry the attribute; 0 is full

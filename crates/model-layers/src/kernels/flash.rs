@@ -18,8 +18,9 @@ use solder_circuit::ir::MetaField;
 use solder_circuit::{Mode, OpKind};
 use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 
+use super::act::gate_in_place;
 use super::args::{macs, size, threads_for};
-use super::attn::{attn_dims, kv_cache_of, window_of, window_start, Attention};
+use super::attn::{attn_dims, gated_out, kv_cache_of, window_of, window_start, Attention};
 use super::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::numerics::{attend_mma, FlashScratch, FLASH_SPLITS};
@@ -57,12 +58,15 @@ kernel! {
     /// i32\[rows·max_blocks\], seq_lens i32\[rows\] → out bf16\[rows·heads·head_dim\], through
     /// `scratch` (attn's `scratch_bytes`: chunk partials and counters, zero before the launch and
     /// after it). `window`: the layer's sliding window, 0 for none. `rows_per_block`: rows a
-    /// block takes (1, or up to 64 / pack when the rows are one sequence's tokens).
+    /// block takes (1, or up to 64 / pack when the rows are one sequence's tokens). `gate`
+    /// (bf16\[rows·heads·head_dim\], Qwen3-Next's gated attention): `out` is stored times
+    /// sigmoid(gate), as `act::sigmoid_mul` stores it.
     pub struct PagedMma / PagedMmaArgs {
         q: In<bf16>,
         cache: In<bf16>,
         block_tables: In<i32>,
         seq_lens: In<i32>,
+        gate: InOpt<bf16>,
         out: Out<bf16>,
         scratch: InOut<f32>,
         rows: U32,
@@ -107,6 +111,7 @@ pub fn entry(head_dim: u32) -> Name<PagedMma> {
 fn paged_mma(a: PagedMmaArgs<'_>) -> Result<(), GpuError> {
     let dims = attn_dims!(a);
     let attention = Attention::check(a.ctx, [a.q, a.cache], [a.block_tables, a.seq_lens], dims)?;
+    let gate = a.gate.len(attention.out_len())?;
     let out = a.out.len(attention.out_len())?;
     attention.check_scratch(a.scratch)?;
     let pack = pack(attention.heads as u32, attention.kv_heads as u32) as usize;
@@ -117,7 +122,11 @@ fn paged_mma(a: PagedMmaArgs<'_>) -> Result<(), GpuError> {
             FLASH_SLOTS as usize / pack
         )));
     }
-    run(&attention, a.scale, per_block, out)
+    run(&attention, a.scale, per_block, out)?;
+    if let Some(gate) = gate {
+        gate_in_place(out, gate);
+    }
+    Ok(())
 }
 
 /// A block's staged keys and the row whose block table they are read through.
@@ -218,12 +227,14 @@ fn emit_paged_mma(v: &View<'_>) -> R {
         Mode::Verify => FLASH_SLOTS / pack(heads, kv_heads),
         _ => 1,
     };
+    let (gate, out) = gated_out(v, a)?;
     Ok(vec![PagedMma {
         q: v.input(a, 0)?,
         cache: kv_cache_of(v, a)?,
         block_tables: v.meta(MetaField::BlockTables),
         seq_lens: v.meta(MetaField::SeqLens),
-        out: v.output(a, 0)?,
+        gate,
+        out,
         scratch: v.attn_scratch(heads as usize, head_dim as usize),
         rows: v.rows(),
         heads,

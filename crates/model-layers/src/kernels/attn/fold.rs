@@ -23,13 +23,13 @@ use solder_circuit::ir::{Circuit, MetaField};
 use solder_circuit::{ExecutionPlan, OpKind};
 use solder_gpu_runtime::{par_chunks_mut, GpuError};
 
-use super::{attn_config, attn_dims, kv_cache_of, window_of, Attention};
-use crate::kernels::act::sigmoid;
+use super::{attn_config, attn_dims, gate_of, kv_cache_of, window_of, Attention};
+use crate::kernels::act::gate_in_place;
 use crate::kernels::args::{macs, size, threads_for};
 use crate::kernels::attrs::widest;
 use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{dot_head, linear_value, residual_value, to_bf16, to_f32};
+use crate::numerics::{dot_head, linear_value, residual_value};
 
 /// Words before a row's partials in its `o_scratch` slot: the u32 counter and padding that
 /// keeps the partials 16-byte aligned (`OFOLD_HEADER_WORDS` in `crates/kernels/cuda/attn.cu`).
@@ -124,9 +124,7 @@ fn paged_attention_o(a: PagedAttentionOArgs<'_>) -> Result<(), GpuError> {
     let mut out = vec![bf16::ZERO; attention.out_len()];
     attention.run(a.scale, &mut out)?;
     if let Some(gate) = gate {
-        for (o, g) in out.iter_mut().zip(gate) {
-            *o = to_bf16(to_f32(*o) * sigmoid(to_f32(*g)));
-        }
+        gate_in_place(&mut out, gate);
     }
 
     let threads = threads_for(ctx, macs(&[rows, in_features, n_out]));
@@ -174,11 +172,7 @@ fn fold_of(v: &View<'_>, kernel: Name<PagedAttentionO>) -> R {
     if v.producer_in_group(add, 1)?.name != o.name {
         return Err(v.err(format!("`{}` does not add `{}`'s output", add.name, o.name)));
     }
-    let gate = if v.has(OpKind::SigmoidMul) {
-        Some(v.input(v.op(OpKind::SigmoidMul, None)?, 1)?)
-    } else {
-        None
-    };
+    let gate = gate_of(v, a)?.map(|(gate, _)| gate);
     Ok(vec![PagedAttentionO {
         q: v.input(a, 0)?,
         cache: kv_cache_of(v, a)?,
