@@ -15,7 +15,7 @@
 // Launch (ops/gdn.rs):
 //  - conv: grid (⌈C/256⌉, rows, or 1 with chain 1), 256 threads, one thread per channel;
 //  - gates: elementwise over rows·nv;
-//  - recurrence, recurrence_pitched: grid (nv·⌈dv/32⌉, rows, or 1 with chain 1), one warp;
+//  - recurrence, recurrence_pitched (and gates_recurrence, _pitched: gates folded in): grid (nv·⌈dv/32⌉, rows, or 1 with chain 1), one warp;
 //    lane t of block (head, tile) owns state column j = 32·tile + t of the head (a column of S
 //    evolves on its own: kv_mem[j], delta[j], the update and out[j] read only column j), so no
 //    cross-thread reduction touches the state; dk <= 256 (the block's columns staged in 32 KB
@@ -199,8 +199,28 @@ __device__ __forceinline__ float softplus_f32(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// ba bf16[rows·2·nv] (HF's in_proj_ba, viewed as [nk][b ratio | a ratio]), a_log, dt_bias
-// bf16[nv] → beta = sigmoid(b), g = −exp(a_log) · softplus(a + dt_bias), f32[rows·nv].
+// Row `row`, v head vh's gates from ba bf16[rows·2·nv] (HF's in_proj_ba, viewed as
+// [nk][b ratio | a ratio]), a_log, dt_bias bf16[nv]: beta = sigmoid(b), g = −exp(a_log) ·
+// softplus(a + dt_bias). `gates` stores them; `gates_recurrence` computes them where the
+// recurrence reads them.
+struct GdnGates {
+    float beta, g;
+};
+
+__device__ __forceinline__ GdnGates gdn_gate_values(const bf16* __restrict__ ba,
+                                                    const bf16* __restrict__ a_log,
+                                                    const bf16* __restrict__ dt_bias,
+                                                    unsigned long long row, unsigned vh,
+                                                    unsigned nv, unsigned ratio) {
+    const unsigned long long at =
+        row * 2ull * nv + (unsigned long long)(vh / ratio) * 2ull * ratio + vh % ratio;
+    const float b = to_f32(ba[at]);
+    const float a = to_f32(ba[at + ratio]);
+    const float decay = expf(to_f32(a_log[vh]));
+    return {sigmoid_f32(b), __fmul_rn(-decay, softplus_f32(__fadd_rn(a, to_f32(dt_bias[vh]))))};
+}
+
+// ba bf16[rows·2·nv], a_log, dt_bias bf16[nv] → beta, g f32[rows·nv] (gdn_gate_values).
 // Elementwise: 256 threads, 4 elements each, grid-stride.
 extern "C" __global__ void __launch_bounds__(256) gates(const bf16* __restrict__ ba,
                                                         const bf16* __restrict__ a_log,
@@ -224,19 +244,33 @@ extern "C" __global__ void __launch_bounds__(256) gates(const bf16* __restrict__
             if (i < n) {
                 const unsigned long long row = i / nv;
                 const unsigned vh = (unsigned)(i - row * nv);
-                const unsigned long long at =
-                    row * 2ull * nv + (unsigned long long)(vh / ratio) * 2ull * ratio + vh % ratio;
-                const float b = to_f32(ba[at]);
-                const float a = to_f32(ba[at + ratio]);
-                beta[i] = sigmoid_f32(b);
-                const float decay = expf(to_f32(a_log[vh]));
-                g[i] = __fmul_rn(-decay, softplus_f32(__fadd_rn(a, to_f32(dt_bias[vh]))));
+                const GdnGates v = gdn_gate_values(ba, a_log, dt_bias, row, vh, nv, ratio);
+                beta[i] = v.beta;
+                g[i] = v.g;
             }
         }
     }
 }
 
 // ---- recurrence ----------------------------------------------------------------------------
+
+// Where the recurrence finds a row's gates: stored by `gates` (beta, g f32[rows·nv]), or
+// computed from ba, a_log and dt_bias (gates_recurrence: `gates` folded in, the same values).
+struct GdnGateSource {
+    const float* beta;
+    const float* g;
+    const bf16* ba;
+    const bf16* a_log;
+    const bf16* dt_bias;
+
+    __device__ __forceinline__ GdnGates at(const GdnHeads& hd, unsigned r, unsigned head) const {
+        const unsigned long long i = (unsigned long long)r * hd.nv + head;
+        if (ba == nullptr) {
+            return {beta[i], g[i]};
+        }
+        return gdn_gate_values(ba, a_log, dt_bias, r, head, hd.nv, hd.ratio);
+    }
+};
 
 // A recurrence block is one warp owning 32 state columns of one v head: column j of S evolves
 // on its own (kv_mem[j], delta[j], the update and out[j] read only column j), so the columns
@@ -287,8 +321,8 @@ __device__ __forceinline__ float recurrence_kv(const float* col, unsigned dk, fl
 // row's q and k are normalised into the other half of the double buffer first. A dead unit
 // writes zeros to its outputs and snapshots and touches no state.
 __device__ __forceinline__ void recurrence_unit(
-    const GdnHeads& hd, const bf16* __restrict__ mixed, const float* __restrict__ beta,
-    const float* __restrict__ g, float* __restrict__ s, bf16* __restrict__ out,
+    const GdnHeads& hd, const bf16* __restrict__ mixed, const GdnGateSource& gates,
+    float* __restrict__ s, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned start, unsigned end, unsigned head, unsigned j,
     bool live, float (*cols)[GDN_COLUMNS], float (*q_s)[GDN_MAX_DK],
     float (*k_s)[GDN_MAX_DK]) {
@@ -319,7 +353,6 @@ __device__ __forceinline__ void recurrence_unit(
     }
     const unsigned kh = head / hd.ratio;
     auto row_mixed = [&](unsigned r) { return mixed + (unsigned long long)r * hd.channels; };
-    auto row_at = [&](unsigned r) { return (unsigned long long)r * hd.nv + head; };
     float* col = &cols[0][lane];
     __syncwarp(); // the previous unit's readers are done with cols and buffer 0
     if (has_col) {
@@ -329,24 +362,27 @@ __device__ __forceinline__ void recurrence_unit(
     }
     recurrence_qk(hd, row_mixed(start), kh, q_s[0], k_s[0], lane);
     __syncwarp();
-    float decay = expf(g[row_at(start)]);
+    GdnGates gate = gates.at(hd, start, head);
+    float decay = expf(gate.g);
     float kv = has_col ? recurrence_kv(col, dk, decay, k_s[0]) : 0.0f;
     for (unsigned r = start; r < end; ++r) {
         const unsigned cur = (r - start) & 1u;
         const bool has_next = r + 1u < end;
         float next_decay = 0.0f;
+        GdnGates next_gate = gate;
         if (has_next) {
             // Buffer cur ^ 1 was last read by row r − 1's second pass.
             recurrence_qk(hd, row_mixed(r + 1u), kh, q_s[cur ^ 1u], k_s[cur ^ 1u], lane);
             __syncwarp();
-            next_decay = expf(g[row_at(r + 1u)]);
+            next_gate = gates.at(hd, r + 1u, head);
+            next_decay = expf(next_gate.g);
         }
         if (has_col) {
             const float* q = q_s[cur];
             const float* k = k_s[cur];
             const float* k_next = k_s[cur ^ 1u];
             const bf16* v = row_mixed(r) + 2ull * hd.kd + (unsigned long long)head * dv;
-            const float delta = __fmul_rn(__fsub_rn(to_f32(v[j]), kv), beta[row_at(r)]);
+            const float delta = __fmul_rn(__fsub_rn(to_f32(v[j]), kv), gate.beta);
             float* snap = row_snap(r);
             float acc = 0.0f;
             float kv_next = 0.0f;
@@ -368,6 +404,7 @@ __device__ __forceinline__ void recurrence_unit(
             kv = kv_next;
         }
         decay = next_decay;
+        gate = next_gate;
         __syncwarp(); // buffer cur is free for row r + 2
     }
     if (has_col) {
@@ -381,8 +418,7 @@ __device__ __forceinline__ void recurrence_unit(
 // slots[0]) (chain 0 only). Block x is (v head, column tile), block y a row (chain 0, 2) or
 // the only one (chain 1).
 __device__ __forceinline__ void recurrence_run(
-    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
-    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    const bf16* __restrict__ mixed, const GdnGateSource& gates, float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
     unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
     __shared__ float cols[GDN_MAX_DK][GDN_COLUMNS];
@@ -431,8 +467,8 @@ __device__ __forceinline__ void recurrence_run(
         while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
             ++end;
         }
-        recurrence_unit(hd, mixed, beta, g, s, out, snapshots, start, end, head, j, live, cols,
-                        q_s, k_s);
+        recurrence_unit(hd, mixed, gates, s, out, snapshots, start, end, head, j, live, cols, q_s,
+                        k_s);
     }
 }
 
@@ -446,7 +482,8 @@ extern "C" __global__ void __launch_bounds__(32) recurrence(
     unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
-    recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+    const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
+    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
                    chain, false);
 }
 
@@ -460,7 +497,36 @@ extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
     unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
-    recurrence_run(mixed, beta, g, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+    const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
+    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+                   chain, true);
+}
+
+// `gates` folded into `recurrence`: ba bf16[rows·2·nv], a_log, dt_bias bf16[nv] in place of
+// beta and g, each row's gates computed where the recurrence reads them (gdn_gate_values, the
+// values `gates` stores), so the bytes of gates then recurrence, in one launch.
+extern "C" __global__ void __launch_bounds__(32) gates_recurrence(
+    const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
+    const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
+    bf16* __restrict__ out, float* __restrict__ snapshots, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
+    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
+                   chain, false);
+}
+
+// gates_recurrence on evenly pitched slots (as recurrence_pitched is to recurrence).
+extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
+    const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
+    const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
+    bf16* __restrict__ out, float* __restrict__ snapshots, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
+    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
                    chain, true);
 }
 

@@ -268,7 +268,7 @@ fn route_arms_are_planned_against_the_arena_kept_and_digested() {
         );
         // Printable like any plan.
         let text = plan.display(&exec.instance.circuit).to_string();
-        assert!(text.contains("gdn::recurrence_pitched"), "{text}");
+        assert!(text.contains("gdn::gates_recurrence_pitched"), "{text}");
     }
     // The digest covers the primaries, then the arms.
     let primaries = solder_circuit::plans_digest(&exec.plans);

@@ -1,4 +1,5 @@
-//! `gdn::recurrence` (and its pitched route) through the host emulation of its CUDA source:
+//! `gdn::recurrence` (and its pitched route, and `gdn::gates_recurrence`, the gates folded in)
+//! through the host emulation of its CUDA source:
 //! equal to its twin byte for byte, outputs, state and snapshots, in every row layout — a
 //! prefill chain on one slot, verify runs on several, independent rows, evenly pitched slots —
 //! with a head's columns split over several one-warp blocks (dv not a multiple of 32), q and k
@@ -199,4 +200,147 @@ fn a_chain_gives_the_bytes_of_its_rows_decoded_one_by_one() {
         "the chain's final state differs from decode's"
     );
     assert_ne!(chained_state, x.state, "the chain moved the state");
+}
+
+/// `gdn::gates_recurrence` (and `_pitched`) from its CUDA source against its twin, and both
+/// against `gdn::gates` then `gdn::recurrence` (`_pitched`): the same outputs, snapshots and
+/// state, byte for byte, in every row layout (the rule `gdn_gates_recurrence` is
+/// `bit_identical`). The gates come from a ba row of wide values, so softplus takes both of
+/// its branches (above and below 20) and beta sits near 0 and 1.
+#[test]
+fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence() {
+    use solder_model_layers::kernels::gdn::{
+        Gates, GatesRecurrence, GATES, GATES_RECURRENCE, GATES_RECURRENCE_PITCHED,
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let problem = |nk, dk, nv, dv, slots: &[i32], num_slots, chain| Problem {
+        nk,
+        dk,
+        nv,
+        dv,
+        slots: slots.to_vec(),
+        num_slots,
+        chain,
+        snapshots: chain != 0,
+    };
+    let problems = [
+        (
+            "chain",
+            problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
+            false,
+        ),
+        (
+            "runs",
+            problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
+            false,
+        ),
+        ("rows", problem(1, 32, 2, 64, &[3, 0, 2], 4, 0), false),
+        ("pitched", problem(1, 32, 2, 33, &[0, 2, 4], 5, 0), true),
+        // 3 v heads per key head: ba's [b r | a r] groups.
+        ("ratio 3", problem(2, 16, 6, 16, &[0, 0], 1, 1), false),
+    ];
+    for (i, (name, p, pitched)) in problems.iter().enumerate() {
+        let seed = 0.75 + i as f32;
+        let x = inputs(p, seed);
+        let (rows, nv) = (p.slots.len() as u32, p.nv);
+        // b, a in about ±24 (softplus past its threshold of 20 on some), a_log, dt_bias small.
+        let wide: Vec<f32> = (0..rows * 2 * nv)
+            .map(|i| ((i as f32 + seed) * 0.917).sin() * 24.0)
+            .collect();
+        let ba = upload(&mut backend, &super::tests_nan::bf16_bytes(&wide));
+        let a_log = upload(&mut backend, &bf16_values(nv, seed + 0.1));
+        let dt_bias = upload(&mut backend, &bf16_values(nv, seed + 0.2));
+        let slots = upload(
+            &mut backend,
+            &p.slots
+                .iter()
+                .flat_map(|s| s.to_le_bytes())
+                .collect::<Vec<_>>(),
+        );
+        // The two launches, then the recurrence reading them.
+        let gate_bytes = (rows * nv) as usize * 4;
+        let (beta, g) = (
+            upload(&mut backend, &vec![0u8; gate_bytes]),
+            upload(&mut backend, &vec![0u8; gate_bytes]),
+        );
+        run(
+            &mut backend,
+            &Gates {
+                ba,
+                a_log,
+                dt_bias,
+                beta,
+                g,
+                rows,
+                nk: p.nk,
+                nv,
+            }
+            .launch(GATES),
+        );
+        let separate = Inputs {
+            mixed: x.mixed.clone(),
+            beta: download(&mut backend, beta.ptr, gate_bytes),
+            g: download(&mut backend, g.ptr, gate_bytes),
+            state: x.state.clone(),
+        };
+        let state = upload(&mut backend, &x.state);
+        let kernel = if *pitched {
+            RECURRENCE_PITCHED
+        } else {
+            RECURRENCE
+        };
+        let want = launch(&mut backend, p, &separate, state, 0..p.slots.len(), kernel);
+        let want_state = download(&mut backend, state.ptr, x.state.len());
+        // One launch.
+        let out_bytes = (rows * nv * p.dv) as usize * 2;
+        let snap_bytes = (rows * nv * p.dk * p.dv) as usize * 4;
+        let out = upload(&mut backend, &vec![0x5a; out_bytes]);
+        let snapshots = p
+            .snapshots
+            .then(|| upload(&mut backend, &vec![0xa5; snap_bytes]));
+        let state = upload(&mut backend, &x.state);
+        let fused = if *pitched {
+            GATES_RECURRENCE_PITCHED
+        } else {
+            GATES_RECURRENCE
+        };
+        let mixed = upload(&mut backend, &x.mixed);
+        run(
+            &mut backend,
+            &GatesRecurrence {
+                mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots,
+                out,
+                snapshots,
+                rows,
+                nk: p.nk,
+                dk: p.dk,
+                nv,
+                dv: p.dv,
+                num_slots: p.num_slots,
+                chain: p.chain,
+            }
+            .launch(fused),
+        );
+        let got = (
+            download(&mut backend, out.ptr, out_bytes),
+            snapshots.map_or_else(Vec::new, |s| download(&mut backend, s.ptr, snap_bytes)),
+        );
+        assert!(got == want, "{name}: outputs or snapshots differ");
+        assert!(
+            download(&mut backend, state.ptr, x.state.len()) == want_state,
+            "{name}: the state differs"
+        );
+        assert_ne!(want_state, x.state, "{name}: the state did not move");
+        let parity = &backend.emulation().unwrap().report()[fused.as_str()];
+        assert!(
+            parity.launches > 0 && parity.launches == parity.identical,
+            "{name}: {fused:?} {parity:?}"
+        );
+    }
 }

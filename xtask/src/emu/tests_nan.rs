@@ -212,6 +212,8 @@ const DRIVEN: &[&str] = &[
     "gdn::gates",
     "gdn::recurrence",
     "gdn::recurrence_pitched",
+    "gdn::gates_recurrence",
+    "gdn::gates_recurrence_pitched",
     "gdn::gated_norm",
 ];
 
@@ -1338,7 +1340,8 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
 #[test]
 fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
     use solder_model_layers::kernels::gdn::{
-        Conv, GatedNorm, Gates, Recurrence, CONV, GATED_NORM, GATES, RECURRENCE, RECURRENCE_PITCHED,
+        Conv, GatedNorm, Gates, GatesRecurrence, Recurrence, CONV, GATED_NORM, GATES,
+        GATES_RECURRENCE, GATES_RECURRENCE_PITCHED, RECURRENCE, RECURRENCE_PITCHED,
     };
     let mut b = Bench::new();
     // 1 key head of 16, 2 value heads of 8: a qkvz row is [q 16 | k 16 | v 16 | z 16].
@@ -1450,6 +1453,35 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         );
         b.mixed("gdn recurrence", out, 2);
     }
+    // The gates folded in: the NaN and ±inf ba above, mixed row 1 poisoned.
+    for kernel in [GATES_RECURRENCE, GATES_RECURRENCE_PITCHED] {
+        let state = b.f32(&state_host);
+        let (out, snapshots) = (
+            b.zeros((rows * nv * dv) as usize * 2),
+            b.zeros(rows as usize * nv as usize * head_elems * 4),
+        );
+        b.run(
+            &GatesRecurrence {
+                mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots,
+                out,
+                snapshots: Some(snapshots),
+                rows,
+                nk,
+                dk,
+                nv,
+                dv,
+                num_slots,
+                chain: 0,
+            }
+            .launch(kernel),
+        );
+        b.mixed("gdn gates_recurrence", out, 2);
+    }
     let core = b.bf16(&rows_of((rows * nv) as usize, dv as usize, 8.0, &[2]));
     let wn = b.bf16(&rows_of(1, dv as usize, 9.0, &[]));
     let out = b.zeros((rows * nv * dv) as usize * 2);
@@ -1474,6 +1506,8 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         "gdn::gates",
         "gdn::recurrence",
         "gdn::recurrence_pitched",
+        "gdn::gates_recurrence",
+        "gdn::gates_recurrence_pitched",
         "gdn::gated_norm",
     ]);
 }

@@ -68,11 +68,11 @@ fn conv_config(a: &Conv) -> LaunchConfig {
 
 /// One warp per (v head, 32 state columns, row); with `chain` 1 one per (v head, 32 columns),
 /// walking the rows.
-fn recurrence_config(a: &Recurrence) -> LaunchConfig {
-    let tiles = a.dv.max(1).div_ceil(GDN_COLUMNS) as u64;
-    let blocks = (a.nv.max(1) as u64 * tiles).clamp(1, u32::MAX as u64) as u32;
+fn recurrence_grid(rows: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
+    let tiles = dv.max(1).div_ceil(GDN_COLUMNS) as u64;
+    let blocks = (nv.max(1) as u64 * tiles).clamp(1, u32::MAX as u64) as u32;
     LaunchConfig {
-        grid: [blocks, row_blocks(a.rows, a.chain), 1],
+        grid: [blocks, row_blocks(rows, chain), 1],
         block: [GDN_COLUMNS, 1, 1],
         shared_bytes: 0,
     }
@@ -148,10 +148,40 @@ kernel! {
         num_slots: U32,
         chain: U32,
     }
-    grid(a) = recurrence_config(a);
+    grid(a) = recurrence_grid(a.rows, a.nv, a.dv, a.chain);
     RECURRENCE = "gdn::recurrence" => twin twin::recurrence, emit emit_recurrence;
     RECURRENCE_PITCHED = "gdn::recurrence_pitched" =>
         twin twin::recurrence_pitched, emit emit_recurrence_pitched;
+}
+
+kernel! {
+    /// `gates` folded into `recurrence`: ba bf16\[rows·2·nv\], a_log, dt_bias bf16\[nv\] in
+    /// place of beta and g, each row's gates computed where the recurrence reads them (the
+    /// values `gates` stores, so the bytes of `gates` then `recurrence`); otherwise the
+    /// recurrence's arguments, launch and arithmetic. `gates_recurrence_pitched`: the same on
+    /// evenly pitched slots (`recurrence_pitched`).
+    pub struct GatesRecurrence / GatesRecurrenceArgs {
+        mixed: In<bf16>,
+        ba: In<bf16>,
+        a_log: In<bf16>,
+        dt_bias: In<bf16>,
+        state: InOut<f32>,
+        slots: In<i32>,
+        out: Out<bf16>,
+        snapshots: OutOpt<f32>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        num_slots: U32,
+        chain: U32,
+    }
+    grid(a) = recurrence_grid(a.rows, a.nv, a.dv, a.chain);
+    GATES_RECURRENCE = "gdn::gates_recurrence" =>
+        twin twin::gates_recurrence, emit emit_gates_recurrence;
+    GATES_RECURRENCE_PITCHED = "gdn::gates_recurrence_pitched" =>
+        twin twin::gates_recurrence_pitched, emit emit_gates_recurrence_pitched;
 }
 
 kernel! {
@@ -177,6 +207,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     Conv::DECLS,
     Gates::DECLS,
     Recurrence::DECLS,
+    GatesRecurrence::DECLS,
     GatedNorm::DECLS,
 ];
 
@@ -245,15 +276,40 @@ fn emit_gates(v: &View<'_>) -> R {
     .launch(GATES)])
 }
 
-/// The recurrence's arguments: with the state's snapshots when rows chain, unless `pitched`
-/// (the route runs independent rows only).
-fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
-    let r = v.op(OpKind::GdnRecurrence, None)?;
-    let [nk, dk, nv, dv] = gdn_dims(v, r)?;
-    if pitched && v.chained() {
-        return Err(v.err("the pitched route runs independent rows, not a verify chain".into()));
+/// What both recurrence kernels take besides the gates: the group's recurrence op, its dims
+/// and its state (with the snapshots when rows chain, unless `pitched`: the route runs
+/// independent rows only).
+struct RecurrenceParts<'a> {
+    op: &'a Op,
+    dims: [u32; 4],
+    state: Buf,
+    snapshots: Option<Buf>,
+}
+
+impl<'a> RecurrenceParts<'a> {
+    fn of(v: &View<'a>, pitched: bool) -> Result<RecurrenceParts<'a>, ExecError> {
+        let op = v.op(OpKind::GdnRecurrence, None)?;
+        if pitched && v.chained() {
+            return Err(v.err("the pitched route runs independent rows, not a verify chain".into()));
+        }
+        let (state, snapshots) = gdn_state(v, op)?;
+        Ok(RecurrenceParts {
+            op,
+            dims: gdn_dims(v, op)?,
+            state,
+            snapshots,
+        })
     }
-    let (state, snapshots) = gdn_state(v, r)?;
+}
+
+/// The recurrence's arguments, its gates read from `gdn::gates`' outputs.
+fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
+    let RecurrenceParts {
+        op: r,
+        dims: [nk, dk, nv, dv],
+        state,
+        snapshots,
+    } = RecurrenceParts::of(v, pitched)?;
     Ok(Recurrence {
         mixed: v.input(r, 0)?,
         beta: v.input(r, 1)?,
@@ -278,6 +334,52 @@ fn emit_recurrence(v: &View<'_>) -> R {
 
 fn emit_recurrence_pitched(v: &View<'_>) -> R {
     Ok(vec![recurrence_of(v, true)?.launch(RECURRENCE_PITCHED)])
+}
+
+/// `gates` → `recurrence` (its beta and g read inside the group) as one launch.
+fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, ExecError> {
+    let gates = v.op(OpKind::GdnGates, None)?;
+    let RecurrenceParts {
+        op: r,
+        dims: [nk, dk, nv, dv],
+        state,
+        snapshots,
+    } = RecurrenceParts::of(v, pitched)?;
+    for (index, output) in [(1, 0), (2, 1)] {
+        if r.inputs.get(index) != gates.outputs.get(output) {
+            return Err(v.err(format!(
+                "`{}` does not read `{}`'s gates as its input {index}",
+                r.name, gates.name
+            )));
+        }
+    }
+    Ok(GatesRecurrence {
+        mixed: v.input(r, 0)?,
+        ba: v.input(gates, 0)?,
+        a_log: v.weight(gates, 0)?,
+        dt_bias: v.weight(gates, 1)?,
+        state,
+        slots: v.meta(MetaField::StateSlots),
+        out: v.output(r, 0)?,
+        snapshots,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        num_slots: v.state_slots(),
+        chain: v.chain_mode(),
+    })
+}
+
+fn emit_gates_recurrence(v: &View<'_>) -> R {
+    Ok(vec![gates_recurrence_of(v, false)?.launch(GATES_RECURRENCE)])
+}
+
+fn emit_gates_recurrence_pitched(v: &View<'_>) -> R {
+    Ok(vec![
+        gates_recurrence_of(v, true)?.launch(GATES_RECURRENCE_PITCHED)
+    ])
 }
 
 fn emit_gated_norm(v: &View<'_>) -> R {

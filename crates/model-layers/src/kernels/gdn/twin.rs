@@ -13,8 +13,8 @@ use std::collections::hash_map::{Entry, HashMap};
 use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
-use super::{ConvArgs, GatedNormArgs, GatesArgs, RecurrenceArgs, GDN_MAX_DK};
-use crate::kernels::args::{macs, size, threads_for, Dim};
+use super::{ConvArgs, GatedNormArgs, GatesArgs, GatesRecurrenceArgs, RecurrenceArgs, GDN_MAX_DK};
+use crate::kernels::args::{macs, size, threads_for, Dim, In, Out, OutOpt};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
@@ -213,6 +213,20 @@ pub(super) fn gates(a: GatesArgs<'_>) -> Result<(), GpuError> {
     let dt_bias = a.dt_bias.len(nv)?;
     let beta = a.beta.len(size(ctx, &[rows, nv])?)?;
     let g = a.g.len(size(ctx, &[rows, nv])?)?;
+    gate_values([ba, a_log, dt_bias], nv, ratio, beta, g);
+    Ok(())
+}
+
+/// Every row's beta = sigmoid(b) and g = −exp(a_log) · softplus(a + dt_bias) from
+/// `[ba, a_log, dt_bias]` (lengths checked): `gates`' arithmetic, and what `gates_recurrence`
+/// computes where its recurrence reads them.
+fn gate_values(
+    [ba, a_log, dt_bias]: [&[bf16]; 3],
+    nv: usize,
+    ratio: usize,
+    beta: &mut [f32],
+    g: &mut [f32],
+) {
     for ((ba, beta), g) in ba
         .chunks_exact(2 * nv)
         .zip(beta.chunks_exact_mut(nv))
@@ -226,7 +240,6 @@ pub(super) fn gates(a: GatesArgs<'_>) -> Result<(), GpuError> {
             g[vh] = -(to_f32(a_log[vh]).exp()) * softplus(a + to_f32(dt_bias[vh]));
         }
     }
-    Ok(())
 }
 
 /// The per-launch inputs of the recurrence.
@@ -388,56 +401,155 @@ fn pitched_slots(
 }
 
 fn recurrence_on(a: RecurrenceArgs<'_>, pitched: bool) -> Result<(), GpuError> {
+    let heads = recurrence_heads(a.ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let rows_nv = size(a.ctx, &[a.rows.count(), heads.nv])?;
+    let (beta, g) = (a.beta.len(rows_nv)?, a.g.len(rows_nv)?);
+    let launch = RecurrenceLaunch {
+        ctx: a.ctx,
+        heads,
+        mixed: a.mixed,
+        state: a.state,
+        slots: a.slots,
+        out: a.out,
+        snapshots: a.snapshots,
+        rows: a.rows,
+        num_slots: a.num_slots,
+        chain: a.chain,
+    };
+    launch.run(pitched, beta, g)
+}
+
+pub(super) fn gates_recurrence(a: GatesRecurrenceArgs<'_>) -> Result<(), GpuError> {
+    gates_recurrence_on(a, false)
+}
+
+pub(super) fn gates_recurrence_pitched(a: GatesRecurrenceArgs<'_>) -> Result<(), GpuError> {
+    gates_recurrence_on(a, true)
+}
+
+/// `gates` then `recurrence` (or `recurrence_pitched`): the rows' gates into f32 buffers as
+/// `gates` stores them, then the recurrence over them.
+fn gates_recurrence_on(a: GatesRecurrenceArgs<'_>, pitched: bool) -> Result<(), GpuError> {
     let ctx = a.ctx;
-    let heads = Heads::read(ctx, [a.nk, a.dk, a.nv, a.dv])?;
-    let (rows, num_slots) = (a.rows.count(), a.num_slots.dim()?);
-    // The CUDA kernel keeps q and k of a head in shared memory: refuse what it could not run.
+    let heads = recurrence_heads(ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let rows = a.rows.count();
+    let ba = a.ba.len(size(ctx, &[rows, 2, heads.nv])?)?;
+    let a_log = a.a_log.len(heads.nv)?;
+    let dt_bias = a.dt_bias.len(heads.nv)?;
+    let rows_nv = size(ctx, &[rows, heads.nv])?;
+    let (mut beta, mut g) = (vec![0.0f32; rows_nv], vec![0.0f32; rows_nv]);
+    gate_values(
+        [ba, a_log, dt_bias],
+        heads.nv,
+        heads.ratio,
+        &mut beta,
+        &mut g,
+    );
+    let launch = RecurrenceLaunch {
+        ctx,
+        heads,
+        mixed: a.mixed,
+        state: a.state,
+        slots: a.slots,
+        out: a.out,
+        snapshots: a.snapshots,
+        rows: a.rows,
+        num_slots: a.num_slots,
+        chain: a.chain,
+    };
+    launch.run(pitched, &beta, &g)
+}
+
+/// The head geometry of a recurrence launch; the CUDA kernels keep q and k of a head in shared
+/// memory, so a key head dim above `GDN_MAX_DK` is refused.
+fn recurrence_heads(ctx: &TwinCtx<'_>, dims: [Dim<'_>; 4]) -> Result<Heads, GpuError> {
+    let heads = Heads::read(ctx, dims)?;
     if heads.dk > GDN_MAX_DK as usize {
-        return Err(a.dk.bad(format!(
+        return Err(dims[1].bad(format!(
             "key head dim {} above the kernels' {GDN_MAX_DK}",
             heads.dk
         )));
     }
-    let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
-    let slot_elems = size(ctx, &[nv, dk, dv])?;
-    let mixed = a.mixed.len(size(ctx, &[rows, heads.channels])?)?;
-    let beta = a.beta.len(size(ctx, &[rows, nv])?)?;
-    let g = a.g.len(size(ctx, &[rows, nv])?)?;
-    let state = a.state.len(size(ctx, &[num_slots, slot_elems])?)?;
-    let slots = a.slots.len(rows)?;
-    let out = a.out.len(size(ctx, &[rows, nv, dv])?)?;
-    let snapshots = a.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
-    let row_slots = if pitched {
-        pitched_slots(ctx, slots, num_slots, a.chain)?
-    } else {
-        row_slots(ctx, slots, num_slots, a.chain)?
-    };
-    let inputs = Recurrence {
-        heads,
-        mixed,
-        beta,
-        g,
-    };
-    let mut tasks = head_tasks(state, out, snapshots, &row_slots, &heads);
-    let threads = threads_for(ctx, macs(&[rows, nv, dk, dv, 4]));
-    let per_chunk = tasks.len().div_ceil(threads).max(1);
-    par_chunks_mut(&mut tasks, per_chunk, threads, |_, chunk| {
-        let mut scratch = Scratch {
-            q: vec![0.0; dk],
-            k: vec![0.0; dk],
-            acc: vec![0.0; dv],
-            delta: vec![0.0; dv],
+    Ok(heads)
+}
+
+/// A recurrence launch's buffers and scalars besides its gates (`recurrence` and
+/// `gates_recurrence` share them).
+struct RecurrenceLaunch<'c> {
+    ctx: &'c TwinCtx<'c>,
+    heads: Heads,
+    mixed: In<'c, bf16>,
+    state: Out<'c, f32>,
+    slots: In<'c, i32>,
+    out: Out<'c, bf16>,
+    snapshots: OutOpt<'c, f32>,
+    rows: Dim<'c>,
+    num_slots: Dim<'c>,
+    chain: Dim<'c>,
+}
+
+impl RecurrenceLaunch<'_> {
+    /// Checks the buffers, then advances every (slot, v head) over its rows with the rows'
+    /// gates `beta`, `g` (f32\[rows·nv\], lengths checked).
+    fn run(self, pitched: bool, beta: &[f32], g: &[f32]) -> Result<(), GpuError> {
+        let (ctx, heads) = (self.ctx, self.heads);
+        let (rows, num_slots) = (self.rows.count(), self.num_slots.dim()?);
+        let (nv, dk, dv) = (heads.nv, heads.dk, heads.dv);
+        let slot_elems = size(ctx, &[nv, dk, dv])?;
+        let mixed = self.mixed.len(size(ctx, &[rows, heads.channels])?)?;
+        let state = self.state.len(size(ctx, &[num_slots, slot_elems])?)?;
+        let slots = self.slots.len(rows)?;
+        let out = self.out.len(size(ctx, &[rows, nv, dv])?)?;
+        let snapshots = self.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
+        let row_slots = if pitched {
+            pitched_slots(ctx, slots, num_slots, self.chain)?
+        } else {
+            row_slots(ctx, slots, num_slots, self.chain)?
         };
-        for task in chunk {
-            for step in &mut task.steps {
-                inputs.step(step.row, task.head, task.state, &mut scratch, step.out);
-                if let Some(s) = step.snapshot.as_deref_mut() {
-                    s.copy_from_slice(task.state);
+        let inputs = Recurrence {
+            heads,
+            mixed,
+            beta,
+            g,
+        };
+        inputs.advance(ctx, state, out, snapshots, &row_slots);
+        Ok(())
+    }
+}
+
+impl Recurrence<'_> {
+    /// Every (slot, v head) task over its rows in order (`head_tasks`), in parallel.
+    fn advance(
+        &self,
+        ctx: &TwinCtx<'_>,
+        state: &mut [f32],
+        out: &mut [bf16],
+        snapshots: Option<&mut [f32]>,
+        row_slots: &[usize],
+    ) {
+        let heads = self.heads;
+        let (rows, nv, dk, dv) = (row_slots.len(), heads.nv, heads.dk, heads.dv);
+        let inputs = self;
+        let mut tasks = head_tasks(state, out, snapshots, row_slots, &heads);
+        let threads = threads_for(ctx, macs(&[rows, nv, dk, dv, 4]));
+        let per_chunk = tasks.len().div_ceil(threads).max(1);
+        par_chunks_mut(&mut tasks, per_chunk, threads, |_, chunk| {
+            let mut scratch = Scratch {
+                q: vec![0.0; dk],
+                k: vec![0.0; dk],
+                acc: vec![0.0; dv],
+                delta: vec![0.0; dv],
+            };
+            for task in chunk {
+                for step in &mut task.steps {
+                    inputs.step(step.row, task.head, task.state, &mut scratch, step.out);
+                    if let Some(s) = step.snapshot.as_deref_mut() {
+                        s.copy_from_slice(task.state);
+                    }
                 }
             }
-        }
-    });
-    Ok(())
+        });
+    }
 }
 
 pub(super) fn gated_norm(a: GatedNormArgs<'_>) -> Result<(), GpuError> {
