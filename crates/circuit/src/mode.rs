@@ -54,6 +54,13 @@ impl Mode {
         }
     }
 
+    /// Whether a program of this mode keeps its recurrent state's per-row snapshots (the state
+    /// after each row): verify and batched verify, whose rows a speculative step may roll back
+    /// to. A prefill chunk chains its rows too, but nothing rolls it back, so it keeps none.
+    pub fn keeps_snapshots(self) -> bool {
+        matches!(self, Mode::Verify | Mode::VerifyBatch)
+    }
+
     /// Checks that `rows` makes sense for this mode.
     pub fn check_rows(self, rows: usize) -> Result<(), CircuitError> {
         let why = match self {

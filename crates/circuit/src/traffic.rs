@@ -11,8 +11,9 @@
 //!   tokens, the logits), at the plan's rows; fused edges move nothing;
 //! - state: a KV write writes its rows' K and V; an attention reads the KV of every token its
 //!   sequences hold after the step (`context` before it plus the step's own), once per
-//!   sequence; a recurrent state is read and written once per sequence slot, and a verify
-//!   step also writes one snapshot per row;
+//!   sequence; a recurrent state is read and written once per sequence slot, and a verify or
+//!   batched-verify step also writes one snapshot per row (`Mode::keeps_snapshots`; a prefill
+//!   chunk writes none);
 //! - metadata: each field its nodes read (i32 per row; block tables one entry per page a
 //!   row's sequence holds).
 //!
@@ -282,7 +283,7 @@ fn launch_traffic(
                     ),
                     _ => {
                         let slot = u(kind.slot_bytes());
-                        let writes = if plan.mode.rows_as() == Mode::Verify {
+                        let writes = if plan.mode.keeps_snapshots() {
                             seqs.saturating_add(rows)
                         } else {
                             seqs

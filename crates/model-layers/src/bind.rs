@@ -80,9 +80,16 @@ impl Bindings<'_> {
         }
     }
 
-    /// The per-row snapshots of a recurrent state (one slot's bytes per row of this plan).
+    /// The per-row snapshots of a recurrent state (one slot's bytes per row of this plan; only
+    /// a plan that keeps them, `Mode::keeps_snapshots`, has room in the layout).
     pub fn snapshots(&self, state: StateId) -> Buf {
         let r = &self.layout.states[state.0 as usize];
+        debug_assert!(
+            self.rows() <= self.layout.state_rows.snapshots,
+            "{} rows of snapshots, the layout keeps {}",
+            self.rows(),
+            self.layout.state_rows.snapshots
+        );
         Buf {
             ptr: self.kv.offset(r.snapshot_offset),
             bytes: r.slot_bytes * self.rows(),

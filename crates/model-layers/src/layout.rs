@@ -75,15 +75,47 @@ pub struct Layout {
     pub kv_block_size: usize,
     /// Sequence slots of the recurrent states (the scratch slot 0 included).
     pub state_slots: usize,
+    /// Snapshot and backup slots of each recurrent state (`StateRows`).
+    pub state_rows: StateRows,
     /// The region of each state declaration in the state allocation, by `StateId`.
     pub states: Vec<StateRegion>,
     pub state_bytes: usize,
 }
 
+/// How many snapshot and backup slots each recurrent state keeps besides its sequence slots.
+///
+/// - `snapshots`: one per row of the widest plan whose recurrent kernels keep per-row
+///   snapshots (verify and batched verify, `Mode::keeps_snapshots`: the rows a speculative
+///   step may roll back to); a prefill chunk, a multi-seq or a decode step keeps none, so a wide
+///   prefill chunk does not size them.
+/// - `backups`: one per slot a step can advance: a row advances at most one slot and every
+///   slot a step advances is held by a sequence, so the fewer of the widest plan's rows and
+///   the sequence slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateRows {
+    pub snapshots: usize,
+    pub backups: usize,
+}
+
+impl StateRows {
+    pub fn of(plans: &[&ExecutionPlan], max_sequences: usize) -> StateRows {
+        let max_rows = plans.iter().map(|p| p.rows).max().unwrap_or(1);
+        StateRows {
+            snapshots: plans
+                .iter()
+                .filter(|p| p.mode.keeps_snapshots())
+                .map(|p| p.rows)
+                .max()
+                .unwrap_or(0),
+            backups: max_rows.min(max_sequences.saturating_add(1)),
+        }
+    }
+}
+
 /// One state declaration's bytes in the state allocation: KV pages, or `state_slots` slots of
-/// `slot_bytes`, then one snapshot per row (the state after that row of a verify step), then
-/// one backup slot per row (where a session saves the slots a step advances, to restore them
-/// if it fails; no program reads or writes it).
+/// `slot_bytes`, then `StateRows::snapshots` snapshots (the state after each row of a verify
+/// step), then `StateRows::backups` backup slots (where a session saves the slots a step
+/// advances, to restore them if it fails; no program reads or writes them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateRegion {
     pub offset: usize,
@@ -143,8 +175,9 @@ impl Layout {
         let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
 
         let state_slots = max_sequences + 1;
+        let state_rows = StateRows::of(plans, max_sequences);
         let (states, state_bytes) =
-            state_regions(circuit, kv_pages, block_size, state_slots, max_rows);
+            state_regions(circuit, kv_pages, block_size, state_slots, state_rows);
         Layout {
             max_rows,
             max_seq_len,
@@ -174,6 +207,7 @@ impl Layout {
             kv_pages,
             kv_block_size: block_size,
             state_slots,
+            state_rows,
             states,
             state_bytes,
         }
@@ -203,14 +237,14 @@ fn weight_offsets(circuit: &Circuit) -> (Vec<usize>, usize) {
 }
 
 /// One region per state declaration, and their total bytes: KV pages, or `state_slots`
-/// sequence slots (slot 0 is the scratch slot padding rows use) followed by one snapshot and
-/// one backup slot per row of the widest plan.
+/// sequence slots (slot 0 is the scratch slot padding rows use) followed by the snapshot and
+/// backup slots of `rows`.
 fn state_regions(
     circuit: &Circuit,
     kv_pages: usize,
     block_size: usize,
     state_slots: usize,
-    max_rows: usize,
+    rows: StateRows,
 ) -> (Vec<StateRegion>, usize) {
     let mut states = Vec::with_capacity(circuit.states.len());
     let mut state_bytes = 0;
@@ -233,10 +267,10 @@ fn state_regions(
             _ => {
                 let slot = decl.kind.slot_bytes();
                 let snapshot_offset = state_bytes + align(state_slots * slot);
-                let backup_offset = snapshot_offset + align(max_rows * slot);
+                let backup_offset = snapshot_offset + align(rows.snapshots * slot);
                 StateRegion {
                     offset: state_bytes,
-                    bytes: backup_offset + align(max_rows * slot) - state_bytes,
+                    bytes: backup_offset + align(rows.backups * slot) - state_bytes,
                     slot_bytes: slot,
                     snapshot_offset,
                     backup_offset,
@@ -260,13 +294,13 @@ fn hidden_row_bytes(circuit: &Circuit) -> usize {
         .map_or(0, |t| t.bytes(1))
 }
 
-/// The state allocation's bytes for `kv_pages` KV pages and `max_sequences` state slots at
-/// `max_rows` rows, by checked arithmetic before `Layout::new` computes it plainly. An
-/// overflow, or a total past `MAX_TENSOR_BYTES`, is refused naming the `KvShape` field whose
-/// value makes it so (`pages` for the KV pages, `max_sequences` for the slots).
+/// The state allocation's bytes for `kv_pages` KV pages, `max_sequences` state slots and the
+/// snapshot and backup slots of `rows`, by checked arithmetic before `Layout::new` computes it
+/// plainly. An overflow, or a total past `MAX_TENSOR_BYTES`, is refused naming the `KvShape`
+/// field whose value makes it so (`pages` for the KV pages, `max_sequences` for the slots).
 pub(crate) fn check_state_bytes(
     circuit: &Circuit,
-    max_rows: usize,
+    rows: StateRows,
     kv_pages: usize,
     max_sequences: usize,
 ) -> Result<usize, (&'static str, String)> {
@@ -307,7 +341,7 @@ pub(crate) fn check_state_bytes(
                 let slot = kind.checked_slot_bytes();
                 let slots = max_sequences
                     .checked_add(1)
-                    .and_then(|s| s.checked_add(max_rows.checked_mul(2)?));
+                    .and_then(|s| s.checked_add(rows.snapshots)?.checked_add(rows.backups));
                 (
                     "max_sequences",
                     slot.zip(slots).and_then(|(b, n)| product(&[b, n])),

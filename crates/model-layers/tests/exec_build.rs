@@ -1,13 +1,13 @@
 //! `CircuitExec::build`: a program for every serve shape, stable digests, one workspace sized
 //! by the layout, launch counts from the plans, fallbacks when fused kernels are absent, and
-//! the same logits from every weight source and routing. The launch entries and splits the
-//! levers pick are `exec_launches.rs`'.
+//! the same logits from every weight source and routing, recurrent snapshots kept by the verify
+//! programs alone. The launch entries and splits the levers pick are `exec_launches.rs`'.
 
 mod exec_support;
 
 use exec_support::{
     assert_same_bytes, backend, boot, build, build_llama, config, decode_alone, kv, prompt,
-    roomy_kv, rules, TempDir, TINY_LLAMA, TINY_QWEN2,
+    roomy_kv, rules, TempDir, TINY_LLAMA, TINY_NEXT, TINY_QWEN2,
 };
 use solder_circuit::{Mode, Numerics, Policy};
 use solder_gpu_runtime::{CpuBackend, GpuBackend, ModuleImage};
@@ -415,4 +415,75 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
         Err(other) => panic!("expected Build, got {other}"),
         Ok(_) => panic!("a build with no weights succeeded"),
     }
+}
+
+/// Only verify and batched-verify programs keep the recurrent state's per-row snapshots (the
+/// rows a speculative step may roll back to): the layout sizes them by those programs, not by
+/// the widest (here a multi-seq step of 16), and a prefill chunk's recurrent launches pass none
+/// where the verify program of its width passes them. The backup slots are one per slot a step
+/// can advance: no more than the sequence slots.
+#[test]
+fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
+    use solder_config::ServeShape;
+    use solder_gpu_runtime::KernelArg;
+    let mut backend = backend();
+    let serve = ServeShape {
+        max_batch: 16,
+        multi_seq_ladder: vec![2, 4, 8, 16],
+        verify_widths: vec![2, 3, 4],
+        verify_batch_widths: vec![4, 8],
+        draft_widths: Vec::new(),
+    };
+    let mut boot = boot(
+        config(TINY_NEXT),
+        Policy::default(),
+        WeightSource::Random { seed: 7 },
+        roomy_kv(),
+    );
+    boot.serve = serve;
+    boot.kv.max_sequences = 4;
+    let exec = CircuitExec::build(&mut backend, boot).expect("build");
+    let layout = &exec.layout;
+    assert_eq!(layout.max_rows, 16);
+    assert_eq!(layout.state_rows.snapshots, 8, "the widest batched verify");
+    assert_eq!(
+        layout.state_rows.backups, 5,
+        "4 sequences and the scratch slot"
+    );
+    let recurrent = layout.states.iter().filter(|r| r.slot_bytes > 0);
+    for region in recurrent {
+        // Each part 256-aligned.
+        let aligned = |slots: usize| (slots * region.slot_bytes).next_multiple_of(256);
+        assert_eq!(
+            (
+                region.backup_offset - region.snapshot_offset,
+                region.offset + region.bytes - region.backup_offset
+            ),
+            (aligned(8), aligned(5)),
+            "{region:?}"
+        );
+    }
+    // The GDN launches (conv, the recurrence) of the prefill and the verify program of 4 rows.
+    let gdn_nulls = |mode: Mode| -> Vec<bool> {
+        exec.program(mode, 4)
+            .expect("program")
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ProgramStep::Launch { name, args, .. } if name.starts_with("gdn::") => (*name
+                    != "gdn::gated_norm")
+                    .then(|| args.iter().any(|a| matches!(a, KernelArg::Null))),
+                _ => None,
+            })
+            .collect()
+    };
+    let (prefill, verify) = (gdn_nulls(Mode::Prefill), gdn_nulls(Mode::Verify));
+    assert!(
+        !prefill.is_empty() && prefill.iter().all(|null| *null),
+        "{prefill:?}"
+    );
+    assert!(
+        !verify.is_empty() && verify.iter().all(|null| !*null),
+        "{verify:?}"
+    );
 }

@@ -23,7 +23,7 @@ use super::CircuitExec;
 use crate::bytes;
 use crate::checkpoint::Checkpoint;
 use crate::error::ExecError;
-use crate::layout::{check_state_bytes, Layout};
+use crate::layout::{check_state_bytes, Layout, StateRows};
 use crate::program::Program;
 use crate::weights::HostWeights;
 
@@ -37,8 +37,8 @@ pub(super) fn size(
     inv_freq_len: usize,
     kv: &KvShape,
 ) -> Result<Layout, ExecError> {
-    let max_rows = served.iter().map(|p| p.rows).max().unwrap_or(1);
-    check_state_bytes(instance.storage(), max_rows, kv.pages, kv.max_sequences).map_err(
+    let rows = StateRows::of(served, kv.max_sequences);
+    check_state_bytes(instance.storage(), rows, kv.pages, kv.max_sequences).map_err(
         |(field, message)| {
             let (field, value) = match field {
                 "pages" => ("KvShape::pages", kv.pages),
@@ -266,7 +266,7 @@ impl CircuitExec {
         }
         check_state_bytes(
             self.instance.storage(),
-            self.layout.max_rows,
+            self.layout.state_rows,
             pages,
             self.layout.state_slots - 1,
         )

@@ -232,8 +232,13 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Rows of this plan are consecutive tokens of sequences (verify, verify_batch), so the
-    /// recurrent kernels keep per-row snapshots.
+    /// Whether the recurrent kernels keep per-row snapshots (`Mode::keeps_snapshots`: verify
+    /// and batched verify, not a prefill chunk).
+    pub fn keeps_snapshots(&self) -> bool {
+        self.bind.mode().keeps_snapshots()
+    }
+
+    /// Rows of this plan are consecutive tokens of sequences (verify, verify_batch, prefill).
     pub fn chained(&self) -> bool {
         matches!(
             self.bind.mode().rows_as(),

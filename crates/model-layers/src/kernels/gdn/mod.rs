@@ -223,13 +223,14 @@ fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
     ])
 }
 
-/// A recurrent op's state region, and its per-row snapshots when rows chain (verify).
+/// A recurrent op's state region, and its per-row snapshots when the plan keeps them (verify,
+/// batched verify: `View::keeps_snapshots`).
 fn gdn_state(v: &View<'_>, op: &Op) -> Result<(Buf, Option<Buf>), ExecError> {
     let edge = *op
         .outputs
         .get(1)
         .ok_or_else(|| v.err(format!("`{}` has no state edge", op.name)))?;
-    let snapshots = if v.chained() {
+    let snapshots = if v.keeps_snapshots() {
         Some(v.snapshots_of(edge)?)
     } else {
         None

@@ -2,8 +2,8 @@
 //! device-to-device into the state allocation's backup slots (`layout::StateRegion`) before
 //! the step runs, and copied back if it fails, so a failed step leaves the state as it was.
 //!
-//! Invariants: a backup holds at most `max_rows` slots (a step advances at most one slot per
-//! row); only the session that saved it restores it, before any other step runs; no program
+//! Invariants: a backup holds at most `StateRows::backups` slots (a step advances at most one
+//! slot per row, each held by a sequence); only the session that saved it restores it, before any other step runs; no program
 //! touches the backup slots.
 
 use solder_gpu_runtime::{GpuBackend, GpuError};
@@ -24,11 +24,12 @@ impl StateBackup {
         backend: &mut dyn GpuBackend,
         slots: &[u32],
     ) -> Result<StateBackup, SessionError> {
-        // One backup slot per row of the widest program: a step advances one slot per row.
-        if slots.len() > exec.layout.max_rows {
+        // A backup slot per slot a step can advance (`layout::StateRows`): one per row of the
+        // widest program, at most one per sequence slot.
+        if slots.len() > exec.layout.state_rows.backups {
             return Err(SessionError::TooWide {
                 asked: slots.len(),
-                widest: exec.layout.max_rows,
+                widest: exec.layout.state_rows.backups,
             });
         }
         let backup = StateBackup {
