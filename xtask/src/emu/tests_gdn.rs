@@ -107,11 +107,18 @@ fn launch(
     )
 }
 
-#[test]
-fn the_recurrence_equals_its_twin_in_every_row_layout() {
-    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    emulated(EmuMode::Shadow, &mut backend);
-    let problem = |nk, dk, nv, dv, slots: &[i32], num_slots, chain| Problem {
+/// A problem of `nk` key heads of `dk`, `nv` value heads of `dv`, rows on `slots`, chained
+/// by `chain` (with snapshots when chained).
+fn problem(
+    nk: u32,
+    dk: u32,
+    nv: u32,
+    dv: u32,
+    slots: &[i32],
+    num_slots: u32,
+    chain: u32,
+) -> Problem {
+    Problem {
         nk,
         dk,
         nv,
@@ -120,35 +127,45 @@ fn the_recurrence_equals_its_twin_in_every_row_layout() {
         num_slots,
         chain,
         snapshots: chain != 0,
-    };
-    let problems = [
+    }
+}
+
+/// The row layouts every recurrence kernel is held to, each with whether it runs the pitched
+/// route.
+fn layouts() -> [(&'static str, Problem, bool); 5] {
+    [
         // A prefill chain of 5 rows: dk 48 (q, k wider than a warp), dv 40 (two column
         // blocks, the second 8 columns wide), 2 v heads on one key head.
         (
             "chain",
             problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
-            RECURRENCE,
+            false,
         ),
         // Verify runs of 3, 2 and 1 rows on three slots, 2 key heads.
         (
             "runs",
             problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
-            RECURRENCE,
+            false,
         ),
         // Independent rows, and the pitched route on slots 0, 2, 4.
-        ("rows", problem(1, 32, 2, 64, &[3, 0, 2], 4, 0), RECURRENCE),
-        (
-            "pitched",
-            problem(1, 32, 2, 33, &[0, 2, 4], 5, 0),
-            RECURRENCE_PITCHED,
-        ),
+        ("rows", problem(1, 32, 2, 64, &[3, 0, 2], 4, 0), false),
+        ("pitched", problem(1, 32, 2, 33, &[0, 2, 4], 5, 0), true),
         // A key head dim past 128 and up to the kernel's 256, in a chain of 3.
-        (
-            "dk 200",
-            problem(1, 200, 1, 36, &[0, 0, 0], 1, 1),
-            RECURRENCE,
-        ),
-    ];
+        ("dk 200", problem(1, 200, 1, 36, &[0, 0, 0], 1, 1), false),
+    ]
+}
+
+#[test]
+fn the_recurrence_equals_its_twin_in_every_row_layout() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let problems = layouts().map(|(name, p, pitched)| {
+        let kernel = match pitched {
+            true => RECURRENCE_PITCHED,
+            false => RECURRENCE,
+        };
+        (name, p, kernel)
+    });
     for (i, (name, p, kernel)) in problems.iter().enumerate() {
         let x = inputs(p, 0.25 + i as f32);
         let state = upload(&mut backend, &x.state);
@@ -214,35 +231,14 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
     };
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
-    let problem = |nk, dk, nv, dv, slots: &[i32], num_slots, chain| Problem {
-        nk,
-        dk,
-        nv,
-        dv,
-        slots: slots.to_vec(),
-        num_slots,
-        chain,
-        snapshots: chain != 0,
-    };
-    let problems = [
-        (
-            "chain",
-            problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
-            false,
-        ),
-        (
-            "runs",
-            problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
-            false,
-        ),
-        ("rows", problem(1, 32, 2, 64, &[3, 0, 2], 4, 0), false),
-        ("pitched", problem(1, 32, 2, 33, &[0, 2, 4], 5, 0), true),
-        // 3 v heads per key head: ba's [b r | a r] groups.
-        ("ratio 3", problem(2, 16, 6, 16, &[0, 0], 1, 1), false),
-    ];
-    for (i, (name, p, pitched)) in problems.iter().enumerate() {
+    // The row layouts, and 3 v heads per key head (ba's [b r | a r] groups).
+    let problems =
+        layouts()
+            .into_iter()
+            .chain([("ratio 3", problem(2, 16, 6, 16, &[0, 0], 1, 1), false)]);
+    for (i, (name, p, pitched)) in problems.enumerate() {
         let seed = 0.75 + i as f32;
-        let x = inputs(p, seed);
+        let x = inputs(&p, seed);
         let (rows, nv) = (p.slots.len() as u32, p.nv);
         // b, a in about ±24 (softplus past its threshold of 20 on some), a_log, dt_bias small.
         let wide: Vec<f32> = (0..rows * 2 * nv)
@@ -285,12 +281,12 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
             state: x.state.clone(),
         };
         let state = upload(&mut backend, &x.state);
-        let kernel = if *pitched {
+        let kernel = if pitched {
             RECURRENCE_PITCHED
         } else {
             RECURRENCE
         };
-        let want = launch(&mut backend, p, &separate, state, 0..p.slots.len(), kernel);
+        let want = launch(&mut backend, &p, &separate, state, 0..p.slots.len(), kernel);
         let want_state = download(&mut backend, state.ptr, x.state.len());
         // One launch.
         let out_bytes = (rows * nv * p.dv) as usize * 2;
@@ -300,7 +296,7 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
             .snapshots
             .then(|| upload(&mut backend, &vec![0xa5; snap_bytes]));
         let state = upload(&mut backend, &x.state);
-        let fused = if *pitched {
+        let fused = if pitched {
             GATES_RECURRENCE_PITCHED
         } else {
             GATES_RECURRENCE

@@ -400,23 +400,30 @@ fn pitched_slots(
         .collect()
 }
 
+/// The `RecurrenceLaunch` of a launch view that has every field of it (`RecurrenceArgs`,
+/// `GatesRecurrenceArgs`), with its checked `heads`.
+macro_rules! recurrence_launch {
+    ($a:expr, $heads:expr) => {
+        RecurrenceLaunch {
+            ctx: $a.ctx,
+            heads: $heads,
+            mixed: $a.mixed,
+            state: $a.state,
+            slots: $a.slots,
+            out: $a.out,
+            snapshots: $a.snapshots,
+            rows: $a.rows,
+            num_slots: $a.num_slots,
+            chain: $a.chain,
+        }
+    };
+}
+
 fn recurrence_on(a: RecurrenceArgs<'_>, pitched: bool) -> Result<(), GpuError> {
     let heads = recurrence_heads(a.ctx, [a.nk, a.dk, a.nv, a.dv])?;
     let rows_nv = size(a.ctx, &[a.rows.count(), heads.nv])?;
     let (beta, g) = (a.beta.len(rows_nv)?, a.g.len(rows_nv)?);
-    let launch = RecurrenceLaunch {
-        ctx: a.ctx,
-        heads,
-        mixed: a.mixed,
-        state: a.state,
-        slots: a.slots,
-        out: a.out,
-        snapshots: a.snapshots,
-        rows: a.rows,
-        num_slots: a.num_slots,
-        chain: a.chain,
-    };
-    launch.run(pitched, beta, g)
+    recurrence_launch!(a, heads).run(pitched, beta, g)
 }
 
 pub(super) fn gates_recurrence(a: GatesRecurrenceArgs<'_>) -> Result<(), GpuError> {
@@ -445,19 +452,7 @@ fn gates_recurrence_on(a: GatesRecurrenceArgs<'_>, pitched: bool) -> Result<(), 
         &mut beta,
         &mut g,
     );
-    let launch = RecurrenceLaunch {
-        ctx,
-        heads,
-        mixed: a.mixed,
-        state: a.state,
-        slots: a.slots,
-        out: a.out,
-        snapshots: a.snapshots,
-        rows: a.rows,
-        num_slots: a.num_slots,
-        chain: a.chain,
-    };
-    launch.run(pitched, &beta, &g)
+    recurrence_launch!(a, heads).run(pitched, &beta, &g)
 }
 
 /// The head geometry of a recurrence launch; the CUDA kernels keep q and k of a head in shared
