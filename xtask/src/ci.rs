@@ -220,6 +220,22 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
+    // The o fold (`fold_o_proj`, differs) and the A/B levers that keep the bytes (`attn_prefetch`,
+    // `split_rope_kv`, `pdl`) together, on a dense model, one with qk-norm and qwen3_next (its
+    // gated attention's fold): their emitters see groups no other step builds (the fold's
+    // fused-away gate output went unnoticed until this step was added).
+    Step {
+        name: "parity fold_o_proj and A/B levers",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--levers",
+            "attn_prefetch,split_rope_kv,pdl,fold_o_proj",
+            "--only",
+            "tiny-llama,tiny-qwen3,tiny-qwen3-next",
+        ],
+        env: &[],
+    },
     // A bounded fuzz run: every case seeded, so a finding reproduces from its number.
     Step {
         name: "fuzz (bounded)",

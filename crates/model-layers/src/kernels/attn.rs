@@ -388,9 +388,11 @@ fn attention_of(v: &View<'_>, kernel: Name<PagedAttention>) -> R {
     .launch(kernel)])
 }
 
-/// The group's output gate (Qwen3-Next's gated attention): `sigmoid_mul`'s gate and output when
-/// the group holds one, which must read attention `a`'s output; `None` without one.
-pub(super) fn gate_of(v: &View<'_>, a: &Op) -> Result<Option<(super::Buf, super::Buf)>, ExecError> {
+/// The group's output gate (Qwen3-Next's gated attention): the gate buffer and the
+/// `sigmoid_mul` op when the group holds one, which must read attention `a`'s output; `None`
+/// without one. (Its output is stored by the plain kernels, `gated_out`, and fused away in
+/// the o-fold's.)
+pub(super) fn gate_of<'a>(v: &View<'a>, a: &Op) -> Result<Option<(super::Buf, &'a Op)>, ExecError> {
     if !v.has(OpKind::SigmoidMul) {
         return Ok(None);
     }
@@ -398,7 +400,7 @@ pub(super) fn gate_of(v: &View<'_>, a: &Op) -> Result<Option<(super::Buf, super:
     if v.producer_in_group(s, 0)?.name != a.name {
         return Err(v.err(format!("`{}` does not gate `{}`'s output", s.name, a.name)));
     }
-    Ok(Some((v.input(s, 1)?, v.output(s, 0)?)))
+    Ok(Some((v.input(s, 1)?, s)))
 }
 
 /// What an attention kernel stores: the gate and `sigmoid_mul`'s output when the group gates
@@ -408,7 +410,7 @@ pub(super) fn gated_out(
     a: &Op,
 ) -> Result<(Option<super::Buf>, super::Buf), ExecError> {
     Ok(match gate_of(v, a)? {
-        Some((gate, out)) => (Some(gate), out),
+        Some((gate, s)) => (Some(gate), v.output(s, 0)?),
         None => (None, v.output(a, 0)?),
     })
 }
