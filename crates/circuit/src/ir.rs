@@ -187,6 +187,9 @@ pub enum MetaField {
     BlockTables,
     /// Each row's per-sequence state slot (recurrent layers).
     StateSlots,
+    /// Each row's flag: 1 where a verify program's recurrent kernels keep the state after the
+    /// row (a speculative row the session may roll back to), 0 where they skip it.
+    KeepSnapshots,
 }
 
 impl MetaField {
@@ -197,6 +200,7 @@ impl MetaField {
             MetaField::SeqLens => "seq_lens",
             MetaField::BlockTables => "block_tables",
             MetaField::StateSlots => "state_slots",
+            MetaField::KeepSnapshots => "keep_snapshots",
         }
     }
 }

@@ -13,7 +13,9 @@
 //!   sequences hold after the step (`context` before it plus the step's own), once per
 //!   sequence; a recurrent state is read and written once per sequence slot, and a verify or
 //!   batched-verify step also writes one snapshot per row (`Mode::keeps_snapshots`; a prefill
-//!   chunk writes none);
+//!   chunk writes none). That is a speculative step's traffic, the most the program moves:
+//!   the same program run for a prompt's chunk or a mixed step writes no snapshot (its rows'
+//!   keep-snapshots flags are 0, `MetaField::KeepSnapshots`);
 //! - metadata: each field its nodes read (i32 per row; block tables one entry per page a
 //!   row's sequence holds).
 //!

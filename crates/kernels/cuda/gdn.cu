@@ -10,7 +10,9 @@
 // rows are consecutive tokens of one sequence on slots[0], run in order; chain = 2
 // (verify_batch): each run of consecutive rows on one slot is one sequence's consecutive
 // tokens, run in order by the block row of the run's first row (runs in parallel). Snapshots
-// (optional) receive the row's slot state after the row.
+// (optional) receive the row's slot state after the row, for the rows whose keep flag
+// (keep i32[rows], optional: every row without it; the step's keep-snapshots metadata) is not
+// 0: a verify program keeps them in a speculative step only.
 //
 // Launch (ops/gdn.rs):
 //  - conv: grid (⌈C/256⌉, rows, or 1 with chain 1), 256 threads, one thread per channel;
@@ -118,6 +120,7 @@ __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restri
     const unsigned hist = kernel - 1u;
     const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
     const bf16 zero = to_bf16(0.0f);
+    // `snapshots` is null here for a row whose keep flag is 0 (`kept_snapshots`).
     for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
          c += gridDim.x * blockDim.x) {
         bf16* o = out + (unsigned long long)r * g.channels + c;
@@ -154,15 +157,24 @@ __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restri
     }
 }
 
+// The snapshots row r writes to: `snapshots` unless its keep flag is 0 (keep null: every row
+// keeps its snapshot), else null.
+template <typename T>
+__device__ __forceinline__ T* kept_snapshots(T* snapshots, const int* __restrict__ keep,
+                                             unsigned r) {
+    return keep != nullptr && keep[r] == 0 ? nullptr : snapshots;
+}
+
 // Depthwise causal conv (width `kernel` >= 2) + SiLU of each row's q/k/v channels, gathered
 // from qkvz bf16[rows·nk·group]; w bf16[C·kernel]; state bf16 (read-write); out bf16[rows·C];
-// snapshots bf16[rows·C·(kernel − 1)] (optional). A thread owns a channel's history, so with
-// chain the block row walks the rows in order with no synchronisation.
+// snapshots bf16[rows·C·(kernel − 1)] (optional), for the rows `keep` keeps. A thread owns a
+// channel's history, so with chain the block row walks the rows in order with no
+// synchronisation.
 extern "C" __global__ void __launch_bounds__(256) conv(
     const bf16* __restrict__ qkvz, const bf16* __restrict__ w, bf16* __restrict__ state,
     const int* __restrict__ slots, bf16* __restrict__ out, bf16* __restrict__ snapshots,
-    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned kernel,
-    unsigned num_slots, unsigned chain) {
+    const int* __restrict__ keep, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+    unsigned dv, unsigned kernel, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     GdnHeads g;
@@ -186,7 +198,8 @@ extern "C" __global__ void __launch_bounds__(256) conv(
             (chain == 1u || first_on_slot(slots, start, slot)) && slot_ok(slot, num_slots);
         unsigned r = start;
         do {
-            conv_row(g, qkvz, w, state, out, snapshots, r, slot, live, kernel);
+            conv_row(g, qkvz, w, state, out, kept_snapshots(snapshots, keep, r), r, slot, live,
+                     kernel);
             ++r;
         } while (r < rows && (chain == 1u || (chain == 2u && slots[r] == slot)));
     }
@@ -323,8 +336,8 @@ __device__ __forceinline__ float recurrence_kv(const float* col, unsigned dk, fl
 __device__ __forceinline__ void recurrence_unit(
     const GdnHeads& hd, const bf16* __restrict__ mixed, const GdnGateSource& gates,
     float* __restrict__ s, bf16* __restrict__ out,
-    float* __restrict__ snapshots, unsigned start, unsigned end, unsigned head, unsigned j,
-    bool live, float (*cols)[GDN_COLUMNS], float (*q_s)[GDN_MAX_DK],
+    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned start, unsigned end,
+    unsigned head, unsigned j, bool live, float (*cols)[GDN_COLUMNS], float (*q_s)[GDN_MAX_DK],
     float (*k_s)[GDN_MAX_DK]) {
     const unsigned dk = hd.dk;
     const unsigned dv = hd.dv;
@@ -333,9 +346,9 @@ __device__ __forceinline__ void recurrence_unit(
     const unsigned long long head_elems = (unsigned long long)dk * dv;
     auto row_out = [&](unsigned r) { return out + ((unsigned long long)r * hd.nv + head) * dv; };
     auto row_snap = [&](unsigned r) -> float* {
-        return snapshots != nullptr
-                   ? snapshots + ((unsigned long long)r * hd.nv + head) * head_elems + j
-                   : nullptr;
+        float* snap = kept_snapshots(snapshots, keep, r);
+        return snap != nullptr ? snap + ((unsigned long long)r * hd.nv + head) * head_elems + j
+                               : nullptr;
     };
     if (!live) {
         if (has_col) {
@@ -419,8 +432,8 @@ __device__ __forceinline__ void recurrence_unit(
 // the only one (chain 1).
 __device__ __forceinline__ void recurrence_run(
     const bf16* __restrict__ mixed, const GdnGateSource& gates, float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
-    unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
+    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
     __shared__ float cols[GDN_MAX_DK][GDN_COLUMNS];
     __shared__ float q_s[2][GDN_MAX_DK];
     __shared__ float k_s[2][GDN_MAX_DK];
@@ -467,24 +480,24 @@ __device__ __forceinline__ void recurrence_run(
         while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
             ++end;
         }
-        recurrence_unit(hd, mixed, gates, s, out, snapshots, start, end, head, j, live, cols, q_s,
-                        k_s);
+        recurrence_unit(hd, mixed, gates, s, out, snapshots, keep, start, end, head, j, live, cols,
+                        q_s, k_s);
     }
 }
 
 // The gated delta rule with l2-normalised q and k: mixed bf16[rows·C] (the conv output), beta,
 // g f32[rows·nv], state f32 (read-write), out bf16[rows·nv·dv], snapshots f32[rows·nv·dk·dv]
-// (optional).
+// (optional), for the rows `keep` keeps.
 extern "C" __global__ void __launch_bounds__(32) recurrence(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
-    unsigned dv, unsigned num_slots, unsigned chain) {
+    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
-                   chain, false);
+    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
+                   num_slots, chain, false);
 }
 
 // `recurrence` (chain 0) on evenly pitched slots: row r's state is slot slots[0] + r·(slots[1] −
@@ -493,13 +506,13 @@ extern "C" __global__ void __launch_bounds__(32) recurrence(
 extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
     float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    float* __restrict__ snapshots, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
-    unsigned dv, unsigned num_slots, unsigned chain) {
+    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
-                   chain, true);
+    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
+                   num_slots, chain, true);
 }
 
 // `gates` folded into `recurrence`: ba bf16[rows·2·nv], a_log, dt_bias bf16[nv] in place of
@@ -508,26 +521,28 @@ extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
 extern "C" __global__ void __launch_bounds__(32) gates_recurrence(
     const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
     const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
-    bf16* __restrict__ out, float* __restrict__ snapshots, unsigned rows, unsigned nk,
-    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
+    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
+    unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
-                   chain, false);
+    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
+                   num_slots, chain, false);
 }
 
 // gates_recurrence on evenly pitched slots (as recurrence_pitched is to recurrence).
 extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
     const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
     const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
-    bf16* __restrict__ out, float* __restrict__ snapshots, unsigned rows, unsigned nk,
-    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
+    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
+    unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, rows, nk, dk, nv, dv, num_slots,
-                   chain, true);
+    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
+                   num_slots, chain, true);
 }
 
 // ---- gated norm ----------------------------------------------------------------------------

@@ -4,8 +4,11 @@
 //!
 //! The region holds i32 arrays: tokens, positions, slot mapping (the KV cell a row writes:
 //! `page * block_size + position % block_size`), sequence lengths (`position + 1`), state
-//! slots (a row's recurrent-state slot), then block tables (`max_blocks` pages per row). Block
-//! tables come last so that one copy of a step's prefix carries every field of its rows.
+//! slots (a row's recurrent-state slot), keep-snapshots flags (1 where the recurrent kernels
+//! write the state after the row to its snapshot: a speculative verify row the step may roll
+//! back to; 0 elsewhere, so a prompt's chunk or a mixed step writes none), then block tables
+//! (`max_blocks` pages per row). Block tables come last so that one copy of a step's prefix
+//! carries every field of its rows.
 //!
 //! Invariants: every field starts on a 256-byte boundary inside the region, which starts at
 //! the workspace's offset 0; a program of n rows reads only the first n entries of each field
@@ -37,6 +40,7 @@ pub struct MetaLayout {
     pub slot_mapping: usize,
     pub seq_lens: usize,
     pub state_slots: usize,
+    pub keep_snapshots: usize,
     pub block_tables: usize,
     /// The region's size (the next workspace region starts here).
     pub bytes: usize,
@@ -61,8 +65,9 @@ impl MetaLayout {
             slot_mapping: 2 * row_i32,
             seq_lens: 3 * row_i32,
             state_slots: 4 * row_i32,
-            block_tables: 5 * row_i32,
-            bytes: 5 * row_i32 + align(max_rows * max_blocks * 4),
+            keep_snapshots: 5 * row_i32,
+            block_tables: 6 * row_i32,
+            bytes: 6 * row_i32 + align(max_rows * max_blocks * 4),
         }
     }
 
@@ -81,6 +86,7 @@ impl MetaLayout {
             MetaField::SlotMapping => (self.slot_mapping, rows * 4),
             MetaField::SeqLens => (self.seq_lens, rows * 4),
             MetaField::StateSlots => (self.state_slots, rows * 4),
+            MetaField::KeepSnapshots => (self.keep_snapshots, rows * 4),
             MetaField::BlockTables => (self.block_tables, rows * self.max_blocks * 4),
         };
         MetaRange { offset, bytes }
@@ -97,12 +103,15 @@ impl MetaLayout {
 #[derive(Debug, Clone, Copy)]
 pub enum MetaRow<'a> {
     /// `token` at `position` of a sequence holding `pages` (its block table, in order) and
-    /// recurrent-state slot `state_slot` (the scratch slot for a model without one).
+    /// recurrent-state slot `state_slot` (the scratch slot for a model without one); with
+    /// `snapshot`, a verify program's recurrent kernels keep the state after this row (a
+    /// speculative row the step may roll back to: `MetaField::KeepSnapshots`).
     Live {
         token: u32,
         position: usize,
         pages: &'a [u32],
         state_slot: u32,
+        snapshot: bool,
     },
     /// Fills a program wider than the step.
     Padding,
@@ -117,6 +126,7 @@ pub struct StepMeta {
     slot_mapping: Vec<i32>,
     seq_lens: Vec<i32>,
     state_slots: Vec<i32>,
+    keep_snapshots: Vec<i32>,
     /// `rows * max_blocks` pages, unused entries the scratch page.
     block_tables: Vec<i32>,
 }
@@ -140,6 +150,7 @@ impl StepMeta {
             slot_mapping: Vec::with_capacity(n),
             seq_lens: Vec::with_capacity(n),
             state_slots: Vec::with_capacity(n),
+            keep_snapshots: Vec::with_capacity(n),
             block_tables: vec![SCRATCH_PAGE as i32; n * layout.max_blocks],
         };
         for (row, entry) in rows.iter().enumerate() {
@@ -149,7 +160,11 @@ impl StepMeta {
                     position,
                     pages,
                     state_slot,
-                } => meta.push_live(row, token, position, pages, state_slot)?,
+                    snapshot,
+                } => {
+                    meta.push_live(row, token, position, pages, state_slot)?;
+                    meta.keep_snapshots.push(i32::from(snapshot));
+                }
                 MetaRow::Padding => meta.push_padding(),
             }
         }
@@ -199,6 +214,7 @@ impl StepMeta {
             .push((SCRATCH_PAGE as usize * self.layout.block_size) as i32);
         self.seq_lens.push(1);
         self.state_slots.push(SCRATCH_SLOT as i32);
+        self.keep_snapshots.push(0);
     }
 
     pub fn rows(&self) -> usize {
@@ -216,6 +232,7 @@ impl StepMeta {
             (m.slot_mapping, &self.slot_mapping),
             (m.seq_lens, &self.seq_lens),
             (m.state_slots, &self.state_slots),
+            (m.keep_snapshots, &self.keep_snapshots),
             (m.block_tables, &self.block_tables),
         ] {
             put_i32s(&mut bytes[offset..], values);

@@ -118,6 +118,7 @@ fn workspace_is_one_allocation_sized_by_the_layout() {
         layout.meta.slot_mapping,
         layout.meta.seq_lens,
         layout.meta.state_slots,
+        layout.meta.keep_snapshots,
         layout.meta.block_tables,
         layout.logits_offset,
         layout.arena_offset,

@@ -488,3 +488,59 @@ fn batched_speculative_steps_equal_each_sequence_alone() {
         }
     }
 }
+
+/// The recurrent kernels write their per-row snapshots only where a step may roll back to
+/// one: a prompt's chunks (verify programs whose logits are read) and a batched verify (the
+/// program a mixed step runs) leave the snapshot slots as they were; a speculative step writes
+/// them. Speculation stays lossless (above), so the skipped writes were never read.
+#[test]
+fn only_a_speculative_step_writes_recurrent_snapshots() {
+    let mut backend = backend();
+    let target = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    let same = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    let regions: Vec<(usize, usize)> = (target.layout.states.iter())
+        .filter(|r| r.slot_bytes > 0)
+        .map(|r| (r.snapshot_offset, r.backup_offset - r.snapshot_offset))
+        .collect();
+    assert!(regions.iter().all(|&(_, bytes)| bytes > 0), "{regions:?}");
+    let snapshots = |backend: &mut CpuBackend| -> Vec<u8> {
+        let mut out = Vec::new();
+        for &(at, bytes) in &regions {
+            let mut region = vec![0u8; bytes];
+            backend
+                .copy_d2h(target.kv_cache().offset(at), &mut region)
+                .expect("read");
+            out.extend(region);
+        }
+        out
+    };
+    for &(at, bytes) in &regions {
+        (backend.memset(target.kv_cache().offset(at), 0x5a, bytes)).expect("memset");
+    }
+    let untouched = snapshots(&mut backend);
+    let mut session = Session::new(&target);
+    let (a, b) = (session.add_sequence(), session.add_sequence());
+    let logits = session
+        .prefill(&mut backend, a, &prompt(7, 128, 6))
+        .expect("prefill");
+    session
+        .prefill(&mut backend, b, &prompt(8, 128, 3))
+        .expect("prefill");
+    assert!(
+        snapshots(&mut backend) == untouched,
+        "a prompt's chunks wrote snapshots"
+    );
+    let pending = greedy(&logits[5 * 128..]);
+    (session.verify_batch(&mut backend, &[(a, &[pending][..]), (b, &[1, 2, 3][..])]))
+        .expect("batched verify");
+    assert!(
+        snapshots(&mut backend) == untouched,
+        "a batched verify wrote snapshots"
+    );
+    let mut drafter = ModelDrafter::new(&same);
+    (session.speculative_step(&mut backend, a, 4, 3, &mut drafter)).expect("speculative step");
+    assert!(
+        snapshots(&mut backend) != untouched,
+        "a speculative step wrote no snapshots"
+    );
+}

@@ -153,6 +153,7 @@ impl Conv {
             slots: rd(slots),
             out: wr(&mut out),
             snapshots: snapshots.then(|| wr(&mut snaps)),
+            keep: None,
             rows: n as u32,
             nk,
             dk,
@@ -346,6 +347,7 @@ impl Rec {
             slots: rd(slots),
             out: wr(&mut out),
             snapshots: snapshots.then(|| wr(&mut snaps)),
+            keep: None,
             rows: n as u32,
             nk,
             dk,
@@ -563,7 +565,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
     let mut state = c.state.clone();
     refused_kernel(c.launch(0..2, &mut state, &[0, 2], 0, true), "slot 2");
     refused_kernel(c.launch(0..2, &mut state, &[-1, 0], 1, false), "slot -1");
-    refused_arg(c.launch(0..2, &mut state, &[0, 1], 3, false), 13);
+    refused_arg(c.launch(0..2, &mut state, &[0, 1], 3, false), 14);
     assert_eq!(bits_bf16(&state), bits_bf16(&c.state), "conv state written");
     // Chain 2 (verify_batch): a slot may not come back after another slot's run.
     let c3 = Conv::new(9, 3, 2);
@@ -598,6 +600,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         slots: rd(&[0i32, 1]),
         out: wr(&mut out),
         snapshots: None,
+        keep: None,
         rows: 2,
         nk: 2,
         dk: SMALL.dk as u32,
@@ -607,7 +610,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         chain: 0,
     }
     .launch(gdn::RECURRENCE);
-    refused_arg(run_threads(&launch, 1), 10);
+    refused_arg(run_threads(&launch, 1), 11);
     let mut short = rec.state[1..].to_vec();
     let mut out = poison_bf16(2 * SMALL.nv * SMALL.dv);
     let [nk, dk, nv, dv] = SMALL.u();
@@ -619,6 +622,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         slots: rd(&[0i32, 1]),
         out: wr(&mut out),
         snapshots: None,
+        keep: None,
         rows: 2,
         nk,
         dk,

@@ -23,6 +23,8 @@ struct Problem {
     num_slots: u32,
     chain: u32,
     snapshots: bool,
+    /// Each row's keep-snapshots flag (`MetaField::KeepSnapshots`); None: every row keeps its.
+    keep: Option<Vec<i32>>,
 }
 
 /// The buffers of one launch; `rows` of `p` starting at `first` (the inputs are laid out for
@@ -36,6 +38,16 @@ struct Inputs {
 
 fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
     values.flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn i32_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The keep flags of rows `rows` of `p`, uploaded, when it has them.
+fn keep_of(backend: &mut CpuBackend, p: &Problem, rows: std::ops::Range<usize>) -> Option<Buf> {
+    let keep = p.keep.as_ref()?;
+    Some(upload(backend, &i32_bytes(&keep[rows])))
 }
 
 fn inputs(p: &Problem, seed: f32) -> Inputs {
@@ -70,13 +82,8 @@ fn launch(
     let nv = p.nv as usize;
     let beta = upload(backend, &x.beta[rows.start * nv * 4..rows.end * nv * 4]);
     let g = upload(backend, &x.g[rows.start * nv * 4..rows.end * nv * 4]);
-    let slots = upload(
-        backend,
-        &p.slots[rows.clone()]
-            .iter()
-            .flat_map(|s| s.to_le_bytes())
-            .collect::<Vec<_>>(),
-    );
+    let slots = upload(backend, &i32_bytes(&p.slots[rows.clone()]));
+    let keep = keep_of(backend, p, rows.clone());
     let out_bytes = n * nv * p.dv as usize * 2;
     let snap_bytes = n * nv * (p.dk * p.dv) as usize * 4;
     let out = upload(backend, &vec![0x5a; out_bytes]);
@@ -91,6 +98,7 @@ fn launch(
         slots,
         out,
         snapshots,
+        keep,
         rows: n as u32,
         nk: p.nk,
         dk: p.dk,
@@ -127,24 +135,40 @@ fn problem(
         num_slots,
         chain,
         snapshots: chain != 0,
+        keep: None,
+    }
+}
+
+/// `p` with each row's keep flag.
+fn keeping(p: Problem, keep: &[i32]) -> Problem {
+    assert_eq!(keep.len(), p.slots.len());
+    Problem {
+        keep: Some(keep.to_vec()),
+        ..p
     }
 }
 
 /// The row layouts every recurrence kernel is held to, each with whether it runs the pitched
-/// route.
+/// route; the chains and runs keep some rows' snapshots and skip the others'.
 fn layouts() -> [(&'static str, Problem, bool); 5] {
     [
         // A prefill chain of 5 rows: dk 48 (q, k wider than a warp), dv 40 (two column
         // blocks, the second 8 columns wide), 2 v heads on one key head.
         (
             "chain",
-            problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
+            keeping(
+                problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
+                &[1, 0, 0, 1, 0],
+            ),
             false,
         ),
         // Verify runs of 3, 2 and 1 rows on three slots, 2 key heads.
         (
             "runs",
-            problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
+            keeping(
+                problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
+                &[0, 1, 1, 1, 0, 1],
+            ),
             false,
         ),
         // Independent rows, and the pitched route on slots 0, 2, 4.
@@ -193,6 +217,7 @@ fn a_chain_gives_the_bytes_of_its_rows_decoded_one_by_one() {
         num_slots: 1,
         chain: 1,
         snapshots: true,
+        keep: None,
     };
     let x = inputs(&chain, 0.5);
     let state = upload(&mut backend, &x.state);
@@ -247,13 +272,8 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
         let ba = upload(&mut backend, &super::tests_nan::bf16_bytes(&wide));
         let a_log = upload(&mut backend, &bf16_values(nv, seed + 0.1));
         let dt_bias = upload(&mut backend, &bf16_values(nv, seed + 0.2));
-        let slots = upload(
-            &mut backend,
-            &p.slots
-                .iter()
-                .flat_map(|s| s.to_le_bytes())
-                .collect::<Vec<_>>(),
-        );
+        let slots = upload(&mut backend, &i32_bytes(&p.slots));
+        let keep = keep_of(&mut backend, &p, 0..p.slots.len());
         // The two launches, then the recurrence reading them.
         let gate_bytes = (rows * nv) as usize * 4;
         let (beta, g) = (
@@ -313,6 +333,7 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
                 slots,
                 out,
                 snapshots,
+                keep,
                 rows,
                 nk: p.nk,
                 dk: p.dk,
@@ -339,4 +360,35 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
             "{name}: {fused:?} {parity:?}"
         );
     }
+}
+
+/// A row whose keep flag is 0 leaves its snapshot untouched and changes nothing else: a
+/// prompt's chunk run through a verify program writes no snapshots, and its outputs and state
+/// are those of the same rows keeping them all.
+#[test]
+fn a_row_that_keeps_no_snapshot_writes_none_and_changes_nothing_else() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let all = problem(1, 32, 2, 40, &[2, 2, 2, 2], 3, 1);
+    let flags = [0, 1, 0, 0];
+    let x = inputs(&all, 1.5);
+    let run_with = |backend: &mut CpuBackend, p: &Problem| {
+        let state = upload(backend, &x.state);
+        let (out, snapshots) = launch(backend, p, &x, state, 0..4, RECURRENCE);
+        (out, snapshots, download(backend, state.ptr, x.state.len()))
+    };
+    let (out, snapshots, state) = run_with(&mut backend, &all);
+    let (out_k, snapshots_k, state_k) = run_with(&mut backend, &keeping(all, &flags));
+    assert!(out_k == out, "the outputs depend on the keep flags");
+    assert!(state_k == state, "the state depends on the keep flags");
+    let row = snapshots.len() / flags.len();
+    for (r, &flag) in flags.iter().enumerate() {
+        let (got, kept) = (&snapshots_k[r * row..][..row], &snapshots[r * row..][..row]);
+        match flag {
+            0 => assert!(got.iter().all(|&b| b == 0xa5), "row {r} wrote its snapshot"),
+            _ => assert!(got == kept, "row {r}'s snapshot differs"),
+        }
+    }
+    let parity = &backend.emulation().unwrap().report()[RECURRENCE.as_str()];
+    assert_eq!(parity.launches, parity.identical, "{parity:?}");
 }

@@ -1352,6 +1352,8 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
     let qkvz = b.bf16(&rows_of(rows as usize, qkvz_row, 1.0, &[1]));
     let wconv = b.bf16(&rows_of(channels, kernel as usize, 2.0, &[]));
     let slots = b.i32(&[1, 2, 3]);
+    // Rows 0 and 2 keep their snapshots, row 1 skips its.
+    let keep = b.i32(&[1, 0, 1]);
     let state = b.bf16(&rows_of(num_slots as usize, channels * hist, 3.0, &[]));
     let (out, snapshots) = (
         b.zeros(rows as usize * channels * 2),
@@ -1365,6 +1367,7 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
             slots,
             out,
             snapshots: Some(snapshots),
+            keep: Some(keep),
             rows,
             nk,
             dk,
@@ -1441,6 +1444,7 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
                 slots,
                 out,
                 snapshots: Some(snapshots),
+                keep: Some(keep),
                 rows,
                 nk,
                 dk,
@@ -1470,6 +1474,7 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
                 slots,
                 out,
                 snapshots: Some(snapshots),
+                keep: Some(keep),
                 rows,
                 nk,
                 dk,

@@ -228,11 +228,7 @@ pub(super) fn verify(
     let rows: Vec<Row> = tokens
         .iter()
         .enumerate()
-        .map(|(i, &token)| Row {
-            seq: Some(id),
-            token,
-            position: start + i,
-        })
+        .map(|(i, &token)| Row::live(id, token, start + i))
         .collect();
     let exec = session.exec;
     let headless =
@@ -329,11 +325,7 @@ fn multi_seq_rows<'e>(
     };
     let mut rows = Vec::with_capacity(program.rows);
     for &(id, token) in batch {
-        rows.push(Row {
-            seq: Some(id),
-            token,
-            position: session.seq_len(id)?,
-        });
+        rows.push(Row::live(id, token, session.seq_len(id)?));
     }
     rows.resize(program.rows, Row::PADDING);
     let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _)| (id, 1)).collect();
@@ -421,11 +413,7 @@ fn verify_batch_rows<'e>(
     let mut rows = Vec::with_capacity(width);
     for &(id, tokens) in batch {
         let start = session.seq_len(id)?;
-        rows.extend(tokens.iter().enumerate().map(|(i, &token)| Row {
-            seq: Some(id),
-            token,
-            position: start + i,
-        }));
+        rows.extend((tokens.iter().enumerate()).map(|(i, &token)| Row::live(id, token, start + i)));
     }
     rows.resize(width, Row::PADDING);
     let advance = batch.iter().map(|&(id, t)| (id, t.len())).collect();

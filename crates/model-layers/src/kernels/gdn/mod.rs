@@ -15,7 +15,9 @@
 //! (verify_batch): runs of consecutive rows on one slot, each run one sequence's consecutive
 //! tokens (a slot in two runs is refused by the twin; on the GPU the later run is dead). The optional
 //! `snapshots` receive row r's slot state after row r (in either mode; with `chain` = 1 they
-//! let the session roll back rejected draft tokens).
+//! let the session roll back rejected draft tokens), for the rows whose optional `keep` flag
+//! (the step's `MetaField::KeepSnapshots`) is not 0: a verify program keeps them only in a
+//! speculative step, not for a prompt's chunk.
 
 mod twin;
 
@@ -88,7 +90,8 @@ fn gated_norm_config(a: &GatedNorm) -> LaunchConfig {
 kernel! {
     /// Depthwise causal conv (width `kernel`) + SiLU of each row's q/k/v channels, gathered
     /// from qkvz bf16\[rows·nk·G\]; w bf16\[C·kernel\] (`kernel` ≥ 2); state bf16 (read-write);
-    /// out bf16\[rows·C\]; snapshots bf16[rows·C·(kernel − 1)] (optional).
+    /// out bf16\[rows·C\]; snapshots bf16[rows·C·(kernel − 1)] (optional), written for the
+    /// rows whose `keep` flag (i32\[rows\], optional: every row without it) is not 0.
     pub struct Conv / ConvArgs {
         qkvz: In<bf16>,
         w: In<bf16>,
@@ -96,6 +99,7 @@ kernel! {
         slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<bf16>,
+        keep: InOpt<i32>,
         rows: U32,
         nk: U32,
         dk: U32,
@@ -129,7 +133,8 @@ kernel! {
 kernel! {
     /// The gated delta rule with l2-normalised q and k: mixed bf16\[rows·C\] (the conv output),
     /// beta, g f32\[rows·nv\], state f32 (read-write), out bf16\[rows·nv·dv\], snapshots
-    /// f32\[rows·nv·dk·dv\] (optional). `recurrence_pitched` is the runtime route for evenly
+    /// f32\[rows·nv·dk·dv\] (optional), written for the rows whose `keep` flag (i32\[rows\],
+    /// optional: every row without it) is not 0. `recurrence_pitched` is the runtime route for evenly
     /// pitched slots: the same arguments (`chain` 0, no snapshots); row r's state is
     /// `slots\[0\] + r * (slots\[1\] - slots\[0\])`, a strided batch.
     pub struct Recurrence / RecurrenceArgs {
@@ -140,6 +145,7 @@ kernel! {
         slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<f32>,
+        keep: InOpt<i32>,
         rows: U32,
         nk: U32,
         dk: U32,
@@ -169,6 +175,7 @@ kernel! {
         slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<f32>,
+        keep: InOpt<i32>,
         rows: U32,
         nk: U32,
         dk: U32,
@@ -223,25 +230,43 @@ fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
     ])
 }
 
-/// A recurrent op's state region, and its per-row snapshots when the plan keeps them (verify,
-/// batched verify: `View::keeps_snapshots`).
-fn gdn_state(v: &View<'_>, op: &Op) -> Result<(Buf, Option<Buf>), ExecError> {
+/// A recurrent op's state region and, when the plan keeps them (verify, batched verify:
+/// `View::keeps_snapshots`), its per-row snapshots and the step's flags saying which rows
+/// write theirs (`MetaField::KeepSnapshots`).
+struct GdnState {
+    state: Buf,
+    snapshots: Option<Buf>,
+    keep: Option<Buf>,
+}
+
+fn gdn_state(v: &View<'_>, op: &Op) -> Result<GdnState, ExecError> {
     let edge = *op
         .outputs
         .get(1)
         .ok_or_else(|| v.err(format!("`{}` has no state edge", op.name)))?;
-    let snapshots = if v.keeps_snapshots() {
-        Some(v.snapshots_of(edge)?)
+    let (snapshots, keep) = if v.keeps_snapshots() {
+        (
+            Some(v.snapshots_of(edge)?),
+            Some(v.meta(MetaField::KeepSnapshots)),
+        )
     } else {
-        None
+        (None, None)
     };
-    Ok((v.state_of(edge)?, snapshots))
+    Ok(GdnState {
+        state: v.state_of(edge)?,
+        snapshots,
+        keep,
+    })
 }
 
 fn emit_conv(v: &View<'_>) -> R {
     let c = v.op(OpKind::GdnConv, None)?;
     let [nk, dk, nv, dv] = gdn_dims(v, c)?;
-    let (state, snapshots) = gdn_state(v, c)?;
+    let GdnState {
+        state,
+        snapshots,
+        keep,
+    } = gdn_state(v, c)?;
     Ok(vec![Conv {
         qkvz: v.input(c, 0)?,
         w: v.weight(c, 0)?,
@@ -249,6 +274,7 @@ fn emit_conv(v: &View<'_>) -> R {
         slots: v.meta(MetaField::StateSlots),
         out: v.output(c, 0)?,
         snapshots,
+        keep,
         rows: v.rows(),
         nk,
         dk,
@@ -278,13 +304,12 @@ fn emit_gates(v: &View<'_>) -> R {
 }
 
 /// What both recurrence kernels take besides the gates: the group's recurrence op, its dims
-/// and its state (with the snapshots when rows chain, unless `pitched`: the route runs
-/// independent rows only).
+/// and its state (with the snapshots when the plan keeps them, unless `pitched`: the route
+/// runs independent rows only).
 struct RecurrenceParts<'a> {
     op: &'a Op,
     dims: [u32; 4],
-    state: Buf,
-    snapshots: Option<Buf>,
+    state: GdnState,
 }
 
 impl<'a> RecurrenceParts<'a> {
@@ -293,12 +318,10 @@ impl<'a> RecurrenceParts<'a> {
         if pitched && v.chained() {
             return Err(v.err("the pitched route runs independent rows, not a verify chain".into()));
         }
-        let (state, snapshots) = gdn_state(v, op)?;
         Ok(RecurrenceParts {
             op,
             dims: gdn_dims(v, op)?,
-            state,
-            snapshots,
+            state: gdn_state(v, op)?,
         })
     }
 }
@@ -308,8 +331,11 @@ fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
     let RecurrenceParts {
         op: r,
         dims: [nk, dk, nv, dv],
-        state,
-        snapshots,
+        state: GdnState {
+            state,
+            snapshots,
+            keep,
+        },
     } = RecurrenceParts::of(v, pitched)?;
     Ok(Recurrence {
         mixed: v.input(r, 0)?,
@@ -319,6 +345,7 @@ fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
         slots: v.meta(MetaField::StateSlots),
         out: v.output(r, 0)?,
         snapshots,
+        keep,
         rows: v.rows(),
         nk,
         dk,
@@ -343,8 +370,11 @@ fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, E
     let RecurrenceParts {
         op: r,
         dims: [nk, dk, nv, dv],
-        state,
-        snapshots,
+        state: GdnState {
+            state,
+            snapshots,
+            keep,
+        },
     } = RecurrenceParts::of(v, pitched)?;
     for (index, output) in [(1, 0), (2, 1)] {
         if r.inputs.get(index) != gates.outputs.get(output) {
@@ -363,6 +393,7 @@ fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, E
         slots: v.meta(MetaField::StateSlots),
         out: v.output(r, 0)?,
         snapshots,
+        keep,
         rows: v.rows(),
         nk,
         dk,

@@ -14,7 +14,7 @@ use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::{ConvArgs, GatedNormArgs, GatesArgs, GatesRecurrenceArgs, RecurrenceArgs, GDN_MAX_DK};
-use crate::kernels::args::{macs, size, threads_for, Dim, In, Out, OutOpt};
+use crate::kernels::args::{macs, size, threads_for, Dim, In, InOpt, Out, OutOpt};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
@@ -186,6 +186,7 @@ pub(super) fn conv(a: ConvArgs<'_>) -> Result<(), GpuError> {
     let slots = a.slots.len(rows)?;
     let out = a.out.len(size(ctx, &[rows, channels])?)?;
     let mut snapshots = a.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
+    let keep = a.keep.len(rows)?;
     let row_slots = row_slots(ctx, slots, num_slots, a.chain)?;
     let sources: Vec<usize> = (0..channels).map(|c| heads.channel_source(c)).collect();
     for (r, (x, o)) in qkvz
@@ -197,7 +198,7 @@ pub(super) fn conv(a: ConvArgs<'_>) -> Result<(), GpuError> {
         for (c, (o, h)) in o.iter_mut().zip(slot.chunks_exact_mut(hist)).enumerate() {
             *o = conv_channel(&w[c * kernel..][..kernel], h, x[sources[c]]);
         }
-        if let Some(s) = snapshots.as_deref_mut() {
+        if let Some(s) = snapshots.as_deref_mut().filter(|_| kept(keep, r)) {
             s[r * slot_elems..][..slot_elems].copy_from_slice(slot);
         }
     }
@@ -310,6 +311,11 @@ impl Recurrence<'_> {
     }
 }
 
+/// Whether row `r` writes its snapshot: its `keep` flag is not 0, or there are no flags.
+fn kept(keep: Option<&[i32]>, r: usize) -> bool {
+    keep.is_none_or(|k| k[r] != 0)
+}
+
 /// One row of a head task: its output head and, when asked, where the state goes after it.
 struct Step<'a> {
     row: usize,
@@ -324,11 +330,12 @@ struct HeadTask<'a> {
     steps: Vec<Step<'a>>,
 }
 
-/// Splits state, outputs and snapshots into disjoint (slot, v head) tasks.
+/// Splits state, outputs and snapshots (of the rows `keep` keeps) into disjoint (slot, v
+/// head) tasks.
 fn head_tasks<'a>(
     state: &'a mut [f32],
     out: &'a mut [bf16],
-    snapshots: Option<&'a mut [f32]>,
+    (snapshots, keep): (Option<&'a mut [f32]>, Option<&[i32]>),
     row_slots: &[usize],
     heads: &Heads,
 ) -> Vec<HeadTask<'a>> {
@@ -344,6 +351,7 @@ fn head_tasks<'a>(
     for ((i, out), snapshot) in out.chunks_exact_mut(dv).enumerate().zip(snapshots) {
         let (row, head) = (i / nv, i % nv);
         let key = row_slots[row] * nv + head;
+        let snapshot = snapshot.filter(|_| kept(keep, row));
         let step = Step { row, out, snapshot };
         match task_of.entry(key) {
             Entry::Occupied(t) => tasks[*t.get()].steps.push(step),
@@ -412,6 +420,7 @@ macro_rules! recurrence_launch {
             slots: $a.slots,
             out: $a.out,
             snapshots: $a.snapshots,
+            keep: $a.keep,
             rows: $a.rows,
             num_slots: $a.num_slots,
             chain: $a.chain,
@@ -478,6 +487,7 @@ struct RecurrenceLaunch<'c> {
     slots: In<'c, i32>,
     out: Out<'c, bf16>,
     snapshots: OutOpt<'c, f32>,
+    keep: InOpt<'c, i32>,
     rows: Dim<'c>,
     num_slots: Dim<'c>,
     chain: Dim<'c>,
@@ -496,6 +506,7 @@ impl RecurrenceLaunch<'_> {
         let slots = self.slots.len(rows)?;
         let out = self.out.len(size(ctx, &[rows, nv, dv])?)?;
         let snapshots = self.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
+        let keep = self.keep.len(rows)?;
         let row_slots = if pitched {
             pitched_slots(ctx, slots, num_slots, self.chain)?
         } else {
@@ -507,7 +518,7 @@ impl RecurrenceLaunch<'_> {
             beta,
             g,
         };
-        inputs.advance(ctx, state, out, snapshots, &row_slots);
+        inputs.advance(ctx, state, out, (snapshots, keep), &row_slots);
         Ok(())
     }
 }
@@ -519,7 +530,7 @@ impl Recurrence<'_> {
         ctx: &TwinCtx<'_>,
         state: &mut [f32],
         out: &mut [bf16],
-        snapshots: Option<&mut [f32]>,
+        snapshots: (Option<&mut [f32]>, Option<&[i32]>),
         row_slots: &[usize],
     ) {
         let heads = self.heads;

@@ -248,11 +248,11 @@ fn verify_rows(
                 vocab,
             });
         }
+        // Every row keeps its recurrent snapshot: the step rolls back to the last accepted.
         let fed = std::iter::once(pending).chain(draft.tokens.iter().copied());
         rows.extend(fed.enumerate().map(|(i, token)| Row {
-            seq: Some(id),
-            token,
-            position: start + i,
+            snapshot: true,
+            ..Row::live(id, token, start + i)
         }));
     }
     rows.resize(width, Row::PADDING);

@@ -321,7 +321,8 @@ impl Session<'_> {
 
     /// Keeps the first `row + 1` of the `rows` rows the sequence ran from row `first` of the
     /// (batched-)verify step just run: its recurrent state becomes the snapshot the chained
-    /// kernels wrote after row `first + row`, and its length drops by the rows after it.
+    /// kernels wrote after row `first + row` (a row that asked for it: `Row::snapshot`, which
+    /// only a speculative step's rows set), and its length drops by the rows after it.
     pub(crate) fn keep_verify_rows(
         &mut self,
         backend: &mut dyn GpuBackend,

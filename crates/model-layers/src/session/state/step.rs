@@ -26,12 +26,15 @@ use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
 use crate::program::Program;
 use crate::session::{SeqId, Session};
 
-/// One row of a step: which sequence (None for padding) and its token.
+/// One row of a step: which sequence (None for padding), its token and position, and whether
+/// a verify program keeps the recurrent state after it (`snapshot`: a speculative row the step
+/// may roll back to; a prompt's chunk and a mixed step keep none, `MetaField::KeepSnapshots`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row {
     pub seq: Option<SeqId>,
     pub token: u32,
     pub position: usize,
+    pub snapshot: bool,
 }
 
 impl Row {
@@ -40,7 +43,18 @@ impl Row {
         seq: None,
         token: 0,
         position: 0,
+        snapshot: false,
     };
+
+    /// Sequence `id`'s `token` at `position`, keeping no snapshot.
+    pub fn live(id: SeqId, token: u32, position: usize) -> Row {
+        Row {
+            seq: Some(id),
+            token,
+            position,
+            snapshot: false,
+        }
+    }
 }
 
 /// Who saves the recurrent state a step advances, to restore it if the step fails.
@@ -376,6 +390,7 @@ impl Session<'_> {
                         position: row.position,
                         pages: &seq.pages,
                         state_slot,
+                        snapshot: row.snapshot,
                     })
                 }
             })
@@ -510,6 +525,7 @@ fn grow_and_run(
             position: seq.len + i,
             pages: &seq.pages,
             state_slot: SCRATCH_SLOT,
+            snapshot: false,
         }));
     }
     run_mtp(exec, backend, program, rows)
