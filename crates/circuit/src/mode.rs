@@ -58,7 +58,8 @@ impl Mode {
     /// after each row): verify and batched verify, whose rows a speculative step may roll back
     /// to. A prefill chunk chains its rows too, but nothing rolls it back, so it keeps none.
     /// Such a program writes a row's snapshot only where the step's `MetaField::KeepSnapshots`
-    /// flag asks (a speculative step's rows), not for a prompt's chunk run through it.
+    /// flag asks (a speculative step's rows), not for a prompt's chunk run through it; and
+    /// only up to the serve's `speculative_rows` (`ProgramShapes::keeps_snapshots`).
     pub fn keeps_snapshots(self) -> bool {
         matches!(self, Mode::Verify | Mode::VerifyBatch)
     }

@@ -90,6 +90,10 @@ pub struct ExecutionPlan {
     pub circuit: String,
     pub mode: Mode,
     pub rows: usize,
+    /// Whether its recurrent kernels keep per-row snapshots, for a speculative step to roll
+    /// back to (`ProgramShapes::keeps_snapshots`: verify and batched verify up to the serve's
+    /// `speculative_rows`).
+    pub keeps_snapshots: bool,
     pub fusion: FusionPlan,
     /// Groups in launch order.
     pub order: Vec<GroupId>,

@@ -17,10 +17,12 @@ use solder_config::ServeShape;
 use crate::error::CircuitError;
 use crate::mode::Mode;
 
-/// Every (mode, rows) program of a serve, in canonical order.
+/// Every (mode, rows) program of a serve, in canonical order, and the widest a speculative
+/// step runs (`ServeShape::speculative_rows`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramShapes {
     programs: Vec<(Mode, usize)>,
+    speculative_rows: usize,
 }
 
 impl ProgramShapes {
@@ -47,7 +49,10 @@ impl ProgramShapes {
         for &(mode, rows) in &programs {
             mode.check_rows(rows)?;
         }
-        Ok(ProgramShapes { programs })
+        Ok(ProgramShapes {
+            programs,
+            speculative_rows: serve.speculative_rows,
+        })
     }
 
     /// These shapes without `mode`'s programs (an instance with no circuit for them).
@@ -97,5 +102,21 @@ impl ProgramShapes {
     /// The widest `mode` program.
     pub fn widest(&self, mode: Mode) -> Option<usize> {
         self.widths(mode).last()
+    }
+
+    /// Whether the (mode, rows) program keeps its recurrent state's per-row snapshots: a
+    /// verify or batched-verify program (`Mode::keeps_snapshots`) no wider than the serve's
+    /// `speculative_rows`, the programs a speculative step may run. A wider verify program
+    /// serves prompt chunks only.
+    pub fn keeps_snapshots(&self, mode: Mode, rows: usize) -> bool {
+        mode.keeps_snapshots() && rows <= self.speculative_rows
+    }
+
+    /// The widest `mode` program a speculative step may run (one that keeps snapshots);
+    /// `None` when there is none.
+    pub fn widest_speculative(&self, mode: Mode) -> Option<usize> {
+        self.widths(mode)
+            .filter(|&rows| self.keeps_snapshots(mode, rows))
+            .last()
     }
 }

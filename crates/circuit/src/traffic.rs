@@ -11,11 +11,11 @@
 //!   tokens, the logits), at the plan's rows; fused edges move nothing;
 //! - state: a KV write writes its rows' K and V; an attention reads the KV of every token its
 //!   sequences hold after the step (`context` before it plus the step's own), once per
-//!   sequence; a recurrent state is read and written once per sequence slot, and a verify or
-//!   batched-verify step also writes one snapshot per row (`Mode::keeps_snapshots`; a prefill
-//!   chunk writes none). That is a speculative step's traffic, the most the program moves:
-//!   the same program run for a prompt's chunk or a mixed step writes no snapshot (its rows'
-//!   keep-snapshots flags are 0, `MetaField::KeepSnapshots`);
+//!   sequence; a recurrent state is read and written once per sequence slot, and a plan that
+//!   keeps snapshots (`ExecutionPlan::keeps_snapshots`: verify and batched verify up to the
+//!   serve's `speculative_rows`) also writes one per row. That is a speculative step's traffic,
+//!   the most the program moves: the same program run for a prompt's chunk or a mixed step
+//!   writes no snapshot (its rows' keep-snapshots flags are 0, `MetaField::KeepSnapshots`);
 //! - metadata: each field its nodes read (i32 per row; block tables one entry per page a
 //!   row's sequence holds).
 //!
@@ -285,7 +285,7 @@ fn launch_traffic(
                     ),
                     _ => {
                         let slot = u(kind.slot_bytes());
-                        let writes = if plan.mode.keeps_snapshots() {
+                        let writes = if plan.keeps_snapshots {
                             seqs.saturating_add(rows)
                         } else {
                             seqs

@@ -65,6 +65,38 @@ fn widest_within_is_the_last_width_that_n_rows_fill() {
     assert_eq!(shapes.widest_within(Mode::MultiSeq, 7), Some(4));
 }
 
+/// The programs a speculative step may run keep their snapshots: verify and batched verify up
+/// to `speculative_rows` (the default keeps every one of the default shape's); a wider verify
+/// program serves prompt chunks only, and no other mode keeps any.
+#[test]
+fn verify_programs_up_to_speculative_rows_keep_snapshots() {
+    let shapes = served_at(128);
+    assert!(shapes.keeps_snapshots(Mode::Verify, 8));
+    assert!(shapes.keeps_snapshots(Mode::VerifyBatch, 32));
+    assert!(!shapes.keeps_snapshots(Mode::Prefill, 8));
+    assert!(!shapes.keeps_snapshots(Mode::MultiSeq, 2));
+    assert_eq!(shapes.widest_speculative(Mode::Verify), Some(8));
+    let chunked = ServeShape {
+        verify_widths: vec![2, 4, 8, 64, 512],
+        speculative_rows: 8,
+        ..ServeShape::default()
+    };
+    let shapes = ProgramShapes::new(&chunked).expect("valid");
+    assert!(shapes.keeps_snapshots(Mode::Verify, 8));
+    assert!(!shapes.keeps_snapshots(Mode::Verify, 64));
+    assert!(!shapes.keeps_snapshots(Mode::VerifyBatch, 16));
+    assert_eq!(shapes.widest_speculative(Mode::Verify), Some(8));
+    assert_eq!(shapes.widest_speculative(Mode::VerifyBatch), Some(8));
+    assert_eq!(shapes.widest(Mode::Verify), Some(512));
+    let none = ServeShape {
+        speculative_rows: 0,
+        ..ServeShape::default()
+    };
+    let shapes = ProgramShapes::new(&none).expect("valid");
+    assert_eq!(shapes.widest_speculative(Mode::Verify), None);
+    assert_eq!(shapes.widest_speculative(Mode::VerifyBatch), None);
+}
+
 #[test]
 fn draft_programs_follow_verify_at_one_row_and_each_draft_width() {
     let serve = ServeShape {

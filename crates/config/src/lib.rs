@@ -48,4 +48,7 @@ pub use model::{ModelConfig, MAX_CONFIG_BYTES};
 pub use moe::MoeConfig;
 pub use quant::{Fp8Strategy, Quantization};
 pub use rope::{Rope, RopeScaling};
-pub use serve::{ServeShape, DEFAULT_MULTI_SEQ_LADDER, MAX_BATCH, MAX_ROWS, MAX_VERIFY_WIDTH};
+pub use serve::{
+    ServeShape, DEFAULT_MULTI_SEQ_LADDER, DEFAULT_SPECULATIVE_ROWS, MAX_BATCH, MAX_ROWS,
+    MAX_VERIFY_WIDTH,
+};

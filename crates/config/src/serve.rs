@@ -3,7 +3,7 @@
 //! in `2..=max_batch` (one sequence runs the decode program), every verify width in
 //! `2..=MAX_VERIFY_WIDTH`, every batched-verify width in `2..=min(max_batch · MAX_VERIFY_WIDTH,
 //! MAX_ROWS)`, every
-//! list is strictly increasing, and no width is zero.
+//! list is strictly increasing, no width is zero, and `speculative_rows` is at most `MAX_ROWS`.
 
 use crate::ConfigError;
 
@@ -23,6 +23,11 @@ pub const MAX_BATCH: usize = 4096;
 /// `DIM_BOUNDS` allows.
 pub const MAX_ROWS: usize = 1 << 18;
 
+/// Rows one speculative step verifies at most, by default: the widest default batched verify
+/// (and four times the widest default verify), so the default shape's every verify program may
+/// speculate.
+pub const DEFAULT_SPECULATIVE_ROWS: usize = 32;
+
 /// The (mode, rows) a build compiles programs for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeShape {
@@ -33,6 +38,12 @@ pub struct ServeShape {
     /// to the narrowest width that holds Σ k_i).
     pub verify_batch_widths: Vec<usize>,
     pub draft_widths: Vec<usize>,
+    /// The most rows one speculative step verifies (k + 1 for one sequence, Σ (k_i + 1) over a
+    /// batch): the verify and batched-verify programs up to this width keep the recurrent
+    /// state's per-row snapshots a speculative step rolls back to, and the layout keeps slots
+    /// for them (one recurrent state per row); a wider verify program serves prompt chunks
+    /// only. 0: no speculative step, no snapshot slots.
+    pub speculative_rows: usize,
 }
 
 impl Default for ServeShape {
@@ -43,6 +54,7 @@ impl Default for ServeShape {
             verify_widths: default_verify_widths(),
             verify_batch_widths: default_verify_batch_widths(128),
             draft_widths: Vec::new(),
+            speculative_rows: DEFAULT_SPECULATIVE_ROWS,
         }
     }
 }
@@ -78,6 +90,7 @@ impl ServeShape {
             verify_widths: default_verify_widths(),
             verify_batch_widths: default_verify_batch_widths(max_batch),
             draft_widths: Vec::new(),
+            speculative_rows: DEFAULT_SPECULATIVE_ROWS,
         })
     }
 
@@ -97,7 +110,14 @@ impl ServeShape {
             2,
             (self.max_batch * MAX_VERIFY_WIDTH).min(MAX_ROWS),
         )?;
-        check_widths("draft_widths", &self.draft_widths, 1, self.max_batch)
+        check_widths("draft_widths", &self.draft_widths, 1, self.max_batch)?;
+        if self.speculative_rows > MAX_ROWS {
+            return Err(ConfigError::ServeShape {
+                field: "speculative_rows",
+                problem: format!("is {}: expected 0..={MAX_ROWS}", self.speculative_rows),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -55,6 +55,18 @@ fn validate_rejects_out_of_range_widths() {
     };
     let err = zero_draft.validate().expect_err("zero width");
     assert!(err.to_string().contains("draft_widths"), "{err}");
+    let speculative = ServeShape {
+        speculative_rows: solder_config::MAX_ROWS + 1,
+        ..ServeShape::default()
+    };
+    let err = speculative.validate().expect_err("too many rows");
+    assert!(err.to_string().contains("speculative_rows"), "{err}");
+    let none = ServeShape {
+        speculative_rows: 0,
+        ..ServeShape::default()
+    };
+    none.validate()
+        .expect("no speculative step is a valid serve");
 }
 
 #[test]

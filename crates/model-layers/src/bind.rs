@@ -80,9 +80,13 @@ impl Bindings<'_> {
         }
     }
 
-    /// The per-row snapshots of a recurrent state (one slot's bytes per row of this plan; only
-    /// a plan that keeps them, `Mode::keeps_snapshots`, has room in the layout).
-    pub fn snapshots(&self, state: StateId) -> Buf {
+    /// The per-row snapshots of a recurrent state (one slot's bytes per row of this plan),
+    /// when the plan keeps them (`ExecutionPlan::keeps_snapshots`; the layout has room for the
+    /// widest plan that does).
+    pub fn snapshots(&self, state: StateId) -> Option<Buf> {
+        if !self.plan.keeps_snapshots {
+            return None;
+        }
         let r = &self.layout.states[state.0 as usize];
         debug_assert!(
             self.rows() <= self.layout.state_rows.snapshots,
@@ -90,10 +94,10 @@ impl Bindings<'_> {
             self.rows(),
             self.layout.state_rows.snapshots
         );
-        Buf {
+        Some(Buf {
             ptr: self.kv.offset(r.snapshot_offset),
             bytes: r.slot_bytes * self.rows(),
-        }
+        })
     }
 
     pub fn weight(&self, w: WeightId) -> Buf {
@@ -208,7 +212,7 @@ impl Operands for Bindings<'_> {
         Bindings::state(self, state)
     }
 
-    fn snapshots(&self, state: StateId) -> Buf {
+    fn snapshots(&self, state: StateId) -> Option<Buf> {
         Bindings::snapshots(self, state)
     }
 

@@ -194,7 +194,7 @@ pub enum SessionError {
     Empty(&'static str),
     #[error(
         "a speculative step of {k} draft token(s): k must be 1..={widest} (k + 1 rows must fit \
-         the widest compiled verify program)"
+         the widest compiled verify program no wider than the serve's `speculative_rows`)"
     )]
     DraftLength { k: usize, widest: usize },
     #[error(

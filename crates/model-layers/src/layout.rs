@@ -85,9 +85,10 @@ pub struct Layout {
 /// How many snapshot and backup slots each recurrent state keeps besides its sequence slots.
 ///
 /// - `snapshots`: one per row of the widest plan whose recurrent kernels keep per-row
-///   snapshots (verify and batched verify, `Mode::keeps_snapshots`: the rows a speculative
-///   step may roll back to); a prefill chunk, a multi-seq or a decode step keeps none, so a wide
-///   prefill chunk does not size them.
+///   snapshots (`ExecutionPlan::keeps_snapshots`: verify and batched verify up to the serve's
+///   `speculative_rows`, the rows a speculative step may roll back to); a prefill chunk, a
+///   multi-seq or a decode step keeps none, nor does a verify program wider than
+///   `speculative_rows` (a prompt chunk's), so a wide chunk does not size them.
 /// - `backups`: one per slot a step can advance: a row advances at most one slot and every
 ///   slot a step advances is held by a sequence, so the fewer of the widest plan's rows and
 ///   the sequence slots.
@@ -103,7 +104,7 @@ impl StateRows {
         StateRows {
             snapshots: plans
                 .iter()
-                .filter(|p| p.mode.keeps_snapshots())
+                .filter(|p| p.keeps_snapshots)
                 .map(|p| p.rows)
                 .max()
                 .unwrap_or(0),

@@ -434,6 +434,7 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
         verify_widths: vec![2, 3, 4],
         verify_batch_widths: vec![4, 8],
         draft_widths: Vec::new(),
+        speculative_rows: solder_config::DEFAULT_SPECULATIVE_ROWS,
     };
     let mut boot = boot(
         config(TINY_NEXT),
@@ -487,4 +488,80 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
         !verify.is_empty() && verify.iter().all(|null| !*null),
         "{verify:?}"
     );
+}
+
+/// A verify program wider than the serve's `speculative_rows` serves prompt chunks only: it
+/// keeps no snapshots, so the layout keeps slots for the widest that does (chunks of 16 rows
+/// cost no snapshot slots), and a speculative step is refused a program that keeps none, by
+/// the width it asked for, with the sequence unchanged.
+#[test]
+fn verify_programs_past_speculative_rows_keep_no_snapshots() {
+    use solder_config::ServeShape;
+    use solder_gpu_runtime::KernelArg;
+    use solder_model_layers::{ModelDrafter, Session, SessionError};
+    let mut backend = backend();
+    let serve = ServeShape {
+        max_batch: 4,
+        multi_seq_ladder: vec![2, 4],
+        verify_widths: vec![2, 4, 16],
+        verify_batch_widths: vec![4, 8],
+        draft_widths: Vec::new(),
+        speculative_rows: 4,
+    };
+    let boot_at = |serve: ServeShape| {
+        let mut boot = boot(
+            config(TINY_NEXT),
+            Policy::default(),
+            WeightSource::Random { seed: 7 },
+            roomy_kv(),
+        );
+        boot.serve = serve;
+        boot
+    };
+    let exec = CircuitExec::build(&mut backend, boot_at(serve.clone())).expect("build");
+    assert_eq!(exec.layout.max_rows, 16);
+    assert_eq!(
+        exec.layout.state_rows.snapshots, 4,
+        "verify and batched verify of 4"
+    );
+    let keeps = |mode: Mode, rows: usize| -> bool {
+        let program = exec.program(mode, rows).expect("program");
+        let gdn = program.steps.iter().filter_map(|step| match step {
+            ProgramStep::Launch { name, args, .. }
+                if name.starts_with("gdn::") && *name != "gdn::gated_norm" =>
+            {
+                Some(!args.iter().any(|a| matches!(a, KernelArg::Null)))
+            }
+            _ => None,
+        });
+        let kept: Vec<bool> = gdn.collect();
+        assert!(!kept.is_empty());
+        assert!(
+            kept.iter().all(|k| *k == kept[0]),
+            "{mode} {rows}: {kept:?}"
+        );
+        kept[0]
+    };
+    assert!(keeps(Mode::Verify, 4) && keeps(Mode::VerifyBatch, 4));
+    assert!(!keeps(Mode::Verify, 16) && !keeps(Mode::VerifyBatch, 8));
+    assert!(exec.plans.iter().all(|p| p.keeps_snapshots
+        == (matches!(p.mode, Mode::Verify | Mode::VerifyBatch) && p.rows <= 4)));
+
+    // A prompt of 17 runs a chunk of 16 (no snapshots) and decode; speculation takes k <= 3.
+    let same = CircuitExec::build(&mut backend, boot_at(serve)).expect("build");
+    let mut drafter = ModelDrafter::new(&same);
+    let mut session = Session::new(&exec);
+    let id = session.add_sequence();
+    session
+        .prefill(&mut backend, id, &prompt(3, 128, 17))
+        .expect("prefill");
+    match session.speculative_step(&mut backend, id, 5, 4, &mut drafter) {
+        Err(SessionError::DraftLength { k: 4, widest: 3 }) => {}
+        other => panic!("expected k = 4 refused, got {other:?}"),
+    }
+    assert_eq!(session.seq_len(id).expect("seq"), 17);
+    let step = session
+        .speculative_step(&mut backend, id, 5, 3, &mut drafter)
+        .expect("k = 3");
+    assert_eq!(session.seq_len(id).expect("seq"), 17 + step.accepted + 1);
 }

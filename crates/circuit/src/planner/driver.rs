@@ -124,6 +124,7 @@ impl ExecutionPlan {
             circuit: circuit.name.clone(),
             mode,
             rows,
+            keeps_snapshots: instance.program_shapes().keeps_snapshots(mode, rows),
             order,
             stream_of: streams.stream_of,
             steps,

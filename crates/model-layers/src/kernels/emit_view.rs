@@ -32,8 +32,9 @@ pub trait Operands {
     fn tensor(&self, t: TensorId) -> Option<Buf>;
     /// A state's region: a layer's KV pages, or its sequence slots.
     fn state(&self, state: StateId) -> Buf;
-    /// The per-row snapshots of a recurrent state.
-    fn snapshots(&self, state: StateId) -> Buf;
+    /// The per-row snapshots of a recurrent state, when the plan keeps them
+    /// (`ExecutionPlan::keeps_snapshots`).
+    fn snapshots(&self, state: StateId) -> Option<Buf>;
     fn weight(&self, w: WeightId) -> Buf;
     fn meta(&self, field: MetaField) -> Buf;
     fn inv_freq(&self) -> Buf;
@@ -209,8 +210,9 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The per-row snapshots of the recurrent state an op's state edge names.
-    pub fn snapshots_of(&self, t: TensorId) -> Result<Buf, ExecError> {
+    /// The per-row snapshots of the recurrent state an op's state edge names, when the plan
+    /// keeps them (verify and batched verify up to the serve's `speculative_rows`).
+    pub fn snapshots_of(&self, t: TensorId) -> Result<Option<Buf>, ExecError> {
         match self.bind.circuit().tensor(t).binding {
             Binding::State(s) => Ok(self.bind.snapshots(s)),
             _ => Err(self.err(format!(
@@ -230,12 +232,6 @@ impl<'a> View<'a> {
             solder_circuit::Mode::VerifyBatch => 2,
             _ => 0,
         }
-    }
-
-    /// Whether the recurrent kernels keep per-row snapshots (`Mode::keeps_snapshots`: verify
-    /// and batched verify, not a prefill chunk).
-    pub fn keeps_snapshots(&self) -> bool {
-        self.bind.mode().keeps_snapshots()
     }
 
     /// Rows of this plan are consecutive tokens of sequences (verify, verify_batch, prefill).
@@ -397,8 +393,8 @@ mod tests {
         fn state(&self, _: StateId) -> Buf {
             buf()
         }
-        fn snapshots(&self, _: StateId) -> Buf {
-            buf()
+        fn snapshots(&self, _: StateId) -> Option<Buf> {
+            Some(buf())
         }
         fn weight(&self, _: WeightId) -> Buf {
             buf()

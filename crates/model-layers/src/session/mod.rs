@@ -536,7 +536,8 @@ impl Session<'_> {
     /// The k (draft length) `policy` gives sequence `id`'s next speculative step, from its
     /// acceptance history; a policy no step could follow is refused by field.
     pub fn next_k(&self, id: SeqId, policy: SpecPolicy) -> Result<usize, SessionError> {
-        let widest = self.exec.instance.program_shapes().widest(Mode::Verify);
+        let shapes = self.exec.instance.program_shapes();
+        let widest = shapes.widest_speculative(Mode::Verify);
         policy.check(widest.unwrap_or(1).saturating_sub(1))?;
         Ok(policy.k(self.acceptances(id)?.mean))
     }

@@ -230,9 +230,9 @@ fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
     ])
 }
 
-/// A recurrent op's state region and, when the plan keeps them (verify, batched verify:
-/// `View::keeps_snapshots`), its per-row snapshots and the step's flags saying which rows
-/// write theirs (`MetaField::KeepSnapshots`).
+/// A recurrent op's state region and, when the plan keeps them (verify and batched verify up
+/// to the serve's `speculative_rows`: `ExecutionPlan::keeps_snapshots`), its per-row
+/// snapshots and the step's flags saying which rows write theirs (`MetaField::KeepSnapshots`).
 struct GdnState {
     state: Buf,
     snapshots: Option<Buf>,
@@ -244,18 +244,11 @@ fn gdn_state(v: &View<'_>, op: &Op) -> Result<GdnState, ExecError> {
         .outputs
         .get(1)
         .ok_or_else(|| v.err(format!("`{}` has no state edge", op.name)))?;
-    let (snapshots, keep) = if v.keeps_snapshots() {
-        (
-            Some(v.snapshots_of(edge)?),
-            Some(v.meta(MetaField::KeepSnapshots)),
-        )
-    } else {
-        (None, None)
-    };
+    let snapshots = v.snapshots_of(edge)?;
     Ok(GdnState {
         state: v.state_of(edge)?,
         snapshots,
-        keep,
+        keep: snapshots.map(|_| v.meta(MetaField::KeepSnapshots)),
     })
 }
 

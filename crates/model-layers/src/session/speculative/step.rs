@@ -87,7 +87,9 @@ fn check(
     }
     let vocab = exec.config.vocab_size;
     let shapes = exec.instance.program_shapes();
-    let widest = shapes.widest(Mode::Verify).unwrap_or(1);
+    // Only a program that keeps its recurrent snapshots can be rolled back: the verify
+    // programs up to the serve's `speculative_rows`.
+    let widest = shapes.widest_speculative(Mode::Verify).unwrap_or(1);
     if drafter.vocab_size() != vocab {
         return Err(SessionError::DraftVocab {
             draft: drafter.vocab_size(),
@@ -131,9 +133,10 @@ fn check(
     let width = if batched {
         shapes
             .narrowest(Mode::VerifyBatch, total)
+            .filter(|&width| shapes.keeps_snapshots(Mode::VerifyBatch, width))
             .ok_or(SessionError::TooWide {
                 asked: total,
-                widest: shapes.widest(Mode::VerifyBatch).unwrap_or(0),
+                widest: shapes.widest_speculative(Mode::VerifyBatch).unwrap_or(0),
             })?
     } else {
         total

@@ -58,7 +58,7 @@ impl MtpDrafter<'_> {
             }
             if k == 0 {
                 let shapes = self.exec.instance.program_shapes();
-                let widest = shapes.widest(Mode::Verify).unwrap_or(1);
+                let widest = shapes.widest_speculative(Mode::Verify).unwrap_or(1);
                 return Err(SessionError::DraftLength {
                     k,
                     widest: widest.saturating_sub(1),
