@@ -563,5 +563,19 @@ fn verify_programs_past_speculative_rows_keep_no_snapshots() {
     let step = session
         .speculative_step(&mut backend, id, 5, 3, &mut drafter)
         .expect("k = 3");
-    assert_eq!(session.seq_len(id).expect("seq"), 17 + step.accepted + 1);
+    let len = 17 + step.accepted + 1;
+    assert_eq!(session.seq_len(id).expect("seq"), len);
+    // Batched: 2 + 3 rows need the batched verify of 8, which keeps none.
+    let other = session.add_sequence();
+    (session.prefill(&mut backend, other, &prompt(4, 128, 5))).expect("prefill");
+    let batch = [(id, 6, 1), (other, 7, 2)];
+    match session.speculative_step_many(&mut backend, &batch, &mut drafter) {
+        Err(SessionError::TooWide {
+            asked: 5,
+            widest: 4,
+        }) => {}
+        other => panic!("expected 5 rows refused, got {other:?}"),
+    }
+    assert_eq!(session.seq_len(id).expect("seq"), len);
+    assert_eq!(session.seq_len(other).expect("seq"), 5);
 }
