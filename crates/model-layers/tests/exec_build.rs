@@ -418,6 +418,41 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
     }
 }
 
+/// The tiny qwen3_next served at `serve`, random weights.
+fn tiny_next_at(serve: solder_config::ServeShape) -> solder_model_layers::Boot {
+    let mut boot = boot(
+        config(TINY_NEXT),
+        Policy::default(),
+        WeightSource::Random { seed: 7 },
+        roomy_kv(),
+    );
+    boot.serve = serve;
+    boot
+}
+
+/// Whether the (mode, rows) program's recurrent launches (`gdn::conv`, the recurrence) keep
+/// snapshots: all pass them, or none does (a null argument).
+fn gdn_keeps_snapshots(exec: &CircuitExec, mode: Mode, rows: usize) -> bool {
+    use solder_gpu_runtime::KernelArg;
+    let program = exec.program(mode, rows).expect("program");
+    let kept: Vec<bool> = (program.steps.iter())
+        .filter_map(|step| match step {
+            ProgramStep::Launch { name, args, .. }
+                if name.starts_with("gdn::") && *name != "gdn::gated_norm" =>
+            {
+                Some(!args.iter().any(|a| matches!(a, KernelArg::Null)))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!kept.is_empty(), "{mode} {rows}: no recurrent launch");
+    assert!(
+        kept.iter().all(|k| *k == kept[0]),
+        "{mode} {rows}: {kept:?}"
+    );
+    kept[0]
+}
+
 /// Only verify and batched-verify programs keep the recurrent state's per-row snapshots (the
 /// rows a speculative step may roll back to): the layout sizes them by those programs, not by
 /// the widest (here a multi-seq step of 16), and a prefill chunk's recurrent launches pass none
@@ -426,7 +461,6 @@ fn build_refuses_bad_kv_shapes_and_weight_counts() {
 #[test]
 fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
     use solder_config::ServeShape;
-    use solder_gpu_runtime::KernelArg;
     let mut backend = backend();
     let serve = ServeShape {
         max_batch: 16,
@@ -436,13 +470,7 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
         draft_widths: Vec::new(),
         speculative_rows: solder_config::DEFAULT_SPECULATIVE_ROWS,
     };
-    let mut boot = boot(
-        config(TINY_NEXT),
-        Policy::default(),
-        WeightSource::Random { seed: 7 },
-        roomy_kv(),
-    );
-    boot.serve = serve;
+    let mut boot = tiny_next_at(serve);
     boot.kv.max_sequences = 4;
     let exec = CircuitExec::build(&mut backend, boot).expect("build");
     let layout = &exec.layout;
@@ -466,28 +494,8 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
         );
     }
     // The GDN launches (conv, the recurrence) of the prefill and the verify program of 4 rows.
-    let gdn_nulls = |mode: Mode| -> Vec<bool> {
-        exec.program(mode, 4)
-            .expect("program")
-            .steps
-            .iter()
-            .filter_map(|step| match step {
-                ProgramStep::Launch { name, args, .. } if name.starts_with("gdn::") => (*name
-                    != "gdn::gated_norm")
-                    .then(|| args.iter().any(|a| matches!(a, KernelArg::Null))),
-                _ => None,
-            })
-            .collect()
-    };
-    let (prefill, verify) = (gdn_nulls(Mode::Prefill), gdn_nulls(Mode::Verify));
-    assert!(
-        !prefill.is_empty() && prefill.iter().all(|null| *null),
-        "{prefill:?}"
-    );
-    assert!(
-        !verify.is_empty() && verify.iter().all(|null| !*null),
-        "{verify:?}"
-    );
+    assert!(!gdn_keeps_snapshots(&exec, Mode::Prefill, 4));
+    assert!(gdn_keeps_snapshots(&exec, Mode::Verify, 4));
 }
 
 /// A verify program wider than the serve's `speculative_rows` serves prompt chunks only: it
@@ -497,7 +505,6 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
 #[test]
 fn verify_programs_past_speculative_rows_keep_no_snapshots() {
     use solder_config::ServeShape;
-    use solder_gpu_runtime::KernelArg;
     use solder_model_layers::{ModelDrafter, Session, SessionError};
     let mut backend = backend();
     let serve = ServeShape {
@@ -508,47 +515,20 @@ fn verify_programs_past_speculative_rows_keep_no_snapshots() {
         draft_widths: Vec::new(),
         speculative_rows: 4,
     };
-    let boot_at = |serve: ServeShape| {
-        let mut boot = boot(
-            config(TINY_NEXT),
-            Policy::default(),
-            WeightSource::Random { seed: 7 },
-            roomy_kv(),
-        );
-        boot.serve = serve;
-        boot
-    };
-    let exec = CircuitExec::build(&mut backend, boot_at(serve.clone())).expect("build");
+    let exec = CircuitExec::build(&mut backend, tiny_next_at(serve.clone())).expect("build");
     assert_eq!(exec.layout.max_rows, 16);
     assert_eq!(
         exec.layout.state_rows.snapshots, 4,
         "verify and batched verify of 4"
     );
-    let keeps = |mode: Mode, rows: usize| -> bool {
-        let program = exec.program(mode, rows).expect("program");
-        let gdn = program.steps.iter().filter_map(|step| match step {
-            ProgramStep::Launch { name, args, .. }
-                if name.starts_with("gdn::") && *name != "gdn::gated_norm" =>
-            {
-                Some(!args.iter().any(|a| matches!(a, KernelArg::Null)))
-            }
-            _ => None,
-        });
-        let kept: Vec<bool> = gdn.collect();
-        assert!(!kept.is_empty());
-        assert!(
-            kept.iter().all(|k| *k == kept[0]),
-            "{mode} {rows}: {kept:?}"
-        );
-        kept[0]
-    };
+    let keeps = |mode: Mode, rows: usize| gdn_keeps_snapshots(&exec, mode, rows);
     assert!(keeps(Mode::Verify, 4) && keeps(Mode::VerifyBatch, 4));
     assert!(!keeps(Mode::Verify, 16) && !keeps(Mode::VerifyBatch, 8));
     assert!(exec.plans.iter().all(|p| p.keeps_snapshots
         == (matches!(p.mode, Mode::Verify | Mode::VerifyBatch) && p.rows <= 4)));
 
     // A prompt of 17 runs a chunk of 16 (no snapshots) and decode; speculation takes k <= 3.
-    let same = CircuitExec::build(&mut backend, boot_at(serve)).expect("build");
+    let same = CircuitExec::build(&mut backend, tiny_next_at(serve)).expect("build");
     let mut drafter = ModelDrafter::new(&same);
     let mut session = Session::new(&exec);
     let id = session.add_sequence();
