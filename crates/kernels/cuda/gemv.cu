@@ -157,6 +157,30 @@ struct MapQkv {
     }
 };
 
+// Two projections of one input of unrelated widths (siblings): features [0, n1) are y1's,
+// then n2 of y2's; each stored as `linear` stores it, so the bytes of two `linear` launches.
+struct MapPair {
+    const bf16* w1;
+    const bf16* b1;
+    const bf16* w2;
+    const bf16* b2;
+    bf16* y1;
+    bf16* y2;
+    unsigned n1;
+    unsigned n2;
+    __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
+        out[0] = f < n1 ? weight_row(w1, f, k) : weight_row(w2, f - n1, k);
+    }
+    __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
+        if (f < n1) {
+            y1[(unsigned long long)r * n1 + f] = linear_value(s[0], b1, f);
+        } else {
+            const unsigned o = f - n1;
+            y2[(unsigned long long)r * n2 + o] = linear_value(s[0], b2, o);
+        }
+    }
+};
+
 // Gate and up rows of feature f; act = silu(bf16 gate) · bf16 up, as linear ×2 → silu_mul.
 struct MapGateUp {
     const bf16* wg;
@@ -916,6 +940,17 @@ GEMV_KERNEL qkv(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                 nq + 2u * nkv, scratch);
 }
 
+// Two sibling projections of one row set (Gated DeltaNet's in_proj_qkvz and in_proj_ba):
+// x bf16[rows·k], w1 bf16[n1·k], b1 bf16[n1]?, w2 bf16[n2·k], b2 bf16[n2]? → y1 bf16[rows·n1],
+// y2 bf16[rows·n2].
+GEMV_KERNEL linear_pair(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                        const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                        const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                        bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                        unsigned n2, float* __restrict__ scratch) {
+    gemv_run<1>(XRows{x}, MapPair{w1, b1, w2, b2, y1, y2, n1, n2}, rows, k, n1 + n2, scratch);
+}
+
 // RMSNorm of h f32[rows·k] (weight wn) then `qkv`.
 GEMV_KERNEL norm_qkv(const float* __restrict__ h, const bf16* __restrict__ wn,
                      const bf16* __restrict__ wq, const bf16* __restrict__ bq,
@@ -1306,6 +1341,42 @@ GEMV_STREAM_R8 qkv_r8(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                       float* __restrict__ scratch) {
     gemv_stream<8, 1>(XRows{x}, MapQkv{wq, bq, wk, bk, wv, bv, q, k_out, v, nq, nkv}, rows, k,
                 nq + 2u * nkv, scratch);
+}
+
+GEMV_STREAM_R1 linear_pair_r1(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                              const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                              const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                              bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                              unsigned n2, float* __restrict__ scratch) {
+    gemv_stream<1, 1>(XRows{x}, MapPair{w1, b1, w2, b2, y1, y2, n1, n2}, rows, k, n1 + n2,
+                      scratch);
+}
+
+GEMV_STREAM_R2 linear_pair_r2(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                              const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                              const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                              bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                              unsigned n2, float* __restrict__ scratch) {
+    gemv_stream<2, 1>(XRows{x}, MapPair{w1, b1, w2, b2, y1, y2, n1, n2}, rows, k, n1 + n2,
+                      scratch);
+}
+
+GEMV_STREAM_R4 linear_pair_r4(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                              const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                              const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                              bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                              unsigned n2, float* __restrict__ scratch) {
+    gemv_stream<4, 1>(XRows{x}, MapPair{w1, b1, w2, b2, y1, y2, n1, n2}, rows, k, n1 + n2,
+                      scratch);
+}
+
+GEMV_STREAM_R8 linear_pair_r8(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                              const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                              const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                              bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                              unsigned n2, float* __restrict__ scratch) {
+    gemv_stream<8, 1>(XRows{x}, MapPair{w1, b1, w2, b2, y1, y2, n1, n2}, rows, k, n1 + n2,
+                      scratch);
 }
 
 GEMV_STREAM_R1 norm_qkv_r1(const float* __restrict__ h, const bf16* __restrict__ wn,

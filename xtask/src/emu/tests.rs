@@ -539,3 +539,93 @@ fn a_streaming_entry_equals_its_kernels_twin() {
     let entry = &report["gemv::linear_r4"];
     assert_eq!((entry.launches, entry.identical), (1, 1), "{entry:?}");
 }
+
+/// `gemv::linear_pair` from its CUDA source, classic and streaming, against its twin, and its
+/// two outputs against `gemv::linear` on each weight: the same bytes (rule `gdn_in_proj` is
+/// `bit_identical`), at widths that share no multiple, a partial last chunk of k, and rows
+/// past one tile.
+#[test]
+fn a_linear_pair_gives_the_bytes_of_its_two_linears() {
+    use solder_config::Levers;
+    use solder_model_layers::kernels::gemv::{LinearPair, LINEAR_PAIR};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for (rows, k, n1, n2) in [
+        (1u32, 300u32, 37u32, 6u32),
+        (3, 2051, 9, 20),
+        (11, 96, 5, 3),
+    ] {
+        let at = format!("rows {rows}, k {k}, widths {n1} and {n2}");
+        let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+        let (w1, w2) = (
+            upload(&mut backend, &bf16_values(n1 * k, 2.0)),
+            upload(&mut backend, &bf16_values(n2 * k, 3.0)),
+        );
+        let b1 = upload(&mut backend, &bf16_values(n1, 4.0));
+        let out = |backend: &mut CpuBackend, n: u32| {
+            let bytes = (rows * n * 2) as usize;
+            upload(backend, &vec![0x5a; bytes])
+        };
+        let mut linear = |w, bias, n| {
+            let y = out(&mut backend, n);
+            let launch = Linear {
+                x,
+                w,
+                bias,
+                y,
+                rows,
+                k,
+                n_out: n,
+                scratch: None,
+            }
+            .launch(LINEAR);
+            run(&mut backend, &launch);
+            download(&mut backend, y.ptr, y.bytes)
+        };
+        let want = (linear(w1, Some(b1), n1), linear(w2, None, n2));
+        for streaming in [false, true] {
+            let (y1, y2) = (out(&mut backend, n1), out(&mut backend, n2));
+            let a = LinearPair {
+                x,
+                w1,
+                b1: Some(b1),
+                w2,
+                b2: None,
+                y1,
+                y2,
+                rows,
+                k,
+                n1,
+                n2,
+                scratch: None,
+            };
+            let launch = if streaming {
+                // A split (k 2051 over few blocks) merges through a zeroed scratch.
+                let (shape, mut a) = (a.shape(&Levers::default()), a);
+                if shape.scratch_bytes > 0 {
+                    a.scratch = Some(upload(&mut backend, &vec![0; shape.scratch_bytes]));
+                }
+                a.launch_in(shape)
+            } else {
+                a.launch(LINEAR_PAIR)
+            };
+            run(&mut backend, &launch);
+            let got = (
+                download(&mut backend, y1.ptr, y1.bytes),
+                download(&mut backend, y2.ptr, y2.bytes),
+            );
+            assert!(
+                got == want,
+                "{at}, streaming {streaming}: not two linears' bytes"
+            );
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    for kernel in ["gemv::linear_pair", "gemv::linear"] {
+        let r = &report[kernel];
+        assert!(
+            r.launches > 0 && r.launches == r.identical,
+            "{kernel}: {r:?}"
+        );
+    }
+}

@@ -156,6 +156,7 @@ const DRIVEN: &[&str] = &[
     "gemv::lm_head",
     "gemv::norm_linear",
     "gemv::qkv",
+    "gemv::linear_pair",
     "gemv::norm_qkv",
     "gemv::add_norm_qkv",
     "gemv::gate_up_silu",
@@ -1520,10 +1521,10 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
 #[test]
 fn fused_projections_carry_nan_and_inf_as_their_twins() {
     use solder_model_layers::kernels::gemv::{
-        AddNormGateUpSilu, AddNormLmHead, AddNormQkv, GateUpSilu, LinearResidualAdd,
+        AddNormGateUpSilu, AddNormLmHead, AddNormQkv, GateUpSilu, LinearPair, LinearResidualAdd,
         NormGateUpSilu, NormQkv, Qkv, QkvRopeKv, ADD_NORM_GATE_UP_SILU, ADD_NORM_LM_HEAD,
-        ADD_NORM_QKV, GATE_UP_SILU, LINEAR_RESIDUAL_ADD, NORM_GATE_UP_SILU, NORM_QKV, QKV,
-        QKV_ROPE_KV,
+        ADD_NORM_QKV, GATE_UP_SILU, LINEAR_PAIR, LINEAR_RESIDUAL_ADD, NORM_GATE_UP_SILU, NORM_QKV,
+        QKV, QKV_ROPE_KV,
     };
     let mut b = Bench::new();
     // 3 rows of k = 96: row 0 poisoned in h, row 1 in x/d, row 2 clean.
@@ -1568,6 +1569,27 @@ fn fused_projections_carry_nan_and_inf_as_their_twins() {
         .launch(QKV),
     );
     b.mixed("qkv q", q, 2);
+    // The sibling pair: q's poisoned weights and bias beside k's clean ones, widths 32 and 16.
+    let (y1, y2, _) = qkv_outs(&mut b);
+    b.run(
+        &LinearPair {
+            x,
+            w1: wq,
+            b1: Some(bias),
+            w2: wk,
+            b2: None,
+            y1,
+            y2,
+            rows,
+            k,
+            n1: nq,
+            n2: nkv,
+            scratch: None,
+        }
+        .launch(LINEAR_PAIR),
+    );
+    b.mixed("linear_pair y1", y1, 2);
+    b.mixed("linear_pair y2", y2, 2);
     let (q, k_out, v) = qkv_outs(&mut b);
     b.run(
         &NormQkv {
@@ -1768,6 +1790,7 @@ fn fused_projections_carry_nan_and_inf_as_their_twins() {
     }
     b.agree(&[
         "gemv::qkv",
+        "gemv::linear_pair",
         "gemv::norm_qkv",
         "gemv::add_norm_qkv",
         "gemv::gate_up_silu",

@@ -125,6 +125,14 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The group's ops of `kind`, in group order.
+    pub fn ops(&self, kind: OpKind) -> Vec<&'a Op> {
+        (self.group.nodes.iter())
+            .map(|n| self.bind.circuit().op(*n))
+            .filter(|op| op.kind == kind)
+            .collect()
+    }
+
     /// Whether the group holds an op of `kind`.
     pub fn has(&self, kind: OpKind) -> bool {
         self.group

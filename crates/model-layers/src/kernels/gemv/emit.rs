@@ -43,6 +43,7 @@ split_args!(
     LmHead,
     NormLinear,
     Qkv,
+    LinearPair,
     NormQkv,
     AddNormQkv,
     GateUpSilu,
@@ -262,6 +263,43 @@ pub(super) fn emit_qkv(v: &View<'_>) -> R {
         k,
         nq,
         nkv,
+        scratch: None,
+    };
+    Ok(vec![launch(v, a)?])
+}
+
+/// Two sibling linears of the group (in group order), reading one input: their weights,
+/// biases and outputs side by side.
+pub(super) fn emit_linear_pair(v: &View<'_>) -> R {
+    let [first, second] = match v.ops(OpKind::Linear)[..] {
+        [a, b] => [a, b],
+        _ => return Err(v.err("expected exactly two `linear` ops".into())),
+    };
+    if first.inputs.first() != second.inputs.first() {
+        return Err(v.err(format!(
+            "`{}` and `{}` do not read the same input",
+            first.name, second.name
+        )));
+    }
+    let k = v.u32(first, "in")?;
+    if v.u32(second, "in")? != k {
+        return Err(v.err(format!(
+            "`{}` and `{}` project inputs of different widths",
+            first.name, second.name
+        )));
+    }
+    let a = LinearPair {
+        x: v.input(first, 0)?,
+        w1: v.weight(first, 0)?,
+        b1: v.weight_opt(first, 1),
+        w2: v.weight(second, 0)?,
+        b2: v.weight_opt(second, 1),
+        y1: v.output(first, 0)?,
+        y2: v.output(second, 0)?,
+        rows: v.rows(),
+        k,
+        n1: v.u32(first, "out")?,
+        n2: v.u32(second, "out")?,
         scratch: None,
     };
     Ok(vec![launch(v, a)?])

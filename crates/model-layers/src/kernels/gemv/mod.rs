@@ -150,6 +150,32 @@ kernel! {
 }
 
 kernel! {
+    /// Two sibling projections of one row set, of unrelated widths (Gated DeltaNet's
+    /// in_proj_qkvz and in_proj_ba): x bf16\[rows·k\] → y1 bf16\[rows·n1\] (w1, b1?), y2
+    /// bf16\[rows·n2\] (w2, b2?); each feature's dot, bias and rounding those of `linear`, so
+    /// the bytes of two `linear` launches.
+    pub struct LinearPair / LinearPairArgs {
+        x: In<bf16>,
+        w1: In<bf16>,
+        b1: InOpt<bf16>,
+        w2: In<bf16>,
+        b2: InOpt<bf16>,
+        y1: Out<bf16>,
+        y2: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n1: U32,
+        n2: U32,
+        scratch: InOutOpt<f32>,
+    }
+    grid(a) = gemv_config(a.n1 as u64 + a.n2 as u64, a.rows),
+        shape(levers) = shape::projection(LINEAR_PAIR, a.config(), &LINEAR_PAIR_STREAM, Dims {
+            features: a.n1 as u64 + a.n2 as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
+    LINEAR_PAIR = "gemv::linear_pair" => twin twin::linear_pair, emit emit_linear_pair;
+}
+
+kernel! {
     /// RMSNorm of h f32\[rows·k\] (weight wn) then `qkv`.
     pub struct NormQkv / NormQkvArgs {
         h: In<f32>,
@@ -364,6 +390,7 @@ streaming! {
     LM_HEAD_STREAM: LmHead = "gemv::lm_head";
     NORM_LINEAR_STREAM: NormLinear = "gemv::norm_linear";
     QKV_STREAM: Qkv = "gemv::qkv";
+    LINEAR_PAIR_STREAM: LinearPair = "gemv::linear_pair";
     NORM_QKV_STREAM: NormQkv = "gemv::norm_qkv";
     ADD_NORM_QKV_STREAM: AddNormQkv = "gemv::add_norm_qkv";
     GATE_UP_SILU_STREAM: GateUpSilu = "gemv::gate_up_silu";
@@ -378,6 +405,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LmHead::DECLS,
     NormLinear::DECLS,
     Qkv::DECLS,
+    LinearPair::DECLS,
     NormQkv::DECLS,
     AddNormQkv::DECLS,
     GateUpSilu::DECLS,

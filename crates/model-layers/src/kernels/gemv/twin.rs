@@ -10,8 +10,8 @@ use super::matvec::{for_each_dot, Widened};
 use super::twin_split::{check_head_split, check_split};
 use super::{
     AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs, LinearArgs,
-    LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs,
-    QkvRopeKvArgs, HEAD_DIM_MAX,
+    LinearPairArgs, LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs,
+    NormQkvArgs, QkvArgs, QkvRopeKvArgs, HEAD_DIM_MAX,
 };
 use crate::kernels::args::{macs, size, threads_for, In, InOpt, Out};
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
@@ -280,6 +280,25 @@ pub(super) fn qkv(a: QkvArgs<'_>) -> Result<(), GpuError> {
     let p = qkv_weights(ctx, weights, k, nq, nkv)?;
     let out = qkv_outputs(ctx, [a.q, a.k_out, a.v], rows, nq, nkv)?;
     project_qkv(ctx, x, rows, k, p, out);
+    Ok(())
+}
+
+/// linear ×2 over one input: each projection as `linear` computes it.
+pub(super) fn linear_pair(a: LinearPairArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n1, n2) = (a.rows.count(), a.k.dim()?, a.n1.dim()?, a.n2.dim()?);
+    check_split(ctx, a.scratch, n1 + n2, rows, k, 1)?;
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let (p1, p2) = (
+        Proj::read(ctx, a.w1, a.b1, n1, k)?,
+        Proj::read(ctx, a.w2, a.b2, n2, k)?,
+    );
+    let (y1, y2) = (
+        a.y1.len(size(ctx, &[rows, n1])?)?,
+        a.y2.len(size(ctx, &[rows, n2])?)?,
+    );
+    project(ctx, x, rows, k, p1, y1);
+    project(ctx, x, rows, k, p2, y2);
     Ok(())
 }
 
