@@ -29,6 +29,12 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --max-batch N       widest batch of the serve shape, 1..=4096 (default 128)
   --draft-widths W,.. draft programs (the MTP head's, qwen3_next) at 1 row and these widths;
                       --mode draft asks for them at --rows when not given
+  --verify-widths W,.. the serve's verify (and prefill chunk) widths, 2..=512 ascending
+                      (default 2..8): `2,4,8,512` for chunks of 512
+  --speculative-rows N the widest program a speculative step runs (default 32): verify
+                      programs up to it keep recurrent snapshots
+  --state N           with --all: the recurrent state allocation for N sequences (sequence,
+                      snapshot and backup slots, bytes each), as a build's layout sizes it
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
                       streams, events, pool_bytes, live_lower_bound, weight bytes per format,
                       the step's bytes (weights per format) and its floor at --tbps (default
@@ -65,6 +71,9 @@ const OPTIONS: &[&str] = &[
     "max-batch",
     "repeat",
     "draft-widths",
+    "verify-widths",
+    "speculative-rows",
+    "state",
     "tbps",
     "tflops",
     "context",
@@ -102,6 +111,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         .unwrap_or_else(|| crate::paths::workspace_root().join("fusions/FUSIONS.toml"));
     let serve = serve_of(&args)?;
     let policy = policy_of(&args)?;
+    let state = args.number_in("state", 1..=1 << 20)?;
+    if state.is_some() && !args.flag("all") {
+        return Err("`--state` sizes a serve's every program: give --all".into());
+    }
     let options = BuildOptions {
         verify: args.flag("verify") || cfg!(debug_assertions),
     };
@@ -144,6 +157,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         )?)
     };
 
+    if let Some(sequences) = state {
+        print_state(&instance, &plans, sequences);
+    }
     if args.flag("dot") {
         if plans.len() != 1 {
             return Err("`--dot` draws one plan: give --mode and --rows, not --all".into());
@@ -251,18 +267,64 @@ fn serve_of(args: &Args) -> Result<ServeShape, String> {
         None => ServeShape::default(),
     };
     if let Some(list) = args.value("draft-widths") {
-        serve.draft_widths = list
-            .split(',')
-            .map(|w| {
-                w.trim()
-                    .parse::<usize>()
-                    .map_err(|_| format!("--draft-widths: `{w}` is not a width"))
-            })
-            .collect::<Result<_, _>>()?;
+        serve.draft_widths = widths("draft-widths", list)?;
     } else if args.value("mode") == Some("draft") {
         serve.draft_widths = vec![args.number_in("rows", 1..=4096)?.unwrap_or(1)];
     }
+    if let Some(list) = args.value("verify-widths") {
+        serve.verify_widths = widths("verify-widths", list)?;
+    }
+    if let Some(rows) = args.number_in("speculative-rows", 0..=solder_config::MAX_ROWS)? {
+        serve.speculative_rows = rows;
+    }
+    serve.validate().map_err(|e| e.to_string())?;
     Ok(serve)
+}
+
+/// A comma-separated list of widths, `--option` named in the error.
+fn widths(option: &str, list: &str) -> Result<Vec<usize>, String> {
+    list.split(',')
+        .map(|w| {
+            (w.trim().parse::<usize>()).map_err(|_| format!("--{option}: `{w}` is not a width"))
+        })
+        .collect()
+}
+
+/// `--state N`: the recurrent state allocation a build of `plans` (every program of the
+/// serve) lays out for N sequences: its sequence slots (and the scratch slot), the snapshot
+/// slots of the widest program that keeps them, and the backup slots, as
+/// `solder_model_layers::Layout` sizes them (KV pages aside).
+fn print_state(instance: &Instance, plans: &[ExecutionPlan], sequences: usize) {
+    let served: Vec<&ExecutionPlan> = plans.iter().collect();
+    let circuit = &instance.circuit;
+    let layout = solder_model_layers::Layout::new(circuit, &served, 1, 0, 2, 1, sequences);
+    let recurrent: Vec<_> = layout.states.iter().filter(|r| r.slot_bytes > 0).collect();
+    if recurrent.is_empty() {
+        println!("{} keeps no recurrent state", circuit.name);
+        return;
+    }
+    let slot: usize = recurrent.iter().map(|r| r.slot_bytes).sum();
+    let part = |bytes: &dyn Fn(&solder_model_layers::StateRegion) -> usize| -> usize {
+        recurrent.iter().map(|r| bytes(r)).sum()
+    };
+    let sequence = part(&|r| r.snapshot_offset - r.offset);
+    let snapshots = part(&|r| r.backup_offset - r.snapshot_offset);
+    let backups = part(&|r| r.offset + r.bytes - r.backup_offset);
+    let gb = |bytes: usize| bytes as f64 / 1e9;
+    let rows = layout.state_rows;
+    println!(
+        "recurrent state of {} for {sequences} sequences: {slot} B a slot; {} sequence slots \
+         {:.2} GB, {} snapshot slots {:.2} GB, {} backup slots {:.2} GB; {:.2} GB in all (KV \
+         pages aside)",
+        circuit.name,
+        layout.state_slots,
+        gb(sequence),
+        rows.snapshots,
+        gb(snapshots),
+        rows.backups,
+        gb(backups),
+        gb(sequence + snapshots + backups),
+    );
 }
 
 /// The policy: `--levers`, `--reference-only`, `--max-streams`.
@@ -653,5 +715,12 @@ mod tests {
         assert!(e.contains("--rows"), "{e}");
         let e = run(argv(&["--config", &config, "--rules", "/dev/zero"])).unwrap_err();
         assert!(e.contains("/dev/zero"), "{e}");
+        // The serve's widths are checked as a build checks them, and --state sizes a whole serve.
+        let e = run(argv(&["--config", &config, "--verify-widths", "2,4,1024"])).unwrap_err();
+        assert!(e.contains("verify_widths") && e.contains("1024"), "{e}");
+        let e = run(argv(&["--config", &config, "--verify-widths", "2,x"])).unwrap_err();
+        assert!(e.contains("--verify-widths") && e.contains("`x`"), "{e}");
+        let e = run(argv(&["--config", &config, "--state", "4"])).unwrap_err();
+        assert!(e.contains("--all"), "{e}");
     }
 }

@@ -50,7 +50,7 @@ pub use exec::{
     kv_page_bytes, Boot, CircuitExec, HiddenRows, KvBudget, KvShape, WeightSource, PDL_LEVER,
 };
 pub use graphs::{CaptureReport, CapturedGraph, EagerReason, GraphCounters, GraphPolicy, StepRun};
-pub use layout::{Layout, IDS_SLOTS};
+pub use layout::{Layout, StateRegion, StateRows, IDS_SLOTS};
 pub use program::{Program, ProgramKey, ProgramStep};
 pub use sampling::{greedy, Acceptance, Sampler, Sampling, SamplingError, SamplingParams};
 pub use session::{
