@@ -146,3 +146,60 @@ fn prefill_fails_in_a_later_chunk(graphs: GraphPolicy) {
     let got = session.decode(&mut backend, id, next).expect("next");
     assert_same_bytes(&got, &expected, "the sequence after a failed prefill");
 }
+
+/// The backup a step takes copies each recurrent state region once for sequences on
+/// consecutive slots (one copy of the run, not one per sequence): with a failure armed at the
+/// copy after one per region, a step of three sequences still runs; a failure at the last
+/// region's copy fails it and leaves every state as it was.
+#[test]
+fn a_step_backs_up_consecutive_slots_in_one_copy_per_region() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend, GraphPolicy::Never);
+    let regions = exec
+        .layout
+        .states
+        .iter()
+        .filter(|r| r.slot_bytes > 0)
+        .count();
+    assert!(regions > 0);
+    let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(70 + s, 128, 3)).collect();
+    let expected: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| decode_alone(&mut backend, &exec, p))
+        .collect();
+    let mut session = Session::new(&exec);
+    let ids: Vec<_> = prompts.iter().map(|_| session.add_sequence()).collect();
+    let batch = |t: usize| -> Vec<_> {
+        ids.iter()
+            .zip(&prompts)
+            .map(|(&id, p)| (id, p[t]))
+            .collect()
+    };
+    let mut got = vec![Vec::new(); prompts.len()];
+    for t in 0..3 {
+        match t {
+            // The sequences hold slots 1, 2, 3 from step 0 on: the backup's copies now.
+            1 => backend.fail_call("copy_d2d", regions - 1),
+            2 => backend.fail_call("copy_d2d", regions),
+            _ => {}
+        }
+        if t == 1 {
+            let failed = session.multi_seq_step(&mut backend, &batch(t));
+            assert!(
+                failed.is_err(),
+                "the last region's copy did not fail the step"
+            );
+        }
+        let step = session
+            .multi_seq_step(&mut backend, &batch(t))
+            .expect("step");
+        for (g, l) in got.iter_mut().zip(step) {
+            g.extend(l);
+        }
+    }
+    // Disarm what the three-copy-per-region backup would have hit.
+    backend.fail_call("alloc", usize::MAX);
+    for (s, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_same_bytes(g, e, &format!("sequence {s}"));
+    }
+}

@@ -55,17 +55,64 @@ impl StateBackup {
         direction: Direction,
     ) -> Result<(), GpuError> {
         let states = exec.kv_cache();
+        let runs = runs(&self.slots);
         for region in exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
-            for (index, &slot) in self.slots.iter().enumerate() {
+            for &Run { slot, index, len } in &runs {
                 let live = states.offset(region.offset + slot as usize * region.slot_bytes);
                 let saved = states.offset(region.backup_offset + index * region.slot_bytes);
+                let bytes = len * region.slot_bytes;
                 match direction {
-                    Direction::Save => backend.copy_d2d(saved, live, region.slot_bytes)?,
-                    Direction::Restore => backend.copy_d2d(live, saved, region.slot_bytes)?,
+                    Direction::Save => backend.copy_d2d(saved, live, bytes)?,
+                    Direction::Restore => backend.copy_d2d(live, saved, bytes)?,
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// `len` consecutive slots from `slot`, saved in consecutive backup slots from `index`: one
+/// copy per region, not one per slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    slot: u32,
+    index: usize,
+    len: usize,
+}
+
+/// The runs of `slots` (backup slot i holds `slots[i]`): each maximal stretch of ascending
+/// consecutive slots. A batch whose sequences took their slots in order (the pool lends the
+/// lowest free one) is one run, so a step of 128 sequences copies each of a model's state
+/// regions once, not 128 times.
+fn runs(slots: &[u32]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for (index, &slot) in slots.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if run.slot.checked_add(run.len as u32) == Some(slot) => run.len += 1,
+            _ => runs.push(Run {
+                slot,
+                index,
+                len: 1,
+            }),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{runs, Run};
+
+    #[test]
+    fn consecutive_slots_are_one_run_and_gaps_or_reversals_start_another() {
+        let run = |slot, index, len| Run { slot, index, len };
+        assert_eq!(runs(&[]), []);
+        assert_eq!(runs(&[1, 2, 3, 4]), [run(1, 0, 4)]);
+        assert_eq!(
+            runs(&[3, 4, 9, 10, 2, 1]),
+            [run(3, 0, 2), run(9, 2, 2), run(2, 4, 1), run(1, 5, 1)]
+        );
+        assert_eq!(runs(&[u32::MAX, 0]), [run(u32::MAX, 0, 1), run(0, 1, 1)]);
     }
 }
 
