@@ -29,6 +29,16 @@ pub trait GpuBackend {
     fn copy_h2d(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError>;
     fn copy_d2h(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError>;
     fn copy_d2d(&mut self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), GpuError>;
+    /// Copies `bytes` device bytes from `src` to `dst` (ranges that do not overlap), ordered on
+    /// `stream` like a launch that reads `src` and writes `dst`; nothing waits (refused while
+    /// `stream` captures).
+    fn copy_d2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError>;
     /// Ordered on `stream` like a launch; `src` is copied before the call returns.
     fn copy_h2d_async(
         &mut self,

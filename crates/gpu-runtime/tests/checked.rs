@@ -50,6 +50,16 @@ impl GpuBackend for Counting {
         let result = self.inner.copy_d2d(dst, src, bytes);
         self.count(result)
     }
+    fn copy_d2d_async(
+        &mut self,
+        s: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let result = self.inner.copy_d2d_async(s, dst, src, bytes);
+        self.count(result)
+    }
     fn copy_h2d_async(&mut self, s: StreamId, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
         let result = self.inner.copy_h2d_async(s, dst, src);
         self.count(result)

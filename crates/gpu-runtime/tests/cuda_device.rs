@@ -190,6 +190,22 @@ fn alloc_copy_round_trip() {
     assert_eq!(got, [0x33; 8]);
     assert!(backend.readback_ready(second).is_err(), "taken once");
 
+    // A queued device copy runs in stream order: after the memset before it, before the one
+    // after it.
+    backend.memset(a, 0x44, 1000).expect("memset");
+    backend
+        .copy_d2d_async(StreamId(0), b, a, 600)
+        .expect("copy_d2d_async");
+    let queued = backend
+        .copy_d2h_async(StreamId(0), b, 1000)
+        .expect("copy_d2h_async");
+    let mut got = vec![0u8; 1000];
+    backend
+        .take_readback(queued, &mut got)
+        .expect("take_readback");
+    assert!(got[..600].iter().all(|x| *x == 0x44));
+    assert!(got[600..].iter().all(|x| *x == 0x33 || *x == 0x11));
+
     assert_eq!(backend.live_allocations(), 2);
     backend.free(a).expect("free");
     backend.free(b).expect("free");

@@ -134,6 +134,34 @@ fn async_copy_is_a_write_on_its_stream() {
     assert_eq!(download(&mut gpu, out, 1), vec![1.5]);
 }
 
+/// A device-to-device copy queued on a stream reads its source and writes its destination
+/// there: unordered against another stream's writer it is a race and copies nothing; ordered on
+/// the writer's stream it copies; overlapping ranges and a capturing stream are refused.
+#[test]
+fn async_device_copy_reads_and_writes_on_its_stream() {
+    let mut gpu = backend();
+    let s1 = gpu.create_stream().unwrap();
+    let src = upload(&mut gpu, &[2.5; 4]);
+    let dst = upload(&mut gpu, &[0.0; 4]);
+    fill_on(&mut gpu, s1, src, 4, 7).unwrap();
+    let err = gpu.copy_d2d_async(S0, dst, src, bytes(4)).unwrap_err();
+    assert!(
+        matches!(&err, GpuError::Race { current, .. } if current == "copy_d2d_async"),
+        "{err}"
+    );
+    assert_eq!(download(&mut gpu, dst, 4), vec![0.0; 4]);
+    gpu.copy_d2d_async(s1, dst, src, bytes(4)).unwrap();
+    gpu.synchronize().unwrap();
+    assert_eq!(download(&mut gpu, dst, 4), vec![7.0; 4]);
+    // Overlapping halves of one buffer.
+    let half = solder_gpu_runtime::DevicePtr(src.0 + bytes(2) as u64);
+    let err = gpu.copy_d2d_async(S0, half, src, bytes(4)).unwrap_err();
+    assert!(matches!(err, GpuError::OutOfRange { .. }), "{err}");
+    gpu.begin_capture(s1).unwrap();
+    let err = gpu.copy_d2d_async(s1, dst, src, bytes(4)).unwrap_err();
+    assert!(matches!(err, GpuError::Capture(_)), "{err}");
+}
+
 #[test]
 fn a_single_stream_keeps_no_history() {
     let mut gpu = backend();

@@ -148,11 +148,12 @@ fn prefill_fails_in_a_later_chunk(graphs: GraphPolicy) {
 }
 
 /// The backup a step takes copies each recurrent state region once for sequences on
-/// consecutive slots (one copy of the run, not one per sequence): with a failure armed at the
-/// copy after one per region, a step of three sequences still runs; a failure at the last
-/// region's copy fails it and leaves every state as it was.
+/// consecutive slots (one copy of the run, not one per sequence), queued on the step's stream:
+/// with a failure armed at the queued copy after one per region, a step of three sequences
+/// still runs, and so it does with one armed at the first synchronous copy (it makes none);
+/// a failure at the last region's copy fails the step and leaves every state as it was.
 #[test]
-fn a_step_backs_up_consecutive_slots_in_one_copy_per_region() {
+fn a_step_backs_up_consecutive_slots_in_one_queued_copy_per_region() {
     let mut backend = backend();
     let exec = next_exec(&mut backend, GraphPolicy::Never);
     let regions = exec
@@ -162,7 +163,7 @@ fn a_step_backs_up_consecutive_slots_in_one_copy_per_region() {
         .filter(|r| r.slot_bytes > 0)
         .count();
     assert!(regions > 0);
-    let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(70 + s, 128, 3)).collect();
+    let prompts: Vec<Vec<u32>> = (0..3).map(|s| prompt(70 + s, 128, 4)).collect();
     let expected: Vec<Vec<f32>> = prompts
         .iter()
         .map(|p| decode_alone(&mut backend, &exec, p))
@@ -176,11 +177,12 @@ fn a_step_backs_up_consecutive_slots_in_one_copy_per_region() {
             .collect()
     };
     let mut got = vec![Vec::new(); prompts.len()];
-    for t in 0..3 {
+    for t in 0..4 {
+        // The sequences hold slots 1, 2, 3 from step 0 on: the backup's copies from step 1.
         match t {
-            // The sequences hold slots 1, 2, 3 from step 0 on: the backup's copies now.
-            1 => backend.fail_call("copy_d2d", regions - 1),
-            2 => backend.fail_call("copy_d2d", regions),
+            1 => backend.fail_call("copy_d2d_async", regions - 1),
+            2 => backend.fail_call("copy_d2d_async", regions),
+            3 => backend.fail_call("copy_d2d", 0),
             _ => {}
         }
         if t == 1 {
@@ -197,7 +199,7 @@ fn a_step_backs_up_consecutive_slots_in_one_copy_per_region() {
             g.extend(l);
         }
     }
-    // Disarm what the three-copy-per-region backup would have hit.
+    // Disarm what a copy per sequence, or a synchronous copy, would have hit.
     backend.fail_call("alloc", usize::MAX);
     for (s, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert_same_bytes(g, e, &format!("sequence {s}"));

@@ -132,6 +132,27 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         Ok(())
     }
 
+    fn copy_d2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let lane = self.lane(stream)?;
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "copy_d2d_async on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            )));
+        }
+        let read = self.call_touch("copy_d2d_async (source)", src, bytes, false)?;
+        let write = self.call_touch("copy_d2d_async (destination)", dst, bytes, true)?;
+        self.checked_forward(lane, &[read, write], |inner| {
+            inner.copy_d2d_async(stream, dst, src, bytes)
+        })
+    }
+
     fn copy_h2d_async(
         &mut self,
         stream: StreamId,

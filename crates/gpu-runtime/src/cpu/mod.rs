@@ -166,7 +166,7 @@ impl CpuBackend {
     }
 
     /// Test hook: the call named `call` (`alloc`, `copy_h2d`, `copy_d2h`, `copy_d2d`,
-    /// `copy_d2h_async`, `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
+    /// `copy_d2d_async`, `copy_d2h_async`, `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
     /// `launch_graph`) fails with a `Driver` error, having done nothing, once `skip` more of
     /// them have succeeded. `graph_node` names each launch a graph replays: one failing stops
     /// the replay there, the nodes before it having run (a kernel fault part-way through a
@@ -315,6 +315,59 @@ impl GpuBackend for CpuBackend {
             .host_range("copy_d2d (destination)", dst, bytes)?;
         // SAFETY: both ranges lie inside live allocations; `copy` allows them to overlap.
         unsafe { ptr::copy(from, to, bytes) };
+        Ok(())
+    }
+
+    fn copy_d2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.injected("copy_d2d_async")?;
+        self.check_stream(stream)?;
+        if self.graphs.capturing(stream).is_some() {
+            return Err(GpuError::Capture(format!(
+                "copy_d2d_async on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            )));
+        }
+        let (from_end, to_end) = (src.0 + bytes as u64, dst.0 + bytes as u64);
+        if bytes > 0 && src.0 < to_end && dst.0 < from_end {
+            return Err(GpuError::OutOfRange {
+                what: "copy_d2d_async (overlapping source and destination)".into(),
+                start: dst.0,
+                end: to_end,
+            });
+        }
+        let source = self.memory.range("copy_d2d_async (source)", src, bytes)?;
+        let destination = self
+            .memory
+            .range("copy_d2d_async (destination)", dst, bytes)?;
+        let touches = [
+            Touch {
+                alloc: source.base,
+                start: src.0,
+                end: from_end,
+                write: false,
+                label: Label::Call("copy_d2d_async"),
+            },
+            Touch {
+                alloc: destination.base,
+                start: dst.0,
+                end: to_end,
+                write: true,
+                label: Label::Call("copy_d2d_async"),
+            },
+        ];
+        self.track(stream, &touches)?;
+        let from = self
+            .memory
+            .host_range("copy_d2d_async (source)", src, bytes)?;
+        let to = (self.memory).host_range("copy_d2d_async (destination)", dst, bytes)?;
+        // SAFETY: both ranges lie inside live allocations and do not overlap (checked above).
+        unsafe { ptr::copy_nonoverlapping(from, to, bytes) };
         Ok(())
     }
 

@@ -99,6 +99,22 @@ impl CudaBackend {
 
     /// Ordered on `stream`; `src` is staged in pinned memory before the call returns, so the
     /// caller may reuse it at once (`staging`).
+    pub(super) fn copy_d2d_async_impl(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        // Graphs hold launches only; a copy between device ranges is ordered on the stream.
+        self.graphs.refuse_during_capture("copy_d2d_async")?;
+        self.bind()?;
+        let target = self.stream(stream)?.cu_stream();
+        // SAFETY: device addresses only; the driver checks them.
+        unsafe { result::memcpy_dtod_async(dst.0, src.0, bytes, target) }
+            .map_err(|e| driver("cuMemcpyDtoDAsync (copy_d2d_async)", e))
+    }
+
     pub(super) fn copy_h2d_async_impl(
         &mut self,
         stream: StreamId,

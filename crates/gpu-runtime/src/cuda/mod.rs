@@ -278,6 +278,16 @@ impl GpuBackend for CudaBackend {
         self.copy_d2d_impl(dst, src, bytes)
     }
 
+    fn copy_d2d_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.copy_d2d_async_impl(stream, dst, src, bytes)
+    }
+
     fn copy_h2d_async(
         &mut self,
         stream: StreamId,

@@ -1,6 +1,9 @@
 //! `StateBackup`: the recurrent state of the slots a step advances in place, copied
 //! device-to-device into the state allocation's backup slots (`layout::StateRegion`) before
 //! the step runs, and copied back if it fails, so a failed step leaves the state as it was.
+//! The save is queued on the step's stream (`copy_d2d_async`: the host does not wait for the
+//! step before, so a pipelined step still overlaps it); the restore waits for everything
+//! queued first (`copy_d2d`).
 //!
 //! Invariants: a backup holds at most `StateRows::backups` slots (a step advances at most one
 //! slot per row, each held by a sequence); only the session that saved it restores it, before any other step runs; no program
@@ -54,7 +57,7 @@ impl StateBackup {
         backend: &mut dyn GpuBackend,
         direction: Direction,
     ) -> Result<(), GpuError> {
-        let states = exec.kv_cache();
+        let (states, stream) = (exec.kv_cache(), exec.default_stream());
         let runs = runs(&self.slots);
         for region in exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
             for &Run { slot, index, len } in &runs {
@@ -62,7 +65,9 @@ impl StateBackup {
                 let saved = states.offset(region.backup_offset + index * region.slot_bytes);
                 let bytes = len * region.slot_bytes;
                 match direction {
-                    Direction::Save => backend.copy_d2d(saved, live, bytes)?,
+                    // Ordered before the step on its stream: nothing waits for the step before.
+                    Direction::Save => backend.copy_d2d_async(stream, saved, live, bytes)?,
+                    // After a failure: waits for everything queued, then puts the state back.
                     Direction::Restore => backend.copy_d2d(live, saved, bytes)?,
                 }
             }

@@ -340,12 +340,14 @@ impl Session<'_> {
         }
         let len = seq.len - (rows - row - 1);
         if let Some(slot) = seq.slot {
-            let states = self.exec.kv_cache();
+            // Queued on the exec's stream, after the step that wrote the snapshots and before
+            // the next: the host does not wait for the copies.
+            let (states, stream) = (self.exec.kv_cache(), self.exec.default_stream());
             for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
                 let live = states.offset(region.offset + slot as usize * region.slot_bytes);
                 let snapshot =
                     states.offset(region.snapshot_offset + (first + row) * region.slot_bytes);
-                backend.copy_d2d(live, snapshot, region.slot_bytes)?;
+                backend.copy_d2d_async(stream, live, snapshot, region.slot_bytes)?;
             }
         }
         let block = self.exec.layout.kv_block_size;
