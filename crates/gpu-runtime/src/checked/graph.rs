@@ -62,6 +62,22 @@ impl Graphs {
         self.stream_capture.get(&stream).copied()
     }
 
+    /// A `Capture` error for a copy queued on `stream` while it captures (graphs hold launches
+    /// only).
+    pub(super) fn refuse_copy_while_capturing(
+        &self,
+        call: &str,
+        stream: StreamId,
+    ) -> Result<(), GpuError> {
+        match self.capturing(stream) {
+            Some(_) => Err(GpuError::Capture(format!(
+                "{call} on stream {} while it is capturing (graphs hold launches only)",
+                stream.0
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// A `Capture` error for a call CUDA forbids while any stream captures.
     pub(super) fn refuse_during_capture(&self, call: &str) -> Result<(), GpuError> {
         match self.captures.values().map(|capture| capture.origin).min() {

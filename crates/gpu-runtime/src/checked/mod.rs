@@ -140,12 +140,8 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         bytes: usize,
     ) -> Result<(), GpuError> {
         let lane = self.lane(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_d2d_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_d2d_async", stream)?;
         let read = self.call_touch("copy_d2d_async (source)", src, bytes, false)?;
         let write = self.call_touch("copy_d2d_async (destination)", dst, bytes, true)?;
         self.checked_forward(lane, &[read, write], |inner| {
@@ -160,12 +156,8 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         src: &[u8],
     ) -> Result<(), GpuError> {
         let lane = self.lane(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_h2d_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_h2d_async", stream)?;
         let touch = self.call_touch("copy_h2d_async", dst, src.len(), true)?;
         self.checked_forward(lane, &[touch], |inner| {
             inner.copy_h2d_async(stream, dst, src)
@@ -179,12 +171,8 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         bytes: usize,
     ) -> Result<ReadbackId, GpuError> {
         let lane = self.lane(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_d2h_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_d2h_async", stream)?;
         let touch = self.call_touch("copy_d2h_async", src, bytes, false)?;
         let mut readback = None;
         self.checked_forward(lane, &[touch], |inner| {

@@ -327,12 +327,8 @@ impl GpuBackend for CpuBackend {
     ) -> Result<(), GpuError> {
         self.injected("copy_d2d_async")?;
         self.check_stream(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_d2d_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_d2d_async", stream)?;
         let (from_end, to_end) = (src.0 + bytes as u64, dst.0 + bytes as u64);
         if bytes > 0 && src.0 < to_end && dst.0 < from_end {
             return Err(GpuError::OutOfRange {
@@ -378,12 +374,8 @@ impl GpuBackend for CpuBackend {
         src: &[u8],
     ) -> Result<(), GpuError> {
         self.check_stream(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_h2d_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_h2d_async", stream)?;
         let allocation = self.memory.range("copy_h2d_async", dst, src.len())?;
         let touch = Touch {
             alloc: allocation.base,
@@ -407,12 +399,8 @@ impl GpuBackend for CpuBackend {
     ) -> Result<ReadbackId, GpuError> {
         self.injected("copy_d2h_async")?;
         self.check_stream(stream)?;
-        if self.graphs.capturing(stream).is_some() {
-            return Err(GpuError::Capture(format!(
-                "copy_d2h_async on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            )));
-        }
+        self.graphs
+            .refuse_copy_while_capturing("copy_d2h_async", stream)?;
         let allocation = self.memory.range("copy_d2h_async", src, bytes)?;
         let touch = Touch {
             alloc: allocation.base,
