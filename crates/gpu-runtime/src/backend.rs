@@ -39,6 +39,15 @@ pub trait GpuBackend {
         src: DevicePtr,
         bytes: usize,
     ) -> Result<(), GpuError>;
+    /// Sets `bytes` device bytes at `dst` to `value`, ordered on `stream` like a launch that
+    /// writes them; nothing waits (refused while `stream` captures).
+    fn memset_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError>;
     /// Ordered on `stream` like a launch; `src` is copied before the call returns.
     fn copy_h2d_async(
         &mut self,

@@ -60,6 +60,16 @@ impl GpuBackend for Counting {
         let result = self.inner.copy_d2d_async(s, dst, src, bytes);
         self.count(result)
     }
+    fn memset_async(
+        &mut self,
+        s: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let result = self.inner.memset_async(s, dst, value, bytes);
+        self.count(result)
+    }
     fn copy_h2d_async(&mut self, s: StreamId, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
         let result = self.inner.copy_h2d_async(s, dst, src);
         self.count(result)

@@ -162,6 +162,27 @@ fn async_device_copy_reads_and_writes_on_its_stream() {
     assert!(matches!(err, GpuError::Capture(_)), "{err}");
 }
 
+/// A memset queued on a stream writes there: unordered against another stream's reader of the
+/// range it is a race and writes nothing; ordered, it writes.
+#[test]
+fn async_memset_writes_on_its_stream() {
+    let mut gpu = backend();
+    let s1 = gpu.create_stream().unwrap();
+    let src = upload(&mut gpu, &[2.5; 4]);
+    let out = gpu.alloc(bytes(4)).unwrap();
+    copy_on(&mut gpu, s1, src, out, 4).unwrap();
+    let err = gpu.memset_async(S0, src, 0, bytes(4)).unwrap_err();
+    assert!(
+        matches!(&err, GpuError::Race { current, .. } if current == "memset_async"),
+        "{err}"
+    );
+    assert_eq!(download(&mut gpu, src, 4), vec![2.5; 4]);
+    gpu.memset_async(s1, src, 0, bytes(4)).unwrap();
+    gpu.synchronize().unwrap();
+    assert_eq!(download(&mut gpu, src, 4), vec![0.0; 4]);
+    assert_eq!(download(&mut gpu, out, 4), vec![2.5; 4]);
+}
+
 #[test]
 fn a_single_stream_keeps_no_history() {
     let mut gpu = backend();

@@ -147,11 +147,13 @@ fn prefill_fails_in_a_later_chunk(graphs: GraphPolicy) {
     assert_same_bytes(&got, &expected, "the sequence after a failed prefill");
 }
 
-/// The backup a step takes copies each recurrent state region once for sequences on
-/// consecutive slots (one copy of the run, not one per sequence), queued on the step's stream:
-/// with a failure armed at the queued copy after one per region, a step of three sequences
-/// still runs, and so it does with one armed at the first synchronous copy (it makes none);
-/// a failure at the last region's copy fails the step and leaves every state as it was.
+/// A step waits for no device work before its program: the slots it lends are zeroed by queued
+/// memsets (a failure armed at the first synchronous memset leaves the first step running), and
+/// the backup it takes copies each recurrent state region once for sequences on consecutive
+/// slots (one copy of the run, not one per sequence), queued on the step's stream: with a
+/// failure armed at the queued copy after one per region, a step of three sequences still
+/// runs, and so it does with one armed at the first synchronous copy (it makes none); a
+/// failure at the last region's copy fails the step and leaves every state as it was.
 #[test]
 fn a_step_backs_up_consecutive_slots_in_one_queued_copy_per_region() {
     let mut backend = backend();
@@ -180,6 +182,7 @@ fn a_step_backs_up_consecutive_slots_in_one_queued_copy_per_region() {
     for t in 0..4 {
         // The sequences hold slots 1, 2, 3 from step 0 on: the backup's copies from step 1.
         match t {
+            0 => backend.fail_call("memset", 0),
             1 => backend.fail_call("copy_d2d_async", regions - 1),
             2 => backend.fail_call("copy_d2d_async", regions),
             3 => backend.fail_call("copy_d2d", 0),

@@ -149,6 +149,22 @@ impl<B: GpuBackend> GpuBackend for Checked<B> {
         })
     }
 
+    fn memset_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let lane = self.lane(stream)?;
+        self.graphs
+            .refuse_copy_while_capturing("memset_async", stream)?;
+        let touch = self.call_touch("memset_async", dst, bytes, true)?;
+        self.checked_forward(lane, &[touch], |inner| {
+            inner.memset_async(stream, dst, value, bytes)
+        })
+    }
+
     fn copy_h2d_async(
         &mut self,
         stream: StreamId,

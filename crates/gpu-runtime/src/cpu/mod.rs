@@ -166,7 +166,7 @@ impl CpuBackend {
     }
 
     /// Test hook: the call named `call` (`alloc`, `copy_h2d`, `copy_d2h`, `copy_d2d`,
-    /// `copy_d2d_async`, `copy_d2h_async`, `memset`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
+    /// `copy_d2d_async`, `copy_d2h_async`, `memset`, `memset_async`, `launch`, `create_stream`, `create_event`, `begin_capture`, `instantiate` or
     /// `launch_graph`) fails with a `Driver` error, having done nothing, once `skip` more of
     /// them have succeeded. `graph_node` names each launch a graph replays: one failing stops
     /// the replay there, the nodes before it having run (a kernel fault part-way through a
@@ -364,6 +364,32 @@ impl GpuBackend for CpuBackend {
         let to = (self.memory).host_range("copy_d2d_async (destination)", dst, bytes)?;
         // SAFETY: both ranges lie inside live allocations and do not overlap (checked above).
         unsafe { ptr::copy_nonoverlapping(from, to, bytes) };
+        Ok(())
+    }
+
+    fn memset_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.injected("memset_async")?;
+        self.check_stream(stream)?;
+        self.graphs
+            .refuse_copy_while_capturing("memset_async", stream)?;
+        let allocation = self.memory.range("memset_async", dst, bytes)?;
+        let touch = Touch {
+            alloc: allocation.base,
+            start: dst.0,
+            end: dst.0 + bytes as u64,
+            write: true,
+            label: Label::Call("memset_async"),
+        };
+        self.track(stream, &[touch])?;
+        let to = self.memory.host_range("memset_async", dst, bytes)?;
+        // SAFETY: `to..to + bytes` lies inside a live allocation (checked above).
+        unsafe { to.write_bytes(value, bytes) };
         Ok(())
     }
 

@@ -115,6 +115,21 @@ impl CudaBackend {
             .map_err(|e| driver("cuMemcpyDtoDAsync (copy_d2d_async)", e))
     }
 
+    pub(super) fn memset_async_impl(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.graphs.refuse_during_capture("memset_async")?;
+        self.bind()?;
+        let target = self.stream(stream)?.cu_stream();
+        // SAFETY: device addresses only; the driver checks them.
+        unsafe { result::memset_d8_async(dst.0, value, bytes, target) }
+            .map_err(|e| driver("cuMemsetD8Async (memset_async)", e))
+    }
+
     pub(super) fn copy_h2d_async_impl(
         &mut self,
         stream: StreamId,

@@ -288,6 +288,16 @@ impl GpuBackend for CudaBackend {
         self.copy_d2d_async_impl(stream, dst, src, bytes)
     }
 
+    fn memset_async(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.memset_async_impl(stream, dst, value, bytes)
+    }
+
     fn copy_h2d_async(
         &mut self,
         stream: StreamId,

@@ -87,7 +87,7 @@ impl<'e> Session<'e> {
         }
         let slot = match parent.slot {
             Some(from) => {
-                let to = pools.slots.take(backend)?;
+                let to = pools.slots.take(backend, self.exec.default_stream())?;
                 if let Err(e) = pools.slots.copy(backend, from, to) {
                     pools.slots.give_back(to);
                     return Err(e);

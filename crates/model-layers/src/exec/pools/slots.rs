@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use solder_gpu_runtime::{DevicePtr, GpuBackend};
+use solder_gpu_runtime::{DevicePtr, GpuBackend, StreamId};
 
 use crate::error::SessionError;
 use crate::layout::Layout;
@@ -76,14 +76,19 @@ impl SlotPool {
         Ok(())
     }
 
-    /// Lends the lowest free slot, zeroed; a slot that fails to zero stays free.
-    pub(crate) fn take(&mut self, backend: &mut dyn GpuBackend) -> Result<u32, SessionError> {
+    /// Lends the lowest free slot, zeroed by memsets queued on `stream` (before the step that
+    /// takes it; the host does not wait); a slot that fails to zero stays free.
+    pub(crate) fn take(
+        &mut self,
+        backend: &mut dyn GpuBackend,
+        stream: StreamId,
+    ) -> Result<u32, SessionError> {
         let Some(slot) = self.free.pop_first() else {
             return Err(SessionError::SlotsExhausted { needed: 1, free: 0 });
         };
         for &(offset, slot_bytes) in &self.regions {
             let at = self.states.offset(offset + slot as usize * slot_bytes);
-            if let Err(e) = backend.memset(at, 0, slot_bytes) {
+            if let Err(e) = backend.memset_async(stream, at, 0, slot_bytes) {
                 self.free.insert(slot);
                 return Err(e.into());
             }

@@ -219,7 +219,7 @@ impl Session<'_> {
         let exec = self.exec;
         let mut pools = exec.pools();
         for &id in new_slots {
-            let slot = pools.slots.take(backend)?;
+            let slot = pools.slots.take(backend, exec.default_stream())?;
             let Some(seq) = self.seqs.get_mut(&id) else {
                 pools.slots.give_back(slot);
                 return Err(SessionError::UnknownSequence(id));
