@@ -2,8 +2,8 @@
 //! device-to-device into the state allocation's backup slots (`layout::StateRegion`) before
 //! the step runs, and copied back if it fails, so a failed step leaves the state as it was.
 //! The save is queued on the step's stream (`copy_d2d_async`: the host does not wait for the
-//! step before, so a pipelined step still overlaps it); the restore waits for everything
-//! queued first (`copy_d2d`).
+//! step before it); the restore, after a failure, waits for everything queued first
+//! (`copy_d2d`).
 //!
 //! Invariants: a backup holds at most `StateRows::backups` slots (a step advances at most one
 //! slot per row, each held by a sequence); only the session that saved it restores it, before any other step runs; no program
