@@ -51,3 +51,13 @@ pub enum GpuError {
     #[error("no CUDA driver could be loaded: {0}")]
     NoDriver(String),
 }
+
+impl GpuError {
+    /// The refusal of `call`, a copy or memset queued on stream `stream` while that stream
+    /// captures: graphs hold launches only (the CPU and checked backends' one wording).
+    pub(crate) fn queued_while_capturing(call: &str, stream: u32) -> GpuError {
+        GpuError::Capture(format!(
+            "{call} on stream {stream} while it is capturing (graphs hold launches only)"
+        ))
+    }
+}

@@ -118,13 +118,9 @@ impl GraphState {
         call: &str,
         stream: StreamId,
     ) -> Result<(), GpuError> {
-        match self.capturing(stream) {
-            Some(_) => Err(GpuError::Capture(format!(
-                "{call} on stream {} while it is capturing (graphs hold launches only)",
-                stream.0
-            ))),
-            None => Ok(()),
-        }
+        (self.capturing(stream)).map_or(Ok(()), |_| {
+            Err(GpuError::queued_while_capturing(call, stream.0))
+        })
     }
 
     /// A `Capture` error for a call CUDA forbids while any stream captures.
