@@ -67,6 +67,14 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          gemv's CUDA-core dots: sums in another order, so logits differ in the last bits \
          (`differs`); a sequence's bytes still do not depend on the width or row it runs in",
     ),
+    (
+        "gdn_chunked",
+        "Gated DeltaNet's recurrence in prefill programs in its chunked form (gdn::chunked, \
+         gdn::gates_chunked: chunks of 16 rows, their pair dots, outputs and state columns in \
+         parallel, only a substitution over the chunk's rows in order) instead of row by row: \
+         the same values in exact arithmetic, summed in another order, so logits differ in the \
+         last bits (`differs`); decode, verify and wide steps keep the recurrence",
+    ),
 ];
 
 /// The set of levers turned on; all off by default.

@@ -427,6 +427,45 @@ __device__ __forceinline__ void recurrence_unit(
     }
 }
 
+// A recurrent kernel's unit of rows: a row (chain 0, pitched), all rows (chain 1) or a run of
+// rows on one slot (chain 2), walked in order from its first row `start`. `skip`: `start` lies
+// inside another unit's run (chain 2); `live`: the unit advances its slot (the first unit on
+// it, the slot in range); `end`: one past its last row. Every thread of the block calls it
+// with the same arguments (first_on_slot synchronises the block).
+struct GdnUnit {
+    bool skip, live;
+    int slot;
+    unsigned end;
+};
+
+__device__ __forceinline__ GdnUnit gdn_unit(const int* __restrict__ slots, unsigned start,
+                                            unsigned rows, unsigned num_slots, unsigned chain,
+                                            bool pitched) {
+    if (chain == 2u && start > 0u && slots[start - 1u] == slots[start]) {
+        return {true, false, -1, start};
+    }
+    int slot;
+    bool first_row;
+    if (chain == 1u) {
+        slot = slots[0];
+        first_row = true;
+    } else if (pitched) {
+        const long long base = slots[0];
+        const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
+        const long long sl = base + (long long)start * pitch;
+        slot = (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
+        first_row = pitch != 0ll || start == 0u; // distinct slots unless the pitch is 0
+    } else {
+        slot = slots[start];
+        first_row = first_on_slot(slots, start, slot);
+    }
+    unsigned end = start + 1u;
+    while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
+        ++end;
+    }
+    return {false, first_row && slot_ok(slot, num_slots), slot, end};
+}
+
 // The body of both recurrence kernels; `pitched`: row r's slot is slots[0] + r·(slots[1] −
 // slots[0]) (chain 0 only). Block x is (v head, column tile), block y a row (chain 0, 2) or
 // the only one (chain 1).
@@ -451,37 +490,16 @@ __device__ __forceinline__ void recurrence_run(
     if (chain == 1u && blockIdx.y != 0u) {
         return;
     }
-    // A unit is a row (chain 0, pitched), all rows (chain 1) or a run of rows on one slot
-    // (chain 2), walked in order from its first row; a block row skips starts inside another's
-    // run.
     const unsigned stride = chain == 1u ? rows : gridDim.y;
     for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
-        if (chain == 2u && start > 0u && slots[start - 1u] == slots[start]) {
+        const GdnUnit unit = gdn_unit(slots, start, rows, num_slots, chain, pitched);
+        if (unit.skip) {
             continue;
         }
-        int slot;
-        bool first_row;
-        if (chain == 1u) {
-            slot = slots[0];
-            first_row = true;
-        } else if (pitched) {
-            const long long base = slots[0];
-            const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
-            const long long sl = base + (long long)start * pitch;
-            slot = (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
-            first_row = pitch != 0ll || start == 0u; // distinct slots unless the pitch is 0
-        } else {
-            slot = slots[start];
-            first_row = first_on_slot(slots, start, slot);
-        }
-        const bool live = first_row && slot_ok(slot, num_slots);
-        float* s = live ? state + ((unsigned long long)slot * nv + head) * head_elems : nullptr;
-        unsigned end = start + 1u;
-        while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
-            ++end;
-        }
-        recurrence_unit(hd, mixed, gates, s, out, snapshots, keep, start, end, head, j, live, cols,
-                        q_s, k_s);
+        float* s = unit.live ? state + ((unsigned long long)unit.slot * nv + head) * head_elems
+                             : nullptr;
+        recurrence_unit(hd, mixed, gates, s, out, snapshots, keep, start, unit.end, head, j,
+                        unit.live, cols, q_s, k_s);
     }
 }
 
@@ -543,6 +561,265 @@ extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
     recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
                    num_slots, chain, true);
+}
+
+// ---- chunked recurrence (the `gdn_chunked` lever) ------------------------------------------
+
+// The gated delta rule over chunks of GDN_CHUNK rows: Gated DeltaNet's chunked form (the WY /
+// UT transform of Yang et al., "Gated Delta Networks", as flash-linear-attention's chunk
+// kernels use it). Within a chunk of L rows from the state S0, with G the running sum of the
+// rows' g (G_0 = g_0, G_t = G_{t−1} + g_t) and Γ_t = exp(G_t):
+//   u_t = β_t·(v_t − Γ_t·S0ᵀk_t) − Σ_{s<t} A[t][s]·u_s,   A[t][s] = ((k_t·k_s)·e^{G_t−G_s})·β_t
+//   o_t = Γ_t·S0ᵀq_t + Σ_{s≤t} P[t][s]·u_s,               P[t][s] = (q_t·k_s)·e^{G_t−G_s}
+//   S   = S0·Γ_{L−1} + Σ_s k_s·(u_s·e^{G_{L−1}−G_s})ᵀ
+// u_t is the recurrence's delta_t: in exact arithmetic the row-by-row recurrence's values, in
+// floating point another order (`differs`). q and k are normalised as the recurrence does it
+// (recurrence_qk); every sum runs its index ascending from its first term, multiplies and adds
+// unfused, as the twin (gdn/chunked.rs) does. A chunk's pair dots, S0 dots, outputs and state
+// columns run in parallel over the block (256 threads); only the substitution for u walks the chunk's rows
+// (over dots of at most GDN_CHUNK − 1 terms, not dk). Chunks start at a unit's first row. No
+// snapshots: the rule runs it in prefill programs, which keep none.
+//
+// Launch (ops/gdn.rs): grid (nv·⌈dv/jc⌉, row blocks as recurrence), GDN_CHUNK_THREADS threads,
+// jc = gdn_chunk_columns(dk) state columns per block, gdn_chunk_shared_bytes(dk) of dynamic
+// shared memory (under 48 KB up to dk 256). Block (head, tile) owns the tile's state columns;
+// it recomputes the chunk's pair dots, which every tile of the head needs.
+#define GDN_CHUNK 16u
+#define GDN_CHUNK_THREADS 256u
+
+__device__ __forceinline__ unsigned gdn_chunk_columns(unsigned dk) {
+    return dk <= 128u ? 32u : 8u;
+}
+
+extern __shared__ float gdn_chunk_smem[];
+
+// A chunked block's shared memory: q, k [C][dk + 1] (an odd pitch: a pair dot's threads read
+// rows dk apart without bank conflicts); the state tile [dk][jc]; A, P [C][C]; rhs (then
+// u·w), qs (S0ᵀq), u [C][jc]; G, Γ, β, w [C].
+struct GdnChunkSmem {
+    unsigned pitch;
+    float *q, *k, *s, *a, *p, *rhs, *qs, *u, *G, *gam, *beta, *w;
+
+    __device__ __forceinline__ void carve(float* base, unsigned dk, unsigned jc) {
+        pitch = dk + 1u;
+        q = base;
+        k = q + GDN_CHUNK * pitch;
+        s = k + GDN_CHUNK * pitch;
+        a = s + dk * jc;
+        p = a + GDN_CHUNK * GDN_CHUNK;
+        rhs = p + GDN_CHUNK * GDN_CHUNK;
+        qs = rhs + GDN_CHUNK * jc;
+        u = qs + GDN_CHUNK * jc;
+        G = u + GDN_CHUNK * jc;
+        gam = G + GDN_CHUNK;
+        beta = gam + GDN_CHUNK;
+        w = beta + GDN_CHUNK;
+    }
+};
+
+// Two dots against one vector, (Σ_i a0[i]·b[i·stride], Σ_i a1[i]·b[i·stride]), each i
+// ascending from 0, unfused: two independent chains of adds in one loop, so a thread's latency
+// is about one dot's.
+struct ChunkDots {
+    float d0, d1;
+};
+
+__device__ __forceinline__ ChunkDots chunk_dots(const float* a0, const float* a1, const float* b,
+                                                unsigned n, unsigned stride) {
+    float acc0 = 0.0f;
+    float acc1 = 0.0f;
+#pragma unroll 4
+    for (unsigned i = 0; i < n; ++i) {
+        const float x = b[i * stride];
+        acc0 = __fadd_rn(acc0, __fmul_rn(a0[i], x));
+        acc1 = __fadd_rn(acc1, __fmul_rn(a1[i], x));
+    }
+    return {acc0, acc1};
+}
+
+// A unit's rows [start, end) of v head `head`, state columns [j0, j0 + cols) (the block's
+// tile, jc wide in shared memory), chunk by chunk. A dead unit writes zeros to its outputs and
+// touches no state.
+__device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __restrict__ mixed,
+                                             const GdnGateSource& gates, float* __restrict__ st,
+                                             bf16* __restrict__ out, unsigned start,
+                                             unsigned end, unsigned head, unsigned j0,
+                                             unsigned jc, bool live, const GdnChunkSmem& m) {
+    const unsigned dk = hd.dk;
+    const unsigned dv = hd.dv;
+    const unsigned cols = min(jc, dv - j0);
+    const unsigned tid = threadIdx.x;
+    const unsigned T = GDN_CHUNK_THREADS;
+    const unsigned P = m.pitch;
+    auto row_out = [&](unsigned r) {
+        return out + ((unsigned long long)r * hd.nv + head) * dv + j0;
+    };
+    if (!live) {
+        for (unsigned r = start; r < end; ++r) {
+            for (unsigned c = tid; c < cols; c += T) {
+                row_out(r)[c] = to_bf16(0.0f);
+            }
+        }
+        return;
+    }
+    __syncthreads(); // the previous unit's readers are done with the shared memory
+    for (unsigned e = tid; e < dk * cols; e += T) {
+        const unsigned i = e / cols;
+        const unsigned c = e - i * cols;
+        m.s[i * jc + c] = st[(unsigned long long)i * dv + j0 + c];
+    }
+    const unsigned kh = head / hd.ratio;
+    const unsigned warp = tid >> 5;
+    const unsigned lane = tid & 31u;
+    for (unsigned c0 = start; c0 < end; c0 += GDN_CHUNK) {
+        const unsigned L = min(GDN_CHUNK, end - c0);
+        __syncthreads(); // the previous chunk is done with q, k, the gates and u
+        for (unsigned t = warp; t < L; t += T / 32u) {
+            recurrence_qk(hd, mixed + (unsigned long long)(c0 + t) * hd.channels, kh,
+                          m.q + t * P, m.k + t * P, lane);
+        }
+        if (tid < L) {
+            const GdnGates gate = gates.at(hd, c0 + tid, head);
+            m.beta[tid] = gate.beta;
+            m.G[tid] = gate.g;
+        }
+        __syncthreads();
+        if (tid == 0u) {
+            for (unsigned t = 1u; t < L; ++t) {
+                m.G[t] = __fadd_rn(m.G[t - 1u], m.G[t]);
+            }
+        }
+        __syncthreads();
+        if (tid < L) {
+            m.gam[tid] = expf(m.G[tid]);
+            m.w[tid] = expf(__fsub_rn(m.G[L - 1u], m.G[tid]));
+        }
+        // The pair dots: (t, s) for s ≤ t, numbered row by row.
+        for (unsigned e = tid; e < L * (L + 1u) / 2u; e += T) {
+            unsigned t = 0u;
+            while ((t + 1u) * (t + 2u) / 2u <= e) {
+                ++t;
+            }
+            const unsigned s = e - t * (t + 1u) / 2u;
+            const float decay = expf(__fsub_rn(m.G[t], m.G[s]));
+            const ChunkDots d = chunk_dots(m.q + t * P, m.k + t * P, m.k + s * P, dk, 1u);
+            m.p[t * GDN_CHUNK + s] = __fmul_rn(d.d0, decay);
+            if (s < t) {
+                m.a[t * GDN_CHUNK + s] = __fmul_rn(__fmul_rn(d.d1, decay), m.beta[t]);
+            }
+        }
+        __syncthreads();
+        // S0ᵀk_t and S0ᵀq_t for the tile's columns: the substitution's right-hand sides.
+        for (unsigned e = tid; e < L * cols; e += T) {
+            const unsigned t = e / cols;
+            const unsigned c = e - t * cols;
+            const ChunkDots d = chunk_dots(m.k + t * P, m.q + t * P, m.s + c, dk, jc);
+            const float ks = d.d0;
+            const float qs = d.d1;
+            const bf16* v = mixed + (unsigned long long)(c0 + t) * hd.channels + 2ull * hd.kd +
+                            (unsigned long long)head * dv + j0 + c;
+            m.rhs[t * jc + c] =
+                __fmul_rn(__fsub_rn(to_f32(*v), __fmul_rn(m.gam[t], ks)), m.beta[t]);
+            m.qs[t * jc + c] = qs;
+        }
+        __syncthreads();
+        if (tid < cols) {
+            for (unsigned t = 0u; t < L; ++t) {
+                float acc = 0.0f;
+                for (unsigned s = 0u; s < t; ++s) {
+                    acc = __fadd_rn(acc, __fmul_rn(m.a[t * GDN_CHUNK + s], m.u[s * jc + tid]));
+                }
+                m.u[t * jc + tid] = __fsub_rn(m.rhs[t * jc + tid], acc);
+            }
+        }
+        __syncthreads();
+        for (unsigned e = tid; e < L * cols; e += T) {
+            const unsigned t = e / cols;
+            const unsigned c = e - t * cols;
+            float acc = __fmul_rn(m.gam[t], m.qs[t * jc + c]);
+            for (unsigned s = 0u; s <= t; ++s) {
+                acc = __fadd_rn(acc, __fmul_rn(m.p[t * GDN_CHUNK + s], m.u[s * jc + c]));
+            }
+            row_out(c0 + t)[c] = to_bf16(acc);
+            m.rhs[t * jc + c] = __fmul_rn(m.u[t * jc + c], m.w[t]);
+        }
+        __syncthreads();
+        const float last = m.gam[L - 1u];
+        for (unsigned e = tid; e < dk * cols; e += T) {
+            const unsigned i = e / cols;
+            const unsigned c = e - i * cols;
+            float acc = __fmul_rn(m.s[i * jc + c], last);
+            for (unsigned s = 0u; s < L; ++s) {
+                acc = __fadd_rn(acc, __fmul_rn(m.k[s * P + i], m.rhs[s * jc + c]));
+            }
+            m.s[i * jc + c] = acc;
+        }
+    }
+    // Each thread stores the state entries it updated.
+    for (unsigned e = tid; e < dk * cols; e += T) {
+        const unsigned i = e / cols;
+        const unsigned c = e - i * cols;
+        st[(unsigned long long)i * dv + j0 + c] = m.s[i * jc + c];
+    }
+}
+
+// The body of both chunked kernels. Block x is (v head, column tile), block y a row (chain
+// 0, 2) or the only one (chain 1).
+__device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
+                                            const GdnGateSource& gates, float* __restrict__ state,
+                                            const int* __restrict__ slots, bf16* __restrict__ out,
+                                            unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+                                            unsigned dv, unsigned num_slots, unsigned chain) {
+    GdnHeads hd;
+    if (!hd.init(nk, dk, nv, dv) || dk > GDN_MAX_DK || rows == 0u ||
+        blockDim.x != GDN_CHUNK_THREADS) {
+        return;
+    }
+    const unsigned jc = gdn_chunk_columns(dk);
+    const unsigned tiles = (dv - 1u) / jc + 1u;
+    const unsigned head = blockIdx.x / tiles;
+    if (head >= nv || (chain == 1u && blockIdx.y != 0u)) {
+        return;
+    }
+    const unsigned j0 = (blockIdx.x - head * tiles) * jc;
+    const unsigned long long head_elems = (unsigned long long)dk * dv;
+    GdnChunkSmem m;
+    m.carve(gdn_chunk_smem, dk, jc);
+    const unsigned stride = chain == 1u ? rows : gridDim.y;
+    for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
+        const GdnUnit unit = gdn_unit(slots, start, rows, num_slots, chain, false);
+        if (unit.skip) {
+            continue;
+        }
+        float* s = unit.live ? state + ((unsigned long long)unit.slot * nv + head) * head_elems
+                             : nullptr;
+        chunked_unit(hd, mixed, gates, s, out, start, unit.end, head, j0, jc, unit.live, m);
+    }
+}
+
+// The gated delta rule in chunks: recurrence's arguments without snapshots (mixed bf16[rows·C],
+// beta, g f32[rows·nv], state f32 read-write, out bf16[rows·nv·dv]).
+extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) chunked(
+    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
+    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
+    unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
+    chunked_run(mixed, gates, state, slots, out, rows, nk, dk, nv, dv, num_slots, chain);
+}
+
+// `gates` folded into `chunked` (as gates_recurrence folds them into recurrence).
+extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) gates_chunked(
+    const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
+    const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
+    bf16* __restrict__ out, unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+    unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
+    chunked_run(mixed, gates, state, slots, out, rows, nk, dk, nv, dv, num_slots, chain);
 }
 
 // ---- gated norm ----------------------------------------------------------------------------

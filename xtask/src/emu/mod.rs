@@ -199,6 +199,8 @@ mod tests_fused_quant;
 #[cfg(test)]
 mod tests_gdn;
 #[cfg(test)]
+mod tests_gdn_chunked;
+#[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
 mod tests_moe_quant;

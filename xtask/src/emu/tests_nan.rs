@@ -215,6 +215,8 @@ const DRIVEN: &[&str] = &[
     "gdn::recurrence_pitched",
     "gdn::gates_recurrence",
     "gdn::gates_recurrence_pitched",
+    "gdn::chunked",
+    "gdn::gates_chunked",
     "gdn::gated_norm",
 ];
 
@@ -1341,8 +1343,9 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
 #[test]
 fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
     use solder_model_layers::kernels::gdn::{
-        Conv, GatedNorm, Gates, GatesRecurrence, Recurrence, CONV, GATED_NORM, GATES,
-        GATES_RECURRENCE, GATES_RECURRENCE_PITCHED, RECURRENCE, RECURRENCE_PITCHED,
+        Chunked, Conv, GatedNorm, Gates, GatesChunked, GatesRecurrence, Recurrence, CHUNKED, CONV,
+        GATED_NORM, GATES, GATES_CHUNKED, GATES_RECURRENCE, GATES_RECURRENCE_PITCHED, RECURRENCE,
+        RECURRENCE_PITCHED,
     };
     let mut b = Bench::new();
     // 1 key head of 16, 2 value heads of 8: a qkvz row is [q 16 | k 16 | v 16 | z 16].
@@ -1488,6 +1491,53 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         );
         b.mixed("gdn gates_recurrence", out, 2);
     }
+    // The chunked form over the same rows, as one sequence's chain (its prefill use) and as
+    // independent rows: the poisoned row 1 and the −inf gate inside a chunk.
+    for chain in [0, 1] {
+        let state = b.f32(&state_host);
+        let out = b.zeros((rows * nv * dv) as usize * 2);
+        b.run(
+            &Chunked {
+                mixed,
+                beta,
+                g,
+                state,
+                slots,
+                out,
+                rows,
+                nk,
+                dk,
+                nv,
+                dv,
+                num_slots,
+                chain,
+            }
+            .launch(CHUNKED),
+        );
+        b.mixed("gdn chunked", out, 2);
+        let state = b.f32(&state_host);
+        let out = b.zeros((rows * nv * dv) as usize * 2);
+        b.run(
+            &GatesChunked {
+                mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots,
+                out,
+                rows,
+                nk,
+                dk,
+                nv,
+                dv,
+                num_slots,
+                chain,
+            }
+            .launch(GATES_CHUNKED),
+        );
+        b.mixed("gdn gates_chunked", out, 2);
+    }
     let core = b.bf16(&rows_of((rows * nv) as usize, dv as usize, 8.0, &[2]));
     let wn = b.bf16(&rows_of(1, dv as usize, 9.0, &[]));
     let out = b.zeros((rows * nv * dv) as usize * 2);
@@ -1514,6 +1564,8 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         "gdn::recurrence_pitched",
         "gdn::gates_recurrence",
         "gdn::gates_recurrence_pitched",
+        "gdn::chunked",
+        "gdn::gates_chunked",
         "gdn::gated_norm",
     ]);
 }

@@ -80,6 +80,41 @@ fn recurrence_grid(rows: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
     }
 }
 
+/// Rows per chunk of the chunked recurrence (`crates/kernels/cuda/gdn.cu` `GDN_CHUNK`).
+pub const GDN_CHUNK: u32 = 16;
+/// Threads of a chunked block (`GDN_CHUNK_THREADS`).
+const CHUNK_THREADS: u32 = 256;
+
+/// State columns of a chunked block (`gdn_chunk_columns`): fewer for wide key heads, so q, k
+/// and the state tile fit 48 KB of shared memory.
+fn chunk_columns(dk: u32) -> u32 {
+    if dk <= 128 {
+        32
+    } else {
+        8
+    }
+}
+
+/// A chunked block's dynamic shared memory (`GdnChunkSmem`): q and k `[GDN_CHUNK][dk + 1]`,
+/// the state tile `[dk][jc]`, A and P `[GDN_CHUNK]²`, three `[GDN_CHUNK][jc]` and four
+/// `[GDN_CHUNK]` f32 arrays. Under 48 KB up to `GDN_MAX_DK`.
+pub fn chunk_shared_bytes(dk: u32) -> u32 {
+    let (c, jc, dk) = (GDN_CHUNK, chunk_columns(dk), dk.min(GDN_MAX_DK));
+    4 * (2 * c * (dk + 1) + dk * jc + 2 * c * c + 3 * c * jc + 4 * c)
+}
+
+/// One block of `CHUNK_THREADS` per (v head, tile of `chunk_columns(dk)` state columns, row
+/// block as the recurrence's).
+fn chunked_grid(rows: u32, dk: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
+    let tiles = dv.max(1).div_ceil(chunk_columns(dk)) as u64;
+    let blocks = (nv.max(1) as u64 * tiles).clamp(1, u32::MAX as u64) as u32;
+    LaunchConfig {
+        grid: [blocks, row_blocks(rows, chain), 1],
+        block: [CHUNK_THREADS, 1, 1],
+        shared_bytes: chunk_shared_bytes(dk),
+    }
+}
+
 /// One warp per (row, v head).
 fn gated_norm_config(a: &GatedNorm) -> LaunchConfig {
     let heads = a.rows as u64 * a.nv as u64;
@@ -192,6 +227,53 @@ kernel! {
 }
 
 kernel! {
+    /// The gated delta rule in chunks of `GDN_CHUNK` rows (Gated DeltaNet's chunked form, the
+    /// `gdn_chunked` lever): the recurrence's arguments without snapshots, its values up to
+    /// rounding (`differs`). Chunks start at each unit's first row (all rows with `chain` 1, a
+    /// run with `chain` 2, a row with `chain` 0).
+    pub struct Chunked / ChunkedArgs {
+        mixed: In<bf16>,
+        beta: In<f32>,
+        g: In<f32>,
+        state: InOut<f32>,
+        slots: In<i32>,
+        out: Out<bf16>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        num_slots: U32,
+        chain: U32,
+    }
+    grid(a) = chunked_grid(a.rows, a.dk, a.nv, a.dv, a.chain);
+    CHUNKED = "gdn::chunked" => twin twin::chunked, emit emit_chunked;
+}
+
+kernel! {
+    /// `gates` folded into `chunked` (as into `gates_recurrence`): ba, a_log, dt_bias in place
+    /// of beta and g.
+    pub struct GatesChunked / GatesChunkedArgs {
+        mixed: In<bf16>,
+        ba: In<bf16>,
+        a_log: In<bf16>,
+        dt_bias: In<bf16>,
+        state: InOut<f32>,
+        slots: In<i32>,
+        out: Out<bf16>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        num_slots: U32,
+        chain: U32,
+    }
+    grid(a) = chunked_grid(a.rows, a.dk, a.nv, a.dv, a.chain);
+    GATES_CHUNKED = "gdn::gates_chunked" => twin twin::gates_chunked, emit emit_gates_chunked;
+}
+
+kernel! {
     /// RMSNorm of each v head of core bf16\[rows·nv·dv\] (weight w bf16\[dv\]) times silu(z), z
     /// from qkvz bf16\[rows·nk·G\] → out bf16\[rows·nv·dv\]. One warp per (row, v head).
     pub struct GatedNorm / GatedNormArgs {
@@ -215,6 +297,8 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     Gates::DECLS,
     Recurrence::DECLS,
     GatesRecurrence::DECLS,
+    Chunked::DECLS,
+    GatesChunked::DECLS,
     GatedNorm::DECLS,
 ];
 
@@ -357,6 +441,20 @@ fn emit_recurrence_pitched(v: &View<'_>) -> R {
     Ok(vec![recurrence_of(v, true)?.launch(RECURRENCE_PITCHED)])
 }
 
+/// Checks that the recurrence `r` reads `gates`' beta and g (the group a gates-folded kernel
+/// replaces).
+fn reads_gates(v: &View<'_>, r: &Op, gates: &Op) -> Result<(), ExecError> {
+    for (index, output) in [(1, 0), (2, 1)] {
+        if r.inputs.get(index) != gates.outputs.get(output) {
+            return Err(v.err(format!(
+                "`{}` does not read `{}`'s gates as its input {index}",
+                r.name, gates.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `gates` → `recurrence` (its beta and g read inside the group) as one launch.
 fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, ExecError> {
     let gates = v.op(OpKind::GdnGates, None)?;
@@ -369,14 +467,7 @@ fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, E
             keep,
         },
     } = RecurrenceParts::of(v, pitched)?;
-    for (index, output) in [(1, 0), (2, 1)] {
-        if r.inputs.get(index) != gates.outputs.get(output) {
-            return Err(v.err(format!(
-                "`{}` does not read `{}`'s gates as its input {index}",
-                r.name, gates.name
-            )));
-        }
-    }
+    reads_gates(v, r, gates)?;
     Ok(GatesRecurrence {
         mixed: v.input(r, 0)?,
         ba: v.input(gates, 0)?,
@@ -405,6 +496,66 @@ fn emit_gates_recurrence_pitched(v: &View<'_>) -> R {
     Ok(vec![
         gates_recurrence_of(v, true)?.launch(GATES_RECURRENCE_PITCHED)
     ])
+}
+
+/// The chunked kernels write no snapshots: a plan that keeps them (verify and batched verify
+/// up to the serve's `speculative_rows`) is refused, naming the rule's mode.
+fn chunked_parts<'a>(v: &View<'a>) -> Result<(RecurrenceParts<'a>, Buf), ExecError> {
+    let parts = RecurrenceParts::of(v, false)?;
+    if parts.state.snapshots.is_some() {
+        return Err(v.err(format!(
+            "`{}`: the chunked recurrence writes no snapshots, and this plan keeps them (a \
+             speculative step may run it); the chunked rules are for prefill programs",
+            parts.op.name
+        )));
+    }
+    let state = parts.state.state;
+    Ok((parts, state))
+}
+
+fn emit_chunked(v: &View<'_>) -> R {
+    let (RecurrenceParts { op: r, dims, .. }, state) = chunked_parts(v)?;
+    let [nk, dk, nv, dv] = dims;
+    Ok(vec![Chunked {
+        mixed: v.input(r, 0)?,
+        beta: v.input(r, 1)?,
+        g: v.input(r, 2)?,
+        state,
+        slots: v.meta(MetaField::StateSlots),
+        out: v.output(r, 0)?,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        num_slots: v.state_slots(),
+        chain: v.chain_mode(),
+    }
+    .launch(CHUNKED)])
+}
+
+fn emit_gates_chunked(v: &View<'_>) -> R {
+    let gates = v.op(OpKind::GdnGates, None)?;
+    let (RecurrenceParts { op: r, dims, .. }, state) = chunked_parts(v)?;
+    let [nk, dk, nv, dv] = dims;
+    reads_gates(v, r, gates)?;
+    Ok(vec![GatesChunked {
+        mixed: v.input(r, 0)?,
+        ba: v.input(gates, 0)?,
+        a_log: v.weight(gates, 0)?,
+        dt_bias: v.weight(gates, 1)?,
+        state,
+        slots: v.meta(MetaField::StateSlots),
+        out: v.output(r, 0)?,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        num_slots: v.state_slots(),
+        chain: v.chain_mode(),
+    }
+    .launch(GATES_CHUNKED)])
 }
 
 fn emit_gated_norm(v: &View<'_>) -> R {

@@ -8,6 +8,8 @@
 //! kernel, splits into (slot, v head) tasks that own disjoint state, output and snapshot
 //! ranges and walk their rows in order, so its bytes do not depend on the thread count.
 
+mod chunked;
+
 use std::collections::hash_map::{Entry, HashMap};
 
 use half::bf16;
@@ -16,6 +18,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 use super::{ConvArgs, GatedNormArgs, GatesArgs, GatesRecurrenceArgs, RecurrenceArgs, GDN_MAX_DK};
 use crate::kernels::args::{macs, size, threads_for, Dim, In, InOpt, Out, OutOpt};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
+pub(super) use chunked::{chunked, gates_chunked};
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
 const L2NORM_EPS: f32 = 1e-6;

@@ -1,0 +1,320 @@
+//! `gdn::chunked` and `gdn::gates_chunked` (the `gdn_chunked` lever): the CUDA source through
+//! the host emulation equal to its twin byte for byte (outputs and state) in every row layout,
+//! over several chunks and a short last one, with a head's columns split over several blocks
+//! and a key head dim past 128 (the narrower tile); and the twin equal to the row-by-row
+//! recurrence up to rounding over long chains, where an error in a chunk's algebra (a pair
+//! product, a decay, the substitution, the state update) shows as a difference far above it.
+
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::CpuBackend;
+use solder_model_layers::kernels::gdn::{
+    Chunked, GatesChunked, Recurrence, CHUNKED, GATES_CHUNKED, RECURRENCE,
+};
+use solder_model_layers::kernels::Buf;
+
+use super::tests::{bf16_values, download, emulated, run, upload};
+
+/// One chunked problem: geometry, the rows' slots, how they chain.
+struct Problem {
+    nk: u32,
+    dk: u32,
+    nv: u32,
+    dv: u32,
+    slots: Vec<i32>,
+    num_slots: u32,
+    chain: u32,
+}
+
+impl Problem {
+    fn rows(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    fn channels(&self) -> u32 {
+        2 * self.nk * self.dk + self.nv * self.dv
+    }
+
+    fn state_elems(&self) -> usize {
+        (self.num_slots * self.nv * self.dk * self.dv) as usize
+    }
+
+    fn out_bytes(&self) -> usize {
+        (self.rows() * self.nv * self.dv) as usize * 2
+    }
+}
+
+fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
+    values.flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn i32_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The uploaded inputs of `p`: mixed rows, beta in (0.05, 0.95), g in [−0.3, 0] (a decay
+/// per row in (0.74, 1], so a chain of 40 rows decays its state to about e^−6 at the least).
+struct Inputs {
+    mixed: Buf,
+    beta: Buf,
+    g: Buf,
+    slots: Buf,
+    state: Vec<u8>,
+}
+
+fn inputs(backend: &mut CpuBackend, p: &Problem, seed: f32) -> Inputs {
+    let gates = p.rows() * p.nv;
+    Inputs {
+        mixed: upload(backend, &bf16_values(p.rows() * p.channels(), seed)),
+        beta: upload(
+            backend,
+            &f32_bytes((0..gates).map(|i| 0.5 + 0.45 * ((i as f32 + seed) * 0.71).sin())),
+        ),
+        g: upload(
+            backend,
+            &f32_bytes((0..gates).map(|i| -0.3 * ((i as f32 + seed) * 0.53).cos().abs())),
+        ),
+        slots: upload(backend, &i32_bytes(&p.slots)),
+        state: f32_bytes((0..p.state_elems()).map(|i| ((i as f32 + seed) * 0.29).sin() * 0.5)),
+    }
+}
+
+/// `gdn::chunked` (or, with `recurrence`, `gdn::recurrence` without snapshots) over every row
+/// of `p` from the initial state; returns (out, state after).
+fn launch(
+    backend: &mut CpuBackend,
+    p: &Problem,
+    x: &Inputs,
+    recurrence: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let state = upload(backend, &x.state);
+    let out = upload(backend, &vec![0x5a; p.out_bytes()]);
+    let (rows, nk, dk, nv, dv, num_slots, chain) =
+        (p.rows(), p.nk, p.dk, p.nv, p.dv, p.num_slots, p.chain);
+    let (mixed, beta, g, slots) = (x.mixed, x.beta, x.g, x.slots);
+    let launch = match recurrence {
+        false => Chunked {
+            mixed,
+            beta,
+            g,
+            state,
+            slots,
+            out,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            num_slots,
+            chain,
+        }
+        .launch(CHUNKED),
+        true => Recurrence {
+            mixed,
+            beta,
+            g,
+            state,
+            slots,
+            out,
+            snapshots: None,
+            keep: None,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            num_slots,
+            chain,
+        }
+        .launch(RECURRENCE),
+    };
+    run(backend, &launch);
+    (
+        download(backend, out.ptr, p.out_bytes()),
+        download(backend, state.ptr, x.state.len()),
+    )
+}
+
+fn problem(
+    nk: u32,
+    dk: u32,
+    nv: u32,
+    dv: u32,
+    slots: &[i32],
+    num_slots: u32,
+    chain: u32,
+) -> Problem {
+    Problem {
+        nk,
+        dk,
+        nv,
+        dv,
+        slots: slots.to_vec(),
+        num_slots,
+        chain,
+    }
+}
+
+/// The row layouts the chunked kernels are held to.
+fn layouts() -> [(&'static str, Problem); 5] {
+    [
+        // A prompt's chunk of 37 rows: chunks of 16, 16 and 5; dk 48 (q and k wider than a
+        // warp), dv 40 (two column tiles, the second 8 wide), 2 v heads on one key head.
+        ("chain", problem(1, 48, 2, 40, &[1; 37], 3, 1)),
+        // Runs of 18, 2 and 1 rows on three slots (chain 2), 2 key heads.
+        ("runs", {
+            let mut slots = vec![0; 18];
+            slots.extend([2, 2, 1]);
+            problem(2, 16, 4, 8, &slots, 3, 2)
+        }),
+        // Independent rows: a chunk of one row each.
+        ("rows", problem(1, 32, 2, 64, &[3, 0, 2], 4, 0)),
+        // A key head dim past 128 (8 columns a block) in a chain of 20.
+        ("dk 200", problem(1, 200, 1, 36, &[0; 20], 1, 1)),
+        // A chain of exactly one chunk, 3 v heads per key head.
+        ("one chunk", problem(2, 16, 6, 16, &[0; 16], 1, 1)),
+    ]
+}
+
+#[test]
+fn the_chunked_recurrence_equals_its_twin_in_every_row_layout() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for (i, (name, p)) in layouts().into_iter().enumerate() {
+        let x = inputs(&mut backend, &p, 0.25 + i as f32);
+        let (_, state) = launch(&mut backend, &p, &x, false);
+        assert!(state != x.state, "{name}: the state did not move");
+        let parity = &backend.emulation().unwrap().report()[CHUNKED.as_str()];
+        assert_eq!(
+            parity.launches, parity.identical,
+            "{name}: {CHUNKED:?} {parity:?}"
+        );
+    }
+}
+
+/// `gdn::gates_chunked` from its CUDA source against its twin, and both against the gates
+/// computed by `gdn::gates_recurrence`'s arithmetic then `gdn::chunked`: one launch, the same
+/// bytes. b and a span about ±24, so softplus takes both branches.
+#[test]
+fn the_gates_folded_into_the_chunks_give_the_bytes_of_gates_then_chunks() {
+    use solder_model_layers::kernels::gdn::{Gates, GATES};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for (i, (name, p)) in layouts().into_iter().enumerate() {
+        let seed = 0.75 + i as f32;
+        let x = inputs(&mut backend, &p, seed);
+        let (rows, nv) = (p.rows(), p.nv);
+        let wide: Vec<f32> = (0..rows * 2 * nv)
+            .map(|i| ((i as f32 + seed) * 0.917).sin() * 24.0)
+            .collect();
+        let ba = upload(&mut backend, &super::tests_nan::bf16_bytes(&wide));
+        let a_log = upload(&mut backend, &bf16_values(nv, seed + 0.1));
+        let dt_bias = upload(&mut backend, &bf16_values(nv, seed + 0.2));
+        run(
+            &mut backend,
+            &Gates {
+                ba,
+                a_log,
+                dt_bias,
+                beta: x.beta,
+                g: x.g,
+                rows,
+                nk: p.nk,
+                nv,
+            }
+            .launch(GATES),
+        );
+        let want = launch(&mut backend, &p, &x, false);
+        let state = upload(&mut backend, &x.state);
+        let out = upload(&mut backend, &vec![0x5a; p.out_bytes()]);
+        run(
+            &mut backend,
+            &GatesChunked {
+                mixed: x.mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots: x.slots,
+                out,
+                rows,
+                nk: p.nk,
+                dk: p.dk,
+                nv,
+                dv: p.dv,
+                num_slots: p.num_slots,
+                chain: p.chain,
+            }
+            .launch(GATES_CHUNKED),
+        );
+        let got = (
+            download(&mut backend, out.ptr, p.out_bytes()),
+            download(&mut backend, state.ptr, x.state.len()),
+        );
+        assert!(got == want, "{name}: outputs or state differ");
+        let parity = &backend.emulation().unwrap().report()[GATES_CHUNKED.as_str()];
+        assert_eq!(
+            parity.launches, parity.identical,
+            "{name}: {GATES_CHUNKED:?} {parity:?}"
+        );
+    }
+}
+
+fn bf16s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(2)
+        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// max |a − b| / max |b|.
+fn relative(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+/// The twins: over chains of 40 rows (chunks of 16, 16, 8), runs and independent rows, the
+/// chunked outputs are the recurrence's to within bf16 rounding and the state to within f32
+/// rounding. A wrong decay, pair product or substitution term moves them by far more.
+#[test]
+fn the_chunked_form_is_the_recurrence_up_to_rounding() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
+    let cases = [
+        ("chain", problem(2, 64, 4, 48, &[0; 40], 1, 1)),
+        ("runs", {
+            let mut slots = vec![1; 23];
+            slots.extend([0; 17]);
+            problem(1, 32, 2, 32, &slots, 2, 2)
+        }),
+        ("rows", problem(1, 32, 2, 32, &[1, 0, 2], 3, 0)),
+    ];
+    for (i, (name, p)) in cases.into_iter().enumerate() {
+        let x = inputs(&mut backend, &p, 1.25 + i as f32);
+        let (out_c, state_c) = launch(&mut backend, &p, &x, false);
+        let (out_r, state_r) = launch(&mut backend, &p, &x, true);
+        let (out, state) = (
+            relative(&bf16s(&out_c), &bf16s(&out_r)),
+            relative(&f32s(&state_c), &f32s(&state_r)),
+        );
+        assert!(out < 1e-2, "{name}: outputs differ by {out} of the largest");
+        assert!(
+            state < 1e-5,
+            "{name}: the state differs by {state} of the largest"
+        );
+        // The outputs' bf16 rounding may hide the difference; the f32 state shows it.
+        assert!(
+            state_c != state_r,
+            "{name}: the same state bytes: not another order?"
+        );
+    }
+}
