@@ -17,6 +17,11 @@ use solder_config::ServeShape;
 use crate::error::CircuitError;
 use crate::mode::Mode;
 
+/// The capability a plan that keeps no recurrent snapshots offers its rules (`requires`):
+/// prefill programs, and verify programs wider than the serve's `speculative_rows`. A rule
+/// whose kernels write no snapshots (the chunked Gated DeltaNet) requires it.
+pub const NO_SNAPSHOTS: &str = "plan:no_snapshots";
+
 /// Every (mode, rows) program of a serve, in canonical order, and the widest a speculative
 /// step runs (`ServeShape::speculative_rows`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +109,8 @@ impl ProgramShapes {
         self.widths(mode).last()
     }
 
-    /// Whether the (mode, rows) program keeps its recurrent state's per-row snapshots: a
+    /// Whether the (mode, rows) program keeps its recurrent state's per-row snapshots (a plan
+    /// that keeps none offers its rules [`NO_SNAPSHOTS`]): a
     /// verify or batched-verify program (`Mode::keeps_snapshots`) no wider than the serve's
     /// `speculative_rows`, the programs a speculative step may run. A wider verify program
     /// serves prompt chunks only.

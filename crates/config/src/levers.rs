@@ -69,11 +69,12 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     ),
     (
         "gdn_chunked",
-        "Gated DeltaNet's recurrence in prefill programs in its chunked form (gdn::chunked, \
+        "Gated DeltaNet's recurrence of a prompt's chunks (prefill programs, and verify \
+         programs wider than the serve's speculative_rows) in its chunked form (gdn::chunked, \
          gdn::gates_chunked: chunks of 16 rows, their pair dots, outputs and state columns in \
          parallel, only a substitution over the chunk's rows in order) instead of row by row: \
          the same values in exact arithmetic, summed in another order, so logits differ in the \
-         last bits (`differs`); decode, verify and wide steps keep the recurrence",
+         last bits (`differs`); decode, speculative verify and wide steps keep the recurrence",
     ),
 ];
 

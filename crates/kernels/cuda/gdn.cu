@@ -578,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
 // unfused, as the twin (gdn/chunked.rs) does. A chunk's pair dots, S0 dots, outputs and state
 // columns run in parallel over the block (256 threads); only the substitution for u walks the chunk's rows
 // (over dots of at most GDN_CHUNK − 1 terms, not dk). Chunks start at a unit's first row. No
-// snapshots: the rule runs it in prefill programs, which keep none.
+// snapshots: its rules run it in programs that keep none (a prompt's chunks).
 //
 // Launch (ops/gdn.rs): grid (nv·⌈dv/jc⌉, row blocks as recurrence), GDN_CHUNK_THREADS threads,
 // jc = gdn_chunk_columns(dk) state columns per block, gdn_chunk_shared_bytes(dk) of dynamic
@@ -586,6 +586,8 @@ extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
 // it recomputes the chunk's pair dots, which every tile of the head needs.
 #define GDN_CHUNK 16u
 #define GDN_CHUNK_THREADS 256u
+// State entries a thread updates at once (independent chains of adds).
+#define GDN_CHUNK_GROUP 8u
 
 __device__ __forceinline__ unsigned gdn_chunk_columns(unsigned dk) {
     return dk <= 128u ? 32u : 8u;
@@ -635,6 +637,18 @@ __device__ __forceinline__ ChunkDots chunk_dots(const float* a0, const float* a1
         acc1 = __fadd_rn(acc1, __fmul_rn(a1[i], x));
     }
     return {acc0, acc1};
+}
+
+// Row t, tile column c of a chunk from its two S0 dots d (S0ᵀk_t, S0ᵀq_t): the
+// substitution's right-hand side β_t·(v_t − Γ_t·S0ᵀk_t) into rhs, S0ᵀq_t into qs.
+__device__ __forceinline__ void chunk_rhs(const GdnChunkSmem& m, const bf16* __restrict__ mixed,
+                                          const GdnHeads& hd, unsigned c0, unsigned head,
+                                          unsigned j0, unsigned jc, unsigned t, unsigned c,
+                                          ChunkDots d) {
+    const bf16* v = mixed + (unsigned long long)(c0 + t) * hd.channels + 2ull * hd.kd +
+                    (unsigned long long)head * hd.dv + j0 + c;
+    m.rhs[t * jc + c] = __fmul_rn(__fsub_rn(to_f32(*v), __fmul_rn(m.gam[t], d.d0)), m.beta[t]);
+    m.qs[t * jc + c] = d.d1;
 }
 
 // A unit's rows [start, end) of v head `head`, state columns [j0, j0 + cols) (the block's
@@ -709,18 +723,20 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
             }
         }
         __syncthreads();
-        // S0ᵀk_t and S0ᵀq_t for the tile's columns: the substitution's right-hand sides.
-        for (unsigned e = tid; e < L * cols; e += T) {
-            const unsigned t = e / cols;
-            const unsigned c = e - t * cols;
-            const ChunkDots d = chunk_dots(m.k + t * P, m.q + t * P, m.s + c, dk, jc);
-            const float ks = d.d0;
-            const float qs = d.d1;
-            const bf16* v = mixed + (unsigned long long)(c0 + t) * hd.channels + 2ull * hd.kd +
-                            (unsigned long long)head * dv + j0 + c;
-            m.rhs[t * jc + c] =
-                __fmul_rn(__fsub_rn(to_f32(*v), __fmul_rn(m.gam[t], ks)), m.beta[t]);
-            m.qs[t * jc + c] = qs;
+        // S0ᵀk_t and S0ᵀq_t for the tile's columns: the substitution's right-hand sides. A
+        // thread takes its entries two at a time, their four dots in one loop.
+        for (unsigned e = tid; e < L * cols; e += 2u * T) {
+            const unsigned t0 = e / cols;
+            const unsigned ca = e - t0 * cols;
+            const bool two = e + T < L * cols;
+            const unsigned t1 = two ? (e + T) / cols : t0;
+            const unsigned cb = two ? e + T - t1 * cols : ca;
+            const ChunkDots d0 = chunk_dots(m.k + t0 * P, m.q + t0 * P, m.s + ca, dk, jc);
+            const ChunkDots d1 = chunk_dots(m.k + t1 * P, m.q + t1 * P, m.s + cb, dk, jc);
+            chunk_rhs(m, mixed, hd, c0, head, j0, jc, t0, ca, d0);
+            if (two) {
+                chunk_rhs(m, mixed, hd, c0, head, j0, jc, t1, cb, d1);
+            }
         }
         __syncthreads();
         if (tid < cols) {
@@ -744,15 +760,34 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
             m.rhs[t * jc + c] = __fmul_rn(m.u[t * jc + c], m.w[t]);
         }
         __syncthreads();
+        // S ← S0·Γ_{L−1} + Σ_s k_s·(u_s·w_s)ᵀ: a thread's entries GDN_CHUNK_GROUP at a time,
+        // one independent chain of L adds each.
         const float last = m.gam[L - 1u];
-        for (unsigned e = tid; e < dk * cols; e += T) {
-            const unsigned i = e / cols;
-            const unsigned c = e - i * cols;
-            float acc = __fmul_rn(m.s[i * jc + c], last);
-            for (unsigned s = 0u; s < L; ++s) {
-                acc = __fadd_rn(acc, __fmul_rn(m.k[s * P + i], m.rhs[s * jc + c]));
+        for (unsigned base = tid; base < dk * cols; base += T * GDN_CHUNK_GROUP) {
+            float acc[GDN_CHUNK_GROUP];
+            unsigned row[GDN_CHUNK_GROUP];
+            unsigned col[GDN_CHUNK_GROUP];
+#pragma unroll
+            for (unsigned g = 0u; g < GDN_CHUNK_GROUP; ++g) {
+                const unsigned e = base + g * T;
+                const bool valid = e < dk * cols;
+                row[g] = valid ? e / cols : 0u;
+                col[g] = valid ? e - row[g] * cols : 0u;
+                acc[g] = valid ? __fmul_rn(m.s[row[g] * jc + col[g]], last) : 0.0f;
             }
-            m.s[i * jc + c] = acc;
+            for (unsigned s = 0u; s < L; ++s) {
+#pragma unroll
+                for (unsigned g = 0u; g < GDN_CHUNK_GROUP; ++g) {
+                    acc[g] = __fadd_rn(acc[g],
+                                       __fmul_rn(m.k[s * P + row[g]], m.rhs[s * jc + col[g]]));
+                }
+            }
+#pragma unroll
+            for (unsigned g = 0u; g < GDN_CHUNK_GROUP; ++g) {
+                if (base + g * T < dk * cols) {
+                    m.s[row[g] * jc + col[g]] = acc[g];
+                }
+            }
         }
     }
     // Each thread stores the state entries it updated.

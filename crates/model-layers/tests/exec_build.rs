@@ -430,6 +430,91 @@ fn tiny_next_at(serve: solder_config::ServeShape) -> solder_model_layers::Boot {
     boot
 }
 
+/// The recurrence kernel of a (mode, rows) program: `gdn::gates_chunked` or the row-by-row
+/// one (`gdn::gates_recurrence`, `_pitched`).
+fn gdn_recurrence_kernel(exec: &CircuitExec, mode: Mode, rows: usize) -> &'static str {
+    let program = exec.program(mode, rows).expect("program");
+    let names: Vec<&'static str> = (program.steps.iter())
+        .filter_map(|step| match step {
+            ProgramStep::Launch { name, .. }
+                if name.contains("recurrence") || name.contains("chunked") =>
+            {
+                Some(*name)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!names.is_empty(), "{mode} {rows}: no recurrence");
+    assert!(
+        names.iter().all(|n| *n == names[0]),
+        "{mode} {rows}: {names:?}"
+    );
+    names[0]
+}
+
+/// The `gdn_chunked` lever runs the chunked recurrence where a prompt's chunks run and nowhere
+/// else: prefill programs and the verify program wider than `speculative_rows`; decode,
+/// multi-seq, the verify programs a speculative step runs and every batched verify keep the
+/// row-by-row kernel. A prompt of 17 (a chunk of 16, then decode) gives the logits of the
+/// lever off up to rounding, and a speculative step after it still runs.
+#[test]
+fn the_chunked_lever_runs_a_prompts_chunks_only() {
+    use solder_config::ServeShape;
+    use solder_model_layers::{ModelDrafter, Session};
+    let mut backend = backend();
+    let serve = ServeShape {
+        max_batch: 4,
+        multi_seq_ladder: vec![2, 4],
+        verify_widths: vec![2, 4, 16],
+        verify_batch_widths: vec![4, 8],
+        draft_widths: Vec::new(),
+        speculative_rows: 4,
+    };
+    let mut chunked_boot = tiny_next_at(serve.clone());
+    chunked_boot
+        .policy
+        .levers
+        .set("gdn_chunked", true)
+        .expect("lever");
+    let chunked = CircuitExec::build(&mut backend, chunked_boot).expect("build");
+    let plain = CircuitExec::build(&mut backend, tiny_next_at(serve)).expect("build");
+    for plan in &chunked.plans {
+        let (mode, rows) = (plan.mode, plan.rows);
+        let want = match (mode, rows) {
+            (Mode::Prefill, _) | (Mode::Verify, 16) => "gdn::gates_chunked",
+            _ => gdn_recurrence_kernel(&plain, mode, rows),
+        };
+        assert_eq!(
+            gdn_recurrence_kernel(&chunked, mode, rows),
+            want,
+            "{mode} {rows}"
+        );
+        assert!(
+            !want.contains("chunked") || !plan.keeps_snapshots,
+            "{mode} {rows}"
+        );
+    }
+    assert!(chunked.plans.iter().any(|p| p.mode == Mode::Prefill));
+    let logits = |exec: &CircuitExec, backend: &mut CpuBackend| {
+        let mut session = Session::new(exec);
+        let id = session.add_sequence();
+        let logits = (session.prefill(backend, id, &prompt(3, 128, 17))).expect("prefill");
+        let mut drafter = ModelDrafter::new(exec);
+        (session.speculative_step(backend, id, 5, 3, &mut drafter)).expect("k = 3");
+        logits
+    };
+    let (got, want) = (logits(&chunked, &mut backend), logits(&plain, &mut backend));
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = got
+        .iter()
+        .zip(&want)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        diff <= 1e-2 * scale,
+        "prompt logits differ by {diff} (largest {scale})"
+    );
+}
+
 /// Whether the (mode, rows) program's recurrent launches (`gdn::conv`, the recurrence) keep
 /// snapshots: all pass them, or none does (a null argument).
 fn gdn_keeps_snapshots(exec: &CircuitExec, mode: Mode, rows: usize) -> bool {

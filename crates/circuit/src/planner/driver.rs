@@ -90,6 +90,17 @@ impl ExecutionPlan {
     ) -> Result<ExecutionPlan, CircuitError> {
         let circuit = instance.circuit_for(mode)?;
         let check = options.verify;
+        let keeps_snapshots = instance.program_shapes().keeps_snapshots(mode, rows);
+        let offered;
+        let available = match keeps_snapshots {
+            true => available,
+            false => {
+                offered = available
+                    .clone()
+                    .with_capability(crate::shapes::NO_SNAPSHOTS);
+                &offered
+            }
+        };
         let fusion = fuse(circuit, rules, available, policy, mode, rows)?;
         if check {
             verify::check_cover(circuit, &fusion, available)?;
@@ -124,7 +135,7 @@ impl ExecutionPlan {
             circuit: circuit.name.clone(),
             mode,
             rows,
-            keeps_snapshots: instance.program_shapes().keeps_snapshots(mode, rows),
+            keeps_snapshots,
             order,
             stream_of: streams.stream_of,
             steps,

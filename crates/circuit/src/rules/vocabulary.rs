@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use super::Rule;
 use crate::error::CircuitError;
+use crate::shapes::NO_SNAPSHOTS;
 
 /// The capabilities and roles rules may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,12 +19,13 @@ pub struct Vocabulary {
 }
 
 impl Vocabulary {
-    /// solder's own: every runtime route's capability and every role the families' circuits
+    /// solder's own: every runtime route's capability, a plan's [`NO_SNAPSHOTS`], and every role the families' circuits
     /// give their ops (`families::ROLES`).
     pub fn solder() -> Vocabulary {
         Vocabulary {
             capabilities: crate::routes::capabilities()
                 .into_iter()
+                .chain([NO_SNAPSHOTS])
                 .map(str::to_string)
                 .collect(),
             roles: crate::families::ROLES

@@ -499,13 +499,14 @@ fn emit_gates_recurrence_pitched(v: &View<'_>) -> R {
 }
 
 /// The chunked kernels write no snapshots: a plan that keeps them (verify and batched verify
-/// up to the serve's `speculative_rows`) is refused, naming the rule's mode.
+/// up to the serve's `speculative_rows`) is refused; their rules require a plan that keeps
+/// none (`solder_circuit::shapes::NO_SNAPSHOTS`).
 fn chunked_parts<'a>(v: &View<'a>) -> Result<(RecurrenceParts<'a>, Buf), ExecError> {
     let parts = RecurrenceParts::of(v, false)?;
     if parts.state.snapshots.is_some() {
         return Err(v.err(format!(
             "`{}`: the chunked recurrence writes no snapshots, and this plan keeps them (a \
-             speculative step may run it); the chunked rules are for prefill programs",
+             speculative step may run it); the chunked rules require `plan:no_snapshots`",
             parts.op.name
         )));
     }

@@ -247,28 +247,48 @@ impl Chunks<'_> {
                 *r = (to_f32(*v) - t.gamma[i] * *r) * t.beta[i];
             }
         }
-        // The substitution: u_i = rhs_i − Σ_{j<i} A\[i\]\[j\]·u_j.
+        // The substitution: u_i = rhs_i − Σ_{j<i} A\[i\]\[j\]·u_j, each column's sum j ascending
+        // (the loops run over columns innermost; each column's order is the kernel's).
         for i in 0..l {
-            for c in 0..dv {
-                let acc = (0..i).fold(0.0f32, |acc, j| acc + t.a[i][j] * t.u[j * dv + c]);
-                t.u[i * dv + c] = t.rhs[i * dv + c] - acc;
+            let (done, rest) = t.u.split_at_mut(i * dv);
+            let acc = &mut rest[..dv];
+            acc.fill(0.0);
+            for (j, u_j) in done.chunks_exact(dv).enumerate() {
+                let a = t.a[i][j];
+                for (acc, u) in acc.iter_mut().zip(u_j) {
+                    *acc += a * u;
+                }
+            }
+            for (acc, r) in acc.iter_mut().zip(&t.rhs[i * dv..][..dv]) {
+                *acc = r - *acc;
             }
         }
         // Outputs (into rhs) and u·w.
         for i in 0..l {
-            for c in 0..dv {
-                let start = t.gamma[i] * t.qs[i * dv + c];
-                let o = (0..=i).fold(start, |acc, j| acc + t.p[i][j] * t.u[j * dv + c]);
-                t.rhs[i * dv + c] = o;
-                t.uw[i * dv + c] = t.u[i * dv + c] * t.w[i];
+            let o = &mut t.rhs[i * dv..][..dv];
+            for (o, qs) in o.iter_mut().zip(&t.qs[i * dv..][..dv]) {
+                *o = t.gamma[i] * qs;
+            }
+            for (j, u_j) in t.u[..(i + 1) * dv].chunks_exact(dv).enumerate() {
+                let p = t.p[i][j];
+                for (o, u) in o.iter_mut().zip(u_j) {
+                    *o += p * u;
+                }
+            }
+            for (uw, u) in t.uw[i * dv..][..dv].iter_mut().zip(&t.u[i * dv..][..dv]) {
+                *uw = u * t.w[i];
             }
         }
         let last = t.gamma[l - 1];
         for (x, s_row) in s.chunks_exact_mut(dv).enumerate() {
-            for (c, sv) in s_row.iter_mut().enumerate() {
-                *sv = (0..l).fold(*sv * last, |acc, j| {
-                    acc + t.k[j * dk + x] * t.uw[j * dv + c]
-                });
+            for sv in s_row.iter_mut() {
+                *sv *= last;
+            }
+            for (j, uw_j) in t.uw[..l * dv].chunks_exact(dv).enumerate() {
+                let k = t.k[j * dk + x];
+                for (sv, uw) in s_row.iter_mut().zip(uw_j) {
+                    *sv += k * uw;
+                }
             }
         }
     }
