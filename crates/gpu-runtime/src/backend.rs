@@ -31,23 +31,33 @@ pub trait GpuBackend {
     fn copy_d2d(&mut self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), GpuError>;
     /// Copies `bytes` device bytes from `src` to `dst` (ranges that do not overlap), ordered on
     /// `stream` like a launch that reads `src` and writes `dst`; nothing waits (refused while
-    /// `stream` captures).
+    /// `stream` captures). The default is the synchronous [`copy_d2d`](Self::copy_d2d), which
+    /// waits for all work and so is ordered after `stream`'s too: a backend that does not queue
+    /// copies stays correct, and each copy costs the host a wait. Every backend in this tree
+    /// queues it.
     fn copy_d2d_async(
         &mut self,
         stream: StreamId,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), GpuError> {
+        let _ = stream;
+        self.copy_d2d(dst, src, bytes)
+    }
     /// Sets `bytes` device bytes at `dst` to `value`, ordered on `stream` like a launch that
-    /// writes them; nothing waits (refused while `stream` captures).
+    /// writes them; nothing waits (refused while `stream` captures). The default is the
+    /// synchronous [`memset`](Self::memset), as `copy_d2d_async`'s is.
     fn memset_async(
         &mut self,
         stream: StreamId,
         dst: DevicePtr,
         value: u8,
         bytes: usize,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), GpuError> {
+        let _ = stream;
+        self.memset(dst, value, bytes)
+    }
     /// Ordered on `stream` like a launch; `src` is copied before the call returns.
     fn copy_h2d_async(
         &mut self,

@@ -12,7 +12,9 @@ use solder_gpu_runtime::{
 const S0: StreamId = StreamId(0);
 
 /// Forwards every call to the CPU backend, counting the launches, copies, memsets and frees
-/// that reach it (so a test can tell the layer refused a call rather than the backend).
+/// that reach it (so a test can tell the layer refused a call rather than the backend). It
+/// leaves `copy_d2d_async` and `memset_async` to the trait's defaults, as a backend written
+/// before them would.
 struct Counting {
     inner: CpuBackend,
     forwarded: usize,
@@ -50,26 +52,7 @@ impl GpuBackend for Counting {
         let result = self.inner.copy_d2d(dst, src, bytes);
         self.count(result)
     }
-    fn copy_d2d_async(
-        &mut self,
-        s: StreamId,
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: usize,
-    ) -> Result<(), GpuError> {
-        let result = self.inner.copy_d2d_async(s, dst, src, bytes);
-        self.count(result)
-    }
-    fn memset_async(
-        &mut self,
-        s: StreamId,
-        dst: DevicePtr,
-        value: u8,
-        bytes: usize,
-    ) -> Result<(), GpuError> {
-        let result = self.inner.memset_async(s, dst, value, bytes);
-        self.count(result)
-    }
+    // copy_d2d_async and memset_async: the trait's defaults (the synchronous calls).
     fn copy_h2d_async(&mut self, s: StreamId, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
         let result = self.inner.copy_h2d_async(s, dst, src);
         self.count(result)
@@ -461,4 +444,23 @@ fn a_capture_the_backend_refuses_to_end_still_ends_in_the_layer() {
         matches!(gone, GpuError::UnknownHandle { what: "stream", .. }),
         "{gone}"
     );
+}
+
+/// A backend that leaves `copy_d2d_async` and `memset_async` to the trait's defaults runs them
+/// as the synchronous `copy_d2d` and `memset`: the bytes land, each call reaching the backend
+/// once, ordered after the stream's earlier work.
+#[test]
+fn the_default_queued_copy_and_memset_are_the_synchronous_calls() {
+    let mut gpu = Counting {
+        inner: backend(),
+        forwarded: 0,
+    };
+    let (src, dst) = (gpu.alloc(bytes(8)).unwrap(), gpu.alloc(bytes(8)).unwrap());
+    fill_on(&mut gpu, S0, src, 8, 7).unwrap();
+    let before = gpu.forwarded;
+    gpu.copy_d2d_async(S0, dst, src, bytes(8)).unwrap();
+    assert_eq!(download(&mut gpu, dst, 8), vec![7.0; 8]);
+    gpu.memset_async(S0, src, 0, bytes(8)).unwrap();
+    assert_eq!(download(&mut gpu, src, 8), vec![0.0; 8]);
+    assert_eq!(gpu.forwarded - before, 2, "one copy_d2d and one memset");
 }

@@ -724,18 +724,33 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
         }
         __syncthreads();
         // S0ᵀk_t and S0ᵀq_t for the tile's columns: the substitution's right-hand sides. A
-        // thread takes its entries two at a time, their four dots in one loop.
+        // thread takes its entries two at a time, their four dots (each i ascending, unfused)
+        // in one loop.
         for (unsigned e = tid; e < L * cols; e += 2u * T) {
             const unsigned t0 = e / cols;
             const unsigned ca = e - t0 * cols;
             const bool two = e + T < L * cols;
             const unsigned t1 = two ? (e + T) / cols : t0;
             const unsigned cb = two ? e + T - t1 * cols : ca;
-            const ChunkDots d0 = chunk_dots(m.k + t0 * P, m.q + t0 * P, m.s + ca, dk, jc);
-            const ChunkDots d1 = chunk_dots(m.k + t1 * P, m.q + t1 * P, m.s + cb, dk, jc);
-            chunk_rhs(m, mixed, hd, c0, head, j0, jc, t0, ca, d0);
+            const float* ka = m.k + t0 * P;
+            const float* qa = m.q + t0 * P;
+            const float* kb = m.k + t1 * P;
+            const float* qb = m.q + t1 * P;
+            const float* sa = m.s + ca;
+            const float* sb = m.s + cb;
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+            for (unsigned i = 0; i < dk; ++i) {
+                const float xa = sa[i * jc];
+                const float xb = sb[i * jc];
+                d[0] = __fadd_rn(d[0], __fmul_rn(ka[i], xa));
+                d[1] = __fadd_rn(d[1], __fmul_rn(qa[i], xa));
+                d[2] = __fadd_rn(d[2], __fmul_rn(kb[i], xb));
+                d[3] = __fadd_rn(d[3], __fmul_rn(qb[i], xb));
+            }
+            chunk_rhs(m, mixed, hd, c0, head, j0, jc, t0, ca, {d[0], d[1]});
             if (two) {
-                chunk_rhs(m, mixed, hd, c0, head, j0, jc, t1, cb, d1);
+                chunk_rhs(m, mixed, hd, c0, head, j0, jc, t1, cb, {d[2], d[3]});
             }
         }
         __syncthreads();

@@ -87,8 +87,9 @@ impl<'e> Session<'e> {
         }
         let slot = match parent.slot {
             Some(from) => {
-                let to = pools.slots.take(backend, self.exec.default_stream())?;
-                if let Err(e) = pools.slots.copy(backend, from, to) {
+                let stream = self.exec.default_stream();
+                let to = pools.slots.take(backend, stream)?;
+                if let Err(e) = pools.slots.copy(backend, stream, from, to) {
                     pools.slots.give_back(to);
                     return Err(e);
                 }
@@ -119,7 +120,8 @@ impl<'e> Session<'e> {
 }
 
 /// Copies KV page `from` to page `to` in every attention layer's region (a region is
-/// page-major: page p at p times one page's bytes).
+/// page-major: page p at p times one page's bytes), by copies queued on the exec's default
+/// stream, before the next step (the host does not wait).
 fn copy_page(
     exec: &CircuitExec,
     backend: &mut dyn GpuBackend,
@@ -138,7 +140,8 @@ fn copy_page(
         } = decl.kind
         {
             let page_bytes = 2 * block_size * num_kv_heads * head_dim * dtype.size_bytes();
-            backend.copy_d2d(
+            backend.copy_d2d_async(
+                exec.default_stream(),
                 kv.offset(region.offset + to as usize * page_bytes),
                 kv.offset(region.offset + from as usize * page_bytes),
                 page_bytes,

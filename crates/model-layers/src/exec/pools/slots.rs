@@ -96,15 +96,18 @@ impl SlotPool {
         Ok(slot)
     }
 
-    /// Copies slot `from`'s every recurrent region into slot `to` (a fork's state).
+    /// Copies slot `from`'s every recurrent region into slot `to` (a fork's state), by copies
+    /// queued on `stream` (before the next step; the host does not wait).
     pub(crate) fn copy(
         &self,
         backend: &mut dyn GpuBackend,
+        stream: StreamId,
         from: u32,
         to: u32,
     ) -> Result<(), SessionError> {
         for &(offset, slot_bytes) in &self.regions {
-            backend.copy_d2d(
+            backend.copy_d2d_async(
+                stream,
                 self.states.offset(offset + to as usize * slot_bytes),
                 self.states.offset(offset + from as usize * slot_bytes),
                 slot_bytes,

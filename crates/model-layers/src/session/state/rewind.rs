@@ -302,7 +302,8 @@ impl Session<'_> {
         }
     }
 
-    /// Zeroes the recurrent state of the slot `id` holds (a fresh sequence's state).
+    /// Zeroes the recurrent state of the slot `id` holds (a fresh sequence's state), by memsets
+    /// queued on the exec's default stream, before the next step (the host does not wait).
     pub(crate) fn zero_state(
         &mut self,
         backend: &mut dyn GpuBackend,
@@ -314,7 +315,7 @@ impl Session<'_> {
         let states = self.exec.kv_cache();
         for region in self.exec.layout.states.iter().filter(|r| r.slot_bytes > 0) {
             let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-            backend.memset(at, 0, region.slot_bytes)?;
+            backend.memset_async(self.exec.default_stream(), at, 0, region.slot_bytes)?;
         }
         Ok(())
     }
