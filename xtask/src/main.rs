@@ -85,6 +85,8 @@ fn main() -> ExitCode {
         "gpu-step" => gpu::step::run(argv),
         // Hidden: the embedded PTX and what the driver makes of it (run.sh's first stage).
         "gpu-facts" => gpu::facts::run(argv),
+        // Hidden: single kernels timed alone at a real model's shape (run.sh's part 3).
+        "gpu-kernels" => gpu::kernels::run(argv),
         // Hidden: ncu's CSV as per-kernel bandwidth against the floor (run.sh's ncu stage).
         "gpu-ncu-table" => gpu::ncu::run(argv),
         "help" | "--help" | "-h" => {

@@ -1,7 +1,8 @@
 //! The GPU side of xtask: choosing a backend (`--backend cpu|cuda`), the GPU-vs-CPU check of
 //! `parity --backend cuda` (`cross`), `gpu-bench` (`bench`), the hidden `gpu-step` that
 //! compute-sanitizer and ncu wrap (`step`), the hidden `gpu-ncu-table` that reads ncu's CSV
-//! (`ncu`), the hidden `gpu-facts` (`facts`), and `gpu-check`, which builds the bundle a GPU machine
+//! (`ncu`), the hidden `gpu-facts` (`facts`), the hidden `gpu-kernels` (`kernels`: single kernels
+//! timed alone at a real model's shape), and `gpu-check`, which builds the bundle a GPU machine
 //! runs (`check`, with its script `run.sh`).
 //!
 //! Invariant: everything here builds without the `cuda` feature; what needs a device then
@@ -12,6 +13,7 @@ pub mod bundle;
 pub mod check;
 pub mod cross;
 pub mod facts;
+pub mod kernels;
 pub mod ncu;
 pub mod step;
 

@@ -1,0 +1,282 @@
+//! `gpu-kernels` (hidden): single kernels timed alone at a real model's shape, for the
+//! per-kernel figures a whole program's timing hides. Today: Gated DeltaNet's recurrence over
+//! one sequence's prompt chunk (chain 1) at Qwen3-Next-80B's shape, row by row
+//! (`gdn::gates_recurrence`) against its chunked form (`gdn::gates_chunked`, the `gdn_chunked`
+//! lever), each launch timed alone (synchronize, launch, synchronize), the median per width,
+//! and the two outputs' largest difference (they agree up to rounding).
+//!
+//! On the CPU backend (`--backend cpu`, the default) it is a dry run of the harness: the twins'
+//! times mean nothing for a GPU, the agreement does.
+
+use solder_gpu_runtime::{GpuBackend, KernelArg};
+use solder_model_layers::kernels::gdn::{
+    GatesChunked, GatesRecurrence, GATES_CHUNKED, GATES_RECURRENCE,
+};
+use solder_model_layers::kernels::{Buf, Launch};
+
+use super::{device_backend, median, BackendKind};
+use crate::args::Args;
+
+const HELP: &str = "usage: solder gpu-kernels [--backend cpu|cuda] [--rows LIST] [--runs N]
+
+  Gated DeltaNet's recurrence over one sequence's chunk of each of --rows rows (default
+  16,128,512) at Qwen3-Next-80B's shape (16 key heads, 32 value heads, head dims 128): the row-
+  by-row kernel (gdn::gates_recurrence) against the chunked form (gdn::gates_chunked), each
+  launch timed alone; per width the median microseconds of each, microseconds per row, the
+  ratio, and the outputs' largest difference relative to the largest output.
+
+  --backend B   cpu (default: a dry run of the harness on the twins) or cuda
+  --rows LIST   chunk widths, comma-separated, 1..=4096 each
+  --runs N      timed launches per kernel and width, 1..=1000 (default 20)";
+
+/// Qwen3-Next-80B's Gated DeltaNet: key heads, key dim, value heads, value dim.
+const SHAPE: [u32; 4] = [16, 128, 32, 128];
+
+pub fn run(argv: Vec<String>) -> Result<(), String> {
+    let args = Args::parse(argv, &["backend", "rows", "runs"], &["help"])?;
+    if args.flag("help") {
+        println!("{HELP}");
+        return Ok(());
+    }
+    let kind = BackendKind::parse(args.value("backend"))?;
+    let rows = match args.value("rows") {
+        None => vec![16, 128, 512],
+        Some(list) => list
+            .split(',')
+            .map(|w| match w.trim().parse::<u32>() {
+                Ok(n) if (1..=4096).contains(&n) => Ok(n),
+                _ => Err(format!("--rows: `{w}` is not a width in 1..=4096")),
+            })
+            .collect::<Result<Vec<u32>, String>>()?,
+    };
+    let runs = match args.value("runs") {
+        None => 20,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=1000).contains(&n) => n,
+            _ => return Err(format!("--runs: `{v}` is not a count in 1..=1000")),
+        },
+    };
+    let mut owned;
+    let backend: &mut dyn GpuBackend = match device_backend(kind)? {
+        Some(device) => {
+            owned = device;
+            owned.as_mut()
+        }
+        None => {
+            let cpu = solder_model_layers::kernels::cpu_backend(None)
+                .map_err(|e| format!("cpu backend: {e}"))?;
+            owned = Box::new(cpu);
+            owned.as_mut()
+        }
+    };
+    println!("{}", super::describe(&backend.facts()));
+    let [nk, dk, nv, dv] = SHAPE;
+    println!(
+        "gdn recurrence, one sequence's chunk: {nk} key heads, {nv} value heads, dk {dk}, dv {dv}; \
+         {runs} launches each, medians"
+    );
+    println!(
+        "{:>6} {:>14} {:>14} {:>10} {:>10} {:>8} {:>10}",
+        "rows", "row-by-row us", "chunked us", "us/row", "us/row", "ratio", "max diff"
+    );
+    let mut ratios = Vec::new();
+    for &n in &rows {
+        let (line, ratio) = time_width(backend, n, runs).map_err(|e| format!("{n} rows: {e}"))?;
+        println!("{line}");
+        ratios.push(format!("{n} rows x{ratio:.3}"));
+    }
+    println!("gdn kernels: chunked / row by row: {}", ratios.join(", "));
+    Ok(())
+}
+
+/// A deterministic fill in about ±1 for `n` elements.
+fn wave(n: usize, seed: f32) -> impl Iterator<Item = f32> {
+    (0..n).map(move |i| ((i as f32 + seed) * 0.618_034).sin())
+}
+
+fn upload(backend: &mut dyn GpuBackend, bytes: &[u8]) -> Result<Buf, String> {
+    let ptr = backend.alloc(bytes.len()).map_err(|e| e.to_string())?;
+    backend.copy_h2d(ptr, bytes).map_err(|e| e.to_string())?;
+    Ok(Buf::new(ptr, bytes.len()))
+}
+
+fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
+    values
+        .flat_map(|v| half::bf16::from_f32(v).to_le_bytes())
+        .collect()
+}
+
+fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, String> {
+    let mut raw = vec![0u8; buf.bytes];
+    backend
+        .copy_d2h(buf.ptr, &mut raw)
+        .map_err(|e| e.to_string())?;
+    Ok(raw
+        .chunks_exact(2)
+        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect())
+}
+
+/// Launches `launch` alone `runs` times after one warm-up; the median microseconds.
+fn time(backend: &mut dyn GpuBackend, launch: &Launch, runs: usize) -> Result<f64, String> {
+    let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
+    let stream = backend.default_stream();
+    let mut samples = Vec::with_capacity(runs);
+    for run in 0..=runs {
+        backend.synchronize().map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
+        (backend.launch(stream, kernel, &launch.config, &launch.args))
+            .map_err(|e| e.to_string())?;
+        backend.synchronize().map_err(|e| e.to_string())?;
+        if run > 0 {
+            samples.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    Ok(median(&mut samples))
+}
+
+/// One width: both kernels from the same state, their outputs compared, then each timed.
+/// Returns the table's line and the chunked / row-by-row ratio.
+fn time_width(
+    backend: &mut dyn GpuBackend,
+    rows: u32,
+    runs: usize,
+) -> Result<(String, f64), String> {
+    let [nk, dk, nv, dv] = SHAPE;
+    let r = rows as usize;
+    let channels = (2 * nk * dk + nv * dv) as usize;
+    let state_elems = (nv * dk * dv) as usize;
+    let mixed = upload(backend, &bf16_bytes(wave(r * channels, 0.5)))?;
+    // b and a about ±3: beta in (0.05, 0.95), decays over the whole range.
+    let ba = upload(
+        backend,
+        &bf16_bytes(wave(r * 2 * nv as usize, 1.5).map(|v| 3.0 * v)),
+    )?;
+    let a_log = upload(
+        backend,
+        &bf16_bytes(wave(nv as usize, 2.5).map(|v| 0.5 * v)),
+    )?;
+    let dt_bias = upload(backend, &bf16_bytes(wave(nv as usize, 3.5)))?;
+    let slots = upload(backend, &vec![0u8; r * 4])?;
+    let initial: Vec<u8> = wave(state_elems, 4.5)
+        .flat_map(|v| (0.5 * v).to_le_bytes())
+        .collect();
+    let out_bytes = r * (nv * dv) as usize * 2;
+    let mut launches = Vec::new();
+    let mut outputs = Vec::new();
+    for chunked in [false, true] {
+        let state = upload(backend, &initial)?;
+        let out = upload(backend, &vec![0u8; out_bytes])?;
+        let launch = match chunked {
+            false => GatesRecurrence {
+                mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots,
+                out,
+                snapshots: None,
+                keep: None,
+                rows,
+                nk,
+                dk,
+                nv,
+                dv,
+                num_slots: 1,
+                chain: 1,
+            }
+            .launch(GATES_RECURRENCE),
+            true => GatesChunked {
+                mixed,
+                ba,
+                a_log,
+                dt_bias,
+                state,
+                slots,
+                out,
+                rows,
+                nk,
+                dk,
+                nv,
+                dv,
+                num_slots: 1,
+                chain: 1,
+            }
+            .launch(GATES_CHUNKED),
+        };
+        let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
+        let stream = backend.default_stream();
+        (backend.launch(stream, kernel, &launch.config, &launch.args))
+            .map_err(|e| e.to_string())?;
+        backend.synchronize().map_err(|e| e.to_string())?;
+        outputs.push(download_bf16(backend, out)?);
+        launches.push(launch);
+    }
+    let scale = outputs[0].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = (outputs[0].iter().zip(&outputs[1])).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    let relative = if scale > 0.0 { diff / scale } else { diff };
+    if !relative.is_finite() || relative > 2e-2 {
+        return Err(format!(
+            "the chunked form's outputs differ from the recurrence's by {relative:.3e} of the \
+             largest: more than rounding"
+        ));
+    }
+    let row_by_row = time(backend, &launches[0], runs)?;
+    let chunked = time(backend, &launches[1], runs)?;
+    for buf in launch_buffers(&launches) {
+        backend.free(buf).map_err(|e| e.to_string())?;
+    }
+    let ratio = chunked / row_by_row;
+    let line = format!(
+        "{rows:>6} {row_by_row:>14.1} {chunked:>14.1} {:>10.3} {:>10.3} {ratio:>8.3} {relative:>10.2e}",
+        row_by_row / rows as f64,
+        chunked / rows as f64,
+    );
+    Ok((line, ratio))
+}
+
+/// Every buffer the launches hold, each once.
+fn launch_buffers(launches: &[Launch]) -> Vec<solder_gpu_runtime::DevicePtr> {
+    let mut ptrs = Vec::new();
+    for launch in launches {
+        for arg in &launch.args {
+            if let Some(ptr) = arg_ptr(arg) {
+                if !ptrs.contains(&ptr) {
+                    ptrs.push(ptr);
+                }
+            }
+        }
+    }
+    ptrs
+}
+
+fn arg_ptr(arg: &KernelArg) -> Option<solder_gpu_runtime::DevicePtr> {
+    match arg {
+        KernelArg::Buffer { ptr, .. } => Some(*ptr),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The harness on the CPU twins: both kernels run, agree, and a line per width is printed.
+    #[test]
+    fn the_dry_run_times_both_kernels_and_they_agree() {
+        super::run(vec![
+            "--rows".into(),
+            "3,17".into(),
+            "--runs".into(),
+            "1".into(),
+        ])
+        .expect("dry run");
+    }
+
+    #[test]
+    fn bad_widths_and_runs_are_refused_by_name() {
+        let err = super::run(vec!["--rows".into(), "0".into()]).unwrap_err();
+        assert!(err.contains("--rows"), "{err}");
+        let err = super::run(vec!["--runs".into(), "x".into()]).unwrap_err();
+        assert!(err.contains("--runs"), "{err}");
+    }
+}
