@@ -231,7 +231,7 @@ impl Chunks<'_> {
         }
         // S0ᵀk and S0ᵀq of every column, i ascending (column by column, as the kernel's
         // threads sum them).
-        for i in 0..l {
+        for (i, &row) in rows.iter().enumerate() {
             let (ks, qs) = (&mut t.rhs[i * dv..][..dv], &mut t.qs[i * dv..][..dv]);
             ks.fill(0.0);
             qs.fill(0.0);
@@ -242,7 +242,7 @@ impl Chunks<'_> {
                     *qv += qi[x] * sv;
                 }
             }
-            let v = &self.mixed[rows[i] * channels + 2 * kd + head * dv..][..dv];
+            let v = &self.mixed[row * channels + 2 * kd + head * dv..][..dv];
             for (r, v) in ks.iter_mut().zip(v) {
                 *r = (to_f32(*v) - t.gamma[i] * *r) * t.beta[i];
             }
