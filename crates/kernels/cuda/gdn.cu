@@ -15,7 +15,8 @@
 // 0: a verify program keeps them in a speculative step only.
 //
 // Launch (ops/gdn.rs):
-//  - conv: grid (⌈C/256⌉, rows, or 1 with chain 1), 256 threads, one thread per channel;
+//  - conv: grid (⌈C/256⌉, rows, or ⌈rows/16⌉ row blocks with chain 1), 256 threads, one thread
+//    per channel (conv_chain: with chain 1 the rows split over block rows);
 //  - gates: elementwise over rows·nv;
 //  - recurrence, recurrence_pitched (and gates_recurrence, _pitched: gates folded in): grid (nv·⌈dv/32⌉, rows, or 1 with chain 1), one warp;
 //    lane t of block (head, tile) owns state column j = 32·tile + t of the head (a column of S
@@ -165,6 +166,78 @@ __device__ __forceinline__ T* kept_snapshots(T* snapshots, const int* __restrict
     return keep != nullptr && keep[r] == 0 ? nullptr : snapshots;
 }
 
+// chain 1: the rows are one sequence's consecutive tokens on slots[0]. The conv is not
+// recurrent: row r's dot reads the inputs of rows r − hist .. r (those before row 0 from the
+// history), so the rows split over block rows: block row y takes rows [y·span, y·span +
+// span), span = max(⌈rows / grid.y⌉, hist), each thread its channels' rows in order. Row r's
+// dot, output and snapshot are conv_row's (the history it would hold then: the inputs of rows
+// r − hist .. r − 1, oldest first). Only block row 0 reads the history (span >= hist), and its
+// threads write the new one (the last hist inputs) after their own reads, so no block races
+// another on it.
+__device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __restrict__ qkvz,
+                                           const bf16* __restrict__ w, bf16* __restrict__ state,
+                                           const int* __restrict__ slots, bf16* __restrict__ out,
+                                           bf16* __restrict__ snapshots,
+                                           const int* __restrict__ keep, unsigned rows,
+                                           unsigned kernel, unsigned num_slots) {
+    const unsigned hist = kernel - 1u;
+    const unsigned span = max((rows - 1u) / gridDim.y + 1u, hist);
+    const unsigned long long r0 = (unsigned long long)blockIdx.y * span;
+    if (r0 >= rows) {
+        return;
+    }
+    const unsigned r1 = (unsigned)min(r0 + span, (unsigned long long)rows);
+    const int slot = slots[0];
+    const bool live = slot_ok(slot, num_slots);
+    const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
+    const bf16 zero = to_bf16(0.0f);
+    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
+         c += gridDim.x * blockDim.x) {
+        bf16* h = live ? state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist
+                       : nullptr;
+        const unsigned src = g.channel_source(c);
+        const bf16* wc = w + (unsigned long long)c * kernel;
+        // Input of row j (j < 0: the history's, oldest first).
+        auto input = [&](long long j) -> bf16 {
+            return j < 0 ? h[hist + j] : qkvz[(unsigned long long)j * g.qkvz_row + src];
+        };
+        for (unsigned r = (unsigned)r0; r < r1; ++r) {
+            bf16* o = out + (unsigned long long)r * g.channels + c;
+            bf16* snap = kept_snapshots(snapshots, keep, r);
+            snap = snap != nullptr ? snap + (unsigned long long)r * slot_elems +
+                                         (unsigned long long)c * hist
+                                   : nullptr;
+            if (!live) {
+                *o = zero;
+                if (snap != nullptr) {
+                    for (unsigned i = 0; i < hist; ++i) {
+                        snap[i] = zero;
+                    }
+                }
+                continue;
+            }
+            float acc = 0.0f;
+            for (unsigned i = 0; i < hist; ++i) {
+                acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[i]), to_f32(input((long long)r - hist + i))));
+            }
+            acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[hist]), to_f32(input(r))));
+            if (snap != nullptr) {
+                for (unsigned i = 0; i < hist; ++i) {
+                    snap[i] = input((long long)r + 1 - hist + i);
+                }
+            }
+            *o = to_bf16(silu_f32(acc));
+        }
+        if (live && blockIdx.y == 0u) {
+            // Ascending: entry i takes row rows − hist + i's input, which (before row 0) is
+            // entry rows + i of the old history, not yet overwritten.
+            for (unsigned i = 0; i < hist; ++i) {
+                h[i] = input((long long)rows - hist + i);
+            }
+        }
+    }
+}
+
 // Depthwise causal conv (width `kernel` >= 2) + SiLU of each row's q/k/v channels, gathered
 // from qkvz bf16[rows·nk·group]; w bf16[C·kernel]; state bf16 (read-write); out bf16[rows·C];
 // snapshots bf16[rows·C·(kernel − 1)] (optional), for the rows `keep` keeps. A thread owns a
@@ -181,27 +254,25 @@ extern "C" __global__ void __launch_bounds__(256) conv(
     if (!g.init(nk, dk, nv, dv) || kernel < 2u || rows == 0u) {
         return;
     }
-    // One call site of conv_row: block row 0 walks every row with chain 1; otherwise each
-    // block row takes its rows grid-stride (chain 2: the runs starting there, walked whole).
-    if (chain == 1u && blockIdx.y != 0u) {
+    if (chain == 1u) {
+        conv_chain(g, qkvz, w, state, slots, out, snapshots, keep, rows, kernel, num_slots);
         return;
     }
-    // A unit is a row (chain 0), all rows (chain 1) or a run of rows on one slot (chain 2),
-    // walked in order from its first row; a block row skips starts inside another's run.
-    const unsigned stride = chain == 1u ? rows : gridDim.y;
-    for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
-        const int slot = slots[chain == 1u ? 0u : start];
+    // Each block row takes its units grid-stride: a unit is a row (chain 0) or a run of rows on
+    // one slot (chain 2), walked in order from its first row; a block row skips starts inside
+    // another's run.
+    for (unsigned start = blockIdx.y; start < rows; start += gridDim.y) {
+        const int slot = slots[start];
         if (chain == 2u && start > 0u && slots[start - 1u] == slot) {
             continue;
         }
-        const bool live =
-            (chain == 1u || first_on_slot(slots, start, slot)) && slot_ok(slot, num_slots);
+        const bool live = first_on_slot(slots, start, slot) && slot_ok(slot, num_slots);
         unsigned r = start;
         do {
             conv_row(g, qkvz, w, state, out, kept_snapshots(snapshots, keep, r), r, slot, live,
                      kernel);
             ++r;
-        } while (r < rows && (chain == 1u || (chain == 2u && slots[r] == slot)));
+        } while (r < rows && chain == 2u && slots[r] == slot);
     }
 }
 

@@ -392,3 +392,145 @@ fn a_row_that_keeps_no_snapshot_writes_none_and_changes_nothing_else() {
     let parity = &backend.emulation().unwrap().report()[RECURRENCE.as_str()];
     assert_eq!(parity.launches, parity.identical, "{parity:?}");
 }
+
+/// `gdn::conv` from its CUDA source against its twin (outputs, history, snapshots) in every
+/// row layout: a chain split over block rows (37 rows, 3 blocks of 16 rows; some rows keeping
+/// their snapshots), a chain shorter than the history (2 rows, width 4), a history wider than a
+/// block row's rows (width 20: blocks of 19 rows), verify runs and independent rows; and a chain's bytes are those of its rows
+/// run one launch each, as decode runs them.
+#[test]
+fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one() {
+    use solder_model_layers::kernels::gdn::{Conv, CONV};
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep)
+    type Case = (
+        &'static str,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        Vec<i32>,
+        u32,
+        u32,
+        Option<Vec<i32>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "chain 37",
+            1,
+            16,
+            2,
+            8,
+            4,
+            vec![1; 37],
+            3,
+            1,
+            Some((0..37).map(|r| (r % 3 == 0) as i32).collect()),
+        ),
+        ("chain 2", 2, 8, 2, 8, 4, vec![0; 2], 1, 1, None),
+        ("width 20", 1, 8, 1, 8, 20, vec![0; 45], 1, 1, None),
+        ("runs", 1, 8, 2, 8, 4, vec![0, 0, 0, 2, 2, 1], 3, 2, None),
+        ("rows", 1, 8, 2, 8, 4, vec![2, 0, 1], 3, 0, None),
+    ];
+    for (i, (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep)) in
+        cases.into_iter().enumerate()
+    {
+        let rows = slots.len() as u32;
+        let channels = 2 * nk * dk + nv * dv;
+        let qkvz_row = nk * (2 * dk + 2 * (nv / nk) * dv);
+        let hist = (width - 1) * channels;
+        let seed = 0.3 + i as f32;
+        let qkvz = bf16_values(rows * qkvz_row, seed);
+        let w = upload(&mut backend, &bf16_values(channels * width, seed + 0.1));
+        let state0 = bf16_values(num_slots * hist, seed + 0.2);
+        let run_rows =
+            |backend: &mut CpuBackend, state: Buf, range: std::ops::Range<usize>, chain: u32| {
+                let n = range.len();
+                let x = upload(
+                    backend,
+                    &qkvz[range.start * qkvz_row as usize * 2..range.end * qkvz_row as usize * 2],
+                );
+                let slots_buf = upload(backend, &i32_bytes(&slots[range.clone()]));
+                let keep_buf = keep
+                    .as_ref()
+                    .map(|k| upload(backend, &i32_bytes(&k[range.clone()])));
+                let out_bytes = n * channels as usize * 2;
+                let snap_bytes = n * hist as usize * 2;
+                let out = upload(backend, &vec![0x5a; out_bytes]);
+                let snapshots = upload(backend, &vec![0xa5; snap_bytes]);
+                let launch = Conv {
+                    qkvz: x,
+                    w,
+                    state,
+                    slots: slots_buf,
+                    out,
+                    snapshots: Some(snapshots),
+                    keep: keep_buf,
+                    rows: n as u32,
+                    nk,
+                    dk,
+                    nv,
+                    dv,
+                    kernel: width,
+                    num_slots,
+                    chain,
+                }
+                .launch(CONV);
+                run(backend, &launch);
+                (
+                    download(backend, out.ptr, out_bytes),
+                    download(backend, snapshots.ptr, snap_bytes),
+                )
+            };
+        let state = upload(&mut backend, &state0);
+        let (out, snapshots) = run_rows(&mut backend, state, 0..rows as usize, chain);
+        let after = download(&mut backend, state.ptr, state0.len());
+        let parity = &backend.emulation().unwrap().report()[CONV.as_str()];
+        assert_eq!(parity.launches, parity.identical, "{name}: {parity:?}");
+        if name == "dead chain" {
+            assert!(after == state0, "{name}: a dead chain wrote the history");
+            assert!(
+                out.iter().all(|&b| b == 0),
+                "{name}: a dead chain's outputs are not 0"
+            );
+            continue;
+        }
+        assert!(after != state0, "{name}: the history did not move");
+        if chain != 1 {
+            continue;
+        }
+        // The same rows one launch each (chain 0, one row): the same outputs and history, and
+        // each kept row's snapshot is the history after it.
+        let state = upload(&mut backend, &state0);
+        let slot_bytes = hist as usize * 2;
+        let slot = slots[0] as usize;
+        let mut out_1 = Vec::new();
+        for r in 0..rows as usize {
+            let (o, _) = run_rows(&mut backend, state, r..r + 1, 0);
+            out_1.extend(o);
+            let kept = keep.as_ref().is_none_or(|k| k[r] != 0);
+            let got = &snapshots[r * slot_bytes..][..slot_bytes];
+            let history = download(&mut backend, state.ptr, state0.len());
+            match kept {
+                true => assert!(
+                    got == &history[slot * slot_bytes..][..slot_bytes],
+                    "{name}: row {r}'s snapshot"
+                ),
+                false => assert!(
+                    got.iter().all(|&b| b == 0xa5),
+                    "{name}: row {r} wrote its snapshot"
+                ),
+            }
+        }
+        assert!(
+            out == out_1,
+            "{name}: the chain's outputs differ from its rows one by one"
+        );
+        assert!(
+            after == download(&mut backend, state.ptr, state0.len()),
+            "{name}: the chain's history differs from its rows one by one"
+        );
+    }
+}

@@ -55,14 +55,23 @@ fn row_blocks(rows: u32, chain: u32) -> u32 {
     }
 }
 
-/// The conv: blocks over (channel tiles, rows).
+/// Rows per block row of a chained conv (`conv_chain`: a chain's rows split over block rows).
+const CONV_CHAIN_ROWS: u32 = 16;
+
+/// The conv: blocks over (channel tiles, rows); with `chain` 1 over (channel tiles, blocks of
+/// `CONV_CHAIN_ROWS` rows): the conv reads inputs, not outputs, of the rows before, so a
+/// chain's rows run in parallel.
 fn conv_config(a: &Conv) -> LaunchConfig {
     let channels = 2 * a.nk as u64 * a.dk as u64 + a.nv as u64 * a.dv as u64;
     let tiles = channels
         .div_ceil(CONV_THREADS as u64)
         .clamp(1, u32::MAX as u64) as u32;
+    let rows = match a.chain {
+        1 => a.rows.div_ceil(CONV_CHAIN_ROWS).clamp(1, 65_535),
+        chain => row_blocks(a.rows, chain),
+    };
     LaunchConfig {
-        grid: [tiles, row_blocks(a.rows, a.chain), 1],
+        grid: [tiles, rows, 1],
         block: [CONV_THREADS, 1, 1],
         shared_bytes: 0,
     }
