@@ -430,19 +430,31 @@ fn tiny_next_at(serve: solder_config::ServeShape) -> solder_model_layers::Boot {
     boot
 }
 
-/// The recurrence kernel of a (mode, rows) program: `gdn::gates_chunked` or the row-by-row
-/// one (`gdn::gates_recurrence`, `_pitched`).
-fn gdn_recurrence_kernel(exec: &CircuitExec, mode: Mode, rows: usize) -> &'static str {
+/// The Gated DeltaNet launches of a (mode, rows) program, `gdn::gated_norm` aside: each
+/// kernel's name and whether it passes every optional buffer (none null).
+fn gdn_launches(exec: &CircuitExec, mode: Mode, rows: usize) -> Vec<(&'static str, bool)> {
+    use solder_gpu_runtime::KernelArg;
     let program = exec.program(mode, rows).expect("program");
-    let names: Vec<&'static str> = (program.steps.iter())
+    let launches: Vec<(&'static str, bool)> = (program.steps.iter())
         .filter_map(|step| match step {
-            ProgramStep::Launch { name, .. }
-                if name.contains("recurrence") || name.contains("chunked") =>
+            ProgramStep::Launch { name, args, .. }
+                if name.starts_with("gdn::") && *name != "gdn::gated_norm" =>
             {
-                Some(*name)
+                Some((*name, !args.iter().any(|a| matches!(a, KernelArg::Null))))
             }
             _ => None,
         })
+        .collect();
+    assert!(!launches.is_empty(), "{mode} {rows}: no recurrent launch");
+    launches
+}
+
+/// The recurrence kernel of a (mode, rows) program: `gdn::gates_chunked` or the row-by-row
+/// one (`gdn::gates_recurrence`, `_pitched`).
+fn gdn_recurrence_kernel(exec: &CircuitExec, mode: Mode, rows: usize) -> &'static str {
+    let names: Vec<&'static str> = (gdn_launches(exec, mode, rows).into_iter())
+        .map(|(name, _)| name)
+        .filter(|name| name.contains("recurrence") || name.contains("chunked"))
         .collect();
     assert!(!names.is_empty(), "{mode} {rows}: no recurrence");
     assert!(
@@ -518,19 +530,9 @@ fn the_chunked_lever_runs_a_prompts_chunks_only() {
 /// Whether the (mode, rows) program's recurrent launches (`gdn::conv`, the recurrence) keep
 /// snapshots: all pass them, or none does (a null argument).
 fn gdn_keeps_snapshots(exec: &CircuitExec, mode: Mode, rows: usize) -> bool {
-    use solder_gpu_runtime::KernelArg;
-    let program = exec.program(mode, rows).expect("program");
-    let kept: Vec<bool> = (program.steps.iter())
-        .filter_map(|step| match step {
-            ProgramStep::Launch { name, args, .. }
-                if name.starts_with("gdn::") && *name != "gdn::gated_norm" =>
-            {
-                Some(!args.iter().any(|a| matches!(a, KernelArg::Null)))
-            }
-            _ => None,
-        })
+    let kept: Vec<bool> = (gdn_launches(exec, mode, rows).into_iter())
+        .map(|(_, all)| all)
         .collect();
-    assert!(!kept.is_empty(), "{mode} {rows}: no recurrent launch");
     assert!(
         kept.iter().all(|k| *k == kept[0]),
         "{mode} {rows}: {kept:?}"

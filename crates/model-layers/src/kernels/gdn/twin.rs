@@ -449,12 +449,23 @@ pub(super) fn gates_recurrence_pitched(a: GatesRecurrenceArgs<'_>) -> Result<(),
 /// `gates` then `recurrence` (or `recurrence_pitched`): the rows' gates into f32 buffers as
 /// `gates` stores them, then the recurrence over them.
 fn gates_recurrence_on(a: GatesRecurrenceArgs<'_>, pitched: bool) -> Result<(), GpuError> {
-    let ctx = a.ctx;
-    let heads = recurrence_heads(ctx, [a.nk, a.dk, a.nv, a.dv])?;
-    let rows = a.rows.count();
-    let ba = a.ba.len(size(ctx, &[rows, 2, heads.nv])?)?;
-    let a_log = a.a_log.len(heads.nv)?;
-    let dt_bias = a.dt_bias.len(heads.nv)?;
+    let heads = recurrence_heads(a.ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let (beta, g) = folded_gates(a.ctx, &heads, a.rows, [a.ba, a.a_log, a.dt_bias])?;
+    recurrence_launch!(a, heads).run(pitched, &beta, &g)
+}
+
+/// The gates a gates-folded kernel computes where it reads them: every row's beta and g
+/// (f32\[rows·nv\] each) from `[ba, a_log, dt_bias]`, as `gates` stores them.
+fn folded_gates(
+    ctx: &TwinCtx<'_>,
+    heads: &Heads,
+    rows: Dim<'_>,
+    [ba, a_log, dt_bias]: [In<'_, bf16>; 3],
+) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+    let rows = rows.count();
+    let ba = ba.len(size(ctx, &[rows, 2, heads.nv])?)?;
+    let a_log = a_log.len(heads.nv)?;
+    let dt_bias = dt_bias.len(heads.nv)?;
     let rows_nv = size(ctx, &[rows, heads.nv])?;
     let (mut beta, mut g) = (vec![0.0f32; rows_nv], vec![0.0f32; rows_nv]);
     gate_values(
@@ -464,7 +475,7 @@ fn gates_recurrence_on(a: GatesRecurrenceArgs<'_>, pitched: bool) -> Result<(), 
         &mut beta,
         &mut g,
     );
-    recurrence_launch!(a, heads).run(pitched, &beta, &g)
+    Ok((beta, g))
 }
 
 /// The head geometry of a recurrence launch; the CUDA kernels keep q and k of a head in shared

@@ -12,59 +12,42 @@ use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::super::{ChunkedArgs, GatesChunkedArgs, GDN_CHUNK};
-use super::{gate_values, head_tasks, l2norm, recurrence_heads, row_slots, HeadTask, Heads};
+use super::{folded_gates, head_tasks, l2norm, recurrence_heads, row_slots, HeadTask, Heads};
 use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
 use crate::numerics::{to_bf16, to_f32};
 
 const CHUNK: usize = GDN_CHUNK as usize;
 
+/// The `ChunkedLaunch` of a launch view holding every field of it (`ChunkedArgs`,
+/// `GatesChunkedArgs`), with its checked `heads`.
+macro_rules! chunked_launch {
+    ($a:expr, $heads:expr) => {
+        ChunkedLaunch {
+            ctx: $a.ctx,
+            heads: $heads,
+            mixed: $a.mixed,
+            state: $a.state,
+            slots: $a.slots,
+            out: $a.out,
+            rows: $a.rows,
+            num_slots: $a.num_slots,
+            chain: $a.chain,
+        }
+    };
+}
+
 pub(in crate::kernels::gdn) fn chunked(a: ChunkedArgs<'_>) -> Result<(), GpuError> {
     let heads = recurrence_heads(a.ctx, [a.nk, a.dk, a.nv, a.dv])?;
     let rows_nv = size(a.ctx, &[a.rows.count(), heads.nv])?;
     let (beta, g) = (a.beta.len(rows_nv)?, a.g.len(rows_nv)?);
-    ChunkedLaunch {
-        ctx: a.ctx,
-        heads,
-        mixed: a.mixed,
-        state: a.state,
-        slots: a.slots,
-        out: a.out,
-        rows: a.rows,
-        num_slots: a.num_slots,
-        chain: a.chain,
-    }
-    .run(beta, g)
+    chunked_launch!(a, heads).run(beta, g)
 }
 
 /// `gates` then `chunked`: the rows' gates as `gates` stores them, then the chunks over them.
 pub(in crate::kernels::gdn) fn gates_chunked(a: GatesChunkedArgs<'_>) -> Result<(), GpuError> {
-    let ctx = a.ctx;
-    let heads = recurrence_heads(ctx, [a.nk, a.dk, a.nv, a.dv])?;
-    let rows = a.rows.count();
-    let ba = a.ba.len(size(ctx, &[rows, 2, heads.nv])?)?;
-    let a_log = a.a_log.len(heads.nv)?;
-    let dt_bias = a.dt_bias.len(heads.nv)?;
-    let rows_nv = size(ctx, &[rows, heads.nv])?;
-    let (mut beta, mut g) = (vec![0.0f32; rows_nv], vec![0.0f32; rows_nv]);
-    gate_values(
-        [ba, a_log, dt_bias],
-        heads.nv,
-        heads.ratio,
-        &mut beta,
-        &mut g,
-    );
-    ChunkedLaunch {
-        ctx,
-        heads,
-        mixed: a.mixed,
-        state: a.state,
-        slots: a.slots,
-        out: a.out,
-        rows: a.rows,
-        num_slots: a.num_slots,
-        chain: a.chain,
-    }
-    .run(&beta, &g)
+    let heads = recurrence_heads(a.ctx, [a.nk, a.dk, a.nv, a.dv])?;
+    let (beta, g) = folded_gates(a.ctx, &heads, a.rows, [a.ba, a.a_log, a.dt_bias])?;
+    chunked_launch!(a, heads).run(&beta, &g)
 }
 
 /// A chunked launch's buffers and scalars besides its gates.
