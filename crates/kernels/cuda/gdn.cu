@@ -111,6 +111,17 @@ __device__ __forceinline__ bool slot_ok(int slot, unsigned num_slots) {
 
 // ---- conv ----------------------------------------------------------------------------------
 
+// A dead row's channel (no live slot): zero output and snapshot, the history untouched.
+__device__ __forceinline__ void conv_dead(bf16* o, bf16* snap, unsigned hist) {
+    const bf16 zero = to_bf16(0.0f);
+    *o = zero;
+    if (snap != nullptr) {
+        for (unsigned i = 0; i < hist; ++i) {
+            snap[i] = zero;
+        }
+    }
+}
+
 // One row of the conv for this thread's channels (c = blockIdx.x·blockDim.x + t, grid-stride
 // over grid.x): the SiLU of the causal dot over (history, x), x entering the history. With
 // `live` false: zeros to out and the snapshot, the state untouched.
@@ -120,7 +131,6 @@ __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restri
                                          unsigned r, int slot, bool live, unsigned kernel) {
     const unsigned hist = kernel - 1u;
     const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
-    const bf16 zero = to_bf16(0.0f);
     // `snapshots` is null here for a row whose keep flag is 0 (`kept_snapshots`).
     for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
          c += gridDim.x * blockDim.x) {
@@ -129,12 +139,7 @@ __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restri
                          ? snapshots + (unsigned long long)r * slot_elems + (unsigned long long)c * hist
                          : nullptr;
         if (!live) {
-            *o = zero;
-            if (snap != nullptr) {
-                for (unsigned i = 0; i < hist; ++i) {
-                    snap[i] = zero;
-                }
-            }
+            conv_dead(o, snap, hist);
             continue;
         }
         bf16* h = state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist;
@@ -190,7 +195,6 @@ __device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __rest
     const int slot = slots[0];
     const bool live = slot_ok(slot, num_slots);
     const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
-    const bf16 zero = to_bf16(0.0f);
     for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
          c += gridDim.x * blockDim.x) {
         bf16* h = live ? state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist
@@ -208,12 +212,7 @@ __device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __rest
                                          (unsigned long long)c * hist
                                    : nullptr;
             if (!live) {
-                *o = zero;
-                if (snap != nullptr) {
-                    for (unsigned i = 0; i < hist; ++i) {
-                        snap[i] = zero;
-                    }
-                }
+                conv_dead(o, snap, hist);
                 continue;
             }
             float acc = 0.0f;

@@ -8,7 +8,7 @@
 //! On the CPU backend (`--backend cpu`, the default) it is a dry run of the harness: the twins'
 //! times mean nothing for a GPU, the agreement does.
 
-use solder_gpu_runtime::{GpuBackend, KernelArg};
+use solder_gpu_runtime::{DevicePtr, GpuBackend};
 use solder_model_layers::kernels::gdn::{
     GatesChunked, GatesRecurrence, GATES_CHUNKED, GATES_RECURRENCE,
 };
@@ -56,19 +56,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             _ => return Err(format!("--runs: `{v}` is not a count in 1..=1000")),
         },
     };
-    let mut owned;
-    let backend: &mut dyn GpuBackend = match device_backend(kind)? {
-        Some(device) => {
-            owned = device;
-            owned.as_mut()
-        }
-        None => {
-            let cpu = solder_model_layers::kernels::cpu_backend(None)
-                .map_err(|e| format!("cpu backend: {e}"))?;
-            owned = Box::new(cpu);
-            owned.as_mut()
-        }
+    let mut backend: Box<dyn GpuBackend> = match device_backend(kind)? {
+        Some(device) => device,
+        None => Box::new(
+            solder_model_layers::kernels::cpu_backend(None)
+                .map_err(|e| format!("cpu backend: {e}"))?,
+        ),
     };
+    let backend = backend.as_mut();
     println!("{}", super::describe(&backend.facts()));
     let [nk, dk, nv, dv] = SHAPE;
     println!(
@@ -94,10 +89,28 @@ fn wave(n: usize, seed: f32) -> impl Iterator<Item = f32> {
     (0..n).map(move |i| ((i as f32 + seed) * 0.618_034).sin())
 }
 
-fn upload(backend: &mut dyn GpuBackend, bytes: &[u8]) -> Result<Buf, String> {
-    let ptr = backend.alloc(bytes.len()).map_err(|e| e.to_string())?;
-    backend.copy_h2d(ptr, bytes).map_err(|e| e.to_string())?;
-    Ok(Buf::new(ptr, bytes.len()))
+/// The buffers of one width, freed together.
+struct Buffers<'b> {
+    backend: &'b mut dyn GpuBackend,
+    held: Vec<DevicePtr>,
+}
+
+impl Buffers<'_> {
+    fn upload(&mut self, bytes: &[u8]) -> Result<Buf, String> {
+        let ptr = self.backend.alloc(bytes.len()).map_err(|e| e.to_string())?;
+        self.held.push(ptr);
+        self.backend
+            .copy_h2d(ptr, bytes)
+            .map_err(|e| e.to_string())?;
+        Ok(Buf::new(ptr, bytes.len()))
+    }
+
+    fn free(self) -> Result<(), String> {
+        for ptr in self.held {
+            self.backend.free(ptr).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
@@ -117,17 +130,21 @@ fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, Str
         .collect())
 }
 
-/// Launches `launch` alone `runs` times after one warm-up; the median microseconds.
-fn time(backend: &mut dyn GpuBackend, launch: &Launch, runs: usize) -> Result<f64, String> {
+/// Launches `launch` alone and waits for it.
+fn launch_once(backend: &mut dyn GpuBackend, launch: &Launch) -> Result<(), String> {
     let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
     let stream = backend.default_stream();
+    (backend.launch(stream, kernel, &launch.config, &launch.args)).map_err(|e| e.to_string())?;
+    backend.synchronize().map_err(|e| e.to_string())
+}
+
+/// Launches `launch` alone `runs` times after one warm-up; the median microseconds.
+fn time(backend: &mut dyn GpuBackend, launch: &Launch, runs: usize) -> Result<f64, String> {
     let mut samples = Vec::with_capacity(runs);
     for run in 0..=runs {
         backend.synchronize().map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
-        (backend.launch(stream, kernel, &launch.config, &launch.args))
-            .map_err(|e| e.to_string())?;
-        backend.synchronize().map_err(|e| e.to_string())?;
+        launch_once(backend, launch)?;
         if run > 0 {
             samples.push(started.elapsed().as_secs_f64() * 1e6);
         }
@@ -146,18 +163,16 @@ fn time_width(
     let r = rows as usize;
     let channels = (2 * nk * dk + nv * dv) as usize;
     let state_elems = (nv * dk * dv) as usize;
-    let mixed = upload(backend, &bf16_bytes(wave(r * channels, 0.5)))?;
+    let mut buffers = Buffers {
+        backend,
+        held: Vec::new(),
+    };
+    let mixed = buffers.upload(&bf16_bytes(wave(r * channels, 0.5)))?;
     // b and a about ±3: beta in (0.05, 0.95), decays over the whole range.
-    let ba = upload(
-        backend,
-        &bf16_bytes(wave(r * 2 * nv as usize, 1.5).map(|v| 3.0 * v)),
-    )?;
-    let a_log = upload(
-        backend,
-        &bf16_bytes(wave(nv as usize, 2.5).map(|v| 0.5 * v)),
-    )?;
-    let dt_bias = upload(backend, &bf16_bytes(wave(nv as usize, 3.5)))?;
-    let slots = upload(backend, &vec![0u8; r * 4])?;
+    let ba = buffers.upload(&bf16_bytes(wave(r * 2 * nv as usize, 1.5).map(|v| 3.0 * v)))?;
+    let a_log = buffers.upload(&bf16_bytes(wave(nv as usize, 2.5).map(|v| 0.5 * v)))?;
+    let dt_bias = buffers.upload(&bf16_bytes(wave(nv as usize, 3.5)))?;
+    let slots = buffers.upload(&vec![0u8; r * 4])?;
     let initial: Vec<u8> = wave(state_elems, 4.5)
         .flat_map(|v| (0.5 * v).to_le_bytes())
         .collect();
@@ -165,8 +180,8 @@ fn time_width(
     let mut launches = Vec::new();
     let mut outputs = Vec::new();
     for chunked in [false, true] {
-        let state = upload(backend, &initial)?;
-        let out = upload(backend, &vec![0u8; out_bytes])?;
+        let state = buffers.upload(&initial)?;
+        let out = buffers.upload(&vec![0u8; out_bytes])?;
         let launch = match chunked {
             false => GatesRecurrence {
                 mixed,
@@ -205,12 +220,8 @@ fn time_width(
             }
             .launch(GATES_CHUNKED),
         };
-        let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
-        let stream = backend.default_stream();
-        (backend.launch(stream, kernel, &launch.config, &launch.args))
-            .map_err(|e| e.to_string())?;
-        backend.synchronize().map_err(|e| e.to_string())?;
-        outputs.push(download_bf16(backend, out)?);
+        launch_once(buffers.backend, &launch)?;
+        outputs.push(download_bf16(buffers.backend, out)?);
         launches.push(launch);
     }
     let scale = outputs[0].iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -222,11 +233,9 @@ fn time_width(
              largest: more than rounding"
         ));
     }
-    let row_by_row = time(backend, &launches[0], runs)?;
-    let chunked = time(backend, &launches[1], runs)?;
-    for buf in launch_buffers(&launches) {
-        backend.free(buf).map_err(|e| e.to_string())?;
-    }
+    let row_by_row = time(buffers.backend, &launches[0], runs)?;
+    let chunked = time(buffers.backend, &launches[1], runs)?;
+    buffers.free()?;
     let ratio = chunked / row_by_row;
     let line = format!(
         "{rows:>6} {row_by_row:>14.1} {chunked:>14.1} {:>10.3} {:>10.3} {ratio:>8.3} {relative:>10.2e}",
@@ -234,28 +243,6 @@ fn time_width(
         chunked / rows as f64,
     );
     Ok((line, ratio))
-}
-
-/// Every buffer the launches hold, each once.
-fn launch_buffers(launches: &[Launch]) -> Vec<solder_gpu_runtime::DevicePtr> {
-    let mut ptrs = Vec::new();
-    for launch in launches {
-        for arg in &launch.args {
-            if let Some(ptr) = arg_ptr(arg) {
-                if !ptrs.contains(&ptr) {
-                    ptrs.push(ptr);
-                }
-            }
-        }
-    }
-    ptrs
-}
-
-fn arg_ptr(arg: &KernelArg) -> Option<solder_gpu_runtime::DevicePtr> {
-    match arg {
-        KernelArg::Buffer { ptr, .. } => Some(*ptr),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ pub struct Vocabulary {
 }
 
 impl Vocabulary {
-    /// solder's own: every runtime route's capability, a plan's [`NO_SNAPSHOTS`], and every role the families' circuits
-    /// give their ops (`families::ROLES`).
+    /// solder's own: every runtime route's capability, a plan's [`NO_SNAPSHOTS`], and every
+    /// role the families' circuits give their ops (`families::ROLES`).
     pub fn solder() -> Vocabulary {
         Vocabulary {
             capabilities: crate::routes::capabilities()

@@ -50,7 +50,7 @@ use crate::program::Program;
 pub use boot::{kv_page_bytes, Boot, KvBudget, KvShape, WeightSource};
 pub use hidden::HiddenRows;
 use owned::{BoundBackend, Memory, Owned};
-pub(crate) use pools::{PagePool, Pools};
+pub(crate) use pools::{Fill, PagePool, Pools};
 
 /// The lever that launches every kernel with programmatic dependent launch
 /// (`LaunchOrder::Programmatic`): a launch mode, not a rule, so plans and their digests are

@@ -14,6 +14,7 @@ use solder_gpu_runtime::GpuBackend;
 use super::{SeqId, Sequence, Session};
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::exec::Fill;
 
 /// A session's sequences without the exec's borrow: what `Session::park` leaves, for
 /// `resume` on the same exec (grown or not).
@@ -88,12 +89,7 @@ impl<'e> Session<'e> {
         let slot = match parent.slot {
             Some(from) => {
                 let stream = self.exec.default_stream();
-                let to = pools.slots.take(backend, stream)?;
-                if let Err(e) = pools.slots.copy(backend, stream, from, to) {
-                    pools.slots.give_back(to);
-                    return Err(e);
-                }
-                Some(to)
+                Some(pools.slots.take(backend, stream, Fill::CopyOf(from))?)
             }
             None => None,
         };

@@ -10,7 +10,7 @@ use solder_gpu_runtime::DevicePtr;
 
 use crate::layout::Layout;
 pub(crate) use pages::PagePool;
-pub(crate) use slots::SlotPool;
+pub(crate) use slots::{Fill, SlotPool};
 
 /// The KV page pool and the recurrent-state slot pool of one `CircuitExec`, which every
 /// session on it lends from.

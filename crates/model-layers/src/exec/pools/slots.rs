@@ -4,8 +4,9 @@
 //!
 //! Invariants: the scratch slot (`meta::SCRATCH_SLOT`, slot 0) is never lent — padding rows
 //! use it; every other slot is free or held by exactly one sequence of one session; the
-//! lowest free slot is lent first; a lent slot is zeroed in every recurrent state region before it is handed out, so a
-//! sequence starts from zeros whoever held the slot before; a model without recurrent state
+//! lowest free slot is lent first; a lent slot is zeroed (or, for a fork, copied from its
+//! parent's) in every recurrent state region before it is handed out, so a sequence starts
+//! from zeros or its parent's state whoever held the slot before; a model without recurrent state
 //! has no slots and its sequences never take one.
 
 use std::collections::BTreeSet;
@@ -15,6 +16,13 @@ use solder_gpu_runtime::{DevicePtr, GpuBackend, StreamId};
 use crate::error::SessionError;
 use crate::layout::Layout;
 use crate::meta::SCRATCH_SLOT;
+
+/// What a lent slot holds: zeros (a new sequence), or a copy of slot `from` (a fork).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fill {
+    Zero,
+    CopyOf(u32),
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct SlotPool {
@@ -76,44 +84,33 @@ impl SlotPool {
         Ok(())
     }
 
-    /// Lends the lowest free slot, zeroed by memsets queued on `stream` (before the step that
-    /// takes it; the host does not wait); a slot that fails to zero stays free.
+    /// Lends the lowest free slot, every recurrent region filled as `fill` says by work queued
+    /// on `stream` (before the step that takes it; the host does not wait): zeroed, or a copy
+    /// of another slot's (a fork's state, written once, not zeroed first). A slot that fails
+    /// to fill stays free.
     pub(crate) fn take(
         &mut self,
         backend: &mut dyn GpuBackend,
         stream: StreamId,
+        fill: Fill,
     ) -> Result<u32, SessionError> {
         let Some(slot) = self.free.pop_first() else {
             return Err(SessionError::SlotsExhausted { needed: 1, free: 0 });
         };
         for &(offset, slot_bytes) in &self.regions {
-            let at = self.states.offset(offset + slot as usize * slot_bytes);
-            if let Err(e) = backend.memset_async(stream, at, 0, slot_bytes) {
+            let at = |slot: u32| self.states.offset(offset + slot as usize * slot_bytes);
+            let queued = match fill {
+                Fill::Zero => backend.memset_async(stream, at(slot), 0, slot_bytes),
+                Fill::CopyOf(from) => {
+                    backend.copy_d2d_async(stream, at(slot), at(from), slot_bytes)
+                }
+            };
+            if let Err(e) = queued {
                 self.free.insert(slot);
                 return Err(e.into());
             }
         }
         Ok(slot)
-    }
-
-    /// Copies slot `from`'s every recurrent region into slot `to` (a fork's state), by copies
-    /// queued on `stream` (before the next step; the host does not wait).
-    pub(crate) fn copy(
-        &self,
-        backend: &mut dyn GpuBackend,
-        stream: StreamId,
-        from: u32,
-        to: u32,
-    ) -> Result<(), SessionError> {
-        for &(offset, slot_bytes) in &self.regions {
-            backend.copy_d2d_async(
-                stream,
-                self.states.offset(offset + to as usize * slot_bytes),
-                self.states.offset(offset + from as usize * slot_bytes),
-                slot_bytes,
-            )?;
-        }
-        Ok(())
     }
 
     /// Returns a slot (zeroed again when next lent).

@@ -510,22 +510,21 @@ fn emit_gates_recurrence_pitched(v: &View<'_>) -> R {
 /// The chunked kernels write no snapshots: a plan that keeps them (verify and batched verify
 /// up to the serve's `speculative_rows`) is refused; their rules require a plan that keeps
 /// none (`solder_circuit::shapes::NO_SNAPSHOTS`).
-fn chunked_parts<'a>(v: &View<'a>) -> Result<(RecurrenceParts<'a>, Buf), ExecError> {
-    let parts = RecurrenceParts::of(v, false)?;
-    if parts.state.snapshots.is_some() {
+/// Returns the group's recurrence op, its dims and its state region.
+fn chunked_parts<'a>(v: &View<'a>) -> Result<(&'a Op, [u32; 4], Buf), ExecError> {
+    let RecurrenceParts { op, dims, state } = RecurrenceParts::of(v, false)?;
+    if state.snapshots.is_some() {
         return Err(v.err(format!(
             "`{}`: the chunked recurrence writes no snapshots, and this plan keeps them (a \
              speculative step may run it); the chunked rules require `plan:no_snapshots`",
-            parts.op.name
+            op.name
         )));
     }
-    let state = parts.state.state;
-    Ok((parts, state))
+    Ok((op, dims, state.state))
 }
 
 fn emit_chunked(v: &View<'_>) -> R {
-    let (RecurrenceParts { op: r, dims, .. }, state) = chunked_parts(v)?;
-    let [nk, dk, nv, dv] = dims;
+    let (r, [nk, dk, nv, dv], state) = chunked_parts(v)?;
     Ok(vec![Chunked {
         mixed: v.input(r, 0)?,
         beta: v.input(r, 1)?,
@@ -546,8 +545,7 @@ fn emit_chunked(v: &View<'_>) -> R {
 
 fn emit_gates_chunked(v: &View<'_>) -> R {
     let gates = v.op(OpKind::GdnGates, None)?;
-    let (RecurrenceParts { op: r, dims, .. }, state) = chunked_parts(v)?;
-    let [nk, dk, nv, dv] = dims;
+    let (r, [nk, dk, nv, dv], state) = chunked_parts(v)?;
     reads_gates(v, r, gates)?;
     Ok(vec![GatesChunked {
         mixed: v.input(r, 0)?,

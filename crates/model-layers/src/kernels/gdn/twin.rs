@@ -270,19 +270,26 @@ fn l2norm(x: &[bf16], out: &mut [f32]) {
     }
 }
 
+/// q and k of v head `head`'s key head from a conv output row `m`, l2-normalised, q scaled
+/// by 1/sqrt(dk) (the CUDA kernels' `recurrence_qk`): what the recurrence and its chunked form
+/// both read.
+fn normalised_qk(heads: &Heads, m: &[bf16], head: usize, q: &mut [f32], k: &mut [f32]) {
+    let (dk, kd, kh) = (heads.dk, heads.kd, head / heads.ratio);
+    l2norm(&m[kh * dk..][..dk], q);
+    l2norm(&m[kd + kh * dk..][..dk], k);
+    let scale = (dk as f32).sqrt();
+    for q in q.iter_mut() {
+        *q /= scale;
+    }
+}
+
 impl Recurrence<'_> {
     /// One token of v head `head` on its state `s` (`[dk]\[dv\]`), output into `out` (dv).
     fn step(&self, row: usize, head: usize, s: &mut [f32], t: &mut Scratch, out: &mut [bf16]) {
-        let Heads { dk, dv, kd, .. } = self.heads;
+        let Heads { dv, kd, .. } = self.heads;
         let m = &self.mixed[row * self.heads.channels..][..self.heads.channels];
-        let kh = head / self.heads.ratio;
-        l2norm(&m[kh * dk..][..dk], &mut t.q);
-        l2norm(&m[kd + kh * dk..][..dk], &mut t.k);
+        normalised_qk(&self.heads, m, head, &mut t.q, &mut t.k);
         let v = &m[2 * kd + head * dv..][..dv];
-        let scale = (dk as f32).sqrt();
-        for q in t.q.iter_mut() {
-            *q /= scale;
-        }
         let at = row * self.heads.nv + head;
         let (decay, beta) = (self.g[at].exp(), self.beta[at]);
         for x in s.iter_mut() {

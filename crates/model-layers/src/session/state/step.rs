@@ -20,6 +20,7 @@ use super::StateBackup;
 use crate::bytes::f32s_from_bytes;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
+use crate::exec::Fill;
 use crate::kernels::pick::{Argmax, ARGMAX};
 use crate::kernels::Buf;
 use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
@@ -219,7 +220,9 @@ impl Session<'_> {
         let exec = self.exec;
         let mut pools = exec.pools();
         for &id in new_slots {
-            let slot = pools.slots.take(backend, exec.default_stream())?;
+            let slot = pools
+                .slots
+                .take(backend, exec.default_stream(), Fill::Zero)?;
             let Some(seq) = self.seqs.get_mut(&id) else {
                 pools.slots.give_back(slot);
                 return Err(SessionError::UnknownSequence(id));

@@ -12,7 +12,9 @@ use half::bf16;
 use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::super::{ChunkedArgs, GatesChunkedArgs, GDN_CHUNK};
-use super::{folded_gates, head_tasks, l2norm, recurrence_heads, row_slots, HeadTask, Heads};
+use super::{
+    folded_gates, head_tasks, normalised_qk, recurrence_heads, row_slots, HeadTask, Heads,
+};
 use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
 use crate::numerics::{to_bf16, to_f32};
 
@@ -177,20 +179,13 @@ impl Chunks<'_> {
             dv,
             kd,
             channels,
-            ratio,
             ..
         } = self.heads;
         let l = rows.len();
-        let kh = head / ratio;
-        let scale = (dk as f32).sqrt();
         for (i, &row) in rows.iter().enumerate() {
             let m = &self.mixed[row * channels..][..channels];
-            let q = &mut t.q[i * dk..][..dk];
-            l2norm(&m[kh * dk..][..dk], q);
-            for q in q.iter_mut() {
-                *q /= scale;
-            }
-            l2norm(&m[kd + kh * dk..][..dk], &mut t.k[i * dk..][..dk]);
+            let (q, k) = (&mut t.q[i * dk..][..dk], &mut t.k[i * dk..][..dk]);
+            normalised_qk(&self.heads, m, head, q, k);
             t.beta[i] = self.beta[row * nv + head];
             t.big_g[i] = self.g[row * nv + head];
         }
