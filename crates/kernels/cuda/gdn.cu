@@ -42,58 +42,7 @@
 #define GDN_MAX_DK 256u
 #define GDN_L2NORM_EPS 1e-6f
 
-// Head geometry. Per-row sizes are 32-bit (the kernels refuse qkvz rows of 2^32 elements or
-// more and 2^31 channels or more), so channel maps use 32-bit division (a 64-bit one is a call with a stack frame).
-struct GdnHeads {
-    unsigned nk, dk, nv, dv, ratio;
-    unsigned group;    // 2·dk + 2·ratio·dv: one key head's qkvz group
-    unsigned kd;       // nk·dk
-    unsigned channels; // 2·kd + nv·dv
-    unsigned qkvz_row; // nk·group
-
-    // False on a geometry the CPU twin refuses, or one too wide (then the kernel does nothing).
-    __device__ __forceinline__ bool init(unsigned nk_, unsigned dk_, unsigned nv_, unsigned dv_) {
-        nk = nk_;
-        dk = dk_;
-        nv = nv_;
-        dv = dv_;
-        if (nk == 0u || dk == 0u || nv == 0u || dv == 0u || nv % nk != 0u) {
-            return false;
-        }
-        ratio = nv / nk;
-        const unsigned long long group_ll = 2ull * dk + 2ull * ratio * dv;
-        const unsigned long long kd_ll = (unsigned long long)nk * dk;
-        const unsigned long long channels_ll = 2ull * kd_ll + (unsigned long long)nv * dv;
-        const unsigned long long row_ll = (unsigned long long)nk * group_ll;
-        if (row_ll > 0xffffffffull || channels_ll > 0x7fffffffull) {
-            return false;
-        }
-        group = (unsigned)group_ll;
-        kd = (unsigned)kd_ll;
-        channels = (unsigned)channels_ll;
-        qkvz_row = (unsigned)row_ll;
-        return true;
-    }
-
-    // Where conv channel c (HF's cat(query, key, value)) sits in a qkvz row.
-    __device__ __forceinline__ unsigned channel_source(unsigned c) const {
-        if (c < kd) {
-            return (c / dk) * group + c % dk;
-        }
-        if (c < 2u * kd) {
-            const unsigned ck = c - kd;
-            return (ck / dk) * group + dk + ck % dk;
-        }
-        const unsigned cv = c - 2u * kd;
-        const unsigned vh = cv / dv;
-        return (vh / ratio) * group + 2u * dk + (vh % ratio) * dv + cv % dv;
-    }
-
-    // Where v head vh's z starts in a qkvz row.
-    __device__ __forceinline__ unsigned z_source(unsigned vh) const {
-        return (vh / ratio) * group + 2u * dk + ratio * dv + (vh % ratio) * dv;
-    }
-};
+// Head geometry: `GdnHeads` (common.cuh, shared with gemv's gated-norm source).
 
 // Whether row r (chain 0) is the first row on its slot, by the whole block: true when no row
 // r' < r has slots[r'] == slot. Every thread of the block must call it.

@@ -50,6 +50,7 @@
 // bf16 rows x[rows][k] (the reference projections).
 struct XRows {
     const bf16* x;
+    static constexpr unsigned INV_PER_ROW = 1u; // floats of `inv` per row (none used)
     __device__ __forceinline__ void prologue(unsigned, unsigned, unsigned, float*) const {}
     __device__ __forceinline__ bf16 value(unsigned, unsigned r, unsigned i, unsigned k, bool,
                                           const float*) const {
@@ -65,6 +66,7 @@ struct XNormRows {
     const bf16* wn;
     float* h_out;
     float eps;
+    static constexpr unsigned INV_PER_ROW = 1u; // the row's 1/rms
     // 1/rms of the block's rows, one warp per row (GEMV_ROWS == GEMV_WARPS).
     __device__ __forceinline__ void prologue(unsigned r0, unsigned nrows, unsigned k,
                                              float* inv) const {
@@ -88,6 +90,66 @@ struct XNormRows {
         return norm_value(v, inv[rr], wn[i]);
     }
 };
+
+// Gated DeltaNet's gated RMSNorm (gdn::gated_norm) of core bf16[rows][nv·dv] (k = nv·dv): element
+// i of row r, in v head vh = i / dv, is bf16(((x · inv) · w[i − vh·dv]) · silu(z)), z at
+// hd.z_source(vh) + (i − vh·dv) of the row's qkvz, inv the (row, head)'s 1/rms over its dv
+// values in `warp_sum_squares` order: the bytes gdn::gated_norm stores. `inv` holds
+// GEMV_GATED_HEADS floats per row (a launch with more v heads does nothing).
+#define GEMV_GATED_HEADS 128u
+struct XGatedNormRows {
+    const bf16* core;
+    const bf16* qkvz;
+    const bf16* w;
+    GdnHeads hd;
+    float eps;
+    static constexpr unsigned INV_PER_ROW = GEMV_GATED_HEADS;
+    // 1/rms of each (row, v head) of the block's rows: warp g takes pairs g, g + warps, ...
+    __device__ __forceinline__ void prologue(unsigned r0, unsigned nrows, unsigned k,
+                                             float* inv) const {
+        const unsigned lane = threadIdx.x & 31u;
+        const unsigned warps = blockDim.x >> 5;
+        for (unsigned p = threadIdx.x >> 5; p < nrows * hd.nv; p += warps) {
+            const unsigned rr = p / hd.nv;
+            const unsigned vh = p - rr * hd.nv;
+            const bf16* x = core + (unsigned long long)(r0 + rr) * k + vh * hd.dv;
+            const float ss =
+                warp_sum_squares([&](unsigned e) { return to_f32(x[e]); }, hd.dv, lane);
+            if (lane == 0) {
+                inv[rr * GEMV_GATED_HEADS + vh] = inv_rms(ss, hd.dv, eps);
+            }
+        }
+    }
+    __device__ __forceinline__ bf16 value(unsigned rr, unsigned r, unsigned i, unsigned k, bool,
+                                          const float* inv) const {
+        const unsigned vh = i / hd.dv;
+        return at(rr, r, i, vh, i - vh * hd.dv, k, inv);
+    }
+    // Element i of row r, in v head vh at e = i − vh·dv.
+    __device__ __forceinline__ bf16 at(unsigned rr, unsigned r, unsigned i, unsigned vh,
+                                       unsigned e, unsigned k, const float* inv) const {
+        const float x = to_f32(core[(unsigned long long)r * k + i]);
+        const float z = to_f32(qkvz[(unsigned long long)r * hd.qkvz_row + hd.z_source(vh) + e]);
+        const float y = __fmul_rn(__fmul_rn(x, inv[rr * GEMV_GATED_HEADS + vh]), to_f32(w[e]));
+        return to_bf16(__fmul_rn(y, silu_f32(z)));
+    }
+};
+
+// The gated-norm source of a launch and the k its projection runs over: k itself, or 0 (the
+// launch then does nothing) for a geometry the CPU twin refuses, k other than nv·dv, or more
+// than GEMV_GATED_HEADS v heads.
+__device__ __forceinline__ unsigned gated_source(XGatedNormRows& src, const bf16* core,
+                                                 const bf16* qkvz, const bf16* wn, unsigned nk,
+                                                 unsigned dk, unsigned nv, unsigned dv,
+                                                 unsigned k, float eps) {
+    src.core = core;
+    src.qkvz = qkvz;
+    src.w = wn;
+    src.eps = eps;
+    const bool ok = src.hd.init(nk, dk, nv, dv) && nv <= GEMV_GATED_HEADS &&
+                    (unsigned long long)nv * dv == k;
+    return ok ? k : 0u;
+}
 
 // ---- output maps: which weight row(s) feature f reads, and what it stores ------------------
 
@@ -468,7 +530,7 @@ template <unsigned NW, class Src, class Map>
 __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigned rows, unsigned k,
                                          unsigned features, float*) {
     __shared__ __align__(16) bf16 xs[GEMV_ROWS][GEMV_SEG];
-    __shared__ float inv[GEMV_ROWS];
+    __shared__ float inv[GEMV_ROWS * Src::INV_PER_ROW];
     pdl_wait();
     pdl_launch_dependents();
     const unsigned r0 = blockIdx.x * GEMV_ROWS;
@@ -602,6 +664,26 @@ __device__ __forceinline__ uint4 stage8(const XNormRows& src, unsigned rr, unsig
     return pack8(y);
 }
 
+__device__ __forceinline__ uint4 stage8(const XGatedNormRows& src, unsigned rr, unsigned r,
+                                        unsigned i0, unsigned k, bool, const float* inv) {
+    const unsigned valid = min(8u, k - i0);
+    unsigned vh = i0 / src.hd.dv; // the head and offset walk on with the elements, no division
+    unsigned e = i0 - vh * src.hd.dv;
+    unsigned words[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (unsigned j = 0; j < 8u; ++j) {
+        if (j < valid) {
+            words[j / 2u] |= (unsigned)bf16_bits(src.at(rr, r, i0 + j, vh, e, k, inv))
+                             << (16u * (j % 2u));
+            if (++e == src.hd.dv) {
+                e = 0u;
+                ++vh;
+            }
+        }
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]); // pack8's layout
+}
+
 // 1/rms of the block's rows (XNormRows: warp rr takes row r0 + rr), once per block. When the
 // rows' residual values fit the stage as f32, every thread loads a share of them into
 // `scratch` (the stage, not yet holding x) in one pass of independent loads and each row's
@@ -640,6 +722,13 @@ __device__ __forceinline__ void stream_prologue(const XNormRows& src, unsigned r
             inv[warp] = v;
         }
     }
+}
+
+// XGatedNormRows: each (row, v head)'s 1/rms, as the classic entry's prologue.
+__device__ __forceinline__ void stream_prologue(const XGatedNormRows& src, unsigned r0,
+                                                unsigned nrows, unsigned k, float* inv,
+                                                float*) {
+    src.prologue(r0, nrows, k, inv);
 }
 
 // One tile's weights: feature f's NW rows, chunks j = 0..TC-1 of tile g of the k range
@@ -690,7 +779,7 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
     constexpr unsigned SPAN = GEMV_STREAM_STAGE / RT; // staged elements per row (a multiple of GE)
     static_assert(TC % DOT_SEG_LANE_CHUNKS == 0u, "a tile holds whole dot segments");
     __shared__ __align__(16) bf16 xs[GEMV_STREAM_STAGE];
-    __shared__ float inv[RT];
+    __shared__ float inv[RT * Src::INV_PER_ROW];
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warps = blockDim.x >> 5;
     const unsigned gw = blockIdx.y * warps + (threadIdx.x >> 5); // this warp in the grid
@@ -1011,6 +1100,21 @@ GEMV_KERNEL linear_residual_add(const bf16* __restrict__ x, const bf16* __restri
                                 float* __restrict__ h_out, unsigned rows, unsigned k,
                                 unsigned n_out, float* __restrict__ scratch) {
     gemv_run<1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
+}
+
+// Gated DeltaNet's gated_norm → linear → residual_add: the projection's x staged from core
+// (XGatedNormRows), h_out = h + bf16(dot + bias) (MapResidual).
+GEMV_KERNEL gated_norm_linear_residual_add(const bf16* __restrict__ core,
+                                           const bf16* __restrict__ qkvz,
+                                           const bf16* __restrict__ wn, const bf16* __restrict__ w,
+                                           const bf16* __restrict__ bias,
+                                           const float* __restrict__ h, float* __restrict__ h_out,
+                                           unsigned rows, unsigned nk, unsigned dk, unsigned nv,
+                                           unsigned dv, unsigned k, unsigned n_out, float eps,
+                                           float* __restrict__ scratch) {
+    XGatedNormRows src;
+    const unsigned kk = gated_source(src, core, qkvz, wn, nk, dk, nv, dv, k, eps);
+    gemv_run<1>(src, MapResidual{w, bias, h, h_out, n_out}, rows, kk, n_out, scratch);
 }
 
 // h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
@@ -1597,6 +1701,66 @@ GEMV_STREAM_R8 linear_residual_add_r8(const bf16* __restrict__ x, const bf16* __
                                       float* __restrict__ h_out, unsigned rows, unsigned k,
                                       unsigned n_out, float* __restrict__ scratch) {
     gemv_stream<8, 1>(XRows{x}, MapResidual{w, bias, h, h_out, n_out}, rows, k, n_out, scratch);
+}
+
+GEMV_STREAM_R1 gated_norm_linear_residual_add_r1(const bf16* __restrict__ core,
+                                                 const bf16* __restrict__ qkvz,
+                                                 const bf16* __restrict__ wn,
+                                                 const bf16* __restrict__ w,
+                                                 const bf16* __restrict__ bias,
+                                                 const float* __restrict__ h,
+                                                 float* __restrict__ h_out, unsigned rows,
+                                                 unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+                                                 unsigned k, unsigned n_out, float eps,
+                                                 float* __restrict__ scratch) {
+    XGatedNormRows src;
+    const unsigned kk = gated_source(src, core, qkvz, wn, nk, dk, nv, dv, k, eps);
+    gemv_stream<1, 1>(src, MapResidual{w, bias, h, h_out, n_out}, rows, kk, n_out, scratch);
+}
+
+GEMV_STREAM_R2 gated_norm_linear_residual_add_r2(const bf16* __restrict__ core,
+                                                 const bf16* __restrict__ qkvz,
+                                                 const bf16* __restrict__ wn,
+                                                 const bf16* __restrict__ w,
+                                                 const bf16* __restrict__ bias,
+                                                 const float* __restrict__ h,
+                                                 float* __restrict__ h_out, unsigned rows,
+                                                 unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+                                                 unsigned k, unsigned n_out, float eps,
+                                                 float* __restrict__ scratch) {
+    XGatedNormRows src;
+    const unsigned kk = gated_source(src, core, qkvz, wn, nk, dk, nv, dv, k, eps);
+    gemv_stream<2, 1>(src, MapResidual{w, bias, h, h_out, n_out}, rows, kk, n_out, scratch);
+}
+
+GEMV_STREAM_R4 gated_norm_linear_residual_add_r4(const bf16* __restrict__ core,
+                                                 const bf16* __restrict__ qkvz,
+                                                 const bf16* __restrict__ wn,
+                                                 const bf16* __restrict__ w,
+                                                 const bf16* __restrict__ bias,
+                                                 const float* __restrict__ h,
+                                                 float* __restrict__ h_out, unsigned rows,
+                                                 unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+                                                 unsigned k, unsigned n_out, float eps,
+                                                 float* __restrict__ scratch) {
+    XGatedNormRows src;
+    const unsigned kk = gated_source(src, core, qkvz, wn, nk, dk, nv, dv, k, eps);
+    gemv_stream<4, 1>(src, MapResidual{w, bias, h, h_out, n_out}, rows, kk, n_out, scratch);
+}
+
+GEMV_STREAM_R8 gated_norm_linear_residual_add_r8(const bf16* __restrict__ core,
+                                                 const bf16* __restrict__ qkvz,
+                                                 const bf16* __restrict__ wn,
+                                                 const bf16* __restrict__ w,
+                                                 const bf16* __restrict__ bias,
+                                                 const float* __restrict__ h,
+                                                 float* __restrict__ h_out, unsigned rows,
+                                                 unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+                                                 unsigned k, unsigned n_out, float eps,
+                                                 float* __restrict__ scratch) {
+    XGatedNormRows src;
+    const unsigned kk = gated_source(src, core, qkvz, wn, nk, dk, nv, dv, k, eps);
+    gemv_stream<8, 1>(src, MapResidual{w, bias, h, h_out, n_out}, rows, kk, n_out, scratch);
 }
 
 GEMV_STREAM_R1 add_norm_lm_head_r1(const float* __restrict__ h, const bf16* __restrict__ d,

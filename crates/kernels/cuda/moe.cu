@@ -12,7 +12,7 @@
 //    256 threads, one warp per output feature of the pick's expert;
 //  - down: grid (rows, ⌈hidden/8⌉ feature tiles), 256 threads, one warp per output feature,
 //    summing the row's picks in pick order;
-//  - combine_shared: elementwise.
+//  - combine_shared: elementwise; gate_combine_shared: one block per row (grid-stride).
 //
 // Every dot is in gemv's segment order (common.cuh `warp_dot`, DOT_SEG): so a router logit is
 // bit for bit what gemv::lm_head stores, and one pick's gate/up value is what gemv's
@@ -599,5 +599,39 @@ extern "C" __global__ void __launch_bounds__(256) combine_shared(const bf16* __r
                 out[i] = to_bf16(__fadd_rn(to_f32(routed[i]), __fmul_rn(s, to_f32(shared[i]))));
             }
         }
+    }
+}
+
+// combine_shared with the shared-expert gate's projection computed inside: gate = bf16(x[r] · wg
+// + bg) (a one-feature projection, wg bf16[k], bg bf16[1] or null: `warp_dot` and
+// `linear_value`, gemv::linear's bits), then combine_shared's arithmetic on each element, so
+// the bytes are those of gemv::linear then combine_shared. One block of 256 threads per row
+// (grid-stride): warp 0 the dot, then every thread the row's elements.
+extern "C" __global__ void __launch_bounds__(256)
+    gate_combine_shared(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                        const bf16* __restrict__ bg, const bf16* __restrict__ routed,
+                        const bf16* __restrict__ shared, bf16* __restrict__ out, unsigned rows,
+                        unsigned hidden, unsigned k) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (hidden == 0u) {
+        return;
+    }
+    __shared__ float gate;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        if (threadIdx.x < 32u) {
+            const float d = warp_dot(x + (unsigned long long)r * k, wg, k, threadIdx.x);
+            if (threadIdx.x == 0u) {
+                gate = sigmoid_f32(to_f32(linear_value(d, bg, 0u)));
+            }
+        }
+        __syncthreads();
+        const float s = gate;
+        const unsigned long long at = (unsigned long long)r * hidden;
+        for (unsigned i = threadIdx.x; i < hidden; i += blockDim.x) {
+            out[at + i] =
+                to_bf16(__fadd_rn(to_f32(routed[at + i]), __fmul_rn(s, to_f32(shared[at + i]))));
+        }
+        __syncthreads(); // the next row's gate waits for every thread's read of this one
     }
 }

@@ -201,6 +201,8 @@ mod tests_gdn;
 #[cfg(test)]
 mod tests_gdn_chunked;
 #[cfg(test)]
+mod tests_gdn_out;
+#[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
 mod tests_moe_quant;

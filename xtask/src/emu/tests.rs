@@ -540,6 +540,95 @@ fn a_streaming_entry_equals_its_kernels_twin() {
     assert_eq!((entry.launches, entry.identical), (1, 1), "{entry:?}");
 }
 
+/// `moe::gate_combine_shared` from its CUDA source against its twin, and against
+/// `gemv::linear` (the one-feature gate) then `moe::combine_shared`: the same bytes (rule
+/// `shared_gate_combine` is `bit_identical`), with and without a bias, over k past one dot
+/// segment with a partial chunk, hidden not a multiple of the block, and more rows than one.
+#[test]
+fn the_gate_in_the_combine_gives_the_bytes_of_the_gate_projection_then_the_combine() {
+    use solder_model_layers::kernels::moe::{
+        CombineShared, GateCombineShared, COMBINE_SHARED, GATE_COMBINE_SHARED,
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for (rows, k, hidden, with_bias) in [
+        (1u32, 2051u32, 300u32, false),
+        (5, 96, 37, true),
+        (3, 1024, 513, false),
+    ] {
+        let at = format!("rows {rows}, k {k}, hidden {hidden}, bias {with_bias}");
+        let x = upload(&mut backend, &bf16_values(rows * k, 1.0));
+        let wg = upload(&mut backend, &bf16_values(k, 2.0));
+        let bg = with_bias.then(|| upload(&mut backend, &bf16_values(1, 3.0)));
+        let routed = upload(&mut backend, &bf16_values(rows * hidden, 4.0));
+        let shared = upload(&mut backend, &bf16_values(rows * hidden, 5.0));
+        let zeros =
+            |backend: &mut CpuBackend, elems: u32| upload(backend, &vec![0x5a; elems as usize * 2]);
+        let (gate, want_out) = (
+            zeros(&mut backend, rows),
+            zeros(&mut backend, rows * hidden),
+        );
+        let two = [
+            Linear {
+                x,
+                w: wg,
+                bias: bg,
+                y: gate,
+                rows,
+                k,
+                n_out: 1,
+                scratch: None,
+            }
+            .launch(LINEAR),
+            CombineShared {
+                routed,
+                shared,
+                gate,
+                out: want_out,
+                rows,
+                hidden,
+            }
+            .launch(COMBINE_SHARED),
+        ];
+        for launch in &two {
+            run(&mut backend, launch);
+        }
+        let want = download(&mut backend, want_out.ptr, want_out.bytes);
+        let out = zeros(&mut backend, rows * hidden);
+        let launch = GateCombineShared {
+            x,
+            wg,
+            bg,
+            routed,
+            shared,
+            out,
+            rows,
+            hidden,
+            k,
+        }
+        .launch(GATE_COMBINE_SHARED);
+        run(&mut backend, &launch);
+        let got = download(&mut backend, out.ptr, out.bytes);
+        assert!(
+            got == want,
+            "{at}: not the bytes of the gate's linear then the combine"
+        );
+        assert!(got.iter().any(|b| *b != 0x5a), "{at}: nothing written");
+    }
+    let report = backend.emulation().unwrap().report();
+    for kernel in [
+        "moe::gate_combine_shared",
+        "moe::combine_shared",
+        "gemv::linear",
+    ] {
+        let r = &report[kernel];
+        assert!(
+            r.launches > 0 && r.launches == r.identical,
+            "{kernel}: {r:?}"
+        );
+    }
+}
+
 /// `gemv::linear_pair` from its CUDA source, classic and streaming, against its twin, and its
 /// two outputs against `gemv::linear` on each weight: the same bytes (rule `gdn_in_proj` is
 /// `bit_identical`), at widths that share no multiple, a partial last chunk of k, and rows

@@ -137,6 +137,7 @@ const DRIVEN: &[&str] = &[
     "act::sigmoid_mul",
     "add::residual_add",
     "moe::combine_shared",
+    "moe::gate_combine_shared",
     "attn::gate_split",
     "embed::embedding",
     "kv::kv_write",
@@ -163,6 +164,7 @@ const DRIVEN: &[&str] = &[
     "gemv::norm_gate_up_silu",
     "gemv::add_norm_gate_up_silu",
     "gemv::linear_residual_add",
+    "gemv::gated_norm_linear_residual_add",
     "gemv::add_norm_lm_head",
     "gemv::qkv_rope_kv",
     "gemm::linear_mma",
@@ -239,7 +241,9 @@ fn elementwise_kernels_carry_nan_and_inf_as_their_twins() {
     use solder_model_layers::kernels::attn::{GateSplit, GATE_SPLIT};
     use solder_model_layers::kernels::embed::{Embedding, EMBEDDING};
     use solder_model_layers::kernels::kv::{KvWrite, KV_WRITE};
-    use solder_model_layers::kernels::moe::{CombineShared, COMBINE_SHARED};
+    use solder_model_layers::kernels::moe::{
+        CombineShared, GateCombineShared, COMBINE_SHARED, GATE_COMBINE_SHARED,
+    };
     let mut b = Bench::new();
     let (rows, width) = (3usize, 70usize);
     let n = rows * width;
@@ -287,6 +291,27 @@ fn elementwise_kernels_carry_nan_and_inf_as_their_twins() {
         .launch(COMBINE_SHARED),
     );
     b.mixed("combine_shared", out, 2);
+    // A poisoned x row: that row's gate is NaN, the others' are not.
+    let (x, wg) = (
+        b.bf16(&rows_of(rows, width, 5.0, &[0])),
+        b.bf16(&rows_of(1, width, 6.0, &[])),
+    );
+    let out = b.zeros(n * 2);
+    b.run(
+        &GateCombineShared {
+            x,
+            wg,
+            bg: None,
+            routed: clean,
+            shared: g,
+            out,
+            rows: rows as u32,
+            hidden: width as u32,
+            k: width as u32,
+        }
+        .launch(GATE_COMBINE_SHARED),
+    );
+    b.mixed("gate_combine_shared", out, 2);
     let (heads, head_dim) = (5u32, 7u32);
     let q2 = b.bf16(&rows_of(rows, (2 * heads * head_dim) as usize, 5.0, &[0]));
     let (q, gt) = (
@@ -348,6 +373,7 @@ fn elementwise_kernels_carry_nan_and_inf_as_their_twins() {
         "act::sigmoid_mul",
         "add::residual_add",
         "moe::combine_shared",
+        "moe::gate_combine_shared",
         "attn::gate_split",
         "embed::embedding",
         "kv::kv_write",
@@ -1573,10 +1599,11 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
 #[test]
 fn fused_projections_carry_nan_and_inf_as_their_twins() {
     use solder_model_layers::kernels::gemv::{
-        AddNormGateUpSilu, AddNormLmHead, AddNormQkv, GateUpSilu, LinearPair, LinearResidualAdd,
-        NormGateUpSilu, NormQkv, Qkv, QkvRopeKv, ADD_NORM_GATE_UP_SILU, ADD_NORM_LM_HEAD,
-        ADD_NORM_QKV, GATE_UP_SILU, LINEAR_PAIR, LINEAR_RESIDUAL_ADD, NORM_GATE_UP_SILU, NORM_QKV,
-        QKV, QKV_ROPE_KV,
+        AddNormGateUpSilu, AddNormLmHead, AddNormQkv, GateUpSilu, GatedNormLinearResidualAdd,
+        LinearPair, LinearResidualAdd, NormGateUpSilu, NormQkv, Qkv, QkvRopeKv,
+        ADD_NORM_GATE_UP_SILU, ADD_NORM_LM_HEAD, ADD_NORM_QKV, GATED_NORM_LINEAR_RESIDUAL_ADD,
+        GATE_UP_SILU, LINEAR_PAIR, LINEAR_RESIDUAL_ADD, NORM_GATE_UP_SILU, NORM_QKV, QKV,
+        QKV_ROPE_KV,
     };
     let mut b = Bench::new();
     // 3 rows of k = 96: row 0 poisoned in h, row 1 in x/d, row 2 clean.
@@ -1766,6 +1793,36 @@ fn fused_projections_carry_nan_and_inf_as_their_twins() {
         .launch(LINEAR_RESIDUAL_ADD),
     );
     b.mixed("linear_residual_add", h_out, 4);
+    // Gated DeltaNet's gated norm staged as out_proj's x (nk 1, dk 4, nv 2, dv = inter / 2):
+    // a poisoned core row poisons its row's sums only.
+    let (nk, dk, nv, dv) = (1u32, 4u32, 2u32, inter / 2);
+    let core = b.bf16(&rows_of(rows as usize, inter as usize, 13.0, &[1]));
+    let qkvz_row = nk * (2 * dk + 2 * nv * dv);
+    let qkvz = b.bf16(&rows_of(rows as usize, qkvz_row as usize, 14.0, &[]));
+    let wg = b.bf16(&rows_of(1, dv as usize, 15.0, &[]));
+    let h_out = b.zeros(n * 4);
+    b.run(
+        &GatedNormLinearResidualAdd {
+            core,
+            qkvz,
+            wn: wg,
+            w: wd,
+            bias: None,
+            h,
+            h_out,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            k: inter,
+            n_out: k,
+            eps: 1e-6,
+            scratch: None,
+        }
+        .launch(GATED_NORM_LINEAR_RESIDUAL_ADD),
+    );
+    b.mixed("gated_norm_linear_residual_add", h_out, 4);
     let vocab = 40u32;
     let w_vocab = b.bf16(&rows_of(vocab as usize, k as usize, 12.0, &[9]));
     let logits = b.zeros((rows * vocab) as usize * 4);
@@ -1849,6 +1906,7 @@ fn fused_projections_carry_nan_and_inf_as_their_twins() {
         "gemv::norm_gate_up_silu",
         "gemv::add_norm_gate_up_silu",
         "gemv::linear_residual_add",
+        "gemv::gated_norm_linear_residual_add",
         "gemv::add_norm_lm_head",
         "gemv::qkv_rope_kv",
     ]);

@@ -20,6 +20,7 @@
 //! speculative step, not for a prompt's chunk.
 
 mod twin;
+pub(crate) use twin::{gated_norm_values, GatedNormIn};
 
 use half::bf16;
 use solder_circuit::ir::{MetaField, Op};
@@ -314,7 +315,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
 // ---- emitters ------------------------------------------------------------------------------
 
 /// Gated DeltaNet dims: key heads, key dim, value heads, value dim.
-fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
+pub(crate) fn gdn_dims(v: &View<'_>, op: &Op) -> Result<[u32; 4], ExecError> {
     Ok([
         v.u32(op, "key_heads")?,
         v.u32(op, "key_dim")?,

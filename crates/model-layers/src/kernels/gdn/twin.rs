@@ -580,15 +580,42 @@ impl Recurrence<'_> {
 }
 
 pub(super) fn gated_norm(a: GatedNormArgs<'_>) -> Result<(), GpuError> {
-    let ctx = a.ctx;
-    let heads = Heads::read(ctx, [a.nk, a.dk, a.nv, a.dv])?;
-    let (rows, eps) = (a.rows.count(), a.eps);
+    let g = GatedNormIn {
+        core: a.core,
+        qkvz: a.qkvz,
+        w: a.w,
+        dims: [a.nk, a.dk, a.nv, a.dv],
+        eps: a.eps,
+    };
+    let values = gated_norm_values(a.ctx, g, a.rows.count())?;
+    a.out.len(values.len())?.copy_from_slice(&values);
+    Ok(())
+}
+
+/// The inputs of Gated DeltaNet's gated RMSNorm: `gdn::gated_norm`'s, and the staging of
+/// `gemv::gated_norm_linear_residual_add`.
+pub(crate) struct GatedNormIn<'a> {
+    pub core: In<'a, bf16>,
+    pub qkvz: In<'a, bf16>,
+    pub w: In<'a, bf16>,
+    /// nk, dk, nv, dv.
+    pub dims: [Dim<'a>; 4],
+    pub eps: f32,
+}
+
+/// RMSNorm of each v head of `rows` rows of core (weight w) times silu(z): `\[rows·nv·dv\]`.
+pub(crate) fn gated_norm_values(
+    ctx: &TwinCtx<'_>,
+    g: GatedNormIn<'_>,
+    rows: usize,
+) -> Result<Vec<bf16>, GpuError> {
+    let heads = Heads::read(ctx, g.dims)?;
     let (nv, dv) = (heads.nv, heads.dv);
     let n = size(ctx, &[rows, nv, dv])?;
-    let core = a.core.len(n)?;
-    let qkvz = a.qkvz.len(size(ctx, &[rows, heads.qkvz_row])?)?;
-    let w = a.w.len(dv)?;
-    let out = a.out.len(n)?;
+    let core = g.core.len(n)?;
+    let qkvz = g.qkvz.len(size(ctx, &[rows, heads.qkvz_row])?)?;
+    let w = g.w.len(dv)?;
+    let mut out = vec![bf16::ZERO; n];
     for (i, (x, o)) in core
         .chunks_exact(dv)
         .zip(out.chunks_exact_mut(dv))
@@ -596,10 +623,10 @@ pub(super) fn gated_norm(a: GatedNormArgs<'_>) -> Result<(), GpuError> {
     {
         let (row, vh) = (i / nv, i % nv);
         let z = &qkvz[row * heads.qkvz_row + heads.z_source(vh)..][..dv];
-        let inv = inv_rms(sum_squares_bf16(x), dv, eps);
+        let inv = inv_rms(sum_squares_bf16(x), dv, g.eps);
         for (((o, x), w), z) in o.iter_mut().zip(x).zip(w).zip(z) {
             *o = to_bf16(((to_f32(*x) * inv) * to_f32(*w)) * silu(to_f32(*z)));
         }
     }
-    Ok(())
+    Ok(out)
 }

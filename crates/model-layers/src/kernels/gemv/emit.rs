@@ -50,6 +50,7 @@ split_args!(
     NormGateUpSilu,
     AddNormGateUpSilu,
     LinearResidualAdd,
+    GatedNormLinearResidualAdd,
     AddNormLmHead,
     QkvRopeKv,
 );
@@ -270,7 +271,9 @@ pub(super) fn emit_qkv(v: &View<'_>) -> R {
 
 /// Two sibling linears of the group (in group order), reading one input: their weights,
 /// biases and outputs side by side.
-pub(super) fn emit_linear_pair(v: &View<'_>) -> R {
+/// The group's two sibling projections (`gdn_in_proj`'s and its tensor-core rule's): both
+/// `linear` ops, reading the same input of width k; returns them in order and k.
+pub(crate) fn sibling_pair<'a>(v: &View<'a>) -> Result<([&'a Op; 2], u32), ExecError> {
     let [first, second] = match v.ops(OpKind::Linear)[..] {
         [a, b] => [a, b],
         _ => return Err(v.err("expected exactly two `linear` ops".into())),
@@ -288,6 +291,11 @@ pub(super) fn emit_linear_pair(v: &View<'_>) -> R {
             first.name, second.name
         )));
     }
+    Ok(([first, second], k))
+}
+
+pub(super) fn emit_linear_pair(v: &View<'_>) -> R {
+    let ([first, second], k) = sibling_pair(v)?;
     let a = LinearPair {
         x: v.input(first, 0)?,
         w1: v.weight(first, 0)?,
@@ -488,6 +496,40 @@ pub(super) fn emit_linear_residual_add(v: &View<'_>) -> R {
         rows: v.rows(),
         k: v.u32(l, "in")?,
         n_out: v.u32(l, "out")?,
+        scratch: None,
+    };
+    Ok(vec![launch(v, args)?])
+}
+
+pub(super) fn emit_gated_norm_linear_residual_add(v: &View<'_>) -> R {
+    let (n, l, a) = (
+        v.op(OpKind::GdnGatedNorm, None)?,
+        v.op(OpKind::Linear, None)?,
+        v.op(OpKind::ResidualAdd, None)?,
+    );
+    let [nk, dk, nv, dv] = crate::kernels::gdn::gdn_dims(v, n)?;
+    if nv > GATED_HEADS_MAX {
+        return Err(v.err(format!(
+            "op `{}` has {nv} value heads; the kernel normalises at most {GATED_HEADS_MAX}",
+            n.name
+        )));
+    }
+    let args = GatedNormLinearResidualAdd {
+        core: v.input(n, 0)?,
+        qkvz: v.input(n, 1)?,
+        wn: v.weight(n, 0)?,
+        w: v.weight(l, 0)?,
+        bias: v.weight_opt(l, 1),
+        h: v.input(a, 0)?,
+        h_out: v.output(a, 0)?,
+        rows: v.rows(),
+        nk,
+        dk,
+        nv,
+        dv,
+        k: v.u32(l, "in")?,
+        n_out: v.u32(l, "out")?,
+        eps: v.f32(n, "eps")?,
         scratch: None,
     };
     Ok(vec![launch(v, args)?])

@@ -34,7 +34,7 @@
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 mod emit;
-pub(crate) use emit::{gate_up, projections, GateUp};
+pub(crate) use emit::{gate_up, projections, sibling_pair, GateUp};
 pub(crate) mod matvec;
 pub mod quant;
 #[cfg(test)]
@@ -321,6 +321,40 @@ kernel! {
 }
 
 kernel! {
+    /// Gated DeltaNet's `gdn::gated_norm` (each v head of core bf16\[rows·nv·dv\] RMS-normed
+    /// with wn bf16\[dv\], times silu(z) from qkvz bf16\[rows·nk·G\]) staged as x, then
+    /// `linear_residual_add` over k = nv·dv: the bytes of `gdn::gated_norm` then
+    /// `gemv::linear_residual_add`. At most 128 v heads (gemv.cu `GEMV_GATED_HEADS`).
+    pub struct GatedNormLinearResidualAdd / GatedNormLinearResidualAddArgs {
+        core: In<bf16>,
+        qkvz: In<bf16>,
+        wn: In<bf16>,
+        w: In<bf16>,
+        bias: InOpt<bf16>,
+        h: In<f32>,
+        h_out: Out<f32>,
+        rows: U32,
+        nk: U32,
+        dk: U32,
+        nv: U32,
+        dv: U32,
+        k: U32,
+        n_out: U32,
+        eps: F32,
+        scratch: InOutOpt<f32>,
+    }
+    grid(a) = gemv_config(a.n_out as u64, a.rows),
+        shape(levers) = shape::projection(GATED_NORM_LINEAR_RESIDUAL_ADD, a.config(), &GATED_NORM_LINEAR_RESIDUAL_ADD_STREAM, Dims {
+            features: a.n_out as u64, rows: a.rows, k: a.k, nw: 1,
+        }, levers);
+    GATED_NORM_LINEAR_RESIDUAL_ADD = "gemv::gated_norm_linear_residual_add" =>
+        twin twin::gated_norm_linear_residual_add, emit emit_gated_norm_linear_residual_add;
+}
+
+/// The most v heads `gemv::gated_norm_linear_residual_add` normalises (`GEMV_GATED_HEADS`).
+pub const GATED_HEADS_MAX: u32 = 128;
+
+kernel! {
     /// h f32 + d bf16, RMSNorm (weight wn bf16\[k\]), then `lm_head` → logits f32\[rows·vocab\].
     pub struct AddNormLmHead / AddNormLmHeadArgs {
         h: In<f32>,
@@ -397,6 +431,8 @@ streaming! {
     NORM_GATE_UP_SILU_STREAM: NormGateUpSilu = "gemv::norm_gate_up_silu";
     ADD_NORM_GATE_UP_SILU_STREAM: AddNormGateUpSilu = "gemv::add_norm_gate_up_silu";
     LINEAR_RESIDUAL_ADD_STREAM: LinearResidualAdd = "gemv::linear_residual_add";
+    GATED_NORM_LINEAR_RESIDUAL_ADD_STREAM: GatedNormLinearResidualAdd =
+        "gemv::gated_norm_linear_residual_add";
     ADD_NORM_LM_HEAD_STREAM: AddNormLmHead = "gemv::add_norm_lm_head";
 }
 
@@ -412,6 +448,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     NormGateUpSilu::DECLS,
     AddNormGateUpSilu::DECLS,
     LinearResidualAdd::DECLS,
+    GatedNormLinearResidualAdd::DECLS,
     AddNormLmHead::DECLS,
     QkvRopeKv::DECLS,
     quant::LinearFp8::DECLS,

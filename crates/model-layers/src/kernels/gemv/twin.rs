@@ -9,11 +9,12 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 use super::matvec::{for_each_dot, Widened};
 use super::twin_split::{check_head_split, check_split};
 use super::{
-    AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs, LinearArgs,
-    LinearPairArgs, LinearResidualAddArgs, LmHeadArgs, NormGateUpSiluArgs, NormLinearArgs,
-    NormQkvArgs, QkvArgs, QkvRopeKvArgs, HEAD_DIM_MAX,
+    AddNormGateUpSiluArgs, AddNormLmHeadArgs, AddNormQkvArgs, GateUpSiluArgs,
+    GatedNormLinearResidualAddArgs, LinearArgs, LinearPairArgs, LinearResidualAddArgs, LmHeadArgs,
+    NormGateUpSiluArgs, NormLinearArgs, NormQkvArgs, QkvArgs, QkvRopeKvArgs, HEAD_DIM_MAX,
 };
 use crate::kernels::args::{macs, size, threads_for, In, InOpt, Out};
+use crate::kernels::gdn::{gated_norm_values, GatedNormIn};
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
@@ -397,8 +398,47 @@ pub(super) fn linear_residual_add(a: LinearResidualAddArgs<'_>) -> Result<(), Gp
     check_split(ctx, a.scratch, n, rows, k, 1)?;
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let p = Proj::read(ctx, a.w, a.bias, n, k)?;
-    let h = a.h.len(size(ctx, &[rows, n])?)?;
-    let h_out = a.h_out.len(size(ctx, &[rows, n])?)?;
+    residual_project(ctx, x, rows, k, p, (a.h, a.h_out))
+}
+
+/// gdn::gated_norm → linear → residual_add: the gated norm's values (its twin's), then
+/// `linear_residual_add`'s.
+pub(super) fn gated_norm_linear_residual_add(
+    a: GatedNormLinearResidualAddArgs<'_>,
+) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k, n) = (a.rows.count(), a.k.dim()?, a.n_out.dim()?);
+    check_split(ctx, a.scratch, n, rows, k, 1)?;
+    let g = GatedNormIn {
+        core: a.core,
+        qkvz: a.qkvz,
+        w: a.wn,
+        dims: [a.nk, a.dk, a.nv, a.dv],
+        eps: a.eps,
+    };
+    let x = gated_norm_values(ctx, g, rows)?;
+    if x.len() != rows * k {
+        return Err(a.k.bad(format!(
+            "k = {k}, expected nv·dv = {} (the gated norm's row)",
+            x.len() / rows.max(1)
+        )));
+    }
+    let p = Proj::read(ctx, a.w, a.bias, n, k)?;
+    residual_project(ctx, &x, rows, k, p, (a.h, a.h_out))
+}
+
+/// h_out\[r\]\[o\] = h\[r\]\[o\] + bf16(x\[r\] · w\[o\] + bias\[o\]).
+fn residual_project(
+    ctx: &TwinCtx<'_>,
+    x: &[bf16],
+    rows: usize,
+    k: usize,
+    p: Proj<'_>,
+    (h, h_out): (In<'_, f32>, Out<'_, f32>),
+) -> Result<(), GpuError> {
+    let n = p.n;
+    let h = h.len(size(ctx, &[rows, n])?)?;
+    let h_out = h_out.len(size(ctx, &[rows, n])?)?;
     let threads = threads_for(ctx, macs(&[rows, k, n]));
     let xs = Widened::new(x, k);
     for_each_dot(

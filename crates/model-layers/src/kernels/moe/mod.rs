@@ -1,6 +1,7 @@
 //! `moe` module (`crates/kernels/cuda/moe.cu`): Mixture-of-Experts routing (softmax → top-k,
 //! optionally fused with the router projection), the routed expert MLP (gate·up·SiLU, then
-//! down with the weighted sum), and the shared expert's gated combine (Qwen3-Next).
+//! down with the weighted sum), and the shared expert's gated combine (Qwen3-Next), alone or
+//! with the shared expert's one-feature gate projection inside (`gate_combine_shared`).
 //!
 //! Expert weights are stacked row-major: gate and up `[experts]\[inter\]\[hidden\]`, down
 //! `[experts]\[hidden\]\[inter\]`. Picks are `ids i32\[rows·k\]` and `weights f32\[rows·k\]`.
@@ -28,7 +29,7 @@ use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::LaunchConfig;
 
 use super::decl::kernel;
-use super::grid::elementwise;
+use super::grid::{elementwise, per_row};
 use crate::error::ExecError;
 use crate::kernels::emit_view::{View, R};
 
@@ -265,6 +266,26 @@ kernel! {
     COMBINE_SHARED = "moe::combine_shared" => twin twin::combine_shared, emit emit_combine_shared;
 }
 
+kernel! {
+    /// combine_shared with the shared expert's gate projection inside: gate\[r\] = bf16(x\[r\] ·
+    /// wg + bg) over k elements (x bf16\[rows·k\], wg bf16\[k\], bg bf16\[1\]?: one feature,
+    /// `gemv::linear`'s dot), then out = routed + sigmoid(gate\[r\]) · shared as
+    /// `combine_shared`: the bytes of the two launches. One block per row.
+    pub struct GateCombineShared / GateCombineSharedArgs {
+        x: In<bf16>,
+        wg: In<bf16>,
+        bg: InOpt<bf16>,
+        routed: In<bf16>,
+        shared: In<bf16>,
+        out: Out<bf16>,
+        rows: U32,
+        hidden: U32,
+        k: U32,
+    }
+    grid(a) = per_row(a.rows);
+    GATE_COMBINE_SHARED = "moe::gate_combine_shared" => twin twin::gate_combine_shared, emit emit_gate_combine_shared;
+}
+
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     DownCombine::DECLS,
     TopkSoftmax::DECLS,
@@ -276,6 +297,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     DownFp8::DECLS,
     DownInt4::DECLS,
     CombineShared::DECLS,
+    GateCombineShared::DECLS,
 ];
 
 // ---- emitters ------------------------------------------------------------------------------
@@ -490,6 +512,31 @@ fn emit_combine_shared(v: &View<'_>) -> R {
         hidden: v.u32(c, "hidden")?,
     }
     .launch(COMBINE_SHARED)])
+}
+
+/// The shared expert's gate projection (one output feature) and the combine that reads it.
+fn emit_gate_combine_shared(v: &View<'_>) -> R {
+    let g = v.op(OpKind::Linear, Some("shared_expert_gate"))?;
+    let c = v.op(OpKind::MoeCombine, None)?;
+    let out_features = v.u32(g, "out")?;
+    if out_features != 1 {
+        return Err(v.err(format!(
+            "op `{}` projects to {out_features} features; the shared expert's gate has one",
+            g.name
+        )));
+    }
+    Ok(vec![GateCombineShared {
+        x: v.input(g, 0)?,
+        wg: v.weight(g, 0)?,
+        bg: v.weight_opt(g, 1),
+        routed: v.input(c, 0)?,
+        shared: v.input(c, 1)?,
+        out: v.output(c, 0)?,
+        rows: v.rows(),
+        hidden: v.u32(c, "hidden")?,
+        k: v.u32(g, "in")?,
+    }
+    .launch(GATE_COMBINE_SHARED)])
 }
 
 #[cfg(test)]

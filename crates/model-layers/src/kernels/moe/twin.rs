@@ -17,8 +17,8 @@ use solder_circuit::WeightFormat;
 
 use super::dequant;
 use super::{
-    CombineSharedArgs, DownArgs, DownCombineArgs, DownFp8Args, DownInt4Args, GateUpSiluArgs,
-    GateUpSiluFp8Args, GateUpSiluInt4Args, RouterTopkArgs, TopkSoftmaxArgs,
+    CombineSharedArgs, DownArgs, DownCombineArgs, DownFp8Args, DownInt4Args, GateCombineSharedArgs,
+    GateUpSiluArgs, GateUpSiluFp8Args, GateUpSiluInt4Args, RouterTopkArgs, TopkSoftmaxArgs,
 };
 use crate::kernels::act::sigmoid;
 use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
@@ -561,10 +561,53 @@ pub(super) fn down_int4(a: DownInt4Args<'_>) -> Result<(), GpuError> {
 pub(super) fn combine_shared(a: CombineSharedArgs<'_>) -> Result<(), GpuError> {
     let (rows, hidden) = (a.rows.count(), a.hidden.dim()?);
     let n = size(a.ctx, &[rows, hidden])?;
-    let routed = a.routed.len(n)?;
-    let shared = a.shared.len(n)?;
     let gate = a.gate.len(rows)?;
-    let out = a.out.len(n)?;
+    shared_combine(
+        a.routed.len(n)?,
+        a.shared.len(n)?,
+        gate,
+        a.out.len(n)?,
+        hidden,
+    );
+    Ok(())
+}
+
+/// gate\[r\] = bf16(x\[r\] · wg + bg) (the driver and rounding of `gemv::linear`), then
+/// `combine_shared`.
+pub(super) fn gate_combine_shared(a: GateCombineSharedArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, hidden, k) = (a.rows.count(), a.hidden.dim()?, a.k.dim()?);
+    let n = size(ctx, &[rows, hidden])?;
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let wg = a.wg.len(k)?;
+    let bias = a.bg.len(1)?.map(|b| b[0]);
+    let mut gate = vec![bf16::ZERO; rows];
+    for_each_dot(
+        threads_for(ctx, macs(&[rows, k])),
+        &Widened::new(x, k),
+        1,
+        |_| wg,
+        |_, _, d| linear_value(d, bias),
+        &mut gate,
+    );
+    shared_combine(
+        a.routed.len(n)?,
+        a.shared.len(n)?,
+        &gate,
+        a.out.len(n)?,
+        hidden,
+    );
+    Ok(())
+}
+
+/// out = bf16(routed + sigmoid(gate\[r\]) · shared), row by row.
+fn shared_combine(
+    routed: &[bf16],
+    shared: &[bf16],
+    gate: &[bf16],
+    out: &mut [bf16],
+    hidden: usize,
+) {
     for (((o, a), b), g) in out
         .chunks_exact_mut(hidden)
         .zip(routed.chunks_exact(hidden))
@@ -576,5 +619,4 @@ pub(super) fn combine_shared(a: CombineSharedArgs<'_>) -> Result<(), GpuError> {
             *o = to_bf16(to_f32(*a) + s * to_f32(*b));
         }
     }
-    Ok(())
 }
