@@ -420,6 +420,29 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_run(true, x, w, bias, out, rows, k, nq, nkv);
 }
 
+// Two sibling projections of x bf16[rows·k] in one launch (Gated DeltaNet's in_proj_qkvz and
+// in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
+// (⌈n1/32⌉ + ⌈n2/32⌉, ⌈rows/64⌉), 128 threads: the first matrix's feature blocks, then the
+// second's.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                    const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                    const bf16* __restrict__ b2, bf16* __restrict__ y1, bf16* __restrict__ y2,
+                    unsigned rows, unsigned k, unsigned n1, unsigned n2) {
+    const unsigned first_blocks = (n1 + GEMM_BN - 1) / GEMM_BN;
+    unsigned b = blockIdx.x;
+    GemmBf16 ws[1] = {{w1}};
+    StoreLinear store{b1, y1, n1};
+    unsigned n = n1;
+    if (b >= first_blocks) {
+        b -= first_blocks;
+        ws[0] = GemmBf16{w2};
+        store = StoreLinear{b2, y2, n2};
+        n = n2;
+    }
+    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store);
+}
+
 // qkv_mma on quantized q, k and v (one kind, each with its own blocks or group: a per-tensor
 // fp8 scale is a block of the whole matrix), dequantised as linear_mma_fp8's and
 // linear_mma_int4's are, so each output is linear_mma's on the dequantised matrix. A zero

@@ -1,8 +1,8 @@
 //! The fused tensor-core kernels (`gemm::qkv_rope_kv_mma` and its qk-norm entries
 //! `gemm::qkv_norm_rope_kv_mma` and `gemm::qkv_gated_norm_zc_rope_kv_mma`, `gemm::qkv_mma`,
-//! `gemm::gate_up_silu_mma`) write the bytes of the launches they replace (`gemm::linear_mma`
-//! ×3 and `rope::rope_kv_write`, `rope::qk_norm_rope_kv_write` or
-//! `rope::gated_qk_norm_zc_rope_kv_write`, ×3, ×2 and `act::silu_mul`; `flash::paged_mma`
+//! `gemm::gate_up_silu_mma`, `gemm::linear_pair_mma`) write the bytes of the launches they
+//! replace (`gemm::linear_mma` ×3 and `rope::rope_kv_write`, `rope::qk_norm_rope_kv_write` or
+//! `rope::gated_qk_norm_zc_rope_kv_write`, ×3, ×2 and `act::silu_mul`, ×2; `flash::paged_mma`
 //! storing qwen3_next's output gate, `act::sigmoid_mul`): a program built with every rule
 //! and one built without the fused rules give the same logits at decode, across a chunk of two
 //! row tiles (64 + 8 rows) and through the headless prefill program, for a model without
@@ -20,7 +20,7 @@ use solder_config::{ModelConfig, Quantization};
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::{Boot, CircuitExec, ProgramStep, Session, WeightSource};
 
-const FUSED: [&str; 7] = [
+const FUSED: [&str; 8] = [
     "qkv_rope_kv_tensor_cores",
     "qkv_norm_rope_kv_tensor_cores",
     "qkv_gated_norm_zc_rope_kv_tensor_cores",
@@ -28,6 +28,7 @@ const FUSED: [&str; 7] = [
     "gate_up_silu_tensor_cores",
     "shared_gate_up_silu_tensor_cores",
     "gated_attention_tensor_cores",
+    "gdn_in_proj_tensor_cores",
 ];
 
 /// A qwen3: qk-norm, head_dim 32 (hidden 64, 4 heads, GQA 4/2), vocab 128, untied.
@@ -154,10 +155,12 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
                 // Its attention layer's q (with the gate), k, v, the gate split, zero-centred
                 // qk-norm, rope and the KV write in one launch (3 saved: linear_mma ×3 and
                 // gated_qk_norm_zc_rope_kv_write); each shared expert's gate/up+SiLU·mul in one
-                // launch (2 saved); the output gate stored by flash::paged_mma (1 saved).
+                // launch (2 saved); the output gate stored by flash::paged_mma (1 saved); its
+                // Gated DeltaNet layer's two input projections in one launch (1 saved).
                 let qkv = format!("gemm::qkv_gated_norm_zc_rope_kv_mma{entry}");
                 let gate_up = "gemm::gate_up_silu_mma";
-                for (kernel, count) in [(qkv.as_str(), 1), (gate_up, mlps)] {
+                let pair = "gemm::linear_pair_mma";
+                for (kernel, count) in [(qkv.as_str(), 1), (gate_up, mlps), (pair, 1)] {
                     let launched = f.iter().filter(|k| *k == kernel).count();
                     assert_eq!(launched, count, "{name} {mode:?}: {kernel} in {f:?}");
                     assert!(!s.iter().any(|k| k == kernel), "{name} {mode:?}");
@@ -171,7 +174,7 @@ fn fused_tensor_core_kernels_write_the_bytes_of_the_launches_they_replace() {
                     "{name} {mode:?}: {s:?}"
                 );
                 assert_eq!(
-                    f.len() + 3 + gates + 2 * mlps,
+                    f.len() + 3 + gates + 2 * mlps + 1,
                     s.len(),
                     "{name} {mode:?}: {f:?}"
                 );

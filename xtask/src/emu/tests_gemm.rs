@@ -1,5 +1,5 @@
 //! The tensor-core projections (`gemm::linear_mma`, `gemm::lm_head_mma`, the fused
-//! `gemm::qkv_mma`, `gemm::gate_up_silu_mma`, and the routed experts'
+//! `gemm::qkv_mma`, `gemm::linear_pair_mma`, `gemm::gate_up_silu_mma`, and the routed experts'
 //! `gemm::experts_gate_up_silu_mma`): the CUDA source,
 //! run through the emulation's model of `mma.sync` and `ldmatrix`, equals its twin byte for
 //! byte at shapes off every tile (rows, features and k not multiples of the block's 64 × 32 ×
@@ -9,8 +9,8 @@
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    ExpertsGateUpSiluMma, GateUpSiluMma, LinearMma, LmHeadMma, QkvMma, EXPERTS_GATE_UP_SILU_MMA,
-    GATE_UP_SILU_MMA, LINEAR_MMA, LM_HEAD_MMA, QKV_MMA,
+    ExpertsGateUpSiluMma, GateUpSiluMma, LinearMma, LinearPairMma, LmHeadMma, QkvMma,
+    EXPERTS_GATE_UP_SILU_MMA, GATE_UP_SILU_MMA, LINEAR_MMA, LINEAR_PAIR_MMA, LM_HEAD_MMA, QKV_MMA,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 
@@ -210,6 +210,95 @@ fn fused_tensor_core_kernels_picking_the_wrong_weight_differ_from_their_twins() 
             "{original:?}"
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `gemm::linear_pair_mma` against its twin and against `gemm::linear_mma` on each weight: the
+/// same bytes (each output is `linear_mma`'s), with the first matrix's last block partial (its
+/// features off 32), one or two row blocks, a bias on one side only. A mutant whose second
+/// blocks read the first matrix differs from the twin.
+#[test]
+fn a_tensor_core_pair_gives_the_bytes_of_its_two_linear_mma_launches() {
+    let pair = |backend: &mut CpuBackend, (rows, k, n1, n2): (u32, u32, u32, u32), seed: u64| {
+        let x = upload(backend, &values(rows * k, seed));
+        let w1 = upload(backend, &values(n1 * k, seed ^ 0x11));
+        let w2 = upload(backend, &values(n2 * k, seed ^ 0x22));
+        let b1 = upload(backend, &values(n1, seed ^ 0x33));
+        let mut out = |n: u32| {
+            let bytes = (rows * n) as usize * 2;
+            Buf::new(backend.alloc(bytes).unwrap(), bytes)
+        };
+        let (y1, y2, z1, z2) = (out(n1), out(n2), out(n1), out(n2));
+        let single = |w, bias, y, n_out| {
+            LinearMma {
+                x,
+                w,
+                bias,
+                y,
+                rows,
+                k,
+                n_out,
+            }
+            .launch(LINEAR_MMA)
+        };
+        let launches = [
+            LinearPairMma {
+                x,
+                w1,
+                b1: Some(b1),
+                w2,
+                b2: None,
+                y1,
+                y2,
+                rows,
+                k,
+                n1,
+                n2,
+            }
+            .launch(LINEAR_PAIR_MMA),
+            single(w1, Some(b1), z1, n1),
+            single(w2, None, z2, n2),
+        ];
+        (launches, [(y1, z1), (y2, z2)])
+    };
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for (i, shape) in [(1u32, 64u32, 40u32, 8u32), (70, 100, 96, 33)]
+        .into_iter()
+        .enumerate()
+    {
+        let (launches, outputs) = pair(&mut backend, shape, 0x77 + i as u64);
+        for l in &launches {
+            run(&mut backend, l);
+        }
+        for (got, want) in outputs {
+            assert_eq!(
+                super::tests::download(&mut backend, got.ptr, got.bytes),
+                super::tests::download(&mut backend, want.ptr, want.bytes),
+                "{shape:?}: not linear_mma's bytes"
+            );
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let parity = &report[LINEAR_PAIR_MMA.as_str()];
+    assert_eq!((parity.launches, parity.identical), (2, 2), "{parity:?}");
+
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "        ws[0] = GemmBf16{w2};\n",
+            "        ws[0] = GemmBf16{w1};\n",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let (launches, _) = pair(&mut backend, (3, 64, 32, 32), 9);
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &launches[0]);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

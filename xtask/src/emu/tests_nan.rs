@@ -178,6 +178,7 @@ const DRIVEN: &[&str] = &[
     "gemv::lm_head_int4",
     "gemm::lm_head_mma",
     "gemm::qkv_mma",
+    "gemm::linear_pair_mma",
     "gemm::gate_up_silu_mma",
     "gemm::experts_gate_up_silu_mma",
     "gemm::experts_down_mma",
@@ -912,7 +913,9 @@ fn quantized_projections_carry_nan_and_inf_as_their_twins() {
 
 #[test]
 fn fused_tensor_core_kernels_carry_nan_and_inf_as_their_twins() {
-    use solder_model_layers::kernels::gemm::{GateUpSiluMma, QkvMma, GATE_UP_SILU_MMA, QKV_MMA};
+    use solder_model_layers::kernels::gemm::{
+        GateUpSiluMma, LinearPairMma, QkvMma, GATE_UP_SILU_MMA, LINEAR_PAIR_MMA, QKV_MMA,
+    };
     let mut b = Bench::new();
     // k = 300: a partial last k tile; row 1 poisoned in x, a feature row of q's, v's and
     // gate's weights; nq = 40 puts q's second block mid-tile.
@@ -965,7 +968,34 @@ fn fused_tensor_core_kernels_carry_nan_and_inf_as_their_twins() {
         .launch(GATE_UP_SILU_MMA),
     );
     b.mixed("gate_up_silu_mma", act, 2);
-    b.agree(&["gemm::qkv_mma", "gemm::gate_up_silu_mma"]);
+    // A pair (q's and v's weights as the two matrices): poisoned rows in both outputs.
+    let (y1, y2) = (
+        b.zeros((rows * nq) as usize * 2),
+        b.zeros((rows * nkv) as usize * 2),
+    );
+    b.run(
+        &LinearPairMma {
+            x,
+            w1: wq,
+            b1: Some(bq),
+            w2: wv,
+            b2: None,
+            y1,
+            y2,
+            rows,
+            k,
+            n1: nq,
+            n2: nkv,
+        }
+        .launch(LINEAR_PAIR_MMA),
+    );
+    b.mixed("linear_pair_mma y1", y1, 2);
+    b.mixed("linear_pair_mma y2", y2, 2);
+    b.agree(&[
+        "gemm::qkv_mma",
+        "gemm::linear_pair_mma",
+        "gemm::gate_up_silu_mma",
+    ]);
 }
 
 /// The attention rows: (seq_len, what is poisoned).

@@ -83,12 +83,12 @@ pub use experts::{
 pub use fused::format_entries as fused_format_entries;
 pub use fused::{
     qkv_rope_kv_grid, GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4,
-    QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8,
-    QkvRopeKvMmaInt4, QkvRopeKvParts, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_FP8,
-    GATE_UP_SILU_MMA_INT4, QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_MMA, QKV_MMA_FP8, QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA,
-    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
-    QKV_ROPE_KV_MMA_INT4, VARIANTS,
+    LinearPairMma, LinearPairMmaArgs, QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma,
+    QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QkvRopeKvParts, GATE_UP_SILU_MMA,
+    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, LINEAR_PAIR_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_MMA, QKV_MMA_FP8,
+    QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
@@ -103,6 +103,7 @@ pub(super) const DECLS: &[&[super::KernelDecl]] = &[
     LmHeadMmaFp8::DECLS,
     LmHeadMmaInt4::DECLS,
     QkvMma::DECLS,
+    LinearPairMma::DECLS,
     GateUpSiluMma::DECLS,
     QkvRopeKvMma::DECLS,
     QkvRopeKvMmaFp8::DECLS,

@@ -1,5 +1,6 @@
-//! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::gate_up_silu_mma`): one launch where
-//! the single projections took three (q, k, v) or three (gate, up, SiLU·mul). `quant` holds
+//! The fused tensor-core kernels (`gemm::qkv_mma`, `gemm::linear_pair_mma`,
+//! `gemm::gate_up_silu_mma`): one launch where the single projections took three (q, k, v), two
+//! (two sibling projections) or three (gate, up, SiLU·mul). `quant` holds
 //! their fp8 and int4 entries; the emitters here launch the entry of the weights' format.
 //!
 //! Numerics: every output's dot is `linear_mma`'s (the same `mma.sync` sequence from +0 in k
@@ -17,7 +18,7 @@ use super::{each_dot, linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
-use crate::kernels::gemv::{gate_up, projections, GateUp};
+use crate::kernels::gemv::{gate_up, projections, sibling_pair, GateUp};
 use crate::numerics::{linear_value, silu_mul_value};
 
 mod quant;
@@ -66,6 +67,27 @@ kernel! {
 }
 
 kernel! {
+    /// Two sibling projections of x bf16\[rows·k\] on the tensor cores (Gated DeltaNet's
+    /// in_proj_qkvz and in_proj_ba): y1 bf16\[rows·n1\], y2 bf16\[rows·n2\] (biases optional),
+    /// each as `linear_mma` stores it.
+    pub struct LinearPairMma / LinearPairMmaArgs {
+        x: In<bf16>,
+        w1: In<bf16>,
+        b1: InOpt<bf16>,
+        w2: In<bf16>,
+        b2: InOpt<bf16>,
+        y1: Out<bf16>,
+        y2: Out<bf16>,
+        rows: U32,
+        k: U32,
+        n1: U32,
+        n2: U32,
+    }
+    grid(a) = pair_grid(a.n1, a.n2, a.rows);
+    LINEAR_PAIR_MMA = "gemm::linear_pair_mma" => twin linear_pair_mma, emit emit_linear_pair_mma;
+}
+
+kernel! {
     /// Gate and up projections (wg, wu bf16\[inter·k\]) of x bf16\[rows·k\] on the tensor
     /// cores, then act bf16\[rows·inter\] = silu(gate) · up.
     pub struct GateUpSiluMma / GateUpSiluMmaArgs {
@@ -83,13 +105,19 @@ kernel! {
 
 /// q's feature blocks of 32, then k's, then v's; one block per 64 rows.
 pub fn qkv_grid(nq: u32, nkv: u32, rows: u32) -> LaunchConfig {
-    let blocks = |n: u32| n.div_ceil(GEMM_FEATURES);
+    blocks_of(&[nq, nkv, nkv], rows)
+}
+
+/// The first matrix's feature blocks of 32, then the second's; one block per 64 rows.
+fn pair_grid(n1: u32, n2: u32, rows: u32) -> LaunchConfig {
+    blocks_of(&[n1, n2], rows)
+}
+
+/// Each matrix's feature blocks of 32 in turn along x; one block per 64 rows along y.
+fn blocks_of(features: &[u32], rows: u32) -> LaunchConfig {
+    let blocks: u32 = features.iter().map(|n| n.div_ceil(GEMM_FEATURES)).sum();
     LaunchConfig {
-        grid: [
-            (blocks(nq) + 2 * blocks(nkv)).max(1),
-            rows.div_ceil(GEMM_ROWS).max(1),
-            1,
-        ],
+        grid: [blocks.max(1), rows.div_ceil(GEMM_ROWS).max(1), 1],
         block: [GEMM_THREADS, 1, 1],
         shared_bytes: 0,
     }
@@ -111,6 +139,43 @@ fn qkv_mma(a: QkvMmaArgs<'_>) -> Result<(), GpuError> {
         linear_dots(ctx, x, w, bias, [rows, k, n], y);
     }
     Ok(())
+}
+
+fn linear_pair_mma(a: LinearPairMmaArgs<'_>) -> Result<(), GpuError> {
+    let ctx = a.ctx;
+    let (rows, k) = (a.rows.count(), a.k.dim()?);
+    let x = a.x.len(size(ctx, &[rows, k])?)?;
+    let projections = [
+        (a.w1, a.b1, a.y1, a.n1.dim()?),
+        (a.w2, a.b2, a.y2, a.n2.dim()?),
+    ];
+    for (w, bias, y, n) in projections {
+        let w = w.len(size(ctx, &[n, k])?)?;
+        let bias = bias.len(n)?;
+        let y = y.len(size(ctx, &[rows, n])?)?;
+        linear_dots(ctx, x, w, bias, [rows, k, n], y);
+    }
+    Ok(())
+}
+
+/// Both projections bf16 (the rule lists bf16 only: a quantized pair is left to
+/// `linear_tensor_cores`, one launch each).
+fn emit_linear_pair_mma(v: &View<'_>) -> R {
+    let ([first, second], k) = sibling_pair(v)?;
+    Ok(vec![LinearPairMma {
+        x: v.input(first, 0)?,
+        w1: v.weight(first, 0)?,
+        b1: v.weight_opt(first, 1),
+        w2: v.weight(second, 0)?,
+        b2: v.weight_opt(second, 1),
+        y1: v.output(first, 0)?,
+        y2: v.output(second, 0)?,
+        rows: v.rows(),
+        k,
+        n1: v.u32(first, "out")?,
+        n2: v.u32(second, "out")?,
+    }
+    .launch(LINEAR_PAIR_MMA)])
 }
 
 fn gate_up_silu_mma(a: GateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
