@@ -116,7 +116,7 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, rates: Rates) -> String {
         circuit.name, t.mode, t.rows, t.context
     );
     out += &format!(
-        "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9}\n",
+        "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9} {:>9}\n",
         "#",
         "kernel",
         "layer",
@@ -129,11 +129,12 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, rates: Rates) -> String {
         "total",
         "floor_us",
         "flops",
-        "roof_us"
+        "roof_us",
+        "chain_us"
     );
     for (i, l) in t.launches.iter().enumerate() {
         out += &format!(
-            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9}\n",
+            "{:>4} {:<34} {:>5} {:>12} {:>10} {:>10} {:>12} {:>10} {:>8} {:>12} {:>9} {:>15} {:>9} {:>9.3}\n",
             i,
             kernels(l),
             layer(l),
@@ -146,7 +147,8 @@ pub fn table(circuit: &Circuit, t: &PlanTraffic, rates: Rates) -> String {
             figure(l.total()),
             floor_text(l.total(), l.floor_us(rate), 3),
             figure(l.flops),
-            roof_text(l.total(), l.flops, l.roofline_us(rate, flop_rate), 3)
+            roof_text(l.total(), l.flops, l.roofline_us(rate, flop_rate), 3),
+            l.chain_us()
         );
     }
     out += &summary(t, rates);
@@ -160,7 +162,7 @@ pub fn summary(t: &PlanTraffic, rates: Rates) -> String {
     format!(
         "{:<10} rows={:<4} context={} launches={} weights={} act_read={} act_write={} \
          state_read={} state_write={} meta={} total={} bytes floor={} us at {tbps} TB/s \
-         flops={} roofline={} us at {tflops} TFLOPS",
+         flops={} roofline={} us at {tflops} TFLOPS bound={} us with dependent chains",
         t.mode.as_str(),
         t.rows,
         t.context,
@@ -178,6 +180,12 @@ pub fn summary(t: &PlanTraffic, rates: Rates) -> String {
             t.total(),
             t.flops(),
             t.roofline_us(rates.bytes_per_s(), rates.flops_per_s()),
+            2
+        ),
+        roof_text(
+            t.total(),
+            t.flops(),
+            t.bound_us(rates.bytes_per_s(), rates.flops_per_s()),
             2
         )
     )
@@ -221,6 +229,7 @@ pub fn json(t: &PlanTraffic, rates: Rates) -> serde_json::Value {
         "floor_us": if t.total() == u64::MAX { json!(OVERFLOW) } else { json!(t.floor_us(rate)) },
         "flops": figure_json(t.flops()),
         "roofline_us": roof(t.total(), t.flops(), t.roofline_us(rate, flop_rate)),
+        "bound_us": roof(t.total(), t.flops(), t.bound_us(rate, flop_rate)),
         "overflowed": overflowed(t),
         "launches": t.launches.iter().enumerate().map(|(i, l)| json!({
             "index": i,
@@ -237,6 +246,8 @@ pub fn json(t: &PlanTraffic, rates: Rates) -> serde_json::Value {
             "floor_us": if l.total() == u64::MAX { json!(OVERFLOW) } else { json!(l.floor_us(rate)) },
             "flops": figure_json(l.flops),
             "roofline_us": roof(l.total(), l.flops, l.roofline_us(rate, flop_rate)),
+            "chain_steps": l.chain,
+            "chain_us": l.chain_us(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -42,28 +42,31 @@ pub fn op_flops(circuit: &Circuit, op: &Op, rows: usize, seqs: usize, context: u
             mul(&[4, width]).saturating_mul(attended(rows, seqs, context, window))
         }
         OpKind::GdnRecurrence => {
-            let state: u64 = op
-                .inputs
-                .iter()
-                .chain(&op.outputs)
-                .filter_map(|&t| match circuit.tensor(t).binding {
-                    Binding::State(s) => match circuit.states[s.0 as usize].kind {
-                        StateKind::GdnRecurrent {
-                            heads,
-                            key_dim,
-                            value_dim,
-                            ..
-                        } => Some(mul(&[heads, key_dim, value_dim])),
-                        _ => None,
-                    },
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
+            let state = gdn_state(circuit, op).map_or(0, |(h, k, v)| mul(&[h, k, v]));
             mul(&[7, rows]).saturating_mul(state)
         }
         _ => 0,
     }
+}
+
+/// The (heads, key_dim, value_dim) of the recurrent state a gated-delta-rule op reads or
+/// writes; None when it touches none.
+pub(crate) fn gdn_state(circuit: &Circuit, op: &Op) -> Option<(usize, usize, usize)> {
+    op.inputs
+        .iter()
+        .chain(&op.outputs)
+        .find_map(|&t| match circuit.tensor(t).binding {
+            Binding::State(s) => match circuit.states[s.0 as usize].kind {
+                StateKind::GdnRecurrent {
+                    heads,
+                    key_dim,
+                    value_dim,
+                    ..
+                } => Some((heads, key_dim, value_dim)),
+                _ => None,
+            },
+            _ => None,
+        })
 }
 
 /// Positions the step's rows attend in all: each of `seqs` sequences takes `rows / seqs`

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod builder;
+pub mod chain;
 mod display;
 pub mod error;
 pub mod families;

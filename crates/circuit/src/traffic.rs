@@ -52,6 +52,8 @@ pub struct LaunchTraffic {
     pub meta_read: u64,
     /// The arithmetic its ops must do (`crate::flops`).
     pub flops: u64,
+    /// The dependent steps of its longest chain (`crate::chain`).
+    pub chain: u64,
 }
 
 impl LaunchTraffic {
@@ -80,6 +82,17 @@ impl LaunchTraffic {
     pub fn roofline_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
         self.floor_us(bytes_per_s)
             .max(floor_us(self.flops, flops_per_s))
+    }
+
+    /// Microseconds its longest dependent chain takes (`crate::chain::chain_us`).
+    pub fn chain_us(&self) -> f64 {
+        crate::chain::chain_us(self.chain)
+    }
+
+    /// The slower of its roofline and its chain, microseconds.
+    pub fn bound_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
+        self.roofline_us(bytes_per_s, flops_per_s)
+            .max(self.chain_us())
     }
 }
 
@@ -160,6 +173,15 @@ impl PlanTraffic {
             .map(|l| l.roofline_us(bytes_per_s, flops_per_s))
             .sum()
     }
+
+    /// The step's bound: each launch at the slowest of its bytes, its FLOPs and its longest
+    /// dependent chain (`LaunchTraffic::bound_us`), launches back to back.
+    pub fn bound_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
+        self.launches
+            .iter()
+            .map(|l| l.bound_us(bytes_per_s, flops_per_s))
+            .sum()
+    }
 }
 
 /// Microseconds to move `bytes` at `bytes_per_s` (or do that many FLOPs at a FLOP rate;
@@ -233,6 +255,7 @@ fn launch_traffic(
         state_written: 0,
         meta_read: 0,
         flops: 0,
+        chain: 0,
     };
     for &input in &group.inputs {
         let tensor = circuit.tensor(input);
@@ -253,6 +276,8 @@ fn launch_traffic(
         let op = circuit.op(node);
         let flops = crate::flops::op_flops(circuit, op, rows, seqs, context);
         t.flops = t.flops.saturating_add(flops);
+        let chain = crate::chain::op_chain(circuit, op, rows, seqs, &group.kernels);
+        t.chain = t.chain.max(chain);
         for &w in &op.weights {
             let bytes = weight_bytes(circuit, op, w, rows);
             match weights.iter_mut().find(|(id, _)| *id == w) {

@@ -154,3 +154,52 @@ fn rows_scale_activations_and_kv_but_not_weights() {
     assert_eq!(attn.state_read, 35 * 128);
     assert_eq!(attn.meta_read, 4 * 4 + 4 * 4 + 4 * 3 * 4);
 }
+
+/// Qwen3-Next-80B's gated delta rule walks a sequence's rows one after another: its launch's
+/// chain (`solder_circuit::chain`) is rows × key_dim row by row, chunks × the chunk's steps in
+/// the chunked form (`gdn_chunked`), one row's for independent sequences; no other launch has
+/// one, so only a prompt chunk's bound exceeds its roofline.
+#[test]
+fn the_gated_delta_rule_walks_a_sequences_rows_in_a_chain_and_its_chunks_in_a_shorter_one() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/configs/qwen3-next-80b-a3b.json");
+    let text = std::fs::read_to_string(&path).expect("the 80B config");
+    let config = ModelConfig::from_json_str(&text, "qwen3-next-80b-a3b.json").expect("config");
+    let instance = Instance::from_config(&config, ServeShape::default()).expect("instance");
+    let rules = RuleSet::from_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml"),
+    )
+    .expect("shipped rules");
+    let chains = |mode: Mode, rows: usize, chunked: bool| {
+        let mut policy = Policy::default();
+        policy.levers.set("gdn_chunked", chunked).unwrap();
+        let plan = ExecutionPlan::build_with(
+            &instance,
+            &rules,
+            &Available::all_kernels(&rules),
+            &policy,
+            mode,
+            rows,
+            BuildOptions { verify: true },
+        )
+        .expect("plan");
+        let t = plan_traffic(&instance.circuit, &plan, 512);
+        let (rate, flops) = (4.8e12, 990e12);
+        let longer = t.bound_us(rate, flops) > t.roofline_us(rate, flops) + 1e-6;
+        let chained: Vec<u64> = t
+            .launches
+            .iter()
+            .map(|l| l.chain)
+            .filter(|&c| c > 0)
+            .collect();
+        (chained, longer)
+    };
+    // 36 Gated DeltaNet layers, key_dim 128; chunks of 16 take 2·128 + 120 + 64 + 15 steps.
+    let (row_by_row, longer) = chains(Mode::Prefill, 64, false);
+    assert_eq!(row_by_row, vec![64 * 128; 36]);
+    assert!(longer, "64 rows' chain is past the recurrence's roofline");
+    assert_eq!(chains(Mode::Prefill, 64, true).0, vec![4 * 455; 36]);
+    assert_eq!(chains(Mode::Decode, 1, false), (vec![128; 36], false));
+    // Independent sequences: one row's chain each, whatever the width.
+    assert_eq!(chains(Mode::MultiSeq, 8, false), (vec![128; 36], false));
+}

@@ -91,7 +91,7 @@ fn recurrence_grid(rows: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
 }
 
 /// Rows per chunk of the chunked recurrence (`crates/kernels/cuda/gdn.cu` `GDN_CHUNK`).
-pub const GDN_CHUNK: u32 = 16;
+pub const GDN_CHUNK: u32 = solder_circuit::chain::GDN_CHUNK as u32;
 /// Threads of a chunked block (`GDN_CHUNK_THREADS`).
 const CHUNK_THREADS: u32 = 256;
 
