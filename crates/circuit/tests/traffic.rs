@@ -28,17 +28,28 @@ fn traffic(
     rows: usize,
     ctx: usize,
 ) -> PlanTraffic {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml");
-    let rules = RuleSet::from_file(&path).expect("shipped rules");
     let mut policy = Policy::default();
     if reference {
         policy.fusions = Fusions::ReferenceOnly;
     }
+    traffic_under(instance, &policy, mode, rows, ctx)
+}
+
+/// The traffic of `instance`'s plan at (`mode`, `rows`) under `policy`, the shipped rules.
+fn traffic_under(
+    instance: &Instance,
+    policy: &Policy,
+    mode: Mode,
+    rows: usize,
+    ctx: usize,
+) -> PlanTraffic {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml");
+    let rules = RuleSet::from_file(&path).expect("shipped rules");
     let plan = ExecutionPlan::build_with(
         instance,
         &rules,
         &Available::all_kernels(&rules),
-        &policy,
+        policy,
         mode,
         rows,
         BuildOptions { verify: true },
@@ -166,24 +177,10 @@ fn the_gated_delta_rule_walks_a_sequences_rows_in_a_chain_and_its_chunks_in_a_sh
     let text = std::fs::read_to_string(&path).expect("the 80B config");
     let config = ModelConfig::from_json_str(&text, "qwen3-next-80b-a3b.json").expect("config");
     let instance = Instance::from_config(&config, ServeShape::default()).expect("instance");
-    let rules = RuleSet::from_file(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fusions/FUSIONS.toml"),
-    )
-    .expect("shipped rules");
     let chains = |mode: Mode, rows: usize, chunked: bool| {
         let mut policy = Policy::default();
         policy.levers.set("gdn_chunked", chunked).unwrap();
-        let plan = ExecutionPlan::build_with(
-            &instance,
-            &rules,
-            &Available::all_kernels(&rules),
-            &policy,
-            mode,
-            rows,
-            BuildOptions { verify: true },
-        )
-        .expect("plan");
-        let t = plan_traffic(&instance.circuit, &plan, 512);
+        let t = traffic_under(&instance, &policy, mode, rows, 512);
         let (rate, flops) = (4.8e12, 990e12);
         let longer = t.bound_us(rate, flops) > t.roofline_us(rate, flops) + 1e-6;
         let chained: Vec<u64> = t
