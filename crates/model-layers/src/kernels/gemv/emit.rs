@@ -269,11 +269,19 @@ pub(super) fn emit_qkv(v: &View<'_>) -> R {
     Ok(vec![launch(v, a)?])
 }
 
-/// Two sibling linears of the group (in group order), reading one input: their weights,
-/// biases and outputs side by side.
-/// The group's two sibling projections (`gdn_in_proj`'s and its tensor-core rule's): both
-/// `linear` ops, reading the same input of width k; returns them in order and k.
-pub(crate) fn sibling_pair<'a>(v: &View<'a>) -> Result<([&'a Op; 2], u32), ExecError> {
+/// The group's two sibling projections (`gdn_in_proj`'s and its tensor-core rule's): two
+/// `linear` ops, in group order, reading one input of width `k`; their weights, biases and
+/// outputs side by side.
+pub(crate) struct SiblingPair {
+    pub x: Buf,
+    pub w: [Buf; 2],
+    pub bias: [Option<Buf>; 2],
+    pub y: [Buf; 2],
+    pub k: u32,
+    pub n: [u32; 2],
+}
+
+pub(crate) fn sibling_pair(v: &View<'_>) -> Result<SiblingPair, ExecError> {
     let [first, second] = match v.ops(OpKind::Linear)[..] {
         [a, b] => [a, b],
         _ => return Err(v.err("expected exactly two `linear` ops".into())),
@@ -291,23 +299,37 @@ pub(crate) fn sibling_pair<'a>(v: &View<'a>) -> Result<([&'a Op; 2], u32), ExecE
             first.name, second.name
         )));
     }
-    Ok(([first, second], k))
+    Ok(SiblingPair {
+        x: v.input(first, 0)?,
+        w: [v.weight(first, 0)?, v.weight(second, 0)?],
+        bias: [v.weight_opt(first, 1), v.weight_opt(second, 1)],
+        y: [v.output(first, 0)?, v.output(second, 0)?],
+        k,
+        n: [v.u32(first, "out")?, v.u32(second, "out")?],
+    })
 }
 
 pub(super) fn emit_linear_pair(v: &View<'_>) -> R {
-    let ([first, second], k) = sibling_pair(v)?;
+    let SiblingPair {
+        x,
+        w: [w1, w2],
+        bias: [b1, b2],
+        y: [y1, y2],
+        k,
+        n: [n1, n2],
+    } = sibling_pair(v)?;
     let a = LinearPair {
-        x: v.input(first, 0)?,
-        w1: v.weight(first, 0)?,
-        b1: v.weight_opt(first, 1),
-        w2: v.weight(second, 0)?,
-        b2: v.weight_opt(second, 1),
-        y1: v.output(first, 0)?,
-        y2: v.output(second, 0)?,
+        x,
+        w1,
+        b1,
+        w2,
+        b2,
+        y1,
+        y2,
         rows: v.rows(),
         k,
-        n1: v.u32(first, "out")?,
-        n2: v.u32(second, "out")?,
+        n1,
+        n2,
         scratch: None,
     };
     Ok(vec![launch(v, a)?])

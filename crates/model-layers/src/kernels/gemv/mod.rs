@@ -34,7 +34,7 @@
 //! epilogue can apply qk-norm and rope to the head and write k and v into the paged cache.
 
 mod emit;
-pub(crate) use emit::{gate_up, projections, sibling_pair, GateUp};
+pub(crate) use emit::{gate_up, projections, sibling_pair, GateUp, SiblingPair};
 pub(crate) mod matvec;
 pub mod quant;
 #[cfg(test)]

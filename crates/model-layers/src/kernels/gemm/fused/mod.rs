@@ -18,7 +18,7 @@ use super::{each_dot, linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
-use crate::kernels::gemv::{gate_up, projections, sibling_pair, GateUp};
+use crate::kernels::gemv::{gate_up, projections, sibling_pair, GateUp, SiblingPair};
 use crate::numerics::{linear_value, silu_mul_value};
 
 mod quant;
@@ -161,19 +161,26 @@ fn linear_pair_mma(a: LinearPairMmaArgs<'_>) -> Result<(), GpuError> {
 /// Both projections bf16 (the rule lists bf16 only: a quantized pair is left to
 /// `linear_tensor_cores`, one launch each).
 fn emit_linear_pair_mma(v: &View<'_>) -> R {
-    let ([first, second], k) = sibling_pair(v)?;
+    let SiblingPair {
+        x,
+        w: [w1, w2],
+        bias: [b1, b2],
+        y: [y1, y2],
+        k,
+        n: [n1, n2],
+    } = sibling_pair(v)?;
     Ok(vec![LinearPairMma {
-        x: v.input(first, 0)?,
-        w1: v.weight(first, 0)?,
-        b1: v.weight_opt(first, 1),
-        w2: v.weight(second, 0)?,
-        b2: v.weight_opt(second, 1),
-        y1: v.output(first, 0)?,
-        y2: v.output(second, 0)?,
+        x,
+        w1,
+        b1,
+        w2,
+        b2,
+        y1,
+        y2,
         rows: v.rows(),
         k,
-        n1: v.u32(first, "out")?,
-        n2: v.u32(second, "out")?,
+        n1,
+        n2,
     }
     .launch(LINEAR_PAIR_MMA)])
 }
