@@ -42,6 +42,19 @@ struct SpanRows {
     __device__ __forceinline__ unsigned dst(unsigned r) const { return m0 + r; }
 };
 
+// The block's place in the grid: x the row blocks (⌈rows/64⌉), y the feature blocks (of 32
+// features, in the kernel's own numbering). Blocks are issued x fastest, so the blocks that
+// share a weight tile run side by side and the tile comes from DRAM once while x's rows (a few
+// MB at most) stay in L2. Feature-major order streamed every weight once per row block: 8 times
+// for a 512-row prefill chunk whose weights exceed L2. CUTLASS's threadblock rasterisation makes
+// the same choice for a short, wide product. y holds at most 65535 feature blocks (2,097,120
+// features), which the emitters check.
+struct GemmBlock {
+    unsigned m0;      // the block's first row
+    unsigned feature; // its feature block
+};
+__device__ __forceinline__ GemmBlock gemm_block() { return GemmBlock{blockIdx.x * GEMM_BM, blockIdx.y}; }
+
 // `count` picks (indices r·k + j into an MoE step's ids) gathered in shared memory: tile row r
 // reads x row picks[r] / k and stores output row picks[r].
 struct PickRows {
@@ -273,7 +286,7 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
     }
 }
 
-// gemm_tile over rows blockIdx.y·64.. of a row-major x of `rows` rows.
+// gemm_tile over the block's 64 rows (gemm_block's m0) of a row-major x of `rows` rows.
 // `ok` false (a quantized weight's zero block or group) writes nothing.
 template <unsigned NW, class W, class Store>
 __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w)[NW],
@@ -284,7 +297,7 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
     if (!ok) {
         return;
     }
-    gemm_tile<NW>(x, w, SpanRows{blockIdx.y * GEMM_BM, rows}, k, n, n0, store);
+    gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
 }
 
 struct StoreLinear {
@@ -315,21 +328,21 @@ struct StoreSiluMul {
 };
 
 // x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out] = bf16(dot + bias),
-// stored as gemv::linear stores it. grid = (⌈n_out/32⌉, ⌈rows/64⌉), 128 threads.
+// stored as gemv::linear stores it. grid = ⌈rows/64⌉·⌈n_out/32⌉ (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out) {
     const GemmBf16 ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, n_out, blockIdx.x * GEMM_BN, StoreLinear{bias, y, n_out});
+    gemm_run<1>(x, ws, rows, k, n_out, gemm_block().feature * GEMM_BN, StoreLinear{bias, y, n_out});
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router).
-// grid = (⌈vocab/32⌉, ⌈rows/64⌉), 128 threads.
+// grid = ⌈rows/64⌉·⌈vocab/32⌉ (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 unsigned rows, unsigned k, unsigned vocab) {
     const GemmBf16 ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, vocab, blockIdx.x * GEMM_BN, StoreLogits{logits, vocab});
+    gemm_run<1>(x, ws, rows, k, vocab, gemm_block().feature * GEMM_BN, StoreLogits{logits, vocab});
 }
 
 // gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
@@ -339,7 +352,7 @@ __device__ __forceinline__ void gemm_run_quant(bool ok, const bf16* __restrict__
                                                unsigned rows, unsigned k, unsigned n,
                                                Store store) {
     const GemmQuant<W> ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, n, blockIdx.x * GEMM_BN, store, ok);
+    gemm_run<1>(x, ws, rows, k, n, gemm_block().feature * GEMM_BN, store, ok);
 }
 
 // The quantized entries of linear_mma and lm_head_mma: w an fp8 blob (f32 scales of block_n ×
@@ -388,7 +401,7 @@ __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, con
                                         unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
     const unsigned q_blocks = (nq + GEMM_BN - 1) / GEMM_BN;
     const unsigned kv_blocks = (nkv + GEMM_BN - 1) / GEMM_BN;
-    unsigned b = blockIdx.x;
+    unsigned b = gemm_block().feature;
     W ws[1] = {w[0]};
     StoreLinear store{bias[0], out[0], nq};
     unsigned n = nq;
@@ -407,8 +420,8 @@ __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, con
 }
 
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
-// k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈nq/32⌉ + 2·⌈nkv/32⌉,
-// ⌈rows/64⌉), 128 threads: q's feature blocks, then k's, then v's.
+// k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = ⌈rows/64⌉·(⌈nq/32⌉ +
+// 2·⌈nkv/32⌉) (gemm_block), 128 threads: q's feature blocks, then k's, then v's.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq, const bf16* __restrict__ bq,
             const bf16* __restrict__ wk, const bf16* __restrict__ bk, const bf16* __restrict__ wv,
@@ -422,15 +435,15 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // Two sibling projections of x bf16[rows·k] in one launch (Gated DeltaNet's in_proj_qkvz and
 // in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
-// (⌈n1/32⌉ + ⌈n2/32⌉, ⌈rows/64⌉), 128 threads: the first matrix's feature blocks, then the
-// second's.
+// ⌈rows/64⌉·(⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
+// then the second's.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
                     const bf16* __restrict__ b1, const bf16* __restrict__ w2,
                     const bf16* __restrict__ b2, bf16* __restrict__ y1, bf16* __restrict__ y2,
                     unsigned rows, unsigned k, unsigned n1, unsigned n2) {
     const unsigned first_blocks = (n1 + GEMM_BN - 1) / GEMM_BN;
-    unsigned b = blockIdx.x;
+    unsigned b = gemm_block().feature;
     GemmBf16 ws[1] = {{w1}};
     StoreLinear store{b1, y1, n1};
     unsigned n = n1;
@@ -556,13 +569,13 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     const unsigned nkv = geo.kv_heads * hd;
     const unsigned row_elems = nkv;
     const unsigned long long slots = (unsigned long long)num_pages * block_size;
-    const SpanRows rows_of{blockIdx.y * GEMM_BM, rows};
+    const SpanRows rows_of{gemm_block().m0, rows};
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const unsigned g = lane >> 2;
     const unsigned t = lane & 3;
     // The block: a q head's, then a k head's (rope blocks, then pass-through), then v's.
-    unsigned b = blockIdx.x;
+    unsigned b = gemm_block().feature;
     const unsigned head_blocks = (geo.heads + geo.kv_heads) * geo.per_head();
     float acc[1][4][4];
     if (b >= head_blocks) {
@@ -766,8 +779,8 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
 
 // q, k and v of x bf16[rows·k] (wq [heads·head_dim·k], wk and wv [kv_heads·head_dim·k], biases
 // optional); q roped into q_out, k roped and v into each row's slot of the paged cache (a slot
-// outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ((heads +
-// kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉, ⌈rows/64⌉), half =
+// outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ⌈rows/64⌉·((heads +
+// kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉) (gemm_block), half =
 // rotary_dim / 2; 128 threads. wqn, wkn and eps are qkv_norm_rope_kv_mma's, gate_out
 // qkv_gated_norm_zc_rope_kv_mma's (unread here).
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -787,8 +800,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 // qkv_rope_kv_mma with qk-norm first (weights wqn, wkn bf16[head_dim]): the bytes of qkv_mma
-// then rope::qk_norm_rope_kv_write. grid = (heads + kv_heads + ⌈kv_heads·head_dim/32⌉,
-// ⌈rows/64⌉), 64·head_dim·2 bytes of dynamic shared memory; head_dim <= 256 (the CPU twin
+// then rope::qk_norm_rope_kv_write. grid = ⌈rows/64⌉·(heads + kv_heads +
+// ⌈kv_heads·head_dim/32⌉) (gemm_block), 64·head_dim·2 bytes of dynamic shared memory; head_dim <= 256 (the CPU twin
 // refuses more; the kernel stores nothing).
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_norm_rope_kv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq,
@@ -967,13 +980,13 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
 // = silu(gate) · up, with gate and up rounded to bf16 first as linear_mma stores them.
-// grid = (⌈inter/32⌉, ⌈rows/64⌉), 128 threads: each block takes both weights' tiles.
+// grid = ⌈rows/64⌉·⌈inter/32⌉ (gemm_block), 128 threads: each block takes both weights' tiles.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                      const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
                      unsigned k, unsigned inter) {
     const GemmBf16 ws[2] = {{wg}, {wu}};
-    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter});
+    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter});
 }
 
 // gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),
@@ -986,7 +999,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     const bool ok = g_block_n != 0u && g_block_k != 0u && u_block_n != 0u && u_block_k != 0u;
     const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
                                    {WFp8{wu, inter, u_block_n, u_block_k}}};
-    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter}, ok);
+    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter}, ok);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -996,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                           unsigned u_group) {
     const bool ok = g_group != 0u && u_group != 0u;
     const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
-    gemm_run<2>(x, ws, rows, k, inter, blockIdx.x * GEMM_BN, StoreSiluMul{act, inter}, ok);
+    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter}, ok);
 }
 
 // Every pick s (= r·k + j) of expert e among `total` ids, gathered 64 at a time in shared memory

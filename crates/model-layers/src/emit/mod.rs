@@ -6,7 +6,9 @@
 //! Invariants: a group emits exactly the kernels its rule names, in order (checked here; a
 //! variant entry of a kernel, chosen at emit time by rows and levers, counts as the kernel);
 //! every tensor the group keeps is passed to some launch (a kernel that cannot store a kept
-//! intermediate is an error naming it, never a silently dropped output).
+//! intermediate is an error naming it, never a silently dropped output); every launch's grid
+//! is within a CUDA launch's limits (an error naming the kernel, not a launch that fails on
+//! the device).
 
 use solder_circuit::Group;
 
@@ -45,6 +47,13 @@ pub fn emit_group(
             group.kernels
         )));
     }
+    if let Some(l) = launches.iter().find(|l| !within_grid_limits(l.config.grid)) {
+        return Err(view.err(format!(
+            "`{}`'s grid {:?} is past a launch's limits (x at most {GRID_X_MAX}, y and z at \
+             most {GRID_YZ_MAX})",
+            l.kernel, l.config.grid
+        )));
+    }
     let passed = view.passed();
     for &t in &group.outputs {
         if !passed.contains(&t) {
@@ -55,4 +64,30 @@ pub fn emit_group(
         }
     }
     Ok(launches)
+}
+
+/// The largest grid a CUDA launch takes: x up to 2³¹ − 1 blocks, y and z up to 65535.
+const GRID_X_MAX: u32 = i32::MAX as u32;
+const GRID_YZ_MAX: u32 = 65_535;
+
+fn within_grid_limits([x, y, z]: [u32; 3]) -> bool {
+    x <= GRID_X_MAX && y <= GRID_YZ_MAX && z <= GRID_YZ_MAX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_grid_limits;
+    use crate::kernels::gemm::gemm_grid;
+
+    #[test]
+    fn a_projections_grid_puts_its_row_blocks_on_x_and_is_refused_past_65535_feature_blocks() {
+        // 512 rows × 4096 features: 8 row blocks side by side for each of 128 feature blocks.
+        assert_eq!(gemm_grid(4096, 512).grid, [8, 128, 1]);
+        assert_eq!(gemm_grid(0, 0).grid, [1, 1, 1]);
+        assert!(within_grid_limits(gemm_grid(65_535 * 32, 8192).grid));
+        assert!(!within_grid_limits(gemm_grid(65_535 * 32 + 1, 1).grid));
+        assert!(within_grid_limits([i32::MAX as u32, 1, 1]));
+        assert!(!within_grid_limits([1 << 31, 1, 1]));
+        assert!(!within_grid_limits([1, 1, 65_536]));
+    }
 }

@@ -148,14 +148,17 @@ pub fn experts_down_scratch_max(
 
 /// One block per tile of 64 rows × 32 features.
 pub fn gemm_grid(features: u32, rows: u32) -> LaunchConfig {
+    tile_grid(features.div_ceil(GEMM_FEATURES), rows, 0)
+}
+
+/// A projection's grid (gemm.cu's `gemm_block`): x the ⌈rows/64⌉ row blocks, y
+/// `feature_blocks`. Blocks are issued x fastest, so the blocks that share a weight tile run
+/// side by side and read it from DRAM once. y holds at most 65535 (`emit_group` refuses more).
+pub(super) fn tile_grid(feature_blocks: u32, rows: u32, shared_bytes: u32) -> LaunchConfig {
     LaunchConfig {
-        grid: [
-            features.div_ceil(GEMM_FEATURES).max(1),
-            rows.div_ceil(GEMM_ROWS).max(1),
-            1,
-        ],
+        grid: [rows.div_ceil(GEMM_ROWS).max(1), feature_blocks.max(1), 1],
         block: [GEMM_THREADS, 1, 1],
-        shared_bytes: 0,
+        shared_bytes,
     }
 }
 

@@ -14,7 +14,7 @@ use half::bf16;
 use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::{each_dot, linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::{each_dot, linear_dots, GEMM_FEATURES};
 use crate::kernels::args::size;
 use crate::kernels::decl::kernel;
 use crate::kernels::emit_view::{View, R};
@@ -113,14 +113,10 @@ fn pair_grid(n1: u32, n2: u32, rows: u32) -> LaunchConfig {
     blocks_of(&[n1, n2], rows)
 }
 
-/// Each matrix's feature blocks of 32 in turn along x; one block per 64 rows along y.
+/// Each matrix's feature blocks of 32 in turn, each over every 64 rows (`tile_grid`).
 fn blocks_of(features: &[u32], rows: u32) -> LaunchConfig {
     let blocks: u32 = features.iter().map(|n| n.div_ceil(GEMM_FEATURES)).sum();
-    LaunchConfig {
-        grid: [blocks.max(1), rows.div_ceil(GEMM_ROWS).max(1), 1],
-        block: [GEMM_THREADS, 1, 1],
-        shared_bytes: 0,
-    }
+    super::tile_grid(blocks, rows, 0)
 }
 
 fn qkv_mma(a: QkvMmaArgs<'_>) -> Result<(), GpuError> {

@@ -27,7 +27,7 @@ use solder_circuit::ir::MetaField;
 use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS, GEMM_THREADS};
+use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS};
 use super::quant::{fp8, int4};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out, OutOpt};
 use crate::kernels::decl::{kernel, Name};
@@ -231,18 +231,11 @@ pub fn qkv_rope_kv_grid(
         false => half.div_ceil(16) + (head_dim - 2 * half).div_ceil(GEMM_FEATURES),
     };
     let v_blocks = (kv_heads * head_dim).div_ceil(GEMM_FEATURES);
-    LaunchConfig {
-        grid: [
-            ((heads + kv_heads) * per_head + v_blocks).max(1),
-            rows.div_ceil(GEMM_ROWS).max(1),
-            1,
-        ],
-        block: [GEMM_THREADS, 1, 1],
-        shared_bytes: match norm {
-            true => GEMM_ROWS * head_dim.min(NORM_HEAD_DIM_MAX) * 2,
-            false => 0,
-        },
-    }
+    let shared_bytes = match norm {
+        true => GEMM_ROWS * head_dim.min(NORM_HEAD_DIM_MAX) * 2,
+        false => 0,
+    };
+    super::super::tile_grid((heads + kv_heads) * per_head + v_blocks, rows, shared_bytes)
 }
 
 /// Every entry's arguments but the weights (the same names in each).
