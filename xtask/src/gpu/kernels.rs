@@ -1,6 +1,7 @@
 //! `gpu-kernels` (hidden): single kernels timed alone at a real model's shape, for the
-//! per-kernel figures a whole program's timing hides. Today: Gated DeltaNet's recurrence over
-//! one sequence's prompt chunk (chain 1) at Qwen3-Next-80B's shape, row by row
+//! per-kernel figures a whole program's timing hides. Two families (`--family`): `gemm`, the
+//! tensor-core projections against their roofline (`gpu::tiles`), and `gdn`, Gated DeltaNet's
+//! recurrence over one sequence's prompt chunk (chain 1) at Qwen3-Next-80B's shape, row by row
 //! (`gdn::gates_recurrence`) against its chunked form (`gdn::gates_chunked`, the `gdn_chunked`
 //! lever), each launch timed alone (synchronize, launch, synchronize), the median per width,
 //! and the two outputs' largest difference (they agree up to rounding).
@@ -17,15 +18,23 @@ use solder_model_layers::kernels::{Buf, Launch};
 use super::{device_backend, median, BackendKind};
 use crate::args::Args;
 
-const HELP: &str = "usage: solder gpu-kernels [--backend cpu|cuda] [--rows LIST] [--runs N]
+const HELP: &str =
+    "usage: solder gpu-kernels [--backend cpu|cuda] [--family gdn|gemm|all] [--rows LIST]
+                          [--runs N]
 
-  Gated DeltaNet's recurrence over one sequence's chunk of each of --rows rows (default
+  gdn: Gated DeltaNet's recurrence over one sequence's chunk of each of --rows rows (default
   16,128,512) at Qwen3-Next-80B's shape (16 key heads, 32 value heads, head dims 128): the row-
   by-row kernel (gdn::gates_recurrence) against the chunked form (gdn::gates_chunked), each
   launch timed alone; per width the median microseconds of each, microseconds per row, the
   ratio, and the outputs' largest difference relative to the largest output.
 
+  gemm: the tensor-core projections (gemm::gate_up_silu_mma, gemm::linear_mma as down and as o)
+  at Llama-3.1-8B's shapes and each of --rows rows, each launch timed alone: the median against
+  the roofline (4.8 TB/s, 990 TFLOPS) and against the floor of weights read once per 64 rows.
+  On the CPU backend the shapes are cut by 32.
+
   --backend B   cpu (default: a dry run of the harness on the twins) or cuda
+  --family F    gdn, gemm or all (default)
   --rows LIST   chunk widths, comma-separated, 1..=4096 each
   --runs N      timed launches per kernel and width, 1..=1000 (default 20)";
 
@@ -33,12 +42,18 @@ const HELP: &str = "usage: solder gpu-kernels [--backend cpu|cuda] [--rows LIST]
 const SHAPE: [u32; 4] = [16, 128, 32, 128];
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
-    let args = Args::parse(argv, &["backend", "rows", "runs"], &["help"])?;
+    let args = Args::parse(argv, &["backend", "family", "rows", "runs"], &["help"])?;
     if args.flag("help") {
         println!("{HELP}");
         return Ok(());
     }
     let kind = BackendKind::parse(args.value("backend"))?;
+    let (gdn, gemm) = match args.value("family").unwrap_or("all") {
+        "gdn" => (true, false),
+        "gemm" => (false, true),
+        "all" => (true, true),
+        other => return Err(format!("--family: `{other}` is not gdn, gemm or all")),
+    };
     let rows = match args.value("rows") {
         None => vec![16, 128, 512],
         Some(list) => list
@@ -65,6 +80,16 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let backend = backend.as_mut();
     println!("{}", super::describe(&backend.facts()));
+    if gemm {
+        let cut = match kind {
+            BackendKind::Cpu => 32,
+            _ => 1,
+        };
+        super::tiles::time_projections(backend, &rows, runs, cut)?;
+    }
+    if !gdn {
+        return Ok(());
+    }
     let [nk, dk, nv, dv] = SHAPE;
     println!(
         "gdn recurrence, one sequence's chunk: {nk} key heads, {nv} value heads, dk {dk}, dv {dv}; \
@@ -85,18 +110,29 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
 }
 
 /// A deterministic fill in about ±1 for `n` elements.
-fn wave(n: usize, seed: f32) -> impl Iterator<Item = f32> {
+pub(super) fn wave(n: usize, seed: f32) -> impl Iterator<Item = f32> {
     (0..n).map(move |i| ((i as f32 + seed) * 0.618_034).sin())
 }
 
 /// The buffers of one width, freed together.
-struct Buffers<'b> {
+pub(super) struct Buffers<'b> {
     backend: &'b mut dyn GpuBackend,
     held: Vec<DevicePtr>,
 }
 
-impl Buffers<'_> {
-    fn upload(&mut self, bytes: &[u8]) -> Result<Buf, String> {
+impl<'b> Buffers<'b> {
+    pub(super) fn new(backend: &'b mut dyn GpuBackend) -> Self {
+        Buffers {
+            backend,
+            held: Vec::new(),
+        }
+    }
+
+    pub(super) fn backend(&mut self) -> &mut dyn GpuBackend {
+        &mut *self.backend
+    }
+
+    pub(super) fn upload(&mut self, bytes: &[u8]) -> Result<Buf, String> {
         let ptr = self.backend.alloc(bytes.len()).map_err(|e| e.to_string())?;
         self.held.push(ptr);
         self.backend
@@ -105,7 +141,7 @@ impl Buffers<'_> {
         Ok(Buf::new(ptr, bytes.len()))
     }
 
-    fn free(self) -> Result<(), String> {
+    pub(super) fn free(self) -> Result<(), String> {
         for ptr in self.held {
             self.backend.free(ptr).map_err(|e| e.to_string())?;
         }
@@ -113,13 +149,13 @@ impl Buffers<'_> {
     }
 }
 
-fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
+pub(super) fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
     values
         .flat_map(|v| half::bf16::from_f32(v).to_le_bytes())
         .collect()
 }
 
-fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, String> {
+pub(super) fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, String> {
     let mut raw = vec![0u8; buf.bytes];
     backend
         .copy_d2h(buf.ptr, &mut raw)
@@ -131,7 +167,7 @@ fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, Str
 }
 
 /// Launches `launch` alone and waits for it.
-fn launch_once(backend: &mut dyn GpuBackend, launch: &Launch) -> Result<(), String> {
+pub(super) fn launch_once(backend: &mut dyn GpuBackend, launch: &Launch) -> Result<(), String> {
     let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
     let stream = backend.default_stream();
     (backend.launch(stream, kernel, &launch.config, &launch.args)).map_err(|e| e.to_string())?;
@@ -139,7 +175,11 @@ fn launch_once(backend: &mut dyn GpuBackend, launch: &Launch) -> Result<(), Stri
 }
 
 /// Launches `launch` alone `runs` times after one warm-up; the median microseconds.
-fn time(backend: &mut dyn GpuBackend, launch: &Launch, runs: usize) -> Result<f64, String> {
+pub(super) fn time(
+    backend: &mut dyn GpuBackend,
+    launch: &Launch,
+    runs: usize,
+) -> Result<f64, String> {
     let mut samples = Vec::with_capacity(runs);
     for run in 0..=runs {
         backend.synchronize().map_err(|e| e.to_string())?;
@@ -163,10 +203,7 @@ fn time_width(
     let r = rows as usize;
     let channels = (2 * nk * dk + nv * dv) as usize;
     let state_elems = (nv * dk * dv) as usize;
-    let mut buffers = Buffers {
-        backend,
-        held: Vec::new(),
-    };
+    let mut buffers = Buffers::new(backend);
     let mixed = buffers.upload(&bf16_bytes(wave(r * channels, 0.5)))?;
     // b and a about ±3: beta in (0.05, 0.95), decays over the whole range.
     let ba = buffers.upload(&bf16_bytes(wave(r * 2 * nv as usize, 1.5).map(|v| 3.0 * v)))?;
@@ -247,7 +284,8 @@ fn time_width(
 
 #[cfg(test)]
 mod tests {
-    /// The harness on the CPU twins: both kernels run, agree, and a line per width is printed.
+    /// The harness on the CPU twins (both families): the recurrence's two kernels run and agree,
+    /// each projection's output is finite and not all zero, and a line per width is printed.
     #[test]
     fn the_dry_run_times_both_kernels_and_they_agree() {
         super::run(vec![
@@ -265,5 +303,7 @@ mod tests {
         assert!(err.contains("--rows"), "{err}");
         let err = super::run(vec!["--runs".into(), "x".into()]).unwrap_err();
         assert!(err.contains("--runs"), "{err}");
+        let err = super::run(vec!["--family".into(), "gemv".into()]).unwrap_err();
+        assert!(err.contains("--family"), "{err}");
     }
 }

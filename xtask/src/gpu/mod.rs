@@ -16,6 +16,7 @@ pub mod facts;
 pub mod kernels;
 pub mod ncu;
 pub mod step;
+pub mod tiles;
 
 use solder_gpu_runtime::DeviceFacts;
 

@@ -26,7 +26,8 @@
 # on an MoE and a hybrid checkpoint; a stress stage
 # replaying the split steps 1,000 times, comparing the logits bytes every time.
 # Part 3: Gated DeltaNet's recurrence over a prompt's chunk at Qwen3-Next-80B's shape, row by
-# row against its chunked form (`gdn_chunked`), each launch timed alone (gpu-kernels); the 1B
+# row against its chunked form (`gdn_chunked`), each launch timed alone (gpu-kernels); the
+# tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the 1B
 # shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
 # the tensor cores' quantized entries, and ncu per kernel over a 1,024-token prefill with them;
 # every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
@@ -83,9 +84,10 @@ LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)
 LIMIT_STRESS=${LIMIT_STRESS:-10}        # (1 s)
 LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE with the lever (4 s at context 40; now 300, not yet timed)
-# Part 3: 460 s in all (the third device call gives 500).
+# Part 3: 490 s in all (the third device call gives 530).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
 LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence row by row vs chunked, 80B shape (not yet timed)
+LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 3 widths (not yet timed)
 LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, two runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
 LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-45}  # every module JIT-compiled from its PTX (25 s)
@@ -450,8 +452,15 @@ part3() {
     # Gated DeltaNet shape, gdn::gates_recurrence against gdn::gates_chunked (their outputs
     # compared first), medians of launches timed alone.
     stage "gdn kernels" "$LIMIT_GDN_KERNELS" "$LOG/bench.log" \
-        "$BIN" gpu-kernels --backend cuda --rows 16,128,512 --runs 20
+        "$BIN" gpu-kernels --backend cuda --family gdn --rows 16,128,512 --runs 20
     record "gdn kernels" "$(key '^gdn kernels:')" "$LOG/bench.log"
+
+    # Per-kernel: gemm::gate_up_silu_mma and gemm::linear_mma (down, o) at Llama-3.1-8B's
+    # shapes and 64, 128 and 512 rows, medians against the roofline and against the floor of
+    # weights read once per 64 rows (the grid's old order).
+    stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
+        "$BIN" gpu-kernels --backend cuda --family gemm --rows 64,128,512 --runs 20
+    record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"
 
     # fp8 weights: gemv's quantized entries against the tensor cores' (linear_mma_fp8, the fused
     # qkv_mma_fp8 and gate_up_silu_mma_fp8), then every launch of a 1,024-token prefill with
