@@ -40,7 +40,9 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
                       the step's bytes (weights per format) and its floor at --tbps (default
                       4.8 TB/s) and --context (and `traffic` per launch with --bytes)
   --bytes             per plan, the bytes each launch must move (weights, activations,
-                      KV and recurrent state, metadata) and the step's bandwidth floor
+                      KV and recurrent state, metadata) and the step's bandwidth floor;
+                      backup= the session's recurrent-state backup before the step, step=
+                      the bound with it
   --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
   --tflops F          the arithmetic rate of --bytes' roofline (each launch at the slower of
                       its bytes and its FLOPs), TFLOPS, 0.001..=100000 (default 990: the
