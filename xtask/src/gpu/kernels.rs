@@ -9,14 +9,13 @@
 //! On the CPU backend (`--backend cpu`, the default) it is a dry run of the harness: the twins'
 //! times mean nothing for a GPU, the agreement does.
 
-use solder_gpu_runtime::{DevicePtr, GpuBackend};
+use super::alone::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
+use super::{device_backend, BackendKind};
+use crate::args::Args;
+use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gdn::{
     GatesChunked, GatesRecurrence, GATES_CHUNKED, GATES_RECURRENCE,
 };
-use solder_model_layers::kernels::{Buf, Launch};
-
-use super::{device_backend, median, BackendKind};
-use crate::args::Args;
 
 const HELP: &str =
     "usage: solder gpu-kernels [--backend cpu|cuda] [--family gdn|gemm|all] [--rows LIST]
@@ -109,89 +108,6 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
-/// A deterministic fill in about ±1 for `n` elements.
-pub(super) fn wave(n: usize, seed: f32) -> impl Iterator<Item = f32> {
-    (0..n).map(move |i| ((i as f32 + seed) * 0.618_034).sin())
-}
-
-/// The buffers of one width, freed together.
-pub(super) struct Buffers<'b> {
-    backend: &'b mut dyn GpuBackend,
-    held: Vec<DevicePtr>,
-}
-
-impl<'b> Buffers<'b> {
-    pub(super) fn new(backend: &'b mut dyn GpuBackend) -> Self {
-        Buffers {
-            backend,
-            held: Vec::new(),
-        }
-    }
-
-    pub(super) fn backend(&mut self) -> &mut dyn GpuBackend {
-        &mut *self.backend
-    }
-
-    pub(super) fn upload(&mut self, bytes: &[u8]) -> Result<Buf, String> {
-        let ptr = self.backend.alloc(bytes.len()).map_err(|e| e.to_string())?;
-        self.held.push(ptr);
-        self.backend
-            .copy_h2d(ptr, bytes)
-            .map_err(|e| e.to_string())?;
-        Ok(Buf::new(ptr, bytes.len()))
-    }
-
-    pub(super) fn free(self) -> Result<(), String> {
-        for ptr in self.held {
-            self.backend.free(ptr).map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-}
-
-pub(super) fn bf16_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
-    values
-        .flat_map(|v| half::bf16::from_f32(v).to_le_bytes())
-        .collect()
-}
-
-pub(super) fn download_bf16(backend: &mut dyn GpuBackend, buf: Buf) -> Result<Vec<f32>, String> {
-    let mut raw = vec![0u8; buf.bytes];
-    backend
-        .copy_d2h(buf.ptr, &mut raw)
-        .map_err(|e| e.to_string())?;
-    Ok(raw
-        .chunks_exact(2)
-        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-        .collect())
-}
-
-/// Launches `launch` alone and waits for it.
-pub(super) fn launch_once(backend: &mut dyn GpuBackend, launch: &Launch) -> Result<(), String> {
-    let kernel = backend.kernel(launch.kernel).map_err(|e| e.to_string())?;
-    let stream = backend.default_stream();
-    (backend.launch(stream, kernel, &launch.config, &launch.args)).map_err(|e| e.to_string())?;
-    backend.synchronize().map_err(|e| e.to_string())
-}
-
-/// Launches `launch` alone `runs` times after one warm-up; the median microseconds.
-pub(super) fn time(
-    backend: &mut dyn GpuBackend,
-    launch: &Launch,
-    runs: usize,
-) -> Result<f64, String> {
-    let mut samples = Vec::with_capacity(runs);
-    for run in 0..=runs {
-        backend.synchronize().map_err(|e| e.to_string())?;
-        let started = std::time::Instant::now();
-        launch_once(backend, launch)?;
-        if run > 0 {
-            samples.push(started.elapsed().as_secs_f64() * 1e6);
-        }
-    }
-    Ok(median(&mut samples))
-}
-
 /// One width: both kernels from the same state, their outputs compared, then each timed.
 /// Returns the table's line and the chunked / row-by-row ratio.
 fn time_width(
@@ -257,8 +173,8 @@ fn time_width(
             }
             .launch(GATES_CHUNKED),
         };
-        launch_once(buffers.backend, &launch)?;
-        outputs.push(download_bf16(buffers.backend, out)?);
+        launch_once(buffers.backend(), &launch)?;
+        outputs.push(download_bf16(buffers.backend(), out)?);
         launches.push(launch);
     }
     let scale = outputs[0].iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -270,8 +186,8 @@ fn time_width(
              largest: more than rounding"
         ));
     }
-    let row_by_row = time(buffers.backend, &launches[0], runs)?;
-    let chunked = time(buffers.backend, &launches[1], runs)?;
+    let row_by_row = time(buffers.backend(), &launches[0], runs)?;
+    let chunked = time(buffers.backend(), &launches[1], runs)?;
     buffers.free()?;
     let ratio = chunked / row_by_row;
     let line = format!(

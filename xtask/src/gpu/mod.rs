@@ -8,6 +8,7 @@
 //! Invariant: everything here builds without the `cuda` feature; what needs a device then
 //! fails with `BUILD_HINT`, never at compile time.
 
+pub mod alone;
 pub mod bench;
 pub mod bundle;
 pub mod check;

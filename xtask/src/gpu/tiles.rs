@@ -10,7 +10,7 @@ use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gemm::{GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, LINEAR_MMA};
 use solder_model_layers::kernels::{Buf, Launch};
 
-use super::kernels::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
+use super::alone::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
 
 /// H200 peaks the plan's roofline uses, and the L2 a weight must exceed to be re-read.
 const TBPS: f64 = 4.8e12;
