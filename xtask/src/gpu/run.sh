@@ -456,8 +456,8 @@ part3() {
     record "gdn kernels" "$(key '^gdn kernels:')" "$LOG/bench.log"
 
     # Per-kernel: gemm::gate_up_silu_mma and gemm::linear_mma (down, o) at Llama-3.1-8B's
-    # shapes and 64, 128 and 512 rows, medians against the roofline and against the floor of
-    # weights read once per 64 rows (the grid's old order).
+    # shapes and 64, 128 and 512 rows, medians against the roofline, against the floor of
+    # weights read once per 64 rows (the grid's old order) and against gemv's kernels.
     stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
         "$BIN" gpu-kernels --backend cuda --family gemm --rows 64,128,512 --runs 20
     record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"

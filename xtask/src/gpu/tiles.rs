@@ -6,8 +6,10 @@
 //!
 //! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins).
 
+use solder_config::Levers;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gemm::{GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, LINEAR_MMA};
+use solder_model_layers::kernels::gemv::{GateUpSilu, Linear, GEMV_UNSPLIT};
 use solder_model_layers::kernels::{Buf, Launch};
 
 use super::alone::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
@@ -54,7 +56,8 @@ const PROJECTIONS: [Projection; 3] = [
 ];
 
 /// Times every projection at every width; prints a line each and the summary line
-/// `gemm kernels: …` (each launch's median as a fraction of its roofline).
+/// `gemm kernels: …` (each tensor-core launch's median as a fraction of its roofline, and the
+/// CUDA-core kernel's time over it).
 pub fn time_projections(
     backend: &mut dyn GpuBackend,
     rows: &[u32],
@@ -70,14 +73,23 @@ pub fn time_projections(
         }
     );
     println!(
-        "{:>6} {:<18} {:>12} {:>12} {:>10} {:>14} {:>8}",
-        "rows", "kernel", "median us", "roofline us", "of roof", "re-read floor", "TFLOPS"
+        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>12} {:>8} {:>14} {:>8} {:>9}",
+        "rows",
+        "kernel",
+        "mma us",
+        "gemv us",
+        "gemv/mma",
+        "roofline us",
+        "of roof",
+        "re-read floor",
+        "TFLOPS",
+        "max diff"
     );
-    let mut summary = Vec::new();
+    let mut summary: Vec<(u32, &str, f64, f64)> = Vec::new();
     for &r in rows {
         for p in &PROJECTIONS {
             let (k, n) = (p.k / cut, p.n / cut);
-            let us = time_one(backend, p, r, k, n, runs)
+            let t = time_one(backend, p, r, k, n, runs)
                 .map_err(|e| format!("{} at {r} rows: {e}", p.name))?;
             let weight = 2.0 * f64::from(k) * f64::from(n) * f64::from(p.weights);
             let moved = weight + 2.0 * f64::from(r) * f64::from(k + n);
@@ -89,19 +101,57 @@ pub fn time_projections(
             };
             let floor = (reread + moved - weight) / TBPS * 1e6;
             println!(
-                "{r:>6} {:<18} {us:>12.1} {roof:>12.1} {:>10.3} {floor:>14.1} {:>8.1}",
+                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
                 p.name,
-                roof / us,
-                flops / us * 1e-6
+                t.mma,
+                t.gemv,
+                t.gemv / t.mma,
+                roof / t.mma,
+                flops / t.mma * 1e-6,
+                t.diff
             );
-            summary.push(format!("{} {r} x{:.2}", p.label, roof / us));
+            summary.push((r, p.label, roof / t.mma, t.gemv / t.mma));
         }
     }
-    println!("gemm kernels: of roofline: {}", summary.join(", "));
+    println!("{}", summary_line(&summary));
     Ok(())
 }
 
-/// One projection at `rows`: its output checked finite and not all zero, then timed.
+/// `gemm kernels: …` from (rows, label, of roofline, gemv / mma) per case: the tensor cores'
+/// fraction of the roofline at the widest width and the CUDA cores' time over theirs at the
+/// narrowest (short enough for the bundle's summary row).
+fn summary_line(cases: &[(u32, &str, f64, f64)]) -> String {
+    let (Some(wide), Some(narrow)) = (
+        cases.iter().map(|c| c.0).max(),
+        cases.iter().map(|c| c.0).min(),
+    ) else {
+        return "gemm kernels: no widths".into();
+    };
+    let at = |rows: u32, f: &dyn Fn(&(u32, &str, f64, f64)) -> f64| {
+        let parts: Vec<String> = cases
+            .iter()
+            .filter(|c| c.0 == rows)
+            .map(|c| format!("{} {:.2}", c.1, f(c)))
+            .collect();
+        parts.join(" ")
+    };
+    format!(
+        "gemm kernels: of roof@{wide} {}; gemv/mma@{narrow} {}",
+        at(wide, &|c| c.2),
+        at(narrow, &|c| c.3)
+    )
+}
+
+/// One projection's medians: the tensor cores', the CUDA cores', and their outputs' largest
+/// difference relative to the largest output.
+struct Timed {
+    mma: f64,
+    gemv: f64,
+    diff: f32,
+}
+
+/// One projection at `rows`, both kernels from the same buffers: their outputs checked finite,
+/// not all zero and equal up to rounding, then each timed.
 fn time_one(
     backend: &mut dyn GpuBackend,
     p: &Projection,
@@ -109,7 +159,7 @@ fn time_one(
     k: u32,
     n: u32,
     runs: usize,
-) -> Result<f64, String> {
+) -> Result<Timed, String> {
     let (r, k_, n_) = (rows as usize, k as usize, n as usize);
     let mut buffers = Buffers::new(backend);
     let x = buffers.upload(&bf16_bytes(wave(r * k_, 0.5)))?;
@@ -121,35 +171,112 @@ fn time_one(
         2 => Some(weight(2.5)?),
         _ => None,
     };
-    let out: Buf = buffers.upload(&vec![0u8; r * n_ * 2])?;
-    let launch: Launch = match wu {
-        Some(wu) => GateUpSiluMma {
-            x,
-            wg: w,
-            wu,
-            act: out,
-            rows,
-            k,
-            inter: n,
+    let outs: [Buf; 2] = [
+        buffers.upload(&vec![0u8; r * n_ * 2])?,
+        buffers.upload(&vec![0u8; r * n_ * 2])?,
+    ];
+    let launches = launches(x, w, wu, outs, rows, k, n);
+    let mut values = Vec::new();
+    for (launch, out) in launches.iter().zip(outs) {
+        launch_once(buffers.backend(), launch)?;
+        let v = download_bf16(buffers.backend(), out)?;
+        if v.iter().any(|v| !v.is_finite()) || v.iter().all(|&v| v == 0.0) {
+            return Err(format!(
+                "{}'s output is not finite, or all zero",
+                launch.kernel
+            ));
         }
-        .launch(GATE_UP_SILU_MMA),
-        None => LinearMma {
-            x,
-            w,
-            bias: None,
-            y: out,
-            rows,
-            k,
-            n_out: n,
-        }
-        .launch(LINEAR_MMA),
-    };
-    launch_once(buffers.backend(), &launch)?;
-    let values = download_bf16(buffers.backend(), out)?;
-    if values.iter().any(|v| !v.is_finite()) || values.iter().all(|&v| v == 0.0) {
-        return Err("its output is not finite, or all zero".into());
+        values.push(v);
     }
-    let us = time(buffers.backend(), &launch, runs)?;
+    let largest = values[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = (values[0].iter().zip(&values[1])).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    let diff = diff / largest;
+    if !diff.is_finite() || diff > 2e-2 {
+        return Err(format!(
+            "the tensor cores' outputs differ from the CUDA cores' by {diff:.3e} of the largest: \
+             more than rounding"
+        ));
+    }
+    let mma = time(buffers.backend(), &launches[0], runs)?;
+    let gemv = time(buffers.backend(), &launches[1], runs)?;
     buffers.free()?;
-    Ok(us)
+    Ok(Timed { mma, gemv, diff })
+}
+
+/// The tensor-core launch into `outs[0]` and the CUDA-core one into `outs[1]`: gate and up with
+/// SiLU·mul when there is an up weight, else a plain projection. The CUDA-core launch takes the
+/// entry and split its emitter picks at `rows`, unsplit where that split would need the step's
+/// split-K scratch (a kernel timed alone has none).
+fn launches(
+    x: Buf,
+    w: Buf,
+    wu: Option<Buf>,
+    outs: [Buf; 2],
+    rows: u32,
+    k: u32,
+    n: u32,
+) -> [Launch; 2] {
+    let unsplit = {
+        let mut levers = Levers::default();
+        levers.set(GEMV_UNSPLIT, true).expect("a known lever");
+        levers
+    };
+    let pick = |scratch: usize| match scratch {
+        0 => Levers::default(),
+        _ => unsplit.clone(),
+    };
+    match wu {
+        Some(wu) => {
+            let gemv = GateUpSilu {
+                x,
+                wg: w,
+                wu,
+                act: outs[1],
+                rows,
+                k,
+                inter: n,
+                scratch: None,
+            };
+            let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            [
+                GateUpSiluMma {
+                    x,
+                    wg: w,
+                    wu,
+                    act: outs[0],
+                    rows,
+                    k,
+                    inter: n,
+                }
+                .launch(GATE_UP_SILU_MMA),
+                gemv.launch_in(shape),
+            ]
+        }
+        None => {
+            let gemv = Linear {
+                x,
+                w,
+                bias: None,
+                y: outs[1],
+                rows,
+                k,
+                n_out: n,
+                scratch: None,
+            };
+            let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            [
+                LinearMma {
+                    x,
+                    w,
+                    bias: None,
+                    y: outs[0],
+                    rows,
+                    k,
+                    n_out: n,
+                }
+                .launch(LINEAR_MMA),
+                gemv.launch_in(shape),
+            ]
+        }
+    }
 }
