@@ -85,7 +85,7 @@ pub fn time_projections(
         "TFLOPS",
         "max diff"
     );
-    let mut summary: Vec<(u32, &str, f64, f64)> = Vec::new();
+    let mut summary: Vec<Case> = Vec::new();
     for &r in rows {
         for p in &PROJECTIONS {
             let (k, n) = (p.k / cut, p.n / cut);
@@ -110,35 +110,49 @@ pub fn time_projections(
                 flops / t.mma * 1e-6,
                 t.diff
             );
-            summary.push((r, p.label, roof / t.mma, t.gemv / t.mma));
+            summary.push(Case {
+                rows: r,
+                label: p.label,
+                of_roof: roof / t.mma,
+                gemv_over_mma: t.gemv / t.mma,
+            });
         }
     }
     println!("{}", summary_line(&summary));
     Ok(())
 }
 
-/// `gemm kernels: …` from (rows, label, of roofline, gemv / mma) per case: the tensor cores'
-/// fraction of the roofline at the widest width and the CUDA cores' time over theirs at the
-/// narrowest (short enough for the bundle's summary row).
-fn summary_line(cases: &[(u32, &str, f64, f64)]) -> String {
+/// One projection at one width, for the summary row.
+struct Case {
+    rows: u32,
+    label: &'static str,
+    /// The tensor-core median as a fraction of the roofline.
+    of_roof: f64,
+    /// The CUDA-core median over the tensor cores'.
+    gemv_over_mma: f64,
+}
+
+/// `gemm kernels: …`: the tensor cores' fraction of the roofline at the widest width and the
+/// CUDA cores' time over theirs at the narrowest (short enough for the bundle's summary row).
+fn summary_line(cases: &[Case]) -> String {
     let (Some(wide), Some(narrow)) = (
-        cases.iter().map(|c| c.0).max(),
-        cases.iter().map(|c| c.0).min(),
+        cases.iter().map(|c| c.rows).max(),
+        cases.iter().map(|c| c.rows).min(),
     ) else {
         return "gemm kernels: no widths".into();
     };
-    let at = |rows: u32, f: &dyn Fn(&(u32, &str, f64, f64)) -> f64| {
+    let at = |rows: u32, f: fn(&Case) -> f64| {
         let parts: Vec<String> = cases
             .iter()
-            .filter(|c| c.0 == rows)
-            .map(|c| format!("{} {:.2}", c.1, f(c)))
+            .filter(|c| c.rows == rows)
+            .map(|c| format!("{} {:.2}", c.label, f(c)))
             .collect();
         parts.join(" ")
     };
     format!(
         "gemm kernels: of roof@{wide} {}; gemv/mma@{narrow} {}",
-        at(wide, &|c| c.2),
-        at(narrow, &|c| c.3)
+        at(wide, |c| c.of_roof),
+        at(narrow, |c| c.gemv_over_mma)
     )
 }
 
