@@ -2,7 +2,12 @@
 //! shapes, each against its roofline (bytes at 4.8 TB/s, FLOPs at 990 TFLOPS) and against the
 //! floor its weights would set if they came from DRAM once per 64-row block, as they did while
 //! the grid was issued feature blocks first (docs/PERFORMANCE.md, "Tensor-core tiles issued row
-//! blocks first"). A median under that floor shows the weights were read about once.
+//! blocks first"). A median under that floor shows the weights were read about once. Beside
+//! each, the CUDA-core kernel the same projection runs without the `tensor_cores` lever
+//! (`gemv::gate_up_silu`, `gemv::linear`, in the entry its emitter picks at that width), from
+//! the same buffers: their outputs agree up to rounding, and the ratio says from which width
+//! the lever pays (the lever holds at every width: a width threshold would change a sequence's
+//! bytes with its program's width).
 //!
 //! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins).
 
