@@ -53,7 +53,9 @@ struct GemmBlock {
     unsigned m0;      // the block's first row
     unsigned feature; // its feature block
 };
-__device__ __forceinline__ GemmBlock gemm_block() { return GemmBlock{blockIdx.x * GEMM_BM, blockIdx.y}; }
+__device__ __forceinline__ GemmBlock gemm_block() {
+    return GemmBlock{blockIdx.x * GEMM_BM, blockIdx.y};
+}
 
 // `count` picks (indices r·k + j into an MoE step's ids) gathered in shared memory: tile row r
 // reads x row picks[r] / k and stores output row picks[r].
@@ -328,7 +330,7 @@ struct StoreSiluMul {
 };
 
 // x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out] = bf16(dot + bias),
-// stored as gemv::linear stores it. grid = ⌈rows/64⌉·⌈n_out/32⌉ (gemm_block), 128 threads.
+// stored as gemv::linear stores it. grid = (⌈rows/64⌉, ⌈n_out/32⌉) (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out) {
@@ -337,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router).
-// grid = ⌈rows/64⌉·⌈vocab/32⌉ (gemm_block), 128 threads.
+// grid = (⌈rows/64⌉, ⌈vocab/32⌉) (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 unsigned rows, unsigned k, unsigned vocab) {
@@ -420,7 +422,7 @@ __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, con
 }
 
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
-// k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = ⌈rows/64⌉·(⌈nq/32⌉ +
+// k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈rows/64⌉, ⌈nq/32⌉ +
 // 2·⌈nkv/32⌉) (gemm_block), 128 threads: q's feature blocks, then k's, then v's.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq, const bf16* __restrict__ bq,
@@ -435,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // Two sibling projections of x bf16[rows·k] in one launch (Gated DeltaNet's in_proj_qkvz and
 // in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
-// ⌈rows/64⌉·(⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
+// (⌈rows/64⌉, ⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
 // then the second's.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
@@ -779,7 +781,7 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
 
 // q, k and v of x bf16[rows·k] (wq [heads·head_dim·k], wk and wv [kv_heads·head_dim·k], biases
 // optional); q roped into q_out, k roped and v into each row's slot of the paged cache (a slot
-// outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = ⌈rows/64⌉·((heads +
+// outside it skipped), the bytes of qkv_mma then rope::rope_kv_write. grid = (⌈rows/64⌉, (heads +
 // kv_heads)·(⌈half/16⌉ + ⌈(head_dim − 2·half)/32⌉) + ⌈kv_heads·head_dim/32⌉) (gemm_block), half =
 // rotary_dim / 2; 128 threads. wqn, wkn and eps are qkv_norm_rope_kv_mma's, gate_out
 // qkv_gated_norm_zc_rope_kv_mma's (unread here).
@@ -800,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 // qkv_rope_kv_mma with qk-norm first (weights wqn, wkn bf16[head_dim]): the bytes of qkv_mma
-// then rope::qk_norm_rope_kv_write. grid = ⌈rows/64⌉·(heads + kv_heads +
+// then rope::qk_norm_rope_kv_write. grid = (⌈rows/64⌉, heads + kv_heads +
 // ⌈kv_heads·head_dim/32⌉) (gemm_block), 64·head_dim·2 bytes of dynamic shared memory; head_dim <= 256 (the CPU twin
 // refuses more; the kernel stores nothing).
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -980,7 +982,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
 // = silu(gate) · up, with gate and up rounded to bf16 first as linear_mma stores them.
-// grid = ⌈rows/64⌉·⌈inter/32⌉ (gemm_block), 128 threads: each block takes both weights' tiles.
+// grid = (⌈rows/64⌉, ⌈inter/32⌉) (gemm_block), 128 threads: each block takes both weights' tiles.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                      const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
