@@ -91,11 +91,11 @@ pub fn time_projections(
         "max diff"
     );
     let mut summary: Vec<Case> = Vec::new();
-    for &r in rows {
-        for p in &PROJECTIONS {
-            let (k, n) = (p.k / cut, p.n / cut);
-            let t = time_one(backend, p, r, k, n, runs)
-                .map_err(|e| format!("{} at {r} rows: {e}", p.name))?;
+    for p in &PROJECTIONS {
+        let (k, n) = (p.k / cut, p.n / cut);
+        let timed =
+            time_widths(backend, p, rows, k, n, runs).map_err(|e| format!("{}: {e}", p.name))?;
+        for (&r, t) in rows.iter().zip(timed) {
             let weight = 2.0 * f64::from(k) * f64::from(n) * f64::from(p.weights);
             let moved = weight + 2.0 * f64::from(r) * f64::from(k + n);
             let flops = 2.0 * f64::from(r) * f64::from(k) * f64::from(n) * f64::from(p.weights);
@@ -169,19 +169,21 @@ struct Timed {
     diff: f32,
 }
 
-/// One projection at `rows`, both kernels from the same buffers: their outputs checked finite,
-/// not all zero and equal up to rounding, then each timed.
-fn time_one(
+/// One projection at each of `widths`, both kernels from the same buffers (the weights
+/// uploaded once, x and the outputs sized for the widest): at each width their outputs checked
+/// finite, not all zero and equal up to rounding, then each timed.
+fn time_widths(
     backend: &mut dyn GpuBackend,
     p: &Projection,
-    rows: u32,
+    widths: &[u32],
     k: u32,
     n: u32,
     runs: usize,
-) -> Result<Timed, String> {
-    let (r, k_, n_) = (rows as usize, k as usize, n as usize);
+) -> Result<Vec<Timed>, String> {
+    let widest = widths.iter().copied().max().unwrap_or(1) as usize;
+    let (k_, n_) = (k as usize, n as usize);
     let mut buffers = Buffers::new(backend);
-    let x = buffers.upload(&bf16_bytes(wave(r * k_, 0.5)))?;
+    let x = buffers.upload(&bf16_bytes(wave(widest * k_, 0.5)))?;
     // Weights about ±1/√k, so each output stays about ±1.
     let scale = 1.0 / (k as f32).sqrt();
     let mut weight = |seed| buffers.upload(&bf16_bytes(wave(n_ * k_, seed).map(|v| v * scale)));
@@ -191,35 +193,48 @@ fn time_one(
         _ => None,
     };
     let outs: [Buf; 2] = [
-        buffers.upload(&vec![0u8; r * n_ * 2])?,
-        buffers.upload(&vec![0u8; r * n_ * 2])?,
+        buffers.upload(&vec![0u8; widest * n_ * 2])?,
+        buffers.upload(&vec![0u8; widest * n_ * 2])?,
     ];
-    let launches = launches(x, w, wu, outs, rows, k, n);
-    let mut values = Vec::new();
-    for (launch, out) in launches.iter().zip(outs) {
-        launch_once(buffers.backend(), launch)?;
-        let v = download_bf16(buffers.backend(), out)?;
-        if v.iter().any(|v| !v.is_finite()) || v.iter().all(|&v| v == 0.0) {
-            return Err(format!(
-                "{}'s output is not finite, or all zero",
-                launch.kernel
-            ));
+    let mut timed = Vec::new();
+    for &rows in widths {
+        let at = |what: String| format!("at {rows} rows: {what}");
+        // The first `rows` rows of x and of each output: a launch's buffers are its own size.
+        let r = rows as usize;
+        let x = Buf::new(x.ptr, r * k_ * 2);
+        let outs = outs.map(|o| Buf::new(o.ptr, r * n_ * 2));
+        let launches = launches(x, w, wu, outs, rows, k, n);
+        let mut values = Vec::new();
+        // Zeroed first, so a launch that writes nothing is not read as a wider one's output.
+        let zeros = vec![0u8; r * n_ * 2];
+        for (launch, out) in launches.iter().zip(outs) {
+            (buffers.backend().copy_h2d(out.ptr, &zeros)).map_err(|e| at(e.to_string()))?;
+            launch_once(buffers.backend(), launch).map_err(at)?;
+            let v = download_bf16(buffers.backend(), out).map_err(at)?;
+            if v.iter().any(|v| !v.is_finite()) || v.iter().all(|&v| v == 0.0) {
+                return Err(at(format!(
+                    "{}'s output is not finite, or all zero",
+                    launch.kernel
+                )));
+            }
+            values.push(v);
         }
-        values.push(v);
+        let largest = values[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let diff =
+            (values[0].iter().zip(&values[1])).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let diff = diff / largest;
+        if !diff.is_finite() || diff > 2e-2 {
+            return Err(at(format!(
+                "the tensor cores' outputs differ from the CUDA cores' by {diff:.3e} of the \
+                 largest: more than rounding"
+            )));
+        }
+        let mma = time(buffers.backend(), &launches[0], runs).map_err(at)?;
+        let gemv = time(buffers.backend(), &launches[1], runs).map_err(at)?;
+        timed.push(Timed { mma, gemv, diff });
     }
-    let largest = values[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = (values[0].iter().zip(&values[1])).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-    let diff = diff / largest;
-    if !diff.is_finite() || diff > 2e-2 {
-        return Err(format!(
-            "the tensor cores' outputs differ from the CUDA cores' by {diff:.3e} of the largest: \
-             more than rounding"
-        ));
-    }
-    let mma = time(buffers.backend(), &launches[0], runs)?;
-    let gemv = time(buffers.backend(), &launches[1], runs)?;
     buffers.free()?;
-    Ok(Timed { mma, gemv, diff })
+    Ok(timed)
 }
 
 /// The tensor-core launch into `outs[0]` and the CUDA-core one into `outs[1]`: gate and up with
