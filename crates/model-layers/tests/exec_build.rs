@@ -1,7 +1,8 @@
 //! `CircuitExec::build`: a program for every serve shape, stable digests, one workspace sized
 //! by the layout, launch counts from the plans, fallbacks when fused kernels are absent, and
 //! the same logits from every weight source and routing, recurrent snapshots kept by the verify
-//! programs alone. The launch entries and splits the levers pick are `exec_launches.rs`'.
+//! programs alone, a launch past a grid's limits refused. The launch entries and splits the
+//! levers pick are `exec_launches.rs`'.
 
 mod exec_support;
 
@@ -645,4 +646,39 @@ fn verify_programs_past_speculative_rows_keep_no_snapshots() {
     }
     assert_eq!(session.seq_len(id).expect("seq"), len);
     assert_eq!(session.seq_len(other).expect("seq"), 5);
+}
+
+/// A launch whose grid is past CUDA's limits is refused at build, naming the kernel: a tied LM
+/// head of 2,097,121 tokens on the tensor cores needs 65,536 feature blocks of 32 on grid.y,
+/// one more than a launch takes.
+#[test]
+fn a_launch_past_the_grid_limits_is_refused_naming_its_kernel() {
+    let vocab_past = r#"{
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 1, "num_key_value_heads": 1, "vocab_size": 2097121,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+        "rope_theta": 10000.0, "hidden_act": "silu"
+    }"#;
+    let mut policy = Policy::default();
+    policy.levers.set("tensor_cores", true).unwrap();
+    let result = CircuitExec::build(
+        &mut backend(),
+        boot(
+            config(vocab_past),
+            policy,
+            WeightSource::Random { seed: 3 },
+            roomy_kv(),
+        ),
+    );
+    match result {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("gemm::lm_head_mma") && text.contains("65536"),
+                "{text}"
+            );
+        }
+        Ok(_) => panic!("a grid of 65,536 feature blocks on y was built"),
+    }
 }
