@@ -185,8 +185,11 @@ pub enum MetaField {
     SlotMapping,
     SeqLens,
     BlockTables,
-    /// Each row's per-sequence state slot (recurrent layers).
+    /// Each row's per-sequence state slot (recurrent layers): the slot its kernels read.
     StateSlots,
+    /// Each row's slot the recurrent kernels write the advanced state to: its `StateSlots`
+    /// entry (in place), or another slot, so the slot read survives the step untouched.
+    StateSlotsOut,
     /// Each row's flag: 1 where a verify program's recurrent kernels keep the state after the
     /// row (a speculative row the session may roll back to), 0 where they skip it.
     KeepSnapshots,
@@ -200,6 +203,7 @@ impl MetaField {
             MetaField::SeqLens => "seq_lens",
             MetaField::BlockTables => "block_tables",
             MetaField::StateSlots => "state_slots",
+            MetaField::StateSlotsOut => "state_slots_out",
             MetaField::KeepSnapshots => "keep_snapshots",
         }
     }

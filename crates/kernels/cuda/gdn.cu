@@ -6,7 +6,12 @@
 // qkvz row of nk groups `[q dk | k dk | v ratio·dv | z ratio·dv]`, a conv channel row
 // `[q kd | k kd | v vd]` (kd = nk·dk, vd = nv·dv). State lives in slots (slots i32[rows]): the
 // conv history bf16 `[num_slots][C][kernel − 1]` (oldest first), the recurrent state f32
-// `[num_slots][nv][dk][dv]`. chain = 0: row r is its own sequence on slots[r]; chain = 1: the
+// `[num_slots][nv][dk][dv]`. A row's unit reads its state from its slot and writes the advanced
+// state to its out slot (out_slots i32[rows], indexed as slots): the same slot advances it in
+// place, another leaves the slot read untouched (a failed step's state is still there). A
+// unit's later rows continue from the state its earlier rows advanced (held in registers and
+// shared memory, or, in the conv, read back from the out slot). chain = 0: row r is its own
+// sequence on slots[r]; chain = 1: the
 // rows are consecutive tokens of one sequence on slots[0], run in order; chain = 2
 // (verify_batch): each run of consecutive rows on one slot is one sequence's consecutive
 // tokens, run in order by the block row of the run's first row (runs in parallel). Snapshots
@@ -30,7 +35,9 @@
 // ones write zeros to their outputs and snapshots and touch no state, so the result is
 // deterministic and no block races another on a slot. With chain = 2 the same holds per run:
 // only the first run on a slot advances it (the CPU twin refuses a slot in two runs). A slot
-// outside 0..num_slots (refused by the CPU twin) is treated the same way.
+// outside 0..num_slots, or an out slot outside it (refused by the CPU twin), is treated the same
+// way. The twin also refuses out slots that would race (two units writing one slot, or one
+// writing a slot another reads); here they are undefined.
 #include "common.cuh"
 
 // Programmatic dependent launch (common.cuh): every kernel here waits for the previous grid at
@@ -72,12 +79,15 @@ __device__ __forceinline__ void conv_dead(bf16* o, bf16* snap, unsigned hist) {
 }
 
 // One row of the conv for this thread's channels (c = blockIdx.x·blockDim.x + t, grid-stride
-// over grid.x): the SiLU of the causal dot over (history, x), x entering the history. With
-// `live` false: zeros to out and the snapshot, the state untouched.
+// over grid.x): the SiLU of the causal dot over (history, x), the history read from slot
+// `from`, then written with x entered to slot `to` (the same slot: in place; the shift runs
+// ascending, so it reads each entry before it is overwritten). With `live` false: zeros to out
+// and the snapshot, the state untouched.
 __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restrict__ qkvz,
                                          const bf16* __restrict__ w, bf16* __restrict__ state,
                                          bf16* __restrict__ out, bf16* __restrict__ snapshots,
-                                         unsigned r, int slot, bool live, unsigned kernel) {
+                                         unsigned r, int from, int to, bool live,
+                                         unsigned kernel) {
     const unsigned hist = kernel - 1u;
     const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
     // `snapshots` is null here for a row whose keep flag is 0 (`kept_snapshots`).
@@ -91,16 +101,18 @@ __device__ __forceinline__ void conv_row(const GdnHeads& g, const bf16* __restri
             conv_dead(o, snap, hist);
             continue;
         }
-        bf16* h = state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist;
+        const unsigned long long channel = (unsigned long long)c * hist;
+        const bf16* hin = state + (unsigned long long)from * slot_elems + channel;
+        bf16* h = state + (unsigned long long)to * slot_elems + channel;
         const bf16* wc = w + (unsigned long long)c * kernel;
         const bf16 x = qkvz[(unsigned long long)r * g.qkvz_row + g.channel_source(c)];
         float acc = 0.0f;
         for (unsigned i = 0; i < hist; ++i) {
-            acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[i]), to_f32(h[i])));
+            acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[i]), to_f32(hin[i])));
         }
         acc = __fadd_rn(acc, __fmul_rn(to_f32(wc[hist]), to_f32(x)));
         for (unsigned i = 0; i + 1u < hist; ++i) {
-            h[i] = h[i + 1u];
+            h[i] = hin[i + 1u];
         }
         h[hist - 1u] = x;
         if (snap != nullptr) {
@@ -120,17 +132,21 @@ __device__ __forceinline__ T* kept_snapshots(T* snapshots, const int* __restrict
     return keep != nullptr && keep[r] == 0 ? nullptr : snapshots;
 }
 
-// chain 1: the rows are one sequence's consecutive tokens on slots[0]. The conv is not
+// chain 1: the rows are one sequence's consecutive tokens on slots[0] (its new history to
+// out_slots[0]). The conv is not
 // recurrent: row r's dot reads the inputs of rows r − hist .. r (those before row 0 from the
 // history), so the rows split over block rows: block row y takes rows [y·span, y·span +
 // span), span = max(⌈rows / grid.y⌉, hist), each thread its channels' rows in order. Row r's
 // dot, output and snapshot are conv_row's (the history it would hold then: the inputs of rows
 // r − hist .. r − 1, oldest first). Only block row 0 reads the history (span >= hist), and its
 // threads write the new one (the last hist inputs) after their own reads, so no block races
-// another on it.
+// another on it (nor reads a history another block row writes: the out slot is read only
+// through the old history's entries, and only by block row 0, before its writes).
 __device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __restrict__ qkvz,
                                            const bf16* __restrict__ w, bf16* __restrict__ state,
-                                           const int* __restrict__ slots, bf16* __restrict__ out,
+                                           const int* __restrict__ slots,
+                                           const int* __restrict__ out_slots,
+                                           bf16* __restrict__ out,
                                            bf16* __restrict__ snapshots,
                                            const int* __restrict__ keep, unsigned rows,
                                            unsigned kernel, unsigned num_slots) {
@@ -142,12 +158,13 @@ __device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __rest
     }
     const unsigned r1 = (unsigned)min(r0 + span, (unsigned long long)rows);
     const int slot = slots[0];
-    const bool live = slot_ok(slot, num_slots);
+    const int to = out_slots[0];
+    const bool live = slot_ok(slot, num_slots) && slot_ok(to, num_slots);
     const unsigned long long slot_elems = (unsigned long long)g.channels * hist;
     for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < g.channels;
          c += gridDim.x * blockDim.x) {
-        bf16* h = live ? state + (unsigned long long)slot * slot_elems + (unsigned long long)c * hist
-                       : nullptr;
+        const unsigned long long channel = (unsigned long long)c * hist;
+        const bf16* h = live ? state + (unsigned long long)slot * slot_elems + channel : nullptr;
         const unsigned src = g.channel_source(c);
         const bf16* wc = w + (unsigned long long)c * kernel;
         // Input of row j (j < 0: the history's, oldest first).
@@ -178,22 +195,25 @@ __device__ __forceinline__ void conv_chain(const GdnHeads& g, const bf16* __rest
         }
         if (live && blockIdx.y == 0u) {
             // Ascending: entry i takes row rows − hist + i's input, which (before row 0) is
-            // entry rows + i of the old history, not yet overwritten.
+            // entry rows + i of the old history, not yet overwritten when written in place.
+            bf16* hout = state + (unsigned long long)to * slot_elems + channel;
             for (unsigned i = 0; i < hist; ++i) {
-                h[i] = input((long long)rows - hist + i);
+                hout[i] = input((long long)rows - hist + i);
             }
         }
     }
 }
 
 // Depthwise causal conv (width `kernel` >= 2) + SiLU of each row's q/k/v channels, gathered
-// from qkvz bf16[rows·nk·group]; w bf16[C·kernel]; state bf16 (read-write); out bf16[rows·C];
+// from qkvz bf16[rows·nk·group]; w bf16[C·kernel]; state bf16 (read-write; each unit reads
+// slots', writes out_slots' entry); out bf16[rows·C];
 // snapshots bf16[rows·C·(kernel − 1)] (optional), for the rows `keep` keeps. A thread owns a
 // channel's history, so with chain the block row walks the rows in order with no
 // synchronisation.
 extern "C" __global__ void __launch_bounds__(256) conv(
     const bf16* __restrict__ qkvz, const bf16* __restrict__ w, bf16* __restrict__ state,
-    const int* __restrict__ slots, bf16* __restrict__ out, bf16* __restrict__ snapshots,
+    const int* __restrict__ slots, const int* __restrict__ out_slots, bf16* __restrict__ out,
+    bf16* __restrict__ snapshots,
     const int* __restrict__ keep, unsigned rows, unsigned nk, unsigned dk, unsigned nv,
     unsigned dv, unsigned kernel, unsigned num_slots, unsigned chain) {
     pdl_wait();
@@ -203,22 +223,26 @@ extern "C" __global__ void __launch_bounds__(256) conv(
         return;
     }
     if (chain == 1u) {
-        conv_chain(g, qkvz, w, state, slots, out, snapshots, keep, rows, kernel, num_slots);
+        conv_chain(g, qkvz, w, state, slots, out_slots, out, snapshots, keep, rows, kernel,
+                   num_slots);
         return;
     }
     // Each block row takes its units grid-stride: a unit is a row (chain 0) or a run of rows on
     // one slot (chain 2), walked in order from its first row; a block row skips starts inside
-    // another's run.
+    // another's run. The run's first row reads the slot, the later ones the out slot (what the
+    // row before wrote there: the same thread's channels, so no synchronisation).
     for (unsigned start = blockIdx.y; start < rows; start += gridDim.y) {
         const int slot = slots[start];
         if (chain == 2u && start > 0u && slots[start - 1u] == slot) {
             continue;
         }
-        const bool live = first_on_slot(slots, start, slot) && slot_ok(slot, num_slots);
+        const int to = out_slots[start];
+        const bool live = first_on_slot(slots, start, slot) && slot_ok(slot, num_slots) &&
+                          slot_ok(to, num_slots);
         unsigned r = start;
         do {
-            conv_row(g, qkvz, w, state, out, kept_snapshots(snapshots, keep, r), r, slot, live,
-                     kernel);
+            conv_row(g, qkvz, w, state, out, kept_snapshots(snapshots, keep, r), r,
+                     r == start ? slot : to, to, live, kernel);
             ++r;
         } while (r < rows && chain == 2u && slots[r] == slot);
     }
@@ -351,10 +375,12 @@ __device__ __forceinline__ float recurrence_kv(const float* col, unsigned dk, fl
 // second pass also runs the next row's first (its kv over the values just written): two
 // independent chains of adds, so a lane's latency per row is about one pass, not two; the next
 // row's q and k are normalised into the other half of the double buffer first. A dead unit
-// writes zeros to its outputs and snapshots and touches no state.
+// writes zeros to its outputs and snapshots and touches no state. The column is read from
+// `s_in` and written back to `s_out` (the same state, in place, or the head's state in the
+// unit's out slot).
 __device__ __forceinline__ void recurrence_unit(
     const GdnHeads& hd, const bf16* __restrict__ mixed, const GdnGateSource& gates,
-    float* __restrict__ s, bf16* __restrict__ out,
+    const float* s_in, float* s_out, bf16* __restrict__ out,
     float* __restrict__ snapshots, const int* __restrict__ keep, unsigned start, unsigned end,
     unsigned head, unsigned j, bool live, float (*cols)[GDN_COLUMNS], float (*q_s)[GDN_MAX_DK],
     float (*k_s)[GDN_MAX_DK]) {
@@ -389,7 +415,7 @@ __device__ __forceinline__ void recurrence_unit(
     __syncwarp(); // the previous unit's readers are done with cols and buffer 0
     if (has_col) {
         for (unsigned i = 0; i < dk; ++i) {
-            col[i * GDN_COLUMNS] = s[(unsigned long long)i * dv + j];
+            col[i * GDN_COLUMNS] = s_in[(unsigned long long)i * dv + j];
         }
     }
     recurrence_qk(hd, row_mixed(start), kh, q_s[0], k_s[0], lane);
@@ -441,7 +467,7 @@ __device__ __forceinline__ void recurrence_unit(
     }
     if (has_col) {
         for (unsigned i = 0; i < dk; ++i) {
-            s[(unsigned long long)i * dv + j] = col[i * GDN_COLUMNS];
+            s_out[(unsigned long long)i * dv + j] = col[i * GDN_COLUMNS];
         }
     }
 }
@@ -449,47 +475,68 @@ __device__ __forceinline__ void recurrence_unit(
 // A recurrent kernel's unit of rows: a row (chain 0, pitched), all rows (chain 1) or a run of
 // rows on one slot (chain 2), walked in order from its first row `start`. `skip`: `start` lies
 // inside another unit's run (chain 2); `live`: the unit advances its slot (the first unit on
-// it, the slot in range); `end`: one past its last row. Every thread of the block calls it
-// with the same arguments (first_on_slot synchronises the block).
+// it, the slot and the out slot in range); `slot`, `to`: the slot it reads and the one it
+// writes; `end`: one past its last row. Every thread of the block calls it with the same
+// arguments (first_on_slot synchronises the block).
 struct GdnUnit {
     bool skip, live;
-    int slot;
+    int slot, to;
     unsigned end;
 };
 
-__device__ __forceinline__ GdnUnit gdn_unit(const int* __restrict__ slots, unsigned start,
+// Row `start`'s entry of evenly pitched `slots`: slots[0] + start·(slots[1] − slots[0]), or −1
+// outside 0..num_slots.
+__device__ __forceinline__ int pitched_slot(const int* __restrict__ slots, unsigned start,
+                                            unsigned rows, unsigned num_slots) {
+    const long long base = slots[0];
+    const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
+    const long long sl = base + (long long)start * pitch;
+    return (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
+}
+
+__device__ __forceinline__ GdnUnit gdn_unit(const int* __restrict__ slots,
+                                            const int* __restrict__ out_slots, unsigned start,
                                             unsigned rows, unsigned num_slots, unsigned chain,
                                             bool pitched) {
     if (chain == 2u && start > 0u && slots[start - 1u] == slots[start]) {
-        return {true, false, -1, start};
+        return {true, false, -1, -1, start};
     }
-    int slot;
+    int slot, to;
     bool first_row;
     if (chain == 1u) {
         slot = slots[0];
+        to = out_slots[0];
         first_row = true;
     } else if (pitched) {
-        const long long base = slots[0];
-        const long long pitch = rows > 1u ? (long long)slots[1] - base : 0ll;
-        const long long sl = base + (long long)start * pitch;
-        slot = (sl < 0 || sl >= (long long)num_slots) ? -1 : (int)sl;
-        first_row = pitch != 0ll || start == 0u; // distinct slots unless the pitch is 0
+        slot = pitched_slot(slots, start, rows, num_slots);
+        to = pitched_slot(out_slots, start, rows, num_slots);
+        // Distinct slots unless the pitch is 0.
+        first_row = (rows > 1u && slots[1] != slots[0]) || start == 0u;
     } else {
         slot = slots[start];
+        to = out_slots[start];
         first_row = first_on_slot(slots, start, slot);
     }
     unsigned end = start + 1u;
     while (end < rows && (chain == 1u || (chain == 2u && slots[end] == slots[start]))) {
         ++end;
     }
-    return {false, first_row && slot_ok(slot, num_slots), slot, end};
+    return {false, first_row && slot_ok(slot, num_slots) && slot_ok(to, num_slots), slot, to,
+            end};
+}
+
+// Head `head`'s state in slot `slot` of `state` (nv heads of dk·dv).
+__device__ __forceinline__ float* head_state(float* state, int slot, unsigned nv, unsigned head,
+                                             unsigned long long head_elems) {
+    return state + ((unsigned long long)slot * nv + head) * head_elems;
 }
 
 // The body of both recurrence kernels; `pitched`: row r's slot is slots[0] + r·(slots[1] −
-// slots[0]) (chain 0 only). Block x is (v head, column tile), block y a row (chain 0, 2) or
-// the only one (chain 1).
+// slots[0]), its out slot likewise of out_slots (chain 0 only). Block x is (v head, column
+// tile), block y a row (chain 0, 2) or the only one (chain 1).
 __device__ __forceinline__ void recurrence_run(
-    const bf16* __restrict__ mixed, const GdnGateSource& gates, float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
+    const bf16* __restrict__ mixed, const GdnGateSource& gates, float* __restrict__ state,
+    const int* __restrict__ slots, const int* __restrict__ out_slots, bf16* __restrict__ out,
     float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
     unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain, bool pitched) {
     __shared__ float cols[GDN_MAX_DK][GDN_COLUMNS];
@@ -511,14 +558,15 @@ __device__ __forceinline__ void recurrence_run(
     }
     const unsigned stride = chain == 1u ? rows : gridDim.y;
     for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
-        const GdnUnit unit = gdn_unit(slots, start, rows, num_slots, chain, pitched);
+        const GdnUnit unit = gdn_unit(slots, out_slots, start, rows, num_slots, chain, pitched);
         if (unit.skip) {
             continue;
         }
-        float* s = unit.live ? state + ((unsigned long long)unit.slot * nv + head) * head_elems
-                             : nullptr;
-        recurrence_unit(hd, mixed, gates, s, out, snapshots, keep, start, unit.end, head, j,
-                        unit.live, cols, q_s, k_s);
+        const float* s_in =
+            unit.live ? head_state(state, unit.slot, nv, head, head_elems) : nullptr;
+        float* s_out = unit.live ? head_state(state, unit.to, nv, head, head_elems) : nullptr;
+        recurrence_unit(hd, mixed, gates, s_in, s_out, out, snapshots, keep, start, unit.end,
+                        head, j, unit.live, cols, q_s, k_s);
     }
 }
 
@@ -527,14 +575,15 @@ __device__ __forceinline__ void recurrence_run(
 // (optional), for the rows `keep` keeps.
 extern "C" __global__ void __launch_bounds__(32) recurrence(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
-    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
+    float* __restrict__ state, const int* __restrict__ slots, const int* __restrict__ out_slots,
+    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    unsigned rows, unsigned nk,
     unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
-                   num_slots, chain, false);
+    recurrence_run(mixed, gates, state, slots, out_slots, out, snapshots, keep, rows, nk, dk,
+                   nv, dv, num_slots, chain, false);
 }
 
 // `recurrence` (chain 0) on evenly pitched slots: row r's state is slot slots[0] + r·(slots[1] −
@@ -542,14 +591,15 @@ extern "C" __global__ void __launch_bounds__(32) recurrence(
 // to `recurrence`.
 extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
-    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    float* __restrict__ snapshots, const int* __restrict__ keep, unsigned rows, unsigned nk,
+    float* __restrict__ state, const int* __restrict__ slots, const int* __restrict__ out_slots,
+    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    unsigned rows, unsigned nk,
     unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
-                   num_slots, chain, true);
+    recurrence_run(mixed, gates, state, slots, out_slots, out, snapshots, keep, rows, nk, dk,
+                   nv, dv, num_slots, chain, true);
 }
 
 // `gates` folded into `recurrence`: ba bf16[rows·2·nv], a_log, dt_bias bf16[nv] in place of
@@ -558,28 +608,30 @@ extern "C" __global__ void __launch_bounds__(32) recurrence_pitched(
 extern "C" __global__ void __launch_bounds__(32) gates_recurrence(
     const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
     const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
-    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    const int* __restrict__ out_slots, bf16* __restrict__ out, float* __restrict__ snapshots,
+    const int* __restrict__ keep,
     unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
     unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
-                   num_slots, chain, false);
+    recurrence_run(mixed, gates, state, slots, out_slots, out, snapshots, keep, rows, nk, dk,
+                   nv, dv, num_slots, chain, false);
 }
 
 // gates_recurrence on evenly pitched slots (as recurrence_pitched is to recurrence).
 extern "C" __global__ void __launch_bounds__(32) gates_recurrence_pitched(
     const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
     const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
-    bf16* __restrict__ out, float* __restrict__ snapshots, const int* __restrict__ keep,
+    const int* __restrict__ out_slots, bf16* __restrict__ out, float* __restrict__ snapshots,
+    const int* __restrict__ keep,
     unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
     unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    recurrence_run(mixed, gates, state, slots, out, snapshots, keep, rows, nk, dk, nv, dv,
-                   num_slots, chain, true);
+    recurrence_run(mixed, gates, state, slots, out_slots, out, snapshots, keep, rows, nk, dk,
+                   nv, dv, num_slots, chain, true);
 }
 
 // ---- chunked recurrence (the `gdn_chunked` lever) ------------------------------------------
@@ -674,8 +726,8 @@ __device__ __forceinline__ void chunk_rhs(const GdnChunkSmem& m, const bf16* __r
 // tile, jc wide in shared memory), chunk by chunk. A dead unit writes zeros to its outputs and
 // touches no state.
 __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __restrict__ mixed,
-                                             const GdnGateSource& gates, float* __restrict__ st,
-                                             bf16* __restrict__ out, unsigned start,
+                                             const GdnGateSource& gates, const float* st_in,
+                                             float* st_out, bf16* __restrict__ out, unsigned start,
                                              unsigned end, unsigned head, unsigned j0,
                                              unsigned jc, bool live, const GdnChunkSmem& m) {
     const unsigned dk = hd.dk;
@@ -699,7 +751,7 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
     for (unsigned e = tid; e < dk * cols; e += T) {
         const unsigned i = e / cols;
         const unsigned c = e - i * cols;
-        m.s[i * jc + c] = st[(unsigned long long)i * dv + j0 + c];
+        m.s[i * jc + c] = st_in[(unsigned long long)i * dv + j0 + c];
     }
     const unsigned kh = head / hd.ratio;
     const unsigned warp = tid >> 5;
@@ -828,7 +880,7 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
     for (unsigned e = tid; e < dk * cols; e += T) {
         const unsigned i = e / cols;
         const unsigned c = e - i * cols;
-        st[(unsigned long long)i * dv + j0 + c] = m.s[i * jc + c];
+        st_out[(unsigned long long)i * dv + j0 + c] = m.s[i * jc + c];
     }
 }
 
@@ -836,7 +888,9 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
 // 0, 2) or the only one (chain 1).
 __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
                                             const GdnGateSource& gates, float* __restrict__ state,
-                                            const int* __restrict__ slots, bf16* __restrict__ out,
+                                            const int* __restrict__ slots,
+                                            const int* __restrict__ out_slots,
+                                            bf16* __restrict__ out,
                                             unsigned rows, unsigned nk, unsigned dk, unsigned nv,
                                             unsigned dv, unsigned num_slots, unsigned chain) {
     GdnHeads hd;
@@ -856,13 +910,15 @@ __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
     m.carve(gdn_chunk_smem, dk, jc);
     const unsigned stride = chain == 1u ? rows : gridDim.y;
     for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
-        const GdnUnit unit = gdn_unit(slots, start, rows, num_slots, chain, false);
+        const GdnUnit unit = gdn_unit(slots, out_slots, start, rows, num_slots, chain, false);
         if (unit.skip) {
             continue;
         }
-        float* s = unit.live ? state + ((unsigned long long)unit.slot * nv + head) * head_elems
-                             : nullptr;
-        chunked_unit(hd, mixed, gates, s, out, start, unit.end, head, j0, jc, unit.live, m);
+        const float* s_in =
+            unit.live ? head_state(state, unit.slot, nv, head, head_elems) : nullptr;
+        float* s_out = unit.live ? head_state(state, unit.to, nv, head, head_elems) : nullptr;
+        chunked_unit(hd, mixed, gates, s_in, s_out, out, start, unit.end, head, j0, jc, unit.live,
+                     m);
     }
 }
 
@@ -870,25 +926,27 @@ __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
 // beta, g f32[rows·nv], state f32 read-write, out bf16[rows·nv·dv]).
 extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) chunked(
     const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
-    float* __restrict__ state, const int* __restrict__ slots, bf16* __restrict__ out,
-    unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv, unsigned num_slots,
-    unsigned chain) {
+    float* __restrict__ state, const int* __restrict__ slots, const int* __restrict__ out_slots,
+    bf16* __restrict__ out, unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+    unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    chunked_run(mixed, gates, state, slots, out, rows, nk, dk, nv, dv, num_slots, chain);
+    chunked_run(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv, num_slots,
+                chain);
 }
 
 // `gates` folded into `chunked` (as gates_recurrence folds them into recurrence).
 extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) gates_chunked(
     const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
     const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
-    bf16* __restrict__ out, unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv,
-    unsigned num_slots, unsigned chain) {
+    const int* __restrict__ out_slots, bf16* __restrict__ out, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    chunked_run(mixed, gates, state, slots, out, rows, nk, dk, nv, dv, num_slots, chain);
+    chunked_run(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv, num_slots,
+                chain);
 }
 
 // ---- gated norm ----------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 //!
 //! The region holds i32 arrays: tokens, positions, slot mapping (the KV cell a row writes:
 //! `page * block_size + position % block_size`), sequence lengths (`position + 1`), state
-//! slots (a row's recurrent-state slot), keep-snapshots flags (1 where the recurrent kernels
+//! slots (the recurrent-state slot a row's kernels read), state slots out (the slot they write
+//! the advanced state to: the same slot, in place, or another, so the one read survives the
+//! step), keep-snapshots flags (1 where the recurrent kernels
 //! write the state after the row to its snapshot: a speculative verify row the step may roll
 //! back to; 0 elsewhere, so a prompt's chunk or a mixed step writes none), then block tables
 //! (`max_blocks` pages per row). Block tables come last so that one copy of a step's prefix
@@ -40,6 +42,7 @@ pub struct MetaLayout {
     pub slot_mapping: usize,
     pub seq_lens: usize,
     pub state_slots: usize,
+    pub state_slots_out: usize,
     pub keep_snapshots: usize,
     pub block_tables: usize,
     /// The region's size (the next workspace region starts here).
@@ -65,9 +68,10 @@ impl MetaLayout {
             slot_mapping: 2 * row_i32,
             seq_lens: 3 * row_i32,
             state_slots: 4 * row_i32,
-            keep_snapshots: 5 * row_i32,
-            block_tables: 6 * row_i32,
-            bytes: 6 * row_i32 + align(max_rows * max_blocks * 4),
+            state_slots_out: 5 * row_i32,
+            keep_snapshots: 6 * row_i32,
+            block_tables: 7 * row_i32,
+            bytes: 7 * row_i32 + align(max_rows * max_blocks * 4),
         }
     }
 
@@ -86,6 +90,7 @@ impl MetaLayout {
             MetaField::SlotMapping => (self.slot_mapping, rows * 4),
             MetaField::SeqLens => (self.seq_lens, rows * 4),
             MetaField::StateSlots => (self.state_slots, rows * 4),
+            MetaField::StateSlotsOut => (self.state_slots_out, rows * 4),
             MetaField::KeepSnapshots => (self.keep_snapshots, rows * 4),
             MetaField::BlockTables => (self.block_tables, rows * self.max_blocks * 4),
         };
@@ -103,7 +108,9 @@ impl MetaLayout {
 #[derive(Debug, Clone, Copy)]
 pub enum MetaRow<'a> {
     /// `token` at `position` of a sequence holding `pages` (its block table, in order) and
-    /// recurrent-state slot `state_slot` (the scratch slot for a model without one); with
+    /// recurrent-state slot `state_slot` (the scratch slot for a model without one), whose
+    /// advanced state the recurrent kernels write to `state_slot_out` (`state_slot` itself to
+    /// advance it in place); with
     /// `snapshot`, a verify program's recurrent kernels keep the state after this row (a
     /// speculative row the step may roll back to: `MetaField::KeepSnapshots`).
     Live {
@@ -111,6 +118,7 @@ pub enum MetaRow<'a> {
         position: usize,
         pages: &'a [u32],
         state_slot: u32,
+        state_slot_out: u32,
         snapshot: bool,
     },
     /// Fills a program wider than the step.
@@ -126,6 +134,7 @@ pub struct StepMeta {
     slot_mapping: Vec<i32>,
     seq_lens: Vec<i32>,
     state_slots: Vec<i32>,
+    state_slots_out: Vec<i32>,
     keep_snapshots: Vec<i32>,
     /// `rows * max_blocks` pages, unused entries the scratch page.
     block_tables: Vec<i32>,
@@ -150,6 +159,7 @@ impl StepMeta {
             slot_mapping: Vec::with_capacity(n),
             seq_lens: Vec::with_capacity(n),
             state_slots: Vec::with_capacity(n),
+            state_slots_out: Vec::with_capacity(n),
             keep_snapshots: Vec::with_capacity(n),
             block_tables: vec![SCRATCH_PAGE as i32; n * layout.max_blocks],
         };
@@ -160,9 +170,10 @@ impl StepMeta {
                     position,
                     pages,
                     state_slot,
+                    state_slot_out,
                     snapshot,
                 } => {
-                    meta.push_live(row, token, position, pages, state_slot)?;
+                    meta.push_live(row, token, position, pages, [state_slot, state_slot_out])?;
                     meta.keep_snapshots.push(i32::from(snapshot));
                 }
                 MetaRow::Padding => meta.push_padding(),
@@ -177,7 +188,7 @@ impl StepMeta {
         token: u32,
         position: usize,
         pages: &[u32],
-        state_slot: u32,
+        [state_slot, state_slot_out]: [u32; 2],
     ) -> Result<(), MetaError> {
         let (block_size, max_blocks) = (self.layout.block_size, self.layout.max_blocks);
         if pages.len() > max_blocks {
@@ -200,6 +211,8 @@ impl StepMeta {
             .push(fits(row, "sequence length", position + 1)?);
         self.state_slots
             .push(fits(row, "state slot", state_slot as usize)?);
+        self.state_slots_out
+            .push(fits(row, "state slot out", state_slot_out as usize)?);
         let table = &mut self.block_tables[row * max_blocks..][..pages.len()];
         for (entry, &page) in table.iter_mut().zip(pages) {
             *entry = fits(row, "page", page as usize)?;
@@ -214,6 +227,7 @@ impl StepMeta {
             .push((SCRATCH_PAGE as usize * self.layout.block_size) as i32);
         self.seq_lens.push(1);
         self.state_slots.push(SCRATCH_SLOT as i32);
+        self.state_slots_out.push(SCRATCH_SLOT as i32);
         self.keep_snapshots.push(0);
     }
 
@@ -232,6 +246,7 @@ impl StepMeta {
             (m.slot_mapping, &self.slot_mapping),
             (m.seq_lens, &self.seq_lens),
             (m.state_slots, &self.state_slots),
+            (m.state_slots_out, &self.state_slots_out),
             (m.keep_snapshots, &self.keep_snapshots),
             (m.block_tables, &self.block_tables),
         ] {

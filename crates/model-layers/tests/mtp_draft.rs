@@ -67,6 +67,7 @@ fn meta(exec: &CircuitExec, rows: &[(u32, usize)], pages: &[u32]) -> StepMeta {
             position,
             pages,
             state_slot: 1,
+            state_slot_out: 1,
             snapshot: false,
         })
         .collect();

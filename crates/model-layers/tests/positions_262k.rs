@@ -34,6 +34,7 @@ fn the_last_of_262144_positions_is_encoded_where_the_kernels_read_it() {
         position,
         pages,
         state_slot: 1,
+        state_slot_out: 1,
         snapshot: false,
     };
     let rows = [
@@ -90,6 +91,7 @@ fn a_tiny_model_planned_for_262144_positions_decodes_at_the_last() {
             position: POSITIONS - 1,
             pages: &pages,
             state_slot: 0,
+            state_slot_out: 0,
             snapshot: false,
         }],
     )

@@ -25,6 +25,7 @@ fn fields_are_aligned_and_block_tables_come_last() {
         m.slot_mapping,
         m.seq_lens,
         m.state_slots,
+        m.state_slots_out,
         m.keep_snapshots,
         m.block_tables,
     ];
@@ -44,6 +45,10 @@ fn fields_are_aligned_and_block_tables_come_last() {
     let tables = m.field(MetaField::BlockTables, 3);
     assert_eq!((tables.offset, tables.bytes), (m.block_tables, 3 * 4 * 4));
     assert_eq!(m.field(MetaField::StateSlots, 3).offset, m.state_slots);
+    assert_eq!(
+        m.field(MetaField::StateSlotsOut, 3).offset,
+        m.state_slots_out
+    );
     let keep = m.field(MetaField::KeepSnapshots, 3);
     assert_eq!((keep.offset, keep.bytes), (m.keep_snapshots, 12));
     assert_eq!(m.step_bytes(3), m.block_tables + 3 * 4 * 4);
@@ -59,6 +64,7 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             position: 17,
             pages: &pages,
             state_slot: 3,
+            state_slot_out: 7,
             snapshot: true,
         },
         MetaRow::Padding,
@@ -76,10 +82,11 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             m.slot_mapping,
             m.seq_lens,
             m.state_slots,
+            m.state_slots_out,
             m.keep_snapshots
         ]
         .map(|f| row(f, 0)),
-        [42, 17, 9 * 16 + 1, 18, 3, 1]
+        [42, 17, 9 * 16 + 1, 18, 3, 7, 1]
     );
     assert_eq!(
         (0..4).map(|b| row(m.block_tables, b)).collect::<Vec<_>>(),
@@ -94,10 +101,19 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             m.slot_mapping,
             m.seq_lens,
             m.state_slots,
+            m.state_slots_out,
             m.keep_snapshots
         ]
         .map(|f| row(f, 1)),
-        [0, 0, SCRATCH_PAGE as i32 * 16, 1, SCRATCH_SLOT as i32, 0]
+        [
+            0,
+            0,
+            SCRATCH_PAGE as i32 * 16,
+            1,
+            SCRATCH_SLOT as i32,
+            SCRATCH_SLOT as i32,
+            0
+        ]
     );
     assert!((4..8).all(|b| row(m.block_tables, b) == SCRATCH_PAGE as i32));
 }
@@ -111,6 +127,7 @@ fn steps_the_region_cannot_carry_are_refused() {
         position,
         pages,
         state_slot: 0,
+        state_slot_out: 0,
         snapshot: false,
     };
     match StepMeta::new(&m, &[MetaRow::Padding; 9]) {
@@ -147,6 +164,7 @@ fn upload_writes_the_encoded_step_at_the_workspace_start() {
             position: 3,
             pages: &pages,
             state_slot: 1,
+            state_slot_out: 1,
             snapshot: false,
         }],
     )

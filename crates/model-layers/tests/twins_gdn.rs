@@ -132,12 +132,25 @@ impl Conv {
         SMALL.c() * (KERNEL - 1)
     }
 
-    /// Launches rows `rows` of qkvz on `state`; returns (out, snapshots).
+    /// Launches rows `rows` of qkvz on `state`, each row's slot advanced in place; returns
+    /// (out, snapshots).
     fn launch(
         &self,
         rows: std::ops::Range<usize>,
         state: &mut [bf16],
         slots: &[i32],
+        chain: u32,
+        snapshots: bool,
+    ) -> Result<(Vec<bf16>, Vec<bf16>), GpuError> {
+        self.launch_to(rows, state, [slots, slots], chain, snapshots)
+    }
+
+    /// `launch`, each row reading `slots[0]` and writing `slots[1]`.
+    fn launch_to(
+        &self,
+        rows: std::ops::Range<usize>,
+        state: &mut [bf16],
+        [slots, out_slots]: [&[i32]; 2],
         chain: u32,
         snapshots: bool,
     ) -> Result<(Vec<bf16>, Vec<bf16>), GpuError> {
@@ -151,6 +164,7 @@ impl Conv {
             w: rd(&self.w),
             state: wr(state),
             slots: rd(slots),
+            out_slots: rd(out_slots),
             out: wr(&mut out),
             snapshots: snapshots.then(|| wr(&mut snaps)),
             keep: None,
@@ -332,6 +346,18 @@ impl Rec {
         snapshots: bool,
         threads: usize,
     ) -> Result<(Vec<bf16>, Vec<f32>), GpuError> {
+        self.launch_to(rows, state, [slots, slots], (chain, snapshots), threads)
+    }
+
+    /// `launch`, each row reading `slots[0]` and writing `slots[1]`.
+    fn launch_to(
+        &self,
+        rows: std::ops::Range<usize>,
+        state: &mut [f32],
+        [slots, out_slots]: [&[i32]; 2],
+        (chain, snapshots): (u32, bool),
+        threads: usize,
+    ) -> Result<(Vec<bf16>, Vec<f32>), GpuError> {
         let (n, g) = (rows.len(), self.g);
         let mixed = &self.mixed[rows.start * g.c()..rows.end * g.c()];
         let beta = &self.beta[rows.start * g.nv..rows.end * g.nv];
@@ -345,6 +371,7 @@ impl Rec {
             g: rd(gate),
             state: wr(state),
             slots: rd(slots),
+            out_slots: rd(out_slots),
             out: wr(&mut out),
             snapshots: snapshots.then(|| wr(&mut snaps)),
             keep: None,
@@ -565,7 +592,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
     let mut state = c.state.clone();
     refused_kernel(c.launch(0..2, &mut state, &[0, 2], 0, true), "slot 2");
     refused_kernel(c.launch(0..2, &mut state, &[-1, 0], 1, false), "slot -1");
-    refused_arg(c.launch(0..2, &mut state, &[0, 1], 3, false), 14);
+    refused_arg(c.launch(0..2, &mut state, &[0, 1], 3, false), 15);
     assert_eq!(bits_bf16(&state), bits_bf16(&c.state), "conv state written");
     // Chain 2 (verify_batch): a slot may not come back after another slot's run.
     let c3 = Conv::new(9, 3, 2);
@@ -598,6 +625,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         g: rd(&rec.gate),
         state: wr(&mut state),
         slots: rd(&[0i32, 1]),
+        out_slots: rd(&[0i32, 1]),
         out: wr(&mut out),
         snapshots: None,
         keep: None,
@@ -610,7 +638,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         chain: 0,
     }
     .launch(gdn::RECURRENCE);
-    refused_arg(run_threads(&launch, 1), 11);
+    refused_arg(run_threads(&launch, 1), 12);
     let mut short = rec.state[1..].to_vec();
     let mut out = poison_bf16(2 * SMALL.nv * SMALL.dv);
     let [nk, dk, nv, dv] = SMALL.u();
@@ -620,6 +648,7 @@ fn bad_slots_chain_and_heads_are_refused_without_writing() {
         g: rd(&rec.gate),
         state: wr(&mut short),
         slots: rd(&[0i32, 1]),
+        out_slots: rd(&[0i32, 1]),
         out: wr(&mut out),
         snapshots: None,
         keep: None,
@@ -673,4 +702,122 @@ fn chain_2_runs_each_sequence_s_rows_in_order_on_its_slot() {
         "recurrence snapshots"
     );
     assert_eq!(bits_f32(&runs), bits_f32(&alone), "recurrence state");
+}
+
+// ---- state written to other slots (`out_slots`) ----------------------------------------------
+
+/// The slot ranges of `state` (`se` elements a slot) named by `slots`, in order.
+fn slot_bits<T: Copy, B>(state: &[T], se: usize, slots: &[i32], bits: fn(&[T]) -> B) -> Vec<B> {
+    slots
+        .iter()
+        .map(|&s| bits(&state[s as usize * se..][..se]))
+        .collect()
+}
+
+#[test]
+fn rows_writing_other_slots_give_the_in_place_bytes_there_and_leave_the_slots_read() {
+    // (read, written, chain): independent rows (one padding pair in place on slot 0), a chain,
+    // and verify runs; slots 0..8.
+    let cases: [(&[i32], &[i32], u32); 3] = [
+        (&[2, 0, 3, 0], &[5, 0, 7, 0], 0),
+        (&[3, 3, 3, 3], &[6, 6, 6, 6], 1),
+        (&[1, 1, 4, 4], &[2, 2, 7, 7], 2),
+    ];
+    for (i, &(reads, writes, chain)) in cases.iter().enumerate() {
+        let rows = reads.len();
+        let moved: Vec<i32> = (0..8).filter(|s| !writes.contains(s)).collect();
+        let c = Conv::new(20 + i as u64, rows, 8);
+        let se = c.slot_elems();
+        let mut in_place = c.state.clone();
+        let want = c
+            .launch(0..rows, &mut in_place, reads, chain, true)
+            .unwrap();
+        let mut state = c.state.clone();
+        let got = c
+            .launch_to(0..rows, &mut state, [reads, writes], chain, true)
+            .unwrap();
+        assert_eq!(bits_bf16(&got.0), bits_bf16(&want.0), "case {i}: conv out");
+        assert_eq!(
+            bits_bf16(&got.1),
+            bits_bf16(&want.1),
+            "case {i}: conv snapshots"
+        );
+        assert_eq!(
+            slot_bits(&state, se, writes, bits_bf16),
+            slot_bits(&in_place, se, reads, bits_bf16),
+            "case {i}: conv slots written"
+        );
+        assert_eq!(
+            slot_bits(&state, se, &moved, bits_bf16),
+            slot_bits(&c.state, se, &moved, bits_bf16),
+            "case {i}: conv slots not written (the slots read among them)"
+        );
+
+        let rec = Rec::new(30 + i as u64, SMALL, rows, 8);
+        let se = SMALL.state();
+        let mut in_place = rec.state.clone();
+        let want = rec
+            .launch(0..rows, &mut in_place, reads, chain, true, 2)
+            .unwrap();
+        let mut state = rec.state.clone();
+        let got = rec
+            .launch_to(0..rows, &mut state, [reads, writes], (chain, true), 2)
+            .unwrap();
+        assert_eq!(
+            bits_bf16(&got.0),
+            bits_bf16(&want.0),
+            "case {i}: recurrence out"
+        );
+        assert_eq!(
+            bits_f32(&got.1),
+            bits_f32(&want.1),
+            "case {i}: recurrence snapshots"
+        );
+        assert_eq!(
+            slot_bits(&state, se, writes, bits_f32),
+            slot_bits(&in_place, se, reads, bits_f32),
+            "case {i}: recurrence slots written"
+        );
+        assert_eq!(
+            slot_bits(&state, se, &moved, bits_f32),
+            slot_bits(&rec.state, se, &moved, bits_f32),
+            "case {i}: recurrence slots not written"
+        );
+    }
+}
+
+#[test]
+fn slots_written_that_would_race_are_refused_without_writing() {
+    // (read, written, the error's words)
+    let cases: [(&[i32], &[i32], &str); 5] = [
+        (&[1, 2], &[3, 3], "both write slot 3"),
+        (&[1, 2], &[3, 1], "which row 0 reads"),
+        (&[1, 2], &[2, 3], "which row 1 reads"),
+        (&[0, 0], &[0, 3], "writes slot 3, not 0"),
+        (&[1, 2], &[3, 4], "out slot 4 outside"),
+    ];
+    let c = Conv::new(40, 2, 4);
+    let rec = Rec::new(41, SMALL, 2, 4);
+    for (reads, writes, needle) in cases {
+        let mut state = c.state.clone();
+        refused_kernel(
+            c.launch_to(0..2, &mut state, [reads, writes], 0, true),
+            needle,
+        );
+        assert_eq!(
+            bits_bf16(&state),
+            bits_bf16(&c.state),
+            "{needle}: conv state written"
+        );
+        let mut state = rec.state.clone();
+        refused_kernel(
+            rec.launch_to(0..2, &mut state, [reads, writes], (0, true), 2),
+            needle,
+        );
+        assert_eq!(
+            bits_f32(&state),
+            bits_f32(&rec.state),
+            "{needle}: state written"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! `gdn::recurrence` (and its pitched route, and `gdn::gates_recurrence`, the gates folded in)
 //! through the host emulation of its CUDA source:
 //! equal to its twin byte for byte, outputs, state and snapshots, in every row layout — a
-//! prefill chain on one slot, verify runs on several, independent rows, evenly pitched slots —
+//! prefill chain on one slot, verify runs on several, independent rows, evenly pitched slots,
+//! each advancing its slots in place and writing other slots (`out_slots`) —
 //! with a head's columns split over several one-warp blocks (dv not a multiple of 32), q and k
 //! wider than a warp, and a key head dim past 128. And a chain's bytes are those of its rows
 //! run one launch each, as decode runs them.
@@ -20,6 +21,8 @@ struct Problem {
     nv: u32,
     dv: u32,
     slots: Vec<i32>,
+    /// The slots the rows write (`out_slots`); None: their own slots, in place.
+    out_slots: Option<Vec<i32>>,
     num_slots: u32,
     chain: u32,
     snapshots: bool,
@@ -42,6 +45,13 @@ fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
 
 fn i32_bytes(values: &[i32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+impl Problem {
+    /// The slots rows `rows` write.
+    fn out_slots(&self, rows: std::ops::Range<usize>) -> &[i32] {
+        &self.out_slots.as_ref().unwrap_or(&self.slots)[rows]
+    }
 }
 
 /// The keep flags of rows `rows` of `p`, uploaded, when it has them.
@@ -83,6 +93,7 @@ fn launch(
     let beta = upload(backend, &x.beta[rows.start * nv * 4..rows.end * nv * 4]);
     let g = upload(backend, &x.g[rows.start * nv * 4..rows.end * nv * 4]);
     let slots = upload(backend, &i32_bytes(&p.slots[rows.clone()]));
+    let out_slots = upload(backend, &i32_bytes(p.out_slots(rows.clone())));
     let keep = keep_of(backend, p, rows.clone());
     let out_bytes = n * nv * p.dv as usize * 2;
     let snap_bytes = n * nv * (p.dk * p.dv) as usize * 4;
@@ -96,6 +107,7 @@ fn launch(
         g,
         state,
         slots,
+        out_slots,
         out,
         snapshots,
         keep,
@@ -132,6 +144,7 @@ fn problem(
         nv,
         dv,
         slots: slots.to_vec(),
+        out_slots: None,
         num_slots,
         chain,
         snapshots: chain != 0,
@@ -148,9 +161,20 @@ fn keeping(p: Problem, keep: &[i32]) -> Problem {
     }
 }
 
+/// `p` with the rows writing `out_slots` (in `num_slots` slots) instead of their own.
+fn writing(p: Problem, out_slots: &[i32], num_slots: u32) -> Problem {
+    assert_eq!(out_slots.len(), p.slots.len());
+    Problem {
+        out_slots: Some(out_slots.to_vec()),
+        num_slots,
+        ..p
+    }
+}
+
 /// The row layouts every recurrence kernel is held to, each with whether it runs the pitched
-/// route; the chains and runs keep some rows' snapshots and skip the others'.
-fn layouts() -> [(&'static str, Problem, bool); 5] {
+/// route; the chains and runs keep some rows' snapshots and skip the others'. The last four
+/// write other slots than they read (some rows still in place, on slot 0).
+fn layouts() -> [(&'static str, Problem, bool); 9] {
     [
         // A prefill chain of 5 rows: dk 48 (q, k wider than a warp), dv 40 (two column
         // blocks, the second 8 columns wide), 2 v heads on one key head.
@@ -176,6 +200,37 @@ fn layouts() -> [(&'static str, Problem, bool); 5] {
         ("pitched", problem(1, 32, 2, 33, &[0, 2, 4], 5, 0), true),
         // A key head dim past 128 and up to the kernel's 256, in a chain of 3.
         ("dk 200", problem(1, 200, 1, 36, &[0, 0, 0], 1, 1), false),
+        (
+            "chain to",
+            writing(
+                keeping(
+                    problem(1, 48, 2, 40, &[1, 1, 1, 1, 1], 3, 1),
+                    &[1, 0, 0, 1, 0],
+                ),
+                &[2, 2, 2, 2, 2],
+                3,
+            ),
+            false,
+        ),
+        (
+            "runs to",
+            writing(
+                problem(2, 16, 4, 8, &[0, 0, 0, 2, 2, 1], 3, 2),
+                &[0, 0, 0, 4, 4, 3],
+                5,
+            ),
+            false,
+        ),
+        (
+            "rows to",
+            writing(problem(1, 32, 2, 64, &[3, 0, 2], 4, 0), &[4, 0, 1], 5),
+            false,
+        ),
+        (
+            "pitched to",
+            writing(problem(1, 32, 2, 33, &[0, 2, 4], 5, 0), &[9, 7, 5], 10),
+            true,
+        ),
     ]
 }
 
@@ -214,6 +269,7 @@ fn a_chain_gives_the_bytes_of_its_rows_decoded_one_by_one() {
         nv: 2,
         dv: 48,
         slots: vec![0; 6],
+        out_slots: None,
         num_slots: 1,
         chain: 1,
         snapshots: true,
@@ -273,6 +329,7 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
         let a_log = upload(&mut backend, &bf16_values(nv, seed + 0.1));
         let dt_bias = upload(&mut backend, &bf16_values(nv, seed + 0.2));
         let slots = upload(&mut backend, &i32_bytes(&p.slots));
+        let out_slots = upload(&mut backend, &i32_bytes(p.out_slots(0..p.slots.len())));
         let keep = keep_of(&mut backend, &p, 0..p.slots.len());
         // The two launches, then the recurrence reading them.
         let gate_bytes = (rows * nv) as usize * 4;
@@ -331,6 +388,7 @@ fn the_gates_folded_into_the_recurrence_give_the_bytes_of_gates_then_recurrence(
                 dt_bias,
                 state,
                 slots,
+                out_slots,
                 out,
                 snapshots,
                 keep,
@@ -403,7 +461,7 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
     use solder_model_layers::kernels::gdn::{Conv, CONV};
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
-    // (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep)
+    // (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep, out slots: None in place)
     type Case = (
         &'static str,
         u32,
@@ -414,6 +472,7 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
         Vec<i32>,
         u32,
         u32,
+        Option<Vec<i32>>,
         Option<Vec<i32>>,
     );
     let cases: Vec<Case> = vec![
@@ -428,15 +487,69 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
             3,
             1,
             Some((0..37).map(|r| (r % 3 == 0) as i32).collect()),
+            None,
         ),
-        ("chain 2", 2, 8, 2, 8, 4, vec![0; 2], 1, 1, None),
-        ("width 20", 1, 8, 1, 8, 20, vec![0; 45], 1, 1, None),
-        ("runs", 1, 8, 2, 8, 4, vec![0, 0, 0, 2, 2, 1], 3, 2, None),
-        ("rows", 1, 8, 2, 8, 4, vec![2, 0, 1], 3, 0, None),
+        ("chain 2", 2, 8, 2, 8, 4, vec![0; 2], 1, 1, None, None),
+        ("width 20", 1, 8, 1, 8, 20, vec![0; 45], 1, 1, None, None),
+        (
+            "runs",
+            1,
+            8,
+            2,
+            8,
+            4,
+            vec![0, 0, 0, 2, 2, 1],
+            3,
+            2,
+            None,
+            None,
+        ),
+        ("rows", 1, 8, 2, 8, 4, vec![2, 0, 1], 3, 0, None, None),
+        // Writing other slots: a chain of 37 over block rows, runs, rows (slot 0 in place).
+        (
+            "chain 37 to",
+            1,
+            16,
+            2,
+            8,
+            4,
+            vec![1; 37],
+            3,
+            1,
+            None,
+            Some(vec![2; 37]),
+        ),
+        (
+            "runs to",
+            1,
+            8,
+            2,
+            8,
+            4,
+            vec![0, 0, 0, 2, 2, 1],
+            6,
+            2,
+            None,
+            Some(vec![4, 4, 4, 3, 3, 5]),
+        ),
+        (
+            "rows to",
+            1,
+            8,
+            2,
+            8,
+            4,
+            vec![2, 0, 1],
+            5,
+            0,
+            None,
+            Some(vec![3, 0, 4]),
+        ),
     ];
-    for (i, (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep)) in
+    for (i, (name, nk, dk, nv, dv, width, slots, num_slots, chain, keep, to)) in
         cases.into_iter().enumerate()
     {
+        let out_slots = to.clone().unwrap_or_else(|| slots.clone());
         let rows = slots.len() as u32;
         let channels = 2 * nk * dk + nv * dv;
         let qkvz_row = nk * (2 * dk + 2 * (nv / nk) * dv);
@@ -453,6 +566,7 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
                     &qkvz[range.start * qkvz_row as usize * 2..range.end * qkvz_row as usize * 2],
                 );
                 let slots_buf = upload(backend, &i32_bytes(&slots[range.clone()]));
+                let out_slots_buf = upload(backend, &i32_bytes(&out_slots[range.clone()]));
                 let keep_buf = keep
                     .as_ref()
                     .map(|k| upload(backend, &i32_bytes(&k[range.clone()])));
@@ -465,6 +579,7 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
                     w,
                     state,
                     slots: slots_buf,
+                    out_slots: out_slots_buf,
                     out,
                     snapshots: Some(snapshots),
                     keep: keep_buf,
@@ -498,6 +613,21 @@ fn the_conv_equals_its_twin_in_every_row_layout_and_a_chain_its_rows_one_by_one(
             continue;
         }
         assert!(after != state0, "{name}: the history did not move");
+        if to.is_some() {
+            // Each slot read and written elsewhere is as it was (its run's later rows too).
+            let slot_bytes = hist as usize * 2;
+            for (&read, &written) in slots.iter().zip(&out_slots) {
+                let (read, written) = (read as usize, written as usize);
+                if read != written && !out_slots.contains(&(read as i32)) {
+                    let at = read * slot_bytes..(read + 1) * slot_bytes;
+                    assert!(
+                        after[at.clone()] == state0[at],
+                        "{name}: slot {read} written"
+                    );
+                }
+            }
+            continue;
+        }
         if chain != 1 {
             continue;
         }

@@ -21,6 +21,8 @@ struct Problem {
     nv: u32,
     dv: u32,
     slots: Vec<i32>,
+    /// The slots the rows write (`out_slots`); None: their own slots, in place.
+    out_slots: Option<Vec<i32>>,
     num_slots: u32,
     chain: u32,
 }
@@ -58,6 +60,7 @@ struct Inputs {
     beta: Buf,
     g: Buf,
     slots: Buf,
+    out_slots: Buf,
     state: Vec<u8>,
 }
 
@@ -74,6 +77,10 @@ fn inputs(backend: &mut CpuBackend, p: &Problem, seed: f32) -> Inputs {
             &f32_bytes((0..gates).map(|i| -0.3 * ((i as f32 + seed) * 0.53).cos().abs())),
         ),
         slots: upload(backend, &i32_bytes(&p.slots)),
+        out_slots: upload(
+            backend,
+            &i32_bytes(p.out_slots.as_ref().unwrap_or(&p.slots)),
+        ),
         state: f32_bytes((0..p.state_elems()).map(|i| ((i as f32 + seed) * 0.29).sin() * 0.5)),
     }
 }
@@ -90,7 +97,7 @@ fn launch(
     let out = upload(backend, &vec![0x5a; p.out_bytes()]);
     let (rows, nk, dk, nv, dv, num_slots, chain) =
         (p.rows(), p.nk, p.dk, p.nv, p.dv, p.num_slots, p.chain);
-    let (mixed, beta, g, slots) = (x.mixed, x.beta, x.g, x.slots);
+    let (mixed, beta, g, slots, out_slots) = (x.mixed, x.beta, x.g, x.slots, x.out_slots);
     let launch = match recurrence {
         false => Chunked {
             mixed,
@@ -98,6 +105,7 @@ fn launch(
             g,
             state,
             slots,
+            out_slots,
             out,
             rows,
             nk,
@@ -114,6 +122,7 @@ fn launch(
             g,
             state,
             slots,
+            out_slots,
             out,
             snapshots: None,
             keep: None,
@@ -149,13 +158,25 @@ fn problem(
         nv,
         dv,
         slots: slots.to_vec(),
+        out_slots: None,
         num_slots,
         chain,
     }
 }
 
-/// The row layouts the chunked kernels are held to.
-fn layouts() -> [(&'static str, Problem); 5] {
+/// `p` with the rows writing `out_slots` (in `num_slots` slots) instead of their own.
+fn writing(p: Problem, out_slots: &[i32], num_slots: u32) -> Problem {
+    assert_eq!(out_slots.len(), p.slots.len());
+    Problem {
+        out_slots: Some(out_slots.to_vec()),
+        num_slots,
+        ..p
+    }
+}
+
+/// The row layouts the chunked kernels are held to; the last two write other slots than they
+/// read.
+fn layouts() -> [(&'static str, Problem); 7] {
     [
         // A prompt's chunk of 37 rows: chunks of 16, 16 and 5; dk 48 (q and k wider than a
         // warp), dv 40 (two column tiles, the second 8 wide), 2 v heads on one key head.
@@ -172,6 +193,17 @@ fn layouts() -> [(&'static str, Problem); 5] {
         ("dk 200", problem(1, 200, 1, 36, &[0; 20], 1, 1)),
         // A chain of exactly one chunk, 3 v heads per key head.
         ("one chunk", problem(2, 16, 6, 16, &[0; 16], 1, 1)),
+        (
+            "chain to",
+            writing(problem(1, 48, 2, 40, &[1; 37], 3, 1), &[2; 37], 3),
+        ),
+        ("runs to", {
+            let mut slots = vec![0; 18];
+            slots.extend([2, 2, 1]);
+            let mut out = vec![4; 18];
+            out.extend([3, 3, 1]);
+            writing(problem(2, 16, 4, 8, &slots, 3, 2), &out, 5)
+        }),
     ]
 }
 
@@ -235,6 +267,7 @@ fn the_gates_folded_into_the_chunks_give_the_bytes_of_gates_then_chunks() {
                 dt_bias,
                 state,
                 slots: x.slots,
+                out_slots: x.out_slots,
                 out,
                 rows,
                 nk: p.nk,

@@ -152,7 +152,11 @@ fn gdn_conv(
         )
         .inputs(&[qkvz])
         .weights(&[conv_w])
-        .meta(&[MetaField::StateSlots, MetaField::KeepSnapshots])
+        .meta(&[
+            MetaField::StateSlots,
+            MetaField::StateSlotsOut,
+            MetaField::KeepSnapshots,
+        ])
         .attr("kernel", int(kernel)),
         &[
             OutSpec::rows(format!("l{l}.mixed"), Dtype::Bf16, conv_dim),
@@ -222,7 +226,11 @@ fn gdn_recurrence(
             l,
         )
         .inputs(&[mixed, beta, g])
-        .meta(&[MetaField::StateSlots, MetaField::KeepSnapshots]),
+        .meta(&[
+            MetaField::StateSlots,
+            MetaField::StateSlotsOut,
+            MetaField::KeepSnapshots,
+        ]),
         &[
             OutSpec::rows(format!("l{l}.core"), Dtype::Bf16, value_dim),
             OutSpec {

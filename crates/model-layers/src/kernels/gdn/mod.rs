@@ -8,7 +8,9 @@
 //! `in_proj_qkvz` before `fix_query_key_value_ordering`), a conv channel row `[q kd | k kd |
 //! v vd]` (kd = nk·dk, vd = nv·dv).
 //!
-//! State lives in per-sequence slots (`slots i32\[rows\]`): the conv history bf16
+//! State lives in per-sequence slots (`slots i32\[rows\]`, the slots read; `out_slots
+//! i32\[rows\]`, the slots the advanced state is written to, each a row's own slot to advance it
+//! in place): the conv history bf16
 //! `[num_slots][C][kernel − 1]` (oldest first) and the recurrent state f32
 //! `[num_slots][nv]\[dk\]\[dv\]`. `chain` = 0: each row is its own sequence on `slots\[r\]`;
 //! `chain` = 1: the rows are consecutive tokens of one sequence on `slots\[0\]`; `chain` = 2
@@ -142,6 +144,7 @@ kernel! {
         w: In<bf16>,
         state: InOut<bf16>,
         slots: In<i32>,
+        out_slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<bf16>,
         keep: InOpt<i32>,
@@ -188,6 +191,7 @@ kernel! {
         g: In<f32>,
         state: InOut<f32>,
         slots: In<i32>,
+        out_slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<f32>,
         keep: InOpt<i32>,
@@ -218,6 +222,7 @@ kernel! {
         dt_bias: In<bf16>,
         state: InOut<f32>,
         slots: In<i32>,
+        out_slots: In<i32>,
         out: Out<bf16>,
         snapshots: OutOpt<f32>,
         keep: InOpt<i32>,
@@ -247,6 +252,7 @@ kernel! {
         g: In<f32>,
         state: InOut<f32>,
         slots: In<i32>,
+        out_slots: In<i32>,
         out: Out<bf16>,
         rows: U32,
         nk: U32,
@@ -270,6 +276,7 @@ kernel! {
         dt_bias: In<bf16>,
         state: InOut<f32>,
         slots: In<i32>,
+        out_slots: In<i32>,
         out: Out<bf16>,
         rows: U32,
         nk: U32,
@@ -359,6 +366,7 @@ fn emit_conv(v: &View<'_>) -> R {
         w: v.weight(c, 0)?,
         state,
         slots: v.meta(MetaField::StateSlots),
+        out_slots: v.meta(MetaField::StateSlotsOut),
         out: v.output(c, 0)?,
         snapshots,
         keep,
@@ -430,6 +438,7 @@ fn recurrence_of(v: &View<'_>, pitched: bool) -> Result<Recurrence, ExecError> {
         g: v.input(r, 2)?,
         state,
         slots: v.meta(MetaField::StateSlots),
+        out_slots: v.meta(MetaField::StateSlotsOut),
         out: v.output(r, 0)?,
         snapshots,
         keep,
@@ -485,6 +494,7 @@ fn gates_recurrence_of(v: &View<'_>, pitched: bool) -> Result<GatesRecurrence, E
         dt_bias: v.weight(gates, 1)?,
         state,
         slots: v.meta(MetaField::StateSlots),
+        out_slots: v.meta(MetaField::StateSlotsOut),
         out: v.output(r, 0)?,
         snapshots,
         keep,
@@ -532,6 +542,7 @@ fn emit_chunked(v: &View<'_>) -> R {
         g: v.input(r, 2)?,
         state,
         slots: v.meta(MetaField::StateSlots),
+        out_slots: v.meta(MetaField::StateSlotsOut),
         out: v.output(r, 0)?,
         rows: v.rows(),
         nk,
@@ -555,6 +566,7 @@ fn emit_gates_chunked(v: &View<'_>) -> R {
         dt_bias: v.weight(gates, 1)?,
         state,
         slots: v.meta(MetaField::StateSlots),
+        out_slots: v.meta(MetaField::StateSlotsOut),
         out: v.output(r, 0)?,
         rows: v.rows(),
         nk,

@@ -4,11 +4,15 @@
 //! Rows run in row order on their slots, so a launch equals its rows launched one at a time in
 //! sequence: with `chain` = 1 every row continues `slots\[0\]`; with `chain` = 0 rows sharing a
 //! slot (padding rows on a scratch slot) follow each other; with `chain` = 2 each run of
-//! consecutive rows on one slot continues it (a slot may not come back after another's run). The recurrence, the only heavy
+//! consecutive rows on one slot continues it (a slot may not come back after another's run).
+//! A row writing another slot than it reads (`out_slots`) has its read slot's state moved
+//! there first (`slots`), then advanced in place, so the slot read is untouched. The
+//! recurrence, the only heavy
 //! kernel, splits into (slot, v head) tasks that own disjoint state, output and snapshot
 //! ranges and walk their rows in order, so its bytes do not depend on the thread count.
 
 mod chunked;
+mod slots;
 
 use std::collections::hash_map::{Entry, HashMap};
 
@@ -19,6 +23,7 @@ use super::{ConvArgs, GatedNormArgs, GatesArgs, GatesRecurrenceArgs, RecurrenceA
 use crate::kernels::args::{macs, size, threads_for, Dim, In, InOpt, Out, OutOpt};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
 pub(super) use chunked::{chunked, gates_chunked};
+use slots::advanced_slots;
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
 const L2NORM_EPS: f32 = 1e-6;
@@ -116,49 +121,6 @@ impl Heads {
     }
 }
 
-/// The slot each row runs on (`chain` 0 → slots\[r\], 1 → slots\[0\]), each checked against
-/// `num_slots`.
-fn row_slots(
-    ctx: &TwinCtx<'_>,
-    slots: &[i32],
-    num_slots: usize,
-    chain: Dim<'_>,
-) -> Result<Vec<usize>, GpuError> {
-    let chained = match chain.get() {
-        0 => false,
-        1 => true,
-        2 => {
-            // Runs: rows on one slot must be consecutive (each run one sequence's tokens).
-            for r in 1..slots.len() {
-                if slots[r] != slots[r - 1] && slots[..r - 1].contains(&slots[r]) {
-                    return Err(ctx.fail(format!(
-                        "chain 2: row {r} returns to slot {} after another slot's run (a \
-                         sequence's rows must be consecutive)",
-                        slots[r]
-                    )));
-                }
-            }
-            false
-        }
-        v => return Err(chain.bad(format!("chain must be 0, 1 or 2, got {v}"))),
-    };
-    let used = if chained {
-        &slots[..slots.len().min(1)]
-    } else {
-        slots
-    };
-    for (r, s) in used.iter().enumerate() {
-        if *s < 0 || *s as usize >= num_slots {
-            return Err(ctx.fail(format!(
-                "row {r}: slot {s} outside the {num_slots} state slots"
-            )));
-        }
-    }
-    Ok((0..slots.len())
-        .map(|r| used[if chained { 0 } else { r }] as usize)
-        .collect())
-}
-
 /// One channel of the conv for one token: the SiLU of the causal dot over (history, x), then
 /// x enters the history.
 #[inline]
@@ -186,11 +148,12 @@ pub(super) fn conv(a: ConvArgs<'_>) -> Result<(), GpuError> {
     let qkvz = a.qkvz.len(size(ctx, &[rows, heads.qkvz_row])?)?;
     let w = a.w.len(size(ctx, &[channels, kernel])?)?;
     let state = a.state.len(size(ctx, &[num_slots, slot_elems])?)?;
-    let slots = a.slots.len(rows)?;
+    let slots = [a.slots.len(rows)?, a.out_slots.len(rows)?];
     let out = a.out.len(size(ctx, &[rows, channels])?)?;
     let mut snapshots = a.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
     let keep = a.keep.len(rows)?;
-    let row_slots = row_slots(ctx, slots, num_slots, a.chain)?;
+    let chain = (a.chain, false);
+    let row_slots = advanced_slots(ctx, slots, num_slots, chain, state, slot_elems)?;
     let sources: Vec<usize> = (0..channels).map(|c| heads.channel_source(c)).collect();
     for (r, (x, o)) in qkvz
         .chunks_exact(heads.qkvz_row)
@@ -392,32 +355,6 @@ pub(super) fn recurrence_pitched(a: RecurrenceArgs<'_>) -> Result<(), GpuError> 
     recurrence_on(a, true)
 }
 
-/// Slots `base + r * pitch` from the first two entries, each checked.
-fn pitched_slots(
-    ctx: &TwinCtx<'_>,
-    slots: &[i32],
-    num_slots: usize,
-    chain: Dim<'_>,
-) -> Result<Vec<usize>, GpuError> {
-    if chain.get() != 0 {
-        return Err(chain.bad("the pitched route runs independent rows (chain 0)"));
-    }
-    let base = i64::from(slots.first().copied().unwrap_or(0));
-    let pitch = slots.get(1).map_or(0, |s| i64::from(*s) - base);
-    (0..slots.len() as i64)
-        .map(|r| {
-            let slot = base + r * pitch;
-            if slot < 0 || slot as usize >= num_slots {
-                Err(ctx.fail(format!(
-                    "row {r}: pitched slot {slot} outside the {num_slots} state slots"
-                )))
-            } else {
-                Ok(slot as usize)
-            }
-        })
-        .collect()
-}
-
 /// The `RecurrenceLaunch` of a launch view that has every field of it (`RecurrenceArgs`,
 /// `GatesRecurrenceArgs`), with its checked `heads`.
 macro_rules! recurrence_launch {
@@ -428,6 +365,7 @@ macro_rules! recurrence_launch {
             mixed: $a.mixed,
             state: $a.state,
             slots: $a.slots,
+            out_slots: $a.out_slots,
             out: $a.out,
             snapshots: $a.snapshots,
             keep: $a.keep,
@@ -506,6 +444,7 @@ struct RecurrenceLaunch<'c> {
     mixed: In<'c, bf16>,
     state: Out<'c, f32>,
     slots: In<'c, i32>,
+    out_slots: In<'c, i32>,
     out: Out<'c, bf16>,
     snapshots: OutOpt<'c, f32>,
     keep: InOpt<'c, i32>,
@@ -524,15 +463,12 @@ impl RecurrenceLaunch<'_> {
         let slot_elems = size(ctx, &[nv, dk, dv])?;
         let mixed = self.mixed.len(size(ctx, &[rows, heads.channels])?)?;
         let state = self.state.len(size(ctx, &[num_slots, slot_elems])?)?;
-        let slots = self.slots.len(rows)?;
+        let slots = [self.slots.len(rows)?, self.out_slots.len(rows)?];
         let out = self.out.len(size(ctx, &[rows, nv, dv])?)?;
         let snapshots = self.snapshots.len(size(ctx, &[rows, slot_elems])?)?;
         let keep = self.keep.len(rows)?;
-        let row_slots = if pitched {
-            pitched_slots(ctx, slots, num_slots, self.chain)?
-        } else {
-            row_slots(ctx, slots, num_slots, self.chain)?
-        };
+        let chain = (self.chain, pitched);
+        let row_slots = advanced_slots(ctx, slots, num_slots, chain, state, slot_elems)?;
         let inputs = Recurrence {
             heads,
             mixed,

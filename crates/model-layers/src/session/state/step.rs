@@ -393,6 +393,7 @@ impl Session<'_> {
                         position: row.position,
                         pages: &seq.pages,
                         state_slot,
+                        state_slot_out: state_slot,
                         snapshot: row.snapshot,
                     })
                 }
@@ -528,6 +529,7 @@ fn grow_and_run(
             position: seq.len + i,
             pages: &seq.pages,
             state_slot: SCRATCH_SLOT,
+            state_slot_out: SCRATCH_SLOT,
             snapshot: false,
         }));
     }

@@ -13,7 +13,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 
 use super::super::{ChunkedArgs, GatesChunkedArgs, GDN_CHUNK};
 use super::{
-    folded_gates, head_tasks, normalised_qk, recurrence_heads, row_slots, HeadTask, Heads,
+    advanced_slots, folded_gates, head_tasks, normalised_qk, recurrence_heads, HeadTask, Heads,
 };
 use crate::kernels::args::{macs, size, threads_for, Dim, In, Out};
 use crate::numerics::{to_bf16, to_f32};
@@ -30,6 +30,7 @@ macro_rules! chunked_launch {
             mixed: $a.mixed,
             state: $a.state,
             slots: $a.slots,
+            out_slots: $a.out_slots,
             out: $a.out,
             rows: $a.rows,
             num_slots: $a.num_slots,
@@ -59,6 +60,7 @@ struct ChunkedLaunch<'c> {
     mixed: In<'c, bf16>,
     state: Out<'c, f32>,
     slots: In<'c, i32>,
+    out_slots: In<'c, i32>,
     out: Out<'c, bf16>,
     rows: Dim<'c>,
     num_slots: Dim<'c>,
@@ -74,9 +76,10 @@ impl ChunkedLaunch<'_> {
         let slot_elems = size(ctx, &[nv, dk, dv])?;
         let mixed = self.mixed.len(size(ctx, &[rows, heads.channels])?)?;
         let state = self.state.len(size(ctx, &[num_slots, slot_elems])?)?;
-        let slots = self.slots.len(rows)?;
+        let slots = [self.slots.len(rows)?, self.out_slots.len(rows)?];
         let out = self.out.len(size(ctx, &[rows, nv, dv])?)?;
-        let row_slots = row_slots(ctx, slots, num_slots, self.chain)?;
+        let chain = (self.chain, false);
+        let row_slots = advanced_slots(ctx, slots, num_slots, chain, state, slot_elems)?;
         let chunk = if self.chain.get() == 0 { 1 } else { CHUNK };
         let inputs = Chunks {
             heads,
