@@ -34,15 +34,13 @@ const HELP: &str = "usage: cargo xtask plan --config FILE [--mode M --rows R | -
   --speculative-rows N the widest program a speculative step runs (default 32): verify
                       programs up to it keep recurrent snapshots
   --state N           with --all: the recurrent state allocation for N sequences (sequence,
-                      snapshot and backup slots, bytes each), as a build's layout sizes it
+                      spare and snapshot slots, bytes each), as a build's layout sizes it
   --json              per plan: mode, rows, digests, kernel counts, launches_per_layer,
                       streams, events, pool_bytes, live_lower_bound, weight bytes per format,
                       the step's bytes (weights per format) and its floor at --tbps (default
                       4.8 TB/s) and --context (and `traffic` per launch with --bytes)
   --bytes             per plan, the bytes each launch must move (weights, activations,
-                      KV and recurrent state, metadata) and the step's bandwidth floor;
-                      backup= the session's recurrent-state backup before the step, step=
-                      the bound with it
+                      KV and recurrent state, metadata) and the step's bandwidth floor
   --tbps T            the bandwidth of --bytes' floor, TB/s, 0.001..=1000 (default 4.8, H200)
   --tflops F          the arithmetic rate of --bytes' roofline (each launch at the slower of
                       its bytes and its FLOPs), TFLOPS, 0.001..=100000 (default 990: the
@@ -294,7 +292,7 @@ fn widths(option: &str, list: &str) -> Result<Vec<usize>, String> {
 
 /// `--state N`: the recurrent state allocation a build of `plans` (every program of the
 /// serve) lays out for N sequences: its sequence slots (and the scratch slot), the snapshot
-/// slots of the widest program that keeps them, and the backup slots, as
+/// slots of the widest program that keeps them, and the spare slots a step writes, as
 /// `solder_model_layers::Layout` sizes them (KV pages aside).
 fn print_state(instance: &Instance, plans: &[ExecutionPlan], sequences: usize) {
     let served: Vec<&ExecutionPlan> = plans.iter().collect();
@@ -309,23 +307,24 @@ fn print_state(instance: &Instance, plans: &[ExecutionPlan], sequences: usize) {
     let part = |bytes: &dyn Fn(&solder_model_layers::StateRegion) -> usize| -> usize {
         recurrent.iter().map(|r| bytes(r)).sum()
     };
-    let sequence = part(&|r| r.snapshot_offset - r.offset);
-    let snapshots = part(&|r| r.backup_offset - r.snapshot_offset);
-    let backups = part(&|r| r.offset + r.bytes - r.backup_offset);
-    let gb = |bytes: usize| bytes as f64 / 1e9;
     let rows = layout.state_rows;
+    let slots = part(&|r| r.snapshot_offset - r.offset);
+    let spares = slots / layout.state_slots * rows.spares;
+    let sequence = slots - spares;
+    let snapshots = part(&|r| r.offset + r.bytes - r.snapshot_offset);
+    let gb = |bytes: usize| bytes as f64 / 1e9;
     println!(
         "recurrent state of {} for {sequences} sequences: {slot} B a slot; {} sequence slots \
-         {:.2} GB, {} snapshot slots {:.2} GB, {} backup slots {:.2} GB; {:.2} GB in all (KV \
+         {:.2} GB, {} snapshot slots {:.2} GB, {} spare slots {:.2} GB; {:.2} GB in all (KV \
          pages aside)",
         circuit.name,
-        layout.state_slots,
+        layout.state_slots - rows.spares,
         gb(sequence),
         rows.snapshots,
         gb(snapshots),
-        rows.backups,
-        gb(backups),
-        gb(sequence + snapshots + backups),
+        rows.spares,
+        gb(spares),
+        gb(sequence + snapshots + spares),
     );
 }
 

@@ -87,7 +87,6 @@ pub fn overflowed(t: &PlanTraffic) -> Vec<&'static str> {
         ("meta_read", t.meta_read()),
         ("total", t.total()),
         ("flops", t.flops()),
-        ("backup", t.backup),
     ]
     .into_iter()
     .filter(|&(_, x)| x == u64::MAX)
@@ -163,8 +162,7 @@ pub fn summary(t: &PlanTraffic, rates: Rates) -> String {
     format!(
         "{:<10} rows={:<4} context={} launches={} weights={} act_read={} act_write={} \
          state_read={} state_write={} meta={} total={} bytes floor={} us at {tbps} TB/s \
-         flops={} roofline={} us at {tflops} TFLOPS bound={} us with dependent chains backup={} \
-         step={} us with the state backup",
+         flops={} roofline={} us at {tflops} TFLOPS bound={} us with dependent chains",
         t.mode.as_str(),
         t.rows,
         t.context,
@@ -190,13 +188,6 @@ pub fn summary(t: &PlanTraffic, rates: Rates) -> String {
             t.bound_us(rates.bytes_per_s(), rates.flops_per_s()),
             2
         ),
-        figure(t.backup),
-        roof_text(
-            t.total().max(t.backup),
-            t.flops(),
-            t.step_us(rates.bytes_per_s(), rates.flops_per_s()),
-            2
-        )
     )
 }
 
@@ -239,8 +230,6 @@ pub fn json(t: &PlanTraffic, rates: Rates) -> serde_json::Value {
         "flops": figure_json(t.flops()),
         "roofline_us": roof(t.total(), t.flops(), t.roofline_us(rate, flop_rate)),
         "bound_us": roof(t.total(), t.flops(), t.bound_us(rate, flop_rate)),
-        "backup_bytes": figure_json(t.backup),
-        "step_us": roof(t.total().max(t.backup), t.flops(), t.step_us(rate, flop_rate)),
         "overflowed": overflowed(t),
         "launches": t.launches.iter().enumerate().map(|(i, l)| json!({
             "index": i,

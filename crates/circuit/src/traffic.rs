@@ -104,11 +104,6 @@ pub struct PlanTraffic {
     /// Tokens each sequence held before the step.
     pub context: usize,
     pub launches: Vec<LaunchTraffic>,
-    /// Bytes a session moves around the program, outside its launches: the recurrent state of
-    /// every slot the step advances, copied aside before it (read and written once each) so a
-    /// failed step can put it back (`session::state::backup`). Zero for a plan that advances
-    /// no recurrent state.
-    pub backup: u64,
 }
 
 impl PlanTraffic {
@@ -187,11 +182,6 @@ impl PlanTraffic {
             .map(|l| l.bound_us(bytes_per_s, flops_per_s))
             .sum()
     }
-
-    /// A session's step: the program's bound and its state backup's bytes (`backup`) before it.
-    pub fn step_us(&self, bytes_per_s: f64, flops_per_s: f64) -> f64 {
-        self.bound_us(bytes_per_s, flops_per_s) + floor_us(self.backup, bytes_per_s)
-    }
 }
 
 /// Microseconds to move `bytes` at `bytes_per_s` (or do that many FLOPs at a FLOP rate;
@@ -229,29 +219,7 @@ pub fn plan_traffic(circuit: &Circuit, plan: &ExecutionPlan, context: usize) -> 
         rows,
         context,
         launches,
-        backup: backup_bytes(circuit, plan, seqs),
     }
-}
-
-/// The state backup's bytes before a step of `plan` over `seqs` sequences: every recurrent
-/// state the plan writes, one slot a sequence, read and written once.
-fn backup_bytes(circuit: &Circuit, plan: &ExecutionPlan, seqs: usize) -> u64 {
-    let mut written: BTreeSet<usize> = BTreeSet::new();
-    for group in plan.order.iter().map(|&g| plan.group(g)) {
-        for &node in &group.nodes {
-            for &output in &circuit.op(node).outputs {
-                if let Binding::State(s) = circuit.tensor(output).binding {
-                    if !matches!(circuit.states[s.0 as usize].kind, StateKind::KvPages { .. }) {
-                        written.insert(s.0 as usize);
-                    }
-                }
-            }
-        }
-    }
-    written.into_iter().fold(0u64, |acc, s| {
-        let slot = u(circuit.states[s].kind.slot_bytes());
-        acc.saturating_add(mul(&[2, seqs]).saturating_mul(slot))
-    })
 }
 
 fn u(bytes: usize) -> u64 {

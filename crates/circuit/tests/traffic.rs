@@ -204,32 +204,3 @@ fn qwen3_next_80b() -> Instance {
     let config = ModelConfig::from_json_str(&text, "qwen3-next-80b-a3b.json").expect("config");
     Instance::from_config(&config, ServeShape::default()).expect("instance")
 }
-
-/// A session saves the recurrent state of every sequence a step advances (a conv history and a
-/// delta-rule state per Gated DeltaNet layer) before the program: counted as `backup`, one slot
-/// a sequence read and written, outside the launches; a model with no recurrent state has none.
-#[test]
-fn a_steps_state_backup_is_every_recurrent_slot_it_advances_read_and_written_once() {
-    let next = qwen3_next_80b();
-    let policy = Policy::default();
-    // Per sequence and layer: the conv history bf16 [C = 2·16·128 + 32·128][3] and the state
-    // f32 [32][128][128]; 36 Gated DeltaNet layers.
-    let per_sequence = 36 * ((2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4);
-    for (mode, rows, seqs) in [
-        (Mode::Decode, 1, 1),
-        (Mode::MultiSeq, 8, 8),
-        (Mode::Verify, 4, 1),
-        (Mode::Prefill, 64, 1),
-    ] {
-        let t = traffic_under(&next, &policy, mode, rows, 512);
-        assert_eq!(t.backup, 2 * seqs * per_sequence, "{mode:?} {rows}");
-        let (rate, flops) = (4.8e12, 990e12);
-        let extra = t.step_us(rate, flops) - t.bound_us(rate, flops);
-        assert!(
-            (extra - t.backup as f64 / rate * 1e6).abs() < 1e-6,
-            "{mode:?} {rows}"
-        );
-    }
-    let llama = traffic(&instance(false), false, Mode::MultiSeq, 4, 31);
-    assert_eq!(llama.backup, 0);
-}

@@ -73,8 +73,15 @@ pub struct Layout {
     /// KV cache: pages and tokens per page.
     pub kv_pages: usize,
     pub kv_block_size: usize,
-    /// Sequence slots of the recurrent states (the scratch slot 0 included).
+    /// Slots of the recurrent states: the scratch slot 0, one per sequence, and
+    /// `spare_slots` more (a step writes each advancing sequence's state into a spare).
     pub state_slots: usize,
+    /// Slots no sequence holds between steps: a step lends one to each sequence it advances
+    /// as the slot its kernels write (`MetaField::StateSlotsOut`); on success the sequence
+    /// keeps it and the slot it read becomes a spare, on failure the spare goes back and the
+    /// slot read holds the state as it was (`StateBackup` saves in them too).
+    /// `StateRows::spares` of them.
+    pub spare_slots: usize,
     /// Snapshot and backup slots of each recurrent state (`StateRows`).
     pub state_rows: StateRows,
     /// The region of each state declaration in the state allocation, by `StateId`.
@@ -89,13 +96,13 @@ pub struct Layout {
 ///   `speculative_rows`, the rows a speculative step may roll back to); a prefill chunk, a
 ///   multi-seq or a decode step keeps none, nor does a verify program wider than
 ///   `speculative_rows` (a prompt chunk's), so a wide chunk does not size them.
-/// - `backups`: one per slot a step can advance: a row advances at most one slot and every
-///   slot a step advances is held by a sequence, so the fewer of the widest plan's rows and
-///   the sequence slots.
+/// - `spares`: one per slot a step can advance (`Layout::spare_slots`): a row advances at
+///   most one slot and every slot a step advances is held by a sequence, so the fewer of the
+///   widest plan's rows and the sequence slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateRows {
     pub snapshots: usize,
-    pub backups: usize,
+    pub spares: usize,
 }
 
 impl StateRows {
@@ -108,22 +115,20 @@ impl StateRows {
                 .map(|p| p.rows)
                 .max()
                 .unwrap_or(0),
-            backups: max_rows.min(max_sequences.saturating_add(1)),
+            spares: max_rows.min(max_sequences.saturating_add(1)),
         }
     }
 }
 
 /// One state declaration's bytes in the state allocation: KV pages, or `state_slots` slots of
-/// `slot_bytes`, then `StateRows::snapshots` snapshots (the state after each row of a verify
-/// step), then `StateRows::backups` backup slots (where a session saves the slots a step
-/// advances, to restore them if it fails; no program reads or writes them).
+/// `slot_bytes` (the spares among them), then `StateRows::snapshots` snapshots (the state after
+/// each row of a verify step) up to the region's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateRegion {
     pub offset: usize,
     pub bytes: usize,
     pub slot_bytes: usize,
     pub snapshot_offset: usize,
-    pub backup_offset: usize,
 }
 
 impl Layout {
@@ -175,8 +180,9 @@ impl Layout {
         let (weight_offsets, inv_freq_offset) = weight_offsets(circuit);
         let weights_bytes = inv_freq_offset + align(inv_freq_len * 4);
 
-        let state_slots = max_sequences + 1;
         let state_rows = StateRows::of(plans, max_sequences);
+        let spare_slots = state_rows.spares;
+        let state_slots = max_sequences + 1 + spare_slots;
         let (states, state_bytes) =
             state_regions(circuit, kv_pages, block_size, state_slots, state_rows);
         Layout {
@@ -208,6 +214,7 @@ impl Layout {
             kv_pages,
             kv_block_size: block_size,
             state_slots,
+            spare_slots,
             state_rows,
             states,
             state_bytes,
@@ -263,18 +270,15 @@ fn state_regions(
                 ),
                 slot_bytes: 0,
                 snapshot_offset: state_bytes,
-                backup_offset: state_bytes,
             },
             _ => {
                 let slot = decl.kind.slot_bytes();
                 let snapshot_offset = state_bytes + align(state_slots * slot);
-                let backup_offset = snapshot_offset + align(rows.snapshots * slot);
                 StateRegion {
                     offset: state_bytes,
-                    bytes: backup_offset + align(rows.backups * slot) - state_bytes,
+                    bytes: snapshot_offset + align(rows.snapshots * slot) - state_bytes,
                     slot_bytes: slot,
                     snapshot_offset,
-                    backup_offset,
                 }
             }
         };
@@ -342,7 +346,7 @@ pub(crate) fn check_state_bytes(
                 let slot = kind.checked_slot_bytes();
                 let slots = max_sequences
                     .checked_add(1)
-                    .and_then(|s| s.checked_add(rows.snapshots)?.checked_add(rows.backups));
+                    .and_then(|s| s.checked_add(rows.snapshots)?.checked_add(rows.spares));
                 (
                     "max_sequences",
                     slot.zip(slots).and_then(|(b, n)| product(&[b, n])),

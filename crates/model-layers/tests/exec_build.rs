@@ -565,7 +565,7 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
     assert_eq!(layout.max_rows, 16);
     assert_eq!(layout.state_rows.snapshots, 8, "the widest batched verify");
     assert_eq!(
-        layout.state_rows.backups, 5,
+        layout.state_rows.spares, 5,
         "4 sequences and the scratch slot"
     );
     let recurrent = layout.states.iter().filter(|r| r.slot_bytes > 0);
@@ -574,10 +574,10 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
         let aligned = |slots: usize| (slots * region.slot_bytes).next_multiple_of(256);
         assert_eq!(
             (
-                region.backup_offset - region.snapshot_offset,
-                region.offset + region.bytes - region.backup_offset
+                region.snapshot_offset - region.offset,
+                region.offset + region.bytes - region.snapshot_offset
             ),
-            (aligned(8), aligned(5)),
+            (aligned(4 + 1 + 5), aligned(8)),
             "{region:?}"
         );
     }

@@ -94,7 +94,11 @@ fn uneven_slots_and_padding_rows_run_the_primary_program() {
         step(&mut session, &mut backend, &ids[..3]),
         (Mode::MultiSeq, 4, None)
     );
-    // Slots 1, 2, 3 then a fresh 4: pitched again once all four run.
+    // Each step writes its sequences' state into a run of spare slots (4, 5, 6), which they
+    // then hold; the fourth sequence's fresh slot is the lowest free one, 1: 4, 5, 6, 1 is not
+    // evenly pitched, so the primary runs.
+    assert_eq!(step(&mut session, &mut backend, &ids).2, None);
+    // The four now hold one run (7..=10) and write the next (1..=4): pitched both ways.
     assert_eq!(
         step(&mut session, &mut backend, &ids).2,
         Some(RouteCondition::GdnEvenPitch)

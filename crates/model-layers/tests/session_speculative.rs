@@ -261,6 +261,49 @@ fn bad_speculative_input_is_refused_and_the_sequence_is_unchanged() {
     assert!(step.accepted <= 3);
 }
 
+/// A verify step writes each sequence's new state into a spare slot the sequence takes once
+/// its acceptance succeeded: a step whose drafts are all accepted copies no recurrent state
+/// (an armed copy would fail it), and gives the tokens and bytes of plain decoding.
+#[test]
+fn a_fully_accepted_speculative_step_copies_no_state() {
+    let mut backend = backend();
+    let target = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
+    assert!(target.layout.states.iter().any(|r| r.slot_bytes > 0));
+    let prompt = prompt(12, 128, 6);
+    let (want_tokens, want_logits) = plain(&mut backend, &target, &prompt);
+    let vocab = target.config.vocab_size;
+    let k = 4;
+    for call in ["copy_d2d_async", "copy_d2d"] {
+        let mut session = Session::new(&target);
+        let id = session.add_sequence();
+        session.prefill(&mut backend, id, &prompt).expect("prefill");
+        // The greedy continuation after the pending token: every draft accepted.
+        let mut drafter = Fixed(want_tokens[1..=k].to_vec());
+        backend.fail_call(call, 0);
+        let step = session
+            .speculative_step(&mut backend, id, want_tokens[0], k, &mut drafter)
+            .unwrap_or_else(|e| panic!("{call} armed: {e}"));
+        assert_eq!(step.accepted, k, "{call} armed");
+        assert_eq!(step.tokens, want_tokens[1..=k + 1], "{call} armed");
+        assert_same_bytes(
+            &step.logits,
+            &want_logits[..(k + 1) * vocab],
+            &format!("{call} armed"),
+        );
+        // Not fired: disarmed by arming a call no step makes.
+        backend.fail_call("create_stream", usize::MAX);
+        // The next step continues from the state the spare holds.
+        let logits = session
+            .decode(&mut backend, id, want_tokens[k + 1])
+            .expect("decode");
+        assert_same_bytes(
+            &logits,
+            &want_logits[(k + 1) * vocab..(k + 2) * vocab],
+            &format!("{call}: the decode after"),
+        );
+    }
+}
+
 #[test]
 fn sampled_speculative_decoding_is_reproducible() {
     let mut backend = backend();
@@ -500,7 +543,7 @@ fn only_a_speculative_step_writes_recurrent_snapshots() {
     let same = build(&mut backend, TINY_NEXT, Policy::default(), roomy_kv());
     let regions: Vec<(usize, usize)> = (target.layout.states.iter())
         .filter(|r| r.slot_bytes > 0)
-        .map(|r| (r.snapshot_offset, r.backup_offset - r.snapshot_offset))
+        .map(|r| (r.snapshot_offset, r.offset + r.bytes - r.snapshot_offset))
         .collect();
     assert!(regions.iter().all(|&(_, bytes)| bytes > 0), "{regions:?}");
     let snapshots = |backend: &mut CpuBackend| -> Vec<u8> {

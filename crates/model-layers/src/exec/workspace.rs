@@ -268,7 +268,7 @@ impl CircuitExec {
             self.instance.storage(),
             self.layout.state_rows,
             pages,
-            self.layout.state_slots - 1,
+            self.layout.state_slots - 1 - self.layout.spare_slots,
         )
         .map_err(|(_, message)| ExecError::Argument {
             field: "pages",
@@ -288,7 +288,7 @@ impl CircuitExec {
             self.layout.inv_freq_len,
             pages,
             self.layout.max_seq_len,
-            self.layout.state_slots - 1,
+            self.layout.state_slots - 1 - self.layout.spare_slots,
         );
         if layout.workspace_bytes != self.layout.workspace_bytes
             || layout.weights_bytes != self.layout.weights_bytes

@@ -46,7 +46,7 @@ pub(super) fn prefill(
     let exec = session.exec;
     // A slot the sequence holds advances with every chunk: saved once, for all of them.
     let backup = match slot_before {
-        Some(slot) => Some(StateBackup::save(exec, backend, &[slot])?),
+        Some(slot) => Some(StateBackup::save(exec, backend, slot)?),
         None => None,
     };
     let shapes = exec.instance.program_shapes();
@@ -159,7 +159,7 @@ fn undo_prefill(
         }
     }
     if let Some(backup) = &backup {
-        if let Err(restore) = backup.restore(exec, backend) {
+        if let Err(restore) = backup.restore(backend) {
             return SessionError::StateLost {
                 step: Box::new(e),
                 seqs: vec![id],

@@ -7,9 +7,10 @@
 //! - `decode`: plain decoding, how prefill, verify, decode, multi-seq and batched-verify steps
 //!   lay out their rows.
 //! - `state`: the mechanisms every step relies on — `step` (one all-or-nothing step: check,
-//!   save the state, take pages and slots, pick the route, upload the step's `meta::StepMeta`,
-//!   run its program's graph or launches, read the logits), `backup` (the recurrent state of a
-//!   step's sequences, saved before it runs and restored if it fails), `window` (sliding
+//!   take pages, slots and spare slots, pick the route, upload the step's `meta::StepMeta`,
+//!   run its program's graph or launches, read the logits), `spares` (the spare slots a step
+//!   writes its sequences' new recurrent state into, taken on success), `backup` (the state of
+//!   a slot a prompt's chunks advance in place, saved before them), `window` (sliding
 //!   windows: KV pages wholly outside every layer's window, with a margin for rollback, go
 //!   back to the pool) and `rewind` (taking a sequence back to an earlier length).
 //! - `speculative`: speculative decoding — the step, the `Drafter` trait, the built-in

@@ -2,9 +2,15 @@
 //! one per live sequence, lent at a sequence's first step and returned when it ends. One pool
 //! per `CircuitExec`; every `Session` on the exec lends from it.
 //!
+//! Besides one slot per sequence the pool holds `Layout::spare_slots` spares: a step lends one
+//! (`spares`) to each sequence it advances as the slot its kernels write; on success the
+//! sequence keeps it and the slot it read comes back (`keep_spare`), on failure the spare
+//! comes back unread (`give_back_spare`). Sequences may hold at most
+//! `state_slots − 1 − spare_slots` slots, so the spares a step needs are always free.
+//!
 //! Invariants: the scratch slot (`meta::SCRATCH_SLOT`, slot 0) is never lent — padding rows
-//! use it; every other slot is free or held by exactly one sequence of one session; the
-//! lowest free slot is lent first; a lent slot is zeroed (or, for a fork, copied from its
+//! use it; every other slot is free, held by exactly one sequence of one session, or lent to
+//! one step as a spare; the lowest free slot is lent first; a lent slot is zeroed (or, for a fork, copied from its
 //! parent's) in every recurrent state region before it is handed out, so a sequence starts
 //! from zeros or its parent's state whoever held the slot before; a model without recurrent state
 //! has no slots and its sequences never take one.
@@ -31,8 +37,11 @@ pub(crate) struct SlotPool {
     /// bytes.
     states: DevicePtr,
     regions: Vec<(usize, usize)>,
-    /// Slots a sequence may hold (all but the scratch slot; none without recurrent state).
+    /// Slots sequences may hold together (all but the scratch slot and the spares; none
+    /// without recurrent state).
     lendable: usize,
+    /// Slots sequences hold now.
+    held: usize,
 }
 
 impl SlotPool {
@@ -44,13 +53,14 @@ impl SlotPool {
             .filter(|r| r.slot_bytes > 0)
             .map(|r| (r.offset, r.slot_bytes))
             .collect();
-        let free = if regions.is_empty() {
+        let free: BTreeSet<u32> = if regions.is_empty() {
             BTreeSet::new()
         } else {
             (SCRATCH_SLOT + 1..layout.state_slots as u32).collect()
         };
         SlotPool {
-            lendable: free.len(),
+            lendable: free.len().saturating_sub(layout.spare_slots),
+            held: 0,
             free,
             states,
             regions,
@@ -65,7 +75,7 @@ impl SlotPool {
 
     /// Slots lent to sequences now.
     pub(crate) fn lent(&self) -> usize {
-        self.lendable - self.free.len()
+        self.held
     }
 
     /// Whether the model keeps recurrent state, so each sequence needs a slot.
@@ -75,11 +85,9 @@ impl SlotPool {
 
     /// Checks that `needed` slots are free.
     pub(crate) fn check(&self, needed: usize) -> Result<(), SessionError> {
-        if needed > self.free.len() {
-            return Err(SessionError::SlotsExhausted {
-                needed,
-                free: self.free.len(),
-            });
+        let free = self.lendable - self.held;
+        if needed > free {
+            return Err(SessionError::SlotsExhausted { needed, free });
         }
         Ok(())
     }
@@ -94,9 +102,11 @@ impl SlotPool {
         stream: StreamId,
         fill: Fill,
     ) -> Result<u32, SessionError> {
+        self.check(1)?;
         let Some(slot) = self.free.pop_first() else {
             return Err(SessionError::SlotsExhausted { needed: 1, free: 0 });
         };
+        self.held += 1;
         for &(offset, slot_bytes) in &self.regions {
             let at = |slot: u32| self.states.offset(offset + slot as usize * slot_bytes);
             let queued = match fill {
@@ -107,6 +117,7 @@ impl SlotPool {
             };
             if let Err(e) = queued {
                 self.free.insert(slot);
+                self.held -= 1;
                 return Err(e.into());
             }
         }
@@ -115,6 +126,48 @@ impl SlotPool {
 
     /// Returns a slot (zeroed again when next lent).
     pub(crate) fn give_back(&mut self, slot: u32) {
-        self.free.insert(slot);
+        if self.free.insert(slot) {
+            self.held -= 1;
+        }
+    }
+
+    /// Lends `n` free slots as a step's spares, in order: the lowest run of `n` consecutive
+    /// free slots where there is one (slots written evenly pitched keep the runtime route),
+    /// else the `n` lowest. Nothing is written to them: the step's kernels write each whole
+    /// before anyone reads it.
+    pub(crate) fn spares(&mut self, n: usize) -> Result<Vec<u32>, SessionError> {
+        if n > self.free.len() {
+            return Err(SessionError::SlotsExhausted {
+                needed: n,
+                free: self.free.len(),
+            });
+        }
+        let run = self.free.iter().copied().find(|&first| {
+            (1..n as u32).all(|i| first.checked_add(i).is_some_and(|s| self.free.contains(&s)))
+        });
+        let spares: Vec<u32> = match run {
+            Some(first) => (first..first + n as u32).collect(),
+            None => self.free.iter().copied().take(n).collect(),
+        };
+        for spare in &spares {
+            self.free.remove(spare);
+        }
+        Ok(spares)
+    }
+
+    /// Returns a spare the step that lent it did not keep.
+    pub(crate) fn give_back_spare(&mut self, spare: u32) {
+        self.free.insert(spare);
+    }
+
+    /// A sequence took a spare lent to it (its new state written there): `held`, the slot it
+    /// held before, if any, is free.
+    pub(crate) fn keep_spare(&mut self, held: Option<u32>) {
+        match held {
+            Some(slot) => {
+                self.free.insert(slot);
+            }
+            None => self.held += 1,
+        }
     }
 }

@@ -21,9 +21,10 @@
 //! Rollback, one story told at two levels:
 //! - the **target** sequence rolls back inside the step: the rejected rows' KV cells lie past
 //!   its new length (never read again) and its recurrent state becomes the snapshot the
-//!   chained kernels wrote after the last kept row (`state::rewind`, private); a step refused
-//!   or failed restores the state it saved before the verify (`state::backup`, private), so
-//!   the sequence is as it was;
+//!   chained kernels wrote after the last kept row (`state::rewind`, private); the verify
+//!   writes each sequence's new state into a spare slot it takes only once every acceptance
+//!   succeeded (`state::spares`, private), so a step refused or failed leaves the slot it
+//!   holds, and the sequence, as they were;
 //! - the **drafter** is told the `Verdict` (tokens kept, where their rows lay) in `settle`
 //!   and takes back what it fed past them with the public rollback every engine has:
 //!   `Session::rewind` to a `RewindPoint` taken before the draft, or `Session::truncate_to`

@@ -16,7 +16,7 @@ use super::{Acceptances, Draft, Drafter, SpeculativeStep, Verdict};
 use crate::error::SessionError;
 use crate::program::Program;
 use crate::sampling::{Acceptance, Sampler};
-use crate::session::state::{Reads, Row, SaveState, StateBackup};
+use crate::session::state::{Reads, Row, SaveState, Spares};
 use crate::session::{SeqId, Session};
 
 /// One sequence of a speculative step: `(sequence, pending, k)`.
@@ -181,46 +181,33 @@ fn verify_drafts(
     } else {
         exec.verify_program(width)?
     };
-    // Saved here, not by the step: an acceptance that fails after the step ran puts the
-    // state back too.
-    let held: Vec<(SeqId, u32)> = batch
-        .iter()
-        .filter_map(|&(id, _, _)| session.seqs.get(&id).and_then(|s| s.slot).map(|s| (id, s)))
-        .collect();
-    let slots: Vec<u32> = held.iter().map(|&(_, s)| s).collect();
-    let backup = if slots.is_empty() {
-        None
-    } else {
-        Some(StateBackup::save(exec, backend, &slots)?)
-    };
-    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _, k)| (id, k + 1)).collect();
+    // Each sequence's new state goes into a spare it takes only once every acceptance
+    // succeeded: a step or an acceptance that fails leaves every slot as it was, no copy.
     let ids: Vec<SeqId> = batch.iter().map(|&(id, _, _)| id).collect();
-    let logits = match session.step(
+    let spares = Spares::lend(exec, &ids)?;
+    let advance: Vec<(SeqId, usize)> = batch.iter().map(|&(id, _, k)| (id, k + 1)).collect();
+    let logits = session.step(
         backend,
         program,
         &rows,
         &advance,
-        SaveState::SavedByCaller,
+        SaveState::IntoSpares(&spares),
         Reads::Live,
-    ) {
-        Ok(logits) => logits,
-        Err(e) => return Err(restore_state(session, backend, &ids, backup.as_ref(), e)),
-    };
+    )?;
     // Acceptance for every sequence first, so a refusal keeps nothing of the step.
     let acceptances = match accept_all(session, batch, drafts, &logits) {
         Ok(acceptances) => acceptances,
         Err(e) => {
-            // Nothing of the step stays: back to before `pending`, state included.
+            // Nothing of the step stays: back to before `pending` (a sequence new to the
+            // step keeps the zeroed slot it read; its spare goes back).
             let block = exec.layout.kv_block_size;
             for (&(id, _, _), &start) in batch.iter().zip(starts) {
                 session.truncate(id, start, start.div_ceil(block));
-                if !held.iter().any(|&(h, _)| h == id) {
-                    session.zero_state(backend, id)?;
-                }
             }
-            return Err(restore_state(session, backend, &ids, backup.as_ref(), e));
+            return Err(e);
         }
     };
+    spares.keep(session);
     let steps = keep_accepted(session, backend, batch, drafts, &acceptances, &logits)?;
     // The step itself (its state saved by this caller) left recycling to here.
     session.recycle_out_of_window(ids.iter().copied());
@@ -340,23 +327,4 @@ fn keep_accepted(
         first += k + 1;
     }
     Ok(steps)
-}
-
-/// Puts back the state `backup` saved (if any) and returns `error`, or the error saying the
-/// state is lost.
-fn restore_state(
-    session: &Session<'_>,
-    backend: &mut dyn GpuBackend,
-    ids: &[SeqId],
-    backup: Option<&StateBackup>,
-    error: SessionError,
-) -> SessionError {
-    match backup.map(|b| b.restore(session.exec, backend)) {
-        Some(Err(restore)) => SessionError::StateLost {
-            step: Box::new(error),
-            seqs: ids.to_vec(),
-            restore,
-        },
-        _ => error,
-    }
 }

@@ -1,8 +1,10 @@
 //! The mechanisms every `Session` step relies on, below its features:
-//! - `step`: one all-or-nothing step (check, save the state, lend pages and slots, pick the
+//! - `step`: one all-or-nothing step (check, lend pages, slots and spare slots, pick the
 //!   route, upload the metadata, run, read the logits), and the MTP head's step;
-//! - `backup`: the recurrent state of a step's slots, saved before it runs and restored if it
-//!   fails (`StateBackup`);
+//! - `spares`: spare slots a step's kernels (or a rewind's copies) write a sequence's new
+//!   recurrent state into, which it takes on success (`Spares`);
+//! - `backup`: the recurrent state of a slot a prompt's chunks advance in place, saved before
+//!   the first and restored if one fails (`StateBackup`);
 //! - `window`: sliding windows, the KV pages that left every layer's window going back to
 //!   the pool;
 //! - `rewind`: taking a sequence back to an earlier length (`RewindPoint`, `truncate_to`, and
@@ -13,10 +15,12 @@
 
 mod backup;
 pub(crate) mod rewind;
+mod spares;
 pub(crate) mod step;
 pub(crate) mod window;
 
 pub(crate) use backup::StateBackup;
 pub(crate) use rewind::Cuts;
 pub use rewind::RewindPoint;
+pub(crate) use spares::Spares;
 pub(crate) use step::{Reads, Row, SaveState};

@@ -10,7 +10,7 @@
 
 use solder_gpu_runtime::GpuBackend;
 
-use super::StateBackup;
+use super::Spares;
 use crate::error::SessionError;
 use crate::session::{SeqId, Session};
 
@@ -237,8 +237,8 @@ fn check_point(session: &Session<'_>, point: &RewindPoint) -> Result<(), Session
     Ok(())
 }
 
-/// Copies the point's state into the sequence's slot (or zeroes it, for a point taken before
-/// the first step); a copy that fails part-way puts the state back.
+/// Copies the point's state into a spare slot the sequence then takes (or zeroes its slot, for
+/// a point taken before the first step); a copy that fails part-way changes nothing.
 fn restore_point_state(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
@@ -253,24 +253,19 @@ fn restore_point_state(
         .filter(|r| r.slot_bytes > 0)
         .collect();
     match session.seq(id)?.slot {
-        Some(slot) if point.state.len() == regions.len() => {
-            // One region per copy: a copy that fails part-way puts the saved state back,
-            // so a failed rewind leaves the sequence as it was.
-            let backup = StateBackup::save(exec, backend, &[slot])?;
+        Some(_) if point.state.len() == regions.len() => {
+            // Into a spare the sequence takes once every region's copy landed: a copy that
+            // fails part-way leaves the slot it holds as it was (the spare goes back).
+            let spares = Spares::lend(exec, &[id])?;
+            let spare = spares.of(id).ok_or_else(|| {
+                SessionError::Rewind(format!("sequence {id}: no spare slot to restore into"))
+            })?;
             let states = exec.kv_cache();
             for (region, bytes) in regions.iter().zip(&point.state) {
-                let at = states.offset(region.offset + slot as usize * region.slot_bytes);
-                if let Err(e) = backend.copy_h2d(at, bytes) {
-                    if let Err(restore) = backup.restore(exec, backend) {
-                        return Err(SessionError::StateLost {
-                            step: Box::new(e.into()),
-                            seqs: vec![id],
-                            restore,
-                        });
-                    }
-                    return Err(e.into());
-                }
+                let at = states.offset(region.offset + spare as usize * region.slot_bytes);
+                backend.copy_h2d(at, bytes)?;
             }
+            spares.keep(session);
         }
         Some(_) if point.state.is_empty() && point.len == 0 => {
             // The point was taken before the sequence's first step: a fresh state.

@@ -1,6 +1,7 @@
 //! One step of a `Session`, all or nothing: check every row (token ids, positions, pages and
-//! slots enough, the exec's backend), save the recurrent state of the sequences that already
-//! hold a slot (`backup`), lend the slots and pages the step needs, pick the route its slots
+//! slots enough, the exec's backend), lend the slots and pages the step needs and a spare slot
+//! for each sequence that already holds one (its kernels write the advanced state there, so
+//! the slot it read keeps the state before the step), pick the route its slots
 //! allow, upload its metadata (`meta::StepMeta`), run (`CircuitExec::run_step`: its graph or
 //! its launches), and read the live rows' logits; sequences advance only when all of that
 //! succeeded, and then give back the KV pages that left every layer's sliding window
@@ -10,13 +11,13 @@
 //! recurrent state), no route, no backup; the pages it grows go back if it fails.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
-//! restores the recurrent state it saved and advances no sequence, so every sequence is as it
+//! leaves every slot a sequence held as it was and advances no sequence, so every sequence is as it
 //! was before the step (KV cells it wrote lie past every sequence's length: never read).
 
 use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
-use super::StateBackup;
+use super::Spares;
 use crate::bytes::f32s_from_bytes;
 use crate::error::SessionError;
 use crate::exec::CircuitExec;
@@ -58,13 +59,19 @@ impl Row {
     }
 }
 
-/// Who saves the recurrent state a step advances, to restore it if the step fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SaveState {
-    /// The step saves its sequences' slots and restores them on failure.
+/// Who keeps the recurrent state a step advances, to put it back if the step fails.
+#[derive(Clone, Copy)]
+pub(crate) enum SaveState<'s> {
+    /// The step: each advancing sequence's kernels write a spare slot it lends (`Spares`),
+    /// which the sequence takes on success; on failure the slot it read is as it was.
     PerStep,
-    /// The caller (a prefill, around all its chunks) saved them and restores them.
+    /// The caller (a prefill, around all its chunks) saved them and restores them; the step
+    /// advances the slots in place.
     SavedByCaller,
+    /// The caller lent each advancing sequence a spare (a speculative verify, which keeps
+    /// them only once its acceptance succeeded): the kernels write them and the step neither
+    /// keeps them nor gives them back.
+    IntoSpares(&'s Spares<'s>),
 }
 
 /// Which rows' logits a step copies back to the host: never a padding row's.
@@ -80,16 +87,17 @@ pub(crate) enum Reads {
     First(usize),
 }
 
-/// What a step lent, given back if it fails: sequences that took a slot, and each advancing
-/// sequence's page count before the step; and the state it saved.
-#[derive(Debug, Default)]
-struct Lent {
+/// What a step lent, given back if it fails: sequences that took a slot, each advancing
+/// sequence's page count before the step, and (`SaveState::PerStep`) the spare slot each
+/// advancing sequence's state is written to (taken by the sequence if the step succeeds).
+#[derive(Default)]
+struct Lent<'e> {
     slots: Vec<SeqId>,
     pages: Vec<(SeqId, usize)>,
-    saved: Option<(StateBackup, Vec<SeqId>)>,
+    spares: Option<Spares<'e>>,
 }
 
-impl Session<'_> {
+impl<'e> Session<'e> {
     /// Positions a sequence may reach: the model's limit and the KV shape's.
     pub(crate) fn position_limit(&self) -> usize {
         self.exec
@@ -116,12 +124,19 @@ impl Session<'_> {
         self.refuse_piped("a step")?;
         let new_slots = self.check_step(rows, advance)?;
         let mut lent = Lent::default();
-        if save == SaveState::PerStep {
-            lent.saved = self.save_state(backend, advance)?;
-        }
-        let ran = self.lend_and_run(backend, program, rows, advance, &new_slots, &mut lent);
+        let ran = self.lend_and_run(
+            backend,
+            program,
+            (rows, advance, save),
+            &new_slots,
+            &mut lent,
+        );
         match ran.and_then(|()| self.read_logits(backend, rows, reads)) {
             Ok(logits) => {
+                // Each sequence written to a spare takes it; the slot it read is free.
+                if let Some(spares) = lent.spares.take() {
+                    spares.keep(self);
+                }
                 for &(id, count) in advance {
                     if let Some(seq) = self.seqs.get_mut(&id) {
                         seq.len += count;
@@ -130,12 +145,12 @@ impl Session<'_> {
                     }
                 }
                 // A prefill recycles once all its chunks ran (it may roll back past them).
-                if save == SaveState::PerStep {
+                if matches!(save, SaveState::PerStep) {
                     self.recycle_out_of_window(advance.iter().map(|&(id, _)| id));
                 }
                 Ok(logits)
             }
-            Err(e) => self.give_back(backend, lent, e),
+            Err(e) => self.give_back(lent, e),
         }
     }
 
@@ -188,34 +203,15 @@ impl Session<'_> {
         Ok(new_slots)
     }
 
-    /// Saves the state of the slots the advancing sequences already hold (the ones a step
-    /// advances in place); None when there are none.
-    fn save_state(
-        &self,
-        backend: &mut dyn GpuBackend,
-        advance: &[(SeqId, usize)],
-    ) -> Result<Option<(StateBackup, Vec<SeqId>)>, SessionError> {
-        let held: Vec<(SeqId, u32)> = advance
-            .iter()
-            .filter_map(|&(id, _)| self.seqs.get(&id).and_then(|s| s.slot).map(|s| (id, s)))
-            .collect();
-        if held.is_empty() {
-            return Ok(None);
-        }
-        let slots: Vec<u32> = held.iter().map(|&(_, slot)| slot).collect();
-        let backup = StateBackup::save(self.exec, backend, &slots)?;
-        Ok(Some((backup, held.into_iter().map(|(id, _)| id).collect())))
-    }
-
-    /// Lends slots and pages (recording them in `lent`), uploads the metadata and runs.
+    /// Lends slots, pages and (`SaveState::PerStep`) a spare per advancing sequence,
+    /// recording them in `lent`, uploads the metadata and runs.
     fn lend_and_run(
         &mut self,
         backend: &mut dyn GpuBackend,
         program: &Program,
-        rows: &[Row],
-        advance: &[(SeqId, usize)],
+        (rows, advance, save): (&[Row], &[(SeqId, usize)], SaveState<'_>),
         new_slots: &[SeqId],
-        lent: &mut Lent,
+        lent: &mut Lent<'e>,
     ) -> Result<(), SessionError> {
         let exec = self.exec;
         let mut pools = exec.pools();
@@ -240,6 +236,16 @@ impl Session<'_> {
             lent.pages.push((id, before));
         }
         drop(pools);
+        // Every advancing sequence's spare (a new one's too, so that the slots written form
+        // one evenly pitched run when they can: the runtime route tests both).
+        if matches!(save, SaveState::PerStep) {
+            let ids: Vec<SeqId> = advance.iter().map(|&(id, _)| id).collect();
+            lent.spares = Some(Spares::lend(exec, &ids)?);
+        }
+        let spares = match save {
+            SaveState::IntoSpares(spares) => Some(spares),
+            _ => lent.spares.as_ref(),
+        };
         let slots: Vec<u32> = rows
             .iter()
             .map(|r| {
@@ -249,16 +255,27 @@ impl Session<'_> {
                     .unwrap_or(SCRATCH_SLOT)
             })
             .collect();
-        // A runtime route: the arm whose condition this step's slots meet, else the primary.
+        // The slot each row's kernels write: its spare, else the slot it reads (in place).
+        let outs: Vec<u32> = rows
+            .iter()
+            .zip(&slots)
+            .map(|(r, &slot)| {
+                let spare = spares.zip(r.seq).and_then(|(spares, id)| spares.of(id));
+                spare.unwrap_or(slot)
+            })
+            .collect();
+        // A runtime route: the arm whose condition both the slots read and written meet, else
+        // the primary.
         let program = if self.routes && program.mode == Mode::MultiSeq {
-            self.exec
-                .multi_seq_step(program.rows, &slots)
-                .unwrap_or(program)
+            match self.exec.multi_seq_step(program.rows, &slots) {
+                Ok(arm) if arm.arm.is_none_or(|c| c.holds(&outs)) => arm,
+                _ => program,
+            }
         } else {
             program
         };
         self.last_program = Some((program.mode, program.rows, program.arm));
-        self.upload_meta(backend, rows, &slots)?;
+        self.upload_meta(backend, rows, (&slots, &outs))?;
         // Steps fed on the device (`next_tokens_ahead`): the step before's greedy tokens, taken
         // now, after this step's metadata (stream order), into its token field and a slot.
         // An open pipeline copies them back once taken, overlapping this step.
@@ -376,12 +393,12 @@ impl Session<'_> {
         &self,
         backend: &mut dyn GpuBackend,
         rows: &[Row],
-        slots: &[u32],
+        (slots, outs): (&[u32], &[u32]),
     ) -> Result<(), SessionError> {
         let meta_rows = rows
             .iter()
-            .zip(slots)
-            .map(|(row, &state_slot)| match row.seq {
+            .zip(slots.iter().zip(outs))
+            .map(|(row, (&state_slot, &state_slot_out))| match row.seq {
                 None => Ok(MetaRow::Padding),
                 Some(id) => {
                     let seq = self
@@ -393,7 +410,7 @@ impl Session<'_> {
                         position: row.position,
                         pages: &seq.pages,
                         state_slot,
-                        state_slot_out: state_slot,
+                        state_slot_out,
                         snapshot: row.snapshot,
                     })
                 }
@@ -404,15 +421,9 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Gives back what a failed step lent, last lent first, so the pools are as they were,
-    /// and restores the state it saved; returns the step's error (or, if the state cannot be
-    /// restored, an error saying so).
-    fn give_back(
-        &mut self,
-        backend: &mut dyn GpuBackend,
-        lent: Lent,
-        error: SessionError,
-    ) -> Result<Vec<f32>, SessionError> {
+    /// Gives back what a failed step lent, last lent first, so the pools are as they were
+    /// (the spares too: the slots read hold the state as it was); returns the step's error.
+    fn give_back(&mut self, lent: Lent, error: SessionError) -> Result<Vec<f32>, SessionError> {
         {
             let mut pools = self.exec.pools();
             for (id, before) in lent.pages.into_iter().rev() {
@@ -426,15 +437,8 @@ impl Session<'_> {
                 }
             }
         }
-        if let Some((backup, seqs)) = lent.saved {
-            if let Err(restore) = backup.restore(self.exec, backend) {
-                return Err(SessionError::StateLost {
-                    step: Box::new(error),
-                    seqs,
-                    restore,
-                });
-            }
-        }
+        // Its spares (dropped after the pool is unlocked: they lock it to go back).
+        drop(lent.spares);
         Err(error)
     }
 }
