@@ -221,15 +221,6 @@ pub enum SessionError {
     /// drawn from its logits.
     #[error("sequence {seq}: its next token could not be drawn: {source}")]
     SampledAt { seq: u64, source: SamplingError },
-    #[error(
-        "{step}; restoring the recurrent state of sequence(s) {seqs:?} failed too ({restore}): \
-         their state is lost, end them"
-    )]
-    StateLost {
-        step: Box<SessionError>,
-        seqs: Vec<u64>,
-        restore: GpuError,
-    },
 }
 
 impl From<GpuError> for SessionError {

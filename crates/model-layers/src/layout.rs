@@ -2,8 +2,8 @@
 //! `meta::MetaLayout`'s —, logits, arena, attention scratch (then the o-fold scratch and gemv's
 //! split-K scratch), and with a draft head the hidden
 //! rows it reads and writes), the weights (each slot, then
-//! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, their
-//! per-row snapshots and the backup a step saves them to).
+//! constants such as rope's inv_freq) and the state (KV pages; recurrent-state slots, the
+//! spare slots a step writes its new state into, their per-row snapshots).
 //!
 //! Invariants: every region starts on a 256-byte boundary; the workspace is sized for the
 //! widest program and the largest arena of all plans, so one allocation serves every program
@@ -82,14 +82,14 @@ pub struct Layout {
     /// slot read holds the state as it was (`StateBackup` saves in them too).
     /// `StateRows::spares` of them.
     pub spare_slots: usize,
-    /// Snapshot and backup slots of each recurrent state (`StateRows`).
+    /// Snapshot and spare slots of each recurrent state (`StateRows`).
     pub state_rows: StateRows,
     /// The region of each state declaration in the state allocation, by `StateId`.
     pub states: Vec<StateRegion>,
     pub state_bytes: usize,
 }
 
-/// How many snapshot and backup slots each recurrent state keeps besides its sequence slots.
+/// How many snapshot and spare slots each recurrent state keeps besides its sequence slots.
 ///
 /// - `snapshots`: one per row of the widest plan whose recurrent kernels keep per-row
 ///   snapshots (`ExecutionPlan::keeps_snapshots`: verify and batched verify up to the serve's
@@ -97,8 +97,8 @@ pub struct Layout {
 ///   multi-seq or a decode step keeps none, nor does a verify program wider than
 ///   `speculative_rows` (a prompt chunk's), so a wide chunk does not size them.
 /// - `spares`: one per slot a step can advance (`Layout::spare_slots`): a row advances at
-///   most one slot and every slot a step advances is held by a sequence, so the fewer of the
-///   widest plan's rows and the sequence slots.
+///   most one slot and every slot a step advances is held by a sequence (never the scratch
+///   slot), so the fewer of the widest plan's rows and the sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateRows {
     pub snapshots: usize,
@@ -115,7 +115,7 @@ impl StateRows {
                 .map(|p| p.rows)
                 .max()
                 .unwrap_or(0),
-            spares: max_rows.min(max_sequences.saturating_add(1)),
+            spares: max_rows.min(max_sequences),
         }
     }
 }
@@ -245,8 +245,8 @@ fn weight_offsets(circuit: &Circuit) -> (Vec<usize>, usize) {
 }
 
 /// One region per state declaration, and their total bytes: KV pages, or `state_slots`
-/// sequence slots (slot 0 is the scratch slot padding rows use) followed by the snapshot and
-/// backup slots of `rows`.
+/// slots (slot 0 is the scratch slot padding rows use; the spares of `rows` among them)
+/// followed by the snapshot slots of `rows`.
 fn state_regions(
     circuit: &Circuit,
     kv_pages: usize,
@@ -300,7 +300,7 @@ fn hidden_row_bytes(circuit: &Circuit) -> usize {
 }
 
 /// The state allocation's bytes for `kv_pages` KV pages, `max_sequences` state slots and the
-/// snapshot and backup slots of `rows`, by checked arithmetic before `Layout::new` computes it
+/// snapshot and spare slots of `rows`, by checked arithmetic before `Layout::new` computes it
 /// plainly. An overflow, or a total past `MAX_TENSOR_BYTES`, is refused naming the `KvShape`
 /// field whose value makes it so (`pages` for the KV pages, `max_sequences` for the slots).
 pub(crate) fn check_state_bytes(

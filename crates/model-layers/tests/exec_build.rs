@@ -544,8 +544,8 @@ fn gdn_keeps_snapshots(exec: &CircuitExec, mode: Mode, rows: usize) -> bool {
 /// Only verify and batched-verify programs keep the recurrent state's per-row snapshots (the
 /// rows a speculative step may roll back to): the layout sizes them by those programs, not by
 /// the widest (here a multi-seq step of 16), and a prefill chunk's recurrent launches pass none
-/// where the verify program of its width passes them. The backup slots are one per slot a step
-/// can advance: no more than the sequence slots.
+/// where the verify program of its width passes them. The spare slots are one per slot a step
+/// can advance: no more than the sequences.
 #[test]
 fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
     use solder_config::ServeShape;
@@ -564,10 +564,7 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
     let layout = &exec.layout;
     assert_eq!(layout.max_rows, 16);
     assert_eq!(layout.state_rows.snapshots, 8, "the widest batched verify");
-    assert_eq!(
-        layout.state_rows.spares, 5,
-        "4 sequences and the scratch slot"
-    );
+    assert_eq!(layout.state_rows.spares, 4, "one per sequence");
     let recurrent = layout.states.iter().filter(|r| r.slot_bytes > 0);
     for region in recurrent {
         // Each part 256-aligned.
@@ -577,7 +574,7 @@ fn recurrent_snapshots_are_kept_by_the_verify_programs_alone() {
                 region.snapshot_offset - region.offset,
                 region.offset + region.bytes - region.snapshot_offset
             ),
-            (aligned(4 + 1 + 5), aligned(8)),
+            (aligned(4 + 1 + 4), aligned(8)),
             "{region:?}"
         );
     }

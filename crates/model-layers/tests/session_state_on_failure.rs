@@ -147,6 +147,39 @@ fn prefill_fails_in_a_later_chunk(graphs: GraphPolicy) {
     assert_same_bytes(&got, &expected, "the sequence after a failed prefill");
 }
 
+/// A prompt continuing a sequence that holds state copies none aside: its chunks write a spare
+/// slot the sequence takes once the last succeeded (failures armed at the first copy of either
+/// kind never fire), and the sequence then decodes the bytes of decoding every token alone.
+#[test]
+fn a_prompt_continuing_a_sequence_copies_no_state() {
+    let mut backend = backend();
+    let exec = next_exec(&mut backend, GraphPolicy::Never);
+    let head = prompt(63, 128, 3);
+    let tail = prompt(64, 128, 11); // verify 8, then verify 3: two chunks
+    let next = 9;
+    let all: Vec<u32> = head.iter().chain(&tail).copied().chain([next]).collect();
+    let vocab = exec.config.vocab_size;
+    let alone = decode_alone(&mut backend, &exec, &all);
+    for call in ["copy_d2d_async", "copy_d2d"] {
+        let mut session = Session::new(&exec);
+        let id = session.add_sequence();
+        session.prefill(&mut backend, id, &head).expect("head");
+        backend.fail_call(call, 0);
+        let logits = session
+            .prefill(&mut backend, id, &tail)
+            .unwrap_or_else(|e| panic!("{call} armed: {e}"));
+        backend.fail_call("alloc", usize::MAX);
+        let from = head.len() * vocab;
+        assert_same_bytes(
+            &logits,
+            &alone[from..from + tail.len() * vocab],
+            &format!("{call} armed: the tail's logits"),
+        );
+        let got = session.decode(&mut backend, id, next).expect("next");
+        assert_same_bytes(&got, &alone[alone.len() - vocab..], "the decode after");
+    }
+}
+
 /// A step waits for no device work before its program and copies no state: the slots it
 /// lends are zeroed by queued memsets (a failure armed at the first synchronous memset leaves
 /// the first step running), and each sequence's kernels write its advanced state into a spare

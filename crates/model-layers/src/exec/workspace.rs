@@ -167,8 +167,8 @@ impl CircuitExec {
 
     /// Grows the KV pool to `pages` pages keeping what sequences hold: a new state
     /// allocation, each state region's contents copied to the same place in it (a KV region
-    /// is page-major, so its old pages keep their ids; the recurrent slots, snapshots and
-    /// backups keep theirs), every program rebound, every graph destroyed (recaptured at next
+    /// is page-major, so its old pages keep their ids; the recurrent slots, spares and
+    /// snapshots keep theirs), every program rebound, every graph destroyed (recaptured at next
     /// use), and the pools extended by the new pages. All or nothing: on failure the exec is
     /// as it was, but for the destroyed graphs.
     pub(super) fn grow_state(

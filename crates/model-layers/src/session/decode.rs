@@ -7,13 +7,14 @@
 //! (several sequences' consecutive tokens) — before one `state::step` runs it.
 //!
 //! Invariant: a prefill is all or nothing over all its chunks: on failure the sequence's
-//! length, pages, token history and recurrent state (saved once, before the first chunk) are
-//! as they were before it.
+//! length, pages, token history and recurrent state are as they were before it (a sequence
+//! that held state had its chunks write a spare slot, which it takes only once the last
+//! succeeded).
 
 use solder_circuit::Mode;
 use solder_gpu_runtime::GpuBackend;
 
-use super::state::{Reads, Row, SaveState, StateBackup};
+use super::state::{Reads, Row, SaveState, Spares};
 use super::{SeqId, Session};
 use crate::error::SessionError;
 use crate::program::Program;
@@ -44,9 +45,12 @@ pub(super) fn prefill(
     // All-or-nothing: check the whole prompt first, and undo earlier chunks on failure.
     let (start, pages_before, slot_before) = check_prefill(session, backend, id, tokens)?;
     let exec = session.exec;
-    // A slot the sequence holds advances with every chunk: saved once, for all of them.
-    let backup = match slot_before {
-        Some(slot) => Some(StateBackup::save(exec, backend, slot)?),
+    // A sequence holding state: its chunks write a spare (the first reads its slot, the rest
+    // the spare) it takes once the last succeeded, so a failed chunk leaves the slot as it
+    // was. A sequence new to state advances the slot its first chunk lends, in place: it goes
+    // back if a chunk fails.
+    let spares = match slot_before {
+        Some(_) => Some(Spares::lend(exec, &[id])?),
         None => None,
     };
     let shapes = exec.instance.program_shapes();
@@ -65,34 +69,60 @@ pub(super) fn prefill(
         && shapes.contains(Mode::Prefill, last_width)
         && !session.recurrent()
         && (start + tokens.len() - 1) / block >= pages_before;
-    match run_chunks(session, backend, id, tokens, reads, &widths, headless_last) {
+    let chunks = Chunks {
+        reads,
+        widths: &widths,
+        headless_last,
+        spares: spares.as_ref(),
+    };
+    match run_chunks(session, backend, id, tokens, chunks) {
         Ok(logits) => {
+            if let Some(spares) = spares {
+                spares.keep(session);
+            }
             session.recycle_out_of_window([id]);
             Ok(logits)
         }
+        // The spares go back when dropped, after the undo.
         Err(e) => Err(undo_prefill(
             session,
-            backend,
             id,
             (start, pages_before, slot_before),
-            backup,
             e,
         )),
     }
 }
 
-/// The chunks of `prefill` (`widths`), in order, the last one headless with its last token
-/// again through decode when `headless_last`; the first error stops them (the caller undoes
-/// them all).
+/// How `prefill` runs a prompt's chunks: the logits read, each chunk's width, whether the last
+/// runs headless (its last token again through decode), and the spare a sequence holding state
+/// writes.
+struct Chunks<'c> {
+    reads: Reads,
+    widths: &'c [usize],
+    headless_last: bool,
+    spares: Option<&'c Spares<'c>>,
+}
+
+/// The chunks of `prefill`, in order; the first error stops them (the caller undoes them all).
 fn run_chunks(
     session: &mut Session<'_>,
     backend: &mut dyn GpuBackend,
     id: SeqId,
     tokens: &[u32],
-    reads: Reads,
-    widths: &[usize],
-    headless_last: bool,
+    chunks: Chunks<'_>,
 ) -> Result<Vec<f32>, SessionError> {
+    let Chunks {
+        reads,
+        widths,
+        headless_last,
+        spares,
+    } = chunks;
+    // The first chunk reads the slot held and writes the spare; later ones advance the spare.
+    let save = |first: bool| match spares {
+        Some(spares) if first => SaveState::IntoSpares(spares),
+        Some(spares) => SaveState::OnSpares(spares),
+        None => SaveState::InPlace,
+    };
     let rows_read = match reads {
         Reads::Live => tokens.len(),
         Reads::Last => 1,
@@ -109,14 +139,13 @@ fn run_chunks(
             (Reads::Last, true) if headless_last => Reads::Nothing,
             (reads, _) => reads,
         };
-        // The prefill saved the slot it had, or the slot is new and goes back on failure.
         let chunk = &tokens[at..at + width];
         logits.extend(verify(
             session,
             backend,
             id,
             chunk,
-            SaveState::SavedByCaller,
+            save(i == 0),
             chunk_reads,
         )?);
         at += width;
@@ -133,22 +162,21 @@ fn run_chunks(
             backend,
             id,
             last,
-            SaveState::SavedByCaller,
+            save(false),
             Reads::Last,
         )?);
     }
     Ok(logits)
 }
 
-/// Undoes a failed prefill, given the sequence's length, page count and slot before it:
-/// its length and pages cut back, a slot this prefill took given back (re-zeroed when next
-/// taken), a slot it already had restored from `backup`; returns the error to report.
+/// Undoes a failed prefill, given the sequence's length, page count and slot before it: its
+/// length and pages cut back, a slot this prefill took given back (re-zeroed when next
+/// taken); returns the error to report. A slot it already had was never written (its chunks
+/// wrote a spare, which goes back when the caller drops it).
 fn undo_prefill(
     session: &mut Session<'_>,
-    backend: &mut dyn GpuBackend,
     id: SeqId,
     (start, pages_before, slot_before): (usize, usize, Option<u32>),
-    backup: Option<StateBackup>,
     e: SessionError,
 ) -> SessionError {
     let exec = session.exec;
@@ -156,15 +184,6 @@ fn undo_prefill(
     if slot_before.is_none() {
         if let Some(slot) = session.seqs.get_mut(&id).and_then(|s| s.slot.take()) {
             exec.pools().slots.give_back(slot);
-        }
-    }
-    if let Some(backup) = &backup {
-        if let Err(restore) = backup.restore(backend) {
-            return SessionError::StateLost {
-                step: Box::new(e),
-                seqs: vec![id],
-                restore,
-            };
         }
     }
     e

@@ -9,8 +9,7 @@
 //! - `state`: the mechanisms every step relies on — `step` (one all-or-nothing step: check,
 //!   take pages, slots and spare slots, pick the route, upload the step's `meta::StepMeta`,
 //!   run its program's graph or launches, read the logits), `spares` (the spare slots a step
-//!   writes its sequences' new recurrent state into, taken on success), `backup` (the state of
-//!   a slot a prompt's chunks advance in place, saved before them), `window` (sliding
+//!   writes its sequences' new recurrent state into, taken on success), `window` (sliding
 //!   windows: KV pages wholly outside every layer's window, with a margin for rollback, go
 //!   back to the pool) and `rewind` (taking a sequence back to an earlier length).
 //! - `speculative`: speculative decoding — the step, the `Drafter` trait, the built-in

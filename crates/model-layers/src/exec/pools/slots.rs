@@ -171,3 +171,65 @@ impl SlotPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use solder_gpu_runtime::DevicePtr;
+
+    use super::SlotPool;
+    use crate::error::SessionError;
+
+    /// Slots 1..=8 of one region, 4 of them spares; sequences hold `held`.
+    fn pool(held: &[u32]) -> SlotPool {
+        let mut free: BTreeSet<u32> = (1..=8).collect();
+        for slot in held {
+            free.remove(slot);
+        }
+        SlotPool {
+            free,
+            states: DevicePtr(0),
+            regions: vec![(0, 16)],
+            lendable: 4,
+            held: held.len(),
+        }
+    }
+
+    #[test]
+    fn spares_are_the_lowest_run_of_free_slots_else_the_lowest_free_ones() {
+        let mut pool = pool(&[1, 3, 4]);
+        assert_eq!(pool.spares(2).expect("two"), [5, 6]);
+        // Free now: 2, 7, 8: no run of three.
+        assert_eq!(pool.spares(3).expect("three"), [2, 7, 8]);
+        match pool.spares(1) {
+            Err(SessionError::SlotsExhausted { needed: 1, free: 0 }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Spares given back are free again; the sequences still hold their three.
+        for spare in [2, 5, 6, 7, 8] {
+            pool.give_back_spare(spare);
+        }
+        assert_eq!(pool.lent(), 3);
+        assert_eq!(pool.spares(4).expect("four"), [5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn a_kept_spare_frees_the_slot_held_and_counts_a_new_holder() {
+        let mut pool = pool(&[1, 2]);
+        let spares = pool.spares(3).expect("spares");
+        assert_eq!(spares, [3, 4, 5]);
+        // Sequences holding 1 and 2 take 3 and 4; a new one (no slot before) takes 5.
+        pool.keep_spare(Some(1));
+        pool.keep_spare(Some(2));
+        pool.keep_spare(None);
+        assert_eq!(pool.lent(), 3);
+        assert_eq!(pool.free, [1, 2, 6, 7, 8].into_iter().collect());
+        // Sequences may hold 4 slots in all: one more, not two, whatever is free.
+        assert!(pool.check(1).is_ok());
+        match pool.check(2) {
+            Err(SessionError::SlotsExhausted { needed: 2, free: 1 }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! (`window`).
 //!
 //! The MTP head's step (`mtp_step_many`) is the same, smaller: no state slot (the head keeps no
-//! recurrent state), no route, no backup; the pages it grows go back if it fails.
+//! recurrent state), no route, no spares; the pages it grows go back if it fails.
 //!
 //! Invariant: a step that fails — at any point — gives back every page and slot it lent,
 //! leaves every slot a sequence held as it was and advances no sequence, so every sequence is as it
@@ -59,19 +59,23 @@ impl Row {
     }
 }
 
-/// Who keeps the recurrent state a step advances, to put it back if the step fails.
+/// Which slot a step's kernels write each advancing sequence's new recurrent state into, and
+/// who puts the state back if the step fails.
 #[derive(Clone, Copy)]
 pub(crate) enum SaveState<'s> {
-    /// The step: each advancing sequence's kernels write a spare slot it lends (`Spares`),
-    /// which the sequence takes on success; on failure the slot it read is as it was.
+    /// A spare the step lends (`Spares`), which the sequence takes on success; on failure the
+    /// slot it read is as it was.
     PerStep,
-    /// The caller (a prefill, around all its chunks) saved them and restores them; the step
-    /// advances the slots in place.
-    SavedByCaller,
-    /// The caller lent each advancing sequence a spare (a speculative verify, which keeps
-    /// them only once its acceptance succeeded): the kernels write them and the step neither
-    /// keeps them nor gives them back.
+    /// The slot it reads, in place: a prompt's chunks for a sequence new to them (a slot the
+    /// first chunk lends goes back, with the state, if any chunk fails).
+    InPlace,
+    /// The spare the caller lent it (a speculative verify, which keeps them only once its
+    /// acceptance succeeded; a prompt's first chunk): the step neither keeps it nor gives it
+    /// back.
     IntoSpares(&'s Spares<'s>),
+    /// The spare the caller lent it, read and written in place (a prompt's later chunks,
+    /// continuing from what the first wrote there).
+    OnSpares(&'s Spares<'s>),
 }
 
 /// Which rows' logits a step copies back to the host: never a padding row's.
@@ -243,15 +247,23 @@ impl<'e> Session<'e> {
             lent.spares = Some(Spares::lend(exec, &ids)?);
         }
         let spares = match save {
-            SaveState::IntoSpares(spares) => Some(spares),
-            _ => lent.spares.as_ref(),
+            SaveState::IntoSpares(spares) | SaveState::OnSpares(spares) => Some(spares),
+            SaveState::PerStep | SaveState::InPlace => lent.spares.as_ref(),
         };
+        let spare = |id: SeqId| spares.and_then(|spares| spares.of(id));
+        // The slot each row's kernels read: its spare when it is read in place, else the slot
+        // its sequence holds.
         let slots: Vec<u32> = rows
             .iter()
             .map(|r| {
                 r.seq
-                    .and_then(|id| self.seqs.get(&id))
-                    .and_then(|s| s.slot)
+                    .and_then(|id| {
+                        match save {
+                            SaveState::OnSpares(_) => spare(id),
+                            _ => None,
+                        }
+                        .or_else(|| self.seqs.get(&id).and_then(|s| s.slot))
+                    })
                     .unwrap_or(SCRATCH_SLOT)
             })
             .collect();
@@ -259,10 +271,7 @@ impl<'e> Session<'e> {
         let outs: Vec<u32> = rows
             .iter()
             .zip(&slots)
-            .map(|(r, &slot)| {
-                let spare = spares.zip(r.seq).and_then(|(spares, id)| spares.of(id));
-                spare.unwrap_or(slot)
-            })
+            .map(|(r, &slot)| r.seq.and_then(spare).unwrap_or(slot))
             .collect();
         // A runtime route: the arm whose condition both the slots read and written meet, else
         // the primary.
