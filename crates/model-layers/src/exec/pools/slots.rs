@@ -83,7 +83,8 @@ impl SlotPool {
         !self.regions.is_empty()
     }
 
-    /// Checks that `needed` slots are free.
+    /// Checks that sequences may take `needed` more slots (their share: the spares a step
+    /// lends are not theirs to hold).
     pub(crate) fn check(&self, needed: usize) -> Result<(), SessionError> {
         let free = self.lendable - self.held;
         if needed > free {
