@@ -34,7 +34,7 @@ mod reduce;
 
 pub use attention::{attend, AttendScratch};
 pub use flash::{attend_mma, flash_chunk, FlashScratch, FLASH_KEYS, FLASH_SPLITS};
-pub use mma::{mma_dot, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
+pub use mma::{mma_dot, stream_dots, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
 
 pub use reduce::{
     dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_f32_bf16, dot_head, sum_squares_bf16,

@@ -61,6 +61,140 @@ impl<const B: usize> MmaPanel<B> {
     }
 }
 
+/// k of one block `stream_dots` widens at a time: 64 elements of 8 weight rows, 2 KB of f32
+/// that stay in L1.
+const STREAM_K: usize = 64;
+
+/// The dots of `R` rows of x (length k each) with up to 8 weight rows (`MMA_BLOCK`; the rest
+/// read as zero and their dots meaningless), in the model's order, each weight widened as it
+/// is read, a block of k at a time on the stack: for one to three rows (decode), where each
+/// weight is used R times and widening a whole panel into memory first only adds its writes,
+/// its allocation and its cache misses. `out[r][j]` is row r's dot with weight row j.
+#[inline]
+pub fn stream_dots<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
+    assert!(w.len() <= MMA_BLOCK, "stream_dots takes at most {MMA_BLOCK} weight rows");
+    #[cfg(target_arch = "x86_64")]
+    if super::reduce::avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked).
+        return unsafe { stream_fma::<R>(w, x, k) };
+    }
+    stream_body::<R>(w, x, k)
+}
+
+/// `stream_body` with the widening in registers: eight k of the (up to) eight weight rows
+/// loaded, widened and transposed so that each k's eight weights sit in one register, then one
+/// fused multiply-add per row of x and k (each feature's chain in k order, as the model's).
+///
+/// Safety: the CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn stream_fma<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
+    use std::arch::x86_64::{
+        __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_fmadd_ps, _mm256_loadu_ps,
+        _mm256_set1_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm_loadu_si128,
+    };
+    let x = x.map(|x| &x[..k]);
+    assert!(w.iter().all(|row| row.len() >= k), "a weight row shorter than k");
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut i = 0;
+    while i + 8 <= k {
+        let mut v = [_mm256_setzero_ps(); 8];
+        for (vj, row) in v.iter_mut().zip(w) {
+            // SAFETY: i + 8 <= k <= row.len(): eight bf16 in bounds, unaligned load.
+            let h = unsafe { _mm_loadu_si128(row.as_ptr().add(i).cast::<__m128i>()) };
+            // bf16 → f32: the 16 bits above 16 zero bits (exact, as `to_f32`).
+            *vj = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)));
+        }
+        let t = transpose8(v);
+        for (q, tq) in t.iter().enumerate() {
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r][i + q]), *tq, acc[r]);
+            }
+        }
+        i += 8;
+    }
+    for q in i..k {
+        let mut wq = [0.0f32; MMA_BLOCK];
+        for (o, row) in wq.iter_mut().zip(w) {
+            *o = to_f32(row[q]);
+        }
+        // SAFETY: wq holds eight f32.
+        let wq = unsafe { _mm256_loadu_ps(wq.as_ptr()) };
+        for r in 0..R {
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r][q]), wq, acc[r]);
+        }
+    }
+    acc.map(|a| {
+        let mut out = [0.0f32; MMA_BLOCK];
+        // SAFETY: out holds eight f32.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), a) };
+        out.map(|d| pad(d, k))
+    })
+}
+
+/// An 8 × 8 transpose: lane j of result q is lane q of `v[j]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::{
+        _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    };
+    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    // s_e: elements e and e + 4 of rows 0-3 (low / high half), then of rows 4-7.
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+#[inline(always)]
+fn stream_body<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
+    let x = x.map(|x| &x[..k]);
+    let mut acc = [[0.0f32; MMA_BLOCK]; R];
+    // blk[i][j]: weight row j's element k0 + i; rows past w.len() stay zero.
+    let mut blk = [[0.0f32; MMA_BLOCK]; STREAM_K];
+    let mut k0 = 0;
+    while k0 < k {
+        let len = (k - k0).min(STREAM_K);
+        for (j, row) in w.iter().enumerate() {
+            for (b, v) in blk.iter_mut().zip(&row[k0..k0 + len]) {
+                b[j] = to_f32(*v);
+            }
+        }
+        for (i, wi) in blk[..len].iter().enumerate() {
+            for r in 0..R {
+                let a = x[r][k0 + i];
+                for j in 0..MMA_BLOCK {
+                    acc[r][j] = a.mul_add(wi[j], acc[r][j]);
+                }
+            }
+        }
+        k0 += len;
+    }
+    acc.map(|row| row.map(|d| pad(d, k)))
+}
+
 /// The dot of `x` and one weight row, in the model's order.
 pub fn mma_dot(x: &[f32], w: &[bf16]) -> f32 {
     let mut acc = 0.0f32;
@@ -149,9 +283,40 @@ mod tests {
             assert_eq!(d2[0][0][j].to_bits(), mma_dot(&xs[2], row).to_bits());
         }
         assert!(d2[0][1].iter().all(|d| d.to_bits() == 0));
+        // Streamed, one to three rows, the widened blocks of k past one (k = 45 < 64: one
+        // block; the long case below crosses blocks): the same dots.
+        let s3 = stream_dots::<3>(&refs, [&xs[0][..], &xs[1][..], &xs[3][..]], k);
+        let portable = stream_body::<1>(&refs, [&xs[2][..]], k);
+        for (j, row) in rows.iter().enumerate() {
+            for (r, x) in [0usize, 1, 3].into_iter().enumerate() {
+                assert_eq!(s3[r][j].to_bits(), mma_dot(&xs[x], row).to_bits());
+            }
+            assert_eq!(portable[0][j].to_bits(), mma_dot(&xs[2], row).to_bits());
+        }
         // A lone product that underflows to -0 becomes +0 through the padding (0·0 + -0).
         let tiny = [-1e-30f32];
         let w = [bf16::from_f32(1e-30)];
         assert_eq!(mma_dot(&tiny, &w).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn streamed_dots_across_blocks_of_k_are_the_sequential_ones() {
+        // k = 200: three whole blocks of 64 and a partial one; 8 weight rows, then 3.
+        let k = 200;
+        let x: Vec<f32> = (0..k).map(|i| ((i as f32) * 0.71).sin() * 3.0).collect();
+        let rows: Vec<Vec<bf16>> = (0..8)
+            .map(|j| {
+                (0..k)
+                    .map(|i| bf16::from_f32(((i + 7 * j) as f32 * 0.23).cos()))
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[bf16]> = rows.iter().map(|r| r.as_slice()).collect();
+        for take in [8, 3] {
+            let got = stream_dots::<1>(&refs[..take], [&x[..]], k);
+            for (j, row) in rows[..take].iter().enumerate() {
+                assert_eq!(got[0][j].to_bits(), mma_dot(&x, row).to_bits(), "{take} {j}");
+            }
+        }
     }
 }

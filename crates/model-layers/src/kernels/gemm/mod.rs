@@ -28,7 +28,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 use super::args::{macs, size, threads_for};
 use super::decl::kernel;
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{linear_value, to_f32, MmaPanel, MMA_BLOCK, MMA_ROWS};
+use crate::numerics::{linear_value, stream_dots, to_f32, MmaPanel, MMA_BLOCK, MMA_ROWS};
 
 /// Threads of a block: four warps.
 pub const GEMM_THREADS: u32 = 128;
@@ -163,11 +163,12 @@ pub(super) fn tile_grid(feature_blocks: u32, rows: u32, shared_bytes: u32) -> La
 }
 
 /// `out[r][o] = f(o, dot)` for every row and feature, each dot in the `mma.sync` model's order
-/// (`numerics::MmaPanel`): panels of features on the context's threads, each panel widened
-/// once and taken against every row while it is in cache: four rows at a time against panels
-/// of 16 features (eight chains of fused multiply-adds side by side), or, under four rows, one
-/// row against panels of 8 (decode: each widened weight is read once, so wider panels only
-/// add cache misses to their widening).
+/// (`numerics::MmaPanel`): panels of features on the context's threads. From four rows, each
+/// panel is widened once and taken against every row while it is in cache: four rows at a time
+/// against panels of 16 features (eight chains of fused multiply-adds side by side). Under
+/// four rows (decode), each weight is used once per row, so it is widened as it is read
+/// (`numerics::stream_dots`, panels of 8): a widened panel in memory would only add its
+/// writes, its allocation and its cache misses.
 pub(super) fn each_dot<T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
     x: &[bf16],
@@ -176,14 +177,46 @@ pub(super) fn each_dot<T: Copy + Send>(
     f: impl Fn(usize, f32) -> T,
     out: &mut [T],
 ) {
-    let [rows, _, n] = shape;
+    let [rows, k, n] = shape;
     if rows == 0 || n == 0 {
         return;
     }
     if rows >= MMA_ROWS {
-        each_dot_in::<2, T>(ctx, x, w, shape, f, out)
+        let width = MmaPanel::<2>::FEATURES;
+        panel_dots(ctx, x, shape, width, f, out, |first, x_rows, dots| {
+            let w_rows: Vec<&[bf16]> = (first..(first + width).min(n))
+                .map(|o| &w[o * k..(o + 1) * k])
+                .collect();
+            let panel = MmaPanel::<2>::new(&w_rows, k);
+            let mut r = 0;
+            while r < x_rows.len() {
+                let take = if x_rows.len() - r >= MMA_ROWS { MMA_ROWS } else { 1 };
+                let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; 2]| {
+                    dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
+                };
+                if take == MMA_ROWS {
+                    let got = panel.dots::<MMA_ROWS>(std::array::from_fn(|i| x_rows[r + i]));
+                    got.iter().enumerate().for_each(|(i, d)| put(i, d));
+                } else {
+                    put(0, &panel.dots([x_rows[r]])[0]);
+                }
+                r += take;
+            }
+        });
     } else {
-        each_dot_in::<1, T>(ctx, x, w, shape, f, out)
+        panel_dots(ctx, x, shape, MMA_BLOCK, f, out, |first, x_rows, dots| {
+            let m = (n - first).min(MMA_BLOCK);
+            let w_rows: [&[bf16]; MMA_BLOCK] =
+                std::array::from_fn(|j| if j < m { &w[(first + j) * k..][..k] } else { &[] });
+            let w_rows = &w_rows[..m];
+            let got: &[[f32; MMA_BLOCK]] = match *x_rows {
+                [a] => &stream_dots(w_rows, [a], k),
+                [a, b] => &stream_dots(w_rows, [a, b], k),
+                [a, b, c] => &stream_dots(w_rows, [a, b, c], k),
+                _ => unreachable!("streamed dots take one to three rows"),
+            };
+            dots.copy_from_slice(got.as_flattened());
+        });
     }
 }
 
@@ -207,16 +240,18 @@ pub(super) fn linear_dots(
     );
 }
 
-/// `each_dot` with panels of `8·B` features.
-fn each_dot_in<const B: usize, T: Copy + Send>(
+/// `each_dot`'s driver over panels of `width` features: x widened once, the panels shared out
+/// to the context's threads, `dots(first, x_rows, out)` filling `out[r·width + j]` with row r's
+/// dot with feature `first + j` (features past n ignored), then `f` over every dot.
+fn panel_dots<T: Copy + Send>(
     ctx: &solder_gpu_runtime::TwinCtx<'_>,
     x: &[bf16],
-    w: &[bf16],
     [rows, k, n]: [usize; 3],
+    width: usize,
     f: impl Fn(usize, f32) -> T,
     out: &mut [T],
+    dots: impl Fn(usize, &[&[f32]], &mut [f32]) + Sync,
 ) {
-    let width = MmaPanel::<B>::FEATURES;
     let threads = threads_for(ctx, macs(&[rows, k, n]));
     let xs: Vec<f32> = x.iter().map(|v| to_f32(*v)).collect();
     let x_rows: Vec<&[f32]> = (0..rows).map(|r| &xs[r * k..(r + 1) * k]).collect();
@@ -225,26 +260,8 @@ fn each_dot_in<const B: usize, T: Copy + Send>(
     let mut by_panel = vec![0.0f32; panels * rows * width];
     let per = panels.div_ceil(threads.max(1) * 4).max(1);
     par_chunks_mut(&mut by_panel, per * rows * width, threads, |ci, chunk| {
-        for (pi, dots) in chunk.chunks_mut(rows * width).enumerate() {
-            let first = (ci * per + pi) * width;
-            let w_rows: Vec<&[bf16]> = (first..(first + width).min(n))
-                .map(|o| &w[o * k..(o + 1) * k])
-                .collect();
-            let panel = MmaPanel::<B>::new(&w_rows, k);
-            let mut r = 0;
-            while r < rows {
-                let take = if rows - r >= MMA_ROWS { MMA_ROWS } else { 1 };
-                let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; B]| {
-                    dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
-                };
-                if take == MMA_ROWS {
-                    let got = panel.dots::<MMA_ROWS>(std::array::from_fn(|i| x_rows[r + i]));
-                    got.iter().enumerate().for_each(|(i, d)| put(i, d));
-                } else {
-                    put(0, &panel.dots([x_rows[r]])[0]);
-                }
-                r += take;
-            }
+        for (pi, panel) in chunk.chunks_mut(rows * width).enumerate() {
+            dots((ci * per + pi) * width, &x_rows, panel);
         }
     });
     for (r, row) in out.chunks_exact_mut(n).enumerate() {
