@@ -17,13 +17,15 @@ pub fn to_f32(x: bf16) -> f32 {
 
 /// f32 → bf16, round to nearest even; every NaN becomes the canonical NaN 0x7fff, as the GPU's
 /// `cvt.rn.bf16.f32` (and the host emulation's) stores it, so a NaN's bytes match too.
+///
+/// Branch-free (the rounding is a carry: `x + 0x7fff + lsb`, then the high half), so a loop of
+/// conversions vectorises and random low bits cost no mispredicted branches; the bits are
+/// `half`'s `bf16::from_f32` for every non-NaN input (test `to_bf16_is_halfs_rounding`).
 #[inline(always)]
 pub fn to_bf16(x: f32) -> bf16 {
-    if x.is_nan() {
-        bf16::from_bits(0x7fff)
-    } else {
-        bf16::from_f32(x)
-    }
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    bf16::from_bits(if x.is_nan() { 0x7fff } else { rounded })
 }
 
 mod attention;
@@ -180,5 +182,43 @@ unsafe fn axpy_bf16_avx2(acc: &mut [f32], p: f32, x: &[bf16]) {
 fn axpy_bf16_plain(acc: &mut [f32], p: f32, x: &[bf16]) {
     for (a, v) in acc.iter_mut().zip(x) {
         *a += p * to_f32(*v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn to_bf16_is_halfs_rounding() {
+        // Every 997th bit pattern (all exponents, both signs, every low-bit class) and the
+        // edges: ties to even both ways, the largest finite rounding to infinity, infinities,
+        // subnormals, zeros; every NaN to 0x7fff.
+        let edges = [
+            0x3f80_8000u32, // a tie, even below: stays
+            0x3f81_8000,    // a tie, odd below: rounds up
+            0x3f80_8001,
+            0x3f80_7fff,
+            0x7f7f_ffff,
+            0xff7f_ffff,
+            0x7f80_0000,
+            0xff80_0000,
+            0x0000_8000,
+            0x0001_8000,
+            0x8000_0000,
+            0,
+        ];
+        let patterns = (0..=u32::MAX).step_by(997).chain(edges);
+        for b in patterns {
+            let x = f32::from_bits(b);
+            let want = if x.is_nan() {
+                0x7fff
+            } else {
+                bf16::from_f32(x).to_bits()
+            };
+            assert_eq!(to_bf16(x).to_bits(), want, "{b:#010x}");
+        }
+        assert_eq!(to_bf16(f32::from_bits(0x7fc0_0001)).to_bits(), 0x7fff);
+        assert_eq!(to_bf16(f32::from_bits(0xff80_0001)).to_bits(), 0x7fff);
     }
 }

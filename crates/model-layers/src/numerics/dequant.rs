@@ -137,11 +137,89 @@ pub fn dequant_matrix(
         rows_per_chunk * k,
         threads,
         |c, chunk| {
-            for (r, row) in chunk.chunks_exact_mut(k).enumerate() {
-                dequant_row(format, blob, n, k, c * rows_per_chunk + r, row);
-            }
+            dequant_rows(format, blob, (n, k), c * rows_per_chunk, chunk);
         },
     );
+}
+
+/// fp8 blocks of at least this many weights (`block_n · block_k`) share a table of the 256
+/// codes' values per scale; smaller ones are dequantised weight by weight.
+const FP8_TABLE_MIN: usize = 1024;
+
+/// int4 groups of at least this many weights get a table of their 16 values.
+const INT4_TABLE_MIN: usize = 64;
+
+/// Whole rows `first..` of the matrix into `out`, each with `dequant_row`'s bits: an fp8 block
+/// through a table of every code's `dequant_fp8` under its scale (built once per row block,
+/// shared by its rows), an int4 group through its 16 values' `dequant_int4`; so a weight
+/// costs a lookup, not a product and a rounding.
+fn dequant_rows(
+    format: WeightFormat,
+    blob: &[u8],
+    (n, k): (usize, usize),
+    first: usize,
+    out: &mut [bf16],
+) {
+    let layout = format
+        .layout(n, k)
+        .expect("dequant_rows: a layout check accepted");
+    match format {
+        WeightFormat::Fp8 { block_n, block_k }
+            if block_n as usize * block_k as usize >= FP8_TABLE_MIN =>
+        {
+            let (block_n, block_k) = (block_n as usize, block_k as usize);
+            let blocks = k.div_ceil(block_k);
+            let codes = e4m3_table();
+            let mut tables = vec![[bf16::ZERO; 256]; blocks];
+            let mut tables_of = None;
+            for (r, out) in out.chunks_exact_mut(k).enumerate() {
+                let f = first + r;
+                let row_block = f / block_n;
+                if tables_of != Some(row_block) {
+                    for (b, table) in tables.iter_mut().enumerate() {
+                        let scale = read_f32(blob, layout.scales_offset, row_block * blocks + b);
+                        for (v, code) in table.iter_mut().zip(codes) {
+                            *v = to_bf16(code * scale);
+                        }
+                    }
+                    tables_of = Some(row_block);
+                }
+                let row = &blob[f * k..(f + 1) * k];
+                for ((outs, qs), table) in out
+                    .chunks_mut(block_k)
+                    .zip(row.chunks(block_k))
+                    .zip(&tables)
+                {
+                    for (o, &q) in outs.iter_mut().zip(qs) {
+                        *o = table[q as usize];
+                    }
+                }
+            }
+        }
+        WeightFormat::Int4 { group } if group as usize >= INT4_TABLE_MIN => {
+            let group = group as usize;
+            let groups = k.div_ceil(group);
+            for (r, out) in out.chunks_exact_mut(k).enumerate() {
+                let f = first + r;
+                let row = &blob[f * k / 2..(f + 1) * k / 2];
+                for (g, outs) in out.chunks_mut(group).enumerate() {
+                    let at = f * groups + g;
+                    let scale = read_f32(blob, layout.scales_offset, at);
+                    let zero = blob[layout.zeros_offset + at];
+                    let table: [bf16; 16] =
+                        std::array::from_fn(|q| dequant_int4(q as u8, zero, scale));
+                    for (j, o) in outs.iter_mut().enumerate() {
+                        *o = table[nibble(row, g * group + j) as usize];
+                    }
+                }
+            }
+        }
+        _ => {
+            for (r, row) in out.chunks_exact_mut(k).enumerate() {
+                dequant_row(format, blob, n, k, first + r, row);
+            }
+        }
+    }
 }
 
 /// One fp8 weight: `bf16_rn(f32(e4m3(q)) * scale)`.
@@ -235,6 +313,67 @@ fn write_f32(blob: &mut [u8], offset: usize, index: usize, value: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_matrix_through_the_tables_has_each_rows_bits() {
+        // fp8 blocks with tables (128 x 128; 16 x 64: three row blocks) and without (8 x 4;
+        // per-row scales 1 x 64), int4 groups with and without (64, 32); 37 rows, in chunks
+        // that start inside a row block and cross one; a code of every value, NaN's included.
+        let (n, k) = (37, 192);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| {
+                // Rows of growing size: every block has its own scale.
+                let row = 1.0 + (i / k) as f32 * 0.37;
+                ((i * 7919 % 1000) as f32 - 500.0)
+                    * 0.013
+                    * row
+                    * if i % 11 == 0 { 40.0 } else { 1.0 }
+            })
+            .collect();
+        for format in [
+            WeightFormat::Fp8 {
+                block_n: 128,
+                block_k: 128,
+            },
+            WeightFormat::Fp8 {
+                block_n: 16,
+                block_k: 64,
+            },
+            WeightFormat::Fp8 {
+                block_n: 8,
+                block_k: 4,
+            },
+            WeightFormat::Fp8 {
+                block_n: 1,
+                block_k: 64,
+            },
+            WeightFormat::Int4 { group: 64 },
+            WeightFormat::Int4 { group: 32 },
+        ] {
+            let mut blob = quantize_matrix(format, &w, n, k);
+            if let WeightFormat::Fp8 { .. } = format {
+                // Every code once (0x7f and 0xff are NaN), in the first row.
+                for (q, b) in blob[..256].iter_mut().enumerate() {
+                    *b = q as u8;
+                }
+            }
+            let mut row = vec![bf16::ZERO; k];
+            // On 3 threads, chunks of 4 rows; on 1, of 10: rows 10-19 cross a row block.
+            for threads in [3, 1] {
+                let mut got = vec![bf16::ZERO; n * k];
+                dequant_matrix(format, &blob, (n, k), &mut got, threads);
+                for f in 0..n {
+                    dequant_row(format, &blob, n, k, f, &mut row);
+                    let want: Vec<u16> = row.iter().map(|v| v.to_bits()).collect();
+                    let have: Vec<u16> = got[f * k..(f + 1) * k]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    assert_eq!(have, want, "{format:?} row {f}, {threads} threads");
+                }
+            }
+        }
+    }
 
     #[test]
     fn e4m3_codes_decode_to_their_values() {

@@ -71,8 +71,15 @@ const STREAM_K: usize = 64;
 /// weight is used R times and widening a whole panel into memory first only adds its writes,
 /// its allocation and its cache misses. `out[r][j]` is row r's dot with weight row j.
 #[inline]
-pub fn stream_dots<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
-    assert!(w.len() <= MMA_BLOCK, "stream_dots takes at most {MMA_BLOCK} weight rows");
+pub fn stream_dots<const R: usize>(
+    w: &[&[bf16]],
+    x: [&[f32]; R],
+    k: usize,
+) -> [[f32; MMA_BLOCK]; R] {
+    assert!(
+        w.len() <= MMA_BLOCK,
+        "stream_dots takes at most {MMA_BLOCK} weight rows"
+    );
     #[cfg(target_arch = "x86_64")]
     if super::reduce::avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked).
@@ -88,13 +95,20 @@ pub fn stream_dots<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [
 /// Safety: the CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn stream_fma<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
+unsafe fn stream_fma<const R: usize>(
+    w: &[&[bf16]],
+    x: [&[f32]; R],
+    k: usize,
+) -> [[f32; MMA_BLOCK]; R] {
     use std::arch::x86_64::{
         __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_fmadd_ps, _mm256_loadu_ps,
         _mm256_set1_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm_loadu_si128,
     };
     let x = x.map(|x| &x[..k]);
-    assert!(w.iter().all(|row| row.len() >= k), "a weight row shorter than k");
+    assert!(
+        w.iter().all(|row| row.len() >= k),
+        "a weight row shorter than k"
+    );
     let mut acc = [_mm256_setzero_ps(); R];
     let mut i = 0;
     while i + 8 <= k {
@@ -315,7 +329,11 @@ mod tests {
         for take in [8, 3] {
             let got = stream_dots::<1>(&refs[..take], [&x[..]], k);
             for (j, row) in rows[..take].iter().enumerate() {
-                assert_eq!(got[0][j].to_bits(), mma_dot(&x, row).to_bits(), "{take} {j}");
+                assert_eq!(
+                    got[0][j].to_bits(),
+                    mma_dot(&x, row).to_bits(),
+                    "{take} {j}"
+                );
             }
         }
     }

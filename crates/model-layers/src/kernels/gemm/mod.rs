@@ -190,7 +190,11 @@ pub(super) fn each_dot<T: Copy + Send>(
             let panel = MmaPanel::<2>::new(&w_rows, k);
             let mut r = 0;
             while r < x_rows.len() {
-                let take = if x_rows.len() - r >= MMA_ROWS { MMA_ROWS } else { 1 };
+                let take = if x_rows.len() - r >= MMA_ROWS {
+                    MMA_ROWS
+                } else {
+                    1
+                };
                 let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; 2]| {
                     dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
                 };
@@ -206,8 +210,13 @@ pub(super) fn each_dot<T: Copy + Send>(
     } else {
         panel_dots(ctx, x, shape, MMA_BLOCK, f, out, |first, x_rows, dots| {
             let m = (n - first).min(MMA_BLOCK);
-            let w_rows: [&[bf16]; MMA_BLOCK] =
-                std::array::from_fn(|j| if j < m { &w[(first + j) * k..][..k] } else { &[] });
+            let w_rows: [&[bf16]; MMA_BLOCK] = std::array::from_fn(|j| {
+                if j < m {
+                    &w[(first + j) * k..][..k]
+                } else {
+                    &[]
+                }
+            });
             let w_rows = &w_rows[..m];
             let got: &[[f32; MMA_BLOCK]] = match *x_rows {
                 [a] => &stream_dots(w_rows, [a], k),
