@@ -23,7 +23,7 @@ use super::args::{macs, size, threads_for};
 use super::attn::{attn_dims, gated_out, kv_cache_of, window_of, window_start, Attention};
 use super::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{attend_mma, FlashScratch, FLASH_SPLITS};
+use crate::numerics::{attend_mma, FlashScratch, KeyTiles, Keys, FLASH_SPLITS};
 
 /// Threads of a block: four warps of 16 (row, head) slots each.
 pub const FLASH_THREADS: u32 = 128;
@@ -194,22 +194,44 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
         let start = ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
         &cache[start..start + head_dim]
     };
-    par_chunks_mut(out, head_dim, threads_for(ctx, work), |index, out_head| {
-        let (r, h) = (index / heads, index % heads);
-        let kvh = h / group;
-        let block = &blocks[r / per_block];
+    // One task per (block, kv head): its keys widened once (`KeyTiles`), then every (row, head)
+    // of the block that reads them, into its own part of `parts`, then scattered into `out`.
+    let (kv_heads, part) = (at.kv_heads, per_block * group * head_dim);
+    let mut parts = vec![bf16::ZERO; blocks.len() * kv_heads * part];
+    par_chunks_mut(&mut parts, part, threads_for(ctx, work), |task, part| {
+        let (y, kvh) = (task / kv_heads, task % kv_heads);
+        let block = &blocks[y];
         let anchor = block.anchor;
-        let len = seq_lens[r] as usize;
+        let tiles = KeyTiles::new(block.keys.clone(), head_dim, |j| kv(anchor, j, 0, kvh));
         let mut scratch = FlashScratch::default();
-        attend_mma(
-            &q[index * head_dim..(index + 1) * head_dim],
-            (window_start(len, window)..len, block.keys.clone()),
-            scale,
-            (|j| kv(anchor, j, 0, kvh), |j| kv(anchor, j, 1, kvh)),
-            &mut scratch,
-            out_head,
-        );
+        let rows = y * per_block..((y + 1) * per_block).min(seq_lens.len());
+        for (i, r) in rows.enumerate() {
+            let len = seq_lens[r] as usize;
+            for g in 0..group {
+                let index = r * heads + kvh * group + g;
+                let key = |j| kv(anchor, j, 0, kvh);
+                attend_mma(
+                    &q[index * head_dim..(index + 1) * head_dim],
+                    (window_start(len, window)..len, block.keys.clone()),
+                    scale,
+                    (tiles.as_ref().map_or(Keys::Each(key), Keys::Tiles), |j| {
+                        kv(anchor, j, 1, kvh)
+                    }),
+                    &mut scratch,
+                    &mut part[(i * group + g) * head_dim..][..head_dim],
+                );
+            }
+        }
     });
+    for (task, part) in parts.chunks_exact(part).enumerate() {
+        let (y, kvh) = (task / kv_heads, task % kv_heads);
+        let rows = y * per_block..((y + 1) * per_block).min(seq_lens.len());
+        for (i, r) in rows.enumerate() {
+            let first = (r * heads + kvh * group) * head_dim;
+            out[first..first + group * head_dim]
+                .copy_from_slice(&part[i * group * head_dim..(i + 1) * group * head_dim]);
+        }
+    }
     Ok(())
 }
 

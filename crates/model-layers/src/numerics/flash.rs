@@ -55,14 +55,74 @@ pub struct FlashScratch {
     kt: Vec<f32>,
 }
 
+/// The staged keys of one block and kv head, widened to f32 and transposed tile by tile as the
+/// kernel stages its K tiles: built once, read by every (row, head) of the block, instead of
+/// each pair widening every tile again (at a 512-row chunk of four query heads per kv head,
+/// 2,048 times). A key of a tile that is not staged reads as 0; a staged key outside a row's
+/// own range enters that row's dots, whose scores are -inf whatever they hold.
+pub struct KeyTiles {
+    /// The first tile's first key (a multiple of `FLASH_KEYS`).
+    first: usize,
+    head_dim: usize,
+    /// Tile t's dim d of its key i at `(t·head_dim + d)·FLASH_KEYS + i`.
+    data: Vec<f32>,
+}
+
+impl KeyTiles {
+    /// Staged keys up to this many f32 (64 MB) are widened once for their block; past it
+    /// (contexts of 100k tokens and more) each (row, head) widens its tiles as it goes.
+    pub const MAX_ELEMS: usize = 1 << 24;
+
+    /// The tiles of the keys `staged` (`key(j)`: key j's `head_dim` values); `None` past
+    /// `MAX_ELEMS`.
+    pub fn new<'k>(
+        staged: Range<usize>,
+        head_dim: usize,
+        key: impl Fn(usize) -> &'k [bf16],
+    ) -> Option<KeyTiles> {
+        let first = staged.start / FLASH_KEYS * FLASH_KEYS;
+        let tiles = staged.end.saturating_sub(first).div_ceil(FLASH_KEYS);
+        let elems = tiles.checked_mul(head_dim * FLASH_KEYS)?;
+        if elems > Self::MAX_ELEMS {
+            return None;
+        }
+        let mut data = vec![0.0f32; elems];
+        for j in staged {
+            let (t, i) = ((j - first) / FLASH_KEYS, (j - first) % FLASH_KEYS);
+            let tile = &mut data[t * head_dim * FLASH_KEYS..][..head_dim * FLASH_KEYS];
+            for (d, k) in key(j)[..head_dim].iter().enumerate() {
+                tile[d * FLASH_KEYS + i] = to_f32(*k);
+            }
+        }
+        Some(KeyTiles {
+            first,
+            head_dim,
+            data,
+        })
+    }
+
+    /// The tile whose first key is `t0`.
+    fn tile(&self, t0: usize) -> &[f32] {
+        let size = self.head_dim * FLASH_KEYS;
+        &self.data[(t0 - self.first) / FLASH_KEYS * size..][..size]
+    }
+}
+
+/// Where a row's key tiles come from: its block's [`KeyTiles`], or `key(j)` widened tile by
+/// tile into the scratch.
+pub enum Keys<'t, K> {
+    Tiles(&'t KeyTiles),
+    Each(K),
+}
+
 /// Attention of one query head over keys `keys` (first..len) on the tensor cores' order (see
 /// the module doc), stored bf16 in `out` (`head_dim` = `out.len()` values). `staged`: the keys
-/// its block stages (a superset of `keys`); `key(j)` / `value(j)` give a staged key's rows.
-pub fn attend_mma<'k>(
+/// its block stages (a superset of `keys`); `key` / `value(j)` give a staged key's rows.
+pub fn attend_mma<'k, K: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     (keys, staged): (Range<usize>, Range<usize>),
     scale: f32,
-    (key, value): (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    (key, value): (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
@@ -79,11 +139,11 @@ pub fn attend_mma<'k>(
 /// Safety: the CPU must support FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-unsafe fn attend_mma_fma<'k>(
+unsafe fn attend_mma_fma<'k, K: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     ranges: (Range<usize>, Range<usize>),
     scale: f32,
-    kv: (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    kv: (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
@@ -91,11 +151,11 @@ unsafe fn attend_mma_fma<'k>(
 }
 
 #[inline(always)]
-fn attend_mma_body<'k>(
+fn attend_mma_body<'k, K: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     (keys, staged): (Range<usize>, Range<usize>),
     scale: f32,
-    (key, value): (impl Fn(usize) -> &'k [bf16], impl Fn(usize) -> &'k [bf16]),
+    (key, value): (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
@@ -125,20 +185,26 @@ fn attend_mma_body<'k>(
         while t0 < b {
             // Scores of the row's keys (each key's dot a chain over dims in order; the 32
             // chains side by side), -inf for the others; the tile's max.
-            for i in 0..FLASH_KEYS {
-                let j = t0 + i;
-                if j >= a && j < b {
-                    for (d, k) in key(j).iter().enumerate() {
-                        kt[d * FLASH_KEYS + i] = to_f32(*k);
+            let tile: &[f32] = match &key {
+                Keys::Tiles(tiles) => tiles.tile(t0),
+                Keys::Each(key) => {
+                    for i in 0..FLASH_KEYS {
+                        let j = t0 + i;
+                        if j >= a && j < b {
+                            for (d, k) in key(j).iter().enumerate() {
+                                kt[d * FLASH_KEYS + i] = to_f32(*k);
+                            }
+                        } else {
+                            for d in 0..head_dim {
+                                kt[d * FLASH_KEYS + i] = 0.0;
+                            }
+                        }
                     }
-                } else {
-                    for d in 0..head_dim {
-                        kt[d * FLASH_KEYS + i] = 0.0;
-                    }
+                    kt
                 }
-            }
+            };
             let mut dots = [0.0f32; FLASH_KEYS];
-            for (x, column) in q.iter().zip(kt.chunks_exact(FLASH_KEYS)) {
+            for (x, column) in q.iter().zip(tile.chunks_exact(FLASH_KEYS)) {
                 for (dot, k) in dots.iter_mut().zip(column) {
                     *dot = x.mul_add(*k, *dot);
                 }
@@ -243,5 +309,69 @@ mod tests {
                 assert!(touched <= FLASH_SPLITS, "n {n} first {first}: {touched}");
             }
         }
+    }
+
+    #[test]
+    fn a_blocks_shared_key_tiles_give_each_rows_bytes() {
+        // Staged keys 3..300 (tiles from 0, the last partial); rows over all of them, a middle
+        // range, the last key alone and one key; key 20 holds a NaN: staged but outside three
+        // of the rows, whose scores mask it; inside the first, which both paths carry alike.
+        let head_dim = 8;
+        let staged = 3..300;
+        let val = |j: usize, d: usize, salt: f32| {
+            bf16::from_f32(((j * 31 + d * 7) as f32 * 0.173 + salt).sin() * 2.0)
+        };
+        let keys: Vec<Vec<bf16>> = (0..300)
+            .map(|j| {
+                (0..head_dim)
+                    .map(|d| {
+                        if j == 20 && d == 3 {
+                            bf16::NAN
+                        } else {
+                            val(j, d, 0.0)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let values: Vec<Vec<bf16>> = (0..300)
+            .map(|j| (0..head_dim).map(|d| val(j, d, 1.3)).collect())
+            .collect();
+        let q: Vec<bf16> = (0..head_dim).map(|d| val(7, d, 0.4)).collect();
+        let key = |j: usize| keys[j].as_slice();
+        let value = |j: usize| values[j].as_slice();
+        let tiles = KeyTiles::new(staged.clone(), head_dim, key).unwrap();
+        let mut scratch = FlashScratch::default();
+        for keys_of_row in [3..300, 40..200, 299..300, 100..101] {
+            let (mut shared, mut alone) = (vec![bf16::ZERO; head_dim], vec![bf16::ZERO; head_dim]);
+            let ranges = (keys_of_row.clone(), staged.clone());
+            // (K named through the other arm, as a caller picking at run time does.)
+            let tiled = Some(&tiles).map_or(Keys::Each(key), Keys::Tiles);
+            attend_mma(
+                &q,
+                ranges.clone(),
+                0.35,
+                (tiled, value),
+                &mut scratch,
+                &mut shared,
+            );
+            attend_mma(
+                &q,
+                ranges,
+                0.35,
+                (Keys::Each(key), value),
+                &mut scratch,
+                &mut alone,
+            );
+            let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&shared), bits(&alone), "keys {keys_of_row:?}");
+            assert_eq!(
+                shared.iter().any(|x| x.is_nan()),
+                keys_of_row.contains(&20),
+                "keys {keys_of_row:?}"
+            );
+        }
+        // Past the bound, no tiles: the row widens its own.
+        assert!(KeyTiles::new(0..KeyTiles::MAX_ELEMS, 2, key).is_none());
     }
 }
