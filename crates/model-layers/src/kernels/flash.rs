@@ -11,7 +11,9 @@
 //! Twin: `numerics::attend_mma` for each (row, head): its bytes depend on the row's keys and
 //! length alone (the chunks and tiles sit at absolute key positions), never on the program's
 //! width, the row's place or R — but for a non-finite value in a key staged beside the row's
-//! own (see flash.cu), which the twin models too (the keys its block stages).
+//! own (see flash.cu), which the twin models too (the keys its block stages). One task per
+//! (block, kv head) widens the block's staged keys once (`numerics::KeyTiles`) for all its
+//! (row, head) pairs, as the kernel stages each K tile once for its block.
 
 use half::bf16;
 use solder_circuit::ir::MetaField;
