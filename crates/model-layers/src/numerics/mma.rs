@@ -53,6 +53,11 @@ impl<const B: usize> MmaPanel<B> {
     #[inline]
     pub fn dots<const R: usize>(&self, x: [&[f32]; R]) -> [[[f32; MMA_BLOCK]; B]; R] {
         #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked).
+            return unsafe { dots_avx512::<B, R>(&self.w, x, self.k) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if super::reduce::avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked).
             return unsafe { dots_fma::<B, R>(&self.w, x, self.k) };
@@ -229,6 +234,19 @@ unsafe fn dots_fma<const B: usize, const R: usize>(
     dots_body::<B, R>(w, x, k)
 }
 
+/// `dots_body` with AVX-512: a block pair of 16 features in one register.
+///
+/// Safety: the CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn dots_avx512<const B: usize, const R: usize>(
+    w: &[f32],
+    x: [&[f32]; R],
+    k: usize,
+) -> [[[f32; MMA_BLOCK]; B]; R] {
+    dots_body::<B, R>(w, x, k)
+}
+
 #[inline(always)]
 fn dots_body<const B: usize, const R: usize>(
     w: &[f32],
@@ -297,6 +315,17 @@ mod tests {
             assert_eq!(d2[0][0][j].to_bits(), mma_dot(&xs[2], row).to_bits());
         }
         assert!(d2[0][1].iter().all(|d| d.to_bits() == 0));
+        // Panels of 32 (the AVX-512 width, four blocks), AVX-512 where the CPU has it and
+        // portable: the same dots.
+        let four = MmaPanel::<4>::new(&refs, k);
+        let (d4, portable4) = (four.dots(x4), dots_body::<4, 4>(&four.w, x4, k));
+        for (j, row) in rows.iter().enumerate() {
+            for (r, x) in xs.iter().enumerate() {
+                let want = mma_dot(x, row).to_bits();
+                assert_eq!(d4[r][0][j].to_bits(), want, "row {r} feature {j}");
+                assert_eq!(portable4[r][0][j].to_bits(), want, "row {r} feature {j}");
+            }
+        }
         // Streamed, one to three rows, the widened blocks of k past one (k = 45 < 64: one
         // block; the long case below crosses blocks): the same dots.
         let s3 = stream_dots::<3>(&refs, [&xs[0][..], &xs[1][..], &xs[3][..]], k);

@@ -181,32 +181,26 @@ pub(super) fn each_dot<T: Copy + Send>(
     if rows == 0 || n == 0 {
         return;
     }
-    if rows >= MMA_ROWS {
-        let width = MmaPanel::<2>::FEATURES;
-        panel_dots(ctx, x, shape, width, f, out, |first, x_rows, dots| {
-            let w_rows: Vec<&[bf16]> = (first..(first + width).min(n))
-                .map(|o| &w[o * k..(o + 1) * k])
-                .collect();
-            let panel = MmaPanel::<2>::new(&w_rows, k);
-            let mut r = 0;
-            while r < x_rows.len() {
-                let take = if x_rows.len() - r >= MMA_ROWS {
-                    MMA_ROWS
-                } else {
-                    1
-                };
-                let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; 2]| {
-                    dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
-                };
-                if take == MMA_ROWS {
-                    let got = panel.dots::<MMA_ROWS>(std::array::from_fn(|i| x_rows[r + i]));
-                    got.iter().enumerate().for_each(|(i, d)| put(i, d));
-                } else {
-                    put(0, &panel.dots([x_rows[r]])[0]);
-                }
-                r += take;
-            }
-        });
+    if rows >= MMA_ROWS && wide_panels() {
+        panel_dots(
+            ctx,
+            x,
+            shape,
+            MmaPanel::<4>::FEATURES,
+            f,
+            out,
+            |first, x_rows, dots| panel_rows::<4>(w, (n, k), first, x_rows, dots),
+        );
+    } else if rows >= MMA_ROWS {
+        panel_dots(
+            ctx,
+            x,
+            shape,
+            MmaPanel::<2>::FEATURES,
+            f,
+            out,
+            |first, x_rows, dots| panel_rows::<2>(w, (n, k), first, x_rows, dots),
+        );
     } else {
         panel_dots(ctx, x, shape, MMA_BLOCK, f, out, |first, x_rows, dots| {
             let m = (n - first).min(MMA_BLOCK);
@@ -226,6 +220,49 @@ pub(super) fn each_dot<T: Copy + Send>(
             };
             dots.copy_from_slice(got.as_flattened());
         });
+    }
+}
+
+/// Whether the panels are 32 features wide (AVX-512: four rows against two registers of 16
+/// features, eight chains side by side) rather than 16 (AVX2: against two of 8).
+fn wide_panels() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The dots of every row of x with the `8·B` features from `first` (`panel_dots`' `dots`):
+/// the panel widened once, four rows at a time against it, then any last rows one by one.
+fn panel_rows<const B: usize>(
+    w: &[bf16],
+    (n, k): (usize, usize),
+    first: usize,
+    x_rows: &[&[f32]],
+    dots: &mut [f32],
+) {
+    let width = MmaPanel::<B>::FEATURES;
+    let w_rows: Vec<&[bf16]> = (first..(first + width).min(n))
+        .map(|o| &w[o * k..(o + 1) * k])
+        .collect();
+    let panel = MmaPanel::<B>::new(&w_rows, k);
+    let mut r = 0;
+    while r < x_rows.len() {
+        let take = if x_rows.len() - r >= MMA_ROWS {
+            MMA_ROWS
+        } else {
+            1
+        };
+        let mut put = |i: usize, d: &[[f32; MMA_BLOCK]; B]| {
+            dots[(r + i) * width..(r + i + 1) * width].copy_from_slice(d.as_flattened());
+        };
+        if take == MMA_ROWS {
+            let got = panel.dots::<MMA_ROWS>(std::array::from_fn(|i| x_rows[r + i]));
+            got.iter().enumerate().for_each(|(i, d)| put(i, d));
+        } else {
+            put(0, &panel.dots([x_rows[r]])[0]);
+        }
+        r += take;
     }
 }
 
