@@ -105,9 +105,9 @@ unsafe fn stream_fma<const R: usize>(
     x: [&[f32]; R],
     k: usize,
 ) -> [[f32; MMA_BLOCK]; R] {
+    use super::reduce::avx2::{transpose, Row};
     use std::arch::x86_64::{
-        __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_set1_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm_loadu_si128,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
     let x = x.map(|x| &x[..k]);
     assert!(
@@ -119,12 +119,11 @@ unsafe fn stream_fma<const R: usize>(
     while i + 8 <= k {
         let mut v = [_mm256_setzero_ps(); 8];
         for (vj, row) in v.iter_mut().zip(w) {
-            // SAFETY: i + 8 <= k <= row.len(): eight bf16 in bounds, unaligned load.
-            let h = unsafe { _mm_loadu_si128(row.as_ptr().add(i).cast::<__m128i>()) };
-            // bf16 → f32: the 16 bits above 16 zero bits (exact, as `to_f32`).
-            *vj = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)));
+            // SAFETY: i + 8 <= k <= row.len(); AVX2 present (the caller's promise).
+            *vj = unsafe { row.load8(i) };
         }
-        let t = transpose8(v);
+        // SAFETY: AVX2 present.
+        let t = unsafe { transpose(v) };
         for (q, tq) in t.iter().enumerate() {
             for r in 0..R {
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r][i + q]), *tq, acc[r]);
@@ -149,42 +148,6 @@ unsafe fn stream_fma<const R: usize>(
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), a) };
         out.map(|d| pad(d, k))
     })
-}
-
-/// An 8 × 8 transpose: lane j of result q is lane q of `v[j]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
-    use std::arch::x86_64::{
-        _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
-    };
-    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
-    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
-    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
-    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
-    // s_e: elements e and e + 4 of rows 0-3 (low / high half), then of rows 4-7.
-    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
-    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
-    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
-    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(s0, s4),
-        _mm256_permute2f128_ps::<0x20>(s1, s5),
-        _mm256_permute2f128_ps::<0x20>(s2, s6),
-        _mm256_permute2f128_ps::<0x20>(s3, s7),
-        _mm256_permute2f128_ps::<0x31>(s0, s4),
-        _mm256_permute2f128_ps::<0x31>(s1, s5),
-        _mm256_permute2f128_ps::<0x31>(s2, s6),
-        _mm256_permute2f128_ps::<0x31>(s3, s7),
-    ]
 }
 
 #[inline(always)]
