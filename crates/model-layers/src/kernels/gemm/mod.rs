@@ -182,25 +182,9 @@ pub(super) fn each_dot<T: Copy + Send>(
         return;
     }
     if rows >= MMA_ROWS && wide_panels() {
-        panel_dots(
-            ctx,
-            x,
-            shape,
-            MmaPanel::<4>::FEATURES,
-            f,
-            out,
-            |first, x_rows, dots| panel_rows::<4>(w, (n, k), first, x_rows, dots),
-        );
+        panel_each_dot::<4, T>(ctx, (x, w), shape, f, out);
     } else if rows >= MMA_ROWS {
-        panel_dots(
-            ctx,
-            x,
-            shape,
-            MmaPanel::<2>::FEATURES,
-            f,
-            out,
-            |first, x_rows, dots| panel_rows::<2>(w, (n, k), first, x_rows, dots),
-        );
+        panel_each_dot::<2, T>(ctx, (x, w), shape, f, out);
     } else {
         panel_dots(ctx, x, shape, MMA_BLOCK, f, out, |first, x_rows, dots| {
             let m = (n - first).min(MMA_BLOCK);
@@ -230,6 +214,21 @@ fn wide_panels() -> bool {
     return std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// `each_dot` over panels of `8·B` features (`panel_rows`).
+fn panel_each_dot<const B: usize, T: Copy + Send>(
+    ctx: &solder_gpu_runtime::TwinCtx<'_>,
+    (x, w): (&[bf16], &[bf16]),
+    shape: [usize; 3],
+    f: impl Fn(usize, f32) -> T,
+    out: &mut [T],
+) {
+    let [_, k, n] = shape;
+    let width = MmaPanel::<B>::FEATURES;
+    panel_dots(ctx, x, shape, width, f, out, |first, x_rows, dots| {
+        panel_rows::<B>(w, (n, k), first, x_rows, dots)
+    });
 }
 
 /// The dots of every row of x with the `8·B` features from `first` (`panel_dots`' `dots`):
