@@ -66,15 +66,11 @@ impl<const B: usize> MmaPanel<B> {
     }
 }
 
-/// k of one block `stream_dots` widens at a time: 64 elements of 8 weight rows, 2 KB of f32
-/// that stay in L1.
-const STREAM_K: usize = 64;
-
 /// The dots of `R` rows of x (length k each) with up to 8 weight rows (`MMA_BLOCK`; the rest
 /// read as zero and their dots meaningless), in the model's order, each weight widened as it
-/// is read, a block of k at a time on the stack: for one to three rows (decode), where each
-/// weight is used R times and widening a whole panel into memory first only adds its writes,
-/// its allocation and its cache misses. `out[r][j]` is row r's dot with weight row j.
+/// is read (eight k at a time in registers on AVX2): for one to three rows (decode), where
+/// each weight is used R times and widening a whole panel into memory first only adds its
+/// writes, its allocation and its cache misses. `out[r][j]` is row r's dot with weight row j.
 #[inline]
 pub fn stream_dots<const R: usize>(
     w: &[&[bf16]],
@@ -150,29 +146,17 @@ unsafe fn stream_fma<const R: usize>(
     })
 }
 
+/// `stream_dots` without AVX2: each feature's chain in k order, element by element.
 #[inline(always)]
 fn stream_body<const R: usize>(w: &[&[bf16]], x: [&[f32]; R], k: usize) -> [[f32; MMA_BLOCK]; R] {
-    let x = x.map(|x| &x[..k]);
     let mut acc = [[0.0f32; MMA_BLOCK]; R];
-    // blk[i][j]: weight row j's element k0 + i; rows past w.len() stay zero.
-    let mut blk = [[0.0f32; MMA_BLOCK]; STREAM_K];
-    let mut k0 = 0;
-    while k0 < k {
-        let len = (k - k0).min(STREAM_K);
+    for i in 0..k {
         for (j, row) in w.iter().enumerate() {
-            for (b, v) in blk.iter_mut().zip(&row[k0..k0 + len]) {
-                b[j] = to_f32(*v);
-            }
-        }
-        for (i, wi) in blk[..len].iter().enumerate() {
+            let v = to_f32(row[i]);
             for r in 0..R {
-                let a = x[r][k0 + i];
-                for j in 0..MMA_BLOCK {
-                    acc[r][j] = a.mul_add(wi[j], acc[r][j]);
-                }
+                acc[r][j] = x[r][i].mul_add(v, acc[r][j]);
             }
         }
-        k0 += len;
     }
     acc.map(|row| row.map(|d| pad(d, k)))
 }
@@ -289,8 +273,8 @@ mod tests {
                 assert_eq!(portable4[r][0][j].to_bits(), want, "row {r} feature {j}");
             }
         }
-        // Streamed, one to three rows, the widened blocks of k past one (k = 45 < 64: one
-        // block; the long case below crosses blocks): the same dots.
+        // Streamed, one to three rows (k = 45: five registers of eight k and a tail; AVX2 and
+        // portable): the same dots.
         let s3 = stream_dots::<3>(&refs, [&xs[0][..], &xs[1][..], &xs[3][..]], k);
         let portable = stream_body::<1>(&refs, [&xs[2][..]], k);
         for (j, row) in rows.iter().enumerate() {
@@ -307,7 +291,7 @@ mod tests {
 
     #[test]
     fn streamed_dots_across_blocks_of_k_are_the_sequential_ones() {
-        // k = 200: three whole blocks of 64 and a partial one; 8 weight rows, then 3.
+        // k = 200: 25 registers of eight k; 8 weight rows, then 3.
         let k = 200;
         let x: Vec<f32> = (0..k).map(|i| ((i as f32) * 0.71).sin() * 3.0).collect();
         let rows: Vec<Vec<bf16>> = (0..8)

@@ -165,7 +165,8 @@ pub(super) fn tile_grid(feature_blocks: u32, rows: u32, shared_bytes: u32) -> La
 /// `out[r][o] = f(o, dot)` for every row and feature, each dot in the `mma.sync` model's order
 /// (`numerics::MmaPanel`): panels of features on the context's threads. From four rows, each
 /// panel is widened once and taken against every row while it is in cache: four rows at a time
-/// against panels of 16 features (eight chains of fused multiply-adds side by side). Under
+/// against panels of 16 features (32 with AVX-512; eight chains of fused multiply-adds side by
+/// side). Under
 /// four rows (decode), each weight is used once per row, so it is widened as it is read
 /// (`numerics::stream_dots`, panels of 8): a widened panel in memory would only add its
 /// writes, its allocation and its cache misses.
