@@ -49,6 +49,10 @@ const HELP: &str =
   --prefill-logits L last (default: `Session::prefill_last`, the last position's logits; every
                      chunk before the last runs a prefill program, no LM head) or all
                      (`Session::prefill`: every position's logits, every chunk a verify program)
+  --mixed N          with --chunk W: N sequences decode (greedy, from 8-token prompts) while a
+                     prompt of --prompt-len tokens is fed W at a time beside them, every
+                     step a `Session::mixed_step` (one batched-verify program of W + N rows);
+                     prints the mixed steps' median and the rows per second
   --ladder           compile the whole default serve ladder (decode, multi-seq 2..128,
                      verify 2..8) instead of batch 1 only, so `capture_all` times all of it
   --speculative D    greedy speculative decoding drafted by D: self (the target drafting for
@@ -101,6 +105,7 @@ const OPTIONS: &[&str] = &[
     "batch",
     "levers",
     "quant",
+    "mixed",
 ];
 
 /// The options `bench` takes as bare flags.
@@ -132,6 +137,10 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if batch > 1 && speculative.is_none() {
         return Err("`--batch N` runs speculative decoding: give --speculative D too".into());
     }
+    let mixed = mixed_of(&args)?;
+    if mixed.is_some() && speculative.is_some() {
+        return Err("`--mixed` times plain mixed steps: it does not go with --speculative".into());
+    }
     let total = positions(&args, (prompt_len, gen, k), &config, &name)?;
     let rules_path = args
         .value("rules")
@@ -141,8 +150,9 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let policy = policy_of(&args)?;
     let kv = KvShape {
         // Two sequences (eager and graph, or plain and speculative) of `total` tokens per
-        // batch sequence, one more for a draft head's KV, and the scratch page.
-        pages: 2 * batch * total.div_ceil(16)
+        // batch sequence, one more for a draft head's KV, and the scratch page (with
+        // `--mixed N`: N + 1 sequences).
+        pages: 2 * (batch + mixed.map_or(0, |(n, _)| n)) * total.div_ceil(16)
             + 2
             + if speculative.is_some() {
                 batch * total.div_ceil(16)
@@ -151,7 +161,7 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             },
         block_size: 16,
         max_seq_len: total.next_multiple_of(16),
-        max_sequences: 2 * batch,
+        max_sequences: 2 * batch + mixed.map_or(0, |(n, _)| n),
     };
     let graphs = graphs_of(&args)?;
     let all_logits = match args.value("prefill-logits").unwrap_or("last") {
@@ -161,6 +171,12 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let serve = if let Some(draft) = speculative {
         crate::speculate::serve(batch, k, draft == "mtp")?
+    } else if let Some((n, width)) = mixed {
+        let mut serve = ServeShape::with_max_batch(n + 1).map_err(|e| e.to_string())?;
+        serve.verify_batch_widths.push(width + n);
+        serve.verify_batch_widths.sort_unstable();
+        serve.verify_batch_widths.dedup();
+        serve
     } else if args.flag("ladder") {
         ServeShape::default()
     } else {
@@ -216,6 +232,13 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
     if graphs != Graphs::Eager {
         capture(&exec, backend, &name)?;
+    }
+    if let Some((n, width)) = mixed {
+        exec.set_graph_policy(match graphs {
+            Graphs::Eager => GraphPolicy::Never,
+            _ => GraphPolicy::Always,
+        });
+        return timed_mixed(&exec, backend, (n, width), prompt_len, &name);
     }
 
     // One sequence per path, fed the same tokens: the eager one and the graph one.
@@ -397,6 +420,73 @@ fn timed_decode(
         token = greedy(&logits_of[0]);
     }
     Ok((prefill_ms, step_ms))
+}
+
+/// `--mixed N` (with `--chunk W`): N decoding sequences and the chunk width, N + W at most
+/// `MAX_VERIFY_WIDTH` rows.
+fn mixed_of(args: &Args) -> Result<Option<(usize, usize)>, String> {
+    let Some(n) = args.number_in("mixed", 1..=64)? else {
+        return Ok(None);
+    };
+    let width = args
+        .number_in("chunk", 2..=solder_config::MAX_VERIFY_WIDTH)?
+        .ok_or("`--mixed N` feeds the prompt in chunks: give --chunk W too")?;
+    if n + width > solder_config::MAX_VERIFY_WIDTH {
+        return Err(format!(
+            "`--mixed {n}` + `--chunk {width}` rows: more than the {} a step takes",
+            solder_config::MAX_VERIFY_WIDTH
+        ));
+    }
+    Ok(Some((n, width)))
+}
+
+/// `--mixed`: `n` sequences prefilled with 8 tokens each, then decoded greedily while a prompt
+/// of `prompt_len` tokens is fed `width` at a time beside them, each step one
+/// `Session::mixed_step`; prints the steps' median, range and rows per second.
+fn timed_mixed(
+    exec: &CircuitExec,
+    backend: &mut dyn solder_gpu_runtime::GpuBackend,
+    (n, width): (usize, usize),
+    prompt_len: usize,
+    name: &str,
+) -> Result<(), String> {
+    let vocab = exec.config.vocab_size as u32;
+    let mut session = Session::new(exec);
+    let mut live = Vec::with_capacity(n);
+    for s in 0..n as u32 {
+        let id = session.add_sequence();
+        let prompt: Vec<u32> = (0..8).map(|i| (i * 7919 + 13 + s * 101) % vocab).collect();
+        let next = session
+            .prefill_next(backend, id, &prompt)
+            .map_err(|e| e.to_string())?;
+        live.push((id, next));
+    }
+    let late = session.add_sequence();
+    let prompt: Vec<u32> = (0..prompt_len as u32)
+        .map(|i| (i * 7919 + 13) % vocab)
+        .collect();
+    let mut times = Vec::new();
+    for chunk in prompt.chunks(width) {
+        let t = Instant::now();
+        let next = session
+            .mixed_step(backend, &live, (late, chunk))
+            .map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        for ((_, token), next) in live.iter_mut().zip(next) {
+            *token = next;
+        }
+    }
+    let steps = times.len();
+    times.sort_by(f64::total_cmp);
+    let median = times[steps / 2];
+    println!(
+        "solder mixed: model={name} decode_seqs={n} chunk={width} steps={steps} \
+         mixed_step_ms={median:.1} min={:.1} max={:.1} rows_per_s={:.1}",
+        times[0],
+        times[steps - 1],
+        (n + width) as f64 * 1e3 / median
+    );
+    Ok(())
 }
 
 /// Captures every program's graph and prints what it took.
