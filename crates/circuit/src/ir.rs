@@ -193,6 +193,11 @@ pub enum MetaField {
     /// Each row's flag: 1 where a verify program's recurrent kernels keep the state after the
     /// row (a speculative row the session may roll back to), 0 where they skip it.
     KeepSnapshots,
+    /// Each row's flag: 1 where the step reads the row's logits (copied back, or picked on
+    /// the device), 0 where the LM head skips the row and leaves its logits row as it was (a
+    /// padding row; a prompt chunk's row nobody reads, as in a mixed step). vLLM's
+    /// `logits_indices` make the same cut by gathering the rows first.
+    WantLogits,
 }
 
 impl MetaField {
@@ -205,6 +210,7 @@ impl MetaField {
             MetaField::StateSlots => "state_slots",
             MetaField::StateSlotsOut => "state_slots_out",
             MetaField::KeepSnapshots => "keep_snapshots",
+            MetaField::WantLogits => "want_logits",
         }
     }
 }

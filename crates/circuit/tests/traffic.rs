@@ -114,10 +114,11 @@ fn reference_decode_launches_move_the_hand_counted_bytes() {
         parts(launch(&t, "attn::paged_decode", Some(2), 0)),
         [0, 128, 128, 101 * 2 * 2 * 16 * 2, 0, 4 + 4 + 7 * 4]
     );
-    // The head reads the final norm's bf16 row and writes 300 f32 logits.
+    // The head reads the final norm's bf16 row and the row's want-logits flag, and writes
+    // 300 f32 logits.
     assert_eq!(
         parts(launch(&t, "gemv::lm_head", None, 0)),
-        [300 * 64 * 2, 128, 1200, 0, 0, 0]
+        [300 * 64 * 2, 128, 1200, 0, 0, 4]
     );
     assert_eq!(t.weights_read(), DECODE_WEIGHTS);
     assert_eq!(t.state_read(), 3 * 101 * 128);

@@ -57,6 +57,20 @@ __device__ __forceinline__ GemmBlock gemm_block() {
     return GemmBlock{blockIdx.x * GEMM_BM, blockIdx.y};
 }
 
+// SpanRows less the rows whose `want` flag (i32[rows]; null: every row) is 0: neither read nor
+// stored, their outputs left as they were (an LM head's rows nobody reads, the step's
+// want-logits flags). A wanted row's bytes are SpanRows' (its dots do not depend on the others).
+struct WantRows {
+    unsigned m0;
+    unsigned rows;
+    const int* want;
+    __device__ __forceinline__ unsigned src(unsigned r) const {
+        const unsigned i = m0 + r;
+        return i < rows && (want == nullptr || want[i] != 0) ? i : GEMM_NO_ROW;
+    }
+    __device__ __forceinline__ unsigned dst(unsigned r) const { return m0 + r; }
+};
+
 // `count` picks (indices r·k + j into an MoE step's ids) gathered in shared memory: tile row r
 // reads x row picks[r] / k and stores output row picks[r].
 struct PickRows {
@@ -302,6 +316,26 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
     gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
 }
 
+// gemm_run over the block's rows of x that `want` flags (WantRows); a block with none of them
+// returns before it stages a tile, so rows nobody reads stream no weight.
+template <unsigned NW, class W, class Store>
+__device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, const W (&w)[NW],
+                                                const int* __restrict__ want, unsigned rows,
+                                                unsigned k, unsigned n, unsigned n0, Store store,
+                                                bool ok = true) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const WantRows rows_of{gemm_block().m0, rows, want};
+    bool any = false;
+    for (unsigned r = 0; r < GEMM_BM; ++r) {
+        any = any || rows_of.src(r) != GEMM_NO_ROW;
+    }
+    if (!ok || !any) {
+        return;
+    }
+    gemm_tile<NW>(x, w, rows_of, k, n, n0, store);
+}
+
 struct StoreLinear {
     const bf16* bias;
     bf16* y;
@@ -338,23 +372,25 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gemm_run<1>(x, ws, rows, k, n_out, gemm_block().feature * GEMM_BN, StoreLinear{bias, y, n_out});
 }
 
-// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router).
-// grid = (⌈rows/64⌉, ⌈vocab/32⌉) (gemm_block), 128 threads.
+// x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router), for
+// the rows `want` flags (null: every row; WantRows). grid = (⌈rows/64⌉, ⌈vocab/32⌉)
+// (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
-                unsigned rows, unsigned k, unsigned vocab) {
+                const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab) {
     const GemmBf16 ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, vocab, gemm_block().feature * GEMM_BN, StoreLogits{logits, vocab});
+    gemm_run_wanted<1>(x, ws, want, rows, k, vocab, gemm_block().feature * GEMM_BN,
+                       StoreLogits{logits, vocab});
 }
 
 // gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
-// or groups; otherwise nothing is written).
+// or groups; otherwise nothing is written), for the rows `want` flags (null: every row).
 template <class W, class Store>
 __device__ __forceinline__ void gemm_run_quant(bool ok, const bf16* __restrict__ x, W w,
                                                unsigned rows, unsigned k, unsigned n,
-                                               Store store) {
+                                               Store store, const int* want = nullptr) {
     const GemmQuant<W> ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, n, gemm_block().feature * GEMM_BN, store, ok);
+    gemm_run_wanted<1>(x, ws, want, rows, k, n, gemm_block().feature * GEMM_BN, store, ok);
 }
 
 // The quantized entries of linear_mma and lm_head_mma: w an fp8 blob (f32 scales of block_n ×
@@ -380,18 +416,18 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
-                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
-                    unsigned block_n, unsigned block_k) {
+                    float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
+                    unsigned k, unsigned vocab, unsigned block_n, unsigned block_k) {
     gemm_run_quant(block_n != 0u && block_k != 0u, x, WFp8{w, vocab, block_n, block_k}, rows, k,
-                   vocab, StoreLogits{logits, vocab});
+                   vocab, StoreLogits{logits, vocab}, want);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
-                     float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
-                     unsigned group) {
+                     float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
+                     unsigned k, unsigned vocab, unsigned group) {
     gemm_run_quant(group != 0u, x, WInt4{w, vocab, group}, rows, k, vocab,
-                   StoreLogits{logits, vocab});
+                   StoreLogits{logits, vocab}, want);
 }
 
 // qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the

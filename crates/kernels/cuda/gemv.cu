@@ -172,15 +172,24 @@ struct MapLinear {
 };
 
 // logits f32[rows][vocab] = dot.
+// A row whose `want` flag (i32[rows]; null: every row) is 0 is not stored: its logits row stays
+// as it was (the step's want-logits flags: nobody reads that row). A block none of whose rows
+// is wanted returns before it streams a weight (`gemv_wants`).
 struct MapLogits {
     const bf16* w;
     float* logits;
     unsigned vocab;
+    const int* want;
     __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
         out[0] = weight_row(w, f, k);
     }
+    __device__ __forceinline__ bool wanted(unsigned r) const {
+        return want == nullptr || want[r] != 0;
+    }
     __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
-        logits[(unsigned long long)r * vocab + f] = s[0];
+        if (wanted(r)) {
+            logits[(unsigned long long)r * vocab + f] = s[0];
+        }
     }
 };
 
@@ -360,6 +369,25 @@ struct MapQuant {
     }
 };
 
+// Whether a block of rows [r0, r0 + n) has a row its map stores: only the LM head's map
+// (`MapLogits`, bf16 or quantized) skips rows; every other map stores them all.
+template <class Map>
+__device__ __forceinline__ bool gemv_wants(const Map&, unsigned, unsigned) {
+    return true;
+}
+__device__ __forceinline__ bool gemv_wants(const MapLogits& m, unsigned r0, unsigned n) {
+    bool any = false;
+    for (unsigned r = r0; r < r0 + n; ++r) {
+        any = any || m.wanted(r);
+    }
+    return any;
+}
+template <class W>
+__device__ __forceinline__ bool gemv_wants(const MapQuant<MapLogits, W>& m, unsigned r0,
+                                           unsigned n) {
+    return gemv_wants(m.base, r0, n);
+}
+
 // The weight rows of feature f as rows with `load8`: a map with a `Row` type hands them
 // (`weights`); a bf16 map's `rows` pointers become `RowBf16`s.
 template <class T>
@@ -538,6 +566,9 @@ __device__ __forceinline__ void gemv_run(const Src& src, const Map& map, unsigne
         return; // the whole block: nothing to do
     }
     const unsigned nrows = min(GEMV_ROWS, rows - r0);
+    if (!gemv_wants(map, r0, nrows)) {
+        return; // no row of the block is stored (an LM head's rows nobody reads)
+    }
     src.prologue(r0, nrows, k, inv);
     __syncthreads();
     gemv_rows<NW>(src, map, r0, nrows, k, blockIdx.y, gridDim.y, 0u, features, blockIdx.y == 0u,
@@ -810,6 +841,9 @@ __device__ __forceinline__ void gemv_stream(const Src& src, const Map& map, unsi
                 // leaves it to grid.z index 0, which then runs unsplit)
     }
     const unsigned nrows = min(RT, rows - r0);
+    if (!gemv_wants(map, r0, nrows)) {
+        return; // as gemv_run: every split of the row group returns, so no counter moves
+    }
     stream_prologue(src, r0, nrows, k, inv, reinterpret_cast<float*>(xs));
     const bool sum_block = blockIdx.y == 0u;
 
@@ -955,9 +989,9 @@ GEMV_KERNEL linear(const bf16* __restrict__ x, const bf16* __restrict__ w,
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab].
 GEMV_KERNEL lm_head(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                    float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                    float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                     float* __restrict__ scratch) {
-    gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+    gemv_run<1>(XRows{x}, MapLogits{w, logits, vocab, want}, rows, k, vocab, scratch);
 }
 
 // ---- quantized weights: the reference kernels reading an fp8 or int4 blob -------------------
@@ -989,20 +1023,20 @@ GEMV_KERNEL linear_int4(const bf16* __restrict__ x, const unsigned char* __restr
 
 // x bf16[rows·k], w fp8 blob [vocab·k] → logits f32[rows·vocab].
 GEMV_KERNEL lm_head_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
-                        float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                        float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                         unsigned block_n, unsigned block_k) {
     gemv_run<1>(XRows{x},
-                MapQuant<MapLogits, WFp8>{MapLogits{nullptr, logits, vocab},
+                MapQuant<MapLogits, WFp8>{MapLogits{nullptr, logits, vocab, want},
                                           WFp8{w, vocab, block_n, block_k}},
                 rows, k, vocab, nullptr);
 }
 
 // x bf16[rows·k], w int4 blob [vocab·k] → logits f32[rows·vocab].
 GEMV_KERNEL lm_head_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
-                         float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                         float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                          unsigned group) {
     gemv_run<1>(XRows{x},
-                MapQuant<MapLogits, WInt4>{MapLogits{nullptr, logits, vocab},
+                MapQuant<MapLogits, WInt4>{MapLogits{nullptr, logits, vocab, want},
                                            WInt4{w, vocab, group}},
                 rows, k, vocab, nullptr);
 }
@@ -1120,9 +1154,9 @@ GEMV_KERNEL gated_norm_linear_residual_add(const bf16* __restrict__ core,
 // h f32 + d bf16, RMSNorm (weight wn bf16[k]), then `lm_head` → logits f32[rows·vocab].
 GEMV_KERNEL add_norm_lm_head(const float* __restrict__ h, const bf16* __restrict__ d,
                              const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                             float* __restrict__ logits, unsigned rows, unsigned k,
+                             float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k,
                              unsigned vocab, float eps, float* __restrict__ scratch) {
-    gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k, vocab,
+    gemv_run<1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab, want}, rows, k, vocab,
                 scratch);
 }
 
@@ -1352,27 +1386,27 @@ GEMV_STREAM_R8 linear_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
 }
 
 GEMV_STREAM_R1 lm_head_r1(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                           float* __restrict__ scratch) {
-    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+    gemv_stream<1, 1>(XRows{x}, MapLogits{w, logits, vocab, want}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R2 lm_head_r2(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                           float* __restrict__ scratch) {
-    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+    gemv_stream<2, 1>(XRows{x}, MapLogits{w, logits, vocab, want}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R4 lm_head_r4(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                           float* __restrict__ scratch) {
-    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+    gemv_stream<4, 1>(XRows{x}, MapLogits{w, logits, vocab, want}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R8 lm_head_r8(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                          float* __restrict__ logits, unsigned rows, unsigned k, unsigned vocab,
+                          float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab,
                           float* __restrict__ scratch) {
-    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab}, rows, k, vocab, scratch);
+    gemv_stream<8, 1>(XRows{x}, MapLogits{w, logits, vocab, want}, rows, k, vocab, scratch);
 }
 
 GEMV_STREAM_R1 norm_linear_r1(const float* __restrict__ h, const bf16* __restrict__ wn,
@@ -1765,33 +1799,33 @@ GEMV_STREAM_R8 gated_norm_linear_residual_add_r8(const bf16* __restrict__ core,
 
 GEMV_STREAM_R1 add_norm_lm_head_r1(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k,
                                    unsigned vocab, float eps, float* __restrict__ scratch) {
-    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+    gemv_stream<1, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab, want}, rows, k,
                       vocab, scratch);
 }
 
 GEMV_STREAM_R2 add_norm_lm_head_r2(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k,
                                    unsigned vocab, float eps, float* __restrict__ scratch) {
-    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+    gemv_stream<2, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab, want}, rows, k,
                       vocab, scratch);
 }
 
 GEMV_STREAM_R4 add_norm_lm_head_r4(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k,
                                    unsigned vocab, float eps, float* __restrict__ scratch) {
-    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+    gemv_stream<4, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab, want}, rows, k,
                       vocab, scratch);
 }
 
 GEMV_STREAM_R8 add_norm_lm_head_r8(const float* __restrict__ h, const bf16* __restrict__ d,
                                    const bf16* __restrict__ wn, const bf16* __restrict__ w,
-                                   float* __restrict__ logits, unsigned rows, unsigned k,
+                                   float* __restrict__ logits, const int* __restrict__ want, unsigned rows, unsigned k,
                                    unsigned vocab, float eps, float* __restrict__ scratch) {
-    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab}, rows, k,
+    gemv_stream<8, 1>(XNormRows{h, d, wn, nullptr, eps}, MapLogits{w, logits, vocab, want}, rows, k,
                       vocab, scratch);
 }
 

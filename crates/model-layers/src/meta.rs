@@ -8,7 +8,9 @@
 //! the advanced state to: the same slot, in place, or another, so the one read survives the
 //! step), keep-snapshots flags (1 where the recurrent kernels
 //! write the state after the row to its snapshot: a speculative verify row the step may roll
-//! back to; 0 elsewhere, so a prompt's chunk or a mixed step writes none), then block tables
+//! back to; 0 elsewhere, so a prompt's chunk or a mixed step writes none), want-logits flags (1
+//! where the step reads the row's logits; 0 where the LM head skips the row: padding, a prompt
+//! chunk's rows nobody reads), then block tables
 //! (`max_blocks` pages per row). Block tables come last so that one copy of a step's prefix
 //! carries every field of its rows.
 //!
@@ -44,6 +46,7 @@ pub struct MetaLayout {
     pub state_slots: usize,
     pub state_slots_out: usize,
     pub keep_snapshots: usize,
+    pub want_logits: usize,
     pub block_tables: usize,
     /// The region's size (the next workspace region starts here).
     pub bytes: usize,
@@ -70,8 +73,9 @@ impl MetaLayout {
             state_slots: 4 * row_i32,
             state_slots_out: 5 * row_i32,
             keep_snapshots: 6 * row_i32,
-            block_tables: 7 * row_i32,
-            bytes: 7 * row_i32 + align(max_rows * max_blocks * 4),
+            want_logits: 7 * row_i32,
+            block_tables: 8 * row_i32,
+            bytes: 8 * row_i32 + align(max_rows * max_blocks * 4),
         }
     }
 
@@ -92,6 +96,7 @@ impl MetaLayout {
             MetaField::StateSlots => (self.state_slots, rows * 4),
             MetaField::StateSlotsOut => (self.state_slots_out, rows * 4),
             MetaField::KeepSnapshots => (self.keep_snapshots, rows * 4),
+            MetaField::WantLogits => (self.want_logits, rows * 4),
             MetaField::BlockTables => (self.block_tables, rows * self.max_blocks * 4),
         };
         MetaRange { offset, bytes }
@@ -112,7 +117,8 @@ pub enum MetaRow<'a> {
     /// advanced state the recurrent kernels write to `state_slot_out` (`state_slot` itself to
     /// advance it in place); with
     /// `snapshot`, a verify program's recurrent kernels keep the state after this row (a
-    /// speculative row the step may roll back to: `MetaField::KeepSnapshots`).
+    /// speculative row the step may roll back to: `MetaField::KeepSnapshots`); with `logits`,
+    /// the step reads the row's logits (`MetaField::WantLogits`: without, the LM head skips it).
     Live {
         token: u32,
         position: usize,
@@ -120,6 +126,7 @@ pub enum MetaRow<'a> {
         state_slot: u32,
         state_slot_out: u32,
         snapshot: bool,
+        logits: bool,
     },
     /// Fills a program wider than the step.
     Padding,
@@ -136,6 +143,7 @@ pub struct StepMeta {
     state_slots: Vec<i32>,
     state_slots_out: Vec<i32>,
     keep_snapshots: Vec<i32>,
+    want_logits: Vec<i32>,
     /// `rows * max_blocks` pages, unused entries the scratch page.
     block_tables: Vec<i32>,
 }
@@ -161,6 +169,7 @@ impl StepMeta {
             state_slots: Vec::with_capacity(n),
             state_slots_out: Vec::with_capacity(n),
             keep_snapshots: Vec::with_capacity(n),
+            want_logits: Vec::with_capacity(n),
             block_tables: vec![SCRATCH_PAGE as i32; n * layout.max_blocks],
         };
         for (row, entry) in rows.iter().enumerate() {
@@ -172,9 +181,11 @@ impl StepMeta {
                     state_slot,
                     state_slot_out,
                     snapshot,
+                    logits,
                 } => {
                     meta.push_live(row, token, position, pages, [state_slot, state_slot_out])?;
                     meta.keep_snapshots.push(i32::from(snapshot));
+                    meta.want_logits.push(i32::from(logits));
                 }
                 MetaRow::Padding => meta.push_padding(),
             }
@@ -229,6 +240,7 @@ impl StepMeta {
         self.state_slots.push(SCRATCH_SLOT as i32);
         self.state_slots_out.push(SCRATCH_SLOT as i32);
         self.keep_snapshots.push(0);
+        self.want_logits.push(0);
     }
 
     pub fn rows(&self) -> usize {
@@ -248,6 +260,7 @@ impl StepMeta {
             (m.state_slots, &self.state_slots),
             (m.state_slots_out, &self.state_slots_out),
             (m.keep_snapshots, &self.keep_snapshots),
+            (m.want_logits, &self.want_logits),
             (m.block_tables, &self.block_tables),
         ] {
             put_i32s(&mut bytes[offset..], values);

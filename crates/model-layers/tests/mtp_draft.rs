@@ -69,6 +69,7 @@ fn meta(exec: &CircuitExec, rows: &[(u32, usize)], pages: &[u32]) -> StepMeta {
             state_slot: 1,
             state_slot_out: 1,
             snapshot: false,
+            logits: true,
         })
         .collect();
     StepMeta::new(&exec.layout.meta, &rows).expect("meta")

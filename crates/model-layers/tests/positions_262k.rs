@@ -36,6 +36,7 @@ fn the_last_of_262144_positions_is_encoded_where_the_kernels_read_it() {
         state_slot: 1,
         state_slot_out: 1,
         snapshot: false,
+        logits: true,
     };
     let rows = [
         live(POSITIONS - 1, &first[..]),
@@ -93,6 +94,7 @@ fn a_tiny_model_planned_for_262144_positions_decodes_at_the_last() {
             state_slot: 0,
             state_slot_out: 0,
             snapshot: false,
+            logits: true,
         }],
     )
     .unwrap();

@@ -27,6 +27,7 @@ fn fields_are_aligned_and_block_tables_come_last() {
         m.state_slots,
         m.state_slots_out,
         m.keep_snapshots,
+        m.want_logits,
         m.block_tables,
     ];
     assert_eq!(m.tokens, 0, "the region starts the workspace");
@@ -51,6 +52,8 @@ fn fields_are_aligned_and_block_tables_come_last() {
     );
     let keep = m.field(MetaField::KeepSnapshots, 3);
     assert_eq!((keep.offset, keep.bytes), (m.keep_snapshots, 12));
+    let want = m.field(MetaField::WantLogits, 3);
+    assert_eq!((want.offset, want.bytes), (m.want_logits, 12));
     assert_eq!(m.step_bytes(3), m.block_tables + 3 * 4 * 4);
 }
 
@@ -66,6 +69,7 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             state_slot: 3,
             state_slot_out: 7,
             snapshot: true,
+            logits: true,
         },
         MetaRow::Padding,
     ];
@@ -83,17 +87,18 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             m.seq_lens,
             m.state_slots,
             m.state_slots_out,
-            m.keep_snapshots
+            m.keep_snapshots,
+            m.want_logits
         ]
         .map(|f| row(f, 0)),
-        [42, 17, 9 * 16 + 1, 18, 3, 7, 1]
+        [42, 17, 9 * 16 + 1, 18, 3, 7, 1, 1]
     );
     assert_eq!(
         (0..4).map(|b| row(m.block_tables, b)).collect::<Vec<_>>(),
         [5, 9, SCRATCH_PAGE as i32, SCRATCH_PAGE as i32]
     );
     // Padding: token 0 at position 0 (length 1), on the scratch page and the scratch slot,
-    // keeping no snapshot.
+    // keeping no snapshot, its logits skipped.
     assert_eq!(
         [
             m.tokens,
@@ -102,7 +107,8 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             m.seq_lens,
             m.state_slots,
             m.state_slots_out,
-            m.keep_snapshots
+            m.keep_snapshots,
+            m.want_logits
         ]
         .map(|f| row(f, 1)),
         [
@@ -112,6 +118,7 @@ fn live_and_padding_rows_are_encoded_where_programs_read_them() {
             1,
             SCRATCH_SLOT as i32,
             SCRATCH_SLOT as i32,
+            0,
             0
         ]
     );
@@ -129,6 +136,7 @@ fn steps_the_region_cannot_carry_are_refused() {
         state_slot: 0,
         state_slot_out: 0,
         snapshot: false,
+        logits: true,
     };
     match StepMeta::new(&m, &[MetaRow::Padding; 9]) {
         Err(MetaError::TooManyRows { rows, max_rows }) => assert_eq!((rows, max_rows), (9, 8)),
@@ -166,6 +174,7 @@ fn upload_writes_the_encoded_step_at_the_workspace_start() {
             state_slot: 1,
             state_slot_out: 1,
             snapshot: false,
+            logits: true,
         }],
     )
     .expect("valid step");

@@ -155,6 +155,7 @@ fn wrong_argument_kinds_are_refused() {
         x: rd(&x),
         w: rd(&w),
         logits: wr(&mut poison_f32(1)),
+        want: None,
         rows: 1,
         k: 32,
         vocab: 1,

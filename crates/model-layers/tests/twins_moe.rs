@@ -192,6 +192,7 @@ fn router_topk_equals_lm_head_then_topk_softmax() {
             x: rd(&x),
             w: rd(&w),
             logits: wr(&mut logits),
+            want: None,
             rows: rows as u32,
             k: hidden as u32,
             vocab: experts as u32,

@@ -222,3 +222,5 @@ mod tests_quant;
 mod tests_rope_mma;
 #[cfg(test)]
 mod tests_split;
+#[cfg(test)]
+mod tests_want;

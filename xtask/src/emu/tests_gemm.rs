@@ -33,6 +33,7 @@ fn gemm_launch(
             x,
             w,
             logits: out,
+            want: None,
             rows,
             k,
             vocab: n,

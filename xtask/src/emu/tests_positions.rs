@@ -55,6 +55,7 @@ fn the_cuda_sources_decode_at_position_262143_as_their_twins() {
             state_slot: 0,
             state_slot_out: 0,
             snapshot: false,
+            logits: true,
         }],
     )
     .unwrap();

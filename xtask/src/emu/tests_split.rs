@@ -99,6 +99,7 @@ fn split_launches_store_the_classic_bytes() {
             wn,
             w,
             logits,
+            want: None,
             rows,
             k,
             vocab: n,
@@ -154,6 +155,7 @@ fn split_launches_store_the_classic_bytes() {
             let s = scratch(&mut backend, 1);
             let a = AddNormLmHead {
                 logits,
+                want: None,
                 scratch: s,
                 ..lm
             };
@@ -418,6 +420,7 @@ fn a_poisoned_counter_is_cleared_by_the_step_reset() {
         wn: upload(&mut backend, &bf16_values(k, 7.0)),
         w: upload(&mut backend, &bf16_values(n * k, 2.0)),
         logits: out(&mut backend, rows * n * 4),
+        want: None,
         rows,
         k,
         vocab: n,
@@ -441,6 +444,7 @@ fn a_poisoned_counter_is_cleared_by_the_step_reset() {
         let logits = out(backend, rows * n * 4);
         let a = AddNormLmHead {
             logits,
+            want: None,
             scratch: Some(scratch),
             ..lm
         };

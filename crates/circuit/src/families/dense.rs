@@ -12,7 +12,7 @@ use super::CircuitOptions;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
 use crate::ir::{
-    Attr, Binding, Circuit, Dtype, LayerKind, ModelInput, ModelOutput, Shape, TensorId,
+    Attr, Binding, Circuit, Dtype, LayerKind, MetaField, ModelInput, ModelOutput, Shape, TensorId,
 };
 use crate::ops::OpKind;
 
@@ -88,6 +88,7 @@ pub(super) fn lm_head(
         OpSpec::new(OpKind::LmHead, "lm_head", "lm_head")
             .inputs(&[x])
             .weights(&[head_w])
+            .meta(&[MetaField::WantLogits])
             .attr("vocab", int(vocab))
             .attr("hidden", int(hidden)),
         OutSpec::rows("logits", Dtype::F32, vocab).bound(Binding::Output(ModelOutput::Logits)),

@@ -294,6 +294,15 @@ impl<'a> View<'a> {
         self.bind.meta(field)
     }
 
+    /// The step's want-logits flags when `op` reads them (the model's LM head: a row flagged 0
+    /// is skipped, `MetaField::WantLogits`); `None` for an op that computes every row (a
+    /// router, the MTP head's fc).
+    pub fn want_logits(&self, op: &Op) -> Option<Buf> {
+        op.meta
+            .contains(&MetaField::WantLogits)
+            .then(|| self.meta(MetaField::WantLogits))
+    }
+
     pub fn inv_freq(&self) -> Buf {
         self.bind.inv_freq()
     }

@@ -68,6 +68,7 @@ pub mod rope;
 
 #[cfg(test)]
 mod signature;
+pub(crate) mod want;
 
 use solder_gpu_runtime::{CpuBackend, GpuBackend, GpuError, ModuleImage, TwinFn};
 

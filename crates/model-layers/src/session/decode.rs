@@ -20,9 +20,12 @@ use crate::error::SessionError;
 use crate::program::Program;
 
 /// A prompt's last chunk at least this wide runs headless too when only its last position's
-/// logits are read: its LM head over every row costs more than the one decode step that then
-/// recomputes the last position (a 512-row chunk of Llama-3.2-1B's shape: 512 rows of a 128,256
-/// × 2,048 head against one row of the whole model).
+/// logits are read. Through its verify program the LM head would take the last row alone (the
+/// want-logits flags), but the last layer's attention and MLP would still run over every row,
+/// which the prefill program drops (`prune`); on the CPU backend that costs more than the one
+/// decode step that then recomputes the last position (not timed on a device, where the decode
+/// step's weight reads may cost more). A model with recurrent state always takes the verify
+/// program, its LM head on the last row alone.
 pub(crate) const HEADLESS_LAST_MIN_ROWS: usize = 16;
 
 /// `Session::prefill` (every position's logits) and `Session::prefill_next` (`last_only`:
@@ -244,10 +247,15 @@ pub(super) fn verify(
     reads: Reads,
 ) -> Result<Vec<f32>, SessionError> {
     let start = session.seq_len(id)?;
+    let n = tokens.len();
+    // The LM head computes the rows `reads` copies back, no other (`Row::logits`).
     let rows: Vec<Row> = tokens
         .iter()
         .enumerate()
-        .map(|(i, &token)| Row::live(id, token, start + i))
+        .map(|(i, &token)| Row {
+            logits: reads.wants(i, n),
+            ..Row::live(id, token, start + i)
+        })
         .collect();
     let exec = session.exec;
     let headless =
@@ -366,7 +374,12 @@ pub(super) fn mixed_step(
         .map(|(id, token)| (*id, std::slice::from_ref(token)))
         .chain(std::iter::once(chunk))
         .collect();
-    let step = verify_batch_rows(session, &batch)?;
+    let (program, mut rows, advance) = verify_batch_rows(session, &batch)?;
+    // Nobody reads the chunk's logits: the LM head skips its rows.
+    for row in &mut rows[decode.len()..] {
+        row.logits = false;
+    }
+    let step = (program, rows, advance);
     let reads = if ids {
         Reads::Nothing
     } else {

@@ -28,6 +28,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 use super::args::{macs, size, threads_for};
 use super::decl::kernel;
 use crate::kernels::emit_view::{View, R};
+use crate::kernels::want::on_wanted_rows;
 use crate::numerics::{linear_value, stream_dots, to_f32, MmaPanel, MMA_BLOCK, MMA_ROWS};
 
 /// Threads of a block: four warps.
@@ -57,11 +58,13 @@ kernel! {
 
 kernel! {
     /// x bf16\[rows·k\], w bf16\[vocab·k\] → logits f32\[rows·vocab\] (the LM head or an MoE
-    /// router), on the tensor cores.
+    /// router), on the tensor cores; `want` as `gemv::lm_head`'s (a block of 64 rows none of
+    /// which is wanted streams no weight).
     pub struct LmHeadMma / LmHeadMmaArgs {
         x: In<bf16>,
         w: In<bf16>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -335,8 +338,11 @@ fn lm_head_mma(a: LmHeadMmaArgs<'_>) -> Result<(), GpuError> {
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let w = a.w.len(size(ctx, &[vocab, k])?)?;
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    each_dot(ctx, x, w, [rows, k, vocab], |_, d| d, out);
-    Ok(())
+    let want = a.want.len(rows)?;
+    on_wanted_rows(want, (x, k), (out, vocab), rows, |x, rows, out| {
+        each_dot(ctx, x, w, [rows, k, vocab], |_, d| d, out);
+        Ok(())
+    })
 }
 
 /// `linear_mma`, or its entry for the weight's format (`linear_mma_fp8`, `linear_mma_int4`).
@@ -398,12 +404,13 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
         }
     };
     let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
-    let (rows, k) = (v.rows(), v.u32(h, "hidden")?);
+    let (rows, k, want) = (v.rows(), v.u32(h, "hidden")?, v.want_logits(h));
     let launch = match v.weight_format(h, 0) {
         WeightFormat::Bf16 => LmHeadMma {
             x,
             w,
             logits,
+            want,
             rows,
             k,
             vocab,
@@ -413,6 +420,7 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             x,
             w,
             logits,
+            want,
             rows,
             k,
             vocab,
@@ -424,6 +432,7 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             x,
             w,
             logits,
+            want,
             rows,
             k,
             vocab,

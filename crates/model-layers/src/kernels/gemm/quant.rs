@@ -17,8 +17,9 @@ use solder_circuit::WeightFormat;
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::{each_dot, emit_linear_mma, emit_lm_head_mma, gemm_grid, linear_dots};
-use crate::kernels::args::{dequantised, size, In};
+use crate::kernels::args::{dequantised, size, In, InOpt};
 use crate::kernels::decl::kernel;
+use crate::kernels::want::on_wanted_rows;
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
@@ -57,11 +58,12 @@ kernel! {
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[vocab·k\] → logits f32\[rows·vocab\], on the tensor
-    /// cores.
+    /// cores (`want` as `lm_head_mma`'s).
     pub struct LmHeadMmaFp8 / LmHeadMmaFp8Args {
         x: In<bf16>,
         w: In<u8>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -74,11 +76,12 @@ kernel! {
 
 kernel! {
     /// x bf16\[rows·k\], w an int4 blob \[vocab·k\] → logits f32\[rows·vocab\], on the tensor
-    /// cores.
+    /// cores (`want` as `lm_head_mma`'s).
     pub struct LmHeadMmaInt4 / LmHeadMmaInt4Args {
         x: In<bf16>,
         w: In<u8>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -138,18 +141,22 @@ fn linear_mma_int4(a: LinearMmaInt4Args<'_>) -> Result<(), GpuError> {
     linear_quant(ctx, (rows, k, n), (a.x, a.w), bias, y, format)
 }
 
-/// `lm_head_mma`'s twin on the dequantised matrix.
+/// `lm_head_mma`'s twin on the dequantised matrix, for the rows `want` flags (no dequantising
+/// when none is).
 fn lm_head_quant(
     ctx: &TwinCtx<'_>,
     (rows, k, vocab): (usize, usize, usize),
-    (x, w): (In<'_, bf16>, In<'_, u8>),
+    (x, w, want): (In<'_, bf16>, In<'_, u8>, InOpt<'_, i32>),
     out: &mut [f32],
     format: WeightFormat,
 ) -> Result<(), GpuError> {
     let x = x.len(size(ctx, &[rows, k])?)?;
-    let matrix = dequantised(ctx, w, format, vocab, k)?;
-    each_dot(ctx, x, &matrix, [rows, k, vocab], |_, d| d, out);
-    Ok(())
+    let want = want.len(rows)?;
+    on_wanted_rows(want, (x, k), (out, vocab), rows, |x, rows, out| {
+        let matrix = dequantised(ctx, w, format, vocab, k)?;
+        each_dot(ctx, x, &matrix, [rows, k, vocab], |_, d| d, out);
+        Ok(())
+    })
 }
 
 fn lm_head_mma_fp8(a: LmHeadMmaFp8Args<'_>) -> Result<(), GpuError> {
@@ -160,7 +167,7 @@ fn lm_head_mma_fp8(a: LmHeadMmaFp8Args<'_>) -> Result<(), GpuError> {
         block_k: a.block_k.get(),
     };
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w), out, format)
+    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w, a.want), out, format)
 }
 
 fn lm_head_mma_int4(a: LmHeadMmaInt4Args<'_>) -> Result<(), GpuError> {
@@ -170,5 +177,5 @@ fn lm_head_mma_int4(a: LmHeadMmaInt4Args<'_>) -> Result<(), GpuError> {
         group: a.group.get(),
     };
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w), out, format)
+    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w, a.want), out, format)
 }

@@ -146,7 +146,7 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
         }
     };
     let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
-    let (rows, k) = (v.rows(), v.u32(h, "hidden")?);
+    let (rows, k, want) = (v.rows(), v.u32(h, "hidden")?, v.want_logits(h));
     let launch = match v.weight_format(h, 0) {
         WeightFormat::Bf16 => {
             let scratch = None;
@@ -156,6 +156,7 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
                     x,
                     w,
                     logits,
+                    want,
                     rows,
                     k,
                     vocab,
@@ -168,6 +169,7 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
                 x,
                 w,
                 logits,
+                want,
                 rows,
                 k,
                 vocab,
@@ -180,6 +182,7 @@ pub(super) fn emit_lm_head(v: &View<'_>) -> R {
             x,
             w,
             logits,
+            want,
             rows,
             k,
             vocab,
@@ -569,6 +572,7 @@ pub(super) fn emit_add_norm_lm_head(v: &View<'_>) -> R {
         wn: v.weight(n, 0)?,
         w: v.weight(h, 0)?,
         logits: v.output(h, 0)?,
+        want: v.want_logits(h),
         rows: v.rows(),
         k: v.u32(h, "hidden")?,
         vocab: v.u32(h, "vocab")?,

@@ -84,11 +84,14 @@ kernel! {
 
 kernel! {
     /// x bf16\[rows·k\], w bf16\[vocab·k\] → logits f32\[rows·vocab\] (also an MoE router's
-    /// logits: the same f32-output projection).
+    /// logits: the same f32-output projection). A row whose `want` flag (i32\[rows\],
+    /// optional: every row without it; the step's `MetaField::WantLogits`) is 0 is skipped,
+    /// its logits row left as it was.
     pub struct LmHead / LmHeadArgs {
         x: In<bf16>,
         w: In<bf16>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -355,13 +358,15 @@ kernel! {
 pub const GATED_HEADS_MAX: u32 = 128;
 
 kernel! {
-    /// h f32 + d bf16, RMSNorm (weight wn bf16\[k\]), then `lm_head` → logits f32\[rows·vocab\].
+    /// h f32 + d bf16, RMSNorm (weight wn bf16\[k\]), then `lm_head` → logits f32\[rows·vocab\]
+    /// (its `want` flags too).
     pub struct AddNormLmHead / AddNormLmHeadArgs {
         h: In<f32>,
         d: In<bf16>,
         wn: In<bf16>,
         w: In<bf16>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,

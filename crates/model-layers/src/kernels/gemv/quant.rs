@@ -20,8 +20,9 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 use super::emit::{emit_linear, emit_lm_head};
 use super::shape::gemv_config;
 use super::twin::{logits, project, Proj};
-use crate::kernels::args::{dequantised, size, In};
+use crate::kernels::args::{dequantised, size, In, InOpt};
 use crate::kernels::decl::kernel;
+use crate::kernels::want::on_wanted_rows;
 
 kernel! {
     /// x bf16\[rows·k\], w an fp8 blob \[n_out·k\] (f32 scales of `block_n × block_k` blocks),
@@ -59,11 +60,13 @@ kernel! {
 }
 
 kernel! {
-    /// x bf16\[rows·k\], w an fp8 blob \[vocab·k\] → logits f32\[rows·vocab\].
+    /// x bf16\[rows·k\], w an fp8 blob \[vocab·k\] → logits f32\[rows·vocab\] (`want` as
+    /// `lm_head`'s).
     pub struct LmHeadFp8 / LmHeadFp8Args {
         x: In<bf16>,
         w: In<u8>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -75,11 +78,13 @@ kernel! {
 }
 
 kernel! {
-    /// x bf16\[rows·k\], w an int4 blob \[vocab·k\] → logits f32\[rows·vocab\].
+    /// x bf16\[rows·k\], w an int4 blob \[vocab·k\] → logits f32\[rows·vocab\] (`want` as
+    /// `lm_head`'s).
     pub struct LmHeadInt4 / LmHeadInt4Args {
         x: In<bf16>,
         w: In<u8>,
         logits: Out<f32>,
+        want: InOpt<i32>,
         rows: U32,
         k: U32,
         vocab: U32,
@@ -135,18 +140,22 @@ fn linear_int4(a: LinearInt4Args<'_>) -> Result<(), GpuError> {
     linear_quant(ctx, (rows, k, n), a.x, a.w, bias, y, format)
 }
 
+/// `lm_head`'s twin on the dequantised matrix, for the rows `want` flags (no dequantising when
+/// none is).
 fn lm_head_quant(
     ctx: &TwinCtx<'_>,
     (rows, k, vocab): (usize, usize, usize),
-    x: In<'_, bf16>,
-    w: In<'_, u8>,
+    (x, w, want): (In<'_, bf16>, In<'_, u8>, InOpt<'_, i32>),
     out: &mut [f32],
     format: WeightFormat,
 ) -> Result<(), GpuError> {
     let x = x.len(size(ctx, &[rows, k])?)?;
-    let matrix = dequantised(ctx, w, format, vocab, k)?;
-    logits(ctx, x, rows, k, &matrix, vocab, out);
-    Ok(())
+    let want = want.len(rows)?;
+    on_wanted_rows(want, (x, k), (out, vocab), rows, |x, rows, out| {
+        let matrix = dequantised(ctx, w, format, vocab, k)?;
+        logits(ctx, x, rows, k, &matrix, vocab, out);
+        Ok(())
+    })
 }
 
 fn lm_head_fp8(a: LmHeadFp8Args<'_>) -> Result<(), GpuError> {
@@ -157,7 +166,7 @@ fn lm_head_fp8(a: LmHeadFp8Args<'_>) -> Result<(), GpuError> {
         block_k: a.block_k.get(),
     };
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    lm_head_quant(ctx, (rows, k, vocab), a.x, a.w, out, format)
+    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w, a.want), out, format)
 }
 
 fn lm_head_int4(a: LmHeadInt4Args<'_>) -> Result<(), GpuError> {
@@ -167,5 +176,5 @@ fn lm_head_int4(a: LmHeadInt4Args<'_>) -> Result<(), GpuError> {
         group: a.group.get(),
     };
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    lm_head_quant(ctx, (rows, k, vocab), a.x, a.w, out, format)
+    lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w, a.want), out, format)
 }

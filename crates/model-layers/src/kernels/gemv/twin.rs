@@ -17,6 +17,7 @@ use crate::kernels::args::{macs, size, threads_for, In, InOpt, Out};
 use crate::kernels::gdn::{gated_norm_values, GatedNormIn};
 use crate::kernels::heads::{with_rope, CacheArgs, HeadPass};
 use crate::kernels::norm::{add_rows, norm_rows};
+use crate::kernels::want::on_wanted_rows;
 use crate::numerics::{linear_value, residual_value, silu_mul_value};
 
 /// One projection's weights `[n]\[k\]` and optional bias `\[n\]`.
@@ -222,8 +223,11 @@ pub(super) fn lm_head(a: LmHeadArgs<'_>) -> Result<(), GpuError> {
     let x = a.x.len(size(ctx, &[rows, k])?)?;
     let w = a.w.len(size(ctx, &[vocab, k])?)?;
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
-    logits(ctx, x, rows, k, w, vocab, out);
-    Ok(())
+    let want = a.want.len(rows)?;
+    on_wanted_rows(want, (x, k), (out, vocab), rows, |x, rows, out| {
+        logits(ctx, x, rows, k, w, vocab, out);
+        Ok(())
+    })
 }
 
 /// rms_norm → linear.
@@ -463,10 +467,14 @@ pub(super) fn add_norm_lm_head(a: AddNormLmHeadArgs<'_>) -> Result<(), GpuError>
     let wn = a.wn.len(k)?;
     let w = a.w.len(size(ctx, &[vocab, k])?)?;
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
+    let want = a.want.len(rows)?;
     let mut local = Vec::new();
     let sum = add_rows(h, d, None, &mut local);
-    logits(ctx, &normed(sum, wn, k, eps), rows, k, w, vocab, out);
-    Ok(())
+    let x = normed(sum, wn, k, eps);
+    on_wanted_rows(want, (&x, k), (out, vocab), rows, |x, rows, out| {
+        logits(ctx, x, rows, k, w, vocab, out);
+        Ok(())
+    })
 }
 
 /// (residual_add →) rms_norm → linear ×3 → (qk_norm →) rope → kv_write: q, k and v rounded

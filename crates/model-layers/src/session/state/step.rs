@@ -28,15 +28,18 @@ use crate::meta::{MetaRow, StepMeta, SCRATCH_SLOT};
 use crate::program::Program;
 use crate::session::{SeqId, Session};
 
-/// One row of a step: which sequence (None for padding), its token and position, and whether
+/// One row of a step: which sequence (None for padding), its token and position, whether
 /// a verify program keeps the recurrent state after it (`snapshot`: a speculative row the step
-/// may roll back to; a prompt's chunk and a mixed step keep none, `MetaField::KeepSnapshots`).
+/// may roll back to; a prompt's chunk and a mixed step keep none, `MetaField::KeepSnapshots`),
+/// and whether the step reads its logits (`logits`: copied back or picked on the device; the LM
+/// head skips a row without, `MetaField::WantLogits`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row {
     pub seq: Option<SeqId>,
     pub token: u32,
     pub position: usize,
     pub snapshot: bool,
+    pub logits: bool,
 }
 
 impl Row {
@@ -46,15 +49,17 @@ impl Row {
         token: 0,
         position: 0,
         snapshot: false,
+        logits: false,
     };
 
-    /// Sequence `id`'s `token` at `position`, keeping no snapshot.
+    /// Sequence `id`'s `token` at `position`, keeping no snapshot, its logits read.
     pub fn live(id: SeqId, token: u32, position: usize) -> Row {
         Row {
             seq: Some(id),
             token,
             position,
             snapshot: false,
+            logits: true,
         }
     }
 }
@@ -89,6 +94,19 @@ pub(crate) enum Reads {
     Nothing,
     /// The first n live rows', `[n * vocab]` (a mixed step's decode rows, before its chunk).
     First(usize),
+}
+
+impl Reads {
+    /// Whether these reads copy back live row `row` of `live` (a step whose logits are only
+    /// copied back wants no other row's: `Row::logits`).
+    pub(crate) fn wants(self, row: usize, live: usize) -> bool {
+        match self {
+            Reads::Live => row < live,
+            Reads::Last => row + 1 == live,
+            Reads::Nothing => false,
+            Reads::First(n) => row < n.min(live),
+        }
+    }
 }
 
 /// What a step lent, given back if it fails: sequences that took a slot, each advancing
@@ -421,6 +439,7 @@ impl<'e> Session<'e> {
                         state_slot,
                         state_slot_out,
                         snapshot: row.snapshot,
+                        logits: row.logits,
                     })
                 }
             })
@@ -544,6 +563,7 @@ fn grow_and_run(
             state_slot: SCRATCH_SLOT,
             state_slot_out: SCRATCH_SLOT,
             snapshot: false,
+            logits: true,
         }));
     }
     run_mtp(exec, backend, program, rows)
