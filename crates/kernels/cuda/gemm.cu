@@ -57,20 +57,6 @@ __device__ __forceinline__ GemmBlock gemm_block() {
     return GemmBlock{blockIdx.x * GEMM_BM, blockIdx.y};
 }
 
-// SpanRows less the rows whose `want` flag (i32[rows]; null: every row) is 0: neither read nor
-// stored, their outputs left as they were (an LM head's rows nobody reads, the step's
-// want-logits flags). A wanted row's bytes are SpanRows' (its dots do not depend on the others).
-struct WantRows {
-    unsigned m0;
-    unsigned rows;
-    const int* want;
-    __device__ __forceinline__ unsigned src(unsigned r) const {
-        const unsigned i = m0 + r;
-        return i < rows && (want == nullptr || want[i] != 0) ? i : GEMM_NO_ROW;
-    }
-    __device__ __forceinline__ unsigned dst(unsigned r) const { return m0 + r; }
-};
-
 // `count` picks (indices r·k + j into an MoE step's ids) gathered in shared memory: tile row r
 // reads x row picks[r] / k and stores output row picks[r].
 struct PickRows {
@@ -316,8 +302,22 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
     gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
 }
 
-// gemm_run over the block's rows of x that `want` flags (WantRows); a block with none of them
-// returns before it stages a tile, so rows nobody reads stream no weight.
+// Whether any of the block's 64 rows (gemm_block's m0) of `rows` has a `want` flag (i32[rows];
+// null: every row) that is not 0.
+__device__ __forceinline__ bool gemm_block_wanted(const int* __restrict__ want, unsigned rows) {
+    const unsigned m0 = gemm_block().m0;
+    bool any = false;
+    for (unsigned r = m0; r < min(rows, m0 + GEMM_BM); ++r) {
+        any = any || want == nullptr || want[r] != 0;
+    }
+    return any;
+}
+
+// gemm_run for an LM head's rows that `want` flags (the step's want-logits flags; null: every
+// row): a block none of whose rows is wanted returns before it stages a tile, so rows nobody
+// reads stream no weight; in a block with one, the others are computed as gemm_run computes
+// them (the staging and the mma.sync sequence are linear_mma's) and not stored
+// (StoreLogits skips them), their logits rows left as they were.
 template <unsigned NW, class W, class Store>
 __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, const W (&w)[NW],
                                                 const int* __restrict__ want, unsigned rows,
@@ -325,15 +325,10 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
                                                 bool ok = true) {
     pdl_wait();
     pdl_launch_dependents();
-    const WantRows rows_of{gemm_block().m0, rows, want};
-    bool any = false;
-    for (unsigned r = 0; r < GEMM_BM; ++r) {
-        any = any || rows_of.src(r) != GEMM_NO_ROW;
-    }
-    if (!ok || !any) {
+    if (!ok || !gemm_block_wanted(want, rows)) {
         return;
     }
-    gemm_tile<NW>(x, w, rows_of, k, n, n0, store);
+    gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
 }
 
 struct StoreLinear {
@@ -345,11 +340,16 @@ struct StoreLinear {
     }
 };
 
+// An f32 output row (the LM head's, a router's) for each row whose `want` flag is not 0 (null:
+// every row).
 struct StoreLogits {
     float* logits;
     unsigned n;
+    const int* want;
     __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[1]) const {
-        logits[(unsigned long long)r * n + f] = v[0];
+        if (want == nullptr || want[r] != 0) {
+            logits[(unsigned long long)r * n + f] = v[0];
+        }
     }
 };
 
@@ -373,14 +373,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router), for
-// the rows `want` flags (null: every row; WantRows). grid = (⌈rows/64⌉, ⌈vocab/32⌉)
+// the rows `want` flags (null: every row; gemm_run_wanted). grid = (⌈rows/64⌉, ⌈vocab/32⌉)
 // (gemm_block), 128 threads.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab) {
     const GemmBf16 ws[1] = {{w}};
     gemm_run_wanted<1>(x, ws, want, rows, k, vocab, gemm_block().feature * GEMM_BN,
-                       StoreLogits{logits, vocab});
+                       StoreLogits{logits, vocab, want});
 }
 
 // gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
@@ -419,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                     float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
                     unsigned k, unsigned vocab, unsigned block_n, unsigned block_k) {
     gemm_run_quant(block_n != 0u && block_k != 0u, x, WFp8{w, vocab, block_n, block_k}, rows, k,
-                   vocab, StoreLogits{logits, vocab}, want);
+                   vocab, StoreLogits{logits, vocab, want}, want);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -427,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                      float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
                      unsigned k, unsigned vocab, unsigned group) {
     gemm_run_quant(group != 0u, x, WInt4{w, vocab, group}, rows, k, vocab,
-                   StoreLogits{logits, vocab}, want);
+                   StoreLogits{logits, vocab, want}, want);
 }
 
 // qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the

@@ -5,8 +5,8 @@
 
 use half::bf16;
 use solder_model_layers::numerics::{
-    dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_f32_bf16, sum_squares_bf16, sum_squares_f32,
-    sum_squares_f32_lanes, to_f32,
+    dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_lanes, dot_f32_bf16,
+    sum_squares_bf16, sum_squares_f32, sum_squares_f32_lanes, to_f32, transpose_blocks, Blocked,
 };
 use solder_model_layers::weights::SplitMix64;
 
@@ -43,6 +43,49 @@ fn tiled_dots_equal_dot_bf16_bit_for_bit() {
                 dot_bf16(&xs[r], &ws[0]).to_bits(),
                 "4x1 len {len} row {r}"
             );
+        }
+    }
+}
+
+/// Rows stored with their whole 64-element blocks transposed give `dot_bf16`'s bits, on the
+/// AVX2 path and the portable one, at every length (a tail past the last whole block, several
+/// segments, a segment's partial last block); `Blocked::get` reads the row as it was.
+#[test]
+fn blocked_rows_dot_as_the_rows_they_were_made_from() {
+    let mut rng = SplitMix64(7);
+    for len in [1, 63, 64, 65, 100, 256, 1000, 1024, 1100, 2048, 2600] {
+        let xs: Vec<Vec<bf16>> = (0..4).map(|_| random(&mut rng, len)).collect();
+        let w = random(&mut rng, len);
+        let blocked = |v: &[bf16]| {
+            let wide: Vec<f32> = v.iter().map(|b| to_f32(*b)).collect();
+            let mut out = vec![f32::NAN; len];
+            transpose_blocks(&wide, &mut out);
+            (wide, out)
+        };
+        let (xw, xt): (Vec<Vec<f32>>, Vec<Vec<f32>>) = xs.iter().map(|x| blocked(x)).unzip();
+        let (ww, wt) = blocked(&w);
+        for (i, v) in ww.iter().enumerate() {
+            assert_eq!(
+                Blocked(&wt).get(i).to_bits(),
+                v.to_bits(),
+                "len {len} get {i}"
+            );
+        }
+        if len >= 64 {
+            assert_ne!(
+                wt[..64],
+                ww[..64],
+                "len {len}: the first block stays as it was"
+            );
+        }
+        let x = [&xt[0][..], &xt[1], &xt[2], &xt[3]].map(Blocked);
+        let fast = dot_blocked(x, [Blocked(&wt)]);
+        let portable = dot_blocked_lanes(x, [Blocked(&wt)]);
+        for r in 0..4 {
+            let want = dot_bf16(&xs[r], &w).to_bits();
+            assert_eq!(fast[r][0].to_bits(), want, "len {len} row {r}");
+            assert_eq!(portable[r][0].to_bits(), want, "len {len} row {r} portable");
+            assert_eq!(dot_f32_bf16(&xw[r], &w).to_bits(), want);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! a twin then asks each buffer for the length it expects (`len`) before it writes anything.
 //! Errors name the kernel (through `TwinCtx`), the argument's index and its name.
 
-use solder_gpu_runtime::{par_chunks_mut, Element, GpuError, TwinCtx};
+use solder_gpu_runtime::{Element, GpuError, TwinCtx};
 
 use super::decl::Param;
 
@@ -217,26 +217,6 @@ pub(crate) fn size(ctx: &TwinCtx<'_>, dims: &[usize]) -> Result<usize, GpuError>
     dims.iter()
         .try_fold(1usize, |acc, d| acc.checked_mul(*d))
         .ok_or_else(|| ctx.fail(format!("dimensions {dims:?} overflow the address space")))
-}
-
-/// Column-major `[cols][rows]` values of `f(col, values)` (see `scatter`).
-pub(crate) fn columns<T: Copy + Default + Send>(
-    rows: usize,
-    cols: usize,
-    threads: usize,
-    f: impl Fn(usize, &mut [T]) + Sync,
-) -> Vec<T> {
-    let mut by_column = vec![T::default(); rows * cols];
-    if rows == 0 || cols == 0 {
-        return by_column;
-    }
-    let per_chunk = cols.div_ceil(threads * 4).max(1);
-    par_chunks_mut(&mut by_column, per_chunk * rows, threads, |ci, chunk| {
-        for (j, values) in chunk.chunks_mut(rows).enumerate() {
-            f(ci * per_chunk + j, values);
-        }
-    });
-    by_column
 }
 
 /// Copies columns `first_col..first_col + out_cols` of a column-major `[cols][rows]` array

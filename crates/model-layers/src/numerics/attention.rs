@@ -272,7 +272,20 @@ unsafe fn scores_avx2(q: &[bf16], keys: &[&[bf16]; WARP], out: &mut [f32]) -> us
         let mut acc = _mm256_setzero_ps();
         for d0 in (0..full).step_by(CHUNK) {
             // SAFETY: d0 + 8 <= q.len() <= every key row's length (the caller's promise).
-            let kt = unsafe { transpose(std::array::from_fn(|l| keys[g + l].load8(d0))) };
+            // Written out, not `std::array::from_fn`: a closure would not carry AVX2
+            // (`reduce::avx2::load8x8`).
+            let kt = unsafe {
+                transpose([
+                    keys[g].load8(d0),
+                    keys[g + 1].load8(d0),
+                    keys[g + 2].load8(d0),
+                    keys[g + 3].load8(d0),
+                    keys[g + 4].load8(d0),
+                    keys[g + 5].load8(d0),
+                    keys[g + 6].load8(d0),
+                    keys[g + 7].load8(d0),
+                ])
+            };
             for (e, k) in kt.iter().enumerate() {
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(q[d0 + e])), *k, acc);
             }

@@ -1,6 +1,11 @@
 //! The projection driver every gemv twin uses: `out[r][o] = f(r, o, dot(x[r], w_row(o)))`
 //! over all rows and output features, on up to `threads` threads.
 //!
+//! Several rows: the input rows' and each weight row's blocks transposed once
+//! (`numerics::Blocked`), so the tiles' loads need no shuffles, and the weight rows taken a
+//! panel at a time against every input row, four at a time, so an input row is read once a
+//! panel rather than once a weight row.
+//!
 //! Invariant: each dot is bit-identical to `numerics::dot_bf16` of the bf16 rows (the tiles
 //! only change which dots run side by side, never a dot's own order), and each output is
 //! written by one thread, so results never depend on the thread count or the tiling.
@@ -8,8 +13,11 @@
 use half::bf16;
 use solder_gpu_runtime::par_chunks_mut;
 
-use crate::kernels::args::{columns, scatter};
-use crate::numerics::{dot_1x4, dot_4x1, dot_f32_bf16, to_f32};
+use crate::kernels::args::scatter;
+use crate::numerics::{dot_1x4, dot_blocked, dot_f32_bf16, to_f32, transpose_blocks, Blocked};
+
+/// Weight rows widened and transposed together, each read against every input row.
+const PANEL: usize = 8;
 
 /// Input rows widened to f32 once per launch (exact), so each weight row is widened once.
 pub(crate) struct Widened {
@@ -31,6 +39,21 @@ impl Widened {
 
     fn rows(&self) -> usize {
         self.data.len().checked_div(self.k).unwrap_or(0)
+    }
+
+    /// Every row as a `Blocked` row (`transpose_blocks`), one after the other.
+    fn blocked(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.data.len()];
+        if self.k > 0 {
+            for (row, dst) in self
+                .data
+                .chunks_exact(self.k)
+                .zip(out.chunks_exact_mut(self.k))
+            {
+                transpose_blocks(row, dst);
+            }
+        }
+        out
     }
 }
 
@@ -67,19 +90,43 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
         });
         return;
     }
-    // Several rows: each weight row once, against four input rows at a time.
-    let by_column = columns(rows, n, threads, |o, values: &mut [T]| {
-        let w = w_row(o);
-        let mut r = 0;
-        while r + 4 <= rows {
-            let d = dot_4x1([x.row(r), x.row(r + 1), x.row(r + 2), x.row(r + 3)], w);
-            for (i, v) in d.into_iter().enumerate() {
-                values[r + i] = f(r + i, o, v);
+    // Several rows: panels of weight rows, each widened and transposed once, against four
+    // input rows at a time; column-major `[n][rows]` results, then scattered.
+    let k = x.k;
+    let xt = x.blocked();
+    let xb = |r: usize| Blocked(&xt[r * k..(r + 1) * k]);
+    let mut by_column = vec![T::default(); rows * n];
+    let per_chunk = n.div_ceil(threads * 4).max(1).next_multiple_of(PANEL);
+    par_chunks_mut(&mut by_column, per_chunk * rows, threads, |ci, chunk| {
+        let mut panel = vec![0.0f32; PANEL * k];
+        let mut wide = vec![0.0f32; k];
+        for (pi, values) in chunk.chunks_mut(PANEL * rows).enumerate() {
+            let first = ci * per_chunk + pi * PANEL;
+            let cols = values.len() / rows;
+            for c in 0..cols {
+                for (d, s) in wide.iter_mut().zip(w_row(first + c)) {
+                    *d = to_f32(*s);
+                }
+                transpose_blocks(&wide, &mut panel[c * k..(c + 1) * k]);
             }
-            r += 4;
-        }
-        for (i, slot) in values.iter_mut().enumerate().skip(r) {
-            *slot = f(i, o, dot_f32_bf16(x.row(i), w));
+            let wb = |c: usize| Blocked(&panel[c * k..(c + 1) * k]);
+            let mut r = 0;
+            while r + 4 <= rows {
+                let xs = [xb(r), xb(r + 1), xb(r + 2), xb(r + 3)];
+                for c in 0..cols {
+                    let d = dot_blocked(xs, [wb(c)]);
+                    for (i, v) in d.into_iter().enumerate() {
+                        values[c * rows + r + i] = f(r + i, first + c, v[0]);
+                    }
+                }
+                r += 4;
+            }
+            for i in r..rows {
+                for c in 0..cols {
+                    let d = dot_blocked([xb(i)], [wb(c)]);
+                    values[c * rows + i] = f(i, first + c, d[0][0]);
+                }
+            }
         }
     });
     scatter(&by_column, rows, 0, out, n);
