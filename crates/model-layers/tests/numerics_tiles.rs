@@ -5,8 +5,9 @@
 
 use half::bf16;
 use solder_model_layers::numerics::{
-    dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_lanes, dot_f32_bf16,
-    sum_squares_bf16, sum_squares_f32, sum_squares_f32_lanes, to_f32, transpose_blocks, Blocked,
+    dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_1x4, dot_blocked_lanes,
+    dot_f32_bf16, sum_squares_bf16, sum_squares_f32, sum_squares_f32_lanes, to_f32,
+    transpose_blocks, Blocked,
 };
 use solder_model_layers::weights::SplitMix64;
 
@@ -77,6 +78,12 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
                 ww[..64],
                 "len {len}: the first block stays as it was"
             );
+        }
+        let ws: Vec<Vec<bf16>> = (0..4).map(|_| random(&mut rng, len)).collect();
+        let one = dot_blocked_1x4(Blocked(&xt[0]), [&ws[0], &ws[1], &ws[2], &ws[3]]);
+        for c in 0..4 {
+            let want = dot_bf16(&xs[0], &ws[c]).to_bits();
+            assert_eq!(one[c].to_bits(), want, "1x4 len {len} col {c}");
         }
         let x = [&xt[0][..], &xt[1], &xt[2], &xt[3]].map(Blocked);
         let fast = dot_blocked(x, [Blocked(&wt)]);

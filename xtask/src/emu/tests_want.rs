@@ -51,12 +51,12 @@ fn check(
     backend: &mut CpuBackend,
     (rows, n): (u32, u32),
     what: &str,
-    make: impl Fn(&mut CpuBackend, Buf, Option<Buf>) -> Launch,
+    make: impl Fn(Buf, Option<Buf>) -> Launch,
 ) -> u64 {
     let row_bytes = n as usize * 4;
     let bytes = rows as usize * row_bytes;
     let out = sentinel(backend, bytes);
-    let launch = make(backend, out, None);
+    let launch = make(out, None);
     run(backend, &launch);
     let full = download(backend, out.ptr, bytes);
     assert!(
@@ -74,7 +74,7 @@ fn check(
                 .collect::<Vec<u8>>(),
         );
         let out = sentinel(backend, bytes);
-        let launch = make(backend, out, Some(want));
+        let launch = make(out, Some(want));
         run(backend, &launch);
         launches += 1;
         let got = download(backend, out.ptr, bytes);
@@ -119,17 +119,14 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
             vocab: n,
             scratch: None,
         };
-        launches += check(&mut backend, (rows, n), "lm_head", |_, o, want| {
+        launches += check(&mut backend, (rows, n), "lm_head", |o, want| {
             head(o, want).launch(LM_HEAD)
         });
         let tile = if rows == 3 { RowTile::R1 } else { RowTile::R8 };
         let config = stream_config(n as u64, rows, k, tile);
-        launches += check(
-            &mut backend,
-            (rows, n),
-            "lm_head streaming",
-            |_, o, want| head(o, want).launch_with(LM_HEAD_STREAM[tile.index()], config),
-        );
+        launches += check(&mut backend, (rows, n), "lm_head streaming", |o, want| {
+            head(o, want).launch_with(LM_HEAD_STREAM[tile.index()], config)
+        });
         let h = upload(&mut backend, &f32_values(rows * k, 0.3));
         let d = upload(&mut backend, &values(rows * k, 0x53));
         let wn = upload(&mut backend, &values(k, 0x54));
@@ -146,16 +143,14 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
             eps: 1e-5,
             scratch: None,
         };
-        launches += check(&mut backend, (rows, n), "add_norm_lm_head", |_, o, want| {
+        launches += check(&mut backend, (rows, n), "add_norm_lm_head", |o, want| {
             add_norm(o, want).launch(ADD_NORM_LM_HEAD)
         });
         launches += check(
             &mut backend,
             (rows, n),
             "add_norm_lm_head streaming",
-            |_, o, want| {
-                add_norm(o, want).launch_with(ADD_NORM_LM_HEAD_STREAM[tile.index()], config)
-            },
+            |o, want| add_norm(o, want).launch_with(ADD_NORM_LM_HEAD_STREAM[tile.index()], config),
         );
     }
     let fp8 = WeightFormat::Fp8 {
@@ -175,7 +170,7 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
     let (w8, w4) = (quantized(&mut backend, fp8), quantized(&mut backend, int4));
     let rows = 11u32;
     let x = upload(&mut backend, &values(rows * k, 0x62));
-    launches += check(&mut backend, (rows, n), "lm_head_fp8", |_, logits, want| {
+    launches += check(&mut backend, (rows, n), "lm_head_fp8", |logits, want| {
         LmHeadFp8 {
             x,
             w: w8,
@@ -189,28 +184,23 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
         }
         .launch(LM_HEAD_FP8)
     });
-    launches += check(
-        &mut backend,
-        (rows, n),
-        "lm_head_int4",
-        |_, logits, want| {
-            LmHeadInt4 {
-                x,
-                w: w4,
-                logits,
-                want,
-                rows,
-                k,
-                vocab: n,
-                group: 25,
-            }
-            .launch(LM_HEAD_INT4)
-        },
-    );
+    launches += check(&mut backend, (rows, n), "lm_head_int4", |logits, want| {
+        LmHeadInt4 {
+            x,
+            w: w4,
+            logits,
+            want,
+            rows,
+            k,
+            vocab: n,
+            group: 25,
+        }
+        .launch(LM_HEAD_INT4)
+    });
     let rows = 70u32;
     let x = upload(&mut backend, &values(rows * k, 0x63));
     let w = upload(&mut backend, &values(n * k, 0x64));
-    launches += check(&mut backend, (rows, n), "lm_head_mma", |_, logits, want| {
+    launches += check(&mut backend, (rows, n), "lm_head_mma", |logits, want| {
         LmHeadMma {
             x,
             w,
@@ -226,7 +216,7 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
         &mut backend,
         (rows, n),
         "lm_head_mma_fp8",
-        |_, logits, want| {
+        |logits, want| {
             LmHeadMmaFp8 {
                 x,
                 w: w8,
@@ -245,7 +235,7 @@ fn every_lm_head_entry_stores_the_flagged_rows_alone() {
         &mut backend,
         (rows, n),
         "lm_head_mma_int4",
-        |_, logits, want| {
+        |logits, want| {
             LmHeadMmaInt4 {
                 x,
                 w: w4,

@@ -238,6 +238,23 @@ pub fn dot_blocked<const R: usize, const C: usize>(
     dot_blocked_lanes(x, w)
 }
 
+/// Four dots of one `Blocked` row against four bf16 rows of its length, each bit-identical to
+/// `dot_f32_bf16` of the row it was made from (`dot_1x4` without transposing the row again
+/// for every four weight rows).
+#[inline]
+pub fn dot_blocked_1x4(x: Blocked<'_>, w: [&[bf16]; 4]) -> [f32; 4] {
+    assert!(
+        w.iter().all(|r| r.len() == x.len()),
+        "dot_blocked_1x4: rows of different lengths"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked); every row is `x.len()` long.
+        return unsafe { avx2::dot_tile::<Blocked<'_>, &[bf16], 1, 4>([x], w) }[0];
+    }
+    w.map(|row| warp_dot_of(x.len(), |i| x.get(i), |i| to_f32(row[i])))
+}
+
 /// The definition of `dot_blocked`, without run-time dispatch (the AVX2 path must equal it).
 pub fn dot_blocked_lanes<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],

@@ -14,7 +14,9 @@ use half::bf16;
 use solder_gpu_runtime::par_chunks_mut;
 
 use crate::kernels::args::scatter;
-use crate::numerics::{dot_1x4, dot_blocked, dot_f32_bf16, to_f32, transpose_blocks, Blocked};
+use crate::numerics::{
+    dot_blocked, dot_blocked_1x4, dot_f32_bf16, to_f32, transpose_blocks, Blocked,
+};
 
 /// Weight rows widened and transposed together, each read against every input row.
 const PANEL: usize = 8;
@@ -70,15 +72,18 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
         return;
     }
     if rows == 1 {
-        // One row: tile four output features at a time.
+        // One row, its blocks transposed once: tile four output features at a time.
         let x0 = x.row(0);
+        let mut xt = vec![0.0f32; x0.len()];
+        transpose_blocks(x0, &mut xt);
+        let xb = Blocked(&xt);
         let per_chunk = n.div_ceil(threads * 4).max(4).next_multiple_of(4);
         par_chunks_mut(&mut out[..n], per_chunk, threads, |ci, chunk| {
             let base = ci * per_chunk;
             let mut j = 0;
             while j + 4 <= chunk.len() {
                 let o = base + j;
-                let d = dot_1x4(x0, [w_row(o), w_row(o + 1), w_row(o + 2), w_row(o + 3)]);
+                let d = dot_blocked_1x4(xb, [w_row(o), w_row(o + 1), w_row(o + 2), w_row(o + 3)]);
                 for (i, v) in d.into_iter().enumerate() {
                     chunk[j + i] = f(0, o + i, v);
                 }
