@@ -785,6 +785,20 @@ mod tests {
     }
 
     #[test]
+    fn mixed_steps_need_a_chunk_that_fits_beside_their_rows() {
+        let synth = ["--synth", "llama-3.2-1b"];
+        let e = bench(&[&synth[..], &["--mixed", "4"]].concat()).unwrap_err();
+        assert!(e.contains("--chunk"), "{e}");
+        let e = bench(&[&synth[..], &["--mixed", "8", "--chunk", "508"]].concat()).unwrap_err();
+        assert!(e.contains("--mixed 8") && e.contains("512"), "{e}");
+        let e = bench(&[&synth[..], &["--mixed", "65", "--chunk", "8"]].concat()).unwrap_err();
+        assert!(e.contains("--mixed"), "{e}");
+        let speculative = ["--mixed", "2", "--chunk", "8", "--speculative", "self"];
+        let e = bench(&[&synth[..], &speculative].concat()).unwrap_err();
+        assert!(e.contains("--speculative"), "{e}");
+    }
+
+    #[test]
     fn counts_past_the_position_limit_are_refused_before_allocating() {
         let e = bench(&["--synth", "llama-3.2-1b", "--gen", "18446744073709551615"]).unwrap_err();
         assert!(e.contains("--gen"), "{e}");
