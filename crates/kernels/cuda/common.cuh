@@ -152,6 +152,20 @@ __device__ __forceinline__ void widen8(uint4 v, float out[8]) {
     out[7] = hi_f32(v.w);
 }
 
+// The step's want-logits flags (i32 per row; null: every row is wanted): whether row r is
+// wanted, and whether any of rows [r0, r1) is. The LM head kernels (gemv's MapLogits, gemm's
+// StoreLogits and gemm_run_wanted) skip a row that is not, and a block with none returns.
+__device__ __forceinline__ bool row_wanted(const int* want, unsigned r) {
+    return want == nullptr || want[r] != 0;
+}
+__device__ __forceinline__ bool rows_wanted(const int* want, unsigned r0, unsigned r1) {
+    bool any = false;
+    for (unsigned r = r0; r < r1; ++r) {
+        any = any || row_wanted(want, r);
+    }
+    return any;
+}
+
 __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0ull;
 }

@@ -302,17 +302,6 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
     gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
 }
 
-// Whether any of the block's 64 rows (gemm_block's m0) of `rows` has a `want` flag (i32[rows];
-// null: every row) that is not 0.
-__device__ __forceinline__ bool gemm_block_wanted(const int* __restrict__ want, unsigned rows) {
-    const unsigned m0 = gemm_block().m0;
-    bool any = false;
-    for (unsigned r = m0; r < min(rows, m0 + GEMM_BM); ++r) {
-        any = any || want == nullptr || want[r] != 0;
-    }
-    return any;
-}
-
 // gemm_run for an LM head's rows that `want` flags (the step's want-logits flags; null: every
 // row): a block none of whose rows is wanted returns before it stages a tile, so rows nobody
 // reads stream no weight; in a block with one, the others are computed as gemm_run computes
@@ -325,7 +314,8 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
                                                 bool ok = true) {
     pdl_wait();
     pdl_launch_dependents();
-    if (!ok || !gemm_block_wanted(want, rows)) {
+    const unsigned m0 = gemm_block().m0;
+    if (!ok || !rows_wanted(want, m0, min(rows, m0 + GEMM_BM))) {
         return;
     }
     gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
@@ -347,7 +337,7 @@ struct StoreLogits {
     unsigned n;
     const int* want;
     __device__ __forceinline__ void operator()(unsigned r, unsigned f, const float (&v)[1]) const {
-        if (want == nullptr || want[r] != 0) {
+        if (row_wanted(want, r)) {
             logits[(unsigned long long)r * n + f] = v[0];
         }
     }

@@ -183,11 +183,8 @@ struct MapLogits {
     __device__ __forceinline__ void rows(unsigned f, unsigned k, const bf16** out) const {
         out[0] = weight_row(w, f, k);
     }
-    __device__ __forceinline__ bool wanted(unsigned r) const {
-        return want == nullptr || want[r] != 0;
-    }
     __device__ __forceinline__ void store(unsigned r, unsigned f, const float* s) const {
-        if (wanted(r)) {
+        if (row_wanted(want, r)) {
             logits[(unsigned long long)r * vocab + f] = s[0];
         }
     }
@@ -376,11 +373,7 @@ __device__ __forceinline__ bool gemv_wants(const Map&, unsigned, unsigned) {
     return true;
 }
 __device__ __forceinline__ bool gemv_wants(const MapLogits& m, unsigned r0, unsigned n) {
-    bool any = false;
-    for (unsigned r = r0; r < r0 + n; ++r) {
-        any = any || m.wanted(r);
-    }
-    return any;
+    return rows_wanted(m.want, r0, r0 + n);
 }
 template <class W>
 __device__ __forceinline__ bool gemv_wants(const MapQuant<MapLogits, W>& m, unsigned r0,
