@@ -11,7 +11,8 @@
 // k tile from global memory while the warps run the current tile's mma.sync, so a tile's
 // load latency hides behind the one before it (the first device run, 2026-12-04, measured
 // the unpipelined 32-wide tiles at 2-17% of the tensor pipe, one block per SM waiting on
-// its loads).
+// its loads). bf16 weight tiles are also asked of L2 GEMM_AHEAD tiles ahead (gemm_ahead), for
+// the launches with few blocks and little arithmetic: decode widths.
 //
 // Numerics: each output's accumulator starts at +0 and takes the products of its row of x and
 // its weight row in k order, 16 at a time through mma.sync, then the zero padding of the last
@@ -32,7 +33,12 @@
 // (GEMM_NO_ROW: zeros, nothing stored), `dst(r)` the output row it stores.
 #define GEMM_NO_ROW 0xffffffffu
 
-// Rows m0.. of a row-major x of `rows` rows, stored at the same rows.
+// `leads()`: whether the block asks L2 for its weight tiles ahead (gemm_ahead): one block of
+// those that read the same tiles, the first to run them.
+
+// Rows m0.. of a row-major x of `rows` rows, stored at the same rows. The first row block
+// leads: the row blocks of one feature block are issued side by side (gemm_block) and read
+// the same weight tiles.
 struct SpanRows {
     unsigned m0;
     unsigned rows;
@@ -40,6 +46,7 @@ struct SpanRows {
         return m0 + r < rows ? m0 + r : GEMM_NO_ROW;
     }
     __device__ __forceinline__ unsigned dst(unsigned r) const { return m0 + r; }
+    __device__ __forceinline__ bool leads() const { return m0 == 0u; }
 };
 
 // The block's place in the grid: x the row blocks (⌈rows/64⌉), y the feature blocks (of 32
@@ -67,6 +74,8 @@ struct PickRows {
         return r < count ? picks[r] / k : GEMM_NO_ROW;
     }
     __device__ __forceinline__ unsigned dst(unsigned r) const { return picks[r]; }
+    // An expert's tiles are this block's alone.
+    __device__ __forceinline__ bool leads() const { return true; }
 };
 
 // `count` picks gathered in shared memory whose rows of x are the picks themselves (x is per
@@ -78,6 +87,7 @@ struct PickSelf {
         return r < count ? picks[r] : GEMM_NO_ROW;
     }
     __device__ __forceinline__ unsigned dst(unsigned r) const { return picks[r]; }
+    __device__ __forceinline__ bool leads() const { return true; }
 };
 
 // load8_bits with its scalar path inline (the same bits): the out-of-line call made ptxas
@@ -97,7 +107,8 @@ __device__ __forceinline__ uint4 gemm_load8(const bf16* p, unsigned valid, bool 
 }
 
 // Where a tile's 16-byte chunks come from: `load8(row, k, i0, vec)` gives elements [i0, i0 + 8)
-// of row `row` of an [..][k] matrix as 8 packed bf16 (at or past k: +0).
+// of row `row` of an [..][k] matrix as 8 packed bf16 (at or past k: +0). `AHEAD`: whether
+// gemm_ahead asks L2 for its tiles, through `at(row, k, i)`, element i's address (i < k).
 
 // A row-major bf16 matrix (x, or a bf16 weight).
 struct GemmBf16 {
@@ -105,6 +116,10 @@ struct GemmBf16 {
     __device__ __forceinline__ bool aligned() const { return aligned16(p); }
     __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool vec) const {
         return gemm_load8(p + (unsigned long long)row * k + i0, k - i0, vec);
+    }
+    static constexpr bool AHEAD = true;
+    __device__ __forceinline__ const void* at(unsigned row, unsigned k, unsigned i) const {
+        return p + (unsigned long long)row * k + i;
     }
 };
 
@@ -118,6 +133,10 @@ struct GemmQuant {
     __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool) const {
         return w.row(row, k).load8(i0, k - i0);
     }
+    // Not asked ahead: the addresses kept live across the tile loop made ptxas spill in the
+    // quantized qkv and experts kernels, which sit at its 128-register mark; a quantized tile
+    // is also a half or a quarter of the bytes, with the dequantisation to run.
+    static constexpr bool AHEAD = false;
 };
 
 // One expert's quantized matrix of a stacked blob (common.cuh's MoeFp8Matrix, MoeInt4Matrix),
@@ -129,6 +148,7 @@ struct GemmExpert {
     __device__ __forceinline__ uint4 load8(unsigned row, unsigned k, unsigned i0, bool) const {
         return m.load8(row, i0, k - i0);
     }
+    static constexpr bool AHEAD = false; // as GemmQuant
 };
 
 // An int4 expert's chunk with its row's addresses worked out once (the generic
@@ -162,6 +182,7 @@ struct GemmExpert<MoeInt4Matrix> {
         }
         return pack8_bits(b);
     }
+    static constexpr bool AHEAD = false; // as GemmQuant
 };
 
 // This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
@@ -192,6 +213,39 @@ __device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)
     for (unsigned i = 0; i < N; ++i) {
         const unsigned c = threadIdx.x + i * GEMM_THREADS;
         *reinterpret_cast<uint4*>(&s[c / chunks][(c % chunks) * 8]) = v[i];
+    }
+}
+
+// Weight tiles asked of L2 ahead of the tile being staged, by a block whose rows lead
+// (`leads()`). A block stages one k tile in registers while the warps run the one before, so
+// alone it keeps one tile of each weight in flight: 4 KB of bf16 a block, a DRAM round trip per
+// 64 k. That is what a decode-width launch waits on — few blocks (⌈n/32⌉ of one row block), no
+// arithmetic to hide behind — and the first device run timed a tensor-core decode step at
+// 10.8 ms against gemv's 2.8 ms. With the window a tile's loads find their lines in L2, and up
+// to GEMM_AHEAD tiles per weight are on their way from DRAM. No value is read (prefetch_l2):
+// the bytes are the same.
+#define GEMM_AHEAD 8u
+
+// Weight row cols_of.src(c)'s line at k tile kt of each of NW weights, thread c + 32·i asking for
+// weight i's (NW <= 4); past k, GEMM_NO_ROW columns and blocks that do not lead ask for nothing.
+// Everything is worked out again at each call: kept live across the tile loop, it made ptxas
+// spill in the gated qkv kernels.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_ahead(const W (&w)[NW], Rows rows_of, Cols cols_of,
+                                           unsigned k, unsigned kt) {
+    static_assert(NW * GEMM_BN <= GEMM_THREADS, "one column of one weight a thread");
+    if constexpr (W::AHEAD) {
+        const unsigned i = threadIdx.x / GEMM_BN;
+        if (!rows_of.leads() || kt >= k || i >= NW) {
+            return;
+        }
+        const unsigned row = cols_of.src(threadIdx.x % GEMM_BN);
+        if (row != GEMM_NO_ROW) {
+#pragma unroll
+            for (unsigned j = 0; j < NW; ++j) {
+                if (j == i) prefetch_l2(w[j].at(row, k, kt));
+            }
+        }
     }
 }
 
@@ -230,11 +284,15 @@ __device__ __forceinline__ void gemm_tile_acc(const bf16* __restrict__ x, const 
     gemm_fetch(xv, xm, rows_of, k, 0u, vec);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) gemm_fetch(wv[i], w[i], cols_of, k, 0u, vec);
+    // Tiles 1..GEMM_AHEAD into L2, then at each tile k0 the one GEMM_AHEAD past k0's next.
+    for (unsigned a = 1u; a <= GEMM_AHEAD; ++a) gemm_ahead(w, rows_of, cols_of, k, a * GEMM_BK);
     for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
         gemm_put(xs, xv);
 #pragma unroll
         for (unsigned i = 0; i < NW; ++i) gemm_put(ws[i], wv[i]);
         __syncthreads();
+        // Between the put and the fetch, where no staged chunk is live in registers.
+        gemm_ahead(w, rows_of, cols_of, k, k0 + (GEMM_AHEAD + 1u) * GEMM_BK);
         if (k0 + GEMM_BK < k) {
             gemm_fetch(xv, xm, rows_of, k, k0 + GEMM_BK, vec);
 #pragma unroll
