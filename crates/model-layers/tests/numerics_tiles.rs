@@ -48,13 +48,16 @@ fn tiled_dots_equal_dot_bf16_bit_for_bit() {
     }
 }
 
-/// Rows stored with their whole 64-element blocks transposed give `dot_bf16`'s bits, on the
-/// AVX2 path and the portable one, at every length (a tail past the last whole block, several
-/// segments, a segment's partial last block); `Blocked::get` reads the row as it was.
+/// Rows stored with their whole 128-element blocks transposed give `dot_bf16`'s bits, on the
+/// path this CPU takes and the portable one, at every length (a tail past the last whole block,
+/// a whole 64-element block in it, several segments, a segment's partial last block), 4×1 and
+/// 4×4; `Blocked::get` reads the row as it was.
 #[test]
 fn blocked_rows_dot_as_the_rows_they_were_made_from() {
     let mut rng = SplitMix64(7);
-    for len in [1, 63, 64, 65, 100, 256, 1000, 1024, 1100, 2048, 2600] {
+    for len in [
+        1, 63, 64, 65, 100, 128, 192, 256, 576, 1000, 1024, 1100, 2048, 2600,
+    ] {
         let xs: Vec<Vec<bf16>> = (0..4).map(|_| random(&mut rng, len)).collect();
         let w = random(&mut rng, len);
         let blocked = |v: &[bf16]| {
@@ -72,10 +75,10 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
                 "len {len} get {i}"
             );
         }
-        if len >= 64 {
+        if len >= 128 {
             assert_ne!(
-                wt[..64],
-                ww[..64],
+                wt[..128],
+                ww[..128],
                 "len {len}: the first block stays as it was"
             );
         }
@@ -86,6 +89,14 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
             assert_eq!(one[c].to_bits(), want, "1x4 len {len} col {c}");
         }
         let x = [&xt[0][..], &xt[1], &xt[2], &xt[3]].map(Blocked);
+        // The input rows as weight rows too: a 4×4 tile of x against itself.
+        let square = dot_blocked(x, x);
+        for r in 0..4 {
+            for c in 0..4 {
+                let want = dot_bf16(&xs[r], &xs[c]).to_bits();
+                assert_eq!(square[r][c].to_bits(), want, "4x4 len {len} ({r}, {c})");
+            }
+        }
         let fast = dot_blocked(x, [Blocked(&wt)]);
         let portable = dot_blocked_lanes(x, [Blocked(&wt)]);
         for r in 0..4 {

@@ -167,14 +167,17 @@ pub fn dot_4x1(x: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
     x.map(|row| dot_f32_bf16(row, w))
 }
 
-/// Elements of one block of 8 lanes' chunks: what a `Blocked` row stores transposed.
-const BLOCK: usize = 8 * CHUNK;
+/// Lanes of one `Blocked` block: half a warp, one AVX-512 register of f32.
+const BLOCK_LANES: usize = 16;
+/// Elements of one block of `BLOCK_LANES` lanes' chunks: what a `Blocked` row stores
+/// transposed.
+const BLOCK: usize = BLOCK_LANES * CHUNK;
 
 /// An f32 row whose whole `BLOCK`-element blocks are stored transposed (`transpose_blocks`):
-/// element e of the chunk at `b + l·8` (lane l of the block) at `b + e·8 + l`, so one
-/// register of 8 lanes' e-th values is one load; the elements past the last whole block stay
-/// where they are. The dots' tiles then read a row without transposing it, however many times
-/// they read it.
+/// element e of the chunk at `b + l·8` (lane l of the block's 16) at `b + e·16 + l`, so the
+/// 16 lanes' e-th values are one AVX-512 load, or two of 8 lanes each; the elements past the
+/// last whole block stay where they are. The dots' tiles then read a row without transposing
+/// it, however many times they read it.
 #[derive(Clone, Copy)]
 pub struct Blocked<'a>(pub &'a [f32]);
 
@@ -195,7 +198,7 @@ impl Blocked<'_> {
         let whole = self.0.len() / BLOCK * BLOCK;
         if i < whole {
             let (b, at) = (i / BLOCK * BLOCK, i % BLOCK);
-            self.0[b + (at % CHUNK) * 8 + at / CHUNK]
+            self.0[b + (at % CHUNK) * BLOCK_LANES + at / CHUNK]
         } else {
             self.0[i]
         }
@@ -209,9 +212,9 @@ pub fn transpose_blocks(row: &[f32], out: &mut [f32]) {
         .chunks_exact(BLOCK)
         .zip(out[..whole].chunks_exact_mut(BLOCK))
     {
-        for l in 0..8 {
+        for l in 0..BLOCK_LANES {
             for e in 0..CHUNK {
-                dst[e * 8 + l] = src[l * CHUNK + e];
+                dst[e * BLOCK_LANES + l] = src[l * CHUNK + e];
             }
         }
     }
@@ -219,7 +222,10 @@ pub fn transpose_blocks(row: &[f32], out: &mut [f32]) {
 }
 
 /// R×C dots of `Blocked` rows of one length, each bit-identical to `dot_f32_bf16` (and
-/// `dot_bf16`) of the rows they were made from.
+/// `dot_bf16`) of the rows they were made from. With AVX-512 the R×C tile runs at once, 16
+/// lanes a register (a tile of 4×4 keeps its 16 accumulators and a step's 8 operands in 24 of
+/// the 32 registers); with AVX2 one column at a time, 16 lanes in two registers (4×1: 8
+/// accumulators).
 #[inline]
 pub fn dot_blocked<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
@@ -231,11 +237,187 @@ pub fn dot_blocked<const R: usize, const C: usize>(
         "dot_blocked: rows of different lengths"
     );
     #[cfg(target_arch = "x86_64")]
-    if avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked); every row is `len` long.
-        return unsafe { avx2::dot_tile::<Blocked<'_>, Blocked<'_>, R, C>(x, w) };
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked).
+            return unsafe { blocked_tile_avx512(x, w) };
+        }
+        if avx2_fma() {
+            let mut out = [[0.0f32; C]; R];
+            for (c, wc) in w.into_iter().enumerate() {
+                // SAFETY: the CPU supports AVX2 and FMA (checked).
+                let d = unsafe { blocked_tile_avx2(x, [wc]) };
+                for r in 0..R {
+                    out[r][c] = d[r][0];
+                }
+            }
+            return out;
+        }
     }
-    dot_blocked_lanes(x, w)
+    blocked_tile(x, w)
+}
+
+/// `warp_dot_of` of R×C `Blocked` rows of one length, through `blocked_segments`: lanes 0-15
+/// and 16-31 of a segment are two passes, each over the segment's whole blocks of its 16 lanes
+/// (`Blocked`'s layout: element e of the 16 lanes' chunks is 16 consecutive values), one fused
+/// multiply-add per lane and element in the lane's order, as `chunk_fma`; the lanes of a block
+/// that is not whole (a row's tail) finish through `segment_lanes`. Portable: 16 scalar lanes.
+fn blocked_tile<const R: usize, const C: usize>(
+    x: [Blocked<'_>; R],
+    w: [Blocked<'_>; C],
+) -> [[f32; C]; R] {
+    blocked_segments(x, w, |at, part| {
+        for e in 0..CHUNK {
+            let at = at + e * BLOCK_LANES;
+            for r in 0..R {
+                for c in 0..C {
+                    for l in 0..BLOCK_LANES {
+                        let (xv, wv) = (x[r].0[at + l], w[c].0[at + l]);
+                        part[r][c][l] = xv.mul_add(wv, part[r][c][l]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The frame of the blocked tiles: per segment and half warp, `block(b, acc)` runs the whole
+/// 128-element block at `b` on the 16 lanes' accumulators (`acc[r][c]`, this half's lanes,
+/// from +0 and chunk j = 0 on), block after block; a block that is not whole ends the SIMD run
+/// and `segment_lanes` finishes its lanes; then the butterfly and the segment fold.
+#[inline(always)]
+fn blocked_segments<const R: usize, const C: usize>(
+    x: [Blocked<'_>; R],
+    w: [Blocked<'_>; C],
+    mut block: impl FnMut(usize, &mut [[[f32; BLOCK_LANES]; C]; R]),
+) -> [[f32; C]; R] {
+    let len = x[0].len();
+    let mut total = [[0.0f32; C]; R];
+    for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
+        let mut lanes = [[[0.0f32; WARP]; C]; R];
+        for half in 0..WARP / BLOCK_LANES {
+            let lane_lo = half * BLOCK_LANES;
+            let mut acc = [[[0.0f32; BLOCK_LANES]; C]; R];
+            let mut j = 0;
+            while j < LANE_CHUNKS {
+                // Lane lane_lo's chunk j: a block start, as every 16 lanes' chunks are.
+                let b = start + (j * WARP + lane_lo) * CHUNK;
+                if b + BLOCK > len {
+                    break;
+                }
+                block(b, &mut acc);
+                j += 1;
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    let part = &mut lanes[r][c][lane_lo..lane_lo + BLOCK_LANES];
+                    part.copy_from_slice(&acc[r][c]);
+                    if j < LANE_CHUNKS {
+                        let (xr, wc) = (x[r], w[c]);
+                        let (xv, wv) = (move |i| xr.get(i), move |i| wc.get(i));
+                        segment_lanes(part, lane_lo, start, j, len, &xv, &wv);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                total[r][c] = dot_fold(total[r][c], warp_sum(lanes[r][c]), seg);
+            }
+        }
+    }
+    total
+}
+
+/// `blocked_tile` with AVX-512: the 16 lanes of a block in one register, the R×C tile's
+/// accumulators in registers through a block's 8 elements.
+///
+/// Safety: the CPU must support AVX-512F; every row is `x[0].len()` long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn blocked_tile_avx512<const R: usize, const C: usize>(
+    x: [Blocked<'_>; R],
+    w: [Blocked<'_>; C],
+) -> [[f32; C]; R] {
+    use std::arch::x86_64::*;
+    blocked_segments(x, w, |b, part| {
+        // SAFETY: AVX-512F present (the caller's promise); the block b..b + 128 lies in every
+        // row (blocked_segments runs whole blocks only, rows of one length); unaligned loads
+        // and stores of 16 f32.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    acc[r][c] = _mm512_loadu_ps(part[r][c].as_ptr());
+                }
+            }
+            for e in 0..CHUNK {
+                let at = b + e * BLOCK_LANES;
+                let mut wv = [_mm512_setzero_ps(); C];
+                for c in 0..C {
+                    wv[c] = _mm512_loadu_ps(w[c].0.as_ptr().add(at));
+                }
+                for r in 0..R {
+                    let xv = _mm512_loadu_ps(x[r].0.as_ptr().add(at));
+                    for c in 0..C {
+                        acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    _mm512_storeu_ps(part[r][c].as_mut_ptr(), acc[r][c]);
+                }
+            }
+        }
+    })
+}
+
+/// `blocked_tile` with AVX2 and FMA: the 16 lanes of a block in two registers.
+///
+/// Safety: the CPU must support AVX2 and FMA; every row is `x[0].len()` long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn blocked_tile_avx2<const R: usize, const C: usize>(
+    x: [Blocked<'_>; R],
+    w: [Blocked<'_>; C],
+) -> [[f32; C]; R] {
+    use std::arch::x86_64::*;
+    blocked_segments(x, w, |b, part| {
+        // SAFETY: as blocked_tile_avx512's, with AVX2 and FMA; loads of 8 f32.
+        unsafe {
+            let mut acc = [[[_mm256_setzero_ps(); 2]; C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    for h in 0..2 {
+                        acc[r][c][h] = _mm256_loadu_ps(part[r][c].as_ptr().add(h * 8));
+                    }
+                }
+            }
+            for e in 0..CHUNK {
+                let at = b + e * BLOCK_LANES;
+                for h in 0..2 {
+                    let mut wv = [_mm256_setzero_ps(); C];
+                    for c in 0..C {
+                        wv[c] = _mm256_loadu_ps(w[c].0.as_ptr().add(at + h * 8));
+                    }
+                    for r in 0..R {
+                        let xv = _mm256_loadu_ps(x[r].0.as_ptr().add(at + h * 8));
+                        for c in 0..C {
+                            acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    for h in 0..2 {
+                        _mm256_storeu_ps(part[r][c].as_mut_ptr().add(h * 8), acc[r][c][h]);
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// Four dots of one `Blocked` row against four bf16 rows of its length, each bit-identical to
@@ -374,20 +556,25 @@ pub(super) mod avx2 {
     use half::bf16;
 
     use super::{
-        dot_fold, segment_lanes, to_f32, tree_sum, warp_sum, Blocked, CHUNK, DOT_SEG, LANE_CHUNKS,
-        WARP,
+        dot_fold, segment_lanes, to_f32, tree_sum, warp_sum, Blocked, BLOCK, BLOCK_LANES, CHUNK,
+        DOT_SEG, LANE_CHUNKS, WARP,
     };
 
     /// A row the tiles read: 8 values as f32 from an element index, or one.
     pub(in crate::numerics) trait Row: Copy {
         fn len(self) -> usize;
+        /// Where `block` stops: the row's length, or less.
+        #[inline(always)]
+        fn blocks_end(self) -> usize {
+            self.len()
+        }
         /// Safety: `at + 8 <= self.len()`, AVX2 present.
         unsafe fn load8(self, at: usize) -> __m256;
         fn get(self, i: usize) -> f32;
         /// The 64-element block at `at` (8 lanes' chunks) as 8 registers: element e of each
         /// lane's chunk in register e.
         ///
-        /// Safety: `at + 64 <= self.len()`, `at` a multiple of 64, AVX2 present.
+        /// Safety: `at + 64 <= self.blocks_end()`, `at` a multiple of 64, AVX2 present.
         #[inline(always)]
         unsafe fn block(self, at: usize) -> [__m256; 8] {
             // SAFETY: the caller's promise.
@@ -408,11 +595,19 @@ pub(super) mod avx2 {
         fn get(self, i: usize) -> f32 {
             Blocked::get(self, i)
         }
-        /// Stored transposed: 8 loads.
+        /// The whole 128-element blocks, the ones stored transposed.
+        #[inline(always)]
+        fn blocks_end(self) -> usize {
+            self.0.len() / BLOCK * BLOCK
+        }
+        /// Stored transposed: 8 loads, every 16 elements from the block's first lane or its
+        /// ninth.
         #[inline(always)]
         unsafe fn block(self, at: usize) -> [__m256; 8] {
-            // SAFETY: the caller's promise: the block lies in the row.
-            unsafe { load8x8(self, at, 8) }
+            let b = at / BLOCK * BLOCK;
+            // SAFETY: the caller's promise: `at`'s whole 128-element block lies in the row.
+            // Lane (at - b) / 8 of the block: 0, or 8 for its second 64 elements.
+            unsafe { load8x8(self, b + (at - b) / CHUNK, BLOCK_LANES) }
         }
     }
 
@@ -522,6 +717,15 @@ pub(super) mod avx2 {
         w: [W; C],
     ) -> [[f32; C]; R] {
         let len = x[0].len();
+        // Blocks past `end` (a row's tail; a `Blocked` row's last 64 elements when its last
+        // 128 are not whole) go through `segment_lanes`.
+        let mut end = len;
+        for r in 0..R {
+            end = end.min(x[r].blocks_end());
+        }
+        for c in 0..C {
+            end = end.min(w[c].blocks_end());
+        }
         let mut total = [[0.0f32; C]; R];
         for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
             let mut lanes = [[[0.0f32; WARP]; C]; R];
@@ -530,7 +734,7 @@ pub(super) mod avx2 {
                 let mut j = 0;
                 while j < LANE_CHUNKS {
                     let at = start + (j * WARP + group * 8) * CHUNK;
-                    if at + 8 * CHUNK > len {
+                    if at + 8 * CHUNK > end {
                         break;
                     }
                     let mut wt = [[_mm256_setzero_ps(); 8]; C];
@@ -598,5 +802,74 @@ pub(super) mod avx2 {
             lanes[i % WARP] = v.mul_add(v, lanes[i % WARP]);
         }
         tree_sum(&mut lanes, WARP)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every build of `blocked_tile` this CPU runs (portable, AVX2, AVX-512) gives
+    /// `dot_blocked_lanes`' bits, 4×4 and 1×4 and 4×1, at lengths with a partial segment, a
+    /// whole 64-element block past the last 128-element one (576, 1000), and no whole block.
+    #[test]
+    fn every_build_of_the_blocked_tile_gives_the_definitions_bits() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            to_f32(bf16::from_f32((seed % 2001) as f32 / 1000.0 - 1.0))
+        };
+        for len in [5, 64, 100, 128, 192, 576, 1000, 1024, 1100, 2048, 2600] {
+            let rows: Vec<Vec<f32>> = (0..8)
+                .map(|_| {
+                    let wide: Vec<f32> = (0..len).map(|_| next()).collect();
+                    let mut out = vec![f32::NAN; len];
+                    transpose_blocks(&wide, &mut out);
+                    out
+                })
+                .collect();
+            let x = [0, 1, 2, 3].map(|r| Blocked(&rows[r]));
+            let w = [4, 5, 6, 7].map(|r| Blocked(&rows[r]));
+            let want = dot_blocked_lanes(x, w);
+            let mut got = vec![("portable", blocked_tile(x, w))];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if avx2_fma() {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked).
+                    got.push(("avx2", unsafe { blocked_tile_avx2(x, w) }));
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU supports AVX-512F (checked).
+                    got.push(("avx512", unsafe { blocked_tile_avx512(x, w) }));
+                }
+            }
+            got.push(("dispatch", dot_blocked(x, w)));
+            let one_by_four = dot_blocked([x[2]], w)[0];
+            let four_by_one = dot_blocked(x, [w[1]]);
+            for (path, d) in got {
+                for r in 0..4 {
+                    for c in 0..4 {
+                        let bits = want[r][c].to_bits();
+                        assert_eq!(d[r][c].to_bits(), bits, "{path} len {len} ({r}, {c})");
+                    }
+                }
+            }
+            for c in 0..4 {
+                assert_eq!(
+                    one_by_four[c].to_bits(),
+                    want[2][c].to_bits(),
+                    "1x4 len {len}"
+                );
+            }
+            for r in 0..4 {
+                assert_eq!(
+                    four_by_one[r][0].to_bits(),
+                    want[r][1].to_bits(),
+                    "4x1 len {len}"
+                );
+            }
+        }
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! Several rows: the input rows' and each weight row's blocks transposed once
 //! (`numerics::Blocked`), so the tiles' loads need no shuffles, and the weight rows taken a
-//! panel at a time against every input row, four at a time, so an input row is read once a
-//! panel rather than once a weight row.
+//! panel at a time against every input row, in tiles of four input rows by four weight rows, so
+//! an input row is read once a panel rather than once a weight row.
 //!
 //! Invariant: each dot is bit-identical to `numerics::dot_bf16` of the bf16 rows (the tiles
 //! only change which dots run side by side, never a dot's own order), and each output is
@@ -56,6 +56,33 @@ impl Widened {
             }
         }
         out
+    }
+}
+
+/// The dots of R input rows (from row `r`) with a panel's `cols` weight rows, four at a time
+/// and then one: `put(row, column, dot)`.
+fn panel_dots<'p, const R: usize>(
+    xs: [Blocked<'_>; R],
+    r: usize,
+    cols: usize,
+    wb: &impl Fn(usize) -> Blocked<'p>,
+    put: &mut impl FnMut(usize, usize, f32),
+) {
+    let mut c = 0;
+    while c + 4 <= cols {
+        let d = dot_blocked(xs, [wb(c), wb(c + 1), wb(c + 2), wb(c + 3)]);
+        for (i, row) in d.into_iter().enumerate() {
+            for (j, v) in row.into_iter().enumerate() {
+                put(r + i, c + j, v);
+            }
+        }
+        c += 4;
+    }
+    for c in c..cols {
+        let d = dot_blocked(xs, [wb(c)]);
+        for (i, v) in d.into_iter().enumerate() {
+            put(r + i, c, v[0]);
+        }
     }
 }
 
@@ -115,22 +142,16 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
                 transpose_blocks(&wide, &mut panel[c * k..(c + 1) * k]);
             }
             let wb = |c: usize| Blocked(&panel[c * k..(c + 1) * k]);
+            let mut put = |r: usize, c: usize, v: f32| values[c * rows + r] = f(r, first + c, v);
+            // Tiles of 4 input rows × 4 weight rows, then the rows left one at a time.
             let mut r = 0;
             while r + 4 <= rows {
                 let xs = [xb(r), xb(r + 1), xb(r + 2), xb(r + 3)];
-                for c in 0..cols {
-                    let d = dot_blocked(xs, [wb(c)]);
-                    for (i, v) in d.into_iter().enumerate() {
-                        values[c * rows + r + i] = f(r + i, first + c, v[0]);
-                    }
-                }
+                panel_dots(xs, r, cols, &wb, &mut put);
                 r += 4;
             }
-            for i in r..rows {
-                for c in 0..cols {
-                    let d = dot_blocked([xb(i)], [wb(c)]);
-                    values[c * rows + i] = f(i, first + c, d[0][0]);
-                }
+            for r in r..rows {
+                panel_dots([xb(r)], r, cols, &wb, &mut put);
             }
         }
     });
