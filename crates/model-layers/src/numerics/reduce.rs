@@ -266,14 +266,16 @@ fn blocked_tile<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
-    blocked_segments(x, w, |at, part| {
-        for e in 0..CHUNK {
-            let at = at + e * BLOCK_LANES;
-            for r in 0..R {
-                for c in 0..C {
-                    for l in 0..BLOCK_LANES {
-                        let (xv, wv) = (x[r].0[at + l], w[c].0[at + l]);
-                        part[r][c][l] = xv.mul_add(wv, part[r][c][l]);
+    blocked_segments(x, w, |b0, blocks, part| {
+        for j in 0..blocks {
+            for e in 0..CHUNK {
+                let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
+                for r in 0..R {
+                    for c in 0..C {
+                        for l in 0..BLOCK_LANES {
+                            let (xv, wv) = (x[r].0[at + l], w[c].0[at + l]);
+                            part[r][c][l] = xv.mul_add(wv, part[r][c][l]);
+                        }
                     }
                 }
             }
@@ -281,15 +283,15 @@ fn blocked_tile<const R: usize, const C: usize>(
     })
 }
 
-/// The frame of the blocked tiles: per segment and half warp, `block(b, acc)` runs the whole
-/// 128-element block at `b` on the 16 lanes' accumulators (`acc[r][c]`, this half's lanes,
-/// from +0 and chunk j = 0 on), block after block; a block that is not whole ends the SIMD run
-/// and `segment_lanes` finishes its lanes; then the butterfly and the segment fold.
+/// The frame of the blocked tiles: per segment and half warp, `blocks(b0, n, acc)` runs the
+/// n whole 128-element blocks at b0, b0 + 256, … (the half's lanes' chunks j = 0..n) on the 16
+/// lanes' accumulators (`acc[r][c]`, from +0), in that order; a block that is not whole ends
+/// the SIMD run and `segment_lanes` finishes its lanes; then the butterfly and the segment fold.
 #[inline(always)]
 fn blocked_segments<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
     w: [Blocked<'_>; C],
-    mut block: impl FnMut(usize, &mut [[[f32; BLOCK_LANES]; C]; R]),
+    mut blocks: impl FnMut(usize, usize, &mut [[[f32; BLOCK_LANES]; C]; R]),
 ) -> [[f32; C]; R] {
     let len = x[0].len();
     let mut total = [[0.0f32; C]; R];
@@ -298,16 +300,13 @@ fn blocked_segments<const R: usize, const C: usize>(
         for half in 0..WARP / BLOCK_LANES {
             let lane_lo = half * BLOCK_LANES;
             let mut acc = [[[0.0f32; BLOCK_LANES]; C]; R];
+            // Lane lane_lo's chunk j is a block start, as every 16 lanes' chunks are.
+            let b0 = start + lane_lo * CHUNK;
             let mut j = 0;
-            while j < LANE_CHUNKS {
-                // Lane lane_lo's chunk j: a block start, as every 16 lanes' chunks are.
-                let b = start + (j * WARP + lane_lo) * CHUNK;
-                if b + BLOCK > len {
-                    break;
-                }
-                block(b, &mut acc);
+            while j < LANE_CHUNKS && b0 + j * WARP * CHUNK + BLOCK <= len {
                 j += 1;
             }
+            blocks(b0, j, &mut acc);
             for r in 0..R {
                 for c in 0..C {
                     let part = &mut lanes[r][c][lane_lo..lane_lo + BLOCK_LANES];
@@ -340,27 +339,24 @@ unsafe fn blocked_tile_avx512<const R: usize, const C: usize>(
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
     use std::arch::x86_64::*;
-    blocked_segments(x, w, |b, part| {
-        // SAFETY: AVX-512F present (the caller's promise); the block b..b + 128 lies in every
-        // row (blocked_segments runs whole blocks only, rows of one length); unaligned loads
+    blocked_segments(x, w, |b0, blocks, part| {
+        // SAFETY: AVX-512F present (the caller's promise); each block lies in every row
+        // (blocked_segments passes whole blocks only, rows of one length); unaligned loads
         // and stores of 16 f32.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); C]; R];
-            for r in 0..R {
-                for c in 0..C {
-                    acc[r][c] = _mm512_loadu_ps(part[r][c].as_ptr());
-                }
-            }
-            for e in 0..CHUNK {
-                let at = b + e * BLOCK_LANES;
-                let mut wv = [_mm512_setzero_ps(); C];
-                for c in 0..C {
-                    wv[c] = _mm512_loadu_ps(w[c].0.as_ptr().add(at));
-                }
-                for r in 0..R {
-                    let xv = _mm512_loadu_ps(x[r].0.as_ptr().add(at));
+            for j in 0..blocks {
+                for e in 0..CHUNK {
+                    let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
+                    let mut wv = [_mm512_setzero_ps(); C];
                     for c in 0..C {
-                        acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+                        wv[c] = _mm512_loadu_ps(w[c].0.as_ptr().add(at));
+                    }
+                    for r in 0..R {
+                        let xv = _mm512_loadu_ps(x[r].0.as_ptr().add(at));
+                        for c in 0..C {
+                            acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+                        }
                     }
                 }
             }
@@ -383,28 +379,23 @@ unsafe fn blocked_tile_avx2<const R: usize, const C: usize>(
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
     use std::arch::x86_64::*;
-    blocked_segments(x, w, |b, part| {
+    blocked_segments(x, w, |b0, blocks, part| {
         // SAFETY: as blocked_tile_avx512's, with AVX2 and FMA; loads of 8 f32.
         unsafe {
             let mut acc = [[[_mm256_setzero_ps(); 2]; C]; R];
-            for r in 0..R {
-                for c in 0..C {
+            for j in 0..blocks {
+                for e in 0..CHUNK {
+                    let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
                     for h in 0..2 {
-                        acc[r][c][h] = _mm256_loadu_ps(part[r][c].as_ptr().add(h * 8));
-                    }
-                }
-            }
-            for e in 0..CHUNK {
-                let at = b + e * BLOCK_LANES;
-                for h in 0..2 {
-                    let mut wv = [_mm256_setzero_ps(); C];
-                    for c in 0..C {
-                        wv[c] = _mm256_loadu_ps(w[c].0.as_ptr().add(at + h * 8));
-                    }
-                    for r in 0..R {
-                        let xv = _mm256_loadu_ps(x[r].0.as_ptr().add(at + h * 8));
+                        let mut wv = [_mm256_setzero_ps(); C];
                         for c in 0..C {
-                            acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
+                            wv[c] = _mm256_loadu_ps(w[c].0.as_ptr().add(at + h * 8));
+                        }
+                        for r in 0..R {
+                            let xv = _mm256_loadu_ps(x[r].0.as_ptr().add(at + h * 8));
+                            for c in 0..C {
+                                acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
+                            }
                         }
                     }
                 }
