@@ -272,9 +272,8 @@ fn blocked_tile<const R: usize, const C: usize>(
                 let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
                 for r in 0..R {
                     for c in 0..C {
-                        for l in 0..BLOCK_LANES {
-                            let (xv, wv) = (x[r].0[at + l], w[c].0[at + l]);
-                            part[r][c][l] = xv.mul_add(wv, part[r][c][l]);
+                        for (l, acc) in part[r][c].iter_mut().enumerate() {
+                            *acc = x[r].0[at + l].mul_add(w[c].0[at + l], *acc);
                         }
                     }
                 }
@@ -374,6 +373,7 @@ unsafe fn blocked_tile_avx512<const R: usize, const C: usize>(
 /// Safety: the CPU must support AVX2 and FMA; every row is `x[0].len()` long.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::needless_range_loop)] // h names a register half, as r and c name the tile's
 unsafe fn blocked_tile_avx2<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
     w: [Blocked<'_>; C],
@@ -402,8 +402,8 @@ unsafe fn blocked_tile_avx2<const R: usize, const C: usize>(
             }
             for r in 0..R {
                 for c in 0..C {
-                    for h in 0..2 {
-                        _mm256_storeu_ps(part[r][c].as_mut_ptr().add(h * 8), acc[r][c][h]);
+                    for (h, v) in acc[r][c].iter().enumerate() {
+                        _mm256_storeu_ps(part[r][c].as_mut_ptr().add(h * 8), *v);
                     }
                 }
             }
@@ -711,11 +711,11 @@ pub(super) mod avx2 {
         // Blocks past `end` (a row's tail; a `Blocked` row's last 64 elements when its last
         // 128 are not whole) go through `segment_lanes`.
         let mut end = len;
-        for r in 0..R {
-            end = end.min(x[r].blocks_end());
+        for row in x {
+            end = end.min(row.blocks_end());
         }
-        for c in 0..C {
-            end = end.min(w[c].blocks_end());
+        for row in w {
+            end = end.min(row.blocks_end());
         }
         let mut total = [[0.0f32; C]; R];
         for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
