@@ -187,12 +187,12 @@ struct GemmExpert<MoeInt4Matrix> {
 
 // This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
 // rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0 past k and for
-// GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (GEMM_BK/8), k
-// (c % (GEMM_BK/8))·8), as gemm_put stores it.
-template <unsigned N, class Rows, class Src>
+// GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (BK/8), k
+// (c % (BK/8))·8), as gemm_put stores it. BK: the tile's k (GEMM_BK; GEMM_NK for gemm_narrow).
+template <unsigned N, unsigned BK = GEMM_BK, class Rows, class Src>
 __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows rows_of,
                                            unsigned k, unsigned k0, bool vec) {
-    constexpr unsigned chunks = GEMM_BK / 8;
+    constexpr unsigned chunks = BK / 8;
 #pragma unroll
     for (unsigned i = 0; i < N; ++i) {
         const unsigned c = threadIdx.x + i * GEMM_THREADS;
@@ -205,10 +205,10 @@ __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows r
     }
 }
 
-// A thread's fetched chunks (gemm_fetch's) into the shared tile s.
-template <unsigned N>
-__device__ __forceinline__ void gemm_put(bf16 (*s)[GEMM_PITCH], const uint4 (&v)[N]) {
-    constexpr unsigned chunks = GEMM_BK / 8;
+// A thread's fetched chunks (gemm_fetch's) into the shared tile s, of BK k a row.
+template <unsigned N, unsigned BK = GEMM_BK>
+__device__ __forceinline__ void gemm_put(bf16 (*s)[BK + 8], const uint4 (&v)[N]) {
+    constexpr unsigned chunks = BK / 8;
 #pragma unroll
     for (unsigned i = 0; i < N; ++i) {
         const unsigned c = threadIdx.x + i * GEMM_THREADS;
@@ -346,9 +346,137 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
     }
 }
 
+// ---- decode widths: gemm_narrow (the `_narrow` entries, lever `mma_narrow`) ----------------
+//
+// At a decode width a block of gemm_tile has one row of 64 to compute and waits on its weight
+// tiles: one 64-k tile of each weight in flight a block, a round trip per tile, while three of
+// its four warps multiply zero rows. gemm_narrow takes the same block (32 features, 128
+// threads, the same grid) through the rows 16 at a time, each warp owning 8 of the features
+// (one n8 column against the 16 rows), and stages k GEMM_NK at a time: four times the weight
+// bytes in flight a block from registers, a quarter of the round trips, and no mma.sync on
+// rows that are not there. Each output's accumulator takes exactly gemm_tile's sequence (from
+// +0, one mma.sync m16n8k16 per 16 k in k order, up to the same 64-k tile end), so the bytes
+// are linear_mma's whatever the width: a `_narrow` entry is a drop-in for its kernel (emulated
+// test `narrow_entries_write_the_bytes_of_the_wide_ones`).
+#define GEMM_NM 16
+#define GEMM_NK 256
+#define GEMM_NX_CHUNKS (GEMM_NM * GEMM_NK / 8 / GEMM_THREADS)
+#define GEMM_NW_CHUNKS (GEMM_BN * GEMM_NK / 8 / GEMM_THREADS)
+
+// The narrow tile of NW weights against 16 rows of x (`rows_of`'s), tile column c being weight
+// row cols_of.src(c): acc[i][0..3] of this lane is rows (g, g+8), tile columns 8·warp + 2t and
+// the next, of dot(x row, w[i] row). Ends on a barrier after its last use of shared memory.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_narrow_acc(const bf16* __restrict__ x, const W (&w)[NW],
+                                                Rows rows_of, Cols cols_of, unsigned k,
+                                                float (&acc)[NW][4]) {
+    __shared__ __align__(16) bf16 xs[GEMM_NM][GEMM_NK + 8];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_NK + 8];
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const GemmBf16 xm{x};
+    bool vec = (k % 8u) == 0u && xm.aligned();
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+    }
+    uint4 xv[GEMM_NX_CHUNKS];
+    uint4 wv[NW][GEMM_NW_CHUNKS];
+    gemm_fetch<GEMM_NX_CHUNKS, GEMM_NK>(xv, xm, rows_of, k, 0u, vec);
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+        gemm_fetch<GEMM_NW_CHUNKS, GEMM_NK>(wv[i], w[i], cols_of, k, 0u, vec);
+    }
+    // The window of gemm_tile_acc: GEMM_AHEAD 64-k tiles past the stage being fetched.
+    for (unsigned a = 0u; a < GEMM_AHEAD; ++a) gemm_ahead(w, rows_of, cols_of, k, GEMM_NK + a * GEMM_BK);
+    for (unsigned k0 = 0; k0 < k; k0 += GEMM_NK) {
+        gemm_put<GEMM_NX_CHUNKS, GEMM_NK>(xs, xv);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) gemm_put<GEMM_NW_CHUNKS, GEMM_NK>(ws[i], wv[i]);
+        __syncthreads();
+        for (unsigned a = 0u; a < GEMM_NK / GEMM_BK; ++a) {
+            gemm_ahead(w, rows_of, cols_of, k, k0 + GEMM_NK + (GEMM_AHEAD + a) * GEMM_BK);
+        }
+        if (k0 + GEMM_NK < k) {
+            gemm_fetch<GEMM_NX_CHUNKS, GEMM_NK>(xv, xm, rows_of, k, k0 + GEMM_NK, vec);
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) {
+                gemm_fetch<GEMM_NW_CHUNKS, GEMM_NK>(wv[i], w[i], cols_of, k, k0 + GEMM_NK, vec);
+            }
+        }
+        // gemm_tile's 64-k tiles that start before k, each four k16 steps (its zero padding
+        // included), in order.
+#pragma unroll 1
+        for (unsigned kt = 0; kt < GEMM_NK; kt += GEMM_BK) {
+            if (k0 + kt < k) {
+#pragma unroll
+                for (unsigned kk = kt; kk < kt + GEMM_BK; kk += 32) {
+                    // Matrices: rows 0-7 / 8-15 (lane bit 3), k 0-7 / 8-15 (bit 4), of k16
+                    // steps kk and kk + 16.
+                    unsigned a0[4], a1[4];
+                    ldmatrix_x4(a0, &xs[lane & 15][kk + (lane >> 4) * 8]);
+                    ldmatrix_x4(a1, &xs[lane & 15][kk + 16 + (lane >> 4) * 8]);
+#pragma unroll
+                    for (unsigned i = 0; i < NW; ++i) {
+                        // Matrices: k 0-7, 8-15, 16-23, 24-31 past kk (lane bits 3-4) of the
+                        // warp's 8 features.
+                        unsigned b[4];
+                        ldmatrix_x4(b, &ws[i][warp * 8 + (lane & 7)][kk + (lane >> 3) * 8]);
+                        mma_bf16_16816(acc[i], a0, b[0], b[1]);
+                        mma_bf16_16816(acc[i], a1, b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// gemm_tile's outputs through narrow tiles: the block's rows m0.. (up to GEMM_BM of them, the
+// wide kernel's row block) 16 at a time, store(dst row, f, v) for every row and f < n.
+template <unsigned NW, class W, class Store>
+__device__ __forceinline__ void gemm_narrow(const bf16* __restrict__ x, const W (&w)[NW],
+                                            unsigned m0, unsigned rows, unsigned k, unsigned n,
+                                            unsigned n0, Store store) {
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned g = lane >> 2;
+    const unsigned t = lane & 3;
+    for (unsigned m = m0; m < rows && m < m0 + GEMM_BM; m += GEMM_NM) {
+        const SpanRows rows_of{m, rows};
+        float acc[NW][4];
+        gemm_narrow_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            const unsigned r = g + (e >> 1) * 8;
+            const unsigned f = n0 + warp * 8 + 2 * t + (e & 1);
+            float v[NW];
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][e];
+            if (rows_of.src(r) != GEMM_NO_ROW && f < n) store(rows_of.dst(r), f, v);
+        }
+    }
+}
+
+// gemm_tile, or gemm_narrow when NARROW.
+template <unsigned NW, bool NARROW, class W, class Store>
+__device__ __forceinline__ void gemm_block_rows(const bf16* __restrict__ x, const W (&w)[NW],
+                                                unsigned rows, unsigned k, unsigned n,
+                                                unsigned n0, Store store) {
+    const unsigned m0 = gemm_block().m0;
+    if constexpr (NARROW) {
+        gemm_narrow<NW>(x, w, m0, rows, k, n, n0, store);
+    } else {
+        gemm_tile<NW>(x, w, SpanRows{m0, rows}, k, n, n0, store);
+    }
+}
+
 // gemm_tile over the block's 64 rows (gemm_block's m0) of a row-major x of `rows` rows.
 // `ok` false (a quantized weight's zero block or group) writes nothing.
-template <unsigned NW, class W, class Store>
+template <unsigned NW, bool NARROW = false, class W, class Store>
 __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w)[NW],
                                          unsigned rows, unsigned k, unsigned n, unsigned n0,
                                          Store store, bool ok = true) {
@@ -357,7 +485,7 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
     if (!ok) {
         return;
     }
-    gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
+    gemm_block_rows<NW, NARROW>(x, w, rows, k, n, n0, store);
 }
 
 // gemm_run for an LM head's rows that `want` flags (the step's want-logits flags; null: every
@@ -365,7 +493,7 @@ __device__ __forceinline__ void gemm_run(const bf16* __restrict__ x, const W (&w
 // reads stream no weight; in a block with one, the others are computed as gemm_run computes
 // them (the staging and the mma.sync sequence are linear_mma's) and not stored
 // (StoreLogits skips them), their logits rows left as they were.
-template <unsigned NW, class W, class Store>
+template <unsigned NW, bool NARROW = false, class W, class Store>
 __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, const W (&w)[NW],
                                                 const int* __restrict__ want, unsigned rows,
                                                 unsigned k, unsigned n, unsigned n0, Store store,
@@ -376,7 +504,7 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
     if (!ok || !rows_wanted(want, m0, min(rows, m0 + GEMM_BM))) {
         return;
     }
-    gemm_tile<NW>(x, w, SpanRows{gemm_block().m0, rows}, k, n, n0, store);
+    gemm_block_rows<NW, NARROW>(x, w, rows, k, n, n0, store);
 }
 
 struct StoreLinear {
@@ -413,22 +541,52 @@ struct StoreSiluMul {
 
 // x bf16[rows·k], w bf16[n_out·k], bias bf16[n_out]? → y bf16[rows·n_out] = bf16(dot + bias),
 // stored as gemv::linear stores it. grid = (⌈rows/64⌉, ⌈n_out/32⌉) (gemm_block), 128 threads.
+template <bool NARROW>
+__device__ __forceinline__ void linear_mma_body(const bf16* __restrict__ x,
+                                                const bf16* __restrict__ w,
+                                                const bf16* __restrict__ bias, bf16* __restrict__ y,
+                                                unsigned rows, unsigned k, unsigned n_out) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_run<1, NARROW>(x, ws, rows, k, n_out, gemm_block().feature * GEMM_BN,
+                        StoreLinear{bias, y, n_out});
+}
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                bf16* __restrict__ y, unsigned rows, unsigned k, unsigned n_out) {
-    const GemmBf16 ws[1] = {{w}};
-    gemm_run<1>(x, ws, rows, k, n_out, gemm_block().feature * GEMM_BN, StoreLinear{bias, y, n_out});
+    linear_mma_body<false>(x, w, bias, y, rows, k, n_out);
+}
+// linear_mma through gemm_narrow (decode widths; the same grid and bytes).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                      const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                      unsigned k, unsigned n_out) {
+    linear_mma_body<true>(x, w, bias, y, rows, k, n_out);
 }
 
 // x bf16[rows·k], w bf16[vocab·k] → logits f32[rows·vocab] (the LM head, an MoE router), for
 // the rows `want` flags (null: every row; gemm_run_wanted). grid = (⌈rows/64⌉, ⌈vocab/32⌉)
 // (gemm_block), 128 threads.
+template <bool NARROW>
+__device__ __forceinline__ void lm_head_mma_body(const bf16* __restrict__ x,
+                                                 const bf16* __restrict__ w,
+                                                 float* __restrict__ logits,
+                                                 const int* __restrict__ want, unsigned rows,
+                                                 unsigned k, unsigned vocab) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_run_wanted<1, NARROW>(x, ws, want, rows, k, vocab, gemm_block().feature * GEMM_BN,
+                               StoreLogits{logits, vocab, want});
+}
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     lm_head_mma(const bf16* __restrict__ x, const bf16* __restrict__ w, float* __restrict__ logits,
                 const int* __restrict__ want, unsigned rows, unsigned k, unsigned vocab) {
-    const GemmBf16 ws[1] = {{w}};
-    gemm_run_wanted<1>(x, ws, want, rows, k, vocab, gemm_block().feature * GEMM_BN,
-                       StoreLogits{logits, vocab, want});
+    lm_head_mma_body<false>(x, w, logits, want, rows, k, vocab);
+}
+// lm_head_mma through gemm_narrow (decode widths; the same grid and bytes).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    lm_head_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                       float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
+                       unsigned k, unsigned vocab) {
+    lm_head_mma_body<true>(x, w, logits, want, rows, k, vocab);
 }
 
 // gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
@@ -523,11 +681,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
 // (⌈rows/64⌉, ⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
 // then the second's.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
-                    const bf16* __restrict__ b1, const bf16* __restrict__ w2,
-                    const bf16* __restrict__ b2, bf16* __restrict__ y1, bf16* __restrict__ y2,
-                    unsigned rows, unsigned k, unsigned n1, unsigned n2) {
+template <bool NARROW>
+__device__ __forceinline__ void linear_pair_mma_body(
+    const bf16* __restrict__ x, const bf16* __restrict__ w1, const bf16* __restrict__ b1,
+    const bf16* __restrict__ w2, const bf16* __restrict__ b2, bf16* __restrict__ y1,
+    bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1, unsigned n2) {
     const unsigned first_blocks = (n1 + GEMM_BN - 1) / GEMM_BN;
     unsigned b = gemm_block().feature;
     GemmBf16 ws[1] = {{w1}};
@@ -539,7 +697,23 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         store = StoreLinear{b2, y2, n2};
         n = n2;
     }
-    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store);
+    gemm_run<1, NARROW>(x, ws, rows, k, n, b * GEMM_BN, store);
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                    const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                    const bf16* __restrict__ b2, bf16* __restrict__ y1, bf16* __restrict__ y2,
+                    unsigned rows, unsigned k, unsigned n1, unsigned n2) {
+    linear_pair_mma_body<false>(x, w1, b1, w2, b2, y1, y2, rows, k, n1, n2);
+}
+// linear_pair_mma through gemm_narrow (decode widths; the same grid and bytes).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    linear_pair_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                           const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                           const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                           bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                           unsigned n2) {
+    linear_pair_mma_body<true>(x, w1, b1, w2, b2, y1, y2, rows, k, n1, n2);
 }
 
 // qkv_mma on quantized q, k and v (one kind, each with its own blocks or group: a per-tensor
@@ -1067,12 +1241,28 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
 // = silu(gate) · up, with gate and up rounded to bf16 first as linear_mma stores them.
 // grid = (⌈rows/64⌉, ⌈inter/32⌉) (gemm_block), 128 threads: each block takes both weights' tiles.
+template <bool NARROW>
+__device__ __forceinline__ void gate_up_silu_mma_body(const bf16* __restrict__ x,
+                                                      const bf16* __restrict__ wg,
+                                                      const bf16* __restrict__ wu,
+                                                      bf16* __restrict__ act, unsigned rows,
+                                                      unsigned k, unsigned inter) {
+    const GemmBf16 ws[2] = {{wg}, {wu}};
+    gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
+                        StoreSiluMul{act, inter});
+}
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma(const bf16* __restrict__ x, const bf16* __restrict__ wg,
                      const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
                      unsigned k, unsigned inter) {
-    const GemmBf16 ws[2] = {{wg}, {wu}};
-    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter});
+    gate_up_silu_mma_body<false>(x, wg, wu, act, rows, k, inter);
+}
+// gate_up_silu_mma through gemm_narrow (decode widths; the same grid and bytes).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    gate_up_silu_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                            const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                            unsigned k, unsigned inter) {
+    gate_up_silu_mma_body<true>(x, wg, wu, act, rows, k, inter);
 }
 
 // gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),

@@ -1,5 +1,5 @@
 //! The launch entries and split shapes the levers pick at emit time (`gemv_classic`,
-//! `attn_prefetch`, `gemv_unsplit`): the same plans and the same bytes either way, split-K
+//! `attn_prefetch`, `gemv_unsplit`, `mma_narrow`): the same plans and the same bytes either way, split-K
 //! scratch in each stream's own slot, and counters an aborted grid left set reset by the next
 //! step.
 
@@ -134,6 +134,82 @@ fn attn_prefetch_lever_picks_the_prefetch_entry() {
     let x = decode_alone(&mut backend, &plain, &tokens);
     let y = decode_alone(&mut backend, &prefetch, &tokens);
     assert_same_bytes(&x, &y, "paged_decode vs attn_prefetch");
+}
+
+/// The `mma_narrow` lever (with `tensor_cores`): the same plans; in every program of at most
+/// 16 rows each bf16 `linear_mma`, `lm_head_mma` and `gate_up_silu_mma` launch becomes its
+/// `_narrow` entry (a variant, the same grid), wider programs keep the wide entries; the same
+/// bytes.
+#[test]
+fn mma_narrow_lever_picks_the_narrow_entries_at_decode_widths() {
+    let mut backend = backend();
+    // Programs up to 8 rows, and a 24-row verify (past one 16-row pass).
+    let build = |backend: &mut CpuBackend, levers: &[&str]| {
+        let mut policy = Policy::default();
+        for lever in levers {
+            policy.levers.set(lever, true).unwrap();
+        }
+        let mut serve = exec_support::serve();
+        serve.verify_widths.push(24);
+        let boot = solder_model_layers::Boot {
+            serve,
+            ..exec_support::boot(
+                exec_support::config(TINY_LLAMA),
+                policy,
+                solder_model_layers::WeightSource::Random { seed: 0x5eed },
+                exec_support::kv(2 * 40 + 2, 4, 160),
+            )
+        };
+        solder_model_layers::CircuitExec::build(backend, boot).expect("build")
+    };
+    let wide = build(&mut backend, &["tensor_cores"]);
+    let narrow = build(&mut backend, &["tensor_cores", "mma_narrow"]);
+    assert_eq!(wide.plans_digest(), narrow.plans_digest());
+    let launches = |program: &solder_model_layers::Program| -> Vec<(&'static str, [u32; 3])> {
+        program
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ProgramStep::Launch { name, config, .. } => Some((*name, config.grid)),
+                _ => None,
+            })
+            .collect()
+    };
+    let (mut narrowed, mut kept) = (0, 0);
+    for (a, b) in wide.programs().iter().zip(narrow.programs()) {
+        let at = format!("{}:{}", a.mode, a.rows);
+        assert_eq!((a.mode, a.rows), (b.mode, b.rows), "{at}");
+        let narrow_width = a.rows <= kernels::gemm::NARROW_ROWS as usize;
+        let (a, b) = (launches(a), launches(b));
+        assert_eq!(a.len(), b.len(), "{at}");
+        for ((kernel, grid), (entry, entry_grid)) in a.iter().zip(&b) {
+            assert_eq!(grid, entry_grid, "{at}: `{entry}`");
+            let narrowed_kernel = [
+                kernels::gemm::LINEAR_MMA.as_str(),
+                kernels::gemm::LM_HEAD_MMA.as_str(),
+                kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            ]
+            .contains(kernel);
+            if narrowed_kernel && narrow_width {
+                assert_eq!(*entry, format!("{kernel}_narrow"), "{at}");
+                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+                narrowed += 1;
+            } else {
+                assert_eq!(entry, kernel, "{at}");
+                kept += usize::from(narrowed_kernel);
+            }
+        }
+    }
+    let widths: Vec<_> = wide.programs().iter().map(|p| (p.mode, p.rows)).collect();
+    assert!(
+        narrowed > 0 && kept > 0,
+        "narrowed {narrowed}, kept {kept}: {widths:?}"
+    );
+    // And the same bytes on the CPU (the variants run their kernels' twins).
+    let tokens = prompt(7, wide.config.vocab_size, 6);
+    let x = decode_alone(&mut backend, &wide, &tokens);
+    let y = decode_alone(&mut backend, &narrow, &tokens);
+    assert_same_bytes(&x, &y, "tensor_cores vs tensor_cores + mma_narrow");
 }
 
 /// Hidden 1088: every projection's dot spans two 1024-element segments.

@@ -211,6 +211,8 @@ mod tests_mutation;
 #[cfg(test)]
 mod tests_nan;
 #[cfg(test)]
+mod tests_narrow;
+#[cfg(test)]
 mod tests_pick;
 #[cfg(test)]
 mod tests_positions;

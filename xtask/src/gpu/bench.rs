@@ -30,7 +30,8 @@ const HELP: &str =
   --widths LIST      rows to time, comma-separated, 1 = decode (default: 1 and every
                      multi-seq width of the default serve ladder; with --ab 1,8,32,128)
   --ab LEVERS        A/B: build the model once per lever set (none, each of LEVERS alone, all
-                     together: `solder_config::KNOWN_LEVERS`, an unknown one refused by name),
+                     together: `solder_config::KNOWN_LEVERS`, an unknown one refused by name;
+                     an item `a+b` is one set of both levers),
                      time them interleaved at each width, graph and eager, print one table
                      (time, ratio to the baseline, share of the floor) and check the logits:
                      each variant's eager, replayed and session bytes agree, and a variant

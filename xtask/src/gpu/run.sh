@@ -63,7 +63,7 @@ LIMIT_BENCH_W1=${LIMIT_BENCH_W1:-20}    # 1B shape: the build, decode timed (8 s
 LIMIT_PARITY_SPLIT=${LIMIT_PARITY_SPLIT:-15}  # (6 s)
 LIMIT_TC_PARITY=${LIMIT_TC_PARITY:-15}  # the tensor_cores lever: parity on two built-ins (4 s)
 LIMIT_PREFILL=${LIMIT_PREFILL:-25}      # per run, two runs: 1B shape, 2,048 tokens (8-10 s)
-LIMIT_TC_AB=${LIMIT_TC_AB:-50}          # 1B shape, gemv vs tensor cores at 32 and 128 rows (25 s)
+LIMIT_TC_AB=${LIMIT_TC_AB:-50}          # 1B shape, gemv vs tensor cores (and mma_narrow) at 1, 32 and 128 rows (25 s for two variants at 32 and 128; not yet timed since)
 LIMIT_NCU=${LIMIT_NCU:-35}              # builds the 1B shape, profiles two steps (16 s)
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
 LIMIT_TC_NCU=${LIMIT_TC_NCU:-35}        # ncu over one 128-wide step with the lever (20 s)
@@ -333,11 +333,12 @@ part1() {
     record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
     prefill "prefill 2048 gemv" "" "$LIMIT_PREFILL"
     prefill "prefill 2048 tensor cores" tensor_cores "$LIMIT_PREFILL"
+    # With mma_narrow too: the tensor cores' decode widths through the _narrow entries.
     stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
-        "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores --widths 32,128 --rounds 4 \
-        --runs 10 --max-seconds 4 --json "$DATA/ab-tc.json"
+        "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores,tensor_cores+mma_narrow \
+        --widths 1,32,128 --rounds 3 --runs 10 --max-seconds 3 --json "$DATA/ab-tc.json"
     local rows program
-    for rows in 32 128; do
+    for rows in 1 32 128; do
         record "tensor cores rows $rows" "$(key "^ab rows $rows graph:" | cut -d: -f2-)" "$LOG/bench.log"
     done
 

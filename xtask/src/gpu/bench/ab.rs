@@ -8,7 +8,8 @@
 //! all of them alike; the median of all rounds. Then each variant runs once eagerly and
 //! replays once more, and its logits are read back: every variant's eager, replayed and
 //! session logits must be the same bytes, and a bit-identical variant's (no `differs` rule
-//! names any of its levers, so the fuser keeps its bytes) must equal the baseline's.
+//! names any of its levers, so the fuser keeps its bytes) must equal the baseline's, and one
+//! whose extra levers over another variant keep bytes that variant's (`Variant::same_as`).
 //!
 //! Invariants: one set of host weights serves every variant (random ones are generated
 //! once); a lever name `KNOWN_LEVERS` lacks is refused by name before anything is built.
@@ -44,23 +45,37 @@ pub struct Variant {
     pub levers: Vec<String>,
     /// No `differs` rule names any of its levers: its logits must be the baseline's bytes.
     pub bit_identical: bool,
+    /// The variant (an index of the list) whose bytes its logits must be: the baseline when
+    /// `bit_identical` (the baseline itself too), else the one with the most of its levers
+    /// whose other levers no `differs` rule names (`tensor_cores` for
+    /// `tensor_cores+mma_narrow`); none else.
+    pub same_as: Option<usize>,
 }
 
-/// The variants of `--ab LIST`: the baseline, each lever alone, then (with two or more) all
-/// of them together. An unknown, empty or repeated name is refused, naming it.
+/// The variants of `--ab LIST`: the baseline, each item alone, then (with two or more) all of
+/// them together, unless one item already holds them all. An item is a lever or levers joined
+/// by `+` (`tensor_cores+mma_narrow`: one variant with both). An unknown or empty name, a
+/// repeated item or a lever repeated within one is refused, naming it.
 pub fn variants(list: &str, rules: &RuleSet) -> Result<Vec<Variant>, String> {
-    let mut levers: Vec<String> = Vec::new();
-    for name in list.split(',').map(str::trim) {
-        if name.is_empty() {
-            return Err(format!("`--ab {list}`: an empty lever name"));
+    let mut items: Vec<Vec<String>> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let mut set: Vec<String> = Vec::new();
+        for name in item.split('+').map(str::trim) {
+            if name.is_empty() {
+                return Err(format!("`--ab {list}`: an empty lever name"));
+            }
+            Levers::default()
+                .set(name, true)
+                .map_err(|e| format!("`--ab`: {e}"))?;
+            if set.iter().any(|l| l == name) {
+                return Err(format!("`--ab`: lever `{name}` is named twice in `{item}`"));
+            }
+            set.push(name.to_string());
         }
-        Levers::default()
-            .set(name, true)
-            .map_err(|e| format!("`--ab`: {e}"))?;
-        if levers.iter().any(|l| l == name) {
-            return Err(format!("`--ab`: lever `{name}` is named twice"));
+        if items.contains(&set) {
+            return Err(format!("`--ab`: `{item}` is named twice"));
         }
-        levers.push(name.to_string());
+        items.push(set);
     }
     let variant = |levers: Vec<String>| Variant {
         name: if levers.is_empty() {
@@ -69,18 +84,44 @@ pub fn variants(list: &str, rules: &RuleSet) -> Result<Vec<Variant>, String> {
             levers.join("+")
         },
         bit_identical: levers.iter().all(|l| keeps_bytes(rules, l)),
+        same_as: None,
         levers,
     };
+    let mut all: Vec<String> = Vec::new();
+    for lever in items.iter().flatten() {
+        if !all.contains(lever) {
+            all.push(lever.clone());
+        }
+    }
+    let holds_all = |set: &Vec<String>| all.iter().all(|l| set.contains(l));
+    let together = items.len() > 1 && !items.iter().any(holds_all);
     let mut out = vec![variant(Vec::new())];
-    out.extend(levers.iter().map(|l| variant(vec![l.clone()])));
-    if levers.len() > 1 {
-        out.push(variant(levers));
+    out.extend(items.into_iter().map(variant));
+    if together {
+        out.push(variant(all));
+    }
+    let sets: Vec<Vec<String>> = out.iter().map(|v| v.levers.clone()).collect();
+    for v in out.iter_mut().filter(|v| !v.bit_identical) {
+        v.same_as = sets
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| {
+                u.len() < v.levers.len()
+                    && u.iter().all(|l| v.levers.contains(l))
+                    && (v.levers.iter())
+                        .filter(|l| !u.contains(l))
+                        .all(|l| keeps_bytes(rules, l))
+            })
+            .max_by_key(|(i, u)| (u.len(), usize::MAX - i))
+            .map(|(i, _)| i);
+    }
+    // A bit-identical variant against the baseline (the baseline against itself).
+    for v in out.iter_mut().filter(|v| v.bit_identical) {
+        v.same_as = Some(0);
     }
     Ok(out)
 }
 
-/// A lever changes logits only through a `differs` rule naming it (a `when` gate switches
-/// between bit-identical rules; `pdl` only reorders launches).
 fn keeps_bytes(rules: &RuleSet, lever: &str) -> bool {
     !rules
         .rules

@@ -26,7 +26,7 @@ use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{par_chunks_mut, GpuError, LaunchConfig};
 
 use super::args::{macs, size, threads_for};
-use super::decl::kernel;
+use super::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::want::on_wanted_rows;
 use crate::numerics::{linear_value, stream_dots, to_f32, MmaPanel, MMA_BLOCK, MMA_ROWS};
@@ -73,6 +73,44 @@ kernel! {
     LM_HEAD_MMA = "gemm::lm_head_mma" => twin lm_head_mma, emit emit_lm_head_mma;
 }
 
+/// The lever that launches the bf16 projections of programs of at most [`NARROW_ROWS`] rows
+/// through their `_narrow` entries (gemm.cu `gemm_narrow`: 16 rows a pass, a warp per 8
+/// features, k 256 a stage): A/B timing of decode widths; the same plans, the same bytes.
+pub const MMA_NARROW: &str = "mma_narrow";
+
+/// The widest program whose projections `mma_narrow` takes through the `_narrow` entries (one
+/// pass of 16 rows; the entries take any width, wider ones in passes).
+pub const NARROW_ROWS: u32 = 16;
+
+/// `linear_mma` through gemm.cu's `gemm_narrow`: the same arguments, grid, twin and bytes.
+pub const LINEAR_MMA_NARROW: Name<LinearMma> = Name::new("gemm::linear_mma_narrow");
+/// `lm_head_mma` through `gemm_narrow`.
+pub const LM_HEAD_MMA_NARROW: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_narrow");
+
+/// The `_narrow` entries, with the kernel each is a variant of.
+pub const NARROW_VARIANTS: &[(&str, &str)] = &[
+    (LINEAR_MMA_NARROW.as_str(), LINEAR_MMA.as_str()),
+    (LM_HEAD_MMA_NARROW.as_str(), LM_HEAD_MMA.as_str()),
+    (
+        fused::GATE_UP_SILU_MMA_NARROW.as_str(),
+        GATE_UP_SILU_MMA.as_str(),
+    ),
+    (
+        fused::LINEAR_PAIR_MMA_NARROW.as_str(),
+        LINEAR_PAIR_MMA.as_str(),
+    ),
+];
+
+/// `narrow` when the build turned `mma_narrow` on and the program is at most [`NARROW_ROWS`]
+/// rows wide, else `wide`.
+pub(super) fn narrow_or<K>(v: &View<'_>, wide: Name<K>, narrow: Name<K>) -> Name<K> {
+    if v.lever(MMA_NARROW) && v.rows() <= NARROW_ROWS {
+        narrow
+    } else {
+        wide
+    }
+}
+
 mod experts;
 mod fused;
 mod quant;
@@ -93,6 +131,7 @@ pub use fused::{
     QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
     QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
+pub use fused::{GATE_UP_SILU_MMA_NARROW, LINEAR_PAIR_MMA_NARROW};
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
     LINEAR_MMA_INT4, LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
@@ -365,7 +404,7 @@ fn emit_linear_mma(v: &View<'_>) -> R {
             k,
             n_out,
         }
-        .launch(LINEAR_MMA),
+        .launch(narrow_or(v, LINEAR_MMA, LINEAR_MMA_NARROW)),
         WeightFormat::Fp8 { block_n, block_k } => LinearMmaFp8 {
             x,
             w,
@@ -415,7 +454,7 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             k,
             vocab,
         }
-        .launch(LM_HEAD_MMA),
+        .launch(narrow_or(v, LM_HEAD_MMA, LM_HEAD_MMA_NARROW)),
         WeightFormat::Fp8 { block_n, block_k } => LmHeadMmaFp8 {
             x,
             w,

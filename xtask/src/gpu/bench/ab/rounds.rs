@@ -127,15 +127,15 @@ pub(super) fn check_bytes(
             return Ok(Bytes::Differ(format!("{what} vs its session step: {e}")));
         }
     }
-    if !variant.bit_identical {
+    let Some(reference) = variant.same_as else {
         return Ok(Bytes::OwnOnly);
-    }
-    let baseline = stepped[0]
+    };
+    let theirs = stepped[reference]
         .as_ref()
-        .ok_or("no baseline step to compare with")?;
-    match crate::gpu::step::same_bytes(baseline, own) {
+        .ok_or("no step of the variant it keeps the bytes of to compare with")?;
+    match crate::gpu::step::same_bytes(theirs, own) {
         Ok(()) => Ok(Bytes::Same),
-        Err(e) => Ok(Bytes::Differ(format!("vs baseline: {e}"))),
+        Err(e) => Ok(Bytes::Differ(format!("vs variant {reference}: {e}"))),
     }
 }
 

@@ -7,10 +7,12 @@ use super::Variant;
 /// How a variant's logits compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Bytes {
-    /// Eager, replayed and session logits equal the baseline's, byte for byte.
+    /// Eager, replayed and session logits equal those of the variant it keeps the bytes of
+    /// (`Variant::same_as`: the baseline, or `tensor_cores` for `tensor_cores+mma_narrow`),
+    /// byte for byte.
     Same,
-    /// A variant with a `differs` lever: its eager, replayed and session logits agree with
-    /// each other (the baseline's are not expected).
+    /// A variant with a `differs` lever and no `same_as`: its eager, replayed and session
+    /// logits agree with each other (the baseline's are not expected).
     OwnOnly,
     /// A difference where none is allowed: what differed, and where.
     Differ(String),
@@ -237,6 +239,7 @@ mod tests {
                 vec![name.into()]
             },
             bit_identical,
+            same_as: bit_identical.then_some(0),
         };
         let row = |variant, rows, graph_us, bytes| AbRow {
             variant,

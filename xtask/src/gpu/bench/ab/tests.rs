@@ -24,6 +24,26 @@ fn variants_are_the_baseline_each_lever_and_all_together() {
     let all = variants("pdl,split_rope_kv", &rules).unwrap();
     assert!(all.iter().all(|v| v.bit_identical), "{all:?}");
     assert_eq!(all[3].levers, ["pdl", "split_rope_kv"]);
+    // An item of several levers is one variant; no "all together" when an item holds them all.
+    assert_eq!(
+        names("tensor_cores,tensor_cores+mma_narrow"),
+        ["baseline", "tensor_cores", "tensor_cores+mma_narrow"]
+    );
+    assert_eq!(
+        names("pdl,tensor_cores+mma_narrow"),
+        [
+            "baseline",
+            "pdl",
+            "tensor_cores+mma_narrow",
+            "pdl+tensor_cores+mma_narrow"
+        ]
+    );
+    let tc = variants("tensor_cores,tensor_cores+mma_narrow", &rules).unwrap();
+    assert!(!tc[2].bit_identical, "{tc:?}");
+    // tensor_cores+mma_narrow keeps tensor_cores' bytes; tensor_cores keeps no one's.
+    let same: Vec<Option<usize>> = tc.iter().map(|v| v.same_as).collect();
+    assert_eq!(same, [Some(0), None, Some(1)]);
+    assert!(all.iter().all(|v| v.same_as == Some(0)), "{all:?}");
 }
 
 #[test]
@@ -40,6 +60,12 @@ fn unknown_empty_and_repeated_levers_are_refused_by_name() {
     assert!(variants("pdl,pdl", &rules)
         .unwrap_err()
         .contains("`pdl` is named twice"));
+    assert!(variants("pdl+pdl", &rules)
+        .unwrap_err()
+        .contains("`pdl` is named twice in `pdl+pdl`"));
+    assert!(variants("pdl+", &rules)
+        .unwrap_err()
+        .contains("empty lever name"));
 }
 
 #[test]

@@ -16,7 +16,7 @@ use solder_gpu_runtime::{GpuError, LaunchConfig};
 
 use super::{each_dot, linear_dots, GEMM_FEATURES};
 use crate::kernels::args::size;
-use crate::kernels::decl::kernel;
+use crate::kernels::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
 use crate::kernels::gemv::{gate_up, projections, sibling_pair, GateUp, SiblingPair};
 use crate::numerics::{linear_value, silu_mul_value};
@@ -103,6 +103,12 @@ kernel! {
     GATE_UP_SILU_MMA = "gemm::gate_up_silu_mma" => twin gate_up_silu_mma, emit emit_gate_up_silu_mma;
 }
 
+/// `gate_up_silu_mma` through gemm.cu's `gemm_narrow` (lever `mma_narrow`, decode widths): the
+/// same arguments, grid, twin and bytes.
+pub const GATE_UP_SILU_MMA_NARROW: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_narrow");
+/// `linear_pair_mma` through `gemm_narrow`.
+pub const LINEAR_PAIR_MMA_NARROW: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_narrow");
+
 /// q's feature blocks of 32, then k's, then v's; one block per 64 rows.
 pub fn qkv_grid(nq: u32, nkv: u32, rows: u32) -> LaunchConfig {
     blocks_of(&[nq, nkv, nkv], rows)
@@ -178,7 +184,11 @@ fn emit_linear_pair_mma(v: &View<'_>) -> R {
         n1,
         n2,
     }
-    .launch(LINEAR_PAIR_MMA)])
+    .launch(super::narrow_or(
+        v,
+        LINEAR_PAIR_MMA,
+        LINEAR_PAIR_MMA_NARROW,
+    ))])
 }
 
 fn gate_up_silu_mma(a: GateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
@@ -331,7 +341,11 @@ fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
             k,
             inter,
         }
-        .launch(GATE_UP_SILU_MMA),
+        .launch(super::narrow_or(
+            v,
+            GATE_UP_SILU_MMA,
+            GATE_UP_SILU_MMA_NARROW,
+        )),
         [Fp8 {
             block_n: g_block_n,
             block_k: g_block_k,
