@@ -229,8 +229,10 @@ fn piece<'k>(
     (m, l)
 }
 
-/// The tile's q · k_lane (attn.cu: fma in dim order from +0, the last 8-dim step padded with
-/// zeros, which turn −0 into +0), the keys' chains interleaved so they run side by side.
+/// The tile's q · k_lane for the first `out.len()` lanes (attn.cu: fma in dim order from +0,
+/// the last 8-dim step padded with zeros, which turn −0 into +0), the keys' chains interleaved
+/// so they run side by side. Every one of the `WARP` key rows is read (a partial tile's caller
+/// repeats its last key in the lanes past it).
 #[inline(always)]
 fn scores(q: &[bf16], keys: [&[bf16]; WARP], out: &mut [f32]) {
     let n = out.len();
@@ -238,8 +240,20 @@ fn scores(q: &[bf16], keys: [&[bf16]; WARP], out: &mut [f32]) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if super::reduce::avx2_fma() && keys.iter().all(|k| k.len() >= q.len()) {
-        // SAFETY: AVX2 and FMA present (checked); every key row holds q.len() values.
-        done = unsafe { scores_avx2(q, &keys, out) };
+        // A partial group of 8 keys runs whole, its lanes past `n` computed and dropped: each
+        // lane's chain is its own, so the kept ones are the scalar loop's bits (a tile's last
+        // keys were a quarter of its time, one key at a time).
+        let whole = n.div_ceil(8) * 8;
+        if whole == n {
+            // SAFETY: AVX2 and FMA present (checked); every key row holds q.len() values.
+            done = unsafe { scores_avx2(q, &keys, out) };
+        } else {
+            let mut lanes = [0.0f32; WARP];
+            // SAFETY: as above; whole <= WARP keys, each row checked.
+            unsafe { scores_avx2(q, &keys, &mut lanes[..whole]) };
+            out.copy_from_slice(&lanes[..n]);
+            done = n;
+        }
     }
     for (d, qd) in q.iter().enumerate() {
         let qd = to_f32(*qd);
