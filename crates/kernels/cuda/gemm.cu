@@ -812,24 +812,66 @@ struct QkvRopeGeometry {
     }
 };
 
-template <class W>
-__device__ __forceinline__ void qkv_rope_kv_run(
-    bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
+// The rows of one narrow pass (gemm_narrow's 16 from m): tile rows past 16 are none, so a
+// wide epilogue run on qkv_tile's values stores the pass's rows from warp 0 alone.
+struct PassRows {
+    unsigned m;
+    unsigned rows;
+    __device__ __forceinline__ unsigned src(unsigned r) const {
+        return r < GEMM_NM && m + r < rows ? m + r : GEMM_NO_ROW;
+    }
+    __device__ __forceinline__ unsigned dst(unsigned r) const { return m + r; }
+    __device__ __forceinline__ bool leads() const { return m == 0u; }
+};
+
+// gemm_tile_acc for qkv_rope_kv's epilogues; NARROW: gemm_narrow_acc over a PassRows' 16 rows,
+// then its values through shared memory into every warp's acc in warp 0's places of the wide
+// tile (lane (g, t): rows g and g + 8, tile columns 8j + 2t and the next), so the epilogue's
+// pairs (columns c and c + 16) sit in one lane as they do wide. The next call's staging ends
+// on barriers before its values are written, so no read of this call's is overtaken.
+template <bool NARROW, class W, class Rows, class Cols>
+__device__ __forceinline__ void qkv_tile(const bf16* __restrict__ x, const W (&w)[1],
+                                         Rows rows_of, Cols cols_of, unsigned k,
+                                         float (&acc)[1][4][4]) {
+    if constexpr (!NARROW) {
+        gemm_tile_acc<1>(x, w, rows_of, cols_of, k, acc);
+    } else {
+        __shared__ float pass_tile[GEMM_NM][GEMM_BN + 1];
+        const unsigned warp = threadIdx.x / 32;
+        const unsigned lane = threadIdx.x % 32;
+        const unsigned g = lane >> 2;
+        const unsigned t = lane & 3;
+        float nacc[1][4];
+        gemm_narrow_acc<1>(x, w, rows_of, cols_of, k, nacc);
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) {
+            pass_tile[g + (e >> 1) * 8][warp * 8 + 2 * t + (e & 1)] = nacc[0][e];
+        }
+        __syncthreads();
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                acc[0][j][e] = pass_tile[g + (e >> 1) * 8][j * 8 + 2 * t + (e & 1)];
+            }
+        }
+    }
+}
+
+// One row block's (wide: SpanRows) or one narrow pass's (PassRows) outputs of
+// qkv_rope_kv_run's block.
+template <bool NARROW, class W, class Rows>
+__device__ __forceinline__ void qkv_rope_kv_rows(
+    const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
     const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
     const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
     bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
-    unsigned rows, unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
-    pdl_wait();
-    pdl_launch_dependents();
-    if (!ok || (geo.norm && geo.head_dim > GEMM_HEAD_DIM_MAX)) {
-        return;
-    }
+    unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages, Rows rows_of) {
     const unsigned hd = geo.head_dim;
     const unsigned nq = geo.heads * hd;
     const unsigned nkv = geo.kv_heads * hd;
     const unsigned row_elems = nkv;
     const unsigned long long slots = (unsigned long long)num_pages * block_size;
-    const SpanRows rows_of{gemm_block().m0, rows};
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const unsigned g = lane >> 2;
@@ -842,7 +884,7 @@ __device__ __forceinline__ void qkv_rope_kv_run(
         // v: features 32·b.. of v, stored to each row's v slot.
         b -= head_blocks;
         const W ws[1] = {w[2]};
-        gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{b * GEMM_BN, nkv, 0u, 0u, false}, k, acc);
+        qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{b * GEMM_BN, nkv, 0u, 0u, false}, k, acc);
 #pragma unroll
         for (unsigned j = 0; j < 4; ++j) {
 #pragma unroll
@@ -892,7 +934,7 @@ __device__ __forceinline__ void qkv_rope_kv_run(
         // stores them.
         auto stage_half = [&](unsigned at) {
             for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
-                gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{at + c0, at + hd, 0u, 0u, false}, k,
+                qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{at + c0, at + hd, 0u, 0u, false}, k,
                                  acc);
 #pragma unroll
                 for (unsigned j = 0; j < 4; ++j) {
@@ -900,7 +942,8 @@ __device__ __forceinline__ void qkv_rope_kv_run(
                     for (unsigned e = 0; e < 4; ++e) {
                         const unsigned r = warp * 16 + g + (e >> 1) * 8;
                         const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
-                        if (i < hd) {
+                        // A narrow launch's stage holds the pass's 16 rows.
+                        if (i < hd && (!NARROW || r < GEMM_NM)) {
                             gemm_head_stage[r * hd + i] = linear_value(acc[0][j][e], bh, at + i);
                         }
                     }
@@ -948,7 +991,7 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     }
     if (part < geo.rope_blocks) {
         const unsigned c0 = part * 16u;
-        gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k, acc);
+        qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k, acc);
         const float scaling = inv_freq[geo.half];
 #pragma unroll
         for (unsigned j = 0; j < 2; ++j) {
@@ -977,7 +1020,7 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     }
     // Pass-through: features 2·half + 32·(part − rope_blocks).. of the head.
     const unsigned i0 = 2u * geo.half + (part - geo.rope_blocks) * GEMM_BN;
-    gemm_tile_acc<1>(x, ws, rows_of, QkvRopeCols{base + i0, base + hd, 0u, 0u, false}, k, acc);
+    qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{base + i0, base + hd, 0u, 0u, false}, k, acc);
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j) {
 #pragma unroll
@@ -993,6 +1036,35 @@ __device__ __forceinline__ void qkv_rope_kv_run(
                 dst[i] = linear_value(acc[0][j][e], bh, base + i);
             }
         }
+    }
+}
+
+// qkv_rope_kv_mma's block (its layout in `geo`): the wide tile over its 64 rows, or with
+// NARROW (the `_narrow` entries, lever mma_narrow) gemm_narrow's passes of 16, whose launch
+// stages 16 rows of a qk-norm head (its dynamic shared memory sized for them), not 64.
+template <class W, bool NARROW = false>
+__device__ __forceinline__ void qkv_rope_kv_run(
+    bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
+    const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+    bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+    unsigned rows, unsigned k, QkvRopeGeometry geo, unsigned block_size, unsigned num_pages) {
+    pdl_wait();
+    pdl_launch_dependents();
+    if (!ok || (geo.norm && geo.head_dim > GEMM_HEAD_DIM_MAX)) {
+        return;
+    }
+    const unsigned m0 = gemm_block().m0;
+    if constexpr (NARROW) {
+        for (unsigned m = m0; m < rows && m < m0 + GEMM_BM; m += GEMM_NM) {
+            qkv_rope_kv_rows<true>(x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
+                                   q_out, gate_out, cache, k, geo, block_size, num_pages,
+                                   PassRows{m, rows});
+        }
+    } else {
+        qkv_rope_kv_rows<false>(x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
+                                q_out, gate_out, cache, k, geo, block_size, num_pages,
+                                SpanRows{m0, rows});
     }
 }
 
@@ -1020,7 +1092,7 @@ struct QkvRopeDims {
 // One entry's launch over weight sources w (q, k, v) in `layout` (a constant in each entry, so
 // each compiles only its own). The qk-norm layouts need both weights and the gated one
 // gate_out (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
-template <class W>
+template <class W, bool NARROW = false>
 __device__ __forceinline__ void qkv_rope_kv_entry(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], unsigned layout,
     const bf16* const (&bias)[3], const bf16* const (&norm_w)[2], float eps,
@@ -1031,8 +1103,8 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
     const bool gated = layout == QKV_GATED_NORM_ZC;
     ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr)) &&
          (!gated || gate_out != nullptr);
-    qkv_rope_kv_run(ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping, q_out,
-                    gate_out, cache, rows, k,
+    qkv_rope_kv_run<W, NARROW>(ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
+                               q_out, gate_out, cache, rows, k,
                     qkv_rope_geometry(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm, gated),
                     d.block_size, d.num_pages);
 }
@@ -1097,6 +1169,58 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
                       inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
                       QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+// The three bf16 layouts through gemm_narrow (decode widths, lever mma_narrow): the same
+// arguments, grid and bytes; a qk-norm layout's launch asks for 16·head_dim·2 bytes of dynamic
+// shared memory (a pass's rows), not 64·head_dim·2.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_rope_kv_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, true>(true, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps,
+                                      positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+                                      rows, k,
+                                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                  block_size, num_pages});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_norm_rope_kv_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, true>(true, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps,
+                                      positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+                                      rows, k,
+                                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                  block_size, num_pages});
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_gated_norm_zc_rope_kv_mma_narrow(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, true>(true, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps,
+                                      positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+                                      rows, k,
+                                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                  block_size, num_pages});
 }
 
 // qkv_rope_kv_mma, qkv_norm_rope_kv_mma and qkv_gated_norm_zc_rope_kv_mma on quantized q, k and

@@ -137,7 +137,8 @@ fn attn_prefetch_lever_picks_the_prefetch_entry() {
 }
 
 /// The `mma_narrow` lever (with `tensor_cores`): the same plans; in every program of at most
-/// 16 rows each bf16 `linear_mma`, `lm_head_mma` and `gate_up_silu_mma` launch becomes its
+/// 16 rows each bf16 `linear_mma`, `lm_head_mma`, `gate_up_silu_mma` and `qkv_rope_kv_mma`
+/// launch becomes its
 /// `_narrow` entry (a variant, the same grid), wider programs keep the wide entries; the same
 /// bytes.
 #[test]
@@ -188,6 +189,7 @@ fn mma_narrow_lever_picks_the_narrow_entries_at_decode_widths() {
                 kernels::gemm::LINEAR_MMA.as_str(),
                 kernels::gemm::LM_HEAD_MMA.as_str(),
                 kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+                kernels::gemm::QKV_ROPE_KV_MMA.as_str(),
             ]
             .contains(kernel);
             if narrowed_kernel && narrow_width {

@@ -15,8 +15,9 @@ use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     QkvRopeKvParts, QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8,
-    QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_NORM_ROPE_KV_MMA,
+    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_NARROW,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_NARROW,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -60,6 +61,20 @@ fn launch_in(
     formats: [WeightFormat; 3],
     layout: Layout,
 ) -> Launch {
+    parts(backend, shape, x, seed, formats, layout)
+        .launch(formats)
+        .expect("bf16 or one quantized kind")
+}
+
+/// `launch_in`'s arguments.
+fn parts(
+    backend: &mut CpuBackend,
+    shape: Shape,
+    x: Buf,
+    seed: u64,
+    formats: [WeightFormat; 3],
+    layout: Layout,
+) -> QkvRopeKvParts {
     let (rows, k, heads, kv_heads, head_dim, rotary_dim) = shape;
     let (norm, gated) = (layout != Layout::Rope, layout == Layout::Gated);
     let mut norm_weight = |salt: u64| norm.then(|| upload(backend, &values(head_dim, seed ^ salt)));
@@ -126,8 +141,6 @@ fn launch_in(
             rows, k, heads, kv_heads, head_dim, rotary_dim, BLOCK_SIZE, pages,
         ],
     }
-    .launch(formats)
-    .expect("bf16 or one quantized kind")
 }
 
 fn seeded(backend: &mut CpuBackend, shape: Shape, seed: u64, layout: Layout) -> Launch {
@@ -168,6 +181,50 @@ fn qkv_rope_kv_mma_equals_its_twin_in_every_head_layout() {
         (QKV_ROPE_KV_MMA.as_str(), 2 * shapes),
         (QKV_NORM_ROPE_KV_MMA.as_str(), 2 * (shapes + 1)),
         (QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(), 2 * (shapes + 1)),
+    ] {
+        let parity = &report[entry];
+        assert_eq!(
+            (parity.launches, parity.identical),
+            (launches, launches),
+            "{entry}: {parity:?}"
+        );
+    }
+}
+
+/// The `_narrow` entries (lever `mma_narrow`: 16 rows a pass, the epilogue fed through shared
+/// memory, a qk-norm head staged 16 rows at a time in a quarter of the wide launch's dynamic
+/// shared memory) write their twin's bytes in every layout, over one pass, several (17 rows)
+/// and two row blocks of passes (70 rows), up to the 256-wide head.
+#[test]
+fn qkv_rope_kv_mma_narrow_entries_equal_their_twin_in_every_head_layout() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    for layout in LAYOUTS {
+        let shapes = SHAPES
+            .into_iter()
+            .chain((layout != Layout::Rope).then_some(NORM_SHAPE));
+        for (i, shape) in shapes.enumerate() {
+            let seed = 5 + 16 * i as u64;
+            let x = upload(&mut backend, &values(shape.0 * shape.1, seed));
+            let formats = [WeightFormat::Bf16; 3];
+            let wide = parts(&mut backend, shape, x, seed, formats, layout)
+                .launch(formats)
+                .unwrap();
+            let l = parts(&mut backend, shape, x, seed, formats, layout)
+                .launch_narrow(formats, true)
+                .unwrap();
+            assert_eq!(l.kernel, format!("{}_narrow", wide.kernel));
+            assert_eq!(l.config.grid, wide.config.grid);
+            assert_eq!(4 * l.config.shared_bytes, wide.config.shared_bytes);
+            run(&mut backend, &l);
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    let shapes = SHAPES.len() as u64;
+    for (entry, launches) in [
+        (QKV_ROPE_KV_MMA_NARROW.as_str(), shapes),
+        (QKV_NORM_ROPE_KV_MMA_NARROW.as_str(), shapes + 1),
+        (QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(), shapes + 1),
     ] {
         let parity = &report[entry];
         assert_eq!(

@@ -99,16 +99,25 @@ pub const NARROW_VARIANTS: &[(&str, &str)] = &[
         fused::LINEAR_PAIR_MMA_NARROW.as_str(),
         LINEAR_PAIR_MMA.as_str(),
     ),
+    fused::QKV_NARROW_VARIANTS[0],
+    fused::QKV_NARROW_VARIANTS[1],
+    fused::QKV_NARROW_VARIANTS[2],
 ];
 
 /// `narrow` when the build turned `mma_narrow` on and the program is at most [`NARROW_ROWS`]
 /// rows wide, else `wide`.
 pub(super) fn narrow_or<K>(v: &View<'_>, wide: Name<K>, narrow: Name<K>) -> Name<K> {
-    if v.lever(MMA_NARROW) && v.rows() <= NARROW_ROWS {
+    if self::narrow(v) {
         narrow
     } else {
         wide
     }
+}
+
+/// Whether the build turned `mma_narrow` on and the program is at most [`NARROW_ROWS`] rows
+/// wide.
+pub(super) fn narrow(v: &View<'_>) -> bool {
+    v.lever(MMA_NARROW) && v.rows() <= NARROW_ROWS
 }
 
 mod experts;
@@ -131,7 +140,10 @@ pub use fused::{
     QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
     QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
-pub use fused::{GATE_UP_SILU_MMA_NARROW, LINEAR_PAIR_MMA_NARROW};
+pub use fused::{
+    GATE_UP_SILU_MMA_NARROW, LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_NARROW,
+};
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
     LINEAR_MMA_INT4, LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,

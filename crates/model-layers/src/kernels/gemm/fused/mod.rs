@@ -42,6 +42,10 @@ pub use rope::{
     QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4,
     VARIANTS,
 };
+pub use rope::{
+    NARROW_VARIANTS as QKV_NARROW_VARIANTS, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_NARROW,
+};
 
 kernel! {
     /// The q, k and v projections of x bf16\[rows·k\] on the tensor cores: q bf16\[rows·nq\],

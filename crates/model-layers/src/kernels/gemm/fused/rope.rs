@@ -165,12 +165,56 @@ pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8: Name<QkvRopeKvMmaFp8> =
 pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4: Name<QkvRopeKvMmaInt4> =
     Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_int4");
 
+/// The three bf16 layouts through gemm.cu's `gemm_narrow` (lever `mma_narrow`, decode widths):
+/// the same arguments, twin and bytes; a qk-norm layout's launch stages a pass's 16 rows of a
+/// head, so it asks for a quarter of the dynamic shared memory (`narrow_config`).
+pub const QKV_ROPE_KV_MMA_NARROW: Name<QkvRopeKvMma> = Name::new("gemm::qkv_rope_kv_mma_narrow");
+pub const QKV_NORM_ROPE_KV_MMA_NARROW: Name<QkvRopeKvMma> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_narrow");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW: Name<QkvRopeKvMma> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_narrow");
+
+/// The `_narrow` entries, with the kernel each is a variant of.
+pub const NARROW_VARIANTS: [(&str, &str); 3] = [
+    (QKV_ROPE_KV_MMA_NARROW.as_str(), QKV_ROPE_KV_MMA.as_str()),
+    (
+        QKV_NORM_ROPE_KV_MMA_NARROW.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+    ),
+];
+
 /// The gated entries (each a qk-norm entry too).
-const GATED: [&str; 3] = [
+const GATED: [&str; 4] = [
     QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
 ];
+
+/// Whether `entry` is a qk-norm entry (the gated ones too).
+fn normed(entry: &str) -> bool {
+    VARIANTS.iter().any(|(e, _)| *e == entry)
+        || [
+            QKV_NORM_ROPE_KV_MMA_NARROW.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
+        ]
+        .contains(&entry)
+}
+
+/// A `_narrow` entry's launch configuration: the kernel's grid, with a qk-norm layout's dynamic
+/// shared memory for 16 rows of a head (gemm.cu's `GEMM_NM`) rather than 64. 16 rows of a
+/// 256-wide head (8 KB) beside the narrow tile's 27 KB of static shared memory stay under the
+/// 48 KB a launch gets without opting in; 64 rows (32 KB) would not.
+pub fn narrow_config(wide: LaunchConfig) -> LaunchConfig {
+    LaunchConfig {
+        shared_bytes: wide.shared_bytes / (GEMM_ROWS / super::super::NARROW_ROWS),
+        ..wide
+    }
+}
 
 /// The qk-norm entries (the gated ones too), with the entry each is a variant of (the quantized
 /// ones are variants of the quantized plain entries, so each stands for `qkv_rope_kv_mma` in
@@ -341,7 +385,7 @@ impl RopeKv<'_> {
         let mut pass = HeadPass::over(ctx, &q, &kr, dims);
         let (wqn, wkn, eps) = self.norm;
         // The qk-norm entries take both weights, the plain ones neither.
-        let normed = VARIANTS.iter().any(|(entry, _)| *entry == ctx.kernel());
+        let normed = normed(ctx.kernel());
         match (wqn.len(hd)?, wkn.len(hd)?) {
             (Some(_), Some(_)) if normed && hd > NORM_HEAD_DIM_MAX as usize => {
                 return Err(ctx.fail(format!(
@@ -416,6 +460,27 @@ fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
     quant_run(rope_kv!(a), w)
 }
 
+/// The bf16 entry of `layout` (plain, qk-norm, gated), its `_narrow` variant when `narrow`.
+fn bf16_launch(a: QkvRopeKvMma, layout: usize, narrow: bool) -> Launch {
+    if narrow {
+        let config = narrow_config(a.config());
+        let entry = [
+            QKV_ROPE_KV_MMA_NARROW,
+            QKV_NORM_ROPE_KV_MMA_NARROW,
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+        ][layout];
+        a.launch_with(entry, config)
+    } else {
+        a.launch(
+            [
+                QKV_ROPE_KV_MMA,
+                QKV_NORM_ROPE_KV_MMA,
+                QKV_GATED_NORM_ZC_ROPE_KV_MMA,
+            ][layout],
+        )
+    }
+}
+
 /// `qkv_rope_kv_mma`, or its entry for the weights' format.
 fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     let p = projections(v)?;
@@ -474,7 +539,7 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
         ],
     };
     let formats = p.ops.map(|op| v.weight_format(op, 0));
-    match parts.launch(formats) {
+    match parts.launch_narrow(formats, super::super::narrow(v)) {
         Some(launch) => Ok(vec![launch]),
         None => Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
     }
@@ -505,6 +570,12 @@ impl QkvRopeKvParts {
     /// The launch of the entry for `formats` (all bf16, or one quantized kind), its qk-norm
     /// variant with `norm`, its gated one with `gate`; `None` when the formats mix kinds.
     pub fn launch(self, formats: [WeightFormat; 3]) -> Option<Launch> {
+        self.launch_narrow(formats, false)
+    }
+
+    /// `launch`, through the bf16 layouts' `_narrow` entries when `narrow` (and the weights are
+    /// bf16; the quantized entries have none).
+    pub fn launch_narrow(self, formats: [WeightFormat; 3], narrow: bool) -> Option<Launch> {
         let Self {
             x,
             w: [wq, wk, wv],
@@ -531,38 +602,35 @@ impl QkvRopeKvParts {
         };
         use WeightFormat::{Bf16, Fp8, Int4};
         Some(match formats {
-            [Bf16, Bf16, Bf16] => QkvRopeKvMma {
-                x,
-                wq,
-                bq,
-                wk,
-                bk,
-                wv,
-                bv,
-                wqn,
-                wkn,
-                positions,
-                inv_freq,
-                slot_mapping,
-                q_out,
-                gate_out,
-                cache,
-                rows,
-                k,
-                heads,
-                kv_heads,
-                head_dim,
-                rotary_dim,
-                block_size,
-                num_pages,
-                eps,
-            }
-            .launch(
-                [
-                    QKV_ROPE_KV_MMA,
-                    QKV_NORM_ROPE_KV_MMA,
-                    QKV_GATED_NORM_ZC_ROPE_KV_MMA,
-                ][layout],
+            [Bf16, Bf16, Bf16] => bf16_launch(
+                QkvRopeKvMma {
+                    x,
+                    wq,
+                    bq,
+                    wk,
+                    bk,
+                    wv,
+                    bv,
+                    wqn,
+                    wkn,
+                    positions,
+                    inv_freq,
+                    slot_mapping,
+                    q_out,
+                    gate_out,
+                    cache,
+                    rows,
+                    k,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    rotary_dim,
+                    block_size,
+                    num_pages,
+                    eps,
+                },
+                layout,
+                narrow,
             ),
             [Fp8 {
                 block_n: q_block_n,
