@@ -220,6 +220,26 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
+    // The tensor cores' decode-width entries (`mma_narrow`, gemm.cu `gemm_narrow`): at two rows
+    // every projection launch is a `_narrow` entry, each emulated launch its twin's bytes.
+    Step {
+        name: "emu parity tensor cores narrow",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--backend",
+            "emu",
+            "--levers",
+            "tensor_cores,mma_narrow",
+            "--only",
+            "tiny-llama,tiny-qwen3,tiny-qwen3-moe,tiny-qwen3-next",
+            "--max-batch",
+            "2",
+            "--tokens",
+            "4",
+        ],
+        env: &[],
+    },
     // The o fold (`fold_o_proj`, differs) and the A/B levers that keep the bytes (`attn_prefetch`,
     // `split_rope_kv`, `pdl`) together, on a dense model, one with qk-norm and qwen3_next (its
     // gated attention's fold): their emitters see groups no other step builds (the fold's
