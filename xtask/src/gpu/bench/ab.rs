@@ -101,27 +101,28 @@ pub fn variants(list: &str, rules: &RuleSet) -> Result<Vec<Variant>, String> {
         out.push(variant(all));
     }
     let sets: Vec<Vec<String>> = out.iter().map(|v| v.levers.clone()).collect();
-    for v in out.iter_mut().filter(|v| !v.bit_identical) {
-        v.same_as = sets
-            .iter()
-            .enumerate()
-            .filter(|(_, u)| {
-                u.len() < v.levers.len()
-                    && u.iter().all(|l| v.levers.contains(l))
-                    && (v.levers.iter())
-                        .filter(|l| !u.contains(l))
-                        .all(|l| keeps_bytes(rules, l))
-            })
-            .max_by_key(|(i, u)| (u.len(), usize::MAX - i))
-            .map(|(i, _)| i);
-    }
-    // A bit-identical variant against the baseline (the baseline against itself).
-    for v in out.iter_mut().filter(|v| v.bit_identical) {
-        v.same_as = Some(0);
+    for v in out.iter_mut() {
+        // A bit-identical variant against the baseline (the baseline against itself); another
+        // against the largest set it adds only byte-keeping levers to.
+        v.same_as = match v.bit_identical {
+            true => Some(0),
+            false => (sets.iter().enumerate())
+                .filter(|(_, u)| {
+                    u.len() < v.levers.len()
+                        && u.iter().all(|l| v.levers.contains(l))
+                        && (v.levers.iter())
+                            .filter(|l| !u.contains(l))
+                            .all(|l| keeps_bytes(rules, l))
+                })
+                .max_by_key(|(i, u)| (u.len(), usize::MAX - i))
+                .map(|(i, _)| i),
+        };
     }
     Ok(out)
 }
 
+/// A lever changes logits only through a `differs` rule naming it (a `when` gate switches
+/// between bit-identical rules; `pdl` only reorders launches).
 fn keeps_bytes(rules: &RuleSet, lever: &str) -> bool {
     !rules
         .rules
