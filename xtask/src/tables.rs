@@ -231,7 +231,8 @@ fn kernels_table(rules: &RuleSet) -> Result<String, String> {
 fn launch_shapes() -> String {
     format!(
         "## Launch shapes\n\n\
-         The split-K launches of Llama-3.2-1B's projections at the default levers, then \
+         The split-K launches of Llama-3.2-1B's projections at the default levers (splits \
+         sized to one wave of resident blocks) and under `split_two_waves` (528 blocks), then \
          `qkv_rope_kv`'s split heads by rows, from the declarations' shapes \
          (`kernels::gemv::split_table()`; docs/PERFORMANCE.md explains them).\n\n{}",
         kernels::gemv::split_table()

@@ -53,10 +53,11 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          logits",
     ),
     (
-        "split_resident",
-        "split-K and split heads sized to one wave of resident blocks (132 SMs x 2 blocks, the \
-         occupancy ptxas's registers give the streaming entries and qkv_rope_kv) instead of \
-         528 blocks: same plans, same logits",
+        "split_two_waves",
+        "split-K and split heads sized to 528 blocks (4 per SM: two waves at the 2 blocks per SM \
+         ptxas's registers give the streaming entries and qkv_rope_kv) instead of one wave of \
+         264 resident blocks, the default since the device measured it faster: kept for A/B \
+         timing; same plans, same logits",
     ),
     (
         "mma_narrow",

@@ -214,11 +214,12 @@ fn mma_narrow_lever_picks_the_narrow_entries_at_decode_widths() {
     assert_same_bytes(&x, &y, "tensor_cores vs tensor_cores + mma_narrow");
 }
 
-/// Hidden 1088: every projection's dot spans two 1024-element segments.
+/// Hidden 1056 and 17 heads of 64: every projection's dot but the down projection's spans two
+/// 1024-element segments, and the o projection's 132 feature blocks are half a wave: it splits.
 const WIDE_LLAMA: &str = r#"{
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 128,
+    "hidden_size": 1056, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 17, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 128,
     "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
     "rope_theta": 10000.0, "hidden_act": "silu"
 }"#;
@@ -245,6 +246,7 @@ fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
     for (mode, rows) in [(Mode::Decode, 1), (Mode::MultiSeq, 2), (Mode::Verify, 5)] {
         let program = split.program(mode, rows).unwrap();
         let mut splits = 0;
+        let mut split_kernels = std::collections::BTreeSet::new();
         for step in &program.steps {
             let ProgramStep::Launch {
                 name,
@@ -276,6 +278,7 @@ fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
                 (1, Some(solder_gpu_runtime::KernelArg::Null)) => {}
                 (z, Some(solder_gpu_runtime::KernelArg::Buffer { ptr, bytes, .. })) if z > 1 => {
                     splits += 1;
+                    split_kernels.insert(name.rsplit_once('_').map_or(*name, |(kernel, _)| kernel));
                     let start = at(*ptr) as usize;
                     let slot = region.start + *stream as usize * layout.gemv_slot_bytes;
                     assert_eq!(start, slot, "{mode}:{rows} `{name}`: its stream's slot");
@@ -285,6 +288,17 @@ fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
             }
         }
         assert!(splits > 0, "{mode}:{rows}: no split launch");
+        // Under the default one-wave sizing, the o projection (132 feature blocks, half a wave),
+        // gate/up and the LM head (32 blocks each) all split.
+        assert_eq!(
+            split_kernels.into_iter().collect::<Vec<_>>(),
+            [
+                "gemv::add_norm_gate_up_silu",
+                "gemv::add_norm_lm_head",
+                "gemv::linear"
+            ],
+            "{mode}:{rows}: the split kernels"
+        );
         let unsplit_program = unsplit.program(mode, rows).unwrap();
         for step in &unsplit_program.steps {
             match step {

@@ -238,7 +238,7 @@ fn the_host_policy_splits_a_tall_launch_and_keeps_its_bytes() {
         k,
         1,
         stage_elems(tile),
-        split::Sizing::Target,
+        split::Sizing::TwoWaves,
     );
     assert_eq!(
         z, 4,

@@ -174,15 +174,16 @@ pub const BUILTINS: &[Builtin] = &[
         tokens: None,
     },
     Builtin {
-        // Dots of two 1024-element segments (hidden 1088): the CUDA dot order's segment sums,
-        // and gemv's split-K (few feature blocks) in the q/k/v, o, gate/up and LM head
-        // launches of the emitted programs.
+        // Dots of two 1024-element segments (hidden 1056, 17 heads of 64): the CUDA dot
+        // order's segment sums, and gemv's split-K in the o, gate/up and LM head launches of
+        // the emitted programs and split heads in q/k/v: 1056 features are 132 blocks, half a
+        // wave of resident blocks, so even the o projection splits under the one-wave sizing.
         name: "tiny-llama-wide",
         seed: 0x11a3c,
         config_json: r#"{
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_size": 1088, "intermediate_size": 256, "num_hidden_layers": 2,
-            "num_attention_heads": 17, "num_key_value_heads": 1, "vocab_size": 256,
+            "hidden_size": 1056, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 17, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 256,
             "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
             "rope_theta": 10000.0, "hidden_act": "silu"
         }"#,

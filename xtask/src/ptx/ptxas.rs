@@ -233,9 +233,10 @@ pub fn violations(report: &[KernelResources]) -> Vec<String> {
     out
 }
 
-/// The host's `split_resident` sizing assumes `split::RESIDENT_BLOCKS_PER_SM` blocks per SM
-/// for gemv's streaming entries and `qkv_rope_kv` (model-layers `kernels::gemv::split`); a
-/// register count that changes it must change the constant too.
+/// The host's one-wave split sizing (the default; lever `split_two_waves` times the other)
+/// assumes `split::RESIDENT_BLOCKS_PER_SM` blocks per SM for gemv's streaming entries and
+/// `qkv_rope_kv` (model-layers `kernels::gemv::split`); a register count that changes it must
+/// change the constant too.
 fn resident_mismatch(k: &KernelResources) -> Option<String> {
     use solder_model_layers::kernels::gemv::split::RESIDENT_BLOCKS_PER_SM;
     let sized = k.module == "gemv"

@@ -59,7 +59,7 @@ pub use quant::{
     LM_HEAD_FP8, LM_HEAD_INT4,
 };
 pub use reset::{counters_reset_launch, CountersReset, ScratchRegions, COUNTERS_RESET};
-pub use split::{GEMV_UNSPLIT, SPLIT_RESIDENT};
+pub use split::{GEMV_UNSPLIT, SPLIT_TWO_WAVES};
 pub use stream::{entry, stage_elems, stages_whole, stream_config, Entry, RowTile, GEMV_CLASSIC};
 pub use table::split_table;
 

@@ -1,14 +1,14 @@
 //! The launch shape of every gemv kernel, the one place it is worked out: which entry
 //! (classic, or the streaming entry of the rows' tile), the grid, the split and the split
 //! scratch, from the launch's arguments and the levers (`gemv_classic`, `gemv_unsplit`,
-//! `split_resident`, `qkv_norm_ahead`). Each `kernel!` declaration's `shape(a, levers)` calls
+//! `split_two_waves`, `qkv_norm_ahead`). Each `kernel!` declaration's `shape(a, levers)` calls
 //! `projection` or `heads`; the emitters launch what it answers, and the split-K table
 //! (`split::table`) prints it.
 
 use solder_config::Levers;
 use solder_gpu_runtime::LaunchConfig;
 
-use super::split::{self, Sizing, GEMV_UNSPLIT, SPLIT_RESIDENT};
+use super::split::{self, Sizing, GEMV_UNSPLIT, SPLIT_TWO_WAVES};
 use super::stream::{
     entry, stage_elems, stream_config, Entry, FEATURES_PER_BLOCK, GEMV_CLASSIC, MAX_GRID_Y,
     ROWS_PER_BLOCK,
@@ -68,7 +68,7 @@ pub fn projection<K>(
     if levers.is_on(GEMV_UNSPLIT) {
         return shape;
     }
-    let sizing = Sizing::of(levers.is_on(SPLIT_RESIDENT));
+    let sizing = Sizing::of(levers.is_on(SPLIT_TWO_WAVES));
     let grid = shape.config.grid;
     let z = split::splits(grid, features, rows, k, nw, stage_elems(tile), sizing);
     if let (true, Some(words)) = (z > 1, split::scratch_words(grid, features, rows, k, nw)) {
@@ -116,7 +116,7 @@ pub fn heads_of(
         return shape;
     }
     let features = qkv_features(heads, kv_heads) * head_dim as u64;
-    let sizing = Sizing::of(levers.is_on(SPLIT_RESIDENT));
+    let sizing = Sizing::of(levers.is_on(SPLIT_TWO_WAVES));
     let grid = shape.config.grid;
     let parts = split::head_parts(grid, rows, features, head_dim, sizing);
     if let (true, Some(words)) = (parts > 1, split::head_scratch_words(grid, rows, features)) {

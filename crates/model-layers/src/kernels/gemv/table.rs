@@ -13,24 +13,38 @@ use super::*;
 /// features and weight rows per feature.
 type Row<K> = (&'static str, Name<K>, [Name<K>; 4], u32, u32, u64, u32);
 
-/// One table line of a projection launch under the default levers.
+/// The levers of the table's second sizing: `split_two_waves`.
+fn two_waves() -> Levers {
+    let mut levers = Levers::default();
+    levers
+        .set(SPLIT_TWO_WAVES, true)
+        .expect("split_two_waves is a known lever");
+    levers
+}
+
+/// One table line of a projection launch: its splits and blocks under the default levers
+/// (one wave), then under `split_two_waves`.
 fn line<K>(out: &mut String, (what, classic, stream, rows, k, features, nw): Row<K>) {
-    let levers = Levers::default();
     let dims = Dims {
         features,
         rows,
         k,
         nw,
     };
-    let split = shape::projection(classic, gemv_config(features, rows), &stream, dims, &levers);
-    let [x, y, z] = split.config.grid;
+    let [one, two] = [Levers::default(), two_waves()].map(|levers| {
+        let config = gemv_config(features, rows);
+        shape::projection(classic, config, &stream, dims, &levers)
+    });
+    let [x, y, z] = one.config.grid;
     let _ = writeln!(
         out,
-        "| {what} | `{}` | {rows} | {k} | {features} | {} | {} | {} |",
-        split.entry.as_str(),
+        "| {what} | `{}` | {rows} | {k} | {features} | {} | {} | {} | {} | {} |",
+        one.entry.as_str(),
         x * y,
-        split.splits,
-        x * y * z
+        one.splits,
+        x * y * z,
+        two.splits,
+        x * y * two.config.grid[2]
     );
 }
 
@@ -39,7 +53,8 @@ fn line<K>(out: &mut String, (what, classic, stream, rows, k, features, nw): Row
 pub fn split_table() -> String {
     let mut out = String::from(
         "| launch (Llama-3.2-1B) | entry | rows | k | features | blocks unsplit | splits \
-         | blocks split |\n|---|---|---|---|---|---|---|---|\n",
+         | blocks split | splits (`split_two_waves`) | blocks split (`split_two_waves`) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     let res = (LINEAR_RESIDUAL_ADD, LINEAR_RESIDUAL_ADD_STREAM);
     line(
@@ -84,18 +99,22 @@ pub fn split_table() -> String {
         ("down projection", res.0, res.1, 8, 8192, 2048, 1),
     );
     out.push_str(
-        "\n| rows (`qkv_rope_kv`) | row groups | blocks unsplit | parts per head | blocks split |\n\
-         |---|---|---|---|---|\n",
+        "\n| rows (`qkv_rope_kv`) | row groups | blocks unsplit | parts per head | blocks split \
+         | parts (`split_two_waves`) | blocks split (`split_two_waves`) |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for rows in [1, 8, 32, 64, 128] {
-        let split = shape::heads_of(rows, 32, 8, 64, &Levers::default());
-        let [x, y, _] = split.config.grid;
+        let [one, two] =
+            [Levers::default(), two_waves()].map(|l| shape::heads_of(rows, 32, 8, 64, &l));
+        let [x, y, _] = one.config.grid;
+        let unsplit = x * y / one.splits;
         let _ = writeln!(
             out,
-            "| {rows} | {x} | {} | {} | {} |",
-            x * y / split.splits,
-            split.splits,
-            x * y
+            "| {rows} | {x} | {unsplit} | {} | {} | {} | {} |",
+            one.splits,
+            x * y,
+            two.splits,
+            unsplit * two.splits
         );
     }
     out
