@@ -240,6 +240,45 @@ pub const STEPS: &[Step] = &[
         ],
         env: &[],
     },
+    // Their quantized entries (stages of 128 k, dequantised as fetched) on two quantized
+    // checkpoints: fp8 blocks in Qwen3-Next's gated q/k/v, o, gate/up and linear layers, and
+    // GPTQ's asymmetric int4 in a biased q/k/v with rope.
+    Step {
+        name: "emu parity tensor cores narrow fp8",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--model",
+            "tests/fixtures/golden/qwen3_next_fp8",
+            "--backend",
+            "emu",
+            "--levers",
+            "tensor_cores,mma_narrow",
+            "--max-batch",
+            "2",
+            "--tokens",
+            "4",
+        ],
+        env: &[],
+    },
+    Step {
+        name: "emu parity tensor cores narrow int4",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--model",
+            "tests/fixtures/golden/qwen2_gptq_asym",
+            "--backend",
+            "emu",
+            "--levers",
+            "tensor_cores,mma_narrow",
+            "--max-batch",
+            "2",
+            "--tokens",
+            "4",
+        ],
+        env: &[],
+    },
     // The o fold (`fold_o_proj`, differs) and the A/B levers that keep the bytes (`attn_prefetch`,
     // `split_rope_kv`, `pdl`) together, on a dense model, one with qk-norm and qwen3_next (its
     // gated attention's fold): their emitters see groups no other step builds (the fold's

@@ -61,12 +61,12 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     ),
     (
         "mma_narrow",
-        "the bf16 tensor-core projections (gemm::linear_mma, lm_head_mma, gate_up_silu_mma, \
-         linear_pair_mma, qkv_rope_kv_mma and its qk-norm layouts) of programs of at most 16 \
-         rows through their _narrow entries (16 rows \
-         a pass, a warp per 8 features, k 256 a stage: four times the weight bytes in flight a \
-         block, no mma.sync on absent rows): kept for A/B timing of decode widths with \
-         tensor_cores; same plans, same logits",
+        "the tensor-core projections (gemm::linear_mma, lm_head_mma, gate_up_silu_mma, \
+         linear_pair_mma, qkv_rope_kv_mma and its qk-norm layouts; bf16, fp8 and int4 weights; \
+         not the MoE experts') of programs of at most 16 rows through their _narrow entries \
+         (16 rows a pass, a warp per 8 features, k 256 a stage for bf16 and 128 for quantized \
+         weights: more weight bytes in flight a block, no mma.sync on absent rows): kept for \
+         A/B timing of decode widths with tensor_cores; same plans, same logits",
     ),
     (
         "tensor_cores",

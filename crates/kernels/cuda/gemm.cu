@@ -118,6 +118,8 @@ struct GemmBf16 {
         return gemm_load8(p + (unsigned long long)row * k + i0, k - i0, vec);
     }
     static constexpr bool AHEAD = true;
+    // gemm_narrow's stage: 256 k (16 KB of a 32-feature tile in flight a block).
+    static constexpr unsigned NARROW_K = 256;
     __device__ __forceinline__ const void* at(unsigned row, unsigned k, unsigned i) const {
         return p + (unsigned long long)row * k + i;
     }
@@ -137,6 +139,10 @@ struct GemmQuant {
     // quantized qkv and experts kernels, which sit at its 128-register mark; a quantized tile
     // is also a half or a quarter of the bytes, with the dequantisation to run.
     static constexpr bool AHEAD = false;
+    // gemm_narrow's stage: 128 k, a thread's 4 dequantised chunks of each weight in registers
+    // (256 made ptxas spill the fp8 entry; 128 k of fp8 is 4 KB of a tile in flight a block,
+    // twice the wide tile's).
+    static constexpr unsigned NARROW_K = 128;
 };
 
 // One expert's quantized matrix of a stacked blob (common.cuh's MoeFp8Matrix, MoeInt4Matrix),
@@ -188,7 +194,8 @@ struct GemmExpert<MoeInt4Matrix> {
 // This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
 // rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0 past k and for
 // GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (BK/8), k
-// (c % (BK/8))·8), as gemm_put stores it. BK: the tile's k (GEMM_BK; GEMM_NK for gemm_narrow).
+// (c % (BK/8))·8), as gemm_put stores it. BK: the tile's k (GEMM_BK; the source's NARROW_K for
+// gemm_narrow).
 template <unsigned N, unsigned BK = GEMM_BK, class Rows, class Src>
 __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows rows_of,
                                            unsigned k, unsigned k0, bool vec) {
@@ -352,16 +359,14 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
 // tiles: one 64-k tile of each weight in flight a block, a round trip per tile, while three of
 // its four warps multiply zero rows. gemm_narrow takes the same block (32 features, 128
 // threads, the same grid) through the rows 16 at a time, each warp owning 8 of the features
-// (one n8 column against the 16 rows), and stages k GEMM_NK at a time: four times the weight
-// bytes in flight a block from registers, a quarter of the round trips, and no mma.sync on
-// rows that are not there. Each output's accumulator takes exactly gemm_tile's sequence (from
+// (one n8 column against the 16 rows), and stages k NARROW_K at a time (the weight source's:
+// 256 for bf16, four times the weight bytes in flight a block from registers and a quarter of
+// the round trips; 128 for a quantized weight, dequantised as it is fetched), and runs no
+// mma.sync on rows that are not there. Each output's accumulator takes exactly gemm_tile's sequence (from
 // +0, one mma.sync m16n8k16 per 16 k in k order, up to the same 64-k tile end), so the bytes
 // are linear_mma's whatever the width: a `_narrow` entry is a drop-in for its kernel (emulated
 // test `narrow_entries_write_the_bytes_of_the_wide_ones`).
 #define GEMM_NM 16
-#define GEMM_NK 256
-#define GEMM_NX_CHUNKS (GEMM_NM * GEMM_NK / 8 / GEMM_THREADS)
-#define GEMM_NW_CHUNKS (GEMM_BN * GEMM_NK / 8 / GEMM_THREADS)
 
 // The narrow tile of NW weights against 16 rows of x (`rows_of`'s), tile column c being weight
 // row cols_of.src(c): acc[i][0..3] of this lane is rows (g, g+8), tile columns 8·warp + 2t and
@@ -370,8 +375,13 @@ template <unsigned NW, class W, class Rows, class Cols>
 __device__ __forceinline__ void gemm_narrow_acc(const bf16* __restrict__ x, const W (&w)[NW],
                                                 Rows rows_of, Cols cols_of, unsigned k,
                                                 float (&acc)[NW][4]) {
-    __shared__ __align__(16) bf16 xs[GEMM_NM][GEMM_NK + 8];
-    __shared__ __align__(16) bf16 ws[NW][GEMM_BN][GEMM_NK + 8];
+    // The stage's k, and a thread's chunks of x and of each weight in it.
+    constexpr unsigned NK = W::NARROW_K;
+    constexpr unsigned NX = GEMM_NM * NK / 8 / GEMM_THREADS;
+    constexpr unsigned NWC = GEMM_BN * NK / 8 / GEMM_THREADS;
+    static_assert(NK % GEMM_BK == 0 && NX * 8 * GEMM_THREADS == GEMM_NM * NK, "whole tiles");
+    __shared__ __align__(16) bf16 xs[GEMM_NM][NK + 8];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_BN][NK + 8];
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const GemmBf16 xm{x};
@@ -383,34 +393,34 @@ __device__ __forceinline__ void gemm_narrow_acc(const bf16* __restrict__ x, cons
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
     }
-    uint4 xv[GEMM_NX_CHUNKS];
-    uint4 wv[NW][GEMM_NW_CHUNKS];
-    gemm_fetch<GEMM_NX_CHUNKS, GEMM_NK>(xv, xm, rows_of, k, 0u, vec);
+    uint4 xv[NX];
+    uint4 wv[NW][NWC];
+    gemm_fetch<NX, NK>(xv, xm, rows_of, k, 0u, vec);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
-        gemm_fetch<GEMM_NW_CHUNKS, GEMM_NK>(wv[i], w[i], cols_of, k, 0u, vec);
+        gemm_fetch<NWC, NK>(wv[i], w[i], cols_of, k, 0u, vec);
     }
     // The window of gemm_tile_acc: GEMM_AHEAD 64-k tiles past the stage being fetched.
-    for (unsigned a = 0u; a < GEMM_AHEAD; ++a) gemm_ahead(w, rows_of, cols_of, k, GEMM_NK + a * GEMM_BK);
-    for (unsigned k0 = 0; k0 < k; k0 += GEMM_NK) {
-        gemm_put<GEMM_NX_CHUNKS, GEMM_NK>(xs, xv);
+    for (unsigned a = 0u; a < GEMM_AHEAD; ++a) gemm_ahead(w, rows_of, cols_of, k, NK + a * GEMM_BK);
+    for (unsigned k0 = 0; k0 < k; k0 += NK) {
+        gemm_put<NX, NK>(xs, xv);
 #pragma unroll
-        for (unsigned i = 0; i < NW; ++i) gemm_put<GEMM_NW_CHUNKS, GEMM_NK>(ws[i], wv[i]);
+        for (unsigned i = 0; i < NW; ++i) gemm_put<NWC, NK>(ws[i], wv[i]);
         __syncthreads();
-        for (unsigned a = 0u; a < GEMM_NK / GEMM_BK; ++a) {
-            gemm_ahead(w, rows_of, cols_of, k, k0 + GEMM_NK + (GEMM_AHEAD + a) * GEMM_BK);
+        for (unsigned a = 0u; a < NK / GEMM_BK; ++a) {
+            gemm_ahead(w, rows_of, cols_of, k, k0 + NK + (GEMM_AHEAD + a) * GEMM_BK);
         }
-        if (k0 + GEMM_NK < k) {
-            gemm_fetch<GEMM_NX_CHUNKS, GEMM_NK>(xv, xm, rows_of, k, k0 + GEMM_NK, vec);
+        if (k0 + NK < k) {
+            gemm_fetch<NX, NK>(xv, xm, rows_of, k, k0 + NK, vec);
 #pragma unroll
             for (unsigned i = 0; i < NW; ++i) {
-                gemm_fetch<GEMM_NW_CHUNKS, GEMM_NK>(wv[i], w[i], cols_of, k, k0 + GEMM_NK, vec);
+                gemm_fetch<NWC, NK>(wv[i], w[i], cols_of, k, k0 + NK, vec);
             }
         }
         // gemm_tile's 64-k tiles that start before k, each four k16 steps (its zero padding
         // included), in order.
 #pragma unroll 1
-        for (unsigned kt = 0; kt < GEMM_NK; kt += GEMM_BK) {
+        for (unsigned kt = 0; kt < NK; kt += GEMM_BK) {
             if (k0 + kt < k) {
 #pragma unroll
                 for (unsigned kk = kt; kk < kt + GEMM_BK; kk += 32) {
@@ -590,13 +600,15 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 // gemm_run over one quantized weight (WFp8, WInt4) whose parameters are `ok` (nonzero blocks
-// or groups; otherwise nothing is written), for the rows `want` flags (null: every row).
-template <class W, class Store>
+// or groups; otherwise nothing is written), for the rows `want` flags (null: every row);
+// NARROW: through gemm_narrow.
+template <bool NARROW = false, class W, class Store>
 __device__ __forceinline__ void gemm_run_quant(bool ok, const bf16* __restrict__ x, W w,
                                                unsigned rows, unsigned k, unsigned n,
                                                Store store, const int* want = nullptr) {
     const GemmQuant<W> ws[1] = {{w}};
-    gemm_run_wanted<1>(x, ws, want, rows, k, n, gemm_block().feature * GEMM_BN, store, ok);
+    gemm_run_wanted<1, NARROW>(x, ws, want, rows, k, n, gemm_block().feature * GEMM_BN, store,
+                               ok);
 }
 
 // The quantized entries of linear_mma and lm_head_mma: w an fp8 blob (f32 scales of block_n ×
@@ -634,6 +646,44 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                      unsigned k, unsigned vocab, unsigned group) {
     gemm_run_quant(group != 0u, x, WInt4{w, vocab, group}, rows, k, vocab,
                    StoreLogits{logits, vocab, want}, want);
+}
+
+// The four quantized entries through gemm_narrow (decode widths, lever mma_narrow; a stage of
+// GemmQuant's NARROW_K): the same arguments, grid and bytes. Every quantized _narrow entry
+// declares a minimum of one block per SM: without it ptxas held some of them to 96-128
+// registers and spilled 4-24 bytes (which `ptx --check` refuses); with it they take 78-150, no
+// spills, 3-6 blocks per SM.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    linear_mma_fp8_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                          unsigned k, unsigned n_out, unsigned block_n, unsigned block_k) {
+    gemm_run_quant<true>(block_n != 0u && block_k != 0u, x, WFp8{w, n_out, block_n, block_k},
+                         rows, k, n_out, StoreLinear{bias, y, n_out});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    linear_mma_int4_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                           const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                           unsigned k, unsigned n_out, unsigned group) {
+    gemm_run_quant<true>(group != 0u, x, WInt4{w, n_out, group}, rows, k, n_out,
+                         StoreLinear{bias, y, n_out});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    lm_head_mma_fp8_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                           float* __restrict__ logits, const int* __restrict__ want,
+                           unsigned rows, unsigned k, unsigned vocab, unsigned block_n,
+                           unsigned block_k) {
+    gemm_run_quant<true>(block_n != 0u && block_k != 0u, x, WFp8{w, vocab, block_n, block_k},
+                         rows, k, vocab, StoreLogits{logits, vocab, want}, want);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    lm_head_mma_int4_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                            float* __restrict__ logits, const int* __restrict__ want,
+                            unsigned rows, unsigned k, unsigned vocab, unsigned group) {
+    gemm_run_quant<true>(group != 0u, x, WInt4{w, vocab, group}, rows, k, vocab,
+                         StoreLogits{logits, vocab, want}, want);
 }
 
 // qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the
@@ -1225,51 +1275,85 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // qkv_rope_kv_mma, qkv_norm_rope_kv_mma and qkv_gated_norm_zc_rope_kv_mma on quantized q, k and
 // v (one kind, each with its own blocks or group), dequantised as qkv_mma_fp8's and
-// qkv_mma_int4's are. A zero block or group writes nothing.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    qkv_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
-        const int* __restrict__ positions, const float* __restrict__ inv_freq,
-        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
-        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
-        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
-        unsigned v_block_k) {
-    const unsigned nq = heads * head_dim;
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
-                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
-                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
-    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
-                    v_block_n != 0u && v_block_k != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+// qkv_mma_int4's are. A zero block or group writes nothing. q's matrix has heads·head_dim rows,
+// twice that in the gated layout (each head [q | gate]).
+__device__ __forceinline__ unsigned qkv_q_rows(unsigned layout, QkvRopeDims d) {
+    return (layout == QKV_GATED_NORM_ZC ? 2u : 1u) * d.heads * d.head_dim;
+}
+
+// An fp8 entry in `layout`: w q, k and v, blocks (block_n, block_k) of each; NARROW as
+// qkv_rope_kv_entry's.
+template <bool NARROW>
+__device__ __forceinline__ void qkv_rope_kv_fp8(
+    unsigned layout, const bf16* __restrict__ x, const unsigned char* const (&w)[3],
+    const unsigned (&blocks)[6], const bf16* const (&bias)[3], const bf16* const (&norm_w)[2],
+    float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq,
+    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ gate_out,
+    bf16* __restrict__ cache, unsigned rows, unsigned k, QkvRopeDims d) {
+    const unsigned nkv = d.kv_heads * d.head_dim;
+    const GemmQuant<WFp8> ws[3] = {{WFp8{w[0], qkv_q_rows(layout, d), blocks[0], blocks[1]}},
+                                   {WFp8{w[1], nkv, blocks[2], blocks[3]}},
+                                   {WFp8{w[2], nkv, blocks[4], blocks[5]}}};
+    bool ok = true;
+#pragma unroll
+    for (unsigned i = 0; i < 6u; ++i) ok = ok && blocks[i] != 0u;
+    qkv_rope_kv_entry<GemmQuant<WFp8>, NARROW>(ok, x, ws, layout, bias, norm_w, eps, positions,
+                                               inv_freq, slot_mapping, q_out, gate_out, cache,
+                                               rows, k, d);
+}
+
+// An int4 entry in `layout`: w q, k and v, each with its group; NARROW as qkv_rope_kv_entry's.
+template <bool NARROW>
+__device__ __forceinline__ void qkv_rope_kv_int4(
+    unsigned layout, const bf16* __restrict__ x, const unsigned char* const (&w)[3],
+    const unsigned (&groups)[3], const bf16* const (&bias)[3], const bf16* const (&norm_w)[2],
+    float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq,
+    const int* __restrict__ slot_mapping, bf16* __restrict__ q_out, bf16* __restrict__ gate_out,
+    bf16* __restrict__ cache, unsigned rows, unsigned k, QkvRopeDims d) {
+    const unsigned nkv = d.kv_heads * d.head_dim;
+    const GemmQuant<WInt4> ws[3] = {{WInt4{w[0], qkv_q_rows(layout, d), groups[0]}},
+                                    {WInt4{w[1], nkv, groups[1]}},
+                                    {WInt4{w[2], nkv, groups[2]}}};
+    const bool ok = groups[0] != 0u && groups[1] != 0u && groups[2] != 0u;
+    qkv_rope_kv_entry<GemmQuant<WInt4>, NARROW>(ok, x, ws, layout, bias, norm_w, eps, positions,
+                                                inv_freq, slot_mapping, q_out, gate_out, cache,
+                                                rows, k, d);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    qkv_norm_rope_kv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+    qkv_rope_kv_mma_fp8(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
         const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
-        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    const unsigned nq = heads * head_dim;
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
-                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
-                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
-    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
-                    v_block_n != 0u && v_block_k != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+    qkv_rope_kv_fp8<false>(QKV_ROPE, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+    qkv_norm_rope_kv_mma_fp8(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<false>(QKV_NORM, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -1285,58 +1369,43 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    const unsigned nq2 = 2u * heads * head_dim; // each head [q | gate]
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq2, q_block_n, q_block_k}},
-                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
-                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
-    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
-                    v_block_n != 0u && v_block_k != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
-                      inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+    qkv_rope_kv_fp8<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    qkv_rope_kv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+    qkv_rope_kv_mma_int4(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
         const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
-        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
-        unsigned k_group, unsigned v_group) {
-    const unsigned nq = heads * head_dim;
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
-                                   {WInt4{wk, nkv, k_group}},
-                                   {WInt4{wv, nkv, v_group}}};
-    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<false>(QKV_ROPE, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-    qkv_norm_rope_kv_mma_int4(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
-        const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
-        const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
-        const bf16* __restrict__ bv, const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+    qkv_norm_rope_kv_mma_int4(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
         const int* __restrict__ positions, const float* __restrict__ inv_freq,
         const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
-        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
-        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps, unsigned q_group,
-        unsigned k_group, unsigned v_group) {
-    const unsigned nq = heads * head_dim;
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
-                                   {WInt4{wk, nkv, k_group}},
-                                   {WInt4{wv, nkv, v_group}}};
-    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq,
-                      slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<false>(QKV_NORM, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -1351,15 +1420,118 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
         unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
         unsigned v_group) {
-    const unsigned nq2 = 2u * heads * head_dim; // each head [q | gate]
-    const unsigned nkv = kv_heads * head_dim;
-    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq2, q_group}},
-                                   {WInt4{wk, nkv, k_group}},
-                                   {WInt4{wv, nkv, v_group}}};
-    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    qkv_rope_kv_entry(ok, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv}, {wqn, wkn}, eps, positions,
-                      inv_freq, slot_mapping, q_out, gate_out, cache, rows, k,
-                      QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+    qkv_rope_kv_int4<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+// The six quantized entries through gemm_narrow (decode widths, lever mma_narrow; a stage of
+// GemmQuant's NARROW_K; one block per SM at least, as the quantized linear_mma_narrow
+// entries): the same arguments, grid and bytes, a qk-norm layout's launch staging 16 rows of a
+// head as the bf16 `_narrow` entries' do.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_rope_kv_mma_fp8_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<true>(QKV_ROPE, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_norm_rope_kv_mma_fp8_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<true>(QKV_NORM, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_gated_norm_zc_rope_kv_mma_fp8_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_rope_kv_mma_int4_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<true>(QKV_ROPE, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_norm_rope_kv_mma_int4_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<true>(QKV_NORM, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    qkv_gated_norm_zc_rope_kv_mma_int4_narrow(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 // Gate and up projections (wg, wu bf16[inter·k]) of x bf16[rows·k], then act bf16[rows·inter]
@@ -1391,15 +1563,42 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 
 // gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),
 // dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.
+// NARROW: through gemm_narrow (the `_narrow` entries, lever mma_narrow).
+template <bool NARROW>
+__device__ __forceinline__ void gate_up_silu_fp8(const bf16* __restrict__ x,
+                                                 const unsigned char* __restrict__ wg,
+                                                 const unsigned char* __restrict__ wu,
+                                                 bf16* __restrict__ act, unsigned rows,
+                                                 unsigned k, unsigned inter, unsigned g_block_n,
+                                                 unsigned g_block_k, unsigned u_block_n,
+                                                 unsigned u_block_k) {
+    const bool ok = g_block_n != 0u && g_block_k != 0u && u_block_n != 0u && u_block_k != 0u;
+    const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
+                                   {WFp8{wu, inter, u_block_n, u_block_k}}};
+    gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
+                        StoreSiluMul{act, inter}, ok);
+}
+
+template <bool NARROW>
+__device__ __forceinline__ void gate_up_silu_int4(const bf16* __restrict__ x,
+                                                  const unsigned char* __restrict__ wg,
+                                                  const unsigned char* __restrict__ wu,
+                                                  bf16* __restrict__ act, unsigned rows,
+                                                  unsigned k, unsigned inter, unsigned g_group,
+                                                  unsigned u_group) {
+    const bool ok = g_group != 0u && u_group != 0u;
+    const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
+    gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
+                        StoreSiluMul{act, inter}, ok);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
                          const unsigned char* __restrict__ wu, bf16* __restrict__ act,
                          unsigned rows, unsigned k, unsigned inter, unsigned g_block_n,
                          unsigned g_block_k, unsigned u_block_n, unsigned u_block_k) {
-    const bool ok = g_block_n != 0u && g_block_k != 0u && u_block_n != 0u && u_block_k != 0u;
-    const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
-                                   {WFp8{wu, inter, u_block_n, u_block_k}}};
-    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter}, ok);
+    gate_up_silu_fp8<false>(x, wg, wu, act, rows, k, inter, g_block_n, g_block_k, u_block_n,
+                            u_block_k);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -1407,9 +1606,27 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                           const unsigned char* __restrict__ wu, bf16* __restrict__ act,
                           unsigned rows, unsigned k, unsigned inter, unsigned g_group,
                           unsigned u_group) {
-    const bool ok = g_group != 0u && u_group != 0u;
-    const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
-    gemm_run<2>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN, StoreSiluMul{act, inter}, ok);
+    gate_up_silu_int4<false>(x, wg, wu, act, rows, k, inter, g_group, u_group);
+}
+
+// The two quantized entries through gemm_narrow (decode widths, lever mma_narrow; one block
+// per SM at least, as the quantized linear_mma_narrow entries): the same arguments, grid and
+// bytes.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gate_up_silu_mma_fp8_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                                const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                                unsigned rows, unsigned k, unsigned inter, unsigned g_block_n,
+                                unsigned g_block_k, unsigned u_block_n, unsigned u_block_k) {
+    gate_up_silu_fp8<true>(x, wg, wu, act, rows, k, inter, g_block_n, g_block_k, u_block_n,
+                           u_block_k);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gate_up_silu_mma_int4_narrow(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                                 const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                                 unsigned rows, unsigned k, unsigned inter, unsigned g_group,
+                                 unsigned u_group) {
+    gate_up_silu_int4<true>(x, wg, wu, act, rows, k, inter, g_group, u_group);
 }
 
 // Every pick s (= r·k + j) of expert e among `total` ids, gathered 64 at a time in shared memory

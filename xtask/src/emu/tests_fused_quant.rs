@@ -12,7 +12,8 @@ use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
-    GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
+    GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4, GATE_UP_SILU_MMA_INT4_NARROW, QKV_MMA_FP8,
+    QKV_MMA_INT4,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -20,6 +21,7 @@ use solder_model_layers::numerics::dequant::quantize_matrix;
 use super::tests::{arg_buf, bf16_nans, emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
+use super::tests_narrow::narrowed;
 use super::tests_quant::matrix;
 
 /// k off the 64-wide k tile and off 8-element chunks of the blocks and groups; q's features over
@@ -206,7 +208,7 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
     let [f0, f1, f2] = fp8_formats();
     let [i0, i1, _] = int4_formats();
     let mut launches = 0u64;
-    for rows in [1u32, 5, 70] {
+    for rows in [1u32, 5, 17, 70] {
         let seed = 0x51ed_2701 ^ (rows as u64) << 20;
         for formats in [fp8_formats(), int4_formats()] {
             let l = qkv_launch(&mut backend, formats, rows, seed);
@@ -219,10 +221,13 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
             block_n: 1,
             block_k: K,
         };
+        // Each also through its `_narrow` entry (lever `mma_narrow`: passes of 16 rows, stages
+        // of 128 k, so K's 300 in three, the last partial).
         for formats in [[f0, f1], [channel, f2], [i0, i1]] {
             let l = gate_up_launch(&mut backend, formats, rows, seed);
             run(&mut backend, &l);
-            launches += 1;
+            run(&mut backend, &narrowed(&l));
+            launches += 2;
         }
     }
     let report = backend.emulation().unwrap().report();
@@ -232,6 +237,8 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
         QKV_MMA_INT4.as_str(),
         GATE_UP_SILU_MMA_FP8.as_str(),
         GATE_UP_SILU_MMA_INT4.as_str(),
+        GATE_UP_SILU_MMA_FP8_NARROW.as_str(),
+        GATE_UP_SILU_MMA_INT4_NARROW.as_str(),
     ] {
         let parity = &report[entry];
         assert!(parity.launches > 0, "{entry} not run");

@@ -1,10 +1,11 @@
-//! The `_narrow` entries of the tensor-core projections (gemm.cu `gemm_narrow`, lever
+//! The `_narrow` entries of the bf16 tensor-core projections (gemm.cu `gemm_narrow`, lever
 //! `mma_narrow`: 16 rows a pass, a warp per 8 features, k 256 a stage) through the host
 //! emulation of their CUDA source: equal to their twins, and to the wide entries they stand in
 //! for, byte for byte, at decode widths and past them (rows in several passes), with k under
 //! one stage, past one stage and off every tile (the last stage ends mid-stage; k % 8 != 0, so
 //! the scalar staging), feature blocks cut short, a bias, and an LM head whose `want` flags
-//! skip rows.
+//! skip rows. `narrowed` gives a launch through its `_narrow` entry, which the quantized tests
+//! (`tests_quant`, `tests_fused_quant`; stages of 128 k) run beside each wide launch.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::CpuBackend;
@@ -17,6 +18,19 @@ use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{download, emulated, run, upload};
 use super::tests_mutation::values;
+
+/// `wide` through its `_narrow` entry (the variant `gemm::NARROW_VARIANTS` pairs with its kernel;
+/// one of a kernel without qk-norm layouts): the same arguments and configuration.
+pub(super) fn narrowed(wide: &Launch) -> Launch {
+    let (entry, _) = solder_model_layers::kernels::gemm::NARROW_VARIANTS
+        .iter()
+        .find(|(_, kernel)| *kernel == wide.kernel)
+        .unwrap_or_else(|| panic!("{} has no _narrow entry", wide.kernel));
+    Launch {
+        kernel: entry,
+        ..wide.clone()
+    }
+}
 
 /// A fresh output of `bytes`, filled with a marker (so an unwritten byte shows).
 fn fresh(backend: &mut CpuBackend, bytes: u32) -> Buf {

@@ -10,8 +10,9 @@ use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8, LINEAR_MMA_INT4,
-    LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
+    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8,
+    LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW, LM_HEAD_MMA_FP8,
+    LM_HEAD_MMA_FP8_NARROW, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW,
 };
 use solder_model_layers::kernels::gemv::{
     LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8,
@@ -22,6 +23,7 @@ use solder_model_layers::numerics::dequant::{f32_to_e4m3, quantize_matrix};
 
 use super::tests::{emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
+use super::tests_narrow::narrowed;
 
 /// Seeded values in [-1, 1), with a spread of magnitudes (so blocks get different scales).
 pub(super) fn matrix(n: usize, k: usize, seed: u64) -> Vec<f32> {
@@ -276,8 +278,10 @@ fn quantized_gemv_entries_equal_their_twins_at_every_row_tile() {
 }
 
 /// The tensor-core entries: k = 300 (a partial k tile of 64, partial 8-chunks, blocks and
-/// groups off the tile), n = 37 (a partial 32-feature tile), rows 1, 5 and 70 (a partial and
-/// a second 64-row tile).
+/// groups off the tile; three 128-k stages of a `_narrow` entry, the last partial), n = 37 (a
+/// partial 32-feature tile), rows 1, 5, 17 (a narrow entry's second pass of 16) and 70 (a
+/// partial and a second 64-row tile), each through the wide entry and its `_narrow` variant
+/// (lever `mma_narrow`).
 #[test]
 fn quantized_mma_entries_equal_their_twins_across_tiles() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -297,7 +301,7 @@ fn quantized_mma_entries_equal_their_twins_across_tiles() {
     let (k, n) = (300u32, 37u32);
     let mut launches = 0u64;
     for format in formats {
-        for rows in [1u32, 5, 70] {
+        for rows in [1u32, 5, 17, 70] {
             for logits in [false, true] {
                 let seed = 0x7f4a_7c15 ^ (rows as u64) << 20;
                 let l = quantized_launch_of(
@@ -309,7 +313,8 @@ fn quantized_mma_entries_equal_their_twins_across_tiles() {
                     seed,
                 );
                 run(&mut backend, &l);
-                launches += 1;
+                run(&mut backend, &narrowed(&l));
+                launches += 2;
             }
         }
     }
@@ -317,11 +322,16 @@ fn quantized_mma_entries_equal_their_twins_across_tiles() {
     let mut seen = 0u64;
     for entry in [
         LINEAR_MMA_FP8.as_str(),
+        LINEAR_MMA_FP8_NARROW.as_str(),
         LINEAR_MMA_INT4.as_str(),
+        LINEAR_MMA_INT4_NARROW.as_str(),
         LM_HEAD_MMA_FP8.as_str(),
+        LM_HEAD_MMA_FP8_NARROW.as_str(),
         LM_HEAD_MMA_INT4.as_str(),
+        LM_HEAD_MMA_INT4_NARROW.as_str(),
     ] {
         let parity = &report[entry];
+        assert!(parity.launches > 0, "{entry} not run");
         assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
         seen += parity.launches;
     }

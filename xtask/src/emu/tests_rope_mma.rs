@@ -15,9 +15,12 @@ use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     QkvRopeKvParts, QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_NORM_ROPE_KV_MMA,
-    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_NARROW,
-    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+    QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4,
+    QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -348,13 +351,16 @@ fn carries_nan(backend: &mut CpuBackend, l: &Launch, gated: bool) {
 }
 
 /// q, k and v in fp8 blocks of 128 × 128, 3 × 40 and one per-tensor block, or int4 groups of
-/// 128, 20 and 32, at the head layouts above: the twin's bytes (k even for int4).
+/// 128, 20 and 32, at the head layouts above and at k = 300 (three of a quantized `_narrow`
+/// entry's 128-k stages, the last partial): the twin's bytes (k even for int4), through the
+/// wide entries and their `_narrow` variants (lever `mma_narrow`) alike.
 #[test]
 fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     let mut launches = 0u64;
-    for (i, shape) in SHAPES.into_iter().enumerate() {
+    let stages = (17, 300, 2, 1, 64, 32);
+    for (i, shape) in SHAPES.into_iter().chain([stages]).enumerate() {
         let (_, k, _, kv_heads, head_dim, _) = shape;
         let fp8 = |block_n, block_k| WeightFormat::Fp8 { block_n, block_k };
         let int4 = |group| WeightFormat::Int4 { group };
@@ -365,24 +371,43 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
             let seed = 5 + 16 * i as u64;
             let x = upload(&mut backend, &values(shape.0 * k, seed));
             for layout in LAYOUTS {
-                let l = launch_in(&mut backend, shape, x, seed, formats, layout);
-                run(&mut backend, &l);
-                launches += 1;
+                for narrow in [false, true] {
+                    let l = parts(&mut backend, shape, x, seed, formats, layout)
+                        .launch_narrow(formats, narrow)
+                        .expect("one quantized kind");
+                    assert_eq!(l.kernel.ends_with("_narrow"), narrow, "{}", l.kernel);
+                    run(&mut backend, &l);
+                    launches += 1;
+                }
             }
         }
     }
     let report = backend.emulation().unwrap().report();
     let mut seen = 0u64;
     let entries = [
-        QKV_ROPE_KV_MMA_FP8.as_str(),
-        QKV_ROPE_KV_MMA_INT4.as_str(),
-        QKV_NORM_ROPE_KV_MMA_FP8.as_str(),
-        QKV_NORM_ROPE_KV_MMA_INT4.as_str(),
-        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
-        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
-    ];
+        QKV_ROPE_KV_MMA_FP8,
+        QKV_ROPE_KV_MMA_FP8_NARROW,
+        QKV_NORM_ROPE_KV_MMA_FP8,
+        QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+    ]
+    .map(|e| e.as_str())
+    .into_iter()
+    .chain(
+        [
+            QKV_ROPE_KV_MMA_INT4,
+            QKV_ROPE_KV_MMA_INT4_NARROW,
+            QKV_NORM_ROPE_KV_MMA_INT4,
+            QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
+        ]
+        .map(|e| e.as_str()),
+    );
     for entry in entries {
         let parity = &report[entry];
+        assert!(parity.launches > 0, "{entry} not run");
         assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
         seen += parity.launches;
     }

@@ -29,7 +29,8 @@
 # row against its chunked form (`gdn_chunked`), each launch timed alone (gpu-kernels); the
 # tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the 1B
 # shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
-# the tensor cores' quantized entries, and ncu per kernel over a 1,024-token prefill with them;
+# the tensor cores' quantized entries and those with `mma_narrow` (decode through the quantized
+# _narrow entries), and ncu per kernel over a 1,024-token prefill with them;
 # every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
 # eager == graph == a second run; initcheck and synccheck on the splitting model; memcheck and
 # racecheck with `pdl` on; decode timed at context 131,069 (the 1B's 131,072 positions less
@@ -84,14 +85,15 @@ LIMIT_CTX_8K=${LIMIT_CTX_8K:-30}        # (15 s)
 LIMIT_MEMCHECK_MODEL=${LIMIT_MEMCHECK_MODEL:-10}   # per checkpoint, two of them (1 s)
 LIMIT_STRESS=${LIMIT_STRESS:-10}        # (1 s)
 LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE with the lever (4 s at context 40; now 300, not yet timed)
-# Part 3: 490 s in all (the third device call gives 530).
+# Part 3: 500 s in all (the third device call gives 540; the JIT and long-step limits cut to
+# 1.4 and 1.7 times their first runs to make room for a third fp8 prefill).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
 LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence row by row vs chunked, 80B shape (not yet timed)
 LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 3 widths (not yet timed)
-LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, two runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
+LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, three runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
-LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-45}  # every module JIT-compiled from its PTX (25 s)
-LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-40}  # Llama-3.2-1B's shape, 4,200 tokens, compared (21 s)
+LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-35}  # every module JIT-compiled from its PTX (25 s)
+LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-35}  # Llama-3.2-1B's shape, 4,200 tokens, compared (21 s)
 LIMIT_INITCHECK=${LIMIT_INITCHECK:-10}  # (1 s)
 LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-10}  # (1 s)
 LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-10}  # (1 s)
@@ -469,6 +471,9 @@ part3() {
     # the lever under ncu.
     prefill "prefill 2048 fp8 gemv" "" "$LIMIT_PREFILL_FP8" fp8
     prefill "prefill 2048 fp8 tensor cores" tensor_cores "$LIMIT_PREFILL_FP8" fp8
+    # The same with mma_narrow: its decode steps (eager_ms, graph_ms) through the quantized
+    # _narrow entries (stages of 128 k); the prefill's 512-row chunks keep the wide tile.
+    prefill "prefill 2048 fp8 tensor cores narrow" tensor_cores,mma_narrow "$LIMIT_PREFILL_FP8" fp8
     if [ -z "$NCU" ]; then
         skip "ncu prefill fp8" "ncu not found"
     else

@@ -235,12 +235,13 @@ pub fn violations(report: &[KernelResources]) -> Vec<String> {
 
 /// The host's one-wave split sizing (the default; lever `split_two_waves` times the other)
 /// assumes `split::RESIDENT_BLOCKS_PER_SM` blocks per SM for gemv's streaming entries and
-/// `qkv_rope_kv` (model-layers `kernels::gemv::split`); a register count that changes it must
-/// change the constant too.
+/// `qkv_rope_kv` with its `_ahead` entry (model-layers `kernels::gemv::split`); a register
+/// count that changes it must change the constant too.
 fn resident_mismatch(k: &KernelResources) -> Option<String> {
     use solder_model_layers::kernels::gemv::split::RESIDENT_BLOCKS_PER_SM;
+    // qkv_rope_kv and its `_ahead` entry (lever `qkv_norm_ahead`), split by the same sizing.
     let sized = k.module == "gemv"
-        && (k.name == "qkv_rope_kv"
+        && (k.name.starts_with("qkv_rope_kv")
             || ["_r1", "_r2", "_r4", "_r8"]
                 .iter()
                 .any(|tile| k.name.ends_with(tile)));
@@ -331,8 +332,10 @@ ptxas info    : Used 96 registers, used 1 barriers, 32800 bytes smem, 400 bytes 
             ..Default::default()
         };
         assert!(violations(&[kernel("linear_r1", 100), kernel("qkv_rope_kv", 96)]).is_empty());
-        // 80 registers: 3 blocks per SM, so the sizing constant would be stale.
+        // 80 registers: 3 blocks per SM, so the sizing constant would be stale; so for the
+        // `_ahead` entry of qkv_rope_kv.
         assert_eq!(violations(&[kernel("linear_r1", 80)]).len(), 1);
+        assert_eq!(violations(&[kernel("qkv_rope_kv_ahead", 80)]).len(), 1);
         // Classic entries are not split-sized.
         assert!(violations(&[kernel("gate_up_silu", 146)]).is_empty());
     }

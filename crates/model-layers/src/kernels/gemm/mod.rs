@@ -73,9 +73,10 @@ kernel! {
     LM_HEAD_MMA = "gemm::lm_head_mma" => twin lm_head_mma, emit emit_lm_head_mma;
 }
 
-/// The lever that launches the bf16 projections of programs of at most [`NARROW_ROWS`] rows
-/// through their `_narrow` entries (gemm.cu `gemm_narrow`: 16 rows a pass, a warp per 8
-/// features, k 256 a stage): A/B timing of decode widths; the same plans, the same bytes.
+/// The lever that launches the tensor-core projections of programs of at most [`NARROW_ROWS`]
+/// rows through their `_narrow` entries (gemm.cu `gemm_narrow`: 16 rows a pass, a warp per 8
+/// features, k 256 a stage for bf16 weights and 128 for quantized ones): A/B timing of decode
+/// widths; the same plans, the same bytes. The MoE experts' kernels have none.
 pub const MMA_NARROW: &str = "mma_narrow";
 
 /// The widest program whose projections `mma_narrow` takes through the `_narrow` entries (one
@@ -102,6 +103,24 @@ pub const NARROW_VARIANTS: &[(&str, &str)] = &[
     fused::QKV_NARROW_VARIANTS[0],
     fused::QKV_NARROW_VARIANTS[1],
     fused::QKV_NARROW_VARIANTS[2],
+    fused::QKV_NARROW_VARIANTS[3],
+    fused::QKV_NARROW_VARIANTS[4],
+    fused::QKV_NARROW_VARIANTS[5],
+    fused::QKV_NARROW_VARIANTS[6],
+    fused::QKV_NARROW_VARIANTS[7],
+    fused::QKV_NARROW_VARIANTS[8],
+    quant::NARROW_VARIANTS[0],
+    quant::NARROW_VARIANTS[1],
+    quant::NARROW_VARIANTS[2],
+    quant::NARROW_VARIANTS[3],
+    (
+        fused::GATE_UP_SILU_MMA_FP8_NARROW.as_str(),
+        fused::GATE_UP_SILU_MMA_FP8.as_str(),
+    ),
+    (
+        fused::GATE_UP_SILU_MMA_INT4_NARROW.as_str(),
+        fused::GATE_UP_SILU_MMA_INT4.as_str(),
+    ),
 ];
 
 /// `narrow` when the build turned `mma_narrow` on and the program is at most [`NARROW_ROWS`]
@@ -141,12 +160,16 @@ pub use fused::{
     QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
 pub use fused::{
-    GATE_UP_SILU_MMA_NARROW, LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
-    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_NARROW,
+    GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_NARROW,
+    LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
+    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
-    LINEAR_MMA_INT4, LM_HEAD_MMA_FP8, LM_HEAD_MMA_INT4,
+    LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW, LM_HEAD_MMA_FP8,
+    LM_HEAD_MMA_FP8_NARROW, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW,
 };
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
@@ -428,7 +451,7 @@ fn emit_linear_mma(v: &View<'_>) -> R {
             block_n,
             block_k,
         }
-        .launch(LINEAR_MMA_FP8),
+        .launch(narrow_or(v, LINEAR_MMA_FP8, LINEAR_MMA_FP8_NARROW)),
         WeightFormat::Int4 { group } => LinearMmaInt4 {
             x,
             w,
@@ -439,7 +462,7 @@ fn emit_linear_mma(v: &View<'_>) -> R {
             n_out,
             group,
         }
-        .launch(LINEAR_MMA_INT4),
+        .launch(narrow_or(v, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW)),
     };
     Ok(vec![launch])
 }
@@ -478,7 +501,7 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             block_n,
             block_k,
         }
-        .launch(LM_HEAD_MMA_FP8),
+        .launch(narrow_or(v, LM_HEAD_MMA_FP8, LM_HEAD_MMA_FP8_NARROW)),
         WeightFormat::Int4 { group } => LmHeadMmaInt4 {
             x,
             w,
@@ -489,7 +512,7 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
             vocab,
             group,
         }
-        .launch(LM_HEAD_MMA_INT4),
+        .launch(narrow_or(v, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW)),
     };
     Ok(vec![launch])
 }

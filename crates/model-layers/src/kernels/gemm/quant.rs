@@ -18,7 +18,7 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::{each_dot, emit_linear_mma, emit_lm_head_mma, gemm_grid, linear_dots};
 use crate::kernels::args::{dequantised, size, In, InOpt};
-use crate::kernels::decl::kernel;
+use crate::kernels::decl::{kernel, Name};
 use crate::kernels::want::on_wanted_rows;
 
 kernel! {
@@ -90,6 +90,21 @@ kernel! {
     grid(a) = gemm_grid(a.vocab, a.rows);
     LM_HEAD_MMA_INT4 = "gemm::lm_head_mma_int4" => twin lm_head_mma_int4, emit emit_lm_head_mma;
 }
+
+/// The four entries through gemm.cu's `gemm_narrow` (lever `mma_narrow`, decode widths; a
+/// stage of 128 k, dequantised as it is fetched): the same arguments, grid, twin and bytes.
+pub const LINEAR_MMA_FP8_NARROW: Name<LinearMmaFp8> = Name::new("gemm::linear_mma_fp8_narrow");
+pub const LINEAR_MMA_INT4_NARROW: Name<LinearMmaInt4> = Name::new("gemm::linear_mma_int4_narrow");
+pub const LM_HEAD_MMA_FP8_NARROW: Name<LmHeadMmaFp8> = Name::new("gemm::lm_head_mma_fp8_narrow");
+pub const LM_HEAD_MMA_INT4_NARROW: Name<LmHeadMmaInt4> = Name::new("gemm::lm_head_mma_int4_narrow");
+
+/// The `_narrow` entries, with the quantized entry each is a variant of.
+pub const NARROW_VARIANTS: [(&str, &str); 4] = [
+    (LINEAR_MMA_FP8_NARROW.as_str(), LINEAR_MMA_FP8.as_str()),
+    (LINEAR_MMA_INT4_NARROW.as_str(), LINEAR_MMA_INT4.as_str()),
+    (LM_HEAD_MMA_FP8_NARROW.as_str(), LM_HEAD_MMA_FP8.as_str()),
+    (LM_HEAD_MMA_INT4_NARROW.as_str(), LM_HEAD_MMA_INT4.as_str()),
+];
 
 /// Each quantized entry: (entry, the kernel it serves, the format kind it reads).
 pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[

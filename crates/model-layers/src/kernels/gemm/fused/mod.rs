@@ -43,8 +43,10 @@ pub use rope::{
     VARIANTS,
 };
 pub use rope::{
-    NARROW_VARIANTS as QKV_NARROW_VARIANTS, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
-    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_NARROW,
+    NARROW_VARIANTS as QKV_NARROW_VARIANTS, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
+    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
 };
 
 kernel! {
@@ -110,6 +112,11 @@ kernel! {
 /// `gate_up_silu_mma` through gemm.cu's `gemm_narrow` (lever `mma_narrow`, decode widths): the
 /// same arguments, grid, twin and bytes.
 pub const GATE_UP_SILU_MMA_NARROW: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_narrow");
+/// `gate_up_silu_mma_fp8` and `_int4` through `gemm_narrow` (a stage of 128 k).
+pub const GATE_UP_SILU_MMA_FP8_NARROW: Name<GateUpSiluMmaFp8> =
+    Name::new("gemm::gate_up_silu_mma_fp8_narrow");
+pub const GATE_UP_SILU_MMA_INT4_NARROW: Name<GateUpSiluMmaInt4> =
+    Name::new("gemm::gate_up_silu_mma_int4_narrow");
 /// `linear_pair_mma` through `gemm_narrow`.
 pub const LINEAR_PAIR_MMA_NARROW: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_narrow");
 
@@ -369,7 +376,11 @@ fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
             u_block_n,
             u_block_k,
         }
-        .launch(GATE_UP_SILU_MMA_FP8),
+        .launch(super::narrow_or(
+            v,
+            GATE_UP_SILU_MMA_FP8,
+            GATE_UP_SILU_MMA_FP8_NARROW,
+        )),
         [Int4 { group: g_group }, Int4 { group: u_group }] => GateUpSiluMmaInt4 {
             x,
             wg,
@@ -381,7 +392,11 @@ fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
             g_group,
             u_group,
         }
-        .launch(GATE_UP_SILU_MMA_INT4),
+        .launch(super::narrow_or(
+            v,
+            GATE_UP_SILU_MMA_INT4,
+            GATE_UP_SILU_MMA_INT4_NARROW,
+        )),
         _ => return Err(mixed_formats(v, GATE_UP_SILU_MMA.as_str(), &formats)),
     };
     Ok(vec![launch])

@@ -174,8 +174,23 @@ pub const QKV_NORM_ROPE_KV_MMA_NARROW: Name<QkvRopeKvMma> =
 pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW: Name<QkvRopeKvMma> =
     Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_narrow");
 
-/// The `_narrow` entries, with the kernel each is a variant of.
-pub const NARROW_VARIANTS: [(&str, &str); 3] = [
+/// The six quantized layouts through `gemm_narrow` (a stage of 128 k): as the bf16 ones.
+pub const QKV_ROPE_KV_MMA_FP8_NARROW: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_rope_kv_mma_fp8_narrow");
+pub const QKV_NORM_ROPE_KV_MMA_FP8_NARROW: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_fp8_narrow");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_fp8_narrow");
+pub const QKV_ROPE_KV_MMA_INT4_NARROW: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_rope_kv_mma_int4_narrow");
+pub const QKV_NORM_ROPE_KV_MMA_INT4_NARROW: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_int4_narrow");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_int4_narrow");
+
+/// The `_narrow` entries, with the entry each is a variant of (a quantized one of the plain
+/// entry in its format, as the quantized qk-norm entries are).
+pub const NARROW_VARIANTS: [(&str, &str); 9] = [
     (QKV_ROPE_KV_MMA_NARROW.as_str(), QKV_ROPE_KV_MMA.as_str()),
     (
         QKV_NORM_ROPE_KV_MMA_NARROW.as_str(),
@@ -185,14 +200,40 @@ pub const NARROW_VARIANTS: [(&str, &str); 3] = [
         QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
         QKV_ROPE_KV_MMA.as_str(),
     ),
+    (
+        QKV_ROPE_KV_MMA_FP8_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_NORM_ROPE_KV_MMA_FP8_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_ROPE_KV_MMA_INT4_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+    (
+        QKV_NORM_ROPE_KV_MMA_INT4_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
 ];
 
 /// The gated entries (each a qk-norm entry too).
-const GATED: [&str; 4] = [
+const GATED: [&str; 6] = [
     QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW.as_str(),
 ];
 
 /// Whether `entry` is a qk-norm entry (the gated ones too).
@@ -201,6 +242,10 @@ fn normed(entry: &str) -> bool {
         || [
             QKV_NORM_ROPE_KV_MMA_NARROW.as_str(),
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
+            QKV_NORM_ROPE_KV_MMA_FP8_NARROW.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW.as_str(),
+            QKV_NORM_ROPE_KV_MMA_INT4_NARROW.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW.as_str(),
         ]
         .contains(&entry)
 }
@@ -460,25 +505,47 @@ fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
     quant_run(rope_kv!(a), w)
 }
 
+/// `launch_in_layout` for each format's arguments: the entry of `layout` (plain, qk-norm,
+/// gated) among `entries[0]`, or its `_narrow` variant among `entries[1]` when `narrow`, in
+/// `narrow_config`.
+macro_rules! layout_launch {
+    ($($args:ty),+) => {
+        $(
+            impl $args {
+                fn launch_in_layout(
+                    self,
+                    entries: [[Name<$args>; 3]; 2],
+                    layout: usize,
+                    narrow: bool,
+                ) -> Launch {
+                    let config = self.config();
+                    let config = if narrow { narrow_config(config) } else { config };
+                    self.launch_with(entries[usize::from(narrow)][layout], config)
+                }
+            }
+        )+
+    };
+}
+layout_launch!(QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4);
+
 /// The bf16 entry of `layout` (plain, qk-norm, gated), its `_narrow` variant when `narrow`.
 fn bf16_launch(a: QkvRopeKvMma, layout: usize, narrow: bool) -> Launch {
-    if narrow {
-        let config = narrow_config(a.config());
-        let entry = [
-            QKV_ROPE_KV_MMA_NARROW,
-            QKV_NORM_ROPE_KV_MMA_NARROW,
-            QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
-        ][layout];
-        a.launch_with(entry, config)
-    } else {
-        a.launch(
+    a.launch_in_layout(
+        [
             [
                 QKV_ROPE_KV_MMA,
                 QKV_NORM_ROPE_KV_MMA,
                 QKV_GATED_NORM_ZC_ROPE_KV_MMA,
-            ][layout],
-        )
-    }
+            ],
+            [
+                QKV_ROPE_KV_MMA_NARROW,
+                QKV_NORM_ROPE_KV_MMA_NARROW,
+                QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+            ],
+        ],
+        layout,
+        narrow,
+    )
 }
 
 /// `qkv_rope_kv_mma`, or its entry for the weights' format.
@@ -573,8 +640,7 @@ impl QkvRopeKvParts {
         self.launch_narrow(formats, false)
     }
 
-    /// `launch`, through the bf16 layouts' `_narrow` entries when `narrow` (and the weights are
-    /// bf16; the quantized entries have none).
+    /// `launch`, through the layout's `_narrow` entry in the weights' format when `narrow`.
     pub fn launch_narrow(self, formats: [WeightFormat; 3], narrow: bool) -> Option<Launch> {
         let Self {
             x,
@@ -673,12 +739,21 @@ impl QkvRopeKvParts {
                 v_block_n,
                 v_block_k,
             }
-            .launch(
+            .launch_in_layout(
                 [
-                    QKV_ROPE_KV_MMA_FP8,
-                    QKV_NORM_ROPE_KV_MMA_FP8,
-                    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
-                ][layout],
+                    [
+                        QKV_ROPE_KV_MMA_FP8,
+                        QKV_NORM_ROPE_KV_MMA_FP8,
+                        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
+                    ],
+                    [
+                        QKV_ROPE_KV_MMA_FP8_NARROW,
+                        QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+                        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+                    ],
+                ],
+                layout,
+                narrow,
             ),
             [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
                 QkvRopeKvMmaInt4 {
@@ -710,12 +785,21 @@ impl QkvRopeKvParts {
                     k_group,
                     v_group,
                 }
-                .launch(
+                .launch_in_layout(
                     [
-                        QKV_ROPE_KV_MMA_INT4,
-                        QKV_NORM_ROPE_KV_MMA_INT4,
-                        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
-                    ][layout],
+                        [
+                            QKV_ROPE_KV_MMA_INT4,
+                            QKV_NORM_ROPE_KV_MMA_INT4,
+                            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
+                        ],
+                        [
+                            QKV_ROPE_KV_MMA_INT4_NARROW,
+                            QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
+                            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
+                        ],
+                    ],
+                    layout,
+                    narrow,
                 )
             }
             _ => return None,
