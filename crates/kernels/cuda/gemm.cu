@@ -362,10 +362,10 @@ __device__ __forceinline__ void gemm_tile(const bf16* __restrict__ x, const W (&
 // (one n8 column against the 16 rows), and stages k NARROW_K at a time (the weight source's:
 // 256 for bf16, four times the weight bytes in flight a block from registers and a quarter of
 // the round trips; 128 for a quantized weight, dequantised as it is fetched), and runs no
-// mma.sync on rows that are not there. Each output's accumulator takes exactly gemm_tile's sequence (from
-// +0, one mma.sync m16n8k16 per 16 k in k order, up to the same 64-k tile end), so the bytes
-// are linear_mma's whatever the width: a `_narrow` entry is a drop-in for its kernel (emulated
-// test `narrow_entries_write_the_bytes_of_the_wide_ones`).
+// mma.sync on rows that are not there. Each output's accumulator takes exactly gemm_tile's
+// sequence (from +0, one mma.sync m16n8k16 per 16 k in k order, up to the same 64-k tile end),
+// so the bytes are linear_mma's whatever the width: a `_narrow` entry is a drop-in for its
+// kernel (emulated test `narrow_entries_write_the_bytes_of_the_wide_ones`).
 #define GEMM_NM 16
 
 // The narrow tile of NW weights against 16 rows of x (`rows_of`'s), tile column c being weight
@@ -1333,7 +1333,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<false>(QKV_ROPE, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<false>(QKV_ROPE, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1351,7 +1352,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<false>(QKV_NORM, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<false>(QKV_NORM, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1369,7 +1371,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1420,7 +1423,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
         unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
         unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
         unsigned v_group) {
-    qkv_rope_kv_int4<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_group, k_group, v_group},
+    qkv_rope_kv_int4<false>(QKV_GATED_NORM_ZC, x, {wq, wk, wv},
+        {q_group, k_group, v_group},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1442,7 +1446,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<true>(QKV_ROPE, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<true>(QKV_ROPE, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1460,7 +1465,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<true>(QKV_NORM, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<true>(QKV_NORM, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1478,7 +1484,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
         unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
         unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
         unsigned v_block_k) {
-    qkv_rope_kv_fp8<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+    qkv_rope_kv_fp8<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
@@ -1529,7 +1536,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
         unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
         unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
         unsigned v_group) {
-    qkv_rope_kv_int4<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_group, k_group, v_group},
+    qkv_rope_kv_int4<true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv},
+        {q_group, k_group, v_group},
         {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }

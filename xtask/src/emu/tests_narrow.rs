@@ -19,11 +19,10 @@ use solder_model_layers::kernels::{Buf, Launch};
 use super::tests::{download, emulated, run, upload};
 use super::tests_mutation::values;
 
-/// `wide` through its `_narrow` entry (the variant `gemm::NARROW_VARIANTS` pairs with its kernel;
+/// `wide` through its `_narrow` entry (the variant `gemm::narrow_variants` pairs with its kernel;
 /// one of a kernel without qk-norm layouts): the same arguments and configuration.
 pub(super) fn narrowed(wide: &Launch) -> Launch {
-    let (entry, _) = solder_model_layers::kernels::gemm::NARROW_VARIANTS
-        .iter()
+    let (entry, _) = solder_model_layers::kernels::gemm::narrow_variants()
         .find(|(_, kernel)| *kernel == wide.kernel)
         .unwrap_or_else(|| panic!("{} has no _narrow entry", wide.kernel));
     Launch {

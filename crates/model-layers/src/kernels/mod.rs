@@ -120,7 +120,7 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
         .chain(attn::VARIANTS)
         .chain(flash::VARIANTS)
         .chain(gemm::VARIANTS)
-        .chain(gemm::NARROW_VARIANTS)
+        .chain(gemm::narrow_variants())
         .copied()
 }
 

@@ -88,8 +88,10 @@ pub const LINEAR_MMA_NARROW: Name<LinearMma> = Name::new("gemm::linear_mma_narro
 /// `lm_head_mma` through `gemm_narrow`.
 pub const LM_HEAD_MMA_NARROW: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_narrow");
 
-/// The `_narrow` entries, with the kernel each is a variant of.
-pub const NARROW_VARIANTS: &[(&str, &str)] = &[
+/// The bf16 single and pair entries' and gate/up's `_narrow` variants, with the kernel each is a
+/// variant of (the q/k/v layouts' are `fused::QKV_NARROW_VARIANTS`, the quantized single ones'
+/// `quant::NARROW_VARIANTS`; `narrow_variants` gives them all).
+const NARROW_VARIANTS: &[(&str, &str)] = &[
     (LINEAR_MMA_NARROW.as_str(), LINEAR_MMA.as_str()),
     (LM_HEAD_MMA_NARROW.as_str(), LM_HEAD_MMA.as_str()),
     (
@@ -100,19 +102,6 @@ pub const NARROW_VARIANTS: &[(&str, &str)] = &[
         fused::LINEAR_PAIR_MMA_NARROW.as_str(),
         LINEAR_PAIR_MMA.as_str(),
     ),
-    fused::QKV_NARROW_VARIANTS[0],
-    fused::QKV_NARROW_VARIANTS[1],
-    fused::QKV_NARROW_VARIANTS[2],
-    fused::QKV_NARROW_VARIANTS[3],
-    fused::QKV_NARROW_VARIANTS[4],
-    fused::QKV_NARROW_VARIANTS[5],
-    fused::QKV_NARROW_VARIANTS[6],
-    fused::QKV_NARROW_VARIANTS[7],
-    fused::QKV_NARROW_VARIANTS[8],
-    quant::NARROW_VARIANTS[0],
-    quant::NARROW_VARIANTS[1],
-    quant::NARROW_VARIANTS[2],
-    quant::NARROW_VARIANTS[3],
     (
         fused::GATE_UP_SILU_MMA_FP8_NARROW.as_str(),
         fused::GATE_UP_SILU_MMA_FP8.as_str(),
@@ -122,6 +111,15 @@ pub const NARROW_VARIANTS: &[(&str, &str)] = &[
         fused::GATE_UP_SILU_MMA_INT4.as_str(),
     ),
 ];
+
+/// Every `_narrow` entry (lever `mma_narrow`), with the kernel or quantized entry it is a
+/// variant of.
+pub fn narrow_variants() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    NARROW_VARIANTS
+        .iter()
+        .chain(&fused::QKV_NARROW_VARIANTS)
+        .chain(&quant::NARROW_VARIANTS)
+}
 
 /// `narrow` when the build turned `mma_narrow` on and the program is at most [`NARROW_ROWS`]
 /// rows wide, else `wide`.
