@@ -202,6 +202,21 @@ pub const STEPS: &[Step] = &[
         cargo: &["xtask", "parity", "--levers", "tensor_cores"],
         env: &[],
     },
+    // Gated DeltaNet's chunked form with its products on the tensor cores (`gdn_chunked` with
+    // `tensor_cores`, `by_chunk`): a prompt's chunks against the reference and against the
+    // prompt decoded alone within the rule's tolerance, everything else byte for byte.
+    Step {
+        name: "parity gdn_chunked on the tensor cores",
+        cargo: &[
+            "xtask",
+            "parity",
+            "--levers",
+            "gdn_chunked,tensor_cores",
+            "--only",
+            "tiny-qwen3-next",
+        ],
+        env: &[],
+    },
     Step {
         name: "emu parity tensor cores",
         cargo: &[
@@ -242,7 +257,8 @@ pub const STEPS: &[Step] = &[
     },
     // Their quantized entries (stages of 128 k, dequantised as fetched) on two quantized
     // checkpoints: fp8 blocks in Qwen3-Next's gated q/k/v, o, gate/up and linear layers, and
-    // GPTQ's asymmetric int4 in a biased q/k/v with rope.
+    // GPTQ's asymmetric int4 in a biased q/k/v with rope. Qwen3-Next's prompt chunks run Gated
+    // DeltaNet's chunked form on the tensor cores too (`gdn_chunked`: gdn::gates_chunked_mma).
     Step {
         name: "emu parity tensor cores narrow fp8",
         cargo: &[
@@ -253,7 +269,7 @@ pub const STEPS: &[Step] = &[
             "--backend",
             "emu",
             "--levers",
-            "tensor_cores,mma_narrow",
+            "tensor_cores,mma_narrow,gdn_chunked",
             "--max-batch",
             "2",
             "--tokens",

@@ -125,6 +125,7 @@ fn levers_table(rules: &RuleSet) -> Result<String, String> {
                 Numerics::Differs {
                     lever: l,
                     tolerance,
+                    ..
                 } if l == lever => Some((r, *tolerance)),
                 _ => None,
             })

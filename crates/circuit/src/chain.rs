@@ -22,8 +22,16 @@ use crate::ir::{Circuit, Op};
 use crate::ops::OpKind;
 
 /// The kernels that run the gated delta rule in chunks (rules `gdn_chunked`,
-/// `gdn_gates_chunked`).
-pub const CHUNKED_KERNELS: [&str; 2] = ["gdn::chunked", "gdn::gates_chunked"];
+/// `gdn_gates_chunked` and their `_tensor_cores` forms). The tensor cores' form is counted as
+/// the CUDA cores': a product's k steps are one warp's chain of `mma.sync`, as long as a
+/// thread's dot; what it shortens is the issue of the chunk's FLOPs, which a chain does not
+/// count.
+pub const CHUNKED_KERNELS: [&str; 4] = [
+    "gdn::chunked",
+    "gdn::gates_chunked",
+    "gdn::chunked_mma",
+    "gdn::gates_chunked_mma",
+];
 /// Rows per chunk of the chunked form (gdn.cu `GDN_CHUNK`).
 pub const GDN_CHUNK: usize = 16;
 /// Cycles one dependent step costs: a dependent FMA's latency on sm_90.

@@ -280,6 +280,14 @@ fn differs_without_a_positive_tolerance_is_refused() {
         line_of(&text, "numerics"),
         &["unknown numerics field `scale`"],
     );
+    let text = one_rule(
+        "pattern = [{ op = \"rms_norm\" }]\nkernel = \"norm::fast\"\nnumerics = { differs = \"fast_exp\", tolerance = 0.1, by_chunk = 1 }",
+    );
+    assert_at(
+        &refuse(&text),
+        line_of(&text, "numerics"),
+        &["`by_chunk` must be true or false"],
+    );
 }
 
 #[test]

@@ -84,7 +84,10 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          gdn::gates_chunked: chunks of 16 rows, their pair dots, outputs and state columns in \
          parallel, only a substitution over the chunk's rows in order) instead of row by row: \
          the same values in exact arithmetic, summed in another order, so logits differ in the \
-         last bits (`differs`); decode, speculative verify and wide steps keep the recurrence",
+         last bits (`differs`); decode, speculative verify and wide steps keep the recurrence; \
+         with tensor_cores on too, the chunks' pair, first-state and update products run on \
+         the tensor cores (gdn::gates_chunked_mma: mma.sync m16n8k8, TF32 operands); a \
+         prompt's bytes depend on its chunking (`by_chunk`)",
     ),
 ];
 

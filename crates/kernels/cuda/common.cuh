@@ -96,6 +96,38 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
 #endif
 }
 
+// f32 rounded to TF32 (cvt.rna: 10 mantissa bits, to nearest, ties away from zero), kept in
+// an f32's bits with the low 13 zero: what mma_tf32_1688 multiplies. Finite values past TF32's
+// largest round to infinity; infinities stay what they are, NaN is the canonical NaN.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+#if defined(__CUDA_ARCH__)
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+#else
+    return emu_cvt_rna_tf32(x);
+#endif
+}
+
+// One warp's TF32 matrix product on the tensor cores, f32 accumulate: d (16×8) += a (16×8,
+// row-major) · b (8×8, column-major), PTX's m16n8k8 .tf32 layouts. With g = lane / 4 and
+// t = lane % 4: a[0] holds a(g, t), a[1] a(g+8, t), a[2] a(g, t+4), a[3] a(g+8, t+4); b0 holds
+// b(t, g), b1 b(t+4, g); d as mma_bf16_16816's (d(g, 2t..2t+1), d(g+8, 2t..)). Each operand is
+// a `to_tf32` value. A TF32 product of two such values is exact in f32, so the host emulation's
+// one definite order (d = c, then fmaf over k = 0..7) is c plus each exact product in k order,
+// rounded after each add; a device's tensor cores need not follow it (`differs`).
+__device__ __forceinline__ void mma_tf32_1688(float d[4], const unsigned a[4], unsigned b0,
+                                              unsigned b1) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    emu_mma_m16n8k8_tf32(d, a, b0, b1);
+#endif
+}
+
 // Four 8×8 bf16 matrices from shared memory into one warp's fragments (ldmatrix .x4): lanes
 // 8i..8i+7 give the 16-byte-aligned addresses of matrix i's rows 0..7; every lane receives in
 // r[i] matrix i's row lane / 4, elements 2·(lane % 4) and the next.

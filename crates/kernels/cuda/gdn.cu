@@ -28,6 +28,10 @@
 //    evolves on its own: kv_mem[j], delta[j], the update and out[j] read only column j), so no
 //    cross-thread reduction touches the state; dk <= 256 (the block's columns staged in 32 KB
 //    of shared memory);
+//  - chunked, gates_chunked (the `gdn_chunked` lever) and chunked_mma, gates_chunked_mma (its
+//    products on the tensor cores, with `tensor_cores`): grid (nv·⌈dv/jc⌉, row blocks as the
+//    recurrence's), 256 threads, jc = 32 state columns a block (8 past dk 128), dynamic shared
+//    memory under 48 KB (see "chunked recurrence");
 //  - gated_norm: one warp per (row, v head), 8 per block.
 //
 // chain = 0 with several rows on one slot (padding rows on a scratch slot): the CPU twin runs
@@ -710,15 +714,24 @@ __device__ __forceinline__ ChunkDots chunk_dots(const float* a0, const float* a1
     return {acc0, acc1};
 }
 
-// Row t, tile column c of a chunk from its two S0 dots d (S0ᵀk_t, S0ᵀq_t): the
-// substitution's right-hand side β_t·(v_t − Γ_t·S0ᵀk_t) into rhs, S0ᵀq_t into qs.
+// Row t, tile column c of a chunk from its S0 dot kd = S0ᵀk_t: the substitution's right-hand
+// side β_t·(v_t − Γ_t·S0ᵀk_t) into rhs[t·pitch + c].
+__device__ __forceinline__ void chunk_rhs_at(float* rhs, const float* gam, const float* beta,
+                                             const bf16* __restrict__ mixed, const GdnHeads& hd,
+                                             unsigned c0, unsigned head, unsigned j0,
+                                             unsigned pitch, unsigned t, unsigned c, float kd) {
+    const bf16* v = mixed + (unsigned long long)(c0 + t) * hd.channels + 2ull * hd.kd +
+                    (unsigned long long)head * hd.dv + j0 + c;
+    rhs[t * pitch + c] = __fmul_rn(__fsub_rn(to_f32(*v), __fmul_rn(gam[t], kd)), beta[t]);
+}
+
+// Row t, tile column c of a chunk from its two S0 dots d (S0ᵀk_t, S0ᵀq_t): the right-hand side
+// into rhs, S0ᵀq_t into qs.
 __device__ __forceinline__ void chunk_rhs(const GdnChunkSmem& m, const bf16* __restrict__ mixed,
                                           const GdnHeads& hd, unsigned c0, unsigned head,
                                           unsigned j0, unsigned jc, unsigned t, unsigned c,
                                           ChunkDots d) {
-    const bf16* v = mixed + (unsigned long long)(c0 + t) * hd.channels + 2ull * hd.kd +
-                    (unsigned long long)head * hd.dv + j0 + c;
-    m.rhs[t * jc + c] = __fmul_rn(__fsub_rn(to_f32(*v), __fmul_rn(m.gam[t], d.d0)), m.beta[t]);
+    chunk_rhs_at(m.rhs, m.gam, m.beta, mixed, hd, c0, head, j0, jc, t, c, d.d0);
     m.qs[t * jc + c] = d.d1;
 }
 
@@ -884,8 +897,270 @@ __device__ __forceinline__ void chunked_unit(const GdnHeads& hd, const bf16* __r
     }
 }
 
-// The body of both chunked kernels. Block x is (v head, column tile), block y a row (chain
-// 0, 2) or the only one (chain 1).
+// ---- chunked recurrence on the tensor cores (`gdn_chunked` with `tensor_cores`) -----------
+
+// The chunked form above with its large matrix products on the tensor cores (mma.sync
+// m16n8k8, TF32 in, f32 accumulate), as flash-linear-attention's chunk kernels put them there:
+// the pair dots Q·Kᵀ and K·Kᵀ, the chunk's first state's products K·S0 and Q·S0, and the state
+// update S0·Γ_{L−1} + Kᵀ·(U·w) (about 97% of a chunk's multiply-adds at dk = 128). The state
+// stays f32 in shared memory and in the cache: each product reads its operands rounded to TF32
+// (`to_tf32`, 10 mantissa bits, not bf16's 7) and sums in f32 (the update from S0·Γ_{L−1}).
+// The gates, the decays, the right-hand sides, the substitution and the outputs' causal sums
+// Γ_t·S0ᵀq_t + Σ_{s≤t} P[t][s]·u_s (16 terms at most) are the CUDA-core form's arithmetic.
+// Every product runs a key dim padded to 16 and (the update) whole chunks of GDN_CHUNK rows,
+// the padding zero, so a product's sum runs over the same terms in the same order whatever the
+// chunk's length: the twin (gdn/twin/chunked.rs, `Arith::Tf32`) sums them as the host
+// emulation's mma does (cuda_emu.hpp), byte for byte; a device sums a tensor-core product in
+// its own order (`differs`).
+//
+// Launch: chunked's grid and threads; chunk_mma_shared_bytes(dk) (ops/gdn.rs) of dynamic shared
+// (under 48 KB up to GDN_MAX_DK). Warps take the products' 8-column (or, for the state update,
+// 16 × 8) tiles in turn; a tile's k steps are one warp's chain of mma.sync.
+#define GDN_MMA_PAIR_PITCH 20u
+
+// A tensor-core chunked block's shared memory: q, k [GDN_CHUNK][kp + 4] (kp = dk padded to
+// 16: a fragment's eight rows of four words fall in 32 banks); the state tile [kp][sp], sp =
+// jc | 8 (a B fragment's four rows of eight words, likewise); P, A [GDN_CHUNK][20]; rhs (then
+// u·w), qs, u [GDN_CHUNK][sp]; G, Γ, β, w [GDN_CHUNK].
+struct GdnChunkMmaSmem {
+    unsigned kp, qp, sp;
+    float *q, *k, *s, *p, *a, *rhs, *qs, *u, *G, *gam, *beta, *w;
+
+    __device__ __forceinline__ void carve(float* base, unsigned dk, unsigned jc) {
+        kp = (dk + 15u) & ~15u;
+        qp = kp + 4u;
+        sp = jc | 8u;
+        q = base;
+        k = q + GDN_CHUNK * qp;
+        s = k + GDN_CHUNK * qp;
+        p = s + kp * sp;
+        a = p + GDN_CHUNK * GDN_MMA_PAIR_PITCH;
+        rhs = a + GDN_CHUNK * GDN_MMA_PAIR_PITCH;
+        qs = rhs + GDN_CHUNK * sp;
+        u = qs + GDN_CHUNK * sp;
+        G = u + GDN_CHUNK * sp;
+        gam = G + GDN_CHUNK;
+        beta = gam + GDN_CHUNK;
+        w = beta + GDN_CHUNK;
+    }
+};
+
+// d (16 × 8) = rows [16][pitch] (A, row-major) · cols (B as its columns: B(k, n) =
+// cols[n·pitch + k]) over k < kp, each operand rounded to TF32: Q·Kᵀ and K·Kᵀ.
+__device__ __forceinline__ void chunk_mma_rows_cols(float d[4], const float* rows,
+                                                    const float* cols, unsigned pitch,
+                                                    unsigned kp, unsigned g, unsigned t) {
+    for (unsigned kk = 0; kk < kp; kk += 8u) {
+        const unsigned a[4] = {to_tf32(rows[g * pitch + kk + t]),
+                               to_tf32(rows[(g + 8u) * pitch + kk + t]),
+                               to_tf32(rows[g * pitch + kk + t + 4u]),
+                               to_tf32(rows[(g + 8u) * pitch + kk + t + 4u])};
+        mma_tf32_1688(d, a, to_tf32(cols[g * pitch + kk + t]),
+                      to_tf32(cols[g * pitch + kk + t + 4u]));
+    }
+}
+
+// d (16 × 8) += rows [16][pitch] (A) · b [k][b_pitch] (B row-major, its 8 columns from b) over
+// k < kn, each operand rounded to TF32: K·S0 and Q·S0.
+__device__ __forceinline__ void chunk_mma_rows_b(float d[4], const float* rows, unsigned pitch,
+                                                 const float* b, unsigned b_pitch, unsigned kn,
+                                                 unsigned g, unsigned t) {
+    for (unsigned kk = 0; kk < kn; kk += 8u) {
+        const unsigned a[4] = {to_tf32(rows[g * pitch + kk + t]),
+                               to_tf32(rows[(g + 8u) * pitch + kk + t]),
+                               to_tf32(rows[g * pitch + kk + t + 4u]),
+                               to_tf32(rows[(g + 8u) * pitch + kk + t + 4u])};
+        mma_tf32_1688(d, a, to_tf32(b[(kk + t) * b_pitch + g]),
+                      to_tf32(b[(kk + t + 4u) * b_pitch + g]));
+    }
+}
+
+// The fragment's four outputs' (row, column) in its 16 × 8 tile: (g, 2t), (g, 2t+1), (g+8, 2t),
+// (g+8, 2t+1).
+__device__ __forceinline__ unsigned mma_row(unsigned i, unsigned g) { return g + 8u * (i >> 1); }
+__device__ __forceinline__ unsigned mma_col(unsigned i, unsigned t) { return 2u * t + (i & 1u); }
+
+// A unit's rows [start, end) of v head `head`, state columns [j0, j0 + cols), chunk by chunk,
+// the products on the tensor cores. A dead unit writes zeros to its outputs.
+__device__ __forceinline__ void chunked_mma_unit(const GdnHeads& hd,
+                                                 const bf16* __restrict__ mixed,
+                                                 const GdnGateSource& gates, const float* st_in,
+                                                 float* st_out, bf16* __restrict__ out,
+                                                 unsigned start, unsigned end, unsigned head,
+                                                 unsigned j0, unsigned jc, bool live,
+                                                 const GdnChunkMmaSmem& m) {
+    const unsigned dk = hd.dk;
+    const unsigned dv = hd.dv;
+    const unsigned cols = min(jc, dv - j0);
+    const unsigned tid = threadIdx.x;
+    const unsigned T = GDN_CHUNK_THREADS;
+    const unsigned warps = T / 32u;
+    const unsigned warp = tid >> 5;
+    const unsigned lane = tid & 31u;
+    const unsigned g = lane >> 2;
+    const unsigned t4 = lane & 3u;
+    const unsigned kp = m.kp, QP = m.qp, SP = m.sp, PP = GDN_MMA_PAIR_PITCH;
+    const unsigned nt = jc / 8u;
+    auto row_out = [&](unsigned r) {
+        return out + ((unsigned long long)r * hd.nv + head) * dv + j0;
+    };
+    if (!live) {
+        for (unsigned r = start; r < end; ++r) {
+            for (unsigned c = tid; c < cols; c += T) {
+                row_out(r)[c] = to_bf16(0.0f);
+            }
+        }
+        return;
+    }
+    __syncthreads(); // the previous unit's readers are done with the shared memory
+    // The state tile, zero past the key dim and the tile's columns.
+    for (unsigned e = tid; e < kp * jc; e += T) {
+        const unsigned i = e / jc;
+        const unsigned c = e - i * jc;
+        m.s[i * SP + c] = i < dk && c < cols ? st_in[(unsigned long long)i * dv + j0 + c] : 0.0f;
+    }
+    const unsigned kh = head / hd.ratio;
+    for (unsigned c0 = start; c0 < end; c0 += GDN_CHUNK) {
+        const unsigned L = min(GDN_CHUNK, end - c0);
+        __syncthreads(); // the previous chunk is done with q, k, the gates and u
+        for (unsigned t = warp; t < GDN_CHUNK; t += warps) {
+            if (t < L) {
+                recurrence_qk(hd, mixed + (unsigned long long)(c0 + t) * hd.channels, kh,
+                              m.q + t * QP, m.k + t * QP, lane);
+            }
+            for (unsigned i = (t < L ? dk : 0u) + lane; i < kp; i += 32u) {
+                m.q[t * QP + i] = 0.0f;
+                m.k[t * QP + i] = 0.0f;
+            }
+        }
+        if (tid < L) {
+            const GdnGates gate = gates.at(hd, c0 + tid, head);
+            m.beta[tid] = gate.beta;
+            m.G[tid] = gate.g;
+        }
+        __syncthreads();
+        if (tid == 0u) {
+            for (unsigned t = 1u; t < L; ++t) {
+                m.G[t] = __fadd_rn(m.G[t - 1u], m.G[t]);
+            }
+        }
+        __syncthreads();
+        if (tid < L) {
+            m.gam[tid] = expf(m.G[tid]);
+            m.w[tid] = expf(__fsub_rn(m.G[L - 1u], m.G[tid]));
+        }
+        __syncthreads();
+        // The products against q and k, a warp a tile: K·S0 and Q·S0 (nt tiles each, into the
+        // right-hand sides and qs), then Q·Kᵀ and K·Kᵀ (two tiles each, into P and A).
+        for (unsigned tile = warp; tile < 2u * nt + 4u; tile += warps) {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (tile < 2u * nt) {
+                const bool by_q = tile >= nt;
+                const unsigned n0 = (tile - (by_q ? nt : 0u)) * 8u;
+                chunk_mma_rows_b(d, by_q ? m.q : m.k, QP, m.s + n0, SP, kp, g, t4);
+                for (unsigned i = 0; i < 4u; ++i) {
+                    const unsigned r = mma_row(i, g);
+                    const unsigned c = n0 + mma_col(i, t4);
+                    const bool valid = r < L && c < cols;
+                    if (by_q) {
+                        m.qs[r * SP + c] = valid ? d[i] : 0.0f;
+                    } else if (valid) {
+                        chunk_rhs_at(m.rhs, m.gam, m.beta, mixed, hd, c0, head, j0, SP, r, c,
+                                     d[i]);
+                    } else {
+                        m.rhs[r * SP + c] = 0.0f;
+                    }
+                }
+            } else {
+                const unsigned pair = tile - 2u * nt;
+                const bool by_k = pair >= 2u;
+                const unsigned n0 = (pair & 1u) * 8u;
+                chunk_mma_rows_cols(d, by_k ? m.k : m.q, m.k + n0 * QP, QP, kp, g, t4);
+                for (unsigned i = 0; i < 4u; ++i) {
+                    const unsigned r = mma_row(i, g);
+                    const unsigned s = n0 + mma_col(i, t4);
+                    float v = 0.0f;
+                    if (r < L && s <= r && (!by_k || s < r)) {
+                        const float decay = expf(__fsub_rn(m.G[r], m.G[s]));
+                        v = __fmul_rn(d[i], decay);
+                        v = by_k ? __fmul_rn(v, m.beta[r]) : v;
+                    }
+                    (by_k ? m.a : m.p)[r * PP + s] = v;
+                }
+            }
+        }
+        __syncthreads();
+        // The substitution, a thread a column: u_t = rhs_t − Σ_{s<t} A[t][s]·u_s; rows past the
+        // chunk zero.
+        if (tid < jc) {
+            for (unsigned t = 0u; t < GDN_CHUNK; ++t) {
+                float acc = 0.0f;
+                for (unsigned s = 0u; s < t && t < L; ++s) {
+                    acc = __fadd_rn(acc, __fmul_rn(m.a[t * PP + s], m.u[s * SP + tid]));
+                }
+                m.u[t * SP + tid] = t < L ? __fsub_rn(m.rhs[t * SP + tid], acc) : 0.0f;
+            }
+        }
+        __syncthreads();
+        // The outputs Γ_t·S0ᵀq_t + Σ_{s≤t} P[t][s]·u_s on the CUDA cores, as the CUDA-core form
+        // sums them: a causal sum of at most 16 terms (on the tensor cores a row would take
+        // 0·u_s from the later rows, and 0·NaN would carry a later row's NaN back to it); u·w
+        // into rhs (the state update's operand), zero past the chunk.
+        for (unsigned e = tid; e < GDN_CHUNK * jc; e += T) {
+            const unsigned t = e / jc;
+            const unsigned c = e - t * jc;
+            if (t < L && c < cols) {
+                float acc = __fmul_rn(m.gam[t], m.qs[t * SP + c]);
+                for (unsigned s = 0u; s <= t; ++s) {
+                    acc = __fadd_rn(acc, __fmul_rn(m.p[t * PP + s], m.u[s * SP + c]));
+                }
+                row_out(c0 + t)[c] = to_bf16(acc);
+            }
+            m.rhs[t * SP + c] = t < L ? __fmul_rn(m.u[t * SP + c], m.w[t]) : 0.0f;
+        }
+        __syncthreads();
+        // S ← S0·Γ_{L−1} + Kᵀ·(U·w): a warp a 16 × 8 tile of the state, each entry held by one
+        // lane from its read to its write.
+        const float last = m.gam[L - 1u];
+        for (unsigned tile = warp; tile < (kp / 16u) * nt; tile += warps) {
+            const unsigned m0 = (tile / nt) * 16u;
+            const unsigned n0 = (tile - (tile / nt) * nt) * 8u;
+            float d[4];
+            for (unsigned i = 0; i < 4u; ++i) {
+                d[i] = __fmul_rn(m.s[(m0 + mma_row(i, g)) * SP + n0 + mma_col(i, t4)], last);
+            }
+            for (unsigned kk = 0; kk < GDN_CHUNK; kk += 8u) {
+                const unsigned a[4] = {to_tf32(m.k[(kk + t4) * QP + m0 + g]),
+                                       to_tf32(m.k[(kk + t4) * QP + m0 + g + 8u]),
+                                       to_tf32(m.k[(kk + t4 + 4u) * QP + m0 + g]),
+                                       to_tf32(m.k[(kk + t4 + 4u) * QP + m0 + g + 8u])};
+                mma_tf32_1688(d, a, to_tf32(m.rhs[(kk + t4) * SP + n0 + g]),
+                              to_tf32(m.rhs[(kk + t4 + 4u) * SP + n0 + g]));
+            }
+            for (unsigned i = 0; i < 4u; ++i) {
+                m.s[(m0 + mma_row(i, g)) * SP + n0 + mma_col(i, t4)] = d[i];
+            }
+        }
+    }
+    __syncthreads();
+    for (unsigned e = tid; e < dk * cols; e += T) {
+        const unsigned i = e / cols;
+        const unsigned c = e - i * cols;
+        st_out[(unsigned long long)i * dv + j0 + c] = m.s[i * SP + c];
+    }
+}
+
+// The shared memory a chunked block carves: the CUDA-core form's or (MMA) the tensor cores'.
+template <bool MMA> struct ChunkSmemOf {
+    using type = GdnChunkSmem;
+};
+template <> struct ChunkSmemOf<true> {
+    using type = GdnChunkMmaSmem;
+};
+
+// The body of the chunked kernels, on the CUDA cores or (MMA) the tensor cores. Block x is
+// (v head, column tile), block y a row (chain 0, 2) or the only one (chain 1).
+template <bool MMA>
 __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
                                             const GdnGateSource& gates, float* __restrict__ state,
                                             const int* __restrict__ slots,
@@ -906,7 +1181,8 @@ __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
     }
     const unsigned j0 = (blockIdx.x - head * tiles) * jc;
     const unsigned long long head_elems = (unsigned long long)dk * dv;
-    GdnChunkSmem m;
+    using Smem = typename ChunkSmemOf<MMA>::type;
+    Smem m;
     m.carve(gdn_chunk_smem, dk, jc);
     const unsigned stride = chain == 1u ? rows : gridDim.y;
     for (unsigned start = chain == 1u ? 0u : blockIdx.y; start < rows; start += stride) {
@@ -917,8 +1193,13 @@ __device__ __forceinline__ void chunked_run(const bf16* __restrict__ mixed,
         const float* s_in =
             unit.live ? head_state(state, unit.slot, nv, head, head_elems) : nullptr;
         float* s_out = unit.live ? head_state(state, unit.to, nv, head, head_elems) : nullptr;
-        chunked_unit(hd, mixed, gates, s_in, s_out, out, start, unit.end, head, j0, jc, unit.live,
-                     m);
+        if constexpr (MMA) {
+            chunked_mma_unit(hd, mixed, gates, s_in, s_out, out, start, unit.end, head, j0, jc,
+                             unit.live, m);
+        } else {
+            chunked_unit(hd, mixed, gates, s_in, s_out, out, start, unit.end, head, j0, jc,
+                         unit.live, m);
+        }
     }
 }
 
@@ -932,8 +1213,8 @@ extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) chunked(
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
-    chunked_run(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv, num_slots,
-                chain);
+    chunked_run<false>(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv,
+                       num_slots, chain);
 }
 
 // `gates` folded into `chunked` (as gates_recurrence folds them into recurrence).
@@ -945,8 +1226,34 @@ extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) gates_chunked(
     pdl_wait();
     pdl_launch_dependents();
     const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
-    chunked_run(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv, num_slots,
-                chain);
+    chunked_run<false>(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv,
+                       num_slots, chain);
+}
+
+// `chunked` with its products on the tensor cores: the same arguments.
+extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) chunked_mma(
+    const bf16* __restrict__ mixed, const float* __restrict__ beta, const float* __restrict__ g,
+    float* __restrict__ state, const int* __restrict__ slots, const int* __restrict__ out_slots,
+    bf16* __restrict__ out, unsigned rows, unsigned nk, unsigned dk, unsigned nv, unsigned dv,
+    unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {beta, g, nullptr, nullptr, nullptr};
+    chunked_run<true>(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv,
+                      num_slots, chain);
+}
+
+// `gates_chunked` with its products on the tensor cores: the same arguments.
+extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) gates_chunked_mma(
+    const bf16* __restrict__ mixed, const bf16* __restrict__ ba, const bf16* __restrict__ a_log,
+    const bf16* __restrict__ dt_bias, float* __restrict__ state, const int* __restrict__ slots,
+    const int* __restrict__ out_slots, bf16* __restrict__ out, unsigned rows, unsigned nk,
+    unsigned dk, unsigned nv, unsigned dv, unsigned num_slots, unsigned chain) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const GdnGateSource gates = {nullptr, nullptr, ba, a_log, dt_bias};
+    chunked_run<true>(mixed, gates, state, slots, out_slots, out, rows, nk, dk, nv, dv,
+                      num_slots, chain);
 }
 
 // ---- gated norm ----------------------------------------------------------------------------

@@ -452,6 +452,53 @@ inline void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], unsigned b0, 
     }
 }
 
+// cvt.rna.tf32.f32: the f32 rounded to 10 mantissa bits, to nearest, ties away from zero
+// (half of the dropped 13 bits' range added to the magnitude, then those bits cleared: a carry
+// moves into the exponent, and past the largest finite value into infinity). The infinities
+// are returned as they are, NaN as the canonical 0x7fffffff.
+inline unsigned emu_cvt_rna_tf32(float x) {
+    const unsigned bits = std::bit_cast<unsigned>(x);
+    if (x != x) return 0x7fffffffu;
+    if ((bits & 0x7f800000u) == 0x7f800000u) return bits;
+    return (bits + 0x1000u) & 0xffffe000u;
+}
+
+// mma.sync m16n8k8 .tf32, f32 accumulate. Lane 4g+q holds a(g, q), a(g+8, q), a(g, q+4),
+// a(g+8, q+4) and b(q, g), b(q+4, g); each output starts at c and takes the eight products with
+// fmaf in k order. The hardware reads an operand's top 19 bits: so does this model.
+inline void emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    const unsigned lane = emu::lane_id();
+    const unsigned g = lane >> 2, t = lane & 3;
+    const unsigned long long a_lo = a[0] | (static_cast<unsigned long long>(a[1]) << 32);
+    const unsigned long long a_hi = a[2] | (static_cast<unsigned long long>(a[3]) << 32);
+    const unsigned long long b = b0 | (static_cast<unsigned long long>(b1) << 32);
+    auto tf32 = [](unsigned w) { return std::bit_cast<float>(w & 0xffffe000u); };
+    float rows[2][8];  // a(g, k), a(g+8, k)
+    float cols[2][8];  // b(k, 2t), b(k, 2t+1)
+    for (unsigned q = 0; q < 4; ++q) {
+        const unsigned long long lo = emu::exchange(a_lo, 4 * g + q);
+        const unsigned long long hi = emu::exchange(a_hi, 4 * g + q);
+        const unsigned long long c0 = emu::exchange(b, 4 * (2 * t) + q);
+        const unsigned long long c1 = emu::exchange(b, 4 * (2 * t + 1) + q);
+        for (unsigned r = 0; r < 2; ++r) {
+            rows[r][q] = tf32(static_cast<unsigned>(lo >> (32 * r)));
+            rows[r][q + 4] = tf32(static_cast<unsigned>(hi >> (32 * r)));
+        }
+        const unsigned long long cs[2] = {c0, c1};
+        for (unsigned c = 0; c < 2; ++c) {
+            cols[c][q] = tf32(static_cast<unsigned>(cs[c]));
+            cols[c][q + 4] = tf32(static_cast<unsigned>(cs[c] >> 32));
+        }
+    }
+    for (unsigned i = 0; i < 4; ++i) {
+        const float* row = rows[i >> 1];
+        const float* col = cols[i & 1];
+        float acc = d[i];
+        for (unsigned k = 0; k < 8; ++k) acc = std::fmaf(row[k], col[k], acc);
+        d[i] = acc;
+    }
+}
+
 inline void emu_ldmatrix_x4(unsigned r[4], const __nv_bfloat16* row) {
     const unsigned lane = emu::lane_id();
     if ((reinterpret_cast<unsigned long long>(row) & 15ull) != 0) {

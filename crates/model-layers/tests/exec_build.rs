@@ -472,6 +472,19 @@ fn gdn_recurrence_kernel(exec: &CircuitExec, mode: Mode, rows: usize) -> &'stati
 /// lever off up to rounding, and a speculative step after it still runs.
 #[test]
 fn the_chunked_lever_runs_a_prompts_chunks_only() {
+    chunked_lever_runs_a_prompts_chunks_only(&[], "gdn::gates_chunked");
+}
+
+/// With `tensor_cores` on too, the same programs run the chunked form on the tensor cores
+/// (`gdn::gates_chunked_mma`); `tensor_cores` alone runs no chunked form.
+#[test]
+fn the_chunked_lever_on_the_tensor_cores_runs_a_prompts_chunks_only() {
+    chunked_lever_runs_a_prompts_chunks_only(&["tensor_cores"], "gdn::gates_chunked_mma");
+}
+
+/// `gdn_chunked` with `others` on against `others` alone: `kernel` where a prompt's chunks
+/// run, the row-by-row kernel everywhere else.
+fn chunked_lever_runs_a_prompts_chunks_only(others: &[&str], kernel: &'static str) {
     use solder_config::ServeShape;
     use solder_model_layers::{ModelDrafter, Session};
     let mut backend = backend();
@@ -483,19 +496,23 @@ fn the_chunked_lever_runs_a_prompts_chunks_only() {
         draft_widths: Vec::new(),
         speculative_rows: 4,
     };
-    let mut chunked_boot = tiny_next_at(serve.clone());
-    chunked_boot
-        .policy
-        .levers
-        .set("gdn_chunked", true)
-        .expect("lever");
-    let chunked = CircuitExec::build(&mut backend, chunked_boot).expect("build");
-    let plain = CircuitExec::build(&mut backend, tiny_next_at(serve)).expect("build");
+    let boot = |levers: &[&str]| {
+        let mut boot = tiny_next_at(serve.clone());
+        for lever in levers {
+            boot.policy.levers.set(lever, true).expect("lever");
+        }
+        boot
+    };
+    let chunked_levers: Vec<&str> = others.iter().copied().chain(["gdn_chunked"]).collect();
+    let chunked = CircuitExec::build(&mut backend, boot(&chunked_levers)).expect("build");
+    let plain = CircuitExec::build(&mut backend, boot(others)).expect("build");
     for plan in &chunked.plans {
         let (mode, rows) = (plan.mode, plan.rows);
+        let unchunked = gdn_recurrence_kernel(&plain, mode, rows);
+        assert!(!unchunked.contains("chunked"), "{mode} {rows}: {unchunked}");
         let want = match (mode, rows) {
-            (Mode::Prefill, _) | (Mode::Verify, 16) => "gdn::gates_chunked",
-            _ => gdn_recurrence_kernel(&plain, mode, rows),
+            (Mode::Prefill, _) | (Mode::Verify, 16) => kernel,
+            _ => unchunked,
         };
         assert_eq!(
             gdn_recurrence_kernel(&chunked, mode, rows),

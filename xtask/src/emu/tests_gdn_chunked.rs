@@ -1,14 +1,17 @@
-//! `gdn::chunked` and `gdn::gates_chunked` (the `gdn_chunked` lever): the CUDA source through
-//! the host emulation equal to its twin byte for byte (outputs and state) in every row layout,
-//! over several chunks and a short last one, with a head's columns split over several blocks
-//! and a key head dim past 128 (the narrower tile); and the twin equal to the row-by-row
-//! recurrence up to rounding over long chains, where an error in a chunk's algebra (a pair
-//! product, a decay, the substitution, the state update) shows as a difference far above it.
+//! `gdn::chunked` and `gdn::gates_chunked` (the `gdn_chunked` lever) and their tensor-core
+//! forms `gdn::chunked_mma` and `gdn::gates_chunked_mma` (with `tensor_cores`): the CUDA source
+//! through the host emulation equal to its twin byte for byte (outputs and state) in every row
+//! layout, over several chunks and a short last one, with a head's columns split over several
+//! blocks and a key head dim past 128 (the narrower tile); and the twins equal to the
+//! row-by-row recurrence up to rounding over long chains, where an error in a chunk's algebra
+//! (a pair product, a decay, the substitution, the state update) shows as a difference far
+//! above it.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::CpuBackend;
 use solder_model_layers::kernels::gdn::{
-    Chunked, GatesChunked, Recurrence, CHUNKED, GATES_CHUNKED, RECURRENCE,
+    chunked_mma_config, Chunked, GatesChunked, Recurrence, CHUNKED, CHUNKED_MMA, GATES_CHUNKED,
+    GATES_CHUNKED_MMA, RECURRENCE,
 };
 use solder_model_layers::kernels::Buf;
 
@@ -85,38 +88,46 @@ fn inputs(backend: &mut CpuBackend, p: &Problem, seed: f32) -> Inputs {
     }
 }
 
-/// `gdn::chunked` (or, with `recurrence`, `gdn::recurrence` without snapshots) over every row
-/// of `p` from the initial state; returns (out, state after).
-fn launch(
-    backend: &mut CpuBackend,
-    p: &Problem,
-    x: &Inputs,
-    recurrence: bool,
-) -> (Vec<u8>, Vec<u8>) {
+/// Which kernel runs the rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    /// `gdn::recurrence` without snapshots.
+    Recurrence,
+    /// `gdn::chunked`.
+    Chunked,
+    /// `gdn::chunked_mma`.
+    ChunkedMma,
+}
+
+/// `form`'s kernel over every row of `p` from the initial state; returns (out, state after).
+fn launch(backend: &mut CpuBackend, p: &Problem, x: &Inputs, form: Form) -> (Vec<u8>, Vec<u8>) {
     let state = upload(backend, &x.state);
     let out = upload(backend, &vec![0x5a; p.out_bytes()]);
     let (rows, nk, dk, nv, dv, num_slots, chain) =
         (p.rows(), p.nk, p.dk, p.nv, p.dv, p.num_slots, p.chain);
     let (mixed, beta, g, slots, out_slots) = (x.mixed, x.beta, x.g, x.slots, x.out_slots);
-    let launch = match recurrence {
-        false => Chunked {
-            mixed,
-            beta,
-            g,
-            state,
-            slots,
-            out_slots,
-            out,
-            rows,
-            nk,
-            dk,
-            nv,
-            dv,
-            num_slots,
-            chain,
+    let chunked = Chunked {
+        mixed,
+        beta,
+        g,
+        state,
+        slots,
+        out_slots,
+        out,
+        rows,
+        nk,
+        dk,
+        nv,
+        dv,
+        num_slots,
+        chain,
+    };
+    let launch = match form {
+        Form::Chunked => chunked.launch(CHUNKED),
+        Form::ChunkedMma => {
+            chunked.launch_with(CHUNKED_MMA, chunked_mma_config(rows, dk, nv, dv, chain))
         }
-        .launch(CHUNKED),
-        true => Recurrence {
+        Form::Recurrence => Recurrence {
             mixed,
             beta,
             g,
@@ -209,16 +220,29 @@ fn layouts() -> [(&'static str, Problem); 7] {
 
 #[test]
 fn the_chunked_recurrence_equals_its_twin_in_every_row_layout() {
+    chunked_equals_its_twin(Form::Chunked);
+}
+
+#[test]
+fn the_tensor_core_chunked_recurrence_equals_its_twin_in_every_row_layout() {
+    chunked_equals_its_twin(Form::ChunkedMma);
+}
+
+fn chunked_equals_its_twin(form: Form) {
+    let kernel = match form {
+        Form::ChunkedMma => CHUNKED_MMA,
+        _ => CHUNKED,
+    };
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     for (i, (name, p)) in layouts().into_iter().enumerate() {
         let x = inputs(&mut backend, &p, 0.25 + i as f32);
-        let (_, state) = launch(&mut backend, &p, &x, false);
+        let (_, state) = launch(&mut backend, &p, &x, form);
         assert!(state != x.state, "{name}: the state did not move");
-        let parity = &backend.emulation().unwrap().report()[CHUNKED.as_str()];
+        let parity = &backend.emulation().unwrap().report()[kernel.as_str()];
         assert_eq!(
             parity.launches, parity.identical,
-            "{name}: {CHUNKED:?} {parity:?}"
+            "{name}: {kernel:?} {parity:?}"
         );
     }
 }
@@ -228,7 +252,22 @@ fn the_chunked_recurrence_equals_its_twin_in_every_row_layout() {
 /// bytes. b and a span about ±24, so softplus takes both branches.
 #[test]
 fn the_gates_folded_into_the_chunks_give_the_bytes_of_gates_then_chunks() {
+    gates_folded(Form::Chunked);
+}
+
+/// The same for the tensor-core forms: `gdn::gates_chunked_mma` against `gates` then
+/// `gdn::chunked_mma`.
+#[test]
+fn the_gates_folded_into_the_tensor_core_chunks_give_the_bytes_of_gates_then_chunks() {
+    gates_folded(Form::ChunkedMma);
+}
+
+fn gates_folded(form: Form) {
     use solder_model_layers::kernels::gdn::{Gates, GATES};
+    let kernel = match form {
+        Form::ChunkedMma => GATES_CHUNKED_MMA,
+        _ => GATES_CHUNKED,
+    };
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     for (i, (name, p)) in layouts().into_iter().enumerate() {
@@ -255,39 +294,41 @@ fn the_gates_folded_into_the_chunks_give_the_bytes_of_gates_then_chunks() {
             }
             .launch(GATES),
         );
-        let want = launch(&mut backend, &p, &x, false);
+        let want = launch(&mut backend, &p, &x, form);
         let state = upload(&mut backend, &x.state);
         let out = upload(&mut backend, &vec![0x5a; p.out_bytes()]);
-        run(
-            &mut backend,
-            &GatesChunked {
-                mixed: x.mixed,
-                ba,
-                a_log,
-                dt_bias,
-                state,
-                slots: x.slots,
-                out_slots: x.out_slots,
-                out,
-                rows,
-                nk: p.nk,
-                dk: p.dk,
-                nv,
-                dv: p.dv,
-                num_slots: p.num_slots,
-                chain: p.chain,
-            }
-            .launch(GATES_CHUNKED),
-        );
+        let gates_chunked = GatesChunked {
+            mixed: x.mixed,
+            ba,
+            a_log,
+            dt_bias,
+            state,
+            slots: x.slots,
+            out_slots: x.out_slots,
+            out,
+            rows,
+            nk: p.nk,
+            dk: p.dk,
+            nv,
+            dv: p.dv,
+            num_slots: p.num_slots,
+            chain: p.chain,
+        };
+        let config = chunked_mma_config(rows, p.dk, nv, p.dv, p.chain);
+        let launch = match form {
+            Form::ChunkedMma => gates_chunked.launch_with(kernel, config),
+            _ => gates_chunked.launch(kernel),
+        };
+        run(&mut backend, &launch);
         let got = (
             download(&mut backend, out.ptr, p.out_bytes()),
             download(&mut backend, state.ptr, x.state.len()),
         );
         assert!(got == want, "{name}: outputs or state differ");
-        let parity = &backend.emulation().unwrap().report()[GATES_CHUNKED.as_str()];
+        let parity = &backend.emulation().unwrap().report()[kernel.as_str()];
         assert_eq!(
             parity.launches, parity.identical,
-            "{name}: {GATES_CHUNKED:?} {parity:?}"
+            "{name}: {kernel:?} {parity:?}"
         );
     }
 }
@@ -321,6 +362,17 @@ fn relative(a: &[f32], b: &[f32]) -> f32 {
 /// rounding. A wrong decay, pair product or substitution term moves them by far more.
 #[test]
 fn the_chunked_form_is_the_recurrence_up_to_rounding() {
+    chunked_form_is_the_recurrence(Form::Chunked, 1e-2, 1e-5);
+}
+
+/// The tensor-core form likewise, to within TF32 rounding of its products' operands (2^-11
+/// relative each): the outputs within bf16's, the state within 2e-3 of its largest value.
+#[test]
+fn the_tensor_core_chunked_form_is_the_recurrence_up_to_tf32_rounding() {
+    chunked_form_is_the_recurrence(Form::ChunkedMma, 1e-2, 2e-3);
+}
+
+fn chunked_form_is_the_recurrence(form: Form, out_tolerance: f32, state_tolerance: f32) {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(2)).unwrap();
     let cases = [
         ("chain", problem(2, 64, 4, 48, &[0; 40], 1, 1)),
@@ -333,15 +385,19 @@ fn the_chunked_form_is_the_recurrence_up_to_rounding() {
     ];
     for (i, (name, p)) in cases.into_iter().enumerate() {
         let x = inputs(&mut backend, &p, 1.25 + i as f32);
-        let (out_c, state_c) = launch(&mut backend, &p, &x, false);
-        let (out_r, state_r) = launch(&mut backend, &p, &x, true);
+        let (out_c, state_c) = launch(&mut backend, &p, &x, form);
+        let (out_r, state_r) = launch(&mut backend, &p, &x, Form::Recurrence);
         let (out, state) = (
             relative(&bf16s(&out_c), &bf16s(&out_r)),
             relative(&f32s(&state_c), &f32s(&state_r)),
         );
-        assert!(out < 1e-2, "{name}: outputs differ by {out} of the largest");
+        println!("{form:?} {name}: outputs {out:.3e}, state {state:.3e} of the largest");
         assert!(
-            state < 1e-5,
+            out < out_tolerance,
+            "{name}: outputs differ by {out} of the largest"
+        );
+        assert!(
+            state < state_tolerance,
             "{name}: the state differs by {state} of the largest"
         );
         // The outputs' bf16 rounding may hide the difference; the f32 state shows it.
@@ -350,4 +406,51 @@ fn the_chunked_form_is_the_recurrence_up_to_rounding() {
             "{name}: the same state bytes: not another order?"
         );
     }
+}
+
+/// The emulation is not blind to the tensor-core form's rounding: gdn built with the state
+/// update reading u·w truncated to TF32 (its top 19 bits, as the mma reads an operand not
+/// passed through `cvt.rna`) instead of rounded differs from the twin; the unmutated build
+/// does not.
+#[test]
+fn a_tensor_core_chunk_reading_an_operand_unrounded_differs_from_the_twin() {
+    use super::tests_mutation::{build_mutant, shadow};
+    let edit = (
+        "mma_tf32_1688(d, a, to_tf32(m.rhs[(kk + t4) * SP + n0 + g]),",
+        "mma_tf32_1688(d, a, __float_as_uint(m.rhs[(kk + t4) * SP + n0 + g]),",
+    );
+    let dir = build_mutant("gdn", &[edit]);
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let (_, p) = layouts().into_iter().next().unwrap();
+    let x = inputs(&mut backend, &p, 0.5);
+    let state = upload(&mut backend, &x.state);
+    let out = upload(&mut backend, &vec![0x5a; p.out_bytes()]);
+    let launch = Chunked {
+        mixed: x.mixed,
+        beta: x.beta,
+        g: x.g,
+        state,
+        slots: x.slots,
+        out_slots: x.out_slots,
+        out,
+        rows: p.rows(),
+        nk: p.nk,
+        dk: p.dk,
+        nv: p.nv,
+        dv: p.dv,
+        num_slots: p.num_slots,
+        chain: p.chain,
+    }
+    .launch_with(
+        CHUNKED_MMA,
+        chunked_mma_config(p.rows(), p.dk, p.nv, p.dv, p.chain),
+    );
+    let (mutant, original) = shadow(&dir, "gdn", &mut backend, &launch);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -220,6 +220,8 @@ const DRIVEN: &[&str] = &[
     "gdn::gates_recurrence_pitched",
     "gdn::chunked",
     "gdn::gates_chunked",
+    "gdn::chunked_mma",
+    "gdn::gates_chunked_mma",
     "gdn::gated_norm",
 ];
 
@@ -1405,8 +1407,9 @@ fn moe_routing_and_experts_carry_nan_and_inf_as_their_twins() {
 #[test]
 fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
     use solder_model_layers::kernels::gdn::{
-        Chunked, Conv, GatedNorm, Gates, GatesChunked, GatesRecurrence, Recurrence, CHUNKED, CONV,
-        GATED_NORM, GATES, GATES_CHUNKED, GATES_RECURRENCE, GATES_RECURRENCE_PITCHED, RECURRENCE,
+        chunked_mma_config, Chunked, Conv, GatedNorm, Gates, GatesChunked, GatesRecurrence,
+        Recurrence, CHUNKED, CHUNKED_MMA, CONV, GATED_NORM, GATES, GATES_CHUNKED,
+        GATES_CHUNKED_MMA, GATES_RECURRENCE, GATES_RECURRENCE_PITCHED, RECURRENCE,
         RECURRENCE_PITCHED,
     };
     let mut b = Bench::new();
@@ -1557,52 +1560,56 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         b.mixed("gdn gates_recurrence", out, 2);
     }
     // The chunked form over the same rows, as one sequence's chain (its prefill use) and as
-    // independent rows: the poisoned row 1 and the −inf gate inside a chunk.
-    for chain in [0, 1] {
+    // independent rows: the poisoned row 1 and the −inf gate inside a chunk; on the CUDA cores
+    // and on the tensor cores.
+    for (chain, mma) in [(0, false), (1, false), (0, true), (1, true)] {
+        let config = chunked_mma_config(rows, dk, nv, dv, chain);
         let state = b.f32(&state_host);
         let out = b.zeros((rows * nv * dv) as usize * 2);
-        b.run(
-            &Chunked {
-                mixed,
-                beta,
-                g,
-                state,
-                slots,
-                out_slots: slots,
-                out,
-                rows,
-                nk,
-                dk,
-                nv,
-                dv,
-                num_slots,
-                chain,
-            }
-            .launch(CHUNKED),
-        );
+        let chunked = Chunked {
+            mixed,
+            beta,
+            g,
+            state,
+            slots,
+            out_slots: slots,
+            out,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            num_slots,
+            chain,
+        };
+        b.run(&match mma {
+            true => chunked.launch_with(CHUNKED_MMA, config),
+            false => chunked.launch(CHUNKED),
+        });
         b.mixed("gdn chunked", out, 2);
         let state = b.f32(&state_host);
         let out = b.zeros((rows * nv * dv) as usize * 2);
-        b.run(
-            &GatesChunked {
-                mixed,
-                ba,
-                a_log,
-                dt_bias,
-                state,
-                slots,
-                out_slots: slots,
-                out,
-                rows,
-                nk,
-                dk,
-                nv,
-                dv,
-                num_slots,
-                chain,
-            }
-            .launch(GATES_CHUNKED),
-        );
+        let gates_chunked = GatesChunked {
+            mixed,
+            ba,
+            a_log,
+            dt_bias,
+            state,
+            slots,
+            out_slots: slots,
+            out,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            num_slots,
+            chain,
+        };
+        b.run(&match mma {
+            true => gates_chunked.launch_with(GATES_CHUNKED_MMA, config),
+            false => gates_chunked.launch(GATES_CHUNKED),
+        });
         b.mixed("gdn gates_chunked", out, 2);
     }
     let core = b.bf16(&rows_of((rows * nv) as usize, dv as usize, 8.0, &[2]));
@@ -1633,6 +1640,8 @@ fn gated_deltanet_carries_nan_and_inf_as_its_twin() {
         "gdn::gates_recurrence_pitched",
         "gdn::chunked",
         "gdn::gates_chunked",
+        "gdn::chunked_mma",
+        "gdn::gates_chunked_mma",
         "gdn::gated_norm",
     ]);
 }

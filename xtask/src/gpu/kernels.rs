@@ -3,8 +3,10 @@
 //! tensor-core projections against their roofline (`gpu::tiles`), and `gdn`, Gated DeltaNet's
 //! recurrence over one sequence's prompt chunk (chain 1) at Qwen3-Next-80B's shape, row by row
 //! (`gdn::gates_recurrence`) against its chunked form (`gdn::gates_chunked`, the `gdn_chunked`
-//! lever), each launch timed alone (synchronize, launch, synchronize), the median per width,
-//! and the two outputs' largest difference (they agree up to rounding).
+//! lever) and the chunked form's products on the tensor cores (`gdn::gates_chunked_mma`, with
+//! `tensor_cores`), each launch timed alone (synchronize, launch, synchronize), the median per
+//! width, and the chunked outputs' largest difference from the row-by-row ones (they agree up
+//! to rounding).
 //!
 //! On the CPU backend (`--backend cpu`, the default) it is a dry run of the harness: the twins'
 //! times mean nothing for a GPU, the agreement does.
@@ -14,7 +16,8 @@ use super::{device_backend, BackendKind};
 use crate::args::Args;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gdn::{
-    GatesChunked, GatesRecurrence, GATES_CHUNKED, GATES_RECURRENCE,
+    chunked_mma_config, GatesChunked, GatesRecurrence, GATES_CHUNKED, GATES_CHUNKED_MMA,
+    GATES_RECURRENCE,
 };
 
 const HELP: &str =
@@ -23,9 +26,10 @@ const HELP: &str =
 
   gdn: Gated DeltaNet's recurrence over one sequence's chunk of each of --rows rows (default
   16,128,512) at Qwen3-Next-80B's shape (16 key heads, 32 value heads, head dims 128): the row-
-  by-row kernel (gdn::gates_recurrence) against the chunked form (gdn::gates_chunked), each
-  launch timed alone; per width the median microseconds of each, microseconds per row, the
-  ratio, and the outputs' largest difference relative to the largest output.
+  by-row kernel (gdn::gates_recurrence) against the chunked form (gdn::gates_chunked) and its
+  products on the tensor cores (gdn::gates_chunked_mma), each launch timed alone; per width the
+  median microseconds of each, microseconds per row, the ratios to the row-by-row kernel, and
+  each chunked output's largest difference relative to the largest output.
 
   gemm: the tensor-core projections (gemm::gate_up_silu_mma, gemm::linear_mma as down and as o)
   at Llama-3.1-8B's shapes and each of --rows rows, each launch timed alone: the median against
@@ -96,26 +100,42 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
          {runs} launches each, medians"
     );
     println!(
-        "{:>6} {:>14} {:>14} {:>10} {:>10} {:>8} {:>10}",
-        "rows", "row-by-row us", "chunked us", "us/row", "us/row", "ratio", "max diff"
+        "{:>6} {:>14} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "rows",
+        "row-by-row us",
+        "chunked us",
+        "mma us",
+        "us/row",
+        "us/row",
+        "us/row",
+        "ratio",
+        "mma ratio",
+        "max diff"
     );
-    let mut ratios = Vec::new();
+    let (mut ratios, mut mma_ratios) = (Vec::new(), Vec::new());
     for &n in &rows {
-        let (line, ratio) = time_width(backend, n, runs).map_err(|e| format!("{n} rows: {e}"))?;
+        let (line, [ratio, mma]) =
+            time_width(backend, n, runs).map_err(|e| format!("{n} rows: {e}"))?;
         println!("{line}");
         ratios.push(format!("{n} rows x{ratio:.3}"));
+        mma_ratios.push(format!("{n} rows x{mma:.3}"));
     }
-    println!("gdn kernels: chunked / row by row: {}", ratios.join(", "));
+    println!(
+        "gdn kernels: chunked / row by row: {}; on the tensor cores: {}",
+        ratios.join(", "),
+        mma_ratios.join(", ")
+    );
     Ok(())
 }
 
-/// One width: both kernels from the same state, their outputs compared, then each timed.
-/// Returns the table's line and the chunked / row-by-row ratio.
+/// One width: the three kernels from the same state, the chunked outputs compared with the
+/// row-by-row ones, then each timed. Returns the table's line and the chunked forms' ratios to
+/// the row-by-row kernel (CUDA cores, tensor cores).
 fn time_width(
     backend: &mut dyn GpuBackend,
     rows: u32,
     runs: usize,
-) -> Result<(String, f64), String> {
+) -> Result<(String, [f64; 2]), String> {
     let [nk, dk, nv, dv] = SHAPE;
     let r = rows as usize;
     let channels = (2 * nk * dk + nv * dv) as usize;
@@ -133,11 +153,28 @@ fn time_width(
     let out_bytes = r * (nv * dv) as usize * 2;
     let mut launches = Vec::new();
     let mut outputs = Vec::new();
-    for chunked in [false, true] {
+    for form in 0..3 {
         let state = buffers.upload(&initial)?;
         let out = buffers.upload(&vec![0u8; out_bytes])?;
-        let launch = match chunked {
-            false => GatesRecurrence {
+        let chunked = GatesChunked {
+            mixed,
+            ba,
+            a_log,
+            dt_bias,
+            state,
+            slots,
+            out_slots: slots,
+            out,
+            rows,
+            nk,
+            dk,
+            nv,
+            dv,
+            num_slots: 1,
+            chain: 1,
+        };
+        let launch = match form {
+            0 => GatesRecurrence {
                 mixed,
                 ba,
                 a_log,
@@ -157,48 +194,47 @@ fn time_width(
                 chain: 1,
             }
             .launch(GATES_RECURRENCE),
-            true => GatesChunked {
-                mixed,
-                ba,
-                a_log,
-                dt_bias,
-                state,
-                slots,
-                out_slots: slots,
-                out,
-                rows,
-                nk,
-                dk,
-                nv,
-                dv,
-                num_slots: 1,
-                chain: 1,
-            }
-            .launch(GATES_CHUNKED),
+            1 => chunked.launch(GATES_CHUNKED),
+            _ => chunked.launch_with(GATES_CHUNKED_MMA, chunked_mma_config(rows, dk, nv, dv, 1)),
         };
         launch_once(buffers.backend(), &launch)?;
         outputs.push(download_bf16(buffers.backend(), out)?);
         launches.push(launch);
     }
     let scale = outputs[0].iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = (outputs[0].iter().zip(&outputs[1])).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-    let relative = if scale > 0.0 { diff / scale } else { diff };
-    if !relative.is_finite() || relative > 2e-2 {
-        return Err(format!(
-            "the chunked form's outputs differ from the recurrence's by {relative:.3e} of the \
-             largest: more than rounding"
-        ));
+    let mut relative = 0.0f32;
+    for (name, out) in [
+        ("chunked form", &outputs[1]),
+        ("tensor-core form", &outputs[2]),
+    ] {
+        let diff = (outputs[0].iter().zip(out)).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let r = if scale > 0.0 { diff / scale } else { diff };
+        if !r.is_finite() || r > 2e-2 {
+            return Err(format!(
+                "the {name}'s outputs differ from the recurrence's by {r:.3e} of the largest: \
+                 more than rounding"
+            ));
+        }
+        relative = relative.max(r);
     }
-    let row_by_row = time(buffers.backend(), &launches[0], runs)?;
-    let chunked = time(buffers.backend(), &launches[1], runs)?;
+    let mut us = [0.0f64; 3];
+    for (us, launch) in us.iter_mut().zip(&launches) {
+        *us = time(buffers.backend(), launch, runs)?;
+    }
     buffers.free()?;
-    let ratio = chunked / row_by_row;
+    let [row_by_row, chunked, mma] = us;
+    let ratios = [chunked / row_by_row, mma / row_by_row];
+    let per_row = |t: f64| t / rows as f64;
     let line = format!(
-        "{rows:>6} {row_by_row:>14.1} {chunked:>14.1} {:>10.3} {:>10.3} {ratio:>8.3} {relative:>10.2e}",
-        row_by_row / rows as f64,
-        chunked / rows as f64,
+        "{rows:>6} {row_by_row:>14.1} {chunked:>11.1} {mma:>11.1} {:>8.3} {:>8.3} {:>8.3} {:>8.3} \
+         {:>9.3} {relative:>9.2e}",
+        per_row(row_by_row),
+        per_row(chunked),
+        per_row(mma),
+        ratios[0],
+        ratios[1],
     );
-    Ok((line, ratio))
+    Ok((line, ratios))
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@
 # on an MoE and a hybrid checkpoint; a stress stage
 # replaying the split steps 1,000 times, comparing the logits bytes every time.
 # Part 3: Gated DeltaNet's recurrence over a prompt's chunk at Qwen3-Next-80B's shape, row by
-# row against its chunked form (`gdn_chunked`), each launch timed alone (gpu-kernels); the
+# row against its chunked form (`gdn_chunked`) on the CUDA cores and on the tensor cores
+# (`gdn::gates_chunked_mma`, TF32), each launch timed alone (gpu-kernels); the
 # tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the 1B
 # shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
 # the tensor cores' quantized entries and those with `mma_narrow` (decode through the quantized
@@ -88,7 +89,7 @@ LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE 
 # Part 3: 500 s in all (the third device call gives 540; the JIT and long-step limits cut to
 # 1.4 and 1.7 times their first runs to make room for a third fp8 prefill).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
-LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence row by row vs chunked, 80B shape (not yet timed)
+LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence, its chunked forms, 80B shape (not yet timed)
 LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 3 widths (not yet timed)
 LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, three runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
@@ -453,8 +454,8 @@ part2() {
 
 part3() {
     # Per-kernel: the recurrence of one sequence's chunk of 16, 128 and 512 rows at the 80B's
-    # Gated DeltaNet shape, gdn::gates_recurrence against gdn::gates_chunked (their outputs
-    # compared first), medians of launches timed alone.
+    # Gated DeltaNet shape, gdn::gates_recurrence against gdn::gates_chunked and
+    # gdn::gates_chunked_mma (their outputs compared first), medians of launches timed alone.
     stage "gdn kernels" "$LIMIT_GDN_KERNELS" "$LOG/bench.log" \
         "$BIN" gpu-kernels --backend cuda --family gdn --rows 16,128,512 --runs 20
     record "gdn kernels" "$(key '^gdn kernels:')" "$LOG/bench.log"

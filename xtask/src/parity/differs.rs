@@ -5,7 +5,11 @@
 //! (`Differs::of_programs`), relative to the largest |logit| of the reference's own decodes;
 //! every other comparison (each sequence against itself decoded alone under the same routing,
 //! graph replay against eager, the detection run, speculative decoding) stays byte for byte,
-//! and the golden ratio is the lever-on routing's.
+//! and the golden ratio is the lever-on routing's. One exception, declared by the rule: a
+//! `differs` rule with `by_chunk = true` sums a prompt's rows together (Gated DeltaNet's
+//! chunked form), so a prompt fed in chunks cannot give the bytes of its rows decoded one at a
+//! time; in a row whose programs applied one, that comparison too is held to the tolerance
+//! (`ModeRow::vs_decode_ok`), and the report prints it on its own line.
 //!
 //! Invariants: a tolerance belongs to the rule that fired in a program, never to the lever: a
 //! mode row whose programs apply no `differs` rule is byte identity, whatever other programs
@@ -22,6 +26,10 @@ use super::run::Diff;
 pub struct Differs {
     /// Rule ids with their levers, `id (lever)`, sorted.
     pub rules: Vec<String>,
+    /// The rule ids among them declared `by_chunk`, sorted: where they apply, a prompt's
+    /// chunks are compared with the prompt decoded alone within the tolerance, not byte for
+    /// byte.
+    pub by_chunk: Vec<String>,
     /// The strictest applied rule's relative tolerance.
     pub tolerance: f64,
     /// max |logit| over the reference routing's decodes: what the tolerance is relative to.
@@ -66,25 +74,32 @@ impl Differs {
 
     fn collect<'a>(plans: impl Iterator<Item = &'a ExecutionPlan>, scale: f32) -> Option<Differs> {
         let mut rules = Vec::new();
+        let mut by_chunk = Vec::new();
         let mut tolerance = f64::INFINITY;
         for plan in plans {
             for group in &plan.fusion.groups {
                 if let Numerics::Differs {
                     lever,
                     tolerance: t,
+                    by_chunk: chunked,
                 } = &group.numerics
                 {
                     let named = format!("{} ({lever})", group.rule);
                     if !rules.contains(&named) {
                         rules.push(named);
                     }
+                    if *chunked && !by_chunk.contains(&group.rule) {
+                        by_chunk.push(group.rule.clone());
+                    }
                     tolerance = tolerance.min(*t);
                 }
             }
         }
         rules.sort();
+        by_chunk.sort();
         (!rules.is_empty()).then_some(Differs {
             rules,
+            by_chunk,
             tolerance,
             scale,
         })
@@ -116,6 +131,7 @@ mod tests {
     fn differs() -> Differs {
         Differs {
             rules: vec!["r (fold_o_proj)".into()],
+            by_chunk: Vec::new(),
             tolerance: 0.01,
             scale: 10.0,
         }

@@ -205,6 +205,23 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
             d.limit(),
             if r.modes.iter().filter(|m| m.differs.is_some()).all(|m| m.ref_vs_fused_ok()) { "ok" } else { "TOO FAR" }
         );
+        let chunked: Vec<&ModeRow> = r
+            .modes
+            .iter()
+            .filter(|m| m.differs.as_ref().is_some_and(|d| !d.by_chunk.is_empty()))
+            .collect();
+        if !chunked.is_empty() {
+            let worst = chunked
+                .iter()
+                .fold(Diff::NONE, |acc, m| acc.merge(m.vs_decode));
+            println!(
+                "  by chunk ({}): rows running them vs each sequence decoded alone max {:.3e} <= {:.3e}: {}",
+                d.by_chunk.join(", "),
+                worst.max_abs,
+                d.limit(),
+                if chunked.iter().all(|m| m.vs_decode_ok()) { "ok" } else { "TOO FAR" }
+            );
+        }
     }
     for m in &r.modes {
         if let Some(claim) = &m.broken_claim {
@@ -376,6 +393,7 @@ fn case_json(r: &CaseReport) -> serde_json::Value {
         "levers": r.levers,
         "differs": r.differs.as_ref().map(|d| json!({
             "rules": d.rules,
+            "by_chunk": d.by_chunk,
             "tolerance": d.tolerance,
             "scale": float_json(d.scale),
             "limit": float_json(d.limit()),

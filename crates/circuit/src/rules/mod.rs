@@ -48,8 +48,15 @@ pub enum Numerics {
     Reference,
     /// Same bytes as the reference routing on every backend.
     BitIdentical,
-    /// Different results, allowed only with `lever` on, within `tolerance` (relative).
-    Differs { lever: String, tolerance: f64 },
+    /// Different results, allowed only with `lever` on, within `tolerance` (relative). With
+    /// `by_chunk`, a prompt's rows summed together in the rule's kernel also differ from the
+    /// same rows decoded one at a time under the same routing (a sequence's bytes depend on
+    /// how its prompt was chunked): parity holds that comparison to the tolerance too.
+    Differs {
+        lever: String,
+        tolerance: f64,
+        by_chunk: bool,
+    },
 }
 
 impl Numerics {
@@ -57,8 +64,13 @@ impl Numerics {
         match self {
             Numerics::Reference => "reference".to_string(),
             Numerics::BitIdentical => "bit_identical".to_string(),
-            Numerics::Differs { lever, tolerance } => {
-                format!("differs({lever}, tolerance {tolerance:?})")
+            Numerics::Differs {
+                lever,
+                tolerance,
+                by_chunk,
+            } => {
+                let chunk = if *by_chunk { ", by chunk" } else { "" };
+                format!("differs({lever}, tolerance {tolerance:?}{chunk})")
             }
         }
     }

@@ -389,7 +389,7 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
         toml::Value::String(s) if s == "bit_identical" => Ok(Numerics::BitIdentical),
         toml::Value::String(s) => Err(format!(
             "unknown numerics \"{s}\" (expected \"reference\", \"bit_identical\" or \
-             {{ differs = \"<lever>\", tolerance = <rel> }})"
+             {{ differs = \"<lever>\", tolerance = <rel>[, by_chunk = true] }})"
         )),
         toml::Value::Table(t) => {
             let lever = t
@@ -400,7 +400,15 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
                 Some(toml::Value::Float(f)) if *f > 0.0 && f.is_finite() => *f,
                 _ => return Err("numerics `differs` needs `tolerance = <positive float>`".into()),
             };
-            if let Some(extra) = t.keys().find(|k| *k != "differs" && *k != "tolerance") {
+            let by_chunk = match t.get("by_chunk") {
+                None => false,
+                Some(toml::Value::Boolean(b)) => *b,
+                Some(_) => return Err("numerics `by_chunk` must be true or false".into()),
+            };
+            if let Some(extra) = t
+                .keys()
+                .find(|k| !["differs", "tolerance", "by_chunk"].contains(&k.as_str()))
+            {
                 return Err(format!("unknown numerics field `{extra}`"));
             }
             if !Levers::is_known(lever) {
@@ -409,6 +417,7 @@ fn parse_numerics(value: &toml::Value) -> Result<Numerics, String> {
             Ok(Numerics::Differs {
                 lever: lever.to_string(),
                 tolerance,
+                by_chunk,
             })
         }
         other => Err(format!(

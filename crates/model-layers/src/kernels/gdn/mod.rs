@@ -115,6 +115,17 @@ pub fn chunk_shared_bytes(dk: u32) -> u32 {
     4 * (2 * c * (dk + 1) + dk * jc + 2 * c * c + 3 * c * jc + 4 * c)
 }
 
+/// A tensor-core chunked block's dynamic shared memory (`GdnChunkMmaSmem`), kp = dk padded
+/// to 16, sp = jc | 8: q and k `[GDN_CHUNK][kp + 4]`, the state tile `[kp][sp]`, P and A
+/// `[GDN_CHUNK][20]`, three `[GDN_CHUNK][sp]` and four `[GDN_CHUNK]` f32 arrays. Under 48 KB
+/// up to `GDN_MAX_DK` (47,872 bytes at dk 128).
+pub fn chunk_mma_shared_bytes(dk: u32) -> u32 {
+    let (c, jc) = (GDN_CHUNK, chunk_columns(dk));
+    let kp = dk.min(GDN_MAX_DK).next_multiple_of(16);
+    let sp = jc | 8;
+    4 * (2 * c * (kp + 4) + kp * sp + 2 * c * 20 + 3 * c * sp + 4 * c)
+}
+
 /// One block of `CHUNK_THREADS` per (v head, tile of `chunk_columns(dk)` state columns, row
 /// block as the recurrence's).
 fn chunked_grid(rows: u32, dk: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
@@ -124,6 +135,15 @@ fn chunked_grid(rows: u32, dk: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfi
         grid: [blocks, row_blocks(rows, chain), 1],
         block: [CHUNK_THREADS, 1, 1],
         shared_bytes: chunk_shared_bytes(dk),
+    }
+}
+
+/// The launch of `gdn::chunked_mma` and `gdn::gates_chunked_mma`: `chunked`'s grid and
+/// threads, their own shared memory.
+pub fn chunked_mma_config(rows: u32, dk: u32, nv: u32, dv: u32, chain: u32) -> LaunchConfig {
+    LaunchConfig {
+        shared_bytes: chunk_mma_shared_bytes(dk),
+        ..chunked_grid(rows, dk, nv, dv, chain)
     }
 }
 
@@ -245,7 +265,9 @@ kernel! {
     /// The gated delta rule in chunks of `GDN_CHUNK` rows (Gated DeltaNet's chunked form, the
     /// `gdn_chunked` lever): the recurrence's arguments without snapshots, its values up to
     /// rounding (`differs`). Chunks start at each unit's first row (all rows with `chain` 1, a
-    /// run with `chain` 2, a row with `chain` 0).
+    /// run with `chain` 2, a row with `chain` 0). `gdn::chunked_mma` runs the chunks' matrix
+    /// products on the tensor cores (TF32; with `tensor_cores` too), launched in
+    /// [`chunked_mma_config`].
     pub struct Chunked / ChunkedArgs {
         mixed: In<bf16>,
         beta: In<f32>,
@@ -264,6 +286,7 @@ kernel! {
     }
     grid(a) = chunked_grid(a.rows, a.dk, a.nv, a.dv, a.chain);
     CHUNKED = "gdn::chunked" => twin twin::chunked, emit emit_chunked;
+    CHUNKED_MMA = "gdn::chunked_mma" => twin twin::chunked_mma, emit emit_chunked_mma;
 }
 
 kernel! {
@@ -288,6 +311,8 @@ kernel! {
     }
     grid(a) = chunked_grid(a.rows, a.dk, a.nv, a.dv, a.chain);
     GATES_CHUNKED = "gdn::gates_chunked" => twin twin::gates_chunked, emit emit_gates_chunked;
+    GATES_CHUNKED_MMA = "gdn::gates_chunked_mma" =>
+        twin twin::gates_chunked_mma, emit emit_gates_chunked_mma;
 }
 
 kernel! {
@@ -535,8 +560,18 @@ fn chunked_parts<'a>(v: &View<'a>) -> Result<(&'a Op, [u32; 4], Buf), ExecError>
 }
 
 fn emit_chunked(v: &View<'_>) -> R {
+    Ok(vec![chunked_of(v)?.launch(CHUNKED)])
+}
+
+fn emit_chunked_mma(v: &View<'_>) -> R {
+    let a = chunked_of(v)?;
+    let config = chunked_mma_config(a.rows, a.dk, a.nv, a.dv, a.chain);
+    Ok(vec![a.launch_with(CHUNKED_MMA, config)])
+}
+
+fn chunked_of(v: &View<'_>) -> Result<Chunked, ExecError> {
     let (r, [nk, dk, nv, dv], state) = chunked_parts(v)?;
-    Ok(vec![Chunked {
+    Ok(Chunked {
         mixed: v.input(r, 0)?,
         beta: v.input(r, 1)?,
         g: v.input(r, 2)?,
@@ -551,15 +586,24 @@ fn emit_chunked(v: &View<'_>) -> R {
         dv,
         num_slots: v.state_slots(),
         chain: v.chain_mode(),
-    }
-    .launch(CHUNKED)])
+    })
 }
 
 fn emit_gates_chunked(v: &View<'_>) -> R {
+    Ok(vec![gates_chunked_of(v)?.launch(GATES_CHUNKED)])
+}
+
+fn emit_gates_chunked_mma(v: &View<'_>) -> R {
+    let a = gates_chunked_of(v)?;
+    let config = chunked_mma_config(a.rows, a.dk, a.nv, a.dv, a.chain);
+    Ok(vec![a.launch_with(GATES_CHUNKED_MMA, config)])
+}
+
+fn gates_chunked_of(v: &View<'_>) -> Result<GatesChunked, ExecError> {
     let gates = v.op(OpKind::GdnGates, None)?;
     let (r, [nk, dk, nv, dv], state) = chunked_parts(v)?;
     reads_gates(v, r, gates)?;
-    Ok(vec![GatesChunked {
+    Ok(GatesChunked {
         mixed: v.input(r, 0)?,
         ba: v.input(gates, 0)?,
         a_log: v.weight(gates, 0)?,
@@ -575,8 +619,7 @@ fn emit_gates_chunked(v: &View<'_>) -> R {
         dv,
         num_slots: v.state_slots(),
         chain: v.chain_mode(),
-    }
-    .launch(GATES_CHUNKED)])
+    })
 }
 
 fn emit_gated_norm(v: &View<'_>) -> R {

@@ -22,7 +22,7 @@ use solder_gpu_runtime::{par_chunks_mut, GpuError, TwinCtx};
 use super::{ConvArgs, GatedNormArgs, GatesArgs, GatesRecurrenceArgs, RecurrenceArgs, GDN_MAX_DK};
 use crate::kernels::args::{macs, size, threads_for, Dim, In, InOpt, Out, OutOpt};
 use crate::numerics::{inv_rms, sum_squares_bf16, to_bf16, to_f32};
-pub(super) use chunked::{chunked, gates_chunked};
+pub(super) use chunked::{chunked, chunked_mma, gates_chunked, gates_chunked_mma};
 use slots::advanced_slots;
 
 /// The eps of the l2-normalisation of q and k (HF's `l2norm`).
