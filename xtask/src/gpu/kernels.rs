@@ -239,10 +239,11 @@ fn time_width(
 
 #[cfg(test)]
 mod tests {
-    /// The harness on the CPU twins (both families): the recurrence's two kernels run and agree,
-    /// each projection's output is finite and not all zero, and a line per width is printed.
+    /// The harness on the CPU twins (both families): the recurrence's three kernels (row by
+    /// row, chunked on the CUDA cores and on the tensor cores) run and agree, each projection's
+    /// output is finite and not all zero, and a line per width is printed.
     #[test]
-    fn the_dry_run_times_both_kernels_and_they_agree() {
+    fn the_dry_run_times_every_kernel_and_they_agree() {
         super::run(vec![
             "--rows".into(),
             "3,17".into(),
