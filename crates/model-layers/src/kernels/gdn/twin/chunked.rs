@@ -159,9 +159,13 @@ struct Scratch {
     qs: Vec<f32>,
     u: Vec<f32>,
     uw: Vec<f32>,
-    /// q and k rounded to TF32, `[CHUNK][dk padded to 16]` (the tensor-core form only).
+    /// The tensor-core form's TF32 operands (empty for the CUDA-core form): q and k
+    /// (`[CHUNK][dk padded to 16]`), the chunk's first state (`[dk][dv]`) and u·w
+    /// (`[CHUNK][dv]`), kept across chunks so a chunk allocates nothing.
     qt: Vec<f32>,
     kt: Vec<f32>,
+    st: Vec<f32>,
+    uwt: Vec<f32>,
 }
 
 impl Scratch {
@@ -181,6 +185,8 @@ impl Scratch {
             uw: vec![0.0; CHUNK * dv],
             qt: Vec::new(),
             kt: Vec::new(),
+            st: Vec::new(),
+            uwt: Vec::new(),
         }
     }
 }
@@ -354,6 +360,7 @@ impl Chunks<'_> {
         let kp = dk.next_multiple_of(16);
         // TF32 operands, zero past the chunk's rows and the key dim.
         let (mut qt, mut kt) = (std::mem::take(&mut t.qt), std::mem::take(&mut t.kt));
+        let (mut st, mut uwt) = (std::mem::take(&mut t.st), std::mem::take(&mut t.uwt));
         qt.clear();
         kt.clear();
         qt.resize(CHUNK * kp, 0.0);
@@ -380,7 +387,8 @@ impl Chunks<'_> {
             }
         }
         // K·S0 and Q·S0, x ascending over the padded key dim (its rows past dk add 0·0: +0).
-        let st: Vec<f32> = s.iter().map(|v| tf32(*v)).collect();
+        st.clear();
+        st.extend(s.iter().map(|v| tf32(*v)));
         for (i, &row) in rows.iter().enumerate() {
             let (ks, qs) = (&mut t.rhs[i * dv..][..dv], &mut t.qs[i * dv..][..dv]);
             ks.fill(0.0);
@@ -403,7 +411,8 @@ impl Chunks<'_> {
         Self::outputs(dv, l, t);
         t.uw[l * dv..].fill(0.0);
         // S ← S0·Γ_last + Kᵀ·(U·w) over all `CHUNK` rows.
-        let uwt: Vec<f32> = t.uw.iter().map(|v| tf32(*v)).collect();
+        uwt.clear();
+        uwt.extend(t.uw.iter().map(|v| tf32(*v)));
         let last = t.gamma[l - 1];
         for (x, s_row) in s.chunks_exact_mut(dv).enumerate() {
             for sv in s_row.iter_mut() {
@@ -416,7 +425,7 @@ impl Chunks<'_> {
                 }
             }
         }
-        (t.qt, t.kt) = (qt, kt);
+        (t.qt, t.kt, t.st, t.uwt) = (qt, kt, st, uwt);
     }
 }
 
