@@ -134,6 +134,31 @@ fn diff_text(d: &Diff) -> String {
 
 /// "route:gdn_even_pitch (all): multi_seq rows 2 (40 of 40 steps), rows 4 (40 of 40 steps)",
 /// one line per arm, routing and mode.
+/// Of `rows` (each with a `differs` bound), the one whose `diff` comes nearest its own limit,
+/// as (that diff, that limit): a NaN or infinite diff is the nearest; no rows, (NONE, 0).
+fn nearest_limit(rows: &[&ModeRow], diff: impl Fn(&ModeRow) -> Diff) -> (Diff, f32) {
+    let mut nearest = (Diff::NONE, 0.0f32, f32::NEG_INFINITY);
+    for m in rows {
+        let Some(differs) = &m.differs else { continue };
+        let d = diff(m);
+        let limit = differs.limit();
+        let share = if d.identical() {
+            0.0
+        } else {
+            let share = d.max_abs / limit;
+            if share.is_nan() {
+                f32::INFINITY
+            } else {
+                share
+            }
+        };
+        if share > nearest.2 {
+            nearest = (d, limit, share);
+        }
+    }
+    (nearest.0, nearest.1)
+}
+
 pub fn routes_text(routes: &RouteLog) -> Vec<String> {
     let mut lines: Vec<(String, Vec<String>)> = Vec::new();
     for (&(fusions, arm, mode, rows), &steps) in &routes.steps {
@@ -190,35 +215,36 @@ pub fn print_case(r: &CaseReport, seconds: f64) {
         println!("  levers (all rules): {}", r.levers.join(", "));
     }
     if let Some(d) = &r.differs {
-        // Each row is held to its own programs' rules: the worst of the rows that have any.
-        let worst = r
-            .modes
+        // Each row is held to its own programs' rules: the line names the row nearest its
+        // limit, with that limit.
+        let differing: Vec<&ModeRow> = r.modes.iter().filter(|m| m.differs.is_some()).collect();
+        let chunked: Vec<&ModeRow> = differing
             .iter()
-            .filter(|m| m.differs.is_some())
-            .fold(Diff::NONE, |acc, m| acc.merge(m.ref_vs_fused));
+            .copied()
+            .filter(|m| m.differs.as_ref().is_some_and(|d| !d.by_chunk.is_empty()))
+            .collect();
+        let (worst, limit) = nearest_limit(&differing, |m| m.ref_vs_fused);
         println!(
-            "  differs rules applied: {}; rows running them: reference vs all rules max {:.3e} <= tolerance {} x max |logit| {:.3e} = {:.3e}: {}; every other row byte for byte",
+            "  differs rules applied: {}; rows running them: reference vs all rules max {:.3e} <= tolerance {} x max |logit| {:.3e} = {:.3e}: {}; {}",
             d.rules.join(", "),
             worst.max_abs,
             d.tolerance,
             d.scale,
-            d.limit(),
-            if r.modes.iter().filter(|m| m.differs.is_some()).all(|m| m.ref_vs_fused_ok()) { "ok" } else { "TOO FAR" }
+            limit,
+            if differing.iter().all(|m| m.ref_vs_fused_ok()) { "ok" } else { "TOO FAR" },
+            if chunked.is_empty() {
+                "every other row byte for byte"
+            } else {
+                "every other row byte for byte, and every other comparison but the next line's"
+            }
         );
-        let chunked: Vec<&ModeRow> = r
-            .modes
-            .iter()
-            .filter(|m| m.differs.as_ref().is_some_and(|d| !d.by_chunk.is_empty()))
-            .collect();
         if !chunked.is_empty() {
-            let worst = chunked
-                .iter()
-                .fold(Diff::NONE, |acc, m| acc.merge(m.vs_decode));
+            let (worst, limit) = nearest_limit(&chunked, |m| m.vs_decode);
             println!(
                 "  by chunk ({}): rows running them vs each sequence decoded alone max {:.3e} <= {:.3e}: {}",
                 d.by_chunk.join(", "),
                 worst.max_abs,
-                d.limit(),
+                limit,
                 if chunked.iter().all(|m| m.vs_decode_ok()) { "ok" } else { "TOO FAR" }
             );
         }
@@ -473,4 +499,36 @@ pub fn write_json(
     annotate(&mut doc);
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     crate::files::write_output(path, text.as_bytes(), inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parity::run::tests::chunk_row;
+
+    /// The report's differs lines name the row nearest its own limit, with that row's limit:
+    /// not the largest difference against the case's strictest tolerance.
+    #[test]
+    fn the_row_nearest_its_own_limit_is_the_one_reported() {
+        let strict = chunk_row(0.3, Some(true));
+        let mut loose = chunk_row(1.5, Some(true));
+        loose.differs.as_mut().unwrap().tolerance = 1.0;
+        // 0.3 of a 2.0 limit against 1.5 of 4.0: the loose row is nearer (0.375 > 0.15).
+        let (d, limit) = nearest_limit(&[&strict, &loose], |m| m.vs_decode);
+        assert_eq!((d.max_abs, limit), (1.5, 4.0));
+        let mut near = chunk_row(1.9, Some(true));
+        near.differs.as_mut().unwrap().tolerance = 0.5;
+        let (d, limit) = nearest_limit(&[&strict, &loose, &near], |m| m.vs_decode);
+        assert_eq!((d.max_abs, limit), (1.9, 2.0));
+        // NaN is the nearest of all; identical rows are never nearer than a differing one.
+        let nan = chunk_row(f32::NAN, Some(true));
+        let (d, _) = nearest_limit(&[&loose, &nan], |m| m.vs_decode);
+        assert!(d.max_abs.is_nan());
+        let same = chunk_row(0.0, Some(true));
+        assert_eq!(
+            nearest_limit(&[&same, &strict], |m| m.vs_decode).0.max_abs,
+            0.3
+        );
+        assert_eq!(nearest_limit(&[], |m| m.vs_decode), (Diff::NONE, 0.0));
+    }
 }

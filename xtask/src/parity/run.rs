@@ -520,7 +520,7 @@ pub(crate) mod tests {
 
     /// A prefill row whose chunks differ from the prompt decoded alone by `vs_decode`, its
     /// programs applying one `differs` rule (`by_chunk` or not) or none.
-    fn chunk_row(vs_decode: f32, differs: Option<bool>) -> ModeRow {
+    pub(crate) fn chunk_row(vs_decode: f32, differs: Option<bool>) -> ModeRow {
         ModeRow {
             mode: solder_circuit::Mode::Prefill,
             rows: 8,
