@@ -60,6 +60,16 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
          timing; same plans, same logits",
     ),
     (
+        "mma_large",
+        "the tensor-core projections gemm::linear_mma, lm_head_mma and gate_up_silu_mma (bf16, \
+         fp8 and int4 weights; not q/k/v's or the MoE experts') of programs of at least 128 rows \
+         (prefill chunks, wide batches) whose large grid has a block for each of the 132 SMs \
+         through their _large entries (tiles of 128 rows x 64 features in blocks of eight \
+         warps, each warp 32 rows x 32 features: twice the arithmetic per staged byte and per \
+         shared-memory read of the 64 x 32 tile, and a quantized weight dequantised once per \
+         128 rows): kept for A/B timing with tensor_cores; same plans, same logits",
+    ),
+    (
         "mma_narrow",
         "the tensor-core projections (gemm::linear_mma, lm_head_mma, gate_up_silu_mma, \
          linear_pair_mma, qkv_rope_kv_mma and its qk-norm layouts; bf16, fp8 and int4 weights; \

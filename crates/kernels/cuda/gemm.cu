@@ -193,16 +193,16 @@ struct GemmExpert<MoeInt4Matrix> {
 
 // This thread's N chunks of the tile at k0 of matrix src whose rows `rows_of` names (x's 64
 // rows, or a weight's 32 through SpanRows{n0, n}), into registers: +0 past k and for
-// GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·GEMM_THREADS (row c / (BK/8), k
+// GEMM_NO_ROW. Chunk i is tile chunk c = threadIdx.x + i·T (row c / (BK/8), k
 // (c % (BK/8))·8), as gemm_put stores it. BK: the tile's k (GEMM_BK; the source's NARROW_K for
-// gemm_narrow).
-template <unsigned N, unsigned BK = GEMM_BK, class Rows, class Src>
+// gemm_narrow); T: the block's threads (GEMM_THREADS; GEMM_LARGE_THREADS for gemm_large).
+template <unsigned N, unsigned BK = GEMM_BK, unsigned T = GEMM_THREADS, class Rows, class Src>
 __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows rows_of,
                                            unsigned k, unsigned k0, bool vec) {
     constexpr unsigned chunks = BK / 8;
 #pragma unroll
     for (unsigned i = 0; i < N; ++i) {
-        const unsigned c = threadIdx.x + i * GEMM_THREADS;
+        const unsigned c = threadIdx.x + i * T;
         const unsigned kc = (c % chunks) * 8;
         const unsigned row = rows_of.src(c / chunks);
         v[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -213,12 +213,12 @@ __device__ __forceinline__ void gemm_fetch(uint4 (&v)[N], const Src& src, Rows r
 }
 
 // A thread's fetched chunks (gemm_fetch's) into the shared tile s, of BK k a row.
-template <unsigned N, unsigned BK = GEMM_BK>
+template <unsigned N, unsigned BK = GEMM_BK, unsigned T = GEMM_THREADS>
 __device__ __forceinline__ void gemm_put(bf16 (*s)[BK + 8], const uint4 (&v)[N]) {
     constexpr unsigned chunks = BK / 8;
 #pragma unroll
     for (unsigned i = 0; i < N; ++i) {
-        const unsigned c = threadIdx.x + i * GEMM_THREADS;
+        const unsigned c = threadIdx.x + i * T;
         *reinterpret_cast<uint4*>(&s[c / chunks][(c % chunks) * 8]) = v[i];
     }
 }
@@ -1569,10 +1569,226 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma_body<true>(x, wg, wu, act, rows, k, inter);
 }
 
+// ---- prefill widths: gemm_large (the `_large` entries, lever `mma_large`) -----------------
+//
+// A block of gemm_tile multiplies 64 rows by 32 features: per 64-k tile it stages 12 KB (16 KB
+// with gate and up) for 0.26 MFLOP a weight, and its four warps each read all 32 features' B
+// fragments for 16 rows of A (three ldmatrix a k16 step for four mma.sync). At a prefill chunk
+// of 512 rows the first device run measured its kernels at 6-17% of the tensor pipe.
+// gemm_large takes 128 rows × 64 features in a block of eight warps, each owning 32 rows × 32
+// features (two m16 A fragments against four n8 B fragments: four ldmatrix a k16 step for eight
+// mma.sync a weight): twice the arithmetic per staged byte and per shared-memory read, as
+// CUTLASS's larger threadblock and warp tiles do for a long product. Staging is gemm_tile's:
+// the next 64-k tile in registers while the current one's mma.sync run. Each output's
+// accumulator takes exactly gemm_tile's sequence (from +0, one mma.sync m16n8k16 per 16 k in k
+// order, up to the same 64-k tile end), so a `_large` entry writes its kernel's bytes at any
+// width (emulated test `large_entries_write_the_bytes_of_the_wide_ones`); only the grid
+// differs: (⌈rows/128⌉, ⌈features/64⌉), 256 threads. The emitters take them for programs of
+// 128 rows or more whose large grid has a block for every SM (`gemm::large_fits`); a
+// narrower projection keeps the 64 × 32 tiles' four times as many blocks.
+#define GEMM_LARGE_BM 128
+#define GEMM_LARGE_BN 64
+#define GEMM_LARGE_THREADS 256
+#define GEMM_LARGE_X_CHUNKS (GEMM_LARGE_BM * GEMM_BK / 8 / GEMM_LARGE_THREADS)
+#define GEMM_LARGE_W_CHUNKS (GEMM_LARGE_BN * GEMM_BK / 8 / GEMM_LARGE_THREADS)
+
+// The large tile of NW weights against 128 rows of x (`rows_of`'s), tile column c being weight
+// row cols_of.src(c): acc[i][m][j][0..3] of this lane is rows 32·(warp % 4) + 16m + (g, g+8),
+// tile columns 32·(warp / 4) + 8j + 2t and the next, of dot(x row, w[i] row). Ends on a
+// barrier after its last use of shared memory.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const W (&w)[NW],
+                                               Rows rows_of, Cols cols_of, unsigned k,
+                                               float (&acc)[NW][2][4][4]) {
+    __shared__ __align__(16) bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned wr = (warp % 4u) * 32u; // the warp's first row of the tile
+    const unsigned wc = (warp / 4u) * 32u; // its first column
+    const GemmBf16 xm{x};
+    bool vec = (k % 8u) == 0u && xm.aligned();
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][m][j][e] = 0.0f;
+            }
+        }
+    }
+    uint4 xv[GEMM_LARGE_X_CHUNKS];
+    uint4 wv[NW][GEMM_LARGE_W_CHUNKS];
+    gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k, 0u, vec);
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+        gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(wv[i], w[i], cols_of, k, 0u,
+                                                                      vec);
+    }
+    for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
+        gemm_put<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xs, xv);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) {
+            gemm_put<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(ws[i], wv[i]);
+        }
+        __syncthreads();
+        if (k0 + GEMM_BK < k) {
+            gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k,
+                                                                          k0 + GEMM_BK, vec);
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) {
+                gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(
+                    wv[i], w[i], cols_of, k, k0 + GEMM_BK, vec);
+            }
+        }
+#pragma unroll
+        for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
+            // Matrices: rows 0-7 / 8-15 of the warp's m-th 16 (lane bit 3), k 0-7 / 8-15 (bit 4).
+            unsigned a[2][4];
+#pragma unroll
+            for (unsigned m = 0; m < 2; ++m) {
+                ldmatrix_x4(a[m], &xs[wr + m * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+            }
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+                for (unsigned p = 0; p < 2; ++p) {
+                    // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of
+                    // the warp's pair p.
+                    unsigned b[4];
+                    ldmatrix_x4(b, &ws[i][wc + p * 16 + (lane >> 4) * 8 + (lane & 7)]
+                                      [kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+                    for (unsigned m = 0; m < 2; ++m) {
+                        mma_bf16_16816(acc[i][m][2 * p], a[m], b[0], b[1]);
+                        mma_bf16_16816(acc[i][m][2 * p + 1], a[m], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// gemm_large_acc over the block's rows (blockIdx.x · 128 ..) and features (blockIdx.y · 64 ..)
+// of a row-major x of `rows` rows: store(row, f, v) for every row and f < n, v[i] the dot of
+// weight i. `ok` false (a quantized weight's zero block or group) writes nothing; a block none
+// of whose rows `want` flags (an LM head's; null: every row) returns before it stages a tile,
+// as gemm_run_wanted's does.
+template <unsigned NW, class W, class Store>
+__device__ __forceinline__ void gemm_large_run(const bf16* __restrict__ x, const W (&w)[NW],
+                                               unsigned rows, unsigned k, unsigned n,
+                                               Store store, bool ok = true,
+                                               const int* __restrict__ want = nullptr) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned m0 = blockIdx.x * GEMM_LARGE_BM;
+    if (!ok || !rows_wanted(want, m0, min(rows, m0 + GEMM_LARGE_BM))) {
+        return;
+    }
+    const SpanRows rows_of{m0, rows};
+    const unsigned n0 = blockIdx.y * GEMM_LARGE_BN;
+    float acc[NW][2][4][4];
+    gemm_large_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned g = lane >> 2;
+    const unsigned t = lane & 3;
+#pragma unroll
+    for (unsigned m = 0; m < 2; ++m) {
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned r = (warp % 4u) * 32u + m * 16 + g + (e >> 1) * 8;
+                const unsigned f = n0 + (warp / 4u) * 32u + j * 8 + 2 * t + (e & 1);
+                float v[NW];
+#pragma unroll
+                for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][m][j][e];
+                if (rows_of.src(r) != GEMM_NO_ROW && f < n) store(rows_of.dst(r), f, v);
+            }
+        }
+    }
+}
+
+// linear_mma through gemm_large (prefill widths; its bytes). grid = (⌈rows/128⌉, ⌈n_out/64⌉),
+// 256 threads (124 registers: two blocks an SM).
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                     const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                     unsigned k, unsigned n_out) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out});
+}
+// gate_up_silu_mma through gemm_large (prefill widths; its bytes). grid = (⌈rows/128⌉,
+// ⌈inter/64⌉), 256 threads. Its 166 registers (both weights' accumulators and staging) allow one
+// block an SM: capped at 128 for two, ptxas spills 140 bytes.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    gate_up_silu_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                           const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                           unsigned k, unsigned inter) {
+    const GemmBf16 ws[2] = {{wg}, {wu}};
+    gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter});
+}
+// lm_head_mma through gemm_large (prefill widths; its bytes, for the rows `want` flags).
+// grid = (⌈rows/128⌉, ⌈vocab/64⌉), 256 threads.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    lm_head_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                      float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
+                      unsigned k, unsigned vocab) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want}, true, want);
+}
+
+// The quantized entries of linear_mma and lm_head_mma through gemm_large (gate_up_silu_mma's
+// follow its quantized bodies, below): the same arguments and bytes as theirs, in the large
+// grid. A tile of a quantized weight is dequantised as it is fetched (GemmQuant), so each
+// 128-row block dequantises a weight once where the 64-row tiles do it twice.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_mma_fp8_large(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                         const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                         unsigned k, unsigned n_out, unsigned block_n, unsigned block_k) {
+    const GemmQuant<WFp8> ws[1] = {{WFp8{w, n_out, block_n, block_k}}};
+    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out},
+                      block_n != 0u && block_k != 0u);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_mma_int4_large(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                          unsigned k, unsigned n_out, unsigned group) {
+    const GemmQuant<WInt4> ws[1] = {{WInt4{w, n_out, group}}};
+    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out}, group != 0u);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    lm_head_mma_fp8_large(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                          float* __restrict__ logits, const int* __restrict__ want,
+                          unsigned rows, unsigned k, unsigned vocab, unsigned block_n,
+                          unsigned block_k) {
+    const GemmQuant<WFp8> ws[1] = {{WFp8{w, vocab, block_n, block_k}}};
+    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want},
+                      block_n != 0u && block_k != 0u, want);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    lm_head_mma_int4_large(const bf16* __restrict__ x, const unsigned char* __restrict__ w,
+                           float* __restrict__ logits, const int* __restrict__ want,
+                           unsigned rows, unsigned k, unsigned vocab, unsigned group) {
+    const GemmQuant<WInt4> ws[1] = {{WInt4{w, vocab, group}}};
+    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want}, group != 0u,
+                      want);
+}
+
+
 // gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),
 // dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.
 // NARROW: through gemm_narrow (the `_narrow` entries, lever mma_narrow).
-template <bool NARROW>
+template <bool NARROW, bool LARGE = false>
 __device__ __forceinline__ void gate_up_silu_fp8(const bf16* __restrict__ x,
                                                  const unsigned char* __restrict__ wg,
                                                  const unsigned char* __restrict__ wu,
@@ -1583,11 +1799,15 @@ __device__ __forceinline__ void gate_up_silu_fp8(const bf16* __restrict__ x,
     const bool ok = g_block_n != 0u && g_block_k != 0u && u_block_n != 0u && u_block_k != 0u;
     const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
                                    {WFp8{wu, inter, u_block_n, u_block_k}}};
-    gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
-                        StoreSiluMul{act, inter}, ok);
+    if constexpr (LARGE) {
+        gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter}, ok);
+    } else {
+        gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
+                            StoreSiluMul{act, inter}, ok);
+    }
 }
 
-template <bool NARROW>
+template <bool NARROW, bool LARGE = false>
 __device__ __forceinline__ void gate_up_silu_int4(const bf16* __restrict__ x,
                                                   const unsigned char* __restrict__ wg,
                                                   const unsigned char* __restrict__ wu,
@@ -1596,8 +1816,12 @@ __device__ __forceinline__ void gate_up_silu_int4(const bf16* __restrict__ x,
                                                   unsigned u_group) {
     const bool ok = g_group != 0u && u_group != 0u;
     const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
-    gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
-                        StoreSiluMul{act, inter}, ok);
+    if constexpr (LARGE) {
+        gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter}, ok);
+    } else {
+        gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
+                            StoreSiluMul{act, inter}, ok);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -1635,6 +1859,25 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
                                  unsigned rows, unsigned k, unsigned inter, unsigned g_group,
                                  unsigned u_group) {
     gate_up_silu_int4<true>(x, wg, wu, act, rows, k, inter, g_group, u_group);
+}
+
+// gate_up_silu_mma_fp8 and _int4 through gemm_large (prefill widths, lever mma_large; gemm.cu's
+// "prefill widths" section): the same arguments and bytes, in the large grid.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    gate_up_silu_mma_fp8_large(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                               const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                               unsigned rows, unsigned k, unsigned inter, unsigned g_block_n,
+                               unsigned g_block_k, unsigned u_block_n, unsigned u_block_k) {
+    gate_up_silu_fp8<false, true>(x, wg, wu, act, rows, k, inter, g_block_n, g_block_k,
+                                  u_block_n, u_block_k);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    gate_up_silu_mma_int4_large(const bf16* __restrict__ x, const unsigned char* __restrict__ wg,
+                                const unsigned char* __restrict__ wu, bf16* __restrict__ act,
+                                unsigned rows, unsigned k, unsigned inter, unsigned g_group,
+                                unsigned u_group) {
+    gate_up_silu_int4<false, true>(x, wg, wu, act, rows, k, inter, g_group, u_group);
 }
 
 // Every pick s (= r·k + j) of expert e among `total` ids, gathered 64 at a time in shared memory

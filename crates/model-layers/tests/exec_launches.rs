@@ -224,6 +224,123 @@ const WIDE_LLAMA: &str = r#"{
     "rope_theta": 10000.0, "hidden_act": "silu"
 }"#;
 
+/// The `mma_large` lever (with `tensor_cores`): the same plans; in every program of at least
+/// 128 rows each bf16 `linear_mma`, `lm_head_mma` and `gate_up_silu_mma` launch whose large grid
+/// has a block for every SM (`gemm::large_fits`) becomes its `_large` entry in its own grid (128
+/// rows × 64 features a block, 256 threads); narrower programs and narrower projections keep
+/// theirs. A llama of hidden 64 with 8,448 intermediate features and tokens (264 large blocks
+/// at 136 rows) takes gate/up and the LM head large, o and down not; a 150-token prompt (a
+/// 136-row chunk, then 14 rows) gives the same bytes.
+#[test]
+fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
+    let mut backend = backend();
+    let json = TINY_LLAMA
+        .replace("\"intermediate_size\": 128", "\"intermediate_size\": 8448")
+        .replace("\"vocab_size\": 128", "\"vocab_size\": 8448");
+    let build = |backend: &mut CpuBackend, levers: &[&str]| {
+        let mut policy = Policy::default();
+        for lever in levers {
+            policy.levers.set(lever, true).unwrap();
+        }
+        let mut serve = exec_support::serve();
+        serve.verify_widths.extend([64, 136]);
+        let boot = solder_model_layers::Boot {
+            serve,
+            ..exec_support::boot(
+                exec_support::config(&json),
+                policy,
+                solder_model_layers::WeightSource::Random { seed: 0x5eed },
+                exec_support::kv(2 * 40 + 2, 4, 160),
+            )
+        };
+        solder_model_layers::CircuitExec::build(backend, boot).expect("build")
+    };
+    let wide = build(&mut backend, &["tensor_cores"]);
+    let large = build(&mut backend, &["tensor_cores", "mma_large"]);
+    assert_eq!(wide.plans_digest(), large.plans_digest());
+    type Launched = (&'static str, [u32; 3], [u32; 3]);
+    let launches = |program: &solder_model_layers::Program| -> Vec<Launched> {
+        program
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ProgramStep::Launch { name, config, .. } => {
+                    Some((*name, config.grid, config.block))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut enlarged = std::collections::BTreeSet::new();
+    let mut kept = 0;
+    for (a, b) in wide.programs().iter().zip(large.programs()) {
+        let at = format!("{}:{}", a.mode, a.rows);
+        assert_eq!((a.mode, a.rows), (b.mode, b.rows), "{at}");
+        let rows = a.rows as u32;
+        let (a, b) = (launches(a), launches(b));
+        assert_eq!(a.len(), b.len(), "{at}");
+        for ((kernel, grid, block), (entry, entry_grid, entry_block)) in a.iter().zip(&b) {
+            let enlarged_kernel = [
+                kernels::gemm::LINEAR_MMA.as_str(),
+                kernels::gemm::LM_HEAD_MMA.as_str(),
+                kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            ]
+            .contains(kernel);
+            // The wide grid's y is ⌈features/32⌉: the large one's ⌈features/64⌉.
+            let features = grid[1] * kernels::gemm::GEMM_FEATURES;
+            if enlarged_kernel && kernels::gemm::large_fits(rows, features) {
+                assert_eq!(*entry, format!("{kernel}_large"), "{at}");
+                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+                let config = kernels::gemm::large_grid(features, rows);
+                assert_eq!(entry_grid[0], rows.div_ceil(128), "{at}: `{entry}`");
+                assert_eq!(entry_grid[1], grid[1].div_ceil(2), "{at}: `{entry}`");
+                assert_eq!(
+                    (*entry_grid, *entry_block),
+                    (config.grid, config.block),
+                    "{at}"
+                );
+                enlarged.insert(*kernel);
+            } else {
+                assert_eq!(
+                    (entry, entry_grid, entry_block),
+                    (kernel, grid, block),
+                    "{at}"
+                );
+                kept += usize::from(enlarged_kernel);
+            }
+        }
+    }
+    assert_eq!(
+        enlarged.into_iter().collect::<Vec<_>>(),
+        [
+            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            kernels::gemm::LM_HEAD_MMA.as_str()
+        ]
+    );
+    assert!(kept > 0);
+    // And the same bytes on the CPU (the variants run their kernels' twins), through a prompt
+    // whose first chunk runs the 136-row program.
+    let tokens = prompt(7, wide.config.vocab_size, 150);
+    let logits = |backend: &mut CpuBackend, exec: &solder_model_layers::CircuitExec| {
+        let mut session = solder_model_layers::Session::new(exec);
+        let id = session.add_sequence();
+        let mut out = session
+            .prefill(backend, id, &tokens[..136])
+            .expect("prefill");
+        let ran = session.last_program().map(|(_, rows, _)| rows);
+        out.extend(
+            session
+                .prefill(backend, id, &tokens[136..])
+                .expect("prefill"),
+        );
+        (out, ran)
+    };
+    let (x, _) = logits(&mut backend, &wide);
+    let (y, ran) = logits(&mut backend, &large);
+    assert_eq!(ran, Some(136), "the first chunk's program");
+    assert_same_bytes(&x, &y, "tensor_cores vs tensor_cores + mma_large");
+}
+
 #[test]
 fn few_block_projections_split_into_their_streams_slot_unless_gemv_unsplit() {
     let mut backend = backend();

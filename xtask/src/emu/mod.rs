@@ -205,6 +205,8 @@ mod tests_gdn_out;
 #[cfg(test)]
 mod tests_gemm;
 #[cfg(test)]
+mod tests_large;
+#[cfg(test)]
 mod tests_moe_quant;
 #[cfg(test)]
 mod tests_mutation;

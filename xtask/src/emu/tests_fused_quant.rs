@@ -12,13 +12,14 @@ use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
-    GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4, GATE_UP_SILU_MMA_INT4_NARROW, QKV_MMA_FP8,
-    QKV_MMA_INT4,
+    GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4,
+    GATE_UP_SILU_MMA_INT4_LARGE, GATE_UP_SILU_MMA_INT4_NARROW, QKV_MMA_FP8, QKV_MMA_INT4,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
 
 use super::tests::{arg_buf, bf16_nans, emulated, run, upload};
+use super::tests_large::enlarged;
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
 use super::tests_narrow::narrowed;
@@ -222,12 +223,14 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
             block_k: K,
         };
         // Each also through its `_narrow` entry (lever `mma_narrow`: passes of 16 rows, stages
-        // of 128 k, so K's 300 in three, the last partial).
+        // of 128 k, so K's 300 in three, the last partial) and its `_large` one (lever
+        // `mma_large`: one 128-row tile).
         for formats in [[f0, f1], [channel, f2], [i0, i1]] {
             let l = gate_up_launch(&mut backend, formats, rows, seed);
             run(&mut backend, &l);
             run(&mut backend, &narrowed(&l));
-            launches += 2;
+            run(&mut backend, &enlarged(&l));
+            launches += 3;
         }
     }
     let report = backend.emulation().unwrap().report();
@@ -239,6 +242,8 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
         GATE_UP_SILU_MMA_INT4.as_str(),
         GATE_UP_SILU_MMA_FP8_NARROW.as_str(),
         GATE_UP_SILU_MMA_INT4_NARROW.as_str(),
+        GATE_UP_SILU_MMA_FP8_LARGE.as_str(),
+        GATE_UP_SILU_MMA_INT4_LARGE.as_str(),
     ] {
         let parity = &report[entry];
         assert!(parity.launches > 0, "{entry} not run");

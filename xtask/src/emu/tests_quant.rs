@@ -10,9 +10,10 @@ use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8,
-    LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW, LM_HEAD_MMA_FP8,
-    LM_HEAD_MMA_FP8_NARROW, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW,
+    LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, LINEAR_MMA_FP8, LINEAR_MMA_FP8_LARGE,
+    LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_LARGE, LINEAR_MMA_INT4_NARROW,
+    LM_HEAD_MMA_FP8, LM_HEAD_MMA_FP8_LARGE, LM_HEAD_MMA_FP8_NARROW, LM_HEAD_MMA_INT4,
+    LM_HEAD_MMA_INT4_LARGE, LM_HEAD_MMA_INT4_NARROW,
 };
 use solder_model_layers::kernels::gemv::{
     LinearFp8, LinearInt4, LmHeadFp8, LmHeadInt4, LINEAR_FP8, LINEAR_INT4, LM_HEAD_FP8,
@@ -22,6 +23,7 @@ use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::{f32_to_e4m3, quantize_matrix};
 
 use super::tests::{emulated, run, upload};
+use super::tests_large::enlarged;
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_narrow::narrowed;
 
@@ -280,8 +282,8 @@ fn quantized_gemv_entries_equal_their_twins_at_every_row_tile() {
 /// The tensor-core entries: k = 300 (a partial k tile of 64, partial 8-chunks, blocks and
 /// groups off the tile; three 128-k stages of a `_narrow` entry, the last partial), n = 37 (a
 /// partial 32-feature tile), rows 1, 5, 17 (a narrow entry's second pass of 16) and 70 (a
-/// partial and a second 64-row tile), each through the wide entry and its `_narrow` variant
-/// (lever `mma_narrow`).
+/// partial and a second 64-row tile), each through the wide entry, its `_narrow` variant
+/// (lever `mma_narrow`) and its `_large` one (lever `mma_large`: one partial 128-row tile).
 #[test]
 fn quantized_mma_entries_equal_their_twins_across_tiles() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -314,7 +316,8 @@ fn quantized_mma_entries_equal_their_twins_across_tiles() {
                 );
                 run(&mut backend, &l);
                 run(&mut backend, &narrowed(&l));
-                launches += 2;
+                run(&mut backend, &enlarged(&l));
+                launches += 3;
             }
         }
     }
@@ -329,6 +332,10 @@ fn quantized_mma_entries_equal_their_twins_across_tiles() {
         LM_HEAD_MMA_FP8_NARROW.as_str(),
         LM_HEAD_MMA_INT4.as_str(),
         LM_HEAD_MMA_INT4_NARROW.as_str(),
+        LINEAR_MMA_FP8_LARGE.as_str(),
+        LINEAR_MMA_INT4_LARGE.as_str(),
+        LM_HEAD_MMA_FP8_LARGE.as_str(),
+        LM_HEAD_MMA_INT4_LARGE.as_str(),
     ] {
         let parity = &report[entry];
         assert!(parity.launches > 0, "{entry} not run");

@@ -262,11 +262,11 @@ mod tests {
             );
         }
         for (part, timeout) in PARTS {
-            // The model memcheck runs over two checkpoints, the bf16 prefills and the
-            // tensor-core sanitizing twice, the fp8 prefills three times; the rest once.
+            // The model memcheck runs over two checkpoints, the tensor-core sanitizing twice,
+            // the bf16 and fp8 prefills three times; the rest once.
             let repeats = [
                 ("LIMIT_MEMCHECK_MODEL", 2),
-                ("LIMIT_PREFILL", 2),
+                ("LIMIT_PREFILL", 3),
                 ("LIMIT_TC_SANITIZE", 2),
                 ("LIMIT_PREFILL_FP8", 3),
             ];
@@ -322,6 +322,7 @@ mod tests {
             "--levers tensor_cores --only",
             "prefill \"prefill 2048 gemv\" \"\"",
             "prefill \"prefill 2048 tensor cores\" tensor_cores",
+            "prefill \"prefill 2048 tensor cores large\" tensor_cores,mma_large",
             "--ab tensor_cores",
             "\"ncu profile\"",
             "\"ncu tensor cores\"",
@@ -549,6 +550,7 @@ not json
             "parity tensor cores",
             "prefill 2048 gemv",
             "prefill 2048 tensor cores",
+            "prefill 2048 tensor cores large",
         ] {
             assert!(summary.contains(row), "{row} missing:\n{summary}");
         }

@@ -64,8 +64,8 @@ LIMIT_FACTS=${LIMIT_FACTS:-15}          # each part starts with it (0.6 s)
 LIMIT_BENCH_W1=${LIMIT_BENCH_W1:-20}    # 1B shape: the build, decode timed (8 s)
 LIMIT_PARITY_SPLIT=${LIMIT_PARITY_SPLIT:-15}  # (6 s)
 LIMIT_TC_PARITY=${LIMIT_TC_PARITY:-15}  # the tensor_cores lever: parity on two built-ins (4 s)
-LIMIT_PREFILL=${LIMIT_PREFILL:-25}      # per run, two runs: 1B shape, 2,048 tokens (8-10 s)
-LIMIT_TC_AB=${LIMIT_TC_AB:-50}          # 1B shape, gemv vs tensor cores (and mma_narrow) at 1, 32 and 128 rows (25 s for two variants at 32 and 128; not yet timed since)
+LIMIT_PREFILL=${LIMIT_PREFILL:-17}      # per run, three runs: 1B shape, 2,048 tokens (8-10 s)
+LIMIT_TC_AB=${LIMIT_TC_AB:-49}          # 1B shape, gemv vs tensor cores (and mma_narrow) at 1, 32 and 128 rows (25 s for two variants at 32 and 128; not yet timed since)
 LIMIT_NCU=${LIMIT_NCU:-35}              # builds the 1B shape, profiles two steps (16 s)
 LIMIT_NCU_TABLE=${LIMIT_NCU_TABLE:-10}
 LIMIT_TC_NCU=${LIMIT_TC_NCU:-35}        # ncu over one 128-wide step with the lever (20 s)
@@ -337,6 +337,9 @@ part1() {
     record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
     prefill "prefill 2048 gemv" "" "$LIMIT_PREFILL"
     prefill "prefill 2048 tensor cores" tensor_cores "$LIMIT_PREFILL"
+    # With mma_large too: the chunks' o, gate/up and down through the 128 x 64 tiles (the same
+    # bytes).
+    prefill "prefill 2048 tensor cores large" tensor_cores,mma_large "$LIMIT_PREFILL"
     # With mma_narrow too: the tensor cores' decode widths through the _narrow entries.
     stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
         "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores,tensor_cores+mma_narrow \
@@ -462,7 +465,8 @@ part3() {
 
     # Per-kernel: gemm::gate_up_silu_mma and gemm::linear_mma (down, o) at Llama-3.1-8B's
     # shapes and 64, 128 and 512 rows, medians against the roofline, against the floor of
-    # weights read once per 64 rows (the grid's old order) and against gemv's kernels.
+    # weights read once per 64 rows (the grid's old order), against gemv's kernels and against
+    # their _large entries (lever mma_large; their bytes checked equal first).
     stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
         "$BIN" gpu-kernels --backend cuda --family gemm --rows 64,128,512 --runs 20
     record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"

@@ -7,13 +7,18 @@
 //! (`gemv::gate_up_silu`, `gemv::linear`, in the entry its emitter picks at that width), from
 //! the same buffers: their outputs agree up to rounding, and the ratio says from which width
 //! the lever pays (the lever holds at every width: a width threshold would change a sequence's
-//! bytes with its program's width).
+//! bytes with its program's width). And the same projection through its `_large` entry
+//! (gemm.cu `gemm_large`, lever `mma_large`: 128 × 64 tiles of eight warps), whose outputs must
+//! be the tensor-core kernel's bytes: its median, and the 64 × 32 tile's over it.
 //!
 //! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins).
 
 use solder_config::Levers;
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::kernels::gemm::{GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, LINEAR_MMA};
+use solder_model_layers::kernels::gemm::{
+    large_grid, GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE, LINEAR_MMA,
+    LINEAR_MMA_LARGE,
+};
 use solder_model_layers::kernels::gemv::{GateUpSilu, Linear, GEMV_UNSPLIT};
 use solder_model_layers::kernels::{Buf, Launch};
 
@@ -78,12 +83,14 @@ pub fn time_projections(
         }
     );
     println!(
-        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>12} {:>8} {:>14} {:>8} {:>9}",
+        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>10} {:>10} {:>12} {:>8} {:>14} {:>8} {:>9}",
         "rows",
         "kernel",
         "mma us",
         "gemv us",
         "gemv/mma",
+        "large us",
+        "mma/large",
         "roofline us",
         "of roof",
         "re-read floor",
@@ -106,11 +113,13 @@ pub fn time_projections(
             };
             let floor = (reread + moved - weight) / TBPS * 1e6;
             println!(
-                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
+                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {:>10.1} {:>10.3} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
                 p.name,
                 t.mma,
                 t.gemv,
                 t.gemv / t.mma,
+                t.large,
+                t.mma / t.large,
                 roof / t.mma,
                 flops / t.mma * 1e-6,
                 t.diff
@@ -120,6 +129,7 @@ pub fn time_projections(
                 label: p.label,
                 of_roof: roof / t.mma,
                 gemv_over_mma: t.gemv / t.mma,
+                mma_over_large: t.mma / t.large,
             });
         }
     }
@@ -135,10 +145,13 @@ struct Case {
     of_roof: f64,
     /// The CUDA-core median over the tensor cores'.
     gemv_over_mma: f64,
+    /// The 64 × 32 tile's median over the `_large` entry's.
+    mma_over_large: f64,
 }
 
-/// `gemm kernels: …`: the tensor cores' fraction of the roofline at the widest width and the
-/// CUDA cores' time over theirs at the narrowest (short enough for the bundle's summary row).
+/// `gemm kernels: …`: the tensor cores' fraction of the roofline and the 64 × 32 tile's time
+/// over the `_large` entry's at the widest width, and the CUDA cores' time over the tensor
+/// cores' at the narrowest (short enough for the bundle's summary row).
 fn summary_line(cases: &[Case]) -> String {
     let (Some(wide), Some(narrow)) = (
         cases.iter().map(|c| c.rows).max(),
@@ -155,23 +168,26 @@ fn summary_line(cases: &[Case]) -> String {
         parts.join(" ")
     };
     format!(
-        "gemm kernels: of roof@{wide} {}; gemv/mma@{narrow} {}",
+        "gemm kernels: of roof@{wide} {}; mma/large@{wide} {}; gemv/mma@{narrow} {}",
         at(wide, |c| c.of_roof),
+        at(wide, |c| c.mma_over_large),
         at(narrow, |c| c.gemv_over_mma)
     )
 }
 
-/// One projection's medians: the tensor cores', the CUDA cores', and their outputs' largest
-/// difference relative to the largest output.
+/// One projection's medians: the tensor cores', the CUDA cores', the `_large` entry's, and the
+/// first two's outputs' largest difference relative to the largest output.
 struct Timed {
     mma: f64,
     gemv: f64,
+    large: f64,
     diff: f32,
 }
 
 /// One projection at each of `widths`, both kernels from the same buffers (the weights
 /// uploaded once, x and the outputs sized for the widest): at each width their outputs checked
-/// finite, not all zero and equal up to rounding, then each timed.
+/// finite, not all zero and equal up to rounding (the `_large` entry's: the tensor-core
+/// kernel's bytes), then each timed.
 fn time_widths(
     backend: &mut dyn GpuBackend,
     p: &Projection,
@@ -192,7 +208,8 @@ fn time_widths(
         2 => Some(weight(2.5)?),
         _ => None,
     };
-    let outs: [Buf; 2] = [
+    let outs: [Buf; 3] = [
+        buffers.upload(&vec![0u8; widest * n_ * 2])?,
         buffers.upload(&vec![0u8; widest * n_ * 2])?,
         buffers.upload(&vec![0u8; widest * n_ * 2])?,
     ];
@@ -229,27 +246,44 @@ fn time_widths(
                  largest: more than rounding"
             )));
         }
+        if values[2]
+            .iter()
+            .map(|v| v.to_bits())
+            .ne(values[0].iter().map(|v| v.to_bits()))
+        {
+            return Err(at(format!(
+                "{}'s outputs are not {}'s bytes",
+                launches[2].kernel, launches[0].kernel
+            )));
+        }
         let mma = time(buffers.backend(), &launches[0], runs).map_err(at)?;
         let gemv = time(buffers.backend(), &launches[1], runs).map_err(at)?;
-        timed.push(Timed { mma, gemv, diff });
+        let large = time(buffers.backend(), &launches[2], runs).map_err(at)?;
+        timed.push(Timed {
+            mma,
+            gemv,
+            large,
+            diff,
+        });
     }
     buffers.free()?;
     Ok(timed)
 }
 
-/// The tensor-core launch into `outs[0]` and the CUDA-core one into `outs[1]`: gate and up with
-/// SiLU·mul when there is an up weight, else a plain projection. The CUDA-core launch takes the
+/// The tensor-core launch into `outs[0]`, the CUDA-core one into `outs[1]` and the tensor-core
+/// kernel's `_large` entry into `outs[2]`: gate and up with SiLU·mul when there is an up
+/// weight, else a plain projection. The CUDA-core launch takes the
 /// entry and split its emitter picks at `rows`, unsplit where that split would need the step's
 /// split-K scratch (a kernel timed alone has none).
 fn launches(
     x: Buf,
     w: Buf,
     wu: Option<Buf>,
-    outs: [Buf; 2],
+    outs: [Buf; 3],
     rows: u32,
     k: u32,
     n: u32,
-) -> [Launch; 2] {
+) -> [Launch; 3] {
     let unsplit = {
         let mut levers = Levers::default();
         levers.set(GEMV_UNSPLIT, true).expect("a known lever");
@@ -272,18 +306,19 @@ fn launches(
                 scratch: None,
             };
             let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            let mma = |act| GateUpSiluMma {
+                x,
+                wg: w,
+                wu,
+                act,
+                rows,
+                k,
+                inter: n,
+            };
             [
-                GateUpSiluMma {
-                    x,
-                    wg: w,
-                    wu,
-                    act: outs[0],
-                    rows,
-                    k,
-                    inter: n,
-                }
-                .launch(GATE_UP_SILU_MMA),
+                mma(outs[0]).launch(GATE_UP_SILU_MMA),
                 gemv.launch_in(shape),
+                mma(outs[2]).launch_with(GATE_UP_SILU_MMA_LARGE, large_grid(n, rows)),
             ]
         }
         None => {
@@ -298,18 +333,19 @@ fn launches(
                 scratch: None,
             };
             let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            let mma = |y| LinearMma {
+                x,
+                w,
+                bias: None,
+                y,
+                rows,
+                k,
+                n_out: n,
+            };
             [
-                LinearMma {
-                    x,
-                    w,
-                    bias: None,
-                    y: outs[0],
-                    rows,
-                    k,
-                    n_out: n,
-                }
-                .launch(LINEAR_MMA),
+                mma(outs[0]).launch(LINEAR_MMA),
                 gemv.launch_in(shape),
+                mma(outs[2]).launch_with(LINEAR_MMA_LARGE, large_grid(n, rows)),
             ]
         }
     }

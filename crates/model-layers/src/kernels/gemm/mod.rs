@@ -10,7 +10,9 @@
 //!
 //! Launch shape: blocks of 128 threads (four warps) over tiles of 64 rows × 32 output
 //! features, k in steps of 64 (the next step's loads in flight while one runs); `grid` =
-//! (⌈features/32⌉, ⌈rows/64⌉).
+//! (⌈rows/64⌉, ⌈features/32⌉). Variants of the same bytes, picked by the emitters (`tiled!`):
+//! at decode widths with `mma_narrow` the `_narrow` entries (the same grid), at 128 rows and
+//! more with `mma_large` the `_large` entries (256 threads over 128 × 64 tiles, `large_grid`).
 //!
 //! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
 //! `numerics::MmaPanel`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
@@ -137,6 +139,108 @@ pub(super) fn narrow(v: &View<'_>) -> bool {
     v.lever(MMA_NARROW) && v.rows() <= NARROW_ROWS
 }
 
+/// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma` and
+/// `gate_up_silu_mma` (bf16, fp8 and int4 weights) of programs of at least [`LARGE_ROWS`] rows
+/// through their `_large` entries (gemm.cu `gemm_large`: tiles of 128 rows × 64 features in blocks of eight warps,
+/// twice the arithmetic per staged byte of the 64 × 32 tile): A/B timing of prefill chunks and
+/// wide batches; the same plans, the same bytes.
+pub const MMA_LARGE: &str = "mma_large";
+
+/// The narrowest program `mma_large` takes through the `_large` entries: one row block of theirs
+/// (and only a launch whose large grid has a block for every SM, [`large_fits`]).
+pub const LARGE_ROWS: u32 = 128;
+/// Threads of a `_large` entry's block: eight warps.
+pub const GEMM_LARGE_THREADS: u32 = 256;
+/// Rows of a `_large` entry's tile.
+pub const GEMM_LARGE_ROWS: u32 = 128;
+/// Output features of a `_large` entry's tile.
+pub const GEMM_LARGE_FEATURES: u32 = 64;
+
+/// `linear_mma` through gemm.cu's `gemm_large`: the same arguments, twin and bytes, in
+/// [`large_grid`].
+pub const LINEAR_MMA_LARGE: Name<LinearMma> = Name::new("gemm::linear_mma_large");
+/// `lm_head_mma` through `gemm_large`.
+pub const LM_HEAD_MMA_LARGE: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_large");
+
+/// Every `_large` entry (lever `mma_large`), with the kernel it is a variant of.
+pub const LARGE_VARIANTS: &[(&str, &str)] = &[
+    (LINEAR_MMA_LARGE.as_str(), LINEAR_MMA.as_str()),
+    (LM_HEAD_MMA_LARGE.as_str(), LM_HEAD_MMA.as_str()),
+    (
+        fused::GATE_UP_SILU_MMA_LARGE.as_str(),
+        GATE_UP_SILU_MMA.as_str(),
+    ),
+    (
+        quant::LINEAR_MMA_FP8_LARGE.as_str(),
+        quant::LINEAR_MMA_FP8.as_str(),
+    ),
+    (
+        quant::LINEAR_MMA_INT4_LARGE.as_str(),
+        quant::LINEAR_MMA_INT4.as_str(),
+    ),
+    (
+        quant::LM_HEAD_MMA_FP8_LARGE.as_str(),
+        quant::LM_HEAD_MMA_FP8.as_str(),
+    ),
+    (
+        quant::LM_HEAD_MMA_INT4_LARGE.as_str(),
+        quant::LM_HEAD_MMA_INT4.as_str(),
+    ),
+    (
+        fused::GATE_UP_SILU_MMA_FP8_LARGE.as_str(),
+        fused::GATE_UP_SILU_MMA_FP8.as_str(),
+    ),
+    (
+        fused::GATE_UP_SILU_MMA_INT4_LARGE.as_str(),
+        fused::GATE_UP_SILU_MMA_INT4.as_str(),
+    ),
+];
+
+/// A `_large` entry's grid: x the ⌈rows/128⌉ row blocks (issued fastest, as `tile_grid`'s), y
+/// the ⌈features/64⌉ feature blocks, 256 threads.
+pub fn large_grid(features: u32, rows: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: [
+            rows.div_ceil(GEMM_LARGE_ROWS).max(1),
+            features.div_ceil(GEMM_LARGE_FEATURES).max(1),
+            1,
+        ],
+        block: [GEMM_LARGE_THREADS, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// `$args` launched through `$large` in [`large_grid`]`($features, rows)` when the launch is
+/// large ([`large`]), else through `$wide`, or its `_narrow` entry `$narrow` ([`narrow_or`]).
+macro_rules! tiled {
+    ($v:expr, $args:expr, $features:expr, $wide:expr, $narrow:expr, $large:expr) => {{
+        let (v, args, features) = ($v, $args, $features);
+        if $crate::kernels::gemm::large(v, features) {
+            let config = $crate::kernels::gemm::large_grid(features, v.rows());
+            args.launch_with($large, config)
+        } else {
+            args.launch($crate::kernels::gemm::narrow_or(v, $wide, $narrow))
+        }
+    }};
+}
+pub(super) use tiled;
+
+/// Whether the build turned `mma_large` on and a projection of `features` outputs in this
+/// program takes its `_large` entry ([`large_fits`]).
+pub(super) fn large(v: &View<'_>, features: u32) -> bool {
+    v.lever(MMA_LARGE) && large_fits(v.rows(), features)
+}
+
+/// Whether a projection of `features` outputs over `rows` rows suits the large tile: at least
+/// [`LARGE_ROWS`] rows, and a block of [`large_grid`] for every SM of the device the plans are
+/// sized for (`gemv::split::SMS`, 132). With fewer, the 64 × 32 tiles' four times as many blocks
+/// keep more SMs busy: Llama-3.1-8B's o projection (4,096 features) at 128 rows would get 64
+/// large blocks. Either way the bytes are the same, so the choice may follow the shape.
+pub fn large_fits(rows: u32, features: u32) -> bool {
+    let [x, y, _] = large_grid(features, rows).grid;
+    rows >= LARGE_ROWS && u64::from(x) * u64::from(y) >= crate::kernels::gemv::split::SMS
+}
+
 mod experts;
 mod fused;
 mod quant;
@@ -158,7 +262,8 @@ pub use fused::{
     QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
 };
 pub use fused::{
-    GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_NARROW,
+    GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_LARGE,
+    GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_LARGE, GATE_UP_SILU_MMA_NARROW,
     LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
     QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
@@ -166,8 +271,9 @@ pub use fused::{
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,
-    LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW, LM_HEAD_MMA_FP8,
-    LM_HEAD_MMA_FP8_NARROW, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW,
+    LINEAR_MMA_FP8_LARGE, LINEAR_MMA_FP8_NARROW, LINEAR_MMA_INT4, LINEAR_MMA_INT4_LARGE,
+    LINEAR_MMA_INT4_NARROW, LM_HEAD_MMA_FP8, LM_HEAD_MMA_FP8_LARGE, LM_HEAD_MMA_FP8_NARROW,
+    LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_LARGE, LM_HEAD_MMA_INT4_NARROW,
 };
 
 pub(super) const DECLS: &[&[super::KernelDecl]] = &[
@@ -428,39 +534,57 @@ fn emit_linear_mma(v: &View<'_>) -> R {
     );
     let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
     let launch = match v.weight_format(l, 0) {
-        WeightFormat::Bf16 => LinearMma {
-            x,
-            w,
-            bias,
-            y,
-            rows,
-            k,
+        WeightFormat::Bf16 => tiled!(
+            v,
+            LinearMma {
+                x,
+                w,
+                bias,
+                y,
+                rows,
+                k,
+                n_out,
+            },
             n_out,
-        }
-        .launch(narrow_or(v, LINEAR_MMA, LINEAR_MMA_NARROW)),
-        WeightFormat::Fp8 { block_n, block_k } => LinearMmaFp8 {
-            x,
-            w,
-            bias,
-            y,
-            rows,
-            k,
+            LINEAR_MMA,
+            LINEAR_MMA_NARROW,
+            LINEAR_MMA_LARGE
+        ),
+        WeightFormat::Fp8 { block_n, block_k } => tiled!(
+            v,
+            LinearMmaFp8 {
+                x,
+                w,
+                bias,
+                y,
+                rows,
+                k,
+                n_out,
+                block_n,
+                block_k,
+            },
             n_out,
-            block_n,
-            block_k,
-        }
-        .launch(narrow_or(v, LINEAR_MMA_FP8, LINEAR_MMA_FP8_NARROW)),
-        WeightFormat::Int4 { group } => LinearMmaInt4 {
-            x,
-            w,
-            bias,
-            y,
-            rows,
-            k,
+            LINEAR_MMA_FP8,
+            LINEAR_MMA_FP8_NARROW,
+            LINEAR_MMA_FP8_LARGE
+        ),
+        WeightFormat::Int4 { group } => tiled!(
+            v,
+            LinearMmaInt4 {
+                x,
+                w,
+                bias,
+                y,
+                rows,
+                k,
+                n_out,
+                group,
+            },
             n_out,
-            group,
-        }
-        .launch(narrow_or(v, LINEAR_MMA_INT4, LINEAR_MMA_INT4_NARROW)),
+            LINEAR_MMA_INT4,
+            LINEAR_MMA_INT4_NARROW,
+            LINEAR_MMA_INT4_LARGE
+        ),
     };
     Ok(vec![launch])
 }
@@ -478,39 +602,82 @@ fn emit_lm_head_mma(v: &View<'_>) -> R {
     let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
     let (rows, k, want) = (v.rows(), v.u32(h, "hidden")?, v.want_logits(h));
     let launch = match v.weight_format(h, 0) {
-        WeightFormat::Bf16 => LmHeadMma {
-            x,
-            w,
-            logits,
-            want,
-            rows,
-            k,
+        WeightFormat::Bf16 => tiled!(
+            v,
+            LmHeadMma {
+                x,
+                w,
+                logits,
+                want,
+                rows,
+                k,
+                vocab,
+            },
             vocab,
-        }
-        .launch(narrow_or(v, LM_HEAD_MMA, LM_HEAD_MMA_NARROW)),
-        WeightFormat::Fp8 { block_n, block_k } => LmHeadMmaFp8 {
-            x,
-            w,
-            logits,
-            want,
-            rows,
-            k,
+            LM_HEAD_MMA,
+            LM_HEAD_MMA_NARROW,
+            LM_HEAD_MMA_LARGE
+        ),
+        WeightFormat::Fp8 { block_n, block_k } => tiled!(
+            v,
+            LmHeadMmaFp8 {
+                x,
+                w,
+                logits,
+                want,
+                rows,
+                k,
+                vocab,
+                block_n,
+                block_k,
+            },
             vocab,
-            block_n,
-            block_k,
-        }
-        .launch(narrow_or(v, LM_HEAD_MMA_FP8, LM_HEAD_MMA_FP8_NARROW)),
-        WeightFormat::Int4 { group } => LmHeadMmaInt4 {
-            x,
-            w,
-            logits,
-            want,
-            rows,
-            k,
+            LM_HEAD_MMA_FP8,
+            LM_HEAD_MMA_FP8_NARROW,
+            LM_HEAD_MMA_FP8_LARGE
+        ),
+        WeightFormat::Int4 { group } => tiled!(
+            v,
+            LmHeadMmaInt4 {
+                x,
+                w,
+                logits,
+                want,
+                rows,
+                k,
+                vocab,
+                group,
+            },
             vocab,
-            group,
-        }
-        .launch(narrow_or(v, LM_HEAD_MMA_INT4, LM_HEAD_MMA_INT4_NARROW)),
+            LM_HEAD_MMA_INT4,
+            LM_HEAD_MMA_INT4_NARROW,
+            LM_HEAD_MMA_INT4_LARGE
+        ),
     };
     Ok(vec![launch])
+}
+
+#[cfg(test)]
+mod large_tests {
+    use super::*;
+
+    /// The large tile takes a launch from 128 rows, where its grid has a block for each of the
+    /// 132 SMs: Llama-3.1-8B's gate/up (14,336 features) from 128 rows, its o projection (4,096)
+    /// from 384 rows (3 × 64 = 192 blocks; 256 rows give 2 × 64 = 128), Llama-3.2-1B's o (2,048)
+    /// from 640 rows (5 × 32 = 160).
+    #[test]
+    fn the_large_tile_takes_wide_programs_with_a_block_for_every_sm() {
+        assert!(!large_fits(127, 1 << 20));
+        assert!(large_fits(128, 14336));
+        assert!(!large_fits(128, 4096));
+        assert!(!large_fits(256, 4096));
+        assert!(large_fits(384, 4096));
+        assert!(!large_fits(512, 2048));
+        assert!(large_fits(640, 2048));
+        // 132 blocks exactly: one row block of 8,448 features.
+        assert!(large_fits(128, 8448));
+        assert!(!large_fits(128, 8447 - 63));
+        assert_eq!(large_grid(8448, 128).grid, [1, 132, 1]);
+        assert_eq!(large_grid(0, 0).grid, [1, 1, 1]);
+    }
 }

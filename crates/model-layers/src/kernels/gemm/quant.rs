@@ -98,6 +98,14 @@ pub const LINEAR_MMA_INT4_NARROW: Name<LinearMmaInt4> = Name::new("gemm::linear_
 pub const LM_HEAD_MMA_FP8_NARROW: Name<LmHeadMmaFp8> = Name::new("gemm::lm_head_mma_fp8_narrow");
 pub const LM_HEAD_MMA_INT4_NARROW: Name<LmHeadMmaInt4> = Name::new("gemm::lm_head_mma_int4_narrow");
 
+/// The four entries through gemm.cu's `gemm_large` (lever `mma_large`, prefill widths; each
+/// 128-row block dequantises a weight tile once): the same arguments, twin and bytes, in
+/// `gemm::large_grid`.
+pub const LINEAR_MMA_FP8_LARGE: Name<LinearMmaFp8> = Name::new("gemm::linear_mma_fp8_large");
+pub const LINEAR_MMA_INT4_LARGE: Name<LinearMmaInt4> = Name::new("gemm::linear_mma_int4_large");
+pub const LM_HEAD_MMA_FP8_LARGE: Name<LmHeadMmaFp8> = Name::new("gemm::lm_head_mma_fp8_large");
+pub const LM_HEAD_MMA_INT4_LARGE: Name<LmHeadMmaInt4> = Name::new("gemm::lm_head_mma_int4_large");
+
 /// The `_narrow` entries, with the quantized entry each is a variant of.
 pub const NARROW_VARIANTS: [(&str, &str); 4] = [
     (LINEAR_MMA_FP8_NARROW.as_str(), LINEAR_MMA_FP8.as_str()),

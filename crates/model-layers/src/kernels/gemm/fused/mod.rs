@@ -112,6 +112,16 @@ kernel! {
 /// `gate_up_silu_mma` through gemm.cu's `gemm_narrow` (lever `mma_narrow`, decode widths): the
 /// same arguments, grid, twin and bytes.
 pub const GATE_UP_SILU_MMA_NARROW: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_narrow");
+/// `gate_up_silu_mma` through gemm.cu's `gemm_large` (lever `mma_large`, prefill widths): the
+/// same arguments, twin and bytes, in `gemm::large_grid`.
+pub const GATE_UP_SILU_MMA_LARGE: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_large");
+
+/// `gate_up_silu_mma_fp8` and `_int4` through `gemm_large`.
+pub const GATE_UP_SILU_MMA_FP8_LARGE: Name<GateUpSiluMmaFp8> =
+    Name::new("gemm::gate_up_silu_mma_fp8_large");
+pub const GATE_UP_SILU_MMA_INT4_LARGE: Name<GateUpSiluMmaInt4> =
+    Name::new("gemm::gate_up_silu_mma_int4_large");
+
 /// `gate_up_silu_mma_fp8` and `_int4` through `gemm_narrow` (a stage of 128 k).
 pub const GATE_UP_SILU_MMA_FP8_NARROW: Name<GateUpSiluMmaFp8> =
     Name::new("gemm::gate_up_silu_mma_fp8_narrow");
@@ -343,60 +353,66 @@ fn emit_gate_up_silu_mma(v: &View<'_>) -> R {
     let formats = [v.weight_format(gate, 0), v.weight_format(up, 0)];
     use WeightFormat::{Bf16, Fp8, Int4};
     let launch = match formats {
-        [Bf16, Bf16] => GateUpSiluMma {
-            x,
-            wg,
-            wu,
-            act,
-            rows,
-            k,
-            inter,
-        }
-        .launch(super::narrow_or(
+        [Bf16, Bf16] => super::tiled!(
             v,
+            GateUpSiluMma {
+                x,
+                wg,
+                wu,
+                act,
+                rows,
+                k,
+                inter,
+            },
+            inter,
             GATE_UP_SILU_MMA,
             GATE_UP_SILU_MMA_NARROW,
-        )),
+            GATE_UP_SILU_MMA_LARGE
+        ),
         [Fp8 {
             block_n: g_block_n,
             block_k: g_block_k,
         }, Fp8 {
             block_n: u_block_n,
             block_k: u_block_k,
-        }] => GateUpSiluMmaFp8 {
-            x,
-            wg,
-            wu,
-            act,
-            rows,
-            k,
-            inter,
-            g_block_n,
-            g_block_k,
-            u_block_n,
-            u_block_k,
-        }
-        .launch(super::narrow_or(
+        }] => super::tiled!(
             v,
+            GateUpSiluMmaFp8 {
+                x,
+                wg,
+                wu,
+                act,
+                rows,
+                k,
+                inter,
+                g_block_n,
+                g_block_k,
+                u_block_n,
+                u_block_k,
+            },
+            inter,
             GATE_UP_SILU_MMA_FP8,
             GATE_UP_SILU_MMA_FP8_NARROW,
-        )),
-        [Int4 { group: g_group }, Int4 { group: u_group }] => GateUpSiluMmaInt4 {
-            x,
-            wg,
-            wu,
-            act,
-            rows,
-            k,
-            inter,
-            g_group,
-            u_group,
-        }
-        .launch(super::narrow_or(
+            GATE_UP_SILU_MMA_FP8_LARGE
+        ),
+        [Int4 { group: g_group }, Int4 { group: u_group }] => super::tiled!(
             v,
+            GateUpSiluMmaInt4 {
+                x,
+                wg,
+                wu,
+                act,
+                rows,
+                k,
+                inter,
+                g_group,
+                u_group,
+            },
+            inter,
             GATE_UP_SILU_MMA_INT4,
             GATE_UP_SILU_MMA_INT4_NARROW,
-        )),
+            GATE_UP_SILU_MMA_INT4_LARGE
+        ),
         _ => return Err(mixed_formats(v, GATE_UP_SILU_MMA.as_str(), &formats)),
     };
     Ok(vec![launch])
