@@ -223,6 +223,16 @@ __device__ __forceinline__ void gemm_put(bf16 (*s)[BK + 8], const uint4 (&v)[N])
     }
 }
 
+// Whether every 8-element chunk of x and of the NW weights loads as one 16-byte vector: k a
+// multiple of 8 and every matrix 16-byte aligned (else gemm_load8's scalar path, the same bits).
+template <unsigned NW, class W>
+__device__ __forceinline__ bool gemm_vec(const GemmBf16& xm, const W (&w)[NW], unsigned k) {
+    bool vec = (k % 8u) == 0u && xm.aligned();
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+    return vec;
+}
+
 // Weight tiles asked of L2 ahead of the tile being staged, by a block whose rows lead
 // (`leads()`). A block stages one k tile in registers while the warps run the one before, so
 // alone it keeps one tile of each weight in flight: 4 KB of bf16 a block, a DRAM round trip per
@@ -274,9 +284,7 @@ __device__ __forceinline__ void gemm_tile_acc(const bf16* __restrict__ x, const 
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const GemmBf16 xm{x};
-    bool vec = (k % 8u) == 0u && xm.aligned();
-#pragma unroll
-    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+    const bool vec = gemm_vec(xm, w, k);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
 #pragma unroll
@@ -385,9 +393,7 @@ __device__ __forceinline__ void gemm_narrow_acc(const bf16* __restrict__ x, cons
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const GemmBf16 xm{x};
-    bool vec = (k % 8u) == 0u && xm.aligned();
-#pragma unroll
-    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+    const bool vec = gemm_vec(xm, w, k);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
 #pragma unroll
@@ -1607,9 +1613,7 @@ __device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const
     const unsigned wr = (warp % 4u) * 32u; // the warp's first row of the tile
     const unsigned wc = (warp / 4u) * 32u; // its first column
     const GemmBf16 xm{x};
-    bool vec = (k % 8u) == 0u && xm.aligned();
-#pragma unroll
-    for (unsigned i = 0; i < NW; ++i) vec = vec && w[i].aligned();
+    const bool vec = gemm_vec(xm, w, k);
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
 #pragma unroll

@@ -141,9 +141,10 @@ pub(super) fn narrow(v: &View<'_>) -> bool {
 
 /// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma` and
 /// `gate_up_silu_mma` (bf16, fp8 and int4 weights) of programs of at least [`LARGE_ROWS`] rows
-/// through their `_large` entries (gemm.cu `gemm_large`: tiles of 128 rows × 64 features in blocks of eight warps,
-/// twice the arithmetic per staged byte of the 64 × 32 tile): A/B timing of prefill chunks and
-/// wide batches; the same plans, the same bytes.
+/// through their `_large` entries where they fit ([`large_fits`]): gemm.cu's `gemm_large`,
+/// tiles of 128 rows × 64 features in blocks of eight warps, twice the arithmetic per staged
+/// byte of the 64 × 32 tile. A/B timing of prefill chunks and wide batches; the same plans, the
+/// same bytes.
 pub const MMA_LARGE: &str = "mma_large";
 
 /// The narrowest program `mma_large` takes through the `_large` entries: one row block of theirs
