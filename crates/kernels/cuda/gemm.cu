@@ -523,6 +523,171 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
     gemm_block_rows<NW, NARROW>(x, w, rows, k, n, n0, store);
 }
 
+// ---- prefill widths: gemm_large (the `_large` entries, lever `mma_large`) -----------------
+//
+// A block of gemm_tile multiplies 64 rows by 32 features: per 64-k tile it stages 12 KB (16 KB
+// with gate and up) for 0.26 MFLOP a weight, and its four warps each read all 32 features' B
+// fragments for 16 rows of A (three ldmatrix a k16 step for four mma.sync). At a prefill chunk
+// of 512 rows the first device run measured its kernels at 6-17% of the tensor pipe.
+// gemm_large takes 128 rows × 64 features in a block of eight warps, each owning 32 rows × 32
+// features (two m16 A fragments against four n8 B fragments: four ldmatrix a k16 step for eight
+// mma.sync a weight): twice the arithmetic per staged byte and per shared-memory read, as
+// CUTLASS's larger threadblock and warp tiles do for a long product. Staging is gemm_tile's:
+// the next 64-k tile in registers while the current one's mma.sync run. Each output's
+// accumulator takes exactly gemm_tile's sequence (from +0, one mma.sync m16n8k16 per 16 k in k
+// order, up to the same 64-k tile end), so a `_large` entry writes its kernel's bytes at any
+// width (emulated test `large_entries_write_the_bytes_of_the_wide_ones`); only the grid
+// differs: (⌈rows/128⌉, ⌈features/64⌉), 256 threads. The emitters take them for programs of
+// 128 rows or more whose large grid has a block for every SM (`gemm::large_fits`); a
+// narrower projection keeps the 64 × 32 tiles' four times as many blocks.
+#define GEMM_LARGE_BM 128
+#define GEMM_LARGE_BN 64
+#define GEMM_LARGE_THREADS 256
+#define GEMM_LARGE_X_CHUNKS (GEMM_LARGE_BM * GEMM_BK / 8 / GEMM_LARGE_THREADS)
+#define GEMM_LARGE_W_CHUNKS (GEMM_LARGE_BN * GEMM_BK / 8 / GEMM_LARGE_THREADS)
+
+// The large tile of NW weights against 128 rows of x (`rows_of`'s), tile column c being weight
+// row cols_of.src(c): acc[i][m][j][0..3] of this lane is rows 32·(warp % 4) + 16m + (g, g+8),
+// tile columns 32·(warp / 4) + 8j + 2t and the next, of dot(x row, w[i] row). Ends on a
+// barrier after its last use of shared memory.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const W (&w)[NW],
+                                               Rows rows_of, Cols cols_of, unsigned k,
+                                               float (&acc)[NW][2][4][4]) {
+    __shared__ __align__(16) bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned wr = (warp % 4u) * 32u; // the warp's first row of the tile
+    const unsigned wc = (warp / 4u) * 32u; // its first column
+    const GemmBf16 xm{x};
+    const bool vec = gemm_vec(xm, w, k);
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][m][j][e] = 0.0f;
+            }
+        }
+    }
+    uint4 xv[GEMM_LARGE_X_CHUNKS];
+    uint4 wv[NW][GEMM_LARGE_W_CHUNKS];
+    gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k, 0u, vec);
+#pragma unroll
+    for (unsigned i = 0; i < NW; ++i) {
+        gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(wv[i], w[i], cols_of, k, 0u,
+                                                                      vec);
+    }
+    for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
+        gemm_put<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xs, xv);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) {
+            gemm_put<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(ws[i], wv[i]);
+        }
+        __syncthreads();
+        if (k0 + GEMM_BK < k) {
+            gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k,
+                                                                          k0 + GEMM_BK, vec);
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) {
+                gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(
+                    wv[i], w[i], cols_of, k, k0 + GEMM_BK, vec);
+            }
+        }
+#pragma unroll
+        for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
+            // Matrices: rows 0-7 / 8-15 of the warp's m-th 16 (lane bit 3), k 0-7 / 8-15 (bit 4).
+            unsigned a[2][4];
+#pragma unroll
+            for (unsigned m = 0; m < 2; ++m) {
+                ldmatrix_x4(a[m], &xs[wr + m * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+            }
+#pragma unroll
+            for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+                for (unsigned p = 0; p < 2; ++p) {
+                    // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of
+                    // the warp's pair p.
+                    unsigned b[4];
+                    ldmatrix_x4(b, &ws[i][wc + p * 16 + (lane >> 4) * 8 + (lane & 7)]
+                                      [kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+                    for (unsigned m = 0; m < 2; ++m) {
+                        mma_bf16_16816(acc[i][m][2 * p], a[m], b[0], b[1]);
+                        mma_bf16_16816(acc[i][m][2 * p + 1], a[m], b[2], b[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// gemm_large_acc over the block's rows (blockIdx.x · 128 ..) and features n0 .. n0 + 63 of a
+// row-major x of `rows` rows: store(row, f, v) for every row and f < n, v[i] the dot of
+// weight i. `ok` false (a quantized weight's zero block or group) writes nothing; a block none
+// of whose rows `want` flags (an LM head's; null: every row) returns before it stages a tile,
+// as gemm_run_wanted's does.
+template <unsigned NW, class W, class Store>
+__device__ __forceinline__ void gemm_large_run(const bf16* __restrict__ x, const W (&w)[NW],
+                                               unsigned rows, unsigned k, unsigned n,
+                                               unsigned n0, Store store, bool ok = true,
+                                               const int* __restrict__ want = nullptr) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const unsigned m0 = blockIdx.x * GEMM_LARGE_BM;
+    if (!ok || !rows_wanted(want, m0, min(rows, m0 + GEMM_LARGE_BM))) {
+        return;
+    }
+    const SpanRows rows_of{m0, rows};
+    float acc[NW][2][4][4];
+    gemm_large_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned g = lane >> 2;
+    const unsigned t = lane & 3;
+#pragma unroll
+    for (unsigned m = 0; m < 2; ++m) {
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned r = (warp % 4u) * 32u + m * 16 + g + (e >> 1) * 8;
+                const unsigned f = n0 + (warp / 4u) * 32u + j * 8 + 2 * t + (e & 1);
+                float v[NW];
+#pragma unroll
+                for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][m][j][e];
+                if (rows_of.src(r) != GEMM_NO_ROW && f < n) store(rows_of.dst(r), f, v);
+            }
+        }
+    }
+}
+
+// The feature blocks of one launch's tile: 32 features a block (gemm_tile's, gemm_narrow's) or
+// 64 (LARGE: gemm_large's). A launch of several matrices (qkv_mma's, linear_pair_mma's) lays
+// each matrix's blocks of this width after the previous matrix's.
+template <bool LARGE>
+__device__ __forceinline__ unsigned gemm_feature_blocks(unsigned n) {
+    constexpr unsigned bn = LARGE ? GEMM_LARGE_BN : GEMM_BN;
+    return (n + bn - 1u) / bn;
+}
+
+// gemm_run (NARROW: through gemm_narrow) or gemm_large_run (LARGE) over the block's rows and
+// its feature block b of a weight of n features (features b · 32 .., or b · 64 .. when LARGE).
+template <unsigned NW, bool NARROW, bool LARGE, class W, class Store>
+__device__ __forceinline__ void gemm_any_run(const bf16* __restrict__ x, const W (&w)[NW],
+                                             unsigned rows, unsigned k, unsigned n, unsigned b,
+                                             Store store, bool ok = true) {
+    if constexpr (LARGE) {
+        gemm_large_run<NW>(x, w, rows, k, n, b * GEMM_LARGE_BN, store, ok);
+    } else {
+        gemm_run<NW, NARROW>(x, w, rows, k, n, b * GEMM_BN, store, ok);
+    }
+}
+
 struct StoreLinear {
     const bf16* bias;
     bf16* y;
@@ -694,13 +859,13 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
 
 // qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the
 // block's projection (q's feature blocks, then k's, then v's) stored as linear_mma stores it.
-// `ok` as gemm_run's.
-template <class W>
+// `ok` as gemm_run's. LARGE: through gemm_large (the `_large` entries: blocks of 64 features).
+template <class W, bool LARGE = false>
 __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, const W (&w)[3],
                                         const bf16* const (&bias)[3], bf16* const (&out)[3],
                                         unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
-    const unsigned q_blocks = (nq + GEMM_BN - 1) / GEMM_BN;
-    const unsigned kv_blocks = (nkv + GEMM_BN - 1) / GEMM_BN;
+    const unsigned q_blocks = gemm_feature_blocks<LARGE>(nq);
+    const unsigned kv_blocks = gemm_feature_blocks<LARGE>(nkv);
     unsigned b = gemm_block().feature;
     W ws[1] = {w[0]};
     StoreLinear store{bias[0], out[0], nq};
@@ -716,33 +881,42 @@ __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, con
         store = StoreLinear{bias[1], out[1], nkv};
         n = nkv;
     }
-    gemm_run<1>(x, ws, rows, k, n, b * GEMM_BN, store, ok);
+    gemm_any_run<1, false, LARGE>(x, ws, rows, k, n, b, store, ok);
 }
 
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
 // k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈rows/64⌉, ⌈nq/32⌉ +
 // 2·⌈nkv/32⌉) (gemm_block), 128 threads: q's feature blocks, then k's, then v's.
+template <bool LARGE>
+__device__ __forceinline__ void qkv_bf16(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                                         const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                                         const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                                         const bf16* __restrict__ bv, bf16* __restrict__ q,
+                                         bf16* __restrict__ k_out, bf16* __restrict__ v,
+                                         unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run<GemmBf16, LARGE>(true, x, w, bias, out, rows, k, nq, nkv);
+}
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq, const bf16* __restrict__ bq,
             const bf16* __restrict__ wk, const bf16* __restrict__ bk, const bf16* __restrict__ wv,
             const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
             bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
-    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    bf16* const out[3] = {q, k_out, v};
-    qkv_run(true, x, w, bias, out, rows, k, nq, nkv);
+    qkv_bf16<false>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv);
 }
 
 // Two sibling projections of x bf16[rows·k] in one launch (Gated DeltaNet's in_proj_qkvz and
 // in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
 // (⌈rows/64⌉, ⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
 // then the second's.
-template <bool NARROW>
+template <bool NARROW, bool LARGE = false>
 __device__ __forceinline__ void linear_pair_mma_body(
     const bf16* __restrict__ x, const bf16* __restrict__ w1, const bf16* __restrict__ b1,
     const bf16* __restrict__ w2, const bf16* __restrict__ b2, bf16* __restrict__ y1,
     bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1, unsigned n2) {
-    const unsigned first_blocks = (n1 + GEMM_BN - 1) / GEMM_BN;
+    const unsigned first_blocks = gemm_feature_blocks<LARGE>(n1);
     unsigned b = gemm_block().feature;
     GemmBf16 ws[1] = {{w1}};
     StoreLinear store{b1, y1, n1};
@@ -753,7 +927,7 @@ __device__ __forceinline__ void linear_pair_mma_body(
         store = StoreLinear{b2, y2, n2};
         n = n2;
     }
-    gemm_run<1, NARROW>(x, ws, rows, k, n, b * GEMM_BN, store);
+    gemm_any_run<1, NARROW, LARGE>(x, ws, rows, k, n, b, store);
 }
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
@@ -775,7 +949,41 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // qkv_mma on quantized q, k and v (one kind, each with its own blocks or group: a per-tensor
 // fp8 scale is a block of the whole matrix), dequantised as linear_mma_fp8's and
 // linear_mma_int4's are, so each output is linear_mma's on the dequantised matrix. A zero
-// block or group writes nothing.
+// block or group writes nothing. LARGE: the `_large` entries' bodies.
+template <bool LARGE>
+__device__ __forceinline__ void qkv_fp8(
+    const bf16* __restrict__ x, const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+    const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+    const unsigned char* __restrict__ wv, const bf16* __restrict__ bv, bf16* __restrict__ q,
+    bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq,
+    unsigned nkv, unsigned q_block_n, unsigned q_block_k, unsigned k_block_n, unsigned k_block_k,
+    unsigned v_block_n, unsigned v_block_k) {
+    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
+                    v_block_n != 0u && v_block_k != 0u;
+    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
+                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
+                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run<GemmQuant<WFp8>, LARGE>(ok, x, w, bias, out, rows, k, nq, nkv);
+}
+
+template <bool LARGE>
+__device__ __forceinline__ void qkv_int4(
+    const bf16* __restrict__ x, const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+    const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+    const unsigned char* __restrict__ wv, const bf16* __restrict__ bv, bf16* __restrict__ q,
+    bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq,
+    unsigned nkv, unsigned q_group, unsigned k_group, unsigned v_group) {
+    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
+    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
+                                   {WInt4{wk, nkv, k_group}},
+                                   {WInt4{wv, nkv, v_group}}};
+    const bf16* const bias[3] = {bq, bk, bv};
+    bf16* const out[3] = {q, k_out, v};
+    qkv_run<GemmQuant<WInt4>, LARGE>(ok, x, w, bias, out, rows, k, nq, nkv);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_mma_fp8(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
                 const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
@@ -784,14 +992,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                 bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
                 unsigned q_block_n, unsigned q_block_k, unsigned k_block_n, unsigned k_block_k,
                 unsigned v_block_n, unsigned v_block_k) {
-    const bool ok = q_block_n != 0u && q_block_k != 0u && k_block_n != 0u && k_block_k != 0u &&
-                    v_block_n != 0u && v_block_k != 0u;
-    const GemmQuant<WFp8> w[3] = {{WFp8{wq, nq, q_block_n, q_block_k}},
-                                  {WFp8{wk, nkv, k_block_n, k_block_k}},
-                                  {WFp8{wv, nkv, v_block_n, v_block_k}}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    bf16* const out[3] = {q, k_out, v};
-    qkv_run(ok, x, w, bias, out, rows, k, nq, nkv);
+    qkv_fp8<false>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv, q_block_n,
+                   q_block_k, k_block_n, k_block_k, v_block_n, v_block_k);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -801,13 +1003,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
                  const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
                  bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv,
                  unsigned q_group, unsigned k_group, unsigned v_group) {
-    const bool ok = q_group != 0u && k_group != 0u && v_group != 0u;
-    const GemmQuant<WInt4> w[3] = {{WInt4{wq, nq, q_group}},
-                                   {WInt4{wk, nkv, k_group}},
-                                   {WInt4{wv, nkv, v_group}}};
-    const bf16* const bias[3] = {bq, bk, bv};
-    bf16* const out[3] = {q, k_out, v};
-    qkv_run(ok, x, w, bias, out, rows, k, nq, nkv);
+    qkv_int4<false>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv, q_group, k_group,
+                    v_group);
 }
 
 // ---- q/k/v with rope and the KV write in the epilogue (qkv_rope_kv_mma) ------------------
@@ -1575,149 +1772,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     gate_up_silu_mma_body<true>(x, wg, wu, act, rows, k, inter);
 }
 
-// ---- prefill widths: gemm_large (the `_large` entries, lever `mma_large`) -----------------
-//
-// A block of gemm_tile multiplies 64 rows by 32 features: per 64-k tile it stages 12 KB (16 KB
-// with gate and up) for 0.26 MFLOP a weight, and its four warps each read all 32 features' B
-// fragments for 16 rows of A (three ldmatrix a k16 step for four mma.sync). At a prefill chunk
-// of 512 rows the first device run measured its kernels at 6-17% of the tensor pipe.
-// gemm_large takes 128 rows × 64 features in a block of eight warps, each owning 32 rows × 32
-// features (two m16 A fragments against four n8 B fragments: four ldmatrix a k16 step for eight
-// mma.sync a weight): twice the arithmetic per staged byte and per shared-memory read, as
-// CUTLASS's larger threadblock and warp tiles do for a long product. Staging is gemm_tile's:
-// the next 64-k tile in registers while the current one's mma.sync run. Each output's
-// accumulator takes exactly gemm_tile's sequence (from +0, one mma.sync m16n8k16 per 16 k in k
-// order, up to the same 64-k tile end), so a `_large` entry writes its kernel's bytes at any
-// width (emulated test `large_entries_write_the_bytes_of_the_wide_ones`); only the grid
-// differs: (⌈rows/128⌉, ⌈features/64⌉), 256 threads. The emitters take them for programs of
-// 128 rows or more whose large grid has a block for every SM (`gemm::large_fits`); a
-// narrower projection keeps the 64 × 32 tiles' four times as many blocks.
-#define GEMM_LARGE_BM 128
-#define GEMM_LARGE_BN 64
-#define GEMM_LARGE_THREADS 256
-#define GEMM_LARGE_X_CHUNKS (GEMM_LARGE_BM * GEMM_BK / 8 / GEMM_LARGE_THREADS)
-#define GEMM_LARGE_W_CHUNKS (GEMM_LARGE_BN * GEMM_BK / 8 / GEMM_LARGE_THREADS)
-
-// The large tile of NW weights against 128 rows of x (`rows_of`'s), tile column c being weight
-// row cols_of.src(c): acc[i][m][j][0..3] of this lane is rows 32·(warp % 4) + 16m + (g, g+8),
-// tile columns 32·(warp / 4) + 8j + 2t and the next, of dot(x row, w[i] row). Ends on a
-// barrier after its last use of shared memory.
-template <unsigned NW, class W, class Rows, class Cols>
-__device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const W (&w)[NW],
-                                               Rows rows_of, Cols cols_of, unsigned k,
-                                               float (&acc)[NW][2][4][4]) {
-    __shared__ __align__(16) bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
-    __shared__ __align__(16) bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
-    const unsigned warp = threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32;
-    const unsigned wr = (warp % 4u) * 32u; // the warp's first row of the tile
-    const unsigned wc = (warp / 4u) * 32u; // its first column
-    const GemmBf16 xm{x};
-    const bool vec = gemm_vec(xm, w, k);
-#pragma unroll
-    for (unsigned i = 0; i < NW; ++i) {
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][m][j][e] = 0.0f;
-            }
-        }
-    }
-    uint4 xv[GEMM_LARGE_X_CHUNKS];
-    uint4 wv[NW][GEMM_LARGE_W_CHUNKS];
-    gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k, 0u, vec);
-#pragma unroll
-    for (unsigned i = 0; i < NW; ++i) {
-        gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(wv[i], w[i], cols_of, k, 0u,
-                                                                      vec);
-    }
-    for (unsigned k0 = 0; k0 < k; k0 += GEMM_BK) {
-        gemm_put<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xs, xv);
-#pragma unroll
-        for (unsigned i = 0; i < NW; ++i) {
-            gemm_put<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(ws[i], wv[i]);
-        }
-        __syncthreads();
-        if (k0 + GEMM_BK < k) {
-            gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k,
-                                                                          k0 + GEMM_BK, vec);
-#pragma unroll
-            for (unsigned i = 0; i < NW; ++i) {
-                gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(
-                    wv[i], w[i], cols_of, k, k0 + GEMM_BK, vec);
-            }
-        }
-#pragma unroll
-        for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
-            // Matrices: rows 0-7 / 8-15 of the warp's m-th 16 (lane bit 3), k 0-7 / 8-15 (bit 4).
-            unsigned a[2][4];
-#pragma unroll
-            for (unsigned m = 0; m < 2; ++m) {
-                ldmatrix_x4(a[m], &xs[wr + m * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-            }
-#pragma unroll
-            for (unsigned i = 0; i < NW; ++i) {
-#pragma unroll
-                for (unsigned p = 0; p < 2; ++p) {
-                    // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of
-                    // the warp's pair p.
-                    unsigned b[4];
-                    ldmatrix_x4(b, &ws[i][wc + p * 16 + (lane >> 4) * 8 + (lane & 7)]
-                                      [kk + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-                    for (unsigned m = 0; m < 2; ++m) {
-                        mma_bf16_16816(acc[i][m][2 * p], a[m], b[0], b[1]);
-                        mma_bf16_16816(acc[i][m][2 * p + 1], a[m], b[2], b[3]);
-                    }
-                }
-            }
-        }
-        __syncthreads();
-    }
-}
-
-// gemm_large_acc over the block's rows (blockIdx.x · 128 ..) and features (blockIdx.y · 64 ..)
-// of a row-major x of `rows` rows: store(row, f, v) for every row and f < n, v[i] the dot of
-// weight i. `ok` false (a quantized weight's zero block or group) writes nothing; a block none
-// of whose rows `want` flags (an LM head's; null: every row) returns before it stages a tile,
-// as gemm_run_wanted's does.
-template <unsigned NW, class W, class Store>
-__device__ __forceinline__ void gemm_large_run(const bf16* __restrict__ x, const W (&w)[NW],
-                                               unsigned rows, unsigned k, unsigned n,
-                                               Store store, bool ok = true,
-                                               const int* __restrict__ want = nullptr) {
-    pdl_wait();
-    pdl_launch_dependents();
-    const unsigned m0 = blockIdx.x * GEMM_LARGE_BM;
-    if (!ok || !rows_wanted(want, m0, min(rows, m0 + GEMM_LARGE_BM))) {
-        return;
-    }
-    const SpanRows rows_of{m0, rows};
-    const unsigned n0 = blockIdx.y * GEMM_LARGE_BN;
-    float acc[NW][2][4][4];
-    gemm_large_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
-    const unsigned warp = threadIdx.x / 32;
-    const unsigned lane = threadIdx.x % 32;
-    const unsigned g = lane >> 2;
-    const unsigned t = lane & 3;
-#pragma unroll
-    for (unsigned m = 0; m < 2; ++m) {
-#pragma unroll
-        for (unsigned j = 0; j < 4; ++j) {
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) {
-                const unsigned r = (warp % 4u) * 32u + m * 16 + g + (e >> 1) * 8;
-                const unsigned f = n0 + (warp / 4u) * 32u + j * 8 + 2 * t + (e & 1);
-                float v[NW];
-#pragma unroll
-                for (unsigned i = 0; i < NW; ++i) v[i] = acc[i][m][j][e];
-                if (rows_of.src(r) != GEMM_NO_ROW && f < n) store(rows_of.dst(r), f, v);
-            }
-        }
-    }
-}
+// ---- the `_large` entries (gemm_large, in the "prefill widths" section above) -------
 
 // linear_mma through gemm_large (prefill widths; its bytes). grid = (⌈rows/128⌉, ⌈n_out/64⌉),
 // 256 threads (124 registers: two blocks an SM).
@@ -1726,7 +1781,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                      const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
                      unsigned k, unsigned n_out) {
     const GemmBf16 ws[1] = {{w}};
-    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out});
+    gemm_large_run<1>(x, ws, rows, k, n_out, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLinear{bias, y, n_out});
 }
 // gate_up_silu_mma through gemm_large (prefill widths; its bytes). grid = (⌈rows/128⌉,
 // ⌈inter/64⌉), 256 threads. Its 166 registers (both weights' accumulators and staging) allow one
@@ -1736,7 +1792,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                            const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
                            unsigned k, unsigned inter) {
     const GemmBf16 ws[2] = {{wg}, {wu}};
-    gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter});
+    gemm_large_run<2>(x, ws, rows, k, inter, blockIdx.y * GEMM_LARGE_BN, StoreSiluMul{act, inter});
 }
 // lm_head_mma through gemm_large (prefill widths; its bytes, for the rows `want` flags).
 // grid = (⌈rows/128⌉, ⌈vocab/64⌉), 256 threads.
@@ -1745,7 +1801,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                       float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
                       unsigned k, unsigned vocab) {
     const GemmBf16 ws[1] = {{w}};
-    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want}, true, want);
+    gemm_large_run<1>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLogits{logits, vocab, want}, true, want);
 }
 
 // The quantized entries of linear_mma and lm_head_mma through gemm_large (gate_up_silu_mma's
@@ -1757,8 +1814,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                          const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
                          unsigned k, unsigned n_out, unsigned block_n, unsigned block_k) {
     const GemmQuant<WFp8> ws[1] = {{WFp8{w, n_out, block_n, block_k}}};
-    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out},
-                      block_n != 0u && block_k != 0u);
+    gemm_large_run<1>(x, ws, rows, k, n_out, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLinear{bias, y, n_out}, block_n != 0u && block_k != 0u);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
@@ -1766,7 +1823,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                           const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
                           unsigned k, unsigned n_out, unsigned group) {
     const GemmQuant<WInt4> ws[1] = {{WInt4{w, n_out, group}}};
-    gemm_large_run<1>(x, ws, rows, k, n_out, StoreLinear{bias, y, n_out}, group != 0u);
+    gemm_large_run<1>(x, ws, rows, k, n_out, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLinear{bias, y, n_out}, group != 0u);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
@@ -1775,8 +1833,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                           unsigned rows, unsigned k, unsigned vocab, unsigned block_n,
                           unsigned block_k) {
     const GemmQuant<WFp8> ws[1] = {{WFp8{w, vocab, block_n, block_k}}};
-    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want},
-                      block_n != 0u && block_k != 0u, want);
+    gemm_large_run<1>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLogits{logits, vocab, want}, block_n != 0u && block_k != 0u, want);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
@@ -1784,8 +1842,54 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                            float* __restrict__ logits, const int* __restrict__ want,
                            unsigned rows, unsigned k, unsigned vocab, unsigned group) {
     const GemmQuant<WInt4> ws[1] = {{WInt4{w, vocab, group}}};
-    gemm_large_run<1>(x, ws, rows, k, vocab, StoreLogits{logits, vocab, want}, group != 0u,
-                      want);
+    gemm_large_run<1>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
+                      StoreLogits{logits, vocab, want}, group != 0u, want);
+}
+
+// qkv_mma, its quantized entries and linear_pair_mma through gemm_large (prefill widths; their
+// bytes): each matrix's blocks of 64 features after the previous matrix's, so grid =
+// (⌈rows/128⌉, ⌈nq/64⌉ + 2·⌈nkv/64⌉) or (⌈rows/128⌉, ⌈n1/64⌉ + ⌈n2/64⌉), 256 threads.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                  const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                  const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                  const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                  bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    qkv_bf16<true>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_mma_fp8_large(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                      const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                      const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                      const bf16* __restrict__ bv, bf16* __restrict__ q,
+                      bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k,
+                      unsigned nq, unsigned nkv, unsigned q_block_n, unsigned q_block_k,
+                      unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+                      unsigned v_block_k) {
+    qkv_fp8<true>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv, q_block_n,
+                  q_block_k, k_block_n, k_block_k, v_block_n, v_block_k);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_mma_int4_large(const bf16* __restrict__ x, const unsigned char* __restrict__ wq,
+                       const bf16* __restrict__ bq, const unsigned char* __restrict__ wk,
+                       const bf16* __restrict__ bk, const unsigned char* __restrict__ wv,
+                       const bf16* __restrict__ bv, bf16* __restrict__ q,
+                       bf16* __restrict__ k_out, bf16* __restrict__ v, unsigned rows, unsigned k,
+                       unsigned nq, unsigned nkv, unsigned q_group, unsigned k_group,
+                       unsigned v_group) {
+    qkv_int4<true>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv, q_group, k_group,
+                   v_group);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_pair_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                          const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                          const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                          bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                          unsigned n2) {
+    linear_pair_mma_body<false, true>(x, w1, b1, w2, b2, y1, y2, rows, k, n1, n2);
 }
 
 
@@ -1804,7 +1908,8 @@ __device__ __forceinline__ void gate_up_silu_fp8(const bf16* __restrict__ x,
     const GemmQuant<WFp8> ws[2] = {{WFp8{wg, inter, g_block_n, g_block_k}},
                                    {WFp8{wu, inter, u_block_n, u_block_k}}};
     if constexpr (LARGE) {
-        gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter}, ok);
+        gemm_large_run<2>(x, ws, rows, k, inter, blockIdx.y * GEMM_LARGE_BN,
+                          StoreSiluMul{act, inter}, ok);
     } else {
         gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
                             StoreSiluMul{act, inter}, ok);
@@ -1821,7 +1926,8 @@ __device__ __forceinline__ void gate_up_silu_int4(const bf16* __restrict__ x,
     const bool ok = g_group != 0u && u_group != 0u;
     const GemmQuant<WInt4> ws[2] = {{WInt4{wg, inter, g_group}}, {WInt4{wu, inter, u_group}}};
     if constexpr (LARGE) {
-        gemm_large_run<2>(x, ws, rows, k, inter, StoreSiluMul{act, inter}, ok);
+        gemm_large_run<2>(x, ws, rows, k, inter, blockIdx.y * GEMM_LARGE_BN,
+                          StoreSiluMul{act, inter}, ok);
     } else {
         gemm_run<2, NARROW>(x, ws, rows, k, inter, gemm_block().feature * GEMM_BN,
                             StoreSiluMul{act, inter}, ok);

@@ -225,18 +225,52 @@ const WIDE_LLAMA: &str = r#"{
 }"#;
 
 /// The `mma_large` lever (with `tensor_cores`): the same plans; in every program of at least
-/// 128 rows each bf16 `linear_mma`, `lm_head_mma` and `gate_up_silu_mma` launch whose large grid
-/// has a block for every SM (`gemm::large_fits`) becomes its `_large` entry in its own grid (128
-/// rows × 64 features a block, 256 threads); narrower programs and narrower projections keep
-/// theirs. A llama of hidden 64 with 8,448 intermediate features and tokens (264 large blocks
-/// at 136 rows) takes gate/up and the LM head large, o and down not; a 150-token prompt (a
-/// 136-row chunk, then 14 rows) gives the same bytes.
+/// 128 rows each tensor-core launch with a `_large` entry whose large grid has a block for
+/// every SM (`gemm::large_fits_grid`) becomes that entry in its own grid (128 rows × 64
+/// features a block, 256 threads); narrower programs and narrower projections keep theirs. A
+/// llama of hidden 64 with 8,448 intermediate features and tokens (264 large blocks at 136
+/// rows) takes gate/up and the LM head large, o and down not; a 150-token prompt (a 136-row
+/// chunk, then 14 rows) gives the same bytes.
 #[test]
 fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
-    let mut backend = backend();
     let json = TINY_LLAMA
         .replace("\"intermediate_size\": 128", "\"intermediate_size\": 8448")
         .replace("\"vocab_size\": 128", "\"vocab_size\": 8448");
+    let enlarged = large_lever_entries(&json);
+    assert_eq!(
+        enlarged,
+        [
+            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            kernels::gemm::LM_HEAD_MMA.as_str()
+        ]
+    );
+}
+
+/// The same for Gated DeltaNet's two input projections (`linear_pair_mma`): a qwen3_next whose
+/// in_proj_qkvz has 4,128 features (64 value heads of 32) and in_proj_ba 128, so the pair's
+/// large grid holds 65 + 2 feature blocks, 134 at 136 rows.
+#[test]
+fn mma_large_lever_picks_the_large_pair_entry_at_prefill_widths() {
+    let json = exec_support::TINY_NEXT
+        .replace(
+            "\"linear_num_value_heads\": 4",
+            "\"linear_num_value_heads\": 64",
+        )
+        .replace(
+            "\"linear_value_head_dim\": 8",
+            "\"linear_value_head_dim\": 32",
+        );
+    let enlarged = large_lever_entries(&json);
+    assert_eq!(enlarged, [kernels::gemm::LINEAR_PAIR_MMA.as_str()]);
+}
+
+/// Builds the model of `json` with `tensor_cores` and with `tensor_cores,mma_large` (verify
+/// widths 64 and 136 added), checks the launches program by program (the same plans; a launch
+/// either its kernel's or, at 128 rows or more, that kernel's `_large` entry in a large grid
+/// that fits) and that a 150-token prompt gives the same bytes; returns the kernels that took
+/// their `_large` entries somewhere.
+fn large_lever_entries(json: &str) -> Vec<&'static str> {
+    let mut backend = backend();
     let build = |backend: &mut CpuBackend, levers: &[&str]| {
         let mut policy = Policy::default();
         for lever in levers {
@@ -247,7 +281,7 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
         let boot = solder_model_layers::Boot {
             serve,
             ..exec_support::boot(
-                exec_support::config(&json),
+                exec_support::config(json),
                 policy,
                 solder_model_layers::WeightSource::Random { seed: 0x5eed },
                 exec_support::kv(2 * 40 + 2, 4, 160),
@@ -271,6 +305,13 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
             })
             .collect()
     };
+    // The kernels whose one matrix's features the wide grid gives (⌈features/32⌉ blocks), so
+    // whether they fit is checked exactly; the others' (several matrices) is their emitters'.
+    let single = [
+        kernels::gemm::LINEAR_MMA.as_str(),
+        kernels::gemm::LM_HEAD_MMA.as_str(),
+        kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+    ];
     let mut enlarged = std::collections::BTreeSet::new();
     let mut kept = 0;
     for (a, b) in wide.programs().iter().zip(large.programs()) {
@@ -280,43 +321,43 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
         let (a, b) = (launches(a), launches(b));
         assert_eq!(a.len(), b.len(), "{at}");
         for ((kernel, grid, block), (entry, entry_grid, entry_block)) in a.iter().zip(&b) {
-            let enlarged_kernel = [
-                kernels::gemm::LINEAR_MMA.as_str(),
-                kernels::gemm::LM_HEAD_MMA.as_str(),
-                kernels::gemm::GATE_UP_SILU_MMA.as_str(),
-            ]
-            .contains(kernel);
-            // The wide grid's y is ⌈features/32⌉: the large one's ⌈features/64⌉.
+            let has_large = kernels::gemm::LARGE_VARIANTS
+                .iter()
+                .any(|(_, of)| of == kernel);
             let features = grid[1] * kernels::gemm::GEMM_FEATURES;
-            if enlarged_kernel && kernels::gemm::large_fits(rows, features) {
-                assert_eq!(*entry, format!("{kernel}_large"), "{at}");
-                assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
-                let config = kernels::gemm::large_grid(features, rows);
-                assert_eq!(entry_grid[0], rows.div_ceil(128), "{at}: `{entry}`");
-                assert_eq!(entry_grid[1], grid[1].div_ceil(2), "{at}: `{entry}`");
-                assert_eq!(
-                    (*entry_grid, *entry_block),
-                    (config.grid, config.block),
-                    "{at}"
-                );
-                enlarged.insert(*kernel);
-            } else {
-                assert_eq!(
-                    (entry, entry_grid, entry_block),
-                    (kernel, grid, block),
-                    "{at}"
-                );
-                kept += usize::from(enlarged_kernel);
+            let fits = kernels::gemm::large_fits(rows, features);
+            if entry == kernel {
+                assert_eq!((entry_grid, entry_block), (grid, block), "{at}");
+                assert!(!(single.contains(kernel) && fits), "{at}: `{kernel}` kept");
+                kept += usize::from(has_large);
+                continue;
             }
+            assert!(has_large, "{at}: `{kernel}` became `{entry}`");
+            assert_eq!(*entry, format!("{kernel}_large"), "{at}");
+            assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            let config = solder_gpu_runtime::LaunchConfig {
+                grid: *entry_grid,
+                block: *entry_block,
+                shared_bytes: 0,
+            };
+            assert!(
+                kernels::gemm::large_fits_grid(rows, &config),
+                "{at}: `{entry}`"
+            );
+            assert_eq!(entry_grid[0], rows.div_ceil(128), "{at}: `{entry}`");
+            assert_eq!(entry_block[0], kernels::gemm::GEMM_LARGE_THREADS, "{at}");
+            if single.contains(kernel) {
+                assert_eq!(entry_grid[1], grid[1].div_ceil(2), "{at}: `{entry}`");
+                assert_eq!(config, kernels::gemm::large_grid(features, rows), "{at}");
+            } else {
+                // Each matrix's blocks of 64: at least half the wide grid's blocks of 32, at
+                // most as many.
+                assert!(entry_grid[1] >= grid[1].div_ceil(2), "{at}: `{entry}`");
+                assert!(entry_grid[1] <= grid[1], "{at}: `{entry}`");
+            }
+            enlarged.insert(*kernel);
         }
     }
-    assert_eq!(
-        enlarged.into_iter().collect::<Vec<_>>(),
-        [
-            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
-            kernels::gemm::LM_HEAD_MMA.as_str()
-        ]
-    );
     assert!(kept > 0);
     // And the same bytes on the CPU (the variants run their kernels' twins), through a prompt
     // whose first chunk runs the 136-row program.
@@ -339,6 +380,7 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
     let (y, ran) = logits(&mut backend, &large);
     assert_eq!(ran, Some(136), "the first chunk's program");
     assert_same_bytes(&x, &y, "tensor_cores vs tensor_cores + mma_large");
+    enlarged.into_iter().collect()
 }
 
 #[test]

@@ -13,13 +13,14 @@ use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
     GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4,
-    GATE_UP_SILU_MMA_INT4_LARGE, GATE_UP_SILU_MMA_INT4_NARROW, QKV_MMA_FP8, QKV_MMA_INT4,
+    GATE_UP_SILU_MMA_INT4_LARGE, GATE_UP_SILU_MMA_INT4_NARROW, QKV_MMA_FP8, QKV_MMA_FP8_LARGE,
+    QKV_MMA_INT4, QKV_MMA_INT4_LARGE,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
 
 use super::tests::{arg_buf, bf16_nans, emulated, run, upload};
-use super::tests_large::enlarged;
+use super::tests_large::{enlarged, enlarged_over};
 use super::tests_mutation::{build_mutant, shadow, values};
 use super::tests_nan::{bf16_bytes, rows_of};
 use super::tests_narrow::narrowed;
@@ -211,10 +212,13 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
     let mut launches = 0u64;
     for rows in [1u32, 5, 17, 70] {
         let seed = 0x51ed_2701 ^ (rows as u64) << 20;
+        // Each also through its `_large` entry (q's 70 features two blocks of 64, k's and v's
+        // 37 one each).
         for formats in [fp8_formats(), int4_formats()] {
             let l = qkv_launch(&mut backend, formats, rows, seed);
             run(&mut backend, &l);
-            launches += 1;
+            run(&mut backend, &enlarged_over(&l, &[NQ, NKV, NKV]));
+            launches += 2;
         }
         // Gate and up in other blocks or groups of their own: a channel scale (1 × k) beside a
         // per-tensor one, and two int4 groups.
@@ -244,6 +248,8 @@ fn fused_quantized_mma_entries_equal_their_twins_across_tiles() {
         GATE_UP_SILU_MMA_INT4_NARROW.as_str(),
         GATE_UP_SILU_MMA_FP8_LARGE.as_str(),
         GATE_UP_SILU_MMA_INT4_LARGE.as_str(),
+        QKV_MMA_FP8_LARGE.as_str(),
+        QKV_MMA_INT4_LARGE.as_str(),
     ] {
         let parity = &report[entry];
         assert!(parity.launches > 0, "{entry} not run");

@@ -4,17 +4,20 @@
 //! stand in for, byte for byte, in their own grid (`gemm::large_grid`), with one row block and
 //! several (the last partial), k under one tile, off every tile and off 8 (the scalar staging),
 //! feature blocks cut short, a bias, and an LM head whose `want` flags skip rows (a block of
-//! none of them stages nothing). `enlarged` gives a launch through its `_large` entry, which
-//! the quantized tests (`tests_quant`, `tests_fused_quant`) run beside each wide launch.
+//! none of them stages nothing); the launches of several matrices (`qkv_mma_large`,
+//! `linear_pair_mma_large`) with each matrix ending mid-block. `enlarged` (`enlarged_over` for
+//! several matrices) gives a launch through its `_large` entry, which the quantized tests
+//! (`tests_quant`, `tests_fused_quant`) run beside each wide launch.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::LaunchConfig;
 use solder_model_layers::kernels::gemm::{
-    large_grid, GateUpSiluMma, LinearMma, LmHeadMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE,
-    GEMM_LARGE_THREADS, LARGE_VARIANTS, LINEAR_MMA, LINEAR_MMA_LARGE, LM_HEAD_MMA,
-    LM_HEAD_MMA_LARGE,
+    large_grid, large_grid_of, GateUpSiluMma, LinearMma, LinearPairMma, LmHeadMma, QkvMma,
+    GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE, GEMM_LARGE_THREADS, LARGE_VARIANTS, LINEAR_MMA,
+    LINEAR_MMA_LARGE, LINEAR_PAIR_MMA, LINEAR_PAIR_MMA_LARGE, LM_HEAD_MMA, LM_HEAD_MMA_LARGE,
+    QKV_MMA, QKV_MMA_LARGE,
 };
-use solder_model_layers::kernels::Launch;
+use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{download, emulated, run, upload};
 use super::tests_mutation::{build_mutant, shadow, values};
@@ -37,6 +40,15 @@ pub(super) fn enlarged(wide: &Launch) -> Launch {
         },
         args: wide.args.clone(),
     }
+}
+
+/// `enlarged` for a launch over several matrices of `features` outputs each (q, k and v's, or a
+/// pair's): its large grid lays each matrix's blocks of 64 after the previous one's
+/// (`gemm::large_grid_of`), which halving the wide grid does not give.
+pub(super) fn enlarged_over(wide: &Launch, features: &[u32]) -> Launch {
+    let mut large = enlarged(wide);
+    large.config.grid[1] = large_grid_of(features, 1).grid[1];
+    large
 }
 
 #[test]
@@ -181,6 +193,142 @@ fn a_large_tile_whose_warps_overlap_their_columns_differs_from_the_twin() {
         n_out: n,
     }
     .launch_with(LINEAR_MMA_LARGE, large_grid(n, rows));
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn large_entries_of_several_matrices_write_the_bytes_of_the_wide_ones() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    // (rows, k, [nq, nkv] or [n1, n2]): every matrix ends mid-block of 64, so a block holds
+    // features of one matrix only and the next matrix's blocks start on their own; one row, a
+    // second row block of two rows, a third partial one; k under a tile, off 8, off a tile.
+    let shapes = [
+        (1u32, 64u32, [96u32, 40u32]),
+        (130, 100, [70, 8]),
+        (300, 530, [200, 33]),
+    ];
+    for (i, (rows, k, [n1, n2])) in shapes.into_iter().enumerate() {
+        let seed = 0x7a11 + i as u64;
+        let x = upload(&mut backend, &values(rows * k, seed));
+        // q, k, v, then the pair's two: each its own values.
+        let w = [(n1, 1u64), (n2, 2), (n2, 3), (n1, 4), (n2, 5)]
+            .map(|(n, j)| upload(&mut backend, &values(n * k, seed ^ j << 12)));
+        let b = [n1, n2].map(|n| upload(&mut backend, &values(n, seed ^ 0xb1a5 ^ u64::from(n))));
+        let mut fresh = |n: u32| upload(&mut backend, &vec![0x5a; (rows * n * 2) as usize]);
+        let qkv = |[q, k_out, v]: [Buf; 3]| QkvMma {
+            x,
+            wq: w[0],
+            bq: Some(b[0]),
+            wk: w[1],
+            bk: None,
+            wv: w[2],
+            bv: Some(b[1]),
+            q,
+            k_out,
+            v,
+            rows,
+            k,
+            nq: n1,
+            nkv: n2,
+        };
+        let pair = |[y1, y2]: [Buf; 2]| LinearPairMma {
+            x,
+            w1: w[3],
+            b1: None,
+            w2: w[4],
+            b2: Some(b[1]),
+            y1,
+            y2,
+            rows,
+            k,
+            n1,
+            n2,
+        };
+        let outs = [[n1, n2, n2], [n1, n2, n2]].map(|ns| ns.map(&mut fresh));
+        let pairs = [[n1, n2], [n1, n2]].map(|ns| ns.map(&mut fresh));
+        let qkv_grid = large_grid_of(&[n1, n2, n2], rows);
+        let pair_grid = large_grid_of(&[n1, n2], rows);
+        let wide_qkv = qkv(outs[0]).launch(QKV_MMA);
+        assert_eq!(enlarged_over(&wide_qkv, &[n1, n2, n2]).config, qkv_grid);
+        for (wide, large, written) in [
+            (
+                wide_qkv,
+                qkv(outs[1]).launch_with(QKV_MMA_LARGE, qkv_grid),
+                outs.map(|o| o.to_vec()),
+            ),
+            (
+                pair(pairs[0]).launch(LINEAR_PAIR_MMA),
+                pair(pairs[1]).launch_with(LINEAR_PAIR_MMA_LARGE, pair_grid),
+                pairs.map(|o| o.to_vec()),
+            ),
+        ] {
+            run(&mut backend, &wide);
+            run(&mut backend, &large);
+            for (p, q) in written[0].iter().zip(&written[1]) {
+                let (p, q) = (
+                    download(&mut backend, p.ptr, p.bytes),
+                    download(&mut backend, q.ptr, q.bytes),
+                );
+                let untouched = q.chunks_exact(2).filter(|c| c == &[0x5a, 0x5a]).count();
+                assert_eq!(untouched, 0, "({rows}, {k}, {n1}, {n2}) {}", large.kernel);
+                assert!(
+                    p == q,
+                    "({rows}, {k}, {n1}, {n2}): {} and {}",
+                    wide.kernel,
+                    large.kernel
+                );
+            }
+        }
+    }
+    let report = backend.emulation().unwrap().report();
+    for entry in [QKV_MMA_LARGE.as_str(), LINEAR_PAIR_MMA_LARGE.as_str()] {
+        let parity = &report[entry];
+        assert_eq!(parity.launches, shapes.len() as u64, "{entry}: {parity:?}");
+        assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");
+    }
+}
+
+#[test]
+fn a_large_pair_whose_blocks_are_counted_in_32s_differs_from_the_twin() {
+    // The first matrix's blocks counted in 32s, as the 64 × 32 tiles count them: the grid's
+    // last block (the second matrix's) takes features 128-191 of the first, past its end, so
+    // the second matrix is never written.
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "constexpr unsigned bn = LARGE ? GEMM_LARGE_BN : GEMM_BN;",
+            "constexpr unsigned bn = GEMM_BN;",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let (rows, k, n1, n2) = (130u32, 64u32, 128u32, 64u32);
+    let x = upload(&mut backend, &values(rows * k, 7));
+    let w1 = upload(&mut backend, &values(n1 * k, 8));
+    let w2 = upload(&mut backend, &values(n2 * k, 9));
+    let y1 = upload(&mut backend, &vec![0u8; (rows * n1 * 2) as usize]);
+    let y2 = upload(&mut backend, &vec![0u8; (rows * n2 * 2) as usize]);
+    let l = LinearPairMma {
+        x,
+        w1,
+        b1: None,
+        w2,
+        b2: None,
+        y1,
+        y2,
+        rows,
+        k,
+        n1,
+        n2,
+    }
+    .launch_with(LINEAR_PAIR_MMA_LARGE, large_grid_of(&[n1, n2], rows));
     let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
     assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
     assert_eq!(

@@ -139,8 +139,8 @@ pub(super) fn narrow(v: &View<'_>) -> bool {
     v.lever(MMA_NARROW) && v.rows() <= NARROW_ROWS
 }
 
-/// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma` and
-/// `gate_up_silu_mma` (bf16, fp8 and int4 weights) of programs of at least [`LARGE_ROWS`] rows
+/// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma`,
+/// `gate_up_silu_mma`, `qkv_mma` (bf16, fp8 and int4 weights) and `linear_pair_mma` of programs of at least [`LARGE_ROWS`] rows
 /// through their `_large` entries where they fit ([`large_fits`]): gemm.cu's `gemm_large`,
 /// tiles of 128 rows × 64 features in blocks of eight warps, twice the arithmetic per staged
 /// byte of the 64 × 32 tile. A/B timing of prefill chunks and wide batches; the same plans, the
@@ -195,17 +195,31 @@ pub const LARGE_VARIANTS: &[(&str, &str)] = &[
         fused::GATE_UP_SILU_MMA_INT4_LARGE.as_str(),
         fused::GATE_UP_SILU_MMA_INT4.as_str(),
     ),
+    (fused::QKV_MMA_LARGE.as_str(), QKV_MMA.as_str()),
+    (fused::QKV_MMA_FP8_LARGE.as_str(), QKV_MMA_FP8.as_str()),
+    (fused::QKV_MMA_INT4_LARGE.as_str(), QKV_MMA_INT4.as_str()),
+    (
+        fused::LINEAR_PAIR_MMA_LARGE.as_str(),
+        LINEAR_PAIR_MMA.as_str(),
+    ),
 ];
 
 /// A `_large` entry's grid: x the ⌈rows/128⌉ row blocks (issued fastest, as `tile_grid`'s), y
 /// the ⌈features/64⌉ feature blocks, 256 threads.
 pub fn large_grid(features: u32, rows: u32) -> LaunchConfig {
+    large_grid_of(&[features], rows)
+}
+
+/// [`large_grid`] of a launch over several matrices (`qkv_mma_large`'s q, k and v,
+/// `linear_pair_mma_large`'s two): y each matrix's ⌈features/64⌉ blocks after the previous
+/// matrix's.
+pub fn large_grid_of(features: &[u32], rows: u32) -> LaunchConfig {
+    let blocks: u32 = features
+        .iter()
+        .map(|n| n.div_ceil(GEMM_LARGE_FEATURES))
+        .sum();
     LaunchConfig {
-        grid: [
-            rows.div_ceil(GEMM_LARGE_ROWS).max(1),
-            features.div_ceil(GEMM_LARGE_FEATURES).max(1),
-            1,
-        ],
+        grid: [rows.div_ceil(GEMM_LARGE_ROWS).max(1), blocks.max(1), 1],
         block: [GEMM_LARGE_THREADS, 1, 1],
         shared_bytes: 0,
     }
@@ -213,23 +227,27 @@ pub fn large_grid(features: u32, rows: u32) -> LaunchConfig {
 
 /// `$args` launched through `$large` in [`large_grid`]`($features, rows)` when the launch is
 /// large ([`large`]), else through `$wide`, or its `_narrow` entry `$narrow` ([`narrow_or`]).
+/// `$features` is one matrix's output count, or a slice of each matrix's ([`large_grid_of`]).
 macro_rules! tiled {
-    ($v:expr, $args:expr, $features:expr, $wide:expr, $narrow:expr, $large:expr) => {{
-        let (v, args, features) = ($v, $args, $features);
-        if $crate::kernels::gemm::large(v, features) {
-            let config = $crate::kernels::gemm::large_grid(features, v.rows());
-            args.launch_with($large, config)
-        } else {
-            args.launch($crate::kernels::gemm::narrow_or(v, $wide, $narrow))
+    ($v:expr, $args:expr, [$($features:expr),+], $wide:expr, $narrow:expr, $large:expr) => {{
+        let (v, args) = ($v, $args);
+        match $crate::kernels::gemm::large(v, &[$($features),+]) {
+            Some(config) => args.launch_with($large, config),
+            None => args.launch($crate::kernels::gemm::narrow_or(v, $wide, $narrow)),
         }
     }};
+    ($v:expr, $args:expr, $features:expr, $wide:expr, $narrow:expr, $large:expr) => {
+        $crate::kernels::gemm::tiled!($v, $args, [$features], $wide, $narrow, $large)
+    };
 }
 pub(super) use tiled;
 
-/// Whether the build turned `mma_large` on and a projection of `features` outputs in this
-/// program takes its `_large` entry ([`large_fits`]).
-pub(super) fn large(v: &View<'_>, features: u32) -> bool {
-    v.lever(MMA_LARGE) && large_fits(v.rows(), features)
+/// The large grid ([`large_grid_of`]) of a projection of `features` outputs (one count per
+/// matrix of the launch) in this program, when the build turned `mma_large` on and it fits
+/// ([`large_fits_grid`]); `None`: the launch keeps its 64 × 32 tiles.
+pub(super) fn large(v: &View<'_>, features: &[u32]) -> Option<LaunchConfig> {
+    let config = large_grid_of(features, v.rows());
+    (v.lever(MMA_LARGE) && large_fits_grid(v.rows(), &config)).then_some(config)
 }
 
 /// Whether a projection of `features` outputs over `rows` rows suits the large tile: at least
@@ -238,7 +256,13 @@ pub(super) fn large(v: &View<'_>, features: u32) -> bool {
 /// keep more SMs busy: Llama-3.1-8B's o projection (4,096 features) at 128 rows would get 64
 /// large blocks. Either way the bytes are the same, so the choice may follow the shape.
 pub fn large_fits(rows: u32, features: u32) -> bool {
-    let [x, y, _] = large_grid(features, rows).grid;
+    large_fits_grid(rows, &large_grid(features, rows))
+}
+
+/// [`large_fits`] for a launch of `rows` rows in its large grid `config` (of one matrix or
+/// several, [`large_grid_of`]).
+pub fn large_fits_grid(rows: u32, config: &LaunchConfig) -> bool {
+    let [x, y, _] = config.grid;
     rows >= LARGE_ROWS && u64::from(x) * u64::from(y) >= crate::kernels::gemv::split::SMS
 }
 
@@ -265,10 +289,11 @@ pub use fused::{
 pub use fused::{
     GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_LARGE,
     GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_LARGE, GATE_UP_SILU_MMA_NARROW,
-    LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+    LINEAR_PAIR_MMA_LARGE, LINEAR_PAIR_MMA_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
-    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
-    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
+    QKV_MMA_FP8_LARGE, QKV_MMA_INT4_LARGE, QKV_MMA_LARGE, QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+    QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_FP8_NARROW,
+    QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,

@@ -33,7 +33,7 @@ pub fn format_entries() -> impl Iterator<Item = (&'static str, &'static str, &'s
 }
 pub use quant::{
     GateUpSiluMmaFp8, GateUpSiluMmaInt4, QkvMmaFp8, QkvMmaInt4, GATE_UP_SILU_MMA_FP8,
-    GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_INT4,
+    GATE_UP_SILU_MMA_INT4, QKV_MMA_FP8, QKV_MMA_FP8_LARGE, QKV_MMA_INT4, QKV_MMA_INT4_LARGE,
 };
 pub use rope::{
     qkv_rope_kv_grid, QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4,
@@ -129,6 +129,10 @@ pub const GATE_UP_SILU_MMA_INT4_NARROW: Name<GateUpSiluMmaInt4> =
     Name::new("gemm::gate_up_silu_mma_int4_narrow");
 /// `linear_pair_mma` through `gemm_narrow`.
 pub const LINEAR_PAIR_MMA_NARROW: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_narrow");
+/// `linear_pair_mma` through `gemm_large`, in `gemm::large_grid_of` both matrices' features.
+pub const LINEAR_PAIR_MMA_LARGE: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_large");
+/// `qkv_mma` through `gemm_large`, in `gemm::large_grid_of` q's, k's and v's features.
+pub const QKV_MMA_LARGE: Name<QkvMma> = Name::new("gemm::qkv_mma_large");
 
 /// q's feature blocks of 32, then k's, then v's; one block per 64 rows.
 pub fn qkv_grid(nq: u32, nkv: u32, rows: u32) -> LaunchConfig {
@@ -192,7 +196,7 @@ fn emit_linear_pair_mma(v: &View<'_>) -> R {
         k,
         n: [n1, n2],
     } = sibling_pair(v)?;
-    Ok(vec![LinearPairMma {
+    let launch = LinearPairMma {
         x,
         w1,
         b1,
@@ -204,12 +208,15 @@ fn emit_linear_pair_mma(v: &View<'_>) -> R {
         k,
         n1,
         n2,
-    }
-    .launch(super::narrow_or(
+    };
+    Ok(vec![super::tiled!(
         v,
+        launch,
+        [n1, n2],
         LINEAR_PAIR_MMA,
         LINEAR_PAIR_MMA_NARROW,
-    ))])
+        LINEAR_PAIR_MMA_LARGE
+    )])
 }
 
 fn gate_up_silu_mma(a: GateUpSiluMmaArgs<'_>) -> Result<(), GpuError> {
@@ -263,24 +270,31 @@ fn emit_qkv_mma(v: &View<'_>) -> R {
     let (x, rows, k, nq, nkv) = (v.input(p.q_op, 0)?, v.rows(), p.k, p.nq, p.nkv);
     let formats = p.ops.map(|op| v.weight_format(op, 0));
     use WeightFormat::{Bf16, Fp8, Int4};
+    // No `_narrow` entries: at decode widths the wide ones.
     let launch = match formats {
-        [Bf16, Bf16, Bf16] => QkvMma {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            q,
-            k_out,
-            v: vo,
-            rows,
-            k,
-            nq,
-            nkv,
-        }
-        .launch(QKV_MMA),
+        [Bf16, Bf16, Bf16] => super::tiled!(
+            v,
+            QkvMma {
+                x,
+                wq,
+                bq,
+                wk,
+                bk,
+                wv,
+                bv,
+                q,
+                k_out,
+                v: vo,
+                rows,
+                k,
+                nq,
+                nkv,
+            },
+            [nq, nkv, nkv],
+            QKV_MMA,
+            QKV_MMA,
+            QKV_MMA_LARGE
+        ),
         [Fp8 {
             block_n: q_block_n,
             block_k: q_block_k,
@@ -290,49 +304,63 @@ fn emit_qkv_mma(v: &View<'_>) -> R {
         }, Fp8 {
             block_n: v_block_n,
             block_k: v_block_k,
-        }] => QkvMmaFp8 {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            q,
-            k_out,
-            v: vo,
-            rows,
-            k,
-            nq,
-            nkv,
-            q_block_n,
-            q_block_k,
-            k_block_n,
-            k_block_k,
-            v_block_n,
-            v_block_k,
+        }] => super::tiled!(
+            v,
+            QkvMmaFp8 {
+                x,
+                wq,
+                bq,
+                wk,
+                bk,
+                wv,
+                bv,
+                q,
+                k_out,
+                v: vo,
+                rows,
+                k,
+                nq,
+                nkv,
+                q_block_n,
+                q_block_k,
+                k_block_n,
+                k_block_k,
+                v_block_n,
+                v_block_k,
+            },
+            [nq, nkv, nkv],
+            QKV_MMA_FP8,
+            QKV_MMA_FP8,
+            QKV_MMA_FP8_LARGE
+        ),
+        [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
+            super::tiled!(
+                v,
+                QkvMmaInt4 {
+                    x,
+                    wq,
+                    bq,
+                    wk,
+                    bk,
+                    wv,
+                    bv,
+                    q,
+                    k_out,
+                    v: vo,
+                    rows,
+                    k,
+                    nq,
+                    nkv,
+                    q_group,
+                    k_group,
+                    v_group,
+                },
+                [nq, nkv, nkv],
+                QKV_MMA_INT4,
+                QKV_MMA_INT4,
+                QKV_MMA_INT4_LARGE
+            )
         }
-        .launch(QKV_MMA_FP8),
-        [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => QkvMmaInt4 {
-            x,
-            wq,
-            bq,
-            wk,
-            bk,
-            wv,
-            bv,
-            q,
-            k_out,
-            v: vo,
-            rows,
-            k,
-            nq,
-            nkv,
-            q_group,
-            k_group,
-            v_group,
-        }
-        .launch(QKV_MMA_INT4),
         _ => return Err(mixed_formats(v, QKV_MMA.as_str(), &formats)),
     };
     Ok(vec![launch])

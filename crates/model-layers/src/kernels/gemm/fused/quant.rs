@@ -17,7 +17,7 @@ use solder_gpu_runtime::{GpuError, TwinCtx};
 
 use super::{emit_gate_up_silu_mma, emit_qkv_mma, gate_up_act, qkv_grid};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out};
-use crate::kernels::decl::kernel;
+use crate::kernels::decl::{kernel, Name};
 use crate::kernels::gemm::linear_dots;
 
 kernel! {
@@ -112,6 +112,12 @@ kernel! {
     grid(a) = crate::kernels::gemm::gemm_grid(a.inter, a.rows);
     GATE_UP_SILU_MMA_INT4 = "gemm::gate_up_silu_mma_int4" => twin gate_up_silu_mma_int4, emit emit_gate_up_silu_mma;
 }
+
+/// `qkv_mma_fp8` and `_int4` through gemm.cu's `gemm_large` (lever `mma_large`, prefill
+/// widths): the same arguments, twins and bytes, in `gemm::large_grid_of` q's, k's and v's
+/// features.
+pub const QKV_MMA_FP8_LARGE: Name<QkvMmaFp8> = Name::new("gemm::qkv_mma_fp8_large");
+pub const QKV_MMA_INT4_LARGE: Name<QkvMmaInt4> = Name::new("gemm::qkv_mma_int4_large");
 
 /// Each quantized entry: (entry, the kernel it serves, the format kind it reads).
 pub const FORMAT_ENTRIES: &[(&str, &str, &str)] = &[
