@@ -250,15 +250,22 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     let prompt: Vec<u32> = (0..prompt_len)
         .map(|i| (i as u32 * 7919 + 13) % config.vocab_size as u32)
         .collect();
-    let (prefill_ms, mut step_ms) =
-        timed_decode(&exec, backend, &paths, &prompt, (gen, all_logits))?;
+    let Timed {
+        prefill_ms,
+        mut step_ms,
+        digest,
+    } = timed_decode(&exec, backend, &paths, &prompt, (gen, all_logits))?;
     print_timings(
         &name,
         (prompt_len, gen, launches),
         &paths,
         &prefill_ms,
         &mut step_ms,
-    )
+    )?;
+    // The bytes this run computed: two runs of the same model and prompt whose levers promise
+    // the same bytes (`mma_large`, `mma_narrow`) print the same digest.
+    println!("solder logits: model={name} logits_fnv={digest:016x}");
+    Ok(())
 }
 
 /// `--save DIR` goes only with `--synth` (it never rewrites a checkpoint) and not with `--peer`.
@@ -374,15 +381,17 @@ fn graphs_of(args: &Args) -> Result<Graphs, String> {
 
 /// One sequence per path fed the same prompt (every position's logits read back with
 /// `all_logits`, else the last one's) and `gen` greedy steps, each path's logits checked
-/// finite and equal across paths: each path's prefill ms and its decode steps' ms.
+/// finite and equal across paths: each path's prefill ms and its decode steps' ms, and the
+/// FNV-1a digest of the first path's logits bits (its prefill's last row, then each step's).
 fn timed_decode(
     exec: &CircuitExec,
     backend: &mut dyn solder_gpu_runtime::GpuBackend,
     paths: &[GraphPolicy],
     prompt: &[u32],
     (gen, all_logits): (usize, bool),
-) -> Result<(Vec<f64>, Vec<Vec<f64>>), String> {
+) -> Result<Timed, String> {
     let vocab = exec.config.vocab_size;
+    let mut digest = Fnv::default();
     let mut session = Session::new(exec);
     let ids: Vec<_> = paths.iter().map(|_| session.add_sequence()).collect();
     let mut prefill_ms = Vec::new();
@@ -397,7 +406,11 @@ fn timed_decode(
         .map_err(|e| e.to_string())?;
         prefill_ms.push(t.elapsed().as_secs_f64() * 1e3);
         finite("prefill", &logits, vocab)?;
-        token = greedy(&logits[logits.len() - vocab..]);
+        let last = &logits[logits.len() - vocab..];
+        if id == ids[0] {
+            digest.f32s(last);
+        }
+        token = greedy(last);
     }
     let mut step_ms = vec![Vec::with_capacity(gen); paths.len()];
     for step in 0..gen {
@@ -417,9 +430,38 @@ fn timed_decode(
                 "decode step {step}: the graph replay's logits differ from the eager run's"
             ));
         }
+        digest.f32s(&logits_of[0]);
         token = greedy(&logits_of[0]);
     }
-    Ok((prefill_ms, step_ms))
+    Ok(Timed {
+        prefill_ms,
+        step_ms,
+        digest: digest.0,
+    })
+}
+
+/// `timed_decode`'s measures: each path's prefill ms and decode steps' ms, and the digest.
+struct Timed {
+    prefill_ms: Vec<f64>,
+    step_ms: Vec<Vec<f64>>,
+    digest: u64,
+}
+
+/// FNV-1a (64 bits) over f32 bit patterns, little-endian.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn f32s(&mut self, values: &[f32]) {
+        for byte in values.iter().flat_map(|v| v.to_bits().to_le_bytes()) {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
 }
 
 /// `--mixed N` (with `--chunk W`): N decoding sequences and the chunk width, N + W at most

@@ -1032,9 +1032,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 extern __shared__ __align__(16) bf16 gemm_head_stage[];
 
 // A qkv_rope_kv_mma block's tile columns (one type for every block, so the tile's shared
-// memory is allocated once): with `pairs`, column c is feature c0 + c (c < 16) or half + c0 +
-// c − 16 of the head whose first weight row is `base` (GEMM_NO_ROW past the rotary half); else
-// weight row base + c, below `end`.
+// memory is allocated once): with `pairs`, column c of the tile's q-th 32 (q = c / 32: 0 in a
+// 32-column tile, 0 or 1 in gemm_large's 64) is feature c0 + 16q + c % 32 (c % 32 < 16) or its
+// partner half + c0 + 16q + c % 32 − 16 of the head whose first weight row is `base`
+// (GEMM_NO_ROW past the rotary half); else weight row base + c, below `end`.
 struct QkvRopeCols {
     unsigned base;
     unsigned end;
@@ -1045,19 +1046,19 @@ struct QkvRopeCols {
         if (!pairs) {
             return base + c < end ? base + c : GEMM_NO_ROW;
         }
-        const unsigned i = c0 + (c & 15u);
+        const unsigned i = c0 + (c >> 5) * 16u + (c & 15u);
         if (i >= half) {
             return GEMM_NO_ROW;
         }
-        return base + i + (c >= 16u ? half : 0u);
+        return base + i + ((c & 16u) != 0u ? half : 0u);
     }
 };
 
 // The geometry of a qkv_rope_kv_mma launch and the block's part of it.
 struct QkvRopeGeometry {
     unsigned heads, kv_heads, head_dim, half;
-    unsigned rope_blocks; // per head: ⌈half / 16⌉
-    unsigned pass_blocks; // per head: ⌈(head_dim − 2·half) / 32⌉
+    unsigned rope_blocks; // per head: ⌈half / 16⌉ (⌈half / 32⌉ in gemm_large's tile)
+    unsigned pass_blocks; // per head: ⌈(head_dim − 2·half) / 32⌉ (/ 64 in gemm_large's)
     bool norm;            // qk-norm: one block per head
     bool gated;           // with norm: q heads [q | gate], zero-centred qk-norm weights
     __device__ __forceinline__ unsigned per_head() const {
@@ -1111,9 +1112,52 @@ __device__ __forceinline__ void qkv_tile(const bf16* __restrict__ x, const W (&w
     }
 }
 
+// Where this lane's accumulators sit in a qkv_rope_kv block's tile: acc[0][m][j][e] is tile row
+// row(m, e) and tile column col(j, e). The 64 × 32 tile (and the narrow one, whose values
+// qkv_tile puts in its places) has one m; gemm_large's 128 × 64 two, its warps 32 rows × 32
+// columns each. Columns col(j, e) and col(j + 2, e) are 16 apart within the lane's 32: a rope
+// block's pair (QkvRopeCols).
+template <bool LARGE>
+struct QkvLane {
+    static constexpr unsigned MF = LARGE ? 2u : 1u;           // m fragments
+    static constexpr unsigned BM = LARGE ? GEMM_LARGE_BM : GEMM_BM; // tile rows
+    static constexpr unsigned BN = LARGE ? GEMM_LARGE_BN : GEMM_BN; // tile columns
+    unsigned row0, col0, g, t;
+    __device__ __forceinline__ QkvLane() {
+        const unsigned warp = threadIdx.x / 32;
+        const unsigned lane = threadIdx.x % 32;
+        row0 = LARGE ? (warp % 4u) * 32u : warp * 16u;
+        col0 = LARGE ? (warp / 4u) * 32u : 0u;
+        g = lane >> 2;
+        t = lane & 3;
+    }
+    __device__ __forceinline__ unsigned row(unsigned m, unsigned e) const {
+        return row0 + m * 16u + g + (e >> 1) * 8u;
+    }
+    __device__ __forceinline__ unsigned col(unsigned j, unsigned e) const {
+        return col0 + j * 8u + 2u * t + (e & 1u);
+    }
+    // The rotary pair of col(j, e) (j < 2) in a rope block: its index past the block's c0.
+    __device__ __forceinline__ unsigned pair(unsigned j, unsigned e) const {
+        return col0 / 2u + j * 8u + 2u * t + (e & 1u);
+    }
+};
+
+// qkv_tile, or with LARGE gemm_large_acc over the block's 128 rows and 64 tile columns.
+template <bool NARROW, bool LARGE, class W, class Rows, class Cols>
+__device__ __forceinline__ void qkv_any_tile(const bf16* __restrict__ x, const W (&w)[1],
+                                             Rows rows_of, Cols cols_of, unsigned k,
+                                             float (&acc)[1][QkvLane<LARGE>::MF][4][4]) {
+    if constexpr (LARGE) {
+        gemm_large_acc<1>(x, w, rows_of, cols_of, k, acc);
+    } else {
+        qkv_tile<NARROW>(x, w, rows_of, cols_of, k, acc[0]);
+    }
+}
+
 // One row block's (wide: SpanRows) or one narrow pass's (PassRows) outputs of
-// qkv_rope_kv_run's block.
-template <bool NARROW, class W, class Rows>
+// qkv_rope_kv_run's block; LARGE: gemm_large's 128-row block (the plain layout only).
+template <bool NARROW, bool LARGE, class W, class Rows>
 __device__ __forceinline__ void qkv_rope_kv_rows(
     const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
     const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
@@ -1127,35 +1171,38 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
     const unsigned long long slots = (unsigned long long)num_pages * block_size;
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
-    const unsigned g = lane >> 2;
-    const unsigned t = lane & 3;
+    using Lane = QkvLane<LARGE>;
+    const Lane at;
     // The block: a q head's, then a k head's (rope blocks, then pass-through), then v's.
     unsigned b = gemm_block().feature;
     const unsigned head_blocks = (geo.heads + geo.kv_heads) * geo.per_head();
-    float acc[1][4][4];
+    float acc[1][Lane::MF][4][4];
     if (b >= head_blocks) {
-        // v: features 32·b.. of v, stored to each row's v slot.
+        // v: features BN·b.. of v, stored to each row's v slot.
         b -= head_blocks;
         const W ws[1] = {w[2]};
-        qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{b * GEMM_BN, nkv, 0u, 0u, false}, k, acc);
+        qkv_any_tile<NARROW, LARGE>(x, ws, rows_of,
+                                    QkvRopeCols{b * Lane::BN, nkv, 0u, 0u, false}, k, acc);
 #pragma unroll
-        for (unsigned j = 0; j < 4; ++j) {
+        for (unsigned m = 0; m < Lane::MF; ++m) {
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) {
-                const unsigned r = warp * 16 + g + (e >> 1) * 8;
-                const unsigned f = b * GEMM_BN + j * 8 + 2 * t + (e & 1);
-                const unsigned row = rows_of.src(r);
-                if (row == GEMM_NO_ROW || f >= nkv) {
-                    continue;
+            for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+                for (unsigned e = 0; e < 4; ++e) {
+                    const unsigned f = b * Lane::BN + at.col(j, e);
+                    const unsigned row = rows_of.src(at.row(m, e));
+                    if (row == GEMM_NO_ROW || f >= nkv) {
+                        continue;
+                    }
+                    const int slot = slot_mapping[row];
+                    if (slot < 0 || (unsigned long long)slot >= slots) {
+                        continue;
+                    }
+                    bf16* dst = cache + cache_offset((unsigned)slot / block_size, 1,
+                                                     (unsigned)slot % block_size, block_size,
+                                                     row_elems);
+                    dst[f] = linear_value(acc[0][m][j][e], bias[2], f);
                 }
-                const int slot = slot_mapping[row];
-                if (slot < 0 || (unsigned long long)slot >= slots) {
-                    continue;
-                }
-                bf16* dst = cache + cache_offset((unsigned)slot / block_size, 1,
-                                                 (unsigned)slot % block_size, block_size,
-                                                 row_elems);
-                dst[f] = linear_value(acc[0][j][e], bias[2], f);
             }
         }
         return;
@@ -1182,22 +1229,25 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
         return cache + cache_offset((unsigned)slot / block_size, 0, (unsigned)slot % block_size,
                                     block_size, row_elems) + base;
     };
-    if (geo.norm) {
-        // A half head's tiles (weight rows at..at + hd) into the stage, rounded as linear_mma
-        // stores them.
-        auto stage_half = [&](unsigned at) {
+    // The qk-norm layouts stage a head's 64 rows (gemm_large's 128 would not fit beside its
+    // tile in the 48 KB a launch gets without opting in): no `_large` entry runs them.
+    if constexpr (!LARGE) if (geo.norm) {
+        // A half head's tiles (weight rows from..from + hd) into the stage, rounded as
+        // linear_mma stores them.
+        auto stage_half = [&](unsigned from) {
             for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
-                qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{at + c0, at + hd, 0u, 0u, false}, k,
-                                 acc);
+                qkv_tile<NARROW>(x, ws, rows_of,
+                                 QkvRopeCols{from + c0, from + hd, 0u, 0u, false}, k, acc[0]);
 #pragma unroll
                 for (unsigned j = 0; j < 4; ++j) {
 #pragma unroll
                     for (unsigned e = 0; e < 4; ++e) {
-                        const unsigned r = warp * 16 + g + (e >> 1) * 8;
-                        const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
+                        const unsigned r = at.row(0, e);
+                        const unsigned i = c0 + at.col(j, e);
                         // A narrow launch's stage holds the pass's 16 rows.
                         if (i < hd && (!NARROW || r < GEMM_NM)) {
-                            gemm_head_stage[r * hd + i] = linear_value(acc[0][j][e], bh, at + i);
+                            gemm_head_stage[r * hd + i] =
+                                linear_value(acc[0][0][j][e], bh, from + i);
                         }
                     }
                 }
@@ -1243,50 +1293,57 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
         return;
     }
     if (part < geo.rope_blocks) {
-        const unsigned c0 = part * 16u;
-        qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k, acc);
+        // BN / 2 pairs: features c0.. of the first rotary half and their partners.
+        const unsigned c0 = part * (Lane::BN / 2u);
+        qkv_any_tile<NARROW, LARGE>(x, ws, rows_of, QkvRopeCols{base, 0u, c0, geo.half, true}, k,
+                                    acc);
         const float scaling = inv_freq[geo.half];
 #pragma unroll
-        for (unsigned j = 0; j < 2; ++j) {
+        for (unsigned m = 0; m < Lane::MF; ++m) {
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) {
-                const unsigned r = warp * 16 + g + (e >> 1) * 8;
-                const unsigned i = c0 + j * 8 + 2 * t + (e & 1);
-                const unsigned row = rows_of.src(r);
-                if (row == GEMM_NO_ROW || i >= geo.half) {
-                    continue;
+            for (unsigned j = 0; j < 2; ++j) {
+#pragma unroll
+                for (unsigned e = 0; e < 4; ++e) {
+                    const unsigned i = c0 + at.pair(j, e);
+                    const unsigned row = rows_of.src(at.row(m, e));
+                    if (row == GEMM_NO_ROW || i >= geo.half) {
+                        continue;
+                    }
+                    bf16* dst = head_dst(row);
+                    if (dst == nullptr) {
+                        continue;
+                    }
+                    const bf16 x1 = linear_value(acc[0][m][j][e], bh, base + i);
+                    const bf16 x2 = linear_value(acc[0][m][j + 2][e], bh, base + geo.half + i);
+                    float c, sn;
+                    rope_cos_sin(positions[row], inv_freq[i], &c, &sn);
+                    c = __fmul_rn(c, scaling);
+                    sn = __fmul_rn(sn, scaling);
+                    rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);
                 }
-                bf16* dst = head_dst(row);
-                if (dst == nullptr) {
-                    continue;
-                }
-                const bf16 x1 = linear_value(acc[0][j][e], bh, base + i);
-                const bf16 x2 = linear_value(acc[0][j + 2][e], bh, base + geo.half + i);
-                float c, sn;
-                rope_cos_sin(positions[row], inv_freq[i], &c, &sn);
-                c = __fmul_rn(c, scaling);
-                sn = __fmul_rn(sn, scaling);
-                rope_pair(to_f32(x1), to_f32(x2), c, sn, &dst[i], &dst[i + geo.half]);
             }
         }
         return;
     }
-    // Pass-through: features 2·half + 32·(part − rope_blocks).. of the head.
-    const unsigned i0 = 2u * geo.half + (part - geo.rope_blocks) * GEMM_BN;
-    qkv_tile<NARROW>(x, ws, rows_of, QkvRopeCols{base + i0, base + hd, 0u, 0u, false}, k, acc);
+    // Pass-through: features 2·half + BN·(part − rope_blocks).. of the head.
+    const unsigned i0 = 2u * geo.half + (part - geo.rope_blocks) * Lane::BN;
+    qkv_any_tile<NARROW, LARGE>(x, ws, rows_of, QkvRopeCols{base + i0, base + hd, 0u, 0u, false},
+                                k, acc);
 #pragma unroll
-    for (unsigned j = 0; j < 4; ++j) {
+    for (unsigned m = 0; m < Lane::MF; ++m) {
 #pragma unroll
-        for (unsigned e = 0; e < 4; ++e) {
-            const unsigned r = warp * 16 + g + (e >> 1) * 8;
-            const unsigned i = i0 + j * 8 + 2 * t + (e & 1);
-            const unsigned row = rows_of.src(r);
-            if (row == GEMM_NO_ROW || i >= hd) {
-                continue;
-            }
-            bf16* dst = head_dst(row);
-            if (dst != nullptr) {
-                dst[i] = linear_value(acc[0][j][e], bh, base + i);
+        for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned i = i0 + at.col(j, e);
+                const unsigned row = rows_of.src(at.row(m, e));
+                if (row == GEMM_NO_ROW || i >= hd) {
+                    continue;
+                }
+                bf16* dst = head_dst(row);
+                if (dst != nullptr) {
+                    dst[i] = linear_value(acc[0][m][j][e], bh, base + i);
+                }
             }
         }
     }
@@ -1294,8 +1351,9 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
 
 // qkv_rope_kv_mma's block (its layout in `geo`): the wide tile over its 64 rows, or with
 // NARROW (the `_narrow` entries, lever mma_narrow) gemm_narrow's passes of 16, whose launch
-// stages 16 rows of a qk-norm head (its dynamic shared memory sized for them), not 64.
-template <class W, bool NARROW = false>
+// stages 16 rows of a qk-norm head (its dynamic shared memory sized for them), not 64; with
+// LARGE (the `_large` entries, lever mma_large; the plain layout) gemm_large's 128 rows.
+template <class W, bool NARROW = false, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_run(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
     const bf16* const (&norm_w)[2], float eps, const int* __restrict__ positions,
@@ -1307,28 +1365,31 @@ __device__ __forceinline__ void qkv_rope_kv_run(
     if (!ok || (geo.norm && geo.head_dim > GEMM_HEAD_DIM_MAX)) {
         return;
     }
-    const unsigned m0 = gemm_block().m0;
+    const unsigned m0 = blockIdx.x * QkvLane<LARGE>::BM;
     if constexpr (NARROW) {
         for (unsigned m = m0; m < rows && m < m0 + GEMM_BM; m += GEMM_NM) {
-            qkv_rope_kv_rows<true>(x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
-                                   q_out, gate_out, cache, k, geo, block_size, num_pages,
-                                   PassRows{m, rows});
+            qkv_rope_kv_rows<true, false>(x, w, bias, norm_w, eps, positions, inv_freq,
+                                          slot_mapping, q_out, gate_out, cache, k, geo,
+                                          block_size, num_pages, PassRows{m, rows});
         }
     } else {
-        qkv_rope_kv_rows<false>(x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
-                                q_out, gate_out, cache, k, geo, block_size, num_pages,
-                                SpanRows{m0, rows});
+        qkv_rope_kv_rows<false, LARGE>(x, w, bias, norm_w, eps, positions, inv_freq,
+                                       slot_mapping, q_out, gate_out, cache, k, geo, block_size,
+                                       num_pages, SpanRows{m0, rows});
     }
 }
 
+// LARGE: gemm_large's blocks (32 pairs or 64 features a block).
+template <bool LARGE>
 __device__ __forceinline__ QkvRopeGeometry qkv_rope_geometry(unsigned heads, unsigned kv_heads,
                                                              unsigned head_dim,
                                                              unsigned rotary_dim, bool norm,
                                                              bool gated) {
+    constexpr unsigned bn = QkvLane<LARGE>::BN;
     // rotary_dim is even and at most head_dim (the CPU twin refuses anything else); clamp.
     const unsigned half = min(rotary_dim, head_dim) / 2u;
-    return QkvRopeGeometry{heads, kv_heads, head_dim, half, (half + 15u) / 16u,
-                           (head_dim - 2u * half + GEMM_BN - 1u) / GEMM_BN, norm, gated};
+    return QkvRopeGeometry{heads, kv_heads, head_dim, half, (half + bn / 2u - 1u) / (bn / 2u),
+                           (head_dim - 2u * half + bn - 1u) / bn, norm, gated};
 }
 
 // A qkv_rope_kv_mma launch's head and cache dimensions.
@@ -1345,7 +1406,9 @@ struct QkvRopeDims {
 // One entry's launch over weight sources w (q, k, v) in `layout` (a constant in each entry, so
 // each compiles only its own). The qk-norm layouts need both weights and the gated one
 // gate_out (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
-template <class W, bool NARROW = false>
+// LARGE (the `_large` entries) takes the plain layout only: asked a qk-norm one, it writes
+// nothing.
+template <class W, bool NARROW = false, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_entry(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], unsigned layout,
     const bf16* const (&bias)[3], const bf16* const (&norm_w)[2], float eps,
@@ -1355,11 +1418,12 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
     const bool norm = layout != QKV_ROPE;
     const bool gated = layout == QKV_GATED_NORM_ZC;
     ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr)) &&
-         (!gated || gate_out != nullptr);
-    qkv_rope_kv_run<W, NARROW>(ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping,
-                               q_out, gate_out, cache, rows, k,
-                    qkv_rope_geometry(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm, gated),
-                    d.block_size, d.num_pages);
+         (!gated || gate_out != nullptr) && !(LARGE && norm);
+    qkv_rope_kv_run<W, NARROW, LARGE>(
+        ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k,
+        qkv_rope_geometry<LARGE>(d.heads, d.kv_heads, d.head_dim, d.rotary_dim, norm, gated),
+        d.block_size, d.num_pages);
 }
 
 // q, k and v of x bf16[rows·k] (wq [heads·head_dim·k], wk and wv [kv_heads·head_dim·k], biases
@@ -1484,9 +1548,9 @@ __device__ __forceinline__ unsigned qkv_q_rows(unsigned layout, QkvRopeDims d) {
     return (layout == QKV_GATED_NORM_ZC ? 2u : 1u) * d.heads * d.head_dim;
 }
 
-// An fp8 entry in `layout`: w q, k and v, blocks (block_n, block_k) of each; NARROW as
-// qkv_rope_kv_entry's.
-template <bool NARROW>
+// An fp8 entry in `layout`: w q, k and v, blocks (block_n, block_k) of each; NARROW and LARGE
+// as qkv_rope_kv_entry's.
+template <bool NARROW, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_fp8(
     unsigned layout, const bf16* __restrict__ x, const unsigned char* const (&w)[3],
     const unsigned (&blocks)[6], const bf16* const (&bias)[3], const bf16* const (&norm_w)[2],
@@ -1500,13 +1564,14 @@ __device__ __forceinline__ void qkv_rope_kv_fp8(
     bool ok = true;
 #pragma unroll
     for (unsigned i = 0; i < 6u; ++i) ok = ok && blocks[i] != 0u;
-    qkv_rope_kv_entry<GemmQuant<WFp8>, NARROW>(ok, x, ws, layout, bias, norm_w, eps, positions,
-                                               inv_freq, slot_mapping, q_out, gate_out, cache,
-                                               rows, k, d);
+    qkv_rope_kv_entry<GemmQuant<WFp8>, NARROW, LARGE>(ok, x, ws, layout, bias, norm_w, eps,
+                                                      positions, inv_freq, slot_mapping, q_out,
+                                                      gate_out, cache, rows, k, d);
 }
 
-// An int4 entry in `layout`: w q, k and v, each with its group; NARROW as qkv_rope_kv_entry's.
-template <bool NARROW>
+// An int4 entry in `layout`: w q, k and v, each with its group; NARROW and LARGE as
+// qkv_rope_kv_entry's.
+template <bool NARROW, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_int4(
     unsigned layout, const bf16* __restrict__ x, const unsigned char* const (&w)[3],
     const unsigned (&groups)[3], const bf16* const (&bias)[3], const bf16* const (&norm_w)[2],
@@ -1518,9 +1583,9 @@ __device__ __forceinline__ void qkv_rope_kv_int4(
                                     {WInt4{w[1], nkv, groups[1]}},
                                     {WInt4{w[2], nkv, groups[2]}}};
     const bool ok = groups[0] != 0u && groups[1] != 0u && groups[2] != 0u;
-    qkv_rope_kv_entry<GemmQuant<WInt4>, NARROW>(ok, x, ws, layout, bias, norm_w, eps, positions,
-                                                inv_freq, slot_mapping, q_out, gate_out, cache,
-                                                rows, k, d);
+    qkv_rope_kv_entry<GemmQuant<WInt4>, NARROW, LARGE>(ok, x, ws, layout, bias, norm_w, eps,
+                                                       positions, inv_freq, slot_mapping, q_out,
+                                                       gate_out, cache, rows, k, d);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
@@ -1890,6 +1955,66 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
                           bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
                           unsigned n2) {
     linear_pair_mma_body<false, true>(x, w1, b1, w2, b2, y1, y2, rows, k, n1, n2);
+}
+
+// qkv_rope_kv_mma (the plain layout: rope blocks, no qk-norm) and its quantized entries through
+// gemm_large (prefill widths; their bytes): per q or k head ⌈half/32⌉ rope blocks (32 features
+// of the first rotary half and their 32 partners, each warp's 32 columns 16 pairs as the 64 × 32
+// tile's are) and ⌈(head_dim − 2·half)/64⌉ pass-through blocks, then ⌈kv_heads·head_dim/64⌉ v
+// blocks; grid = (⌈rows/128⌉, those), 256 threads, no dynamic shared memory. The qk-norm
+// layouts have none: their stage of 128 rows of a head would not fit beside the tile.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_rope_kv_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, false, true>(true, x, w, QKV_ROPE, {bq, bk, bv}, {wqn, wkn}, eps,
+                                             positions, inv_freq, slot_mapping, q_out, gate_out,
+                                             cache, rows, k,
+                                             QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                         block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_rope_kv_mma_fp8_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<false, true>(QKV_ROPE, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+// At two blocks an SM (128 registers) ptxas spilled 8 bytes here: one block of eight warps.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
+    qkv_rope_kv_mma_int4_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<false, true>(QKV_ROPE, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
 

@@ -264,6 +264,19 @@ fn mma_large_lever_picks_the_large_pair_entry_at_prefill_widths() {
     assert_eq!(enlarged, [kernels::gemm::LINEAR_PAIR_MMA.as_str()]);
 }
 
+/// The same for q/k/v with rope and the KV write (`qkv_rope_kv_mma`, the plain layout): a llama
+/// of 64 heads of 64 (and 2 KV heads), whose large grid holds 64 + 2 rope blocks and 2 v blocks,
+/// 136 at 136 rows.
+#[test]
+fn mma_large_lever_picks_the_large_rope_entry_at_prefill_widths() {
+    let json = TINY_LLAMA.replace(
+        "\"num_attention_heads\": 4",
+        "\"num_attention_heads\": 64, \"head_dim\": 64",
+    );
+    let enlarged = large_lever_entries(&json);
+    assert_eq!(enlarged, [kernels::gemm::QKV_ROPE_KV_MMA.as_str()]);
+}
+
 /// Builds the model of `json` with `tensor_cores` and with `tensor_cores,mma_large` (verify
 /// widths 64 and 136 added), checks the launches program by program (the same plans; a launch
 /// either its kernel's or, at 128 rows or more, that kernel's `_large` entry in a large grid
@@ -321,9 +334,7 @@ fn large_lever_entries(json: &str) -> Vec<&'static str> {
         let (a, b) = (launches(a), launches(b));
         assert_eq!(a.len(), b.len(), "{at}");
         for ((kernel, grid, block), (entry, entry_grid, entry_block)) in a.iter().zip(&b) {
-            let has_large = kernels::gemm::LARGE_VARIANTS
-                .iter()
-                .any(|(_, of)| of == kernel);
+            let has_large = kernels::gemm::large_variants().any(|(_, of)| of == kernel);
             let features = grid[1] * kernels::gemm::GEMM_FEATURES;
             let fits = kernels::gemm::large_fits(rows, features);
             if entry == kernel {

@@ -8,19 +8,23 @@
 //! head's `[q | gate]`, the gate half stored, zero-centred qk-norm); a kernel that ropes a pair
 //! with its values swapped differs, and so do one that norms k with q's weights, one that
 //! norms a gated head with plain weights and one that stores a gate's features reversed (the
-//! checks can fail); NaN and ±inf carry as the twin carries them.
+//! checks can fail); NaN and ±inf carry as the twin carries them. The `_large` entries (lever
+//! `mma_large`, the plain layout: 128 rows × 32 rotary pairs a block) write their twin's bytes
+//! too, over one, two and three row blocks, and one whose second four warps rope the first
+//! four's pairs differs.
 
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
-    QkvRopeKvParts, QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
-    QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
-    QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_NARROW,
-    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4,
-    QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
+    qkv_rope_kv_large_grid, QkvRopeKvParts, QkvTile, QKV_GATED_NORM_ZC_ROPE_KV_MMA,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8,
+    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
+    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_FP8_LARGE,
+    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_INT4_LARGE,
+    QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_LARGE, QKV_ROPE_KV_MMA_NARROW,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -238,6 +242,79 @@ fn qkv_rope_kv_mma_narrow_entries_equal_their_twin_in_every_head_layout() {
     }
 }
 
+/// Past the 64-row tile: two row blocks of 128 (the second of two rows) with a head of 160 whose
+/// 96 rotary features are one whole and one half-full large rope block and 64 pass-through
+/// features one block; three (the last partial), 64-wide heads of 64 rotary, 2 KV heads.
+const LARGE_SHAPES: [Shape; 2] = [(130, 100, 3, 1, 160, 96), (300, 72, 2, 2, 64, 64)];
+
+/// The `_large` entries (lever `mma_large`: gemm_large's 128 rows, a rope block 32 pairs with
+/// each warp's 32 columns 16 of them) write their twin's bytes in the plain layout, over the
+/// head layouts above (a rotary half of 20, 8 and 32 features: a partial block; of 64: two) and
+/// past one row block, in their own grid; a qk-norm layout asked for the large tile keeps its
+/// wide entry.
+#[test]
+fn qkv_rope_kv_mma_large_entries_equal_their_twin() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Shadow, &mut backend);
+    let formats = [WeightFormat::Bf16; 3];
+    let shapes = SHAPES.into_iter().chain(LARGE_SHAPES);
+    for (i, shape) in shapes.clone().enumerate() {
+        let seed = 6 + 16 * i as u64;
+        let x = upload(&mut backend, &values(shape.0 * shape.1, seed));
+        let l = parts(&mut backend, shape, x, seed, formats, Layout::Rope)
+            .launch_tile(formats, QkvTile::Large)
+            .unwrap();
+        let (rows, _, heads, kv_heads, head_dim, rotary_dim) = shape;
+        let grid = qkv_rope_kv_large_grid([heads, kv_heads, head_dim, rotary_dim], rows);
+        assert_eq!((l.kernel, l.config), (QKV_ROPE_KV_MMA_LARGE.as_str(), grid));
+        run(&mut backend, &l);
+    }
+    for layout in [Layout::Norm, Layout::Gated] {
+        let x = upload(&mut backend, &values(SHAPES[0].0 * SHAPES[0].1, 1));
+        let kept = parts(&mut backend, SHAPES[0], x, 1, formats, layout)
+            .launch_tile(formats, QkvTile::Large)
+            .unwrap();
+        let wide = parts(&mut backend, SHAPES[0], x, 1, formats, layout)
+            .launch(formats)
+            .unwrap();
+        assert_eq!((kept.kernel, kept.config), (wide.kernel, wide.config));
+    }
+    let report = backend.emulation().unwrap().report();
+    let parity = &report[QKV_ROPE_KV_MMA_LARGE.as_str()];
+    let launches = shapes.count() as u64;
+    assert_eq!(
+        (parity.launches, parity.identical),
+        (launches, launches),
+        "{parity:?}"
+    );
+}
+
+#[test]
+fn a_large_rope_block_whose_second_warps_rope_the_first_pairs_differs_from_the_twin() {
+    // Warps 4-7 hold tile columns 32-63 (pairs 16-31 of the block) but rope them as pairs
+    // 0-15 (the inverse frequencies and destinations of warps 0-3's).
+    let edit = (
+        "return col0 / 2u + j * 8u + 2u * t + (e & 1u);",
+        "return j * 8u + 2u * t + (e & 1u);",
+    );
+    let dir = build_mutant("gemm", &[edit]);
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let shape = LARGE_SHAPES[1];
+    let x = upload(&mut backend, &values(shape.0 * shape.1, 51));
+    let formats = [WeightFormat::Bf16; 3];
+    let l = parts(&mut backend, shape, x, 51, formats, Layout::Rope)
+        .launch_tile(formats, QkvTile::Large)
+        .unwrap();
+    let (mutant, original) = shadow(&dir, "gemm", &mut backend, &l);
+    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
+    assert_eq!(
+        (original.launches, original.identical),
+        (1, 1),
+        "{original:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// gemm built with `edit` differs from the twin on one launch of `shape` in `layout`'s entry,
 /// and the unmutated build does not.
 fn mutant_differs(edit: (&str, &str), shape: Shape, seed: u64, layout: Layout) {
@@ -353,7 +430,8 @@ fn carries_nan(backend: &mut CpuBackend, l: &Launch, gated: bool) {
 /// q, k and v in fp8 blocks of 128 × 128, 3 × 40 and one per-tensor block, or int4 groups of
 /// 128, 20 and 32, at the head layouts above and at k = 300 (three of a quantized `_narrow`
 /// entry's 128-k stages, the last partial): the twin's bytes (k even for int4), through the
-/// wide entries and their `_narrow` variants (lever `mma_narrow`) alike.
+/// wide entries, their `_narrow` variants (lever `mma_narrow`) and the plain layout's `_large`
+/// ones (lever `mma_large`) alike.
 #[test]
 fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -371,11 +449,20 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
             let seed = 5 + 16 * i as u64;
             let x = upload(&mut backend, &values(shape.0 * k, seed));
             for layout in LAYOUTS {
-                for narrow in [false, true] {
+                let mut tiles = vec![QkvTile::Wide, QkvTile::Narrow];
+                tiles.extend((layout == Layout::Rope).then_some(QkvTile::Large));
+                for tile in tiles {
                     let l = parts(&mut backend, shape, x, seed, formats, layout)
-                        .launch_narrow(formats, narrow)
+                        .launch_tile(formats, tile)
                         .expect("one quantized kind");
-                    assert_eq!(l.kernel.ends_with("_narrow"), narrow, "{}", l.kernel);
+                    let suffix = match tile {
+                        QkvTile::Wide => {
+                            !l.kernel.ends_with("_narrow") && !l.kernel.ends_with("_large")
+                        }
+                        QkvTile::Narrow => l.kernel.ends_with("_narrow"),
+                        QkvTile::Large => l.kernel.ends_with("_large"),
+                    };
+                    assert!(suffix, "{tile:?}: {}", l.kernel);
                     run(&mut backend, &l);
                     launches += 1;
                 }
@@ -387,6 +474,7 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
     let entries = [
         QKV_ROPE_KV_MMA_FP8,
         QKV_ROPE_KV_MMA_FP8_NARROW,
+        QKV_ROPE_KV_MMA_FP8_LARGE,
         QKV_NORM_ROPE_KV_MMA_FP8,
         QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
         QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
@@ -398,6 +486,7 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
         [
             QKV_ROPE_KV_MMA_INT4,
             QKV_ROPE_KV_MMA_INT4_NARROW,
+            QKV_ROPE_KV_MMA_INT4_LARGE,
             QKV_NORM_ROPE_KV_MMA_INT4,
             QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,

@@ -323,6 +323,7 @@ mod tests {
             "prefill \"prefill 2048 gemv\" \"\"",
             "prefill \"prefill 2048 tensor cores\" tensor_cores",
             "prefill \"prefill 2048 tensor cores large\" tensor_cores,mma_large",
+            "same_bytes \"large tiles: bytes\"",
             "--ab tensor_cores",
             "\"ncu profile\"",
             "\"ncu tensor cores\"",

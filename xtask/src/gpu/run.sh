@@ -13,7 +13,8 @@
 # Part 1: facts and the JIT warm-up; decode at width 1, graph against eager (Llama-3.2-1B's
 # shape); parity on the built-ins whose launches split k and heads; the tensor cores
 # (`tensor_cores`: parity on two built-ins; a 2,048-token prefill in chunks of 512, gemv
-# against the tensor cores; timed against gemv at 32 and 128 rows); ncu per kernel over one
+# against the tensor cores, and the tensor cores' 128 x 64 tiles (`mma_large`) whose logits
+# digest must be theirs; timed against gemv at 32 and 128 rows); ncu per kernel over one
 # decode, one 16-wide step, one 128-wide step with the lever and a 1,024-token prefill with
 # it; the device tests
 # (`cuda_device`, `checked_cuda`: the tests `cargo test` lists as ignored, run with
@@ -314,6 +315,23 @@ prefill() {
         "${levers[@]}" "${quant[@]}"
     record "$1" "$(key '^solder decode:' | tr ' ' '\n' |
         grep -E '^(prefill_ms|prefill_tok_per_s|eager_ms|graph_ms)=' | paste -sd ' ')" "$LOG/bench.log"
+    # The digest of the run's logits (its prefill's last row and every decode step's).
+    PREFILL_FNV=$(key '^solder logits:' | sed -n 's/.*logits_fnv=\([0-9a-f]*\).*/\1/p')
+}
+
+# same_bytes NAME A B: a summary row saying whether two prefill runs' logits digests agree
+# (levers that promise the same bytes, on the device's own mma.sync).
+same_bytes() {
+    STAGE_STATUS=ok STAGE_SECONDS=0
+    if [ -z "$2" ] || [ -z "$3" ]; then
+        STAGE_STATUS=SKIP
+        record "$1" "a run printed no logits digest"
+    elif [ "$2" = "$3" ]; then
+        record "$1" "the same logits bytes (fnv $2)"
+    else
+        STAGE_STATUS=FAIL FAILED=1
+        record "$1" "logits differ: fnv $2 vs $3"
+    fi
 }
 
 part1() {
@@ -337,9 +355,11 @@ part1() {
     record "parity tensor cores" "$(key '^(PASS|FAIL)')" "$LOG/parity.log"
     prefill "prefill 2048 gemv" "" "$LIMIT_PREFILL"
     prefill "prefill 2048 tensor cores" tensor_cores "$LIMIT_PREFILL"
-    # With mma_large too: the chunks' o, gate/up and down through the 128 x 64 tiles (the same
-    # bytes).
+    local tc_fnv=$PREFILL_FNV
+    # With mma_large too: the chunks' q/k/v, o, gate/up, down and LM head through the 128 x 64
+    # tiles where they fit: the same bytes, so the same digest.
     prefill "prefill 2048 tensor cores large" tensor_cores,mma_large "$LIMIT_PREFILL"
+    same_bytes "large tiles: bytes" "$tc_fnv" "$PREFILL_FNV"
     # With mma_narrow too: the tensor cores' decode widths through the _narrow entries.
     stage "gpu-bench tensor cores" "$LIMIT_TC_AB" "$LOG/bench.log" \
         "$BIN" gpu-bench --synth llama-3.2-1b --ab tensor_cores,tensor_cores+mma_narrow \

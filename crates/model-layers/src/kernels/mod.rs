@@ -121,7 +121,7 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
         .chain(flash::VARIANTS)
         .chain(gemm::VARIANTS)
         .chain(gemm::narrow_variants())
-        .chain(gemm::LARGE_VARIANTS)
+        .chain(gemm::large_variants())
         .copied()
 }
 

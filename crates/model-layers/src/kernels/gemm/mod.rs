@@ -12,7 +12,8 @@
 //! features, k in steps of 64 (the next step's loads in flight while one runs); `grid` =
 //! (⌈rows/64⌉, ⌈features/32⌉). Variants of the same bytes, picked by the emitters (`tiled!`):
 //! at decode widths with `mma_narrow` the `_narrow` entries (the same grid), at 128 rows and
-//! more with `mma_large` the `_large` entries (256 threads over 128 × 64 tiles, `large_grid`).
+//! more with `mma_large` the `_large` entries (256 threads over 128 × 64 tiles, `large_grid`,
+//! `large_grid_of`, `qkv_rope_kv_large_grid`).
 //!
 //! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
 //! `numerics::MmaPanel`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
@@ -140,8 +141,9 @@ pub(super) fn narrow(v: &View<'_>) -> bool {
 }
 
 /// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma`,
-/// `gate_up_silu_mma`, `qkv_mma` (bf16, fp8 and int4 weights) and `linear_pair_mma` of programs of at least [`LARGE_ROWS`] rows
-/// through their `_large` entries where they fit ([`large_fits`]): gemm.cu's `gemm_large`,
+/// `gate_up_silu_mma`, `qkv_mma`, `qkv_rope_kv_mma` without qk-norm (bf16, fp8 and int4
+/// weights) and `linear_pair_mma` of programs of at least [`LARGE_ROWS`] rows through their
+/// `_large` entries where they fit ([`large_fits_grid`]): gemm.cu's `gemm_large`,
 /// tiles of 128 rows × 64 features in blocks of eight warps, twice the arithmetic per staged
 /// byte of the 64 × 32 tile. A/B timing of prefill chunks and wide batches; the same plans, the
 /// same bytes.
@@ -163,7 +165,8 @@ pub const LINEAR_MMA_LARGE: Name<LinearMma> = Name::new("gemm::linear_mma_large"
 /// `lm_head_mma` through `gemm_large`.
 pub const LM_HEAD_MMA_LARGE: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_large");
 
-/// Every `_large` entry (lever `mma_large`), with the kernel it is a variant of.
+/// The `_large` entries of the single projections, gate/up, q/k/v and the pair, with the kernel
+/// or quantized entry each is a variant of ([`large_variants`] adds the rope layout's).
 pub const LARGE_VARIANTS: &[(&str, &str)] = &[
     (LINEAR_MMA_LARGE.as_str(), LINEAR_MMA.as_str()),
     (LM_HEAD_MMA_LARGE.as_str(), LM_HEAD_MMA.as_str()),
@@ -203,6 +206,12 @@ pub const LARGE_VARIANTS: &[(&str, &str)] = &[
         LINEAR_PAIR_MMA.as_str(),
     ),
 ];
+
+/// Every `_large` entry (lever `mma_large`), with the kernel or entry it is a variant of (the
+/// q/k/v rope layouts' are `fused::QKV_LARGE_VARIANTS`).
+pub fn large_variants() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    LARGE_VARIANTS.iter().chain(&fused::QKV_LARGE_VARIANTS)
+}
 
 /// A `_large` entry's grid: x the ⌈rows/128⌉ row blocks (issued fastest, as `tile_grid`'s), y
 /// the ⌈features/64⌉ feature blocks, 256 threads.
@@ -246,7 +255,12 @@ pub(super) use tiled;
 /// matrix of the launch) in this program, when the build turned `mma_large` on and it fits
 /// ([`large_fits_grid`]); `None`: the launch keeps its 64 × 32 tiles.
 pub(super) fn large(v: &View<'_>, features: &[u32]) -> Option<LaunchConfig> {
-    let config = large_grid_of(features, v.rows());
+    large_config(v, large_grid_of(features, v.rows()))
+}
+
+/// `config` (a `_large` entry's grid) when the build turned `mma_large` on and it fits this
+/// program ([`large_fits_grid`]).
+pub(super) fn large_config(v: &View<'_>, config: LaunchConfig) -> Option<LaunchConfig> {
     (v.lever(MMA_LARGE) && large_fits_grid(v.rows(), &config)).then_some(config)
 }
 
@@ -278,13 +292,15 @@ pub use experts::{
 };
 pub use fused::format_entries as fused_format_entries;
 pub use fused::{
-    qkv_rope_kv_grid, GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8, GateUpSiluMmaInt4,
-    LinearPairMma, LinearPairMmaArgs, QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4, QkvRopeKvMma,
-    QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QkvRopeKvParts, GATE_UP_SILU_MMA,
-    GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, LINEAR_PAIR_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_MMA, QKV_MMA_FP8,
-    QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4,
-    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_INT4, VARIANTS,
+    qkv_rope_kv_grid, qkv_rope_kv_large_grid, GateUpSiluMma, GateUpSiluMmaArgs, GateUpSiluMmaFp8,
+    GateUpSiluMmaInt4, LinearPairMma, LinearPairMmaArgs, QkvMma, QkvMmaArgs, QkvMmaFp8, QkvMmaInt4,
+    QkvRopeKvMma, QkvRopeKvMmaArgs, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4, QkvRopeKvParts, QkvTile,
+    GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_FP8, GATE_UP_SILU_MMA_INT4, LINEAR_PAIR_MMA,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_MMA, QKV_MMA_FP8, QKV_MMA_INT4, QKV_NORM_ROPE_KV_MMA,
+    QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8,
+    QKV_ROPE_KV_MMA_FP8_LARGE, QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_INT4_LARGE,
+    QKV_ROPE_KV_MMA_LARGE, VARIANTS,
 };
 pub use fused::{
     GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_LARGE,

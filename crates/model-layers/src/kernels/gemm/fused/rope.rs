@@ -27,7 +27,7 @@ use solder_circuit::ir::MetaField;
 use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, LaunchConfig};
 
-use super::super::{linear_dots, GEMM_FEATURES, GEMM_ROWS};
+use super::super::{linear_dots, GEMM_FEATURES, GEMM_LARGE_FEATURES, GEMM_ROWS};
 use super::quant::{fp8, int4};
 use crate::kernels::args::{dequantised, size, Dim, In, InOpt, Out, OutOpt};
 use crate::kernels::decl::{kernel, Name};
@@ -226,6 +226,41 @@ pub const NARROW_VARIANTS: [(&str, &str); 9] = [
     ),
 ];
 
+/// The plain layout's three entries through gemm.cu's `gemm_large` (lever `mma_large`, prefill
+/// widths): the same arguments, twins and bytes, in [`qkv_rope_kv_large_grid`] (128 rows × 64
+/// tile columns a block: 32 rotary pairs, or 64 pass-through or v features). The qk-norm
+/// layouts have none: 128 staged rows of a head beside the large tile would pass the 48 KB of
+/// shared memory a launch gets without opting in.
+pub const QKV_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> = Name::new("gemm::qkv_rope_kv_mma_large");
+pub const QKV_ROPE_KV_MMA_FP8_LARGE: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_rope_kv_mma_fp8_large");
+pub const QKV_ROPE_KV_MMA_INT4_LARGE: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_rope_kv_mma_int4_large");
+
+/// The `_large` entries, with the entry each is a variant of.
+pub const LARGE_VARIANTS: [(&str, &str); 3] = [
+    (QKV_ROPE_KV_MMA_LARGE.as_str(), QKV_ROPE_KV_MMA.as_str()),
+    (
+        QKV_ROPE_KV_MMA_FP8_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_ROPE_KV_MMA_INT4_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+];
+
+/// Which tile a `qkv_rope_kv_mma` launch runs: the 64 × 32 one, gemm_narrow's passes of 16 rows
+/// (the `_narrow` entries, lever `mma_narrow`) or gemm_large's 128 × 64 (the `_large` entries,
+/// lever `mma_large`; the plain layout only: a qk-norm layout asked for it keeps its wide
+/// entry). The same bytes in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvTile {
+    Wide,
+    Narrow,
+    Large,
+}
+
 /// The gated entries (each a qk-norm entry too).
 const GATED: [&str; 6] = [
     QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
@@ -325,6 +360,22 @@ pub fn qkv_rope_kv_grid(
         false => 0,
     };
     super::super::tile_grid((heads + kv_heads) * per_head + v_blocks, rows, shared_bytes)
+}
+
+/// The `_large` entries' grid: per q or k head ⌈half/32⌉ rope blocks and ⌈(head_dim −
+/// 2·half)/64⌉ pass-through blocks, then ⌈kv_heads·head_dim/64⌉ v blocks; one block per 128
+/// rows, 256 threads (`gemm::large_grid`'s), no dynamic shared memory.
+pub fn qkv_rope_kv_large_grid(
+    [heads, kv_heads, head_dim, rotary_dim]: [u32; 4],
+    rows: u32,
+) -> LaunchConfig {
+    let half = rotary_dim.min(head_dim) / 2;
+    let per_head = half.div_ceil(GEMM_LARGE_FEATURES / 2)
+        + (head_dim - 2 * half).div_ceil(GEMM_LARGE_FEATURES);
+    let v_blocks = (kv_heads * head_dim).div_ceil(GEMM_LARGE_FEATURES);
+    let mut config = super::super::large_grid(1, rows);
+    config.grid[1] = ((heads + kv_heads) * per_head + v_blocks).max(1);
+    config
 }
 
 /// Every entry's arguments but the weights (the same names in each).
@@ -506,8 +557,9 @@ fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
 }
 
 /// `launch_in_layout` for each format's arguments: the entry of `layout` (plain, qk-norm,
-/// gated) among `entries[0]`, or its `_narrow` variant among `entries[1]` when `narrow`, in
-/// `narrow_config`.
+/// gated) among `entries[0]`, its `_narrow` variant among `entries[1]` in `narrow_config` for
+/// `QkvTile::Narrow`, or for `QkvTile::Large` and the plain layout `large` in
+/// `qkv_rope_kv_large_grid`.
 macro_rules! layout_launch {
     ($($args:ty),+) => {
         $(
@@ -515,12 +567,22 @@ macro_rules! layout_launch {
                 fn launch_in_layout(
                     self,
                     entries: [[Name<$args>; 3]; 2],
+                    large: Name<$args>,
                     layout: usize,
-                    narrow: bool,
+                    tile: QkvTile,
                 ) -> Launch {
-                    let config = self.config();
-                    let config = if narrow { narrow_config(config) } else { config };
-                    self.launch_with(entries[usize::from(narrow)][layout], config)
+                    match tile {
+                        QkvTile::Large if layout == 0 => {
+                            let dims = [self.heads, self.kv_heads, self.head_dim, self.rotary_dim];
+                            let config = qkv_rope_kv_large_grid(dims, self.rows);
+                            self.launch_with(large, config)
+                        }
+                        QkvTile::Narrow => {
+                            let config = narrow_config(self.config());
+                            self.launch_with(entries[1][layout], config)
+                        }
+                        _ => self.launch_with(entries[0][layout], self.config()),
+                    }
                 }
             }
         )+
@@ -528,8 +590,8 @@ macro_rules! layout_launch {
 }
 layout_launch!(QkvRopeKvMma, QkvRopeKvMmaFp8, QkvRopeKvMmaInt4);
 
-/// The bf16 entry of `layout` (plain, qk-norm, gated), its `_narrow` variant when `narrow`.
-fn bf16_launch(a: QkvRopeKvMma, layout: usize, narrow: bool) -> Launch {
+/// The bf16 entry of `layout` (plain, qk-norm, gated) in `tile`.
+fn bf16_launch(a: QkvRopeKvMma, layout: usize, tile: QkvTile) -> Launch {
     a.launch_in_layout(
         [
             [
@@ -543,8 +605,9 @@ fn bf16_launch(a: QkvRopeKvMma, layout: usize, narrow: bool) -> Launch {
                 QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
             ],
         ],
+        QKV_ROPE_KV_MMA_LARGE,
         layout,
-        narrow,
+        tile,
     )
 }
 
@@ -606,7 +669,14 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
         ],
     };
     let formats = p.ops.map(|op| v.weight_format(op, 0));
-    match parts.launch_narrow(formats, super::super::narrow(v)) {
+    let dims = [heads, kv_heads, head_dim, rotary_dim];
+    let large = super::super::large_config(v, qkv_rope_kv_large_grid(dims, rows));
+    let tile = match (norm, large) {
+        (None, Some(_)) => QkvTile::Large,
+        _ if super::super::narrow(v) => QkvTile::Narrow,
+        _ => QkvTile::Wide,
+    };
+    match parts.launch_tile(formats, tile) {
         Some(launch) => Ok(vec![launch]),
         None => Err(super::mixed_formats(v, QKV_ROPE_KV_MMA.as_str(), &formats)),
     }
@@ -642,6 +712,17 @@ impl QkvRopeKvParts {
 
     /// `launch`, through the layout's `_narrow` entry in the weights' format when `narrow`.
     pub fn launch_narrow(self, formats: [WeightFormat; 3], narrow: bool) -> Option<Launch> {
+        let tile = if narrow {
+            QkvTile::Narrow
+        } else {
+            QkvTile::Wide
+        };
+        self.launch_tile(formats, tile)
+    }
+
+    /// `launch` in `tile` (a qk-norm layout has no `_large` entry: `QkvTile::Large` gives its
+    /// wide one).
+    pub fn launch_tile(self, formats: [WeightFormat; 3], tile: QkvTile) -> Option<Launch> {
         let Self {
             x,
             w: [wq, wk, wv],
@@ -696,7 +777,7 @@ impl QkvRopeKvParts {
                     eps,
                 },
                 layout,
-                narrow,
+                tile,
             ),
             [Fp8 {
                 block_n: q_block_n,
@@ -752,8 +833,9 @@ impl QkvRopeKvParts {
                         QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
                     ],
                 ],
+                QKV_ROPE_KV_MMA_FP8_LARGE,
                 layout,
-                narrow,
+                tile,
             ),
             [Int4 { group: q_group }, Int4 { group: k_group }, Int4 { group: v_group }] => {
                 QkvRopeKvMmaInt4 {
@@ -798,8 +880,9 @@ impl QkvRopeKvParts {
                             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
                         ],
                     ],
+                    QKV_ROPE_KV_MMA_INT4_LARGE,
                     layout,
-                    narrow,
+                    tile,
                 )
             }
             _ => return None,
