@@ -537,9 +537,11 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
 // accumulator takes exactly gemm_tile's sequence (from +0, one mma.sync m16n8k16 per 16 k in k
 // order, up to the same 64-k tile end), so a `_large` entry writes its kernel's bytes at any
 // width (emulated test `large_entries_write_the_bytes_of_the_wide_ones`); only the grid
-// differs: (⌈rows/128⌉, ⌈features/64⌉), 256 threads. The emitters take them for programs of
-// 128 rows or more whose large grid has a block for every SM (`gemm::large_fits`); a
-// narrower projection keeps the 64 × 32 tiles' four times as many blocks.
+// differs: (⌈rows/128⌉, feature blocks of 64: ⌈features/64⌉, or each matrix's after the
+// previous one's, or qkv_rope_kv's rope blocks of 32 pairs), 256 threads. The emitters take
+// them for programs of 128 rows or more whose large grid has a block for every SM
+// (`gemm::large_fits_grid`); a narrower projection keeps the 64 × 32 tiles' four times as
+// many blocks.
 #define GEMM_LARGE_BM 128
 #define GEMM_LARGE_BN 64
 #define GEMM_LARGE_THREADS 256
