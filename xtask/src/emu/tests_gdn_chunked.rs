@@ -414,7 +414,7 @@ fn chunked_form_is_the_recurrence(form: Form, out_tolerance: f32, state_toleranc
 /// does not.
 #[test]
 fn a_tensor_core_chunk_reading_an_operand_unrounded_differs_from_the_twin() {
-    use super::tests_mutation::{build_mutant, shadow};
+    use super::tests_mutation::{assert_caught, build_mutant};
     let edit = (
         "mma_tf32_1688(d, a, to_tf32(m.rhs[(kk + t4) * SP + n0 + g]),",
         "mma_tf32_1688(d, a, __float_as_uint(m.rhs[(kk + t4) * SP + n0 + g]),",
@@ -445,12 +445,6 @@ fn a_tensor_core_chunk_reading_an_operand_unrounded_differs_from_the_twin() {
         CHUNKED_MMA,
         chunked_mma_config(p.rows(), p.dk, p.nv, p.dv, p.chain),
     );
-    let (mutant, original) = shadow(&dir, "gdn", &mut backend, &launch);
-    assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
-    assert_eq!(
-        (original.launches, original.identical),
-        (1, 1),
-        "{original:?}"
-    );
+    assert_caught(&dir, "gdn", &mut backend, &launch);
     std::fs::remove_dir_all(&dir).ok();
 }

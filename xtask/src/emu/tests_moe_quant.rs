@@ -24,7 +24,7 @@ use solder_model_layers::kernels::moe::{
 use solder_model_layers::kernels::{Buf, Launch};
 
 use super::tests::{emulated, run, upload};
-use super::tests_mutation::{build_mutant, shadow};
+use super::tests_mutation::{assert_caught, build_mutant, shadow};
 
 /// Builds the emulation of the `moe` module with each `from` (which must occur exactly once, in
 /// the unit or else in common.cuh) replaced by its `to`, into a fresh folder; returns the folder. (moe's unit carries its
@@ -415,13 +415,7 @@ fn a_wrong_expert_stride_in_the_tensor_core_entries_differs_from_the_twin() {
     );
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     for (launch, _) in mma_launches(&mut backend, 9, formats()[0], 3, 2) {
-        let (mutant, original) = shadow(&dir, "gemm", &mut backend, &launch);
-        assert_eq!((mutant.launches, mutant.identical), (1, 0), "{mutant:?}");
-        assert_eq!(
-            (original.launches, original.identical),
-            (1, 1),
-            "{original:?}"
-        );
+        assert_caught(&dir, "gemm", &mut backend, &launch);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
