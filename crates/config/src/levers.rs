@@ -62,8 +62,8 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     (
         "mma_large",
         "the tensor-core projections gemm::linear_mma, lm_head_mma, gate_up_silu_mma, qkv_mma, \
-         qkv_rope_kv_mma without qk-norm (bf16, fp8 and int4 weights) and linear_pair_mma (not \
-         the qk-norm layouts or the MoE experts) of programs of at least 128 rows \
+         qkv_rope_kv_mma and its qk-norm layouts (bf16, fp8 and int4 weights) and \
+         linear_pair_mma (not the MoE experts) of programs of at least 128 rows \
          (prefill chunks, wide batches) whose large grid has a block for each of the 132 SMs \
          through their _large entries (tiles of 128 rows x 64 features in blocks of eight \
          warps, each warp 32 rows x 32 features: twice the arithmetic per staged byte and per \

@@ -434,3 +434,102 @@ fn a_refused_cubin_falls_back_to_the_ptx() {
         ]
     );
 }
+
+const STAGE_PTX: &str = include_str!("cuda_ptx/stage.ptx");
+
+/// `stage::stage_reverse` over `words` words of dynamic shared memory, one block of `THREADS`,
+/// on `stream`.
+fn stage_reverse(
+    backend: &mut CudaBackend,
+    kernel: KernelId,
+    stream: StreamId,
+    out: DevicePtr,
+    words: u32,
+) -> Result<(), GpuError> {
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [THREADS, 1, 1],
+        shared_bytes: words * 4,
+    };
+    let args = [
+        KernelArg::write(out, words as usize * 4),
+        KernelArg::U32(words),
+    ];
+    backend.launch(stream, kernel, &config, &args)
+}
+
+/// A launch past the 48 KB of dynamic shared memory a kernel gets without opting in (as gemm's
+/// `_large` qk-norm entries take, up to 91 KB a block): the backend opts in, eagerly and
+/// first under a stream capture, the block sees the whole array, and a size no block may have
+/// is an error naming the kernel, not a failed launch.
+#[test]
+#[ignore = "needs a CUDA device: the device bundle (cargo xtask gpu-check, run.sh) runs it with --ignored"]
+fn dynamic_shared_memory_past_48_kb_is_opted_in() {
+    let (_guard, mut backend) = device();
+    backend
+        .load_module(&ModuleImage {
+            name: "stage",
+            ptx: Some(STAGE_PTX),
+            cubin: None,
+        })
+        .expect("load stage");
+    let kernel = backend
+        .kernel("stage::stage_reverse")
+        .expect("stage_reverse");
+    let s0 = backend.default_stream();
+    let read = |backend: &mut CudaBackend, out: DevicePtr, words: u32| {
+        let mut raw = vec![0u8; words as usize * 4];
+        backend.copy_d2h(out, &mut raw).expect("copy_d2h");
+        raw.chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect::<Vec<u32>>()
+    };
+    let want = |words: u32| {
+        (0..words)
+            .map(|i| 3 * (words - 1 - i) + 1)
+            .collect::<Vec<u32>>()
+    };
+
+    // 40 KB needs no opt-in; 80 KB does (the first launch past 48 KB opts in).
+    for words in [10 * 1024, 20 * 1024] {
+        let out = backend.alloc(words as usize * 4).expect("alloc");
+        stage_reverse(&mut backend, kernel, s0, out, words).expect("launch");
+        backend.synchronize().expect("synchronize");
+        assert_eq!(read(&mut backend, out, words), want(words), "{words} words");
+        backend.free(out).expect("free");
+    }
+
+    // 96 KB, opted in for the first time inside a capture, then replayed.
+    let words = 24 * 1024;
+    let out = backend.alloc(words as usize * 4).expect("alloc");
+    backend.memset(out, 0, words as usize * 4).expect("memset");
+    backend.begin_capture(s0).expect("begin_capture");
+    stage_reverse(&mut backend, kernel, s0, out, words).expect("launch under capture");
+    let graph = backend.end_capture(s0).expect("end_capture");
+    let exec = backend.instantiate(graph).expect("instantiate");
+    backend.launch_graph(exec, s0).expect("launch_graph");
+    backend.synchronize().expect("synchronize");
+    assert_eq!(read(&mut backend, out, words), want(words), "captured");
+    backend.destroy_graph_exec(exec).expect("destroy exec");
+    backend.destroy_graph(graph).expect("destroy graph");
+
+    // 1 MB: more than any block may have.
+    let big = backend.alloc(1 << 20).expect("alloc");
+    match stage_reverse(&mut backend, kernel, s0, big, 256 * 1024) {
+        Err(GpuError::Driver { call, message }) => {
+            println!("{call}: {message}");
+            assert_eq!(call, "cuFuncSetAttribute");
+            assert!(message.contains("stage::stage_reverse"), "{message}");
+            assert!(message.contains("1048576 bytes"), "{message}");
+        }
+        other => panic!("1 MB of dynamic shared memory: {other:?}"),
+    }
+    // The refusal left the kernel as it was.
+    stage_reverse(&mut backend, kernel, s0, out, words).expect("launch after the refusal");
+    backend.synchronize().expect("synchronize");
+    assert_eq!(
+        read(&mut backend, out, words),
+        want(words),
+        "after the refusal"
+    );
+}

@@ -1021,8 +1021,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 //
 // With qk-norm (wqn, wkn given) a q or k head is one block: qk-norm needs the whole head's sum
 // of squares, so the block runs the head's 32-feature tiles one after another, rounds each
-// value as linear_mma stores it into the head stage (dynamic shared memory, 64 rows × head_dim),
-// then each warp runs rope::qk_norm_rope_kv_write's head_transform over its rows' staged heads:
+// value as linear_mma stores it into the head stage (dynamic shared memory, 64 rows × head_dim;
+// the `_large` entries' 128 rows, past 48 KB for a head wider than 64, which their launch opts
+// in to), then each warp runs rope::qk_norm_rope_kv_write's head_transform over its rows' staged heads:
 // the bytes of qkv_mma then qk_norm_rope_kv_write.
 //
 // Gated (Qwen3-Next, qkv_gated_norm_zc_rope_kv_mma): q's weight holds per head [q | gate]
@@ -1030,7 +1031,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // first, copied to gate_out as attn::gate_split copies it, then the q half as above; the
 // qk-norm's weights are zero-centred. The bytes of qkv_mma then rope::gated_qk_norm_zc_rope_kv_write.
 
-#define GEMM_HEAD_DIM_MAX 256u // the widest head the stage holds (64 · 256 · 2 B = 32 KB)
+#define GEMM_HEAD_DIM_MAX 256u // the widest head the stage holds (64 · 256 · 2 B = 32 KB; 64 KB
+                               // of 128 rows)
 extern __shared__ __align__(16) bf16 gemm_head_stage[];
 
 // A qkv_rope_kv_mma block's tile columns (one type for every block, so the tile's shared
@@ -1124,6 +1126,7 @@ struct QkvLane {
     static constexpr unsigned MF = LARGE ? 2u : 1u;           // m fragments
     static constexpr unsigned BM = LARGE ? GEMM_LARGE_BM : GEMM_BM; // tile rows
     static constexpr unsigned BN = LARGE ? GEMM_LARGE_BN : GEMM_BN; // tile columns
+    static constexpr unsigned WARPS = (LARGE ? GEMM_LARGE_THREADS : GEMM_THREADS) / 32u;
     unsigned row0, col0, g, t;
     __device__ __forceinline__ QkvLane() {
         const unsigned warp = threadIdx.x / 32;
@@ -1158,7 +1161,7 @@ __device__ __forceinline__ void qkv_any_tile(const bf16* __restrict__ x, const W
 }
 
 // One row block's (wide: SpanRows) or one narrow pass's (PassRows) outputs of
-// qkv_rope_kv_run's block; LARGE: gemm_large's 128-row block (the plain layout only).
+// qkv_rope_kv_run's block; LARGE: gemm_large's 128-row block.
 template <bool NARROW, bool LARGE, class W, class Rows>
 __device__ __forceinline__ void qkv_rope_kv_rows(
     const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
@@ -1231,25 +1234,29 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
         return cache + cache_offset((unsigned)slot / block_size, 0, (unsigned)slot % block_size,
                                     block_size, row_elems) + base;
     };
-    // The qk-norm layouts stage a head's 64 rows (gemm_large's 128 would not fit beside its
-    // tile in the 48 KB a launch gets without opting in): no `_large` entry runs them.
-    if constexpr (!LARGE) if (geo.norm) {
+    // The qk-norm layouts stage the block's rows of a head: 64, or gemm_large's 128 (whose launch
+    // opts in to more than 48 KB of shared memory for a head wider than 64), or a narrow pass's 16.
+    if (geo.norm) {
         // A half head's tiles (weight rows from..from + hd) into the stage, rounded as
         // linear_mma stores them.
         auto stage_half = [&](unsigned from) {
-            for (unsigned c0 = 0; c0 < hd; c0 += GEMM_BN) {
-                qkv_tile<NARROW>(x, ws, rows_of,
-                                 QkvRopeCols{from + c0, from + hd, 0u, 0u, false}, k, acc[0]);
+            for (unsigned c0 = 0; c0 < hd; c0 += Lane::BN) {
+                qkv_any_tile<NARROW, LARGE>(x, ws, rows_of,
+                                            QkvRopeCols{from + c0, from + hd, 0u, 0u, false}, k,
+                                            acc);
 #pragma unroll
-                for (unsigned j = 0; j < 4; ++j) {
+                for (unsigned m = 0; m < Lane::MF; ++m) {
 #pragma unroll
-                    for (unsigned e = 0; e < 4; ++e) {
-                        const unsigned r = at.row(0, e);
-                        const unsigned i = c0 + at.col(j, e);
-                        // A narrow launch's stage holds the pass's 16 rows.
-                        if (i < hd && (!NARROW || r < GEMM_NM)) {
-                            gemm_head_stage[r * hd + i] =
-                                linear_value(acc[0][0][j][e], bh, from + i);
+                    for (unsigned j = 0; j < 4; ++j) {
+#pragma unroll
+                        for (unsigned e = 0; e < 4; ++e) {
+                            const unsigned r = at.row(m, e);
+                            const unsigned i = c0 + at.col(j, e);
+                            // A narrow launch's stage holds the pass's 16 rows.
+                            if (i < hd && (!NARROW || r < GEMM_NM)) {
+                                gemm_head_stage[r * hd + i] =
+                                    linear_value(acc[0][m][j][e], bh, from + i);
+                            }
                         }
                     }
                 }
@@ -1259,7 +1266,7 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
         if (gated_q) {
             // The gate half first, through the stage to gate_out (as attn::gate_split copies it).
             stage_half(wbase + hd);
-            for (unsigned r = warp; r < GEMM_BM; r += GEMM_THREADS / 32u) {
+            for (unsigned r = warp; r < Lane::BM; r += Lane::WARPS) {
                 const unsigned row = rows_of.src(r);
                 if (row == GEMM_NO_ROW) {
                     continue;
@@ -1275,7 +1282,7 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
         // qk_norm_rope_kv_write does from the bf16 projections.
         stage_half(wbase);
         const bf16* wn = is_q ? norm_w[0] : norm_w[1];
-        for (unsigned r = warp; r < GEMM_BM; r += GEMM_THREADS / 32u) {
+        for (unsigned r = warp; r < Lane::BM; r += Lane::WARPS) {
             const unsigned row = rows_of.src(r);
             if (row == GEMM_NO_ROW) {
                 continue;
@@ -1354,7 +1361,8 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
 // qkv_rope_kv_mma's block (its layout in `geo`): the wide tile over its 64 rows, or with
 // NARROW (the `_narrow` entries, lever mma_narrow) gemm_narrow's passes of 16, whose launch
 // stages 16 rows of a qk-norm head (its dynamic shared memory sized for them), not 64; with
-// LARGE (the `_large` entries, lever mma_large; the plain layout) gemm_large's 128 rows.
+// LARGE (the `_large` entries, lever mma_large) gemm_large's 128 rows, whose qk-norm launch
+// stages 128.
 template <class W, bool NARROW = false, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_run(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], const bf16* const (&bias)[3],
@@ -1408,8 +1416,6 @@ struct QkvRopeDims {
 // One entry's launch over weight sources w (q, k, v) in `layout` (a constant in each entry, so
 // each compiles only its own). The qk-norm layouts need both weights and the gated one
 // gate_out (without them it writes nothing). `ok` false (a zero block or group) writes nothing.
-// LARGE (the `_large` entries) takes the plain layout only: asked a qk-norm one, it writes
-// nothing.
 template <class W, bool NARROW = false, bool LARGE = false>
 __device__ __forceinline__ void qkv_rope_kv_entry(
     bool ok, const bf16* __restrict__ x, const W (&w)[3], unsigned layout,
@@ -1420,7 +1426,7 @@ __device__ __forceinline__ void qkv_rope_kv_entry(
     const bool norm = layout != QKV_ROPE;
     const bool gated = layout == QKV_GATED_NORM_ZC;
     ok = ok && (!norm || (norm_w[0] != nullptr && norm_w[1] != nullptr)) &&
-         (!gated || gate_out != nullptr) && !(LARGE && norm);
+         (!gated || gate_out != nullptr);
     qkv_rope_kv_run<W, NARROW, LARGE>(
         ok, x, w, bias, norm_w, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
         rows, k,
@@ -1964,7 +1970,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
 // of the first rotary half and their 32 partners, each warp's 32 columns 16 pairs as the 64 × 32
 // tile's are) and ⌈(head_dim − 2·half)/64⌉ pass-through blocks, then ⌈kv_heads·head_dim/64⌉ v
 // blocks; grid = (⌈rows/128⌉, those), 256 threads, no dynamic shared memory. The qk-norm
-// layouts have none: their stage of 128 rows of a head would not fit beside the tile.
+// layouts' `_large` entries (below) take one block per q or k head and 128·head_dim·2 bytes of
+// dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
     qkv_rope_kv_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wq,
         const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
@@ -2019,6 +2026,119 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
         rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
 }
 
+
+// The qk-norm and gated layouts through gemm_large: per q or k head one block, which runs the
+// head's 64-feature tiles into a stage of 128 rows (128·head_dim·2 bytes of dynamic shared
+// memory: past the 48 KB a launch gets without opting in for a head wider than 64, so the CUDA
+// backend opts in), then ⌈kv_heads·head_dim/64⌉ v blocks; grid = (⌈rows/128⌉, those), 256
+// threads. The bytes of their 64-row entries.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_norm_rope_kv_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, false, true>(true, x, w, QKV_NORM, {bq, bk, bv}, {wqn, wkn}, eps,
+                                             positions, inv_freq, slot_mapping, q_out, gate_out,
+                                             cache, rows, k,
+                                             QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                         block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_gated_norm_zc_rope_kv_mma_large(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+        const bf16* __restrict__ bq, const bf16* __restrict__ wk, const bf16* __restrict__ bk,
+        const bf16* __restrict__ wv, const bf16* __restrict__ bv, const bf16* __restrict__ wqn,
+        const bf16* __restrict__ wkn, const int* __restrict__ positions,
+        const float* __restrict__ inv_freq, const int* __restrict__ slot_mapping,
+        bf16* __restrict__ q_out, bf16* __restrict__ gate_out, bf16* __restrict__ cache,
+        unsigned rows, unsigned k, unsigned heads, unsigned kv_heads, unsigned head_dim,
+        unsigned rotary_dim, unsigned block_size, unsigned num_pages, float eps) {
+    const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
+    qkv_rope_kv_entry<GemmBf16, false, true>(true, x, w, QKV_GATED_NORM_ZC, {bq, bk, bv},
+                                             {wqn, wkn}, eps, positions, inv_freq, slot_mapping,
+                                             q_out, gate_out, cache, rows, k,
+                                             QkvRopeDims{heads, kv_heads, head_dim, rotary_dim,
+                                                         block_size, num_pages});
+}
+
+// Blocks an SM, as ptxas allocates without a spill: the bf16 entries and qk-norm's fp8 two (128
+// registers); the gated fp8 one spilled 4 bytes at two, so it and the int4 ones take one.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 2)
+    qkv_norm_rope_kv_mma_fp8_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<false, true>(QKV_NORM, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
+    qkv_norm_rope_kv_mma_int4_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<false, true>(QKV_NORM, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
+    qkv_gated_norm_zc_rope_kv_mma_fp8_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_block_n,
+        unsigned q_block_k, unsigned k_block_n, unsigned k_block_k, unsigned v_block_n,
+        unsigned v_block_k) {
+    qkv_rope_kv_fp8<false, true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv},
+        {q_block_n, q_block_k, k_block_n, k_block_k, v_block_n, v_block_k},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
+    qkv_gated_norm_zc_rope_kv_mma_int4_large(const bf16* __restrict__ x,
+        const unsigned char* __restrict__ wq, const bf16* __restrict__ bq,
+        const unsigned char* __restrict__ wk, const bf16* __restrict__ bk,
+        const unsigned char* __restrict__ wv, const bf16* __restrict__ bv,
+        const bf16* __restrict__ wqn, const bf16* __restrict__ wkn,
+        const int* __restrict__ positions, const float* __restrict__ inv_freq,
+        const int* __restrict__ slot_mapping, bf16* __restrict__ q_out,
+        bf16* __restrict__ gate_out, bf16* __restrict__ cache, unsigned rows, unsigned k,
+        unsigned heads, unsigned kv_heads, unsigned head_dim, unsigned rotary_dim,
+        unsigned block_size, unsigned num_pages, float eps, unsigned q_group, unsigned k_group,
+        unsigned v_group) {
+    qkv_rope_kv_int4<false, true>(QKV_GATED_NORM_ZC, x, {wq, wk, wv}, {q_group, k_group, v_group},
+        {bq, bk, bv}, {wqn, wkn}, eps, positions, inv_freq, slot_mapping, q_out, gate_out, cache,
+        rows, k, QkvRopeDims{heads, kv_heads, head_dim, rotary_dim, block_size, num_pages});
+}
 
 // gate_up_silu_mma on quantized gate and up (one kind, each with its own blocks or group),
 // dequantised as qkv_mma_fp8's and qkv_mma_int4's are. A zero block or group writes nothing.

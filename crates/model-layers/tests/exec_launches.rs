@@ -277,6 +277,25 @@ fn mma_large_lever_picks_the_large_rope_entry_at_prefill_widths() {
     assert_eq!(enlarged, [kernels::gemm::QKV_ROPE_KV_MMA.as_str()]);
 }
 
+/// The same for q/k/v with qk-norm, rope and the KV write (`qkv_norm_rope_kv_mma`, a head a
+/// block, its 128 rows staged in shared memory): a qwen3 of 64 heads of 128 (and 2 KV heads),
+/// whose large grid holds 64 + 2 head blocks and 4 v blocks, 140 at 136 rows.
+#[test]
+fn mma_large_lever_picks_the_large_qk_norm_entry_at_prefill_widths() {
+    let json = TINY_LLAMA
+        .replace(
+            "\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\"",
+            "\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\"",
+        )
+        .replace(
+            "\"num_attention_heads\": 4",
+            "\"num_attention_heads\": 64, \"head_dim\": 128",
+        )
+        .replace(", \"mlp_bias\": false", "");
+    let enlarged = large_lever_entries(&json);
+    assert_eq!(enlarged, [kernels::gemm::QKV_NORM_ROPE_KV_MMA.as_str()]);
+}
+
 /// Builds the model of `json` with `tensor_cores` and with `tensor_cores,mma_large` (verify
 /// widths 64 and 136 added), checks the launches program by program (the same plans; a launch
 /// either its kernel's or, at 128 rows or more, that kernel's `_large` entry in a large grid
@@ -334,7 +353,10 @@ fn large_lever_entries(json: &str) -> Vec<&'static str> {
         let (a, b) = (launches(a), launches(b));
         assert_eq!(a.len(), b.len(), "{at}");
         for ((kernel, grid, block), (entry, entry_grid, entry_block)) in a.iter().zip(&b) {
-            let has_large = kernels::gemm::large_variants().any(|(_, of)| of == kernel);
+            // A qk-norm entry is itself a variant of the plain one, and so is its `_large` entry.
+            let base = kernels::variant_of(kernel).unwrap_or(kernel);
+            let has_large = kernels::gemm::large_variants()
+                .any(|(large, _)| large.strip_suffix("_large") == Some(*kernel));
             let features = grid[1] * kernels::gemm::GEMM_FEATURES;
             let fits = kernels::gemm::large_fits(rows, features);
             if entry == kernel {
@@ -345,7 +367,7 @@ fn large_lever_entries(json: &str) -> Vec<&'static str> {
             }
             assert!(has_large, "{at}: `{kernel}` became `{entry}`");
             assert_eq!(*entry, format!("{kernel}_large"), "{at}");
-            assert_eq!(kernels::variant_of(entry), Some(*kernel), "{at}");
+            assert_eq!(kernels::variant_of(entry), Some(base), "{at}");
             let config = solder_gpu_runtime::LaunchConfig {
                 grid: *entry_grid,
                 block: *entry_block,

@@ -9,22 +9,26 @@
 //! with its values swapped differs, and so do one that norms k with q's weights, one that
 //! norms a gated head with plain weights and one that stores a gate's features reversed (the
 //! checks can fail); NaN and ±inf carry as the twin carries them. The `_large` entries (lever
-//! `mma_large`, the plain layout: 128 rows × 32 rotary pairs a block) write their twin's bytes
-//! too, over one, two and three row blocks, and one whose second four warps rope the first
-//! four's pairs differs.
+//! `mma_large`: 128 rows × 32 rotary pairs a block; with qk-norm a head's 128 rows staged)
+//! write their twin's bytes too in every layout, over one, two and three row blocks; one whose
+//! second four warps rope the first four's pairs differs, and so does a qk-norm one that
+//! stages one m fragment of each warp's rows.
 
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::{CpuBackend, GpuBackend};
 use solder_model_layers::kernels::gemm::{
     qkv_rope_kv_large_grid, QkvRopeKvParts, QkvTile, QKV_GATED_NORM_ZC_ROPE_KV_MMA,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8,
-    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
-    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_FP8_LARGE,
-    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_INT4_LARGE,
-    QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_LARGE, QKV_ROPE_KV_MMA_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
+    QKV_NORM_ROPE_KV_MMA, QKV_NORM_ROPE_KV_MMA_FP8, QKV_NORM_ROPE_KV_MMA_FP8_LARGE,
+    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4, QKV_NORM_ROPE_KV_MMA_INT4_LARGE,
+    QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_LARGE, QKV_NORM_ROPE_KV_MMA_NARROW,
+    QKV_ROPE_KV_MMA, QKV_ROPE_KV_MMA_FP8, QKV_ROPE_KV_MMA_FP8_LARGE, QKV_ROPE_KV_MMA_FP8_NARROW,
+    QKV_ROPE_KV_MMA_INT4, QKV_ROPE_KV_MMA_INT4_LARGE, QKV_ROPE_KV_MMA_INT4_NARROW,
+    QKV_ROPE_KV_MMA_LARGE, QKV_ROPE_KV_MMA_NARROW,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 use solder_model_layers::numerics::dequant::quantize_matrix;
@@ -247,46 +251,61 @@ fn qkv_rope_kv_mma_narrow_entries_equal_their_twin_in_every_head_layout() {
 /// features one block; three (the last partial), 64-wide heads of 64 rotary, 2 KV heads.
 const LARGE_SHAPES: [Shape; 2] = [(130, 100, 3, 1, 160, 96), (300, 72, 2, 2, 64, 64)];
 
-/// The `_large` entries (lever `mma_large`: gemm_large's 128 rows, a rope block 32 pairs with
-/// each warp's 32 columns 16 of them) write their twin's bytes in the plain layout, over the
-/// head layouts above (a rotary half of 20, 8 and 32 features: a partial block; of 64: two) and
-/// past one row block, in their own grid; a qk-norm layout asked for the large tile keeps its
-/// wide entry.
+/// With qk-norm past the 64-row tile: two row blocks of 128 (the second of 2 rows) of the
+/// widest head the stage holds (64 KB of 128 staged rows: the launch opts in past 48 KB on a
+/// device).
+const LARGE_NORM_SHAPE: Shape = (130, 64, 2, 1, 256, 64);
+
+/// The `_large` entries (lever `mma_large`: gemm_large's 128 rows; a rope block 32 pairs with
+/// each warp's 32 columns 16 of them; with qk-norm a head a block, its 64-feature tiles staged
+/// 128 rows at a time) write their twin's bytes in every layout, over the head layouts above (a
+/// rotary half of 20, 8 and 32 features: a partial block; of 64: two) and past one row block,
+/// in their own grid.
 #[test]
 fn qkv_rope_kv_mma_large_entries_equal_their_twin() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     let formats = [WeightFormat::Bf16; 3];
-    let shapes = SHAPES.into_iter().chain(LARGE_SHAPES);
-    for (i, shape) in shapes.clone().enumerate() {
-        let seed = 6 + 16 * i as u64;
-        let x = upload(&mut backend, &values(shape.0 * shape.1, seed));
-        let l = parts(&mut backend, shape, x, seed, formats, Layout::Rope)
-            .launch_tile(formats, QkvTile::Large)
-            .unwrap();
-        let (rows, _, heads, kv_heads, head_dim, rotary_dim) = shape;
-        let grid = qkv_rope_kv_large_grid([heads, kv_heads, head_dim, rotary_dim], rows);
-        assert_eq!((l.kernel, l.config), (QKV_ROPE_KV_MMA_LARGE.as_str(), grid));
-        run(&mut backend, &l);
-    }
-    for layout in [Layout::Norm, Layout::Gated] {
-        let x = upload(&mut backend, &values(SHAPES[0].0 * SHAPES[0].1, 1));
-        let kept = parts(&mut backend, SHAPES[0], x, 1, formats, layout)
-            .launch_tile(formats, QkvTile::Large)
-            .unwrap();
-        let wide = parts(&mut backend, SHAPES[0], x, 1, formats, layout)
-            .launch(formats)
-            .unwrap();
-        assert_eq!((kept.kernel, kept.config), (wide.kernel, wide.config));
+    let mut launches = 0u64;
+    for (entry, layout) in [
+        (QKV_ROPE_KV_MMA_LARGE, Layout::Rope),
+        (QKV_NORM_ROPE_KV_MMA_LARGE, Layout::Norm),
+        (QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE, Layout::Gated),
+    ] {
+        let norm = layout != Layout::Rope;
+        let shapes = SHAPES
+            .into_iter()
+            .chain(LARGE_SHAPES)
+            .chain(norm.then_some(NORM_SHAPE))
+            .chain(norm.then_some(LARGE_NORM_SHAPE));
+        for (i, shape) in shapes.enumerate() {
+            let seed = 6 + 16 * i as u64;
+            let x = upload(&mut backend, &values(shape.0 * shape.1, seed));
+            let l = parts(&mut backend, shape, x, seed, formats, layout)
+                .launch_tile(formats, QkvTile::Large)
+                .unwrap();
+            let (rows, _, heads, kv_heads, head_dim, rotary_dim) = shape;
+            let grid = qkv_rope_kv_large_grid([heads, kv_heads, head_dim, rotary_dim], rows, norm);
+            assert_eq!((l.kernel, l.config), (entry.as_str(), grid));
+            // A qk-norm block's stage: 128 rows of the head.
+            let stage = if norm { 128 * head_dim * 2 } else { 0 };
+            assert_eq!(l.config.shared_bytes, stage, "{}", l.kernel);
+            run(&mut backend, &l);
+            launches += 1;
+        }
     }
     let report = backend.emulation().unwrap().report();
-    let parity = &report[QKV_ROPE_KV_MMA_LARGE.as_str()];
-    let launches = shapes.count() as u64;
-    assert_eq!(
-        (parity.launches, parity.identical),
-        (launches, launches),
-        "{parity:?}"
-    );
+    let mut seen = 0;
+    for entry in [
+        QKV_ROPE_KV_MMA_LARGE,
+        QKV_NORM_ROPE_KV_MMA_LARGE,
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE,
+    ] {
+        let parity = &report[entry.as_str()];
+        assert_eq!(parity.launches, parity.identical, "{entry:?}: {parity:?}");
+        seen += parity.launches;
+    }
+    assert_eq!(seen, launches);
 }
 
 #[test]
@@ -326,6 +345,26 @@ fn a_rope_epilogue_with_a_pair_swapped_differs_from_the_twin() {
         "rope_pair(to_f32(x2), to_f32(x1), c, sn, &dst[i], &dst[i + geo.half]);",
     );
     mutant_differs(edit, SHAPES[1], 41, Layout::Rope);
+}
+
+#[test]
+fn a_large_qk_norm_block_that_stages_one_m_fragment_differs_from_the_twin() {
+    // Each warp stages the rows of its first 16 alone (the large tile's second m fragment, rows
+    // 16-31 of the warp's 32, keeps the stage's stale values).
+    let edit = (
+        "const unsigned r = at.row(m, e);",
+        "const unsigned r = at.row(0u, e);",
+    );
+    let dir = build_mutant("gemm", &[edit]);
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let shape = LARGE_SHAPES[0];
+    let x = upload(&mut backend, &values(shape.0 * shape.1, 53));
+    let formats = [WeightFormat::Bf16; 3];
+    let l = parts(&mut backend, shape, x, 53, formats, Layout::Norm)
+        .launch_tile(formats, QkvTile::Large)
+        .unwrap();
+    assert_caught(&dir, "gemm", &mut backend, &l);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -418,8 +457,8 @@ fn carries_nan(backend: &mut CpuBackend, l: &Launch, gated: bool) {
 /// q, k and v in fp8 blocks of 128 × 128, 3 × 40 and one per-tensor block, or int4 groups of
 /// 128, 20 and 32, at the head layouts above and at k = 300 (three of a quantized `_narrow`
 /// entry's 128-k stages, the last partial): the twin's bytes (k even for int4), through the
-/// wide entries, their `_narrow` variants (lever `mma_narrow`) and the plain layout's `_large`
-/// ones (lever `mma_large`) alike.
+/// wide entries, their `_narrow` variants (lever `mma_narrow`) and their `_large` ones (lever
+/// `mma_large`) alike.
 #[test]
 fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
@@ -437,9 +476,7 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
             let seed = 5 + 16 * i as u64;
             let x = upload(&mut backend, &values(shape.0 * k, seed));
             for layout in LAYOUTS {
-                let mut tiles = vec![QkvTile::Wide, QkvTile::Narrow];
-                tiles.extend((layout == Layout::Rope).then_some(QkvTile::Large));
-                for tile in tiles {
+                for tile in [QkvTile::Wide, QkvTile::Narrow, QkvTile::Large] {
                     let l = parts(&mut backend, shape, x, seed, formats, layout)
                         .launch_tile(formats, tile)
                         .expect("one quantized kind");
@@ -465,8 +502,10 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
         QKV_ROPE_KV_MMA_FP8_LARGE,
         QKV_NORM_ROPE_KV_MMA_FP8,
         QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+        QKV_NORM_ROPE_KV_MMA_FP8_LARGE,
         QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8,
         QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE,
     ]
     .map(|e| e.as_str())
     .into_iter()
@@ -477,8 +516,10 @@ fn qkv_rope_kv_mma_quantized_entries_equal_their_twins() {
             QKV_ROPE_KV_MMA_INT4_LARGE,
             QKV_NORM_ROPE_KV_MMA_INT4,
             QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
+            QKV_NORM_ROPE_KV_MMA_INT4_LARGE,
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4,
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE,
         ]
         .map(|e| e.as_str()),
     );

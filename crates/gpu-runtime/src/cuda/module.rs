@@ -50,7 +50,13 @@ impl ModuleOrigin {
 pub(super) struct Kernel {
     pub(super) name: String,
     pub(super) function: CUfunction,
+    /// The dynamic shared memory this kernel's launches may take: the driver's 48 KB until a
+    /// launch asks for more and `allow_shared` opts in.
+    shared_allowed: u32,
 }
+
+/// Dynamic shared memory a launch gets without opting in (sm_70 and later).
+pub(super) const SHARED_WITHOUT_OPT_IN: u32 = 48 * 1024;
 
 #[derive(Default)]
 pub(super) struct Modules {
@@ -106,7 +112,11 @@ impl Modules {
         for (func, c_name) in entries {
             let name = format!("{}::{func}", image.name);
             match get_function(raw, c_name) {
-                Ok(function) => found.push(Kernel { name, function }),
+                Ok(function) => found.push(Kernel {
+                    name,
+                    function,
+                    shared_allowed: SHARED_WITHOUT_OPT_IN,
+                }),
                 Err(error) => {
                     // SAFETY: `raw` was loaded above and nothing refers to it yet.
                     let _ = unsafe { sys::cuModuleUnload(raw) };
@@ -147,6 +157,47 @@ impl Modules {
                 what: "kernel",
                 id: id.0,
             })
+    }
+
+    /// Lets kernel `id`'s launches take `bytes` of dynamic shared memory: past the 48 KB a
+    /// launch gets by default, `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` once per
+    /// kernel and size (a call allowed under stream capture; gemm's large qk-norm blocks stage
+    /// 128 rows of a head, up to 64 KB). More than the device allows a block (its static shared
+    /// memory counted) is an error naming the kernel and the bytes.
+    pub(super) fn allow_shared(&mut self, id: KernelId, bytes: u32) -> Result<(), GpuError> {
+        let kernel = self
+            .kernels
+            .get_mut(id.0 as usize)
+            .ok_or(GpuError::UnknownHandle {
+                what: "kernel",
+                id: id.0,
+            })?;
+        if bytes <= kernel.shared_allowed {
+            return Ok(());
+        }
+        let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        // SAFETY: `function` was found in a module loaded in the backend's context, which the
+        // caller has made current; the attribute takes an int.
+        unsafe { sys::cuFuncSetAttribute(kernel.function, attribute, value) }
+            .result()
+            .map_err(|error| GpuError::Driver {
+                call: "cuFuncSetAttribute",
+                message: format!(
+                    "kernel `{}` asks for {bytes} bytes of dynamic shared memory, past the 48 KB \
+                     a launch gets without opting in, and the driver refused to opt in (a block \
+                     of this device may take less, its static shared memory counted): {}",
+                    kernel.name,
+                    describe(error)
+                ),
+            })?;
+        tracing::debug!(
+            kernel = kernel.name,
+            bytes,
+            "opted in to dynamic shared memory"
+        );
+        kernel.shared_allowed = bytes;
+        Ok(())
     }
 
     /// Every kernel's `module::func` name, sorted.

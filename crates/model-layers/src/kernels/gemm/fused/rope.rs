@@ -226,34 +226,70 @@ pub const NARROW_VARIANTS: [(&str, &str); 9] = [
     ),
 ];
 
-/// The plain layout's three entries through gemm.cu's `gemm_large` (lever `mma_large`, prefill
+/// The three layouts' entries through gemm.cu's `gemm_large` (lever `mma_large`, prefill
 /// widths): the same arguments, twins and bytes, in [`qkv_rope_kv_large_grid`] (128 rows × 64
-/// tile columns a block: 32 rotary pairs, or 64 pass-through or v features). The qk-norm
-/// layouts have none: 128 staged rows of a head beside the large tile would pass the 48 KB of
-/// shared memory a launch gets without opting in.
+/// tile columns a block: 32 rotary pairs, or 64 pass-through or v features; with qk-norm a
+/// whole head, its 128 rows staged in `128·head_dim·2` bytes of dynamic shared memory, which
+/// passes the 48 KB a launch gets without opting in for a head wider than 64: the CUDA backend
+/// opts in).
 pub const QKV_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> = Name::new("gemm::qkv_rope_kv_mma_large");
+pub const QKV_NORM_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_large");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_large");
 pub const QKV_ROPE_KV_MMA_FP8_LARGE: Name<QkvRopeKvMmaFp8> =
     Name::new("gemm::qkv_rope_kv_mma_fp8_large");
+pub const QKV_NORM_ROPE_KV_MMA_FP8_LARGE: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_fp8_large");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE: Name<QkvRopeKvMmaFp8> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_fp8_large");
 pub const QKV_ROPE_KV_MMA_INT4_LARGE: Name<QkvRopeKvMmaInt4> =
     Name::new("gemm::qkv_rope_kv_mma_int4_large");
+pub const QKV_NORM_ROPE_KV_MMA_INT4_LARGE: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_norm_rope_kv_mma_int4_large");
+pub const QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE: Name<QkvRopeKvMmaInt4> =
+    Name::new("gemm::qkv_gated_norm_zc_rope_kv_mma_int4_large");
 
-/// The `_large` entries, with the entry each is a variant of.
-pub const LARGE_VARIANTS: [(&str, &str); 3] = [
+/// The `_large` entries, with the entry each is a variant of (as `NARROW_VARIANTS` pairs them).
+pub const LARGE_VARIANTS: [(&str, &str); 9] = [
     (QKV_ROPE_KV_MMA_LARGE.as_str(), QKV_ROPE_KV_MMA.as_str()),
     (
+        QKV_NORM_ROPE_KV_MMA_LARGE.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE.as_str(),
+        QKV_ROPE_KV_MMA.as_str(),
+    ),
+    (
         QKV_ROPE_KV_MMA_FP8_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_NORM_ROPE_KV_MMA_FP8_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_FP8.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE.as_str(),
         QKV_ROPE_KV_MMA_FP8.as_str(),
     ),
     (
         QKV_ROPE_KV_MMA_INT4_LARGE.as_str(),
         QKV_ROPE_KV_MMA_INT4.as_str(),
     ),
+    (
+        QKV_NORM_ROPE_KV_MMA_INT4_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
+    (
+        QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE.as_str(),
+        QKV_ROPE_KV_MMA_INT4.as_str(),
+    ),
 ];
 
 /// Which tile a `qkv_rope_kv_mma` launch runs: the 64 × 32 one, gemm_narrow's passes of 16 rows
 /// (the `_narrow` entries, lever `mma_narrow`) or gemm_large's 128 × 64 (the `_large` entries,
-/// lever `mma_large`; the plain layout only: a qk-norm layout asked for it keeps its wide
-/// entry). The same bytes in each.
+/// lever `mma_large`). The same bytes in each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkvTile {
     Wide,
@@ -262,13 +298,16 @@ pub enum QkvTile {
 }
 
 /// The gated entries (each a qk-norm entry too).
-const GATED: [&str; 6] = [
+const GATED: [&str; 9] = [
     QKV_GATED_NORM_ZC_ROPE_KV_MMA.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW.as_str(),
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE.as_str(),
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE.as_str(),
 ];
 
 /// Whether `entry` is a qk-norm entry (the gated ones too).
@@ -281,6 +320,15 @@ fn normed(entry: &str) -> bool {
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW.as_str(),
             QKV_NORM_ROPE_KV_MMA_INT4_NARROW.as_str(),
             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW.as_str(),
+        ]
+        .contains(&entry)
+        || [
+            QKV_NORM_ROPE_KV_MMA_LARGE.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE.as_str(),
+            QKV_NORM_ROPE_KV_MMA_FP8_LARGE.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE.as_str(),
+            QKV_NORM_ROPE_KV_MMA_INT4_LARGE.as_str(),
+            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE.as_str(),
         ]
         .contains(&entry)
 }
@@ -363,20 +411,36 @@ pub fn qkv_rope_kv_grid(
 }
 
 /// The `_large` entries' grid: per q or k head ⌈half/32⌉ rope blocks and ⌈(head_dim −
-/// 2·half)/64⌉ pass-through blocks, then ⌈kv_heads·head_dim/64⌉ v blocks; one block per 128
-/// rows, 256 threads (`gemm::large_grid`'s), no dynamic shared memory.
+/// 2·half)/64⌉ pass-through blocks, or with qk-norm (`norm`) one block holding the whole head
+/// (its 128 rows staged in dynamic shared memory: [`LARGE_NORM_STAGE_ROWS`]); then
+/// ⌈kv_heads·head_dim/64⌉ v blocks; one block per 128 rows, 256 threads (`gemm::large_grid`'s).
 pub fn qkv_rope_kv_large_grid(
     [heads, kv_heads, head_dim, rotary_dim]: [u32; 4],
     rows: u32,
+    norm: bool,
 ) -> LaunchConfig {
     let half = rotary_dim.min(head_dim) / 2;
-    let per_head = half.div_ceil(GEMM_LARGE_FEATURES / 2)
-        + (head_dim - 2 * half).div_ceil(GEMM_LARGE_FEATURES);
+    let per_head = match norm {
+        true => 1,
+        false => {
+            half.div_ceil(GEMM_LARGE_FEATURES / 2)
+                + (head_dim - 2 * half).div_ceil(GEMM_LARGE_FEATURES)
+        }
+    };
     let v_blocks = (kv_heads * head_dim).div_ceil(GEMM_LARGE_FEATURES);
     let mut config = super::super::large_grid(1, rows);
     config.grid[1] = ((heads + kv_heads) * per_head + v_blocks).max(1);
+    if norm {
+        config.shared_bytes = LARGE_NORM_STAGE_ROWS * head_dim.min(NORM_HEAD_DIM_MAX) * 2;
+    }
     config
 }
+
+/// The rows of a head a `_large` qk-norm block stages (gemm.cu's `GEMM_LARGE_BM`): 128 rows of
+/// a 256-wide head are 64 KB of dynamic shared memory, beside the large tile's 27 KB of static;
+/// past 48 KB a launch opts in (the CUDA backend does, up to the device's limit: 227 KB on
+/// sm_90, 99 KB on sm_86 and sm_89).
+pub const LARGE_NORM_STAGE_ROWS: u32 = 128;
 
 /// Every entry's arguments but the weights (the same names in each).
 struct RopeKv<'a> {
@@ -558,30 +622,29 @@ fn qkv_rope_kv_mma_int4(a: QkvRopeKvMmaInt4Args<'_>) -> Result<(), GpuError> {
 
 /// `launch_in_layout` for each format's arguments: the entry of `layout` (plain, qk-norm,
 /// gated) among `entries[0]`, its `_narrow` variant among `entries[1]` in `narrow_config` for
-/// `QkvTile::Narrow`, or for `QkvTile::Large` and the plain layout `large` in
-/// `qkv_rope_kv_large_grid`.
+/// `QkvTile::Narrow`, or its `_large` one among `entries[2]` in `qkv_rope_kv_large_grid` for
+/// `QkvTile::Large`.
 macro_rules! layout_launch {
     ($($args:ty),+) => {
         $(
             impl $args {
                 fn launch_in_layout(
                     self,
-                    entries: [[Name<$args>; 3]; 2],
-                    large: Name<$args>,
+                    entries: [[Name<$args>; 3]; 3],
                     layout: usize,
                     tile: QkvTile,
                 ) -> Launch {
                     match tile {
-                        QkvTile::Large if layout == 0 => {
+                        QkvTile::Large => {
                             let dims = [self.heads, self.kv_heads, self.head_dim, self.rotary_dim];
-                            let config = qkv_rope_kv_large_grid(dims, self.rows);
-                            self.launch_with(large, config)
+                            let config = qkv_rope_kv_large_grid(dims, self.rows, layout != 0);
+                            self.launch_with(entries[2][layout], config)
                         }
                         QkvTile::Narrow => {
                             let config = narrow_config(self.config());
                             self.launch_with(entries[1][layout], config)
                         }
-                        _ => self.launch_with(entries[0][layout], self.config()),
+                        QkvTile::Wide => self.launch_with(entries[0][layout], self.config()),
                     }
                 }
             }
@@ -604,8 +667,12 @@ fn bf16_launch(a: QkvRopeKvMma, layout: usize, tile: QkvTile) -> Launch {
                 QKV_NORM_ROPE_KV_MMA_NARROW,
                 QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW,
             ],
+            [
+                QKV_ROPE_KV_MMA_LARGE,
+                QKV_NORM_ROPE_KV_MMA_LARGE,
+                QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE,
+            ],
         ],
-        QKV_ROPE_KV_MMA_LARGE,
         layout,
         tile,
     )
@@ -670,11 +737,11 @@ fn emit_qkv_rope_kv_mma(v: &View<'_>) -> R {
     };
     let formats = p.ops.map(|op| v.weight_format(op, 0));
     let dims = [heads, kv_heads, head_dim, rotary_dim];
-    let large = super::super::large_config(v, qkv_rope_kv_large_grid(dims, rows));
-    let tile = match (norm, large) {
-        (None, Some(_)) => QkvTile::Large,
-        _ if super::super::narrow(v) => QkvTile::Narrow,
-        _ => QkvTile::Wide,
+    let large = qkv_rope_kv_large_grid(dims, rows, norm.is_some());
+    let tile = match super::super::large_config(v, large) {
+        Some(_) => QkvTile::Large,
+        None if super::super::narrow(v) => QkvTile::Narrow,
+        None => QkvTile::Wide,
     };
     match parts.launch_tile(formats, tile) {
         Some(launch) => Ok(vec![launch]),
@@ -720,8 +787,7 @@ impl QkvRopeKvParts {
         self.launch_tile(formats, tile)
     }
 
-    /// `launch` in `tile` (a qk-norm layout has no `_large` entry: `QkvTile::Large` gives its
-    /// wide one).
+    /// `launch` in `tile`.
     pub fn launch_tile(self, formats: [WeightFormat; 3], tile: QkvTile) -> Option<Launch> {
         let Self {
             x,
@@ -832,8 +898,12 @@ impl QkvRopeKvParts {
                         QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
                         QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
                     ],
+                    [
+                        QKV_ROPE_KV_MMA_FP8_LARGE,
+                        QKV_NORM_ROPE_KV_MMA_FP8_LARGE,
+                        QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE,
+                    ],
                 ],
-                QKV_ROPE_KV_MMA_FP8_LARGE,
                 layout,
                 tile,
             ),
@@ -879,8 +949,12 @@ impl QkvRopeKvParts {
                             QKV_NORM_ROPE_KV_MMA_INT4_NARROW,
                             QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
                         ],
+                        [
+                            QKV_ROPE_KV_MMA_INT4_LARGE,
+                            QKV_NORM_ROPE_KV_MMA_INT4_LARGE,
+                            QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE,
+                        ],
                     ],
-                    QKV_ROPE_KV_MMA_INT4_LARGE,
                     layout,
                     tile,
                 )
