@@ -316,24 +316,24 @@ fn a_large_rope_block_whose_second_warps_rope_the_first_pairs_differs_from_the_t
         "return col0 / 2u + j * 8u + 2u * t + (e & 1u);",
         "return j * 8u + 2u * t + (e & 1u);",
     );
-    let dir = build_mutant("gemm", &[edit]);
-    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let shape = LARGE_SHAPES[1];
-    let x = upload(&mut backend, &values(shape.0 * shape.1, 51));
-    let formats = [WeightFormat::Bf16; 3];
-    let l = parts(&mut backend, shape, x, 51, formats, Layout::Rope)
-        .launch_tile(formats, QkvTile::Large)
-        .unwrap();
-    assert_caught(&dir, "gemm", &mut backend, &l);
-    std::fs::remove_dir_all(&dir).ok();
+    mutant_differs_in(edit, LARGE_SHAPES[1], 51, Layout::Rope, QkvTile::Large);
 }
 
 /// gemm built with `edit` differs from the twin on one launch of `shape` in `layout`'s entry,
 /// and the unmutated build does not.
 fn mutant_differs(edit: (&str, &str), shape: Shape, seed: u64, layout: Layout) {
+    mutant_differs_in(edit, shape, seed, layout, QkvTile::Wide);
+}
+
+/// `mutant_differs` through `tile`'s entry (bf16 weights).
+fn mutant_differs_in(edit: (&str, &str), shape: Shape, seed: u64, layout: Layout, tile: QkvTile) {
     let dir = build_mutant("gemm", &[edit]);
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let l = seeded(&mut backend, shape, seed, layout);
+    let x = upload(&mut backend, &values(shape.0 * shape.1, seed));
+    let formats = [WeightFormat::Bf16; 3];
+    let l = parts(&mut backend, shape, x, seed, formats, layout)
+        .launch_tile(formats, tile)
+        .unwrap();
     assert_caught(&dir, "gemm", &mut backend, &l);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -355,16 +355,7 @@ fn a_large_qk_norm_block_that_stages_one_m_fragment_differs_from_the_twin() {
         "const unsigned r = at.row(m, e);",
         "const unsigned r = at.row(0u, e);",
     );
-    let dir = build_mutant("gemm", &[edit]);
-    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
-    let shape = LARGE_SHAPES[0];
-    let x = upload(&mut backend, &values(shape.0 * shape.1, 53));
-    let formats = [WeightFormat::Bf16; 3];
-    let l = parts(&mut backend, shape, x, 53, formats, Layout::Norm)
-        .launch_tile(formats, QkvTile::Large)
-        .unwrap();
-    assert_caught(&dir, "gemm", &mut backend, &l);
-    std::fs::remove_dir_all(&dir).ok();
+    mutant_differs_in(edit, LARGE_SHAPES[0], 53, Layout::Norm, QkvTile::Large);
 }
 
 #[test]
