@@ -141,8 +141,8 @@ pub(super) fn narrow(v: &View<'_>) -> bool {
 }
 
 /// The lever that launches the tensor-core projections `linear_mma`, `lm_head_mma`,
-/// `gate_up_silu_mma`, `qkv_mma`, `qkv_rope_kv_mma` without qk-norm (bf16, fp8 and int4
-/// weights) and `linear_pair_mma` of programs of at least [`LARGE_ROWS`] rows through their
+/// `gate_up_silu_mma`, `qkv_mma`, `qkv_rope_kv_mma` and its qk-norm layouts (bf16, fp8 and
+/// int4 weights) and `linear_pair_mma` of programs of at least [`LARGE_ROWS`] rows through their
 /// `_large` entries where they fit ([`large_fits_grid`]): gemm.cu's `gemm_large`,
 /// tiles of 128 rows × 64 features in blocks of eight warps, twice the arithmetic per staged
 /// byte of the 64 × 32 tile. A/B timing of prefill chunks and wide batches; the same plans, the
