@@ -458,7 +458,8 @@ fn stage_reverse(
     backend.launch(stream, kernel, &config, &args)
 }
 
-/// A launch past the 48 KB of dynamic shared memory a kernel gets without opting in (as gemm's
+/// A launch past the dynamic shared memory a kernel gets without opting in (48 KB a block, static
+/// and dynamic together; this kernel has no static) (as gemm's
 /// `_large` qk-norm entries take, up to 91 KB a block): the backend opts in, eagerly and
 /// first under a stream capture, the block sees the whole array, and a size no block may have
 /// is an error naming the kernel, not a failed launch.

@@ -1022,7 +1022,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // With qk-norm (wqn, wkn given) a q or k head is one block: qk-norm needs the whole head's sum
 // of squares, so the block runs the head's 32-feature tiles one after another, rounds each
 // value as linear_mma stores it into the head stage (dynamic shared memory, 64 rows × head_dim;
-// the `_large` entries' 128 rows, past 48 KB for a head wider than 64, which their launch opts
+// the `_large` entries' 128 rows, with the tile past 48 KB for a head wider than 84: their launch opts
 // in to), then each warp runs rope::qk_norm_rope_kv_write's head_transform over its rows' staged heads:
 // the bytes of qkv_mma then qk_norm_rope_kv_write.
 //
@@ -1235,7 +1235,7 @@ __device__ __forceinline__ void qkv_rope_kv_rows(
                                     block_size, row_elems) + base;
     };
     // The qk-norm layouts stage the block's rows of a head: 64, or gemm_large's 128 (whose launch
-    // opts in to more than 48 KB of shared memory for a head wider than 64), or a narrow pass's 16.
+    // opts in past 48 KB of shared memory for a head wider than 84), or a narrow pass's 16.
     if (geo.norm) {
         // A half head's tiles (weight rows from..from + hd) into the stage, rounded as
         // linear_mma stores them.
@@ -2029,7 +2029,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS, 1)
 
 // The qk-norm and gated layouts through gemm_large: per q or k head one block, which runs the
 // head's 64-feature tiles into a stage of 128 rows (128·head_dim·2 bytes of dynamic shared
-// memory: past the 48 KB a launch gets without opting in for a head wider than 64, so the CUDA
+// memory: with the tile's 27 KB past the 48 KB a launch gets without opting in for a head wider than 84, so the CUDA
 // backend opts in), then ⌈kv_heads·head_dim/64⌉ v blocks; grid = (⌈rows/128⌉, those), 256
 // threads. The bytes of their 64-row entries.
 extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)

@@ -9,7 +9,6 @@ use std::ffi::c_void;
 use cudarc::driver::{result, sys, DriverError};
 
 use super::driver::capture_or_driver;
-use super::module::SHARED_WITHOUT_OPT_IN;
 use super::CudaBackend;
 use crate::error::GpuError;
 use crate::types::{EventId, KernelArg, KernelId, LaunchConfig, LaunchOrder, StreamId};
@@ -54,9 +53,7 @@ impl CudaBackend {
         order: LaunchOrder,
     ) -> Result<(), GpuError> {
         let cu_stream = self.stream(stream)?.cu_stream();
-        if config.shared_bytes > SHARED_WITHOUT_OPT_IN {
-            self.modules.allow_shared(kernel, config.shared_bytes)?;
-        }
+        self.modules.allow_shared(kernel, config.shared_bytes)?;
         let kernel = self.modules.get(kernel)?;
         let params: Vec<Param> = args.iter().map(Param::of).collect();
         let mut addresses: Vec<*mut c_void> = params.iter().map(Param::address).collect();

@@ -50,13 +50,11 @@ impl ModuleOrigin {
 pub(super) struct Kernel {
     pub(super) name: String,
     pub(super) function: CUfunction,
-    /// The dynamic shared memory this kernel's launches may take: the driver's 48 KB until a
-    /// launch asks for more and `allow_shared` opts in.
+    /// The dynamic shared memory this kernel's launches may take: the driver's default (48 KB
+    /// less the kernel's static shared memory) until a launch asks for more and
+    /// `allow_shared` opts in.
     shared_allowed: u32,
 }
-
-/// Dynamic shared memory a launch gets without opting in (sm_70 and later).
-pub(super) const SHARED_WITHOUT_OPT_IN: u32 = 48 * 1024;
 
 #[derive(Default)]
 pub(super) struct Modules {
@@ -111,16 +109,24 @@ impl Modules {
         let mut found = Vec::with_capacity(entries.len());
         for (func, c_name) in entries {
             let name = format!("{}::{func}", image.name);
-            match get_function(raw, c_name) {
-                Ok(function) => found.push(Kernel {
+            // The function, and the dynamic shared memory its launches get before an opt-in.
+            let looked_up = get_function(raw, c_name)
+                .map_err(|error| ("cuModuleGetFunction", error))
+                .and_then(|function| {
+                    dynamic_shared_default(function)
+                        .map(|allowed| (function, allowed))
+                        .map_err(|error| ("cuFuncGetAttribute", error))
+                });
+            match looked_up {
+                Ok((function, shared_allowed)) => found.push(Kernel {
                     name,
                     function,
-                    shared_allowed: SHARED_WITHOUT_OPT_IN,
+                    shared_allowed,
                 }),
-                Err(error) => {
+                Err((call, error)) => {
                     // SAFETY: `raw` was loaded above and nothing refers to it yet.
                     let _ = unsafe { sys::cuModuleUnload(raw) };
-                    return Err(driver_about("cuModuleGetFunction", &name, error));
+                    return Err(driver_about(call, &name, error));
                 }
             }
         }
@@ -159,10 +165,11 @@ impl Modules {
             })
     }
 
-    /// Lets kernel `id`'s launches take `bytes` of dynamic shared memory: past the 48 KB a
-    /// launch gets by default, `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` once per
-    /// kernel and size (a call allowed under stream capture; gemm's large qk-norm blocks stage
-    /// 128 rows of a head, up to 64 KB). More than the device allows a block (its static shared
+    /// Lets kernel `id`'s launches take `bytes` of dynamic shared memory: past what the driver
+    /// gives it by default (48 KB a block, static and dynamic together),
+    /// `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` once per kernel and size (a call
+    /// allowed under stream capture; gemm's large qk-norm blocks stage 128 rows of a head, up to
+    /// 64 KB beside 27 KB of static). More than the device allows a block (its static shared
     /// memory counted) is an error naming the kernel and the bytes.
     pub(super) fn allow_shared(&mut self, id: KernelId, bytes: u32) -> Result<(), GpuError> {
         let kernel = self
@@ -184,10 +191,11 @@ impl Modules {
             .map_err(|error| GpuError::Driver {
                 call: "cuFuncSetAttribute",
                 message: format!(
-                    "kernel `{}` asks for {bytes} bytes of dynamic shared memory, past the 48 KB \
-                     a launch gets without opting in, and the driver refused to opt in (a block \
-                     of this device may take less, its static shared memory counted): {}",
+                    "kernel `{}` asks for {bytes} bytes of dynamic shared memory, past the {} it \
+                     gets without opting in, and the driver refused to opt in (a block of this \
+                     device may take less, its static shared memory counted): {}",
                     kernel.name,
+                    kernel.shared_allowed,
                     describe(error)
                 ),
             })?;
@@ -226,6 +234,17 @@ impl Modules {
             }
         }
     }
+}
+
+/// The dynamic shared memory `function`'s launches may take before any opt-in (the driver's
+/// default: 48 KB less its static shared memory).
+fn dynamic_shared_default(function: CUfunction) -> Result<u32, cudarc::driver::DriverError> {
+    let mut value: std::ffi::c_int = 0;
+    let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    // SAFETY: `function` was just found in a loaded module of the current context; the
+    // attribute is an int written to `value`.
+    unsafe { sys::cuFuncGetAttribute(&mut value, attribute, function) }.result()?;
+    Ok(value.max(0) as u32)
 }
 
 /// `cuModuleLoadData` on a cubin (an ELF image the driver loads without JIT).

@@ -230,7 +230,7 @@ pub const NARROW_VARIANTS: [(&str, &str); 9] = [
 /// widths): the same arguments, twins and bytes, in [`qkv_rope_kv_large_grid`] (128 rows × 64
 /// tile columns a block: 32 rotary pairs, or 64 pass-through or v features; with qk-norm a
 /// whole head, its 128 rows staged in `128·head_dim·2` bytes of dynamic shared memory, which
-/// passes the 48 KB a launch gets without opting in for a head wider than 64: the CUDA backend
+/// passes, beside the tile's 27 KB, the 48 KB a launch gets without opting in for a head wider than 84: the CUDA backend
 /// opts in).
 pub const QKV_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> = Name::new("gemm::qkv_rope_kv_mma_large");
 pub const QKV_NORM_ROPE_KV_MMA_LARGE: Name<QkvRopeKvMma> =
