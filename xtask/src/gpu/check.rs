@@ -362,6 +362,7 @@ mod tests {
         for stage in [
             "\"gdn kernels\"",
             "\"gemm kernels\"",
+            "\"qkv kernels\"",
             "same_bytes \"fp8 narrow tiles: bytes\"",
             "SOLDER_CUBINS=",
             "initcheck",

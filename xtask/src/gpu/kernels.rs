@@ -1,6 +1,8 @@
 //! `gpu-kernels` (hidden): single kernels timed alone at a real model's shape, for the
-//! per-kernel figures a whole program's timing hides. Two families (`--family`): `gemm`, the
-//! tensor-core projections against their roofline (`gpu::tiles`), and `gdn`, Gated DeltaNet's
+//! per-kernel figures a whole program's timing hides. Three families (`--family`): `gemm`, the
+//! tensor-core projections against their roofline (`gpu::tiles`); `qkv`, the qk-norm q/k/v
+//! launch with rope and the KV write through the 64 × 32 tile and the `_large` one, whose
+//! stage needs the opt-in past 48 KB of shared memory (`gpu::qkv`); and `gdn`, Gated DeltaNet's
 //! recurrence over one sequence's prompt chunk (chain 1) at Qwen3-Next-80B's shape, row by row
 //! (`gdn::gates_recurrence`) against its chunked form (`gdn::gates_chunked`, the `gdn_chunked`
 //! lever) and the chunked form's products on the tensor cores (`gdn::gates_chunked_mma`, with
@@ -21,7 +23,7 @@ use solder_model_layers::kernels::gdn::{
 };
 
 const HELP: &str =
-    "usage: solder gpu-kernels [--backend cpu|cuda] [--family gdn|gemm|all] [--rows LIST]
+    "usage: solder gpu-kernels [--backend cpu|cuda] [--family gdn|gemm|qkv|all] [--rows LIST]
                           [--runs N]
 
   gdn: Gated DeltaNet's recurrence over one sequence's chunk of each of --rows rows (default
@@ -38,8 +40,16 @@ const HELP: &str =
   `_large` entry (lever mma_large: 128 x 64 tiles, the same bytes) from the same buffers, their
   outputs compared first. On the CPU backend the shapes are cut by 32.
 
+  qkv: the qk-norm q/k/v launch with rope and the KV write (gemm::qkv_norm_rope_kv_mma) at
+  Qwen3-8B's and Qwen3-32B's attention shapes and Qwen3-Next-80B's gated one
+  (gemm::qkv_gated_norm_zc_rope_kv_mma, 256-wide heads) and each of --rows rows, through the
+  64 x 32 tile and its _large entry (lever mma_large; its stage of a head's 128 rows needs
+  32 or 64 KB of dynamic shared memory, past the 48 KB a launch gets without opting in): their
+  q, gate and cache bytes compared first, then each launch timed alone against its roofline.
+  On the CPU backend the shapes are cut (k by 32, the heads by 8).
+
   --backend B   cpu (default: a dry run of the harness on the twins) or cuda
-  --family F    gdn, gemm or all (default)
+  --family F    gdn, gemm, qkv or all (default)
   --rows LIST   chunk widths, comma-separated, 1..=4096 each
   --runs N      timed launches per kernel and width, 1..=1000 (default 20)";
 
@@ -53,11 +63,12 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     let kind = BackendKind::parse(args.value("backend"))?;
-    let (gdn, gemm) = match args.value("family").unwrap_or("all") {
-        "gdn" => (true, false),
-        "gemm" => (false, true),
-        "all" => (true, true),
-        other => return Err(format!("--family: `{other}` is not gdn, gemm or all")),
+    let (gdn, gemm, qkv) = match args.value("family").unwrap_or("all") {
+        "gdn" => (true, false, false),
+        "gemm" => (false, true, false),
+        "qkv" => (false, false, true),
+        "all" => (true, true, true),
+        other => return Err(format!("--family: `{other}` is not gdn, gemm, qkv or all")),
     };
     let rows = match args.value("rows") {
         None => vec![16, 128, 512],
@@ -85,12 +96,15 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let backend = backend.as_mut();
     println!("{}", super::describe(&backend.facts()));
+    let cut = match kind {
+        BackendKind::Cpu => 32,
+        _ => 1,
+    };
     if gemm {
-        let cut = match kind {
-            BackendKind::Cpu => 32,
-            _ => 1,
-        };
         super::tiles::time_projections(backend, &rows, runs, cut)?;
+    }
+    if qkv {
+        super::qkv::time_qkv(backend, &rows, runs, cut)?;
     }
     if !gdn {
         return Ok(());
@@ -240,9 +254,10 @@ fn time_width(
 
 #[cfg(test)]
 mod tests {
-    /// The harness on the CPU twins (both families): the recurrence's three kernels (row by
+    /// The harness on the CPU twins (every family): the recurrence's three kernels (row by
     /// row, chunked on the CUDA cores and on the tensor cores) run and agree, each projection's
-    /// output is finite and not all zero, and a line per width is printed.
+    /// output is finite and not all zero, each q/k/v tile writes the other's bytes, and a line
+    /// per width is printed.
     #[test]
     fn the_dry_run_times_every_kernel_and_they_agree() {
         super::run(vec![

@@ -16,6 +16,7 @@ pub mod cross;
 pub mod facts;
 pub mod kernels;
 pub mod ncu;
+pub mod qkv;
 pub mod step;
 pub mod tiles;
 

@@ -29,8 +29,10 @@
 # Part 3: Gated DeltaNet's recurrence over a prompt's chunk at Qwen3-Next-80B's shape, row by
 # row against its chunked form (`gdn_chunked`) on the CUDA cores and on the tensor cores
 # (`gdn::gates_chunked_mma`, TF32), each launch timed alone (gpu-kernels); the
-# tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the 1B
-# shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
+# tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the
+# qk-norm q/k/v launch at Qwen3-8B's, Qwen3-32B's and (gated) Qwen3-Next-80B's shapes through
+# the 64 x 32 tile and the _large one, whose stage opts in past 48 KB of shared memory, bytes
+# compared, then timed (gpu-kernels); the 1B shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
 # the tensor cores' quantized entries and those with `mma_narrow` (decode through the quantized
 # _narrow entries), and ncu per kernel over a 1,024-token prefill with them;
 # every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
@@ -89,9 +91,10 @@ LIMIT_STRESS=${LIMIT_STRESS:-10}        # (1 s)
 LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE with the lever (4 s at context 40; now 300, not yet timed)
 # Part 3: 500 s in all (the third device call gives 540; the JIT and long-step limits cut to
 # 1.4 and 1.7 times their first runs to make room for a third fp8 prefill).
-LIMIT_FACTS_3=${LIMIT_FACTS_3:-15}
+LIMIT_FACTS_3=${LIMIT_FACTS_3:-5}    # (0.6 s in part 1)
 LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence, its chunked forms, 80B shape (not yet timed)
 LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 3 widths (not yet timed)
+LIMIT_QKV_KERNELS=${LIMIT_QKV_KERNELS:-10}  # qk-norm q/k/v, wide and large tiles, 3 shapes, 3 widths (not yet timed)
 LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, three runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
 LIMIT_FACTS_JIT=${LIMIT_FACTS_JIT:-35}  # every module JIT-compiled from its PTX (25 s)
@@ -490,6 +493,14 @@ part3() {
     stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
         "$BIN" gpu-kernels --backend cuda --family gemm --rows 64,128,512 --runs 20
     record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"
+
+    # Per-kernel: gemm::qkv_norm_rope_kv_mma at Qwen3-8B's and Qwen3-32B's attention shapes and
+    # the gated layout at Qwen3-Next-80B's (256-wide heads), each through the 64 x 32 tile and
+    # its _large entry, whose stage of 32 or 64 KB opts in past 48 KB of shared memory: their q,
+    # gate and cache bytes checked equal first, then medians against the roofline.
+    stage "qkv kernels" "$LIMIT_QKV_KERNELS" "$LOG/bench.log" \
+        "$BIN" gpu-kernels --backend cuda --family qkv --rows 64,128,512 --runs 20
+    record "qkv kernels" "$(key '^qkv kernels:')" "$LOG/bench.log"
 
     # fp8 weights: gemv's quantized entries against the tensor cores' (linear_mma_fp8, the fused
     # qkv_mma_fp8 and gate_up_silu_mma_fp8), then every launch of a 1,024-token prefill with
