@@ -36,8 +36,9 @@ const HELP: &str =
   gemm: the tensor-core projections (gemm::gate_up_silu_mma, gemm::linear_mma as down and as o)
   at Llama-3.1-8B's shapes and each of --rows rows, each launch timed alone: the median against
   the roofline (4.8 TB/s, 990 TFLOPS) and against the floor of weights read once per 64 rows,
-  the CUDA-core kernel of the same projection (gemv::gate_up_silu, gemv::linear) and the
-  `_large` entry (lever mma_large: 128 x 64 tiles, the same bytes) from the same buffers, their
+  the CUDA-core kernel of the same projection (gemv::gate_up_silu, gemv::linear), the `_large`
+  entry (lever mma_large: 128 x 64 tiles, the same bytes) and, at up to 16 rows, the `_narrow`
+  entry (lever mma_narrow: passes of 16 rows, the same bytes) from the same buffers, their
   outputs compared first. On the CPU backend the shapes are cut by 32.
 
   qkv: the qk-norm q/k/v launch with rope and the KV write (gemm::qkv_norm_rope_kv_mma) at

@@ -29,11 +29,12 @@
 # Part 3: Gated DeltaNet's recurrence over a prompt's chunk at Qwen3-Next-80B's shape, row by
 # row against its chunked form (`gdn_chunked`) on the CUDA cores and on the tensor cores
 # (`gdn::gates_chunked_mma`, TF32), each launch timed alone (gpu-kernels); the
-# tensor-core projections at Llama-3.1-8B's shapes against their roofline (gpu-kernels); the
-# qk-norm q/k/v launch at Qwen3-8B's, Qwen3-32B's and (gated) Qwen3-Next-80B's shapes through
-# the 64 x 32 tile and the _large one, whose stage opts in past 48 KB of shared memory, bytes
-# compared, then timed (gpu-kernels); the 1B shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv against
-# the tensor cores' quantized entries and those with `mma_narrow` (decode through the quantized
+# tensor-core projections at Llama-3.1-8B's shapes against their roofline, gemv and their
+# _large and (at decode widths) _narrow entries (gpu-kernels); the qk-norm q/k/v launch at
+# Qwen3-8B's, Qwen3-32B's and (gated) Qwen3-Next-80B's shapes through the 64 x 32 tile and the
+# _large one, whose stage opts in past 48 KB of shared memory, bytes compared, then timed
+# (gpu-kernels); the 1B shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv
+# against the tensor cores' quantized entries and those with `mma_narrow` (decode through the quantized
 # _narrow entries), and ncu per kernel over a 1,024-token prefill with them;
 # every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
 # eager == graph == a second run; initcheck and synccheck on the splitting model; memcheck and
@@ -93,7 +94,7 @@ LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE 
 # 1.4 and 1.7 times their first runs to make room for a third fp8 prefill).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-5}    # (0.6 s in part 1)
 LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence, its chunked forms, 80B shape (not yet timed)
-LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 3 widths (not yet timed)
+LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 5 widths (not yet timed)
 LIMIT_QKV_KERNELS=${LIMIT_QKV_KERNELS:-10}  # qk-norm q/k/v, wide and large tiles, 3 shapes, 3 widths (not yet timed)
 LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, three runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
@@ -487,11 +488,12 @@ part3() {
     record "gdn kernels" "$(key '^gdn kernels:')" "$LOG/bench.log"
 
     # Per-kernel: gemm::gate_up_silu_mma and gemm::linear_mma (down, o) at Llama-3.1-8B's
-    # shapes and 64, 128 and 512 rows, medians against the roofline, against the floor of
-    # weights read once per 64 rows (the grid's old order), against gemv's kernels and against
-    # their _large entries (lever mma_large; their bytes checked equal first).
+    # shapes and 1, 16, 64, 128 and 512 rows, medians against the roofline, against the floor
+    # of weights read once per 64 rows (the grid's old order), against gemv's kernels, against
+    # their _large entries (lever mma_large) and at 1 and 16 rows their _narrow entries (lever
+    # mma_narrow), the tiles' bytes checked equal first.
     stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
-        "$BIN" gpu-kernels --backend cuda --family gemm --rows 64,128,512 --runs 20
+        "$BIN" gpu-kernels --backend cuda --family gemm --rows 1,16,64,128,512 --runs 20
     record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"
 
     # Per-kernel: gemm::qkv_norm_rope_kv_mma at Qwen3-8B's and Qwen3-32B's attention shapes and

@@ -9,15 +9,19 @@
 //! the lever pays (the lever holds at every width: a width threshold would change a sequence's
 //! bytes with its program's width). And the same projection through its `_large` entry
 //! (gemm.cu `gemm_large`, lever `mma_large`: 128 × 64 tiles of eight warps), whose outputs must
-//! be the tensor-core kernel's bytes: its median, and the 64 × 32 tile's over it.
+//! be the tensor-core kernel's bytes: its median, and the 64 × 32 tile's over it. At decode
+//! widths (up to `gemm::NARROW_ROWS`) the same through the `_narrow` entry (gemm.cu
+//! `gemm_narrow`, lever `mma_narrow`: passes of 16 rows, 256 k staged at a time), whose outputs
+//! must be those bytes too: its median, and the CUDA-core kernel's over it (whether the narrow
+//! tile catches gemv where the 64-row tile did not).
 //!
 //! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins).
 
 use solder_config::Levers;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gemm::{
-    large_grid, GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE, LINEAR_MMA,
-    LINEAR_MMA_LARGE,
+    large_grid, GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE,
+    GATE_UP_SILU_MMA_NARROW, LINEAR_MMA, LINEAR_MMA_LARGE, LINEAR_MMA_NARROW, NARROW_ROWS,
 };
 use solder_model_layers::kernels::gemv::{GateUpSilu, Linear, GEMV_UNSPLIT};
 use solder_model_layers::kernels::{Buf, Launch};
@@ -31,8 +35,8 @@ const L2_BYTES: f64 = 50e6;
 /// Rows of a tensor-core block tile (gemm.cu's GEMM_BM).
 const TILE_ROWS: u32 = 64;
 
-/// One projection of Llama-3.1-8B's layer: its name, its summary label, k, features, and
-/// weights (1, or gate and up).
+/// One projection of Llama-3.1-8B's layer: its name, its summary label (short: `gu` gate/up,
+/// `dn` down, `o`), k, features, and weights (1, or gate and up).
 struct Projection {
     name: &'static str,
     label: &'static str,
@@ -44,14 +48,14 @@ struct Projection {
 const PROJECTIONS: [Projection; 3] = [
     Projection {
         name: "gate_up_silu_mma",
-        label: "gate_up",
+        label: "gu",
         k: 4096,
         n: 14336,
         weights: 2,
     },
     Projection {
         name: "linear_mma down",
-        label: "down",
+        label: "dn",
         k: 14336,
         n: 4096,
         weights: 1,
@@ -83,7 +87,7 @@ pub fn time_projections(
         }
     );
     println!(
-        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>10} {:>10} {:>12} {:>8} {:>14} {:>8} {:>9}",
+        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12} {:>8} {:>14} {:>8} {:>9}",
         "rows",
         "kernel",
         "mma us",
@@ -91,6 +95,8 @@ pub fn time_projections(
         "gemv/mma",
         "large us",
         "mma/large",
+        "narrow us",
+        "gemv/narrow",
         "roofline us",
         "of roof",
         "re-read floor",
@@ -112,8 +118,13 @@ pub fn time_projections(
                 false => weight,
             };
             let floor = (reread + moved - weight) / TBPS * 1e6;
+            // The narrow tile's columns, at decode widths only.
+            let (narrow, gemv_over_narrow) = match t.narrow {
+                Some(us) => (format!("{us:.1}"), format!("{:.3}", t.gemv / us)),
+                None => ("-".into(), "-".into()),
+            };
             println!(
-                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {:>10.1} {:>10.3} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
+                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {:>10.1} {:>10.3} {narrow:>10} {gemv_over_narrow:>11} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
                 p.name,
                 t.mma,
                 t.gemv,
@@ -130,6 +141,7 @@ pub fn time_projections(
                 of_roof: roof / t.mma,
                 gemv_over_mma: t.gemv / t.mma,
                 mma_over_large: t.mma / t.large,
+                gemv_over_narrow: t.narrow.map(|us| t.gemv / us),
             });
         }
     }
@@ -147,11 +159,14 @@ struct Case {
     gemv_over_mma: f64,
     /// The 64 × 32 tile's median over the `_large` entry's.
     mma_over_large: f64,
+    /// The CUDA-core median over the `_narrow` entry's (decode widths).
+    gemv_over_narrow: Option<f64>,
 }
 
 /// `gemm kernels: …`: the tensor cores' fraction of the roofline and the 64 × 32 tile's time
-/// over the `_large` entry's at the widest width, and the CUDA cores' time over the tensor
-/// cores' at the narrowest (short enough for the bundle's summary row).
+/// over the `_large` entry's at the widest width, and the CUDA cores' time over the `_narrow`
+/// entry's at the narrowest (over the 64 × 32 tile's where that width is past the narrow
+/// tile's), short enough for the bundle's summary row.
 fn summary_line(cases: &[Case]) -> String {
     let (Some(wide), Some(narrow)) = (
         cases.iter().map(|c| c.rows).max(),
@@ -167,20 +182,26 @@ fn summary_line(cases: &[Case]) -> String {
             .collect();
         parts.join(" ")
     };
+    let tile = match narrow <= NARROW_ROWS {
+        true => "narrow",
+        false => "mma",
+    };
     format!(
-        "gemm kernels: of roof@{wide} {}; mma/large@{wide} {}; gemv/mma@{narrow} {}",
+        "gemm kernels: roof@{wide} {}; mma/large@{wide} {}; gemv/{tile}@{narrow} {}",
         at(wide, |c| c.of_roof),
         at(wide, |c| c.mma_over_large),
-        at(narrow, |c| c.gemv_over_mma)
+        at(narrow, |c| c.gemv_over_narrow.unwrap_or(c.gemv_over_mma))
     )
 }
 
-/// One projection's medians: the tensor cores', the CUDA cores', the `_large` entry's, and the
-/// first two's outputs' largest difference relative to the largest output.
+/// One projection's medians: the tensor cores', the CUDA cores', the `_large` entry's, the
+/// `_narrow` entry's (decode widths), and the first two's outputs' largest difference relative
+/// to the largest output.
 struct Timed {
     mma: f64,
     gemv: f64,
     large: f64,
+    narrow: Option<f64>,
     diff: f32,
 }
 
@@ -208,7 +229,8 @@ fn time_widths(
         2 => Some(weight(2.5)?),
         _ => None,
     };
-    let outs: [Buf; 3] = [
+    let outs: [Buf; 4] = [
+        buffers.upload(&vec![0u8; widest * n_ * 2])?,
         buffers.upload(&vec![0u8; widest * n_ * 2])?,
         buffers.upload(&vec![0u8; widest * n_ * 2])?,
         buffers.upload(&vec![0u8; widest * n_ * 2])?,
@@ -220,7 +242,9 @@ fn time_widths(
         let r = rows as usize;
         let x = Buf::new(x.ptr, r * k_ * 2);
         let outs = outs.map(|o| Buf::new(o.ptr, r * n_ * 2));
-        let launches = launches(x, w, wu, outs, rows, k, n);
+        let all = launches(x, w, wu, outs, rows, k, n);
+        // The `_narrow` entry only at the widths its lever takes it.
+        let launches = &all[..if rows <= NARROW_ROWS { 4 } else { 3 }];
         let mut values = Vec::new();
         // Zeroed first, so a launch that writes nothing is not read as a wider one's output.
         let zeros = vec![0u8; r * n_ * 2];
@@ -246,23 +270,30 @@ fn time_widths(
                  largest: more than rounding"
             )));
         }
-        if values[2]
-            .iter()
-            .map(|v| v.to_bits())
-            .ne(values[0].iter().map(|v| v.to_bits()))
-        {
-            return Err(at(format!(
-                "{}'s outputs are not {}'s bytes",
-                launches[2].kernel, launches[0].kernel
-            )));
+        // The other tiles of the tensor-core kernel: its bytes.
+        for (launch, v) in launches.iter().zip(&values).skip(2) {
+            if v.iter()
+                .map(|v| v.to_bits())
+                .ne(values[0].iter().map(|v| v.to_bits()))
+            {
+                return Err(at(format!(
+                    "{}'s outputs are not {}'s bytes",
+                    launch.kernel, launches[0].kernel
+                )));
+            }
         }
         let mma = time(buffers.backend(), &launches[0], runs).map_err(at)?;
         let gemv = time(buffers.backend(), &launches[1], runs).map_err(at)?;
         let large = time(buffers.backend(), &launches[2], runs).map_err(at)?;
+        let narrow = match launches.get(3) {
+            Some(l) => Some(time(buffers.backend(), l, runs).map_err(at)?),
+            None => None,
+        };
         timed.push(Timed {
             mma,
             gemv,
             large,
+            narrow,
             diff,
         });
     }
@@ -270,8 +301,8 @@ fn time_widths(
     Ok(timed)
 }
 
-/// The tensor-core launch into `outs[0]`, the CUDA-core one into `outs[1]` and the tensor-core
-/// kernel's `_large` entry into `outs[2]`: gate and up with SiLU·mul when there is an up
+/// The tensor-core launch into `outs[0]`, the CUDA-core one into `outs[1]`, the tensor-core
+/// kernel's `_large` entry into `outs[2]` and its `_narrow` entry into `outs[3]`: gate and up with SiLU·mul when there is an up
 /// weight, else a plain projection. The CUDA-core launch takes the
 /// entry and split its emitter picks at `rows`, unsplit where that split would need the step's
 /// split-K scratch (a kernel timed alone has none).
@@ -279,11 +310,11 @@ fn launches(
     x: Buf,
     w: Buf,
     wu: Option<Buf>,
-    outs: [Buf; 3],
+    outs: [Buf; 4],
     rows: u32,
     k: u32,
     n: u32,
-) -> [Launch; 3] {
+) -> [Launch; 4] {
     let unsplit = {
         let mut levers = Levers::default();
         levers.set(GEMV_UNSPLIT, true).expect("a known lever");
@@ -319,6 +350,7 @@ fn launches(
                 mma(outs[0]).launch(GATE_UP_SILU_MMA),
                 gemv.launch_in(shape),
                 mma(outs[2]).launch_with(GATE_UP_SILU_MMA_LARGE, large_grid(n, rows)),
+                mma(outs[3]).launch(GATE_UP_SILU_MMA_NARROW),
             ]
         }
         None => {
@@ -346,6 +378,7 @@ fn launches(
                 mma(outs[0]).launch(LINEAR_MMA),
                 gemv.launch_in(shape),
                 mma(outs[2]).launch_with(LINEAR_MMA_LARGE, large_grid(n, rows)),
+                mma(outs[3]).launch(LINEAR_MMA_NARROW),
             ]
         }
     }
