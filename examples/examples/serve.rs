@@ -2,7 +2,7 @@
 //!
 //!     cargo run --release -p solder-examples --example serve -- [CHECKPOINT]
 //!         [--prompts FILE] [--requests N] [--max-tokens N] [--concurrency N] [--chunk N]
-//!         [--pages N | --kv-bytes B] [--no-check] [--cuda]
+//!         [--pages N | --kv-bytes B] [--levers LIST] [--no-check] [--cuda]
 //!
 //! Every step: requests join when the pool has pages for their first prompt chunk (first
 //! come, first served), prompt chunks up to `--chunk` tokens in all are prefilled, every decoding request gets one token
@@ -14,13 +14,18 @@
 //! separated by spaces; without it, `--requests` prompts of 4 to 32 ids are made up. By
 //! default the pool holds half of what `--concurrency` requests at full length need, so
 //! preemption happens; `--pages` sets it in pages, `--kv-bytes` as a byte budget
-//! (`Boot::with_kv_budget`, the pages that fit at the model's bytes per page). It prints throughput; the check: every request's
-//! tokens equal the same prompt decoded alone, and every page is back at the end.
+//! (`Boot::with_kv_budget`, the pages that fit at the model's bytes per page). `--levers`
+//! turns on build levers (`solder_config::KNOWN_LEVERS`), comma-separated: on a GPU,
+//! `--cuda --levers tensor_cores,mma_large` runs the projections of prompt chunks and wide
+//! decode steps as tensor-core GEMMs (128-row tiles from 128 rows where the grid fills the
+//! device). It prints throughput; the check: every request's tokens equal the same prompt
+//! decoded alone (with the levers too: a sequence's bytes do not depend on the step's width),
+//! and every page is back at the end.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use solder_config::ServeShape;
+use solder_config::{Levers, ServeShape};
 use solder_examples::scheduler::{Plan, Request, Scheduler};
 use solder_examples::{backend, boot, check, greedy_reference, kv_shape, prompt};
 use solder_examples::{tiny_llama_json, write_tiny, Result};
@@ -28,8 +33,8 @@ use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{CircuitExec, KvBudget, SeqId, Session, SessionError};
 
 const USAGE: &str = "serve [CHECKPOINT] [--prompts FILE] [--requests N] [--max-tokens N] \
-                     [--concurrency N] [--chunk N] [--pages N | --kv-bytes B] [--no-check] \
-                     [--cuda]";
+                     [--concurrency N] [--chunk N] [--pages N | --kv-bytes B] [--levers LIST] \
+                     [--no-check] [--cuda]";
 
 struct Options {
     checkpoint: Option<PathBuf>,
@@ -40,6 +45,7 @@ struct Options {
     chunk: usize,
     pages: Option<usize>,
     kv_bytes: Option<usize>,
+    levers: Levers,
     check: bool,
     cuda: bool,
 }
@@ -59,6 +65,9 @@ fn main() -> Result<()> {
     // The build's inputs first (the config read once); the KV shape once the prompts are known.
     let serve = ServeShape::with_max_batch(options.concurrency)?;
     let mut boot = boot(dir, serve, kv_shape(options.concurrency, 1))?;
+    // Levers are part of the build's policy: each one changes which kernels the programs launch
+    // (and, for a `differs` one such as `tensor_cores`, their numerics), never the API.
+    boot.policy.levers = options.levers.clone();
     let vocab = boot.config.vocab_size;
     let prompts = match &options.prompts {
         Some(file) => read_prompts(file, dir, vocab)?,
@@ -120,13 +129,15 @@ fn main() -> Result<()> {
     }
     let took = started.elapsed().as_secs_f64();
     let generated = prompts.len() * options.max_tokens;
+    let levers: Vec<&str> = options.levers.enabled().collect();
     println!(
-        "{} requests, concurrency {}, pool {} pages: {generated} tokens in {:.2} s, \
-         {:.1} tokens/s ({} steps, mean decode width {:.1}, {} prefill chunks ({} beside \
-         decode rows), {} preemptions)",
+        "{} requests, concurrency {}, pool {} pages, levers [{}]: {generated} tokens in \
+         {:.2} s, {:.1} tokens/s ({} steps, mean decode width {:.1}, {} prefill chunks ({} \
+         beside decode rows), {} preemptions)",
         prompts.len(),
         options.concurrency,
         kv.pages - 1,
+        levers.join(","),
         took,
         generated as f64 / took,
         totals.steps,
@@ -302,6 +313,7 @@ fn parse() -> Result<Options> {
         chunk: 64,
         pages: None,
         kv_bytes: None,
+        levers: Levers::default(),
         check: true,
         cuda: false,
     };
@@ -320,6 +332,12 @@ fn parse() -> Result<Options> {
             "--chunk" => options.chunk = number("--chunk")?,
             "--pages" => options.pages = Some(number("--pages")?),
             "--kv-bytes" => options.kv_bytes = Some(number("--kv-bytes")?),
+            "--levers" => {
+                // An unknown name is refused with the list of known ones.
+                for name in value("--levers")?.split(',').filter(|n| !n.is_empty()) {
+                    options.levers.set(name.trim(), true)?;
+                }
+            }
             "--no-check" => options.check = false,
             "--cuda" => options.cuda = true,
             "-h" | "--help" => {

@@ -386,6 +386,29 @@ pub const STEPS: &[Step] = &[
         cargo: &["test", "-p", "solder-examples", "--examples"],
         env: &[],
     },
+    // The serving example as an engine author turns on the throughput levers: every
+    // projection of its prompt chunks and decode steps on the tensor cores' twins (the tiny
+    // model's grids are too small for the 128-row tiles, so `mma_large` keeps the 64-row ones).
+    // Chunks of 4 tokens share most steps with decode rows (`Session::mixed_step`) and a pool
+    // of 6 pages preempts; every request's tokens still equal its solo decode.
+    Step {
+        name: "serve with tensor cores",
+        cargo: &[
+            "run",
+            "-p",
+            "solder-examples",
+            "--example",
+            "serve",
+            "--",
+            "--levers",
+            "tensor_cores,mma_large",
+            "--chunk",
+            "4",
+            "--pages",
+            "6",
+        ],
+        env: &[],
+    },
 ];
 
 const HELP: &str = "usage: cargo xtask ci [--list]
