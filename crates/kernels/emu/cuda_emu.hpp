@@ -15,6 +15,11 @@
 //     reading a lane that has exited is an error (undefined on a GPU).
 // A barrier no live thread set can complete (lanes of a warp split between a warp exchange
 // and a block barrier) fails the launch naming the kernel, block and warp; it never hangs.
+// Dynamic shared memory (`extern __shared__`) is one buffer that every such name of a module
+// starts at, as on a device; each block finds the launch's `shared_bytes` of it poisoned
+// (every byte 0xff: a NaN in bf16 and f32), so a read before a write shows in the outputs, and
+// every byte past them too, so a read past the launch's size does; a launch that wrote past
+// them fails, naming the first byte.
 //
 // Numerics: every __f*_rn intrinsic is the exact IEEE host operation (compile with
 // -ffp-contract=off and no fast-math; CUDA's default prec-div/prec-sqrt and no flush-to-zero
@@ -218,6 +223,17 @@ struct Block {
 // One block at a time in this module (its __shared__ storage is static).
 inline std::mutex launch_lock;
 inline Block block_state;
+
+// Dynamic shared memory: every `extern __shared__` name of the module points at its start.
+// `uses_dynamic_shared`: whether the module declares one (set as its library loads).
+alignas(16) inline unsigned char dynamic_shared[kMaxDynamicShared];
+inline bool uses_dynamic_shared = false;
+// What a byte of dynamic shared memory holds before the block writes it.
+constexpr unsigned char kPoison = 0xff;
+template <class T> inline T* dynamic_shared_as() {
+    uses_dynamic_shared = true;
+    return reinterpret_cast<T*>(dynamic_shared);
+}
 
 inline Fiber& self() { return block_state.fibers[block_state.current]; }
 
@@ -588,15 +604,32 @@ int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsign
     block_state.error[0] = 0;
     gridDim = dim3{grid[0], grid[1], grid[2]};
     blockDim = dim3{block[0], block[1], block[2]};
+    // Past the launch's bytes: poisoned once, and must stay so.
+    if (uses_dynamic_shared) {
+        std::memset(dynamic_shared + shared_bytes, kPoison, kMaxDynamicShared - shared_bytes);
+    }
     for (unsigned z = 0; z < grid[2]; ++z) {
         for (unsigned y = 0; y < grid[1]; ++y) {
             for (unsigned x = 0; x < grid[0]; ++x) {
                 blockIdx = uint3{x, y, z};
+                // A block's dynamic shared memory holds nothing it can rely on.
+                if (uses_dynamic_shared) std::memset(dynamic_shared, kPoison, shared_bytes);
                 if (!run_block(static_cast<unsigned>(threads), blockDim)) {
                     std::snprintf(err, err_len, "block (%u, %u, %u): %s", x, y, z,
                                   block_state.error);
                     return 1;
                 }
+            }
+        }
+    }
+    if (uses_dynamic_shared) {
+        for (size_t i = shared_bytes; i < kMaxDynamicShared; ++i) {
+            if (dynamic_shared[i] != kPoison) {
+                std::snprintf(err, err_len,
+                              "a block wrote byte %zu of dynamic shared memory, past the %u "
+                              "bytes the launch asked for",
+                              i, shared_bytes);
+                return 1;
             }
         }
     }
@@ -615,7 +648,7 @@ int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsign
     }                                                                                           \
     extern "C" const char* emu_##module##__##kernel##__sig() { return emu::signature(&kernel); }
 
-// `extern __shared__ T name[];` (dynamic shared memory) as the generator rewrites it: static
-// storage of the largest size a launch may ask for.
-#define EMU_DYNAMIC_SHARED(T, name) \
-    __attribute__((aligned(16))) static T name[emu::kMaxDynamicShared / sizeof(T)]
+// `extern __shared__ T name[];` (dynamic shared memory) as the generator rewrites it: a
+// pointer to the module's one buffer (`emu::dynamic_shared`), as every such name is on a
+// device.
+#define EMU_DYNAMIC_SHARED(T, name) static T* const name = emu::dynamic_shared_as<T>()

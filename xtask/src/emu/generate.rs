@@ -67,7 +67,8 @@ pub fn unit_at(root: &Path, module: &str, path: &Path) -> Result<Unit, String> {
 }
 
 /// The source with each `extern __shared__ T name[];` line as `EMU_DYNAMIC_SHARED(T, name);`
-/// (line numbers kept), or `None` when it has none.
+/// (line numbers kept; an `__align__(N)` before T dropped: the buffer is 16-byte aligned), or
+/// `None` when it has none.
 fn rewrite_dynamic_shared(source: &str) -> Result<Option<String>, String> {
     if !source.contains("extern __shared__") {
         return Ok(None);
@@ -88,11 +89,12 @@ fn rewrite_dynamic_shared(source: &str) -> Result<Option<String>, String> {
                 line.trim()
             ));
         };
-        out.push(format!(
-            "EMU_DYNAMIC_SHARED({}, {});",
-            ty.trim(),
-            name.trim()
-        ));
+        let ty = ty.trim();
+        let ty = match ty.strip_prefix("__align__(") {
+            Some(rest) => rest.split_once(')').map_or(ty, |(_, t)| t.trim()),
+            None => ty,
+        };
+        out.push(format!("EMU_DYNAMIC_SHARED({ty}, {});", name.trim()));
     }
     Ok(Some(out.join("\n")))
 }
@@ -107,6 +109,9 @@ mod tests {
         let out = rewrite_dynamic_shared(text).unwrap().unwrap();
         assert_eq!(out, "a\nEMU_DYNAMIC_SHARED(float, route_probs);\nb");
         assert_eq!(rewrite_dynamic_shared("no shared").unwrap(), None);
+        let aligned = "extern __shared__ __align__(16) bf16 stage[];";
+        let out = rewrite_dynamic_shared(aligned).unwrap().unwrap();
+        assert_eq!(out, "EMU_DYNAMIC_SHARED(bf16, stage);");
         let e = rewrite_dynamic_shared("extern __shared__ float x[4];").unwrap_err();
         assert!(e.contains("extern __shared__ float x[4];"), "{e}");
     }

@@ -12,7 +12,8 @@
 //! `mma_large`: 128 rows × 32 rotary pairs a block; with qk-norm a head's 128 rows staged)
 //! write their twin's bytes too in every layout, over one, two and three row blocks; one whose
 //! second four warps rope the first four's pairs differs, and so does a qk-norm one that
-//! stages one m fragment of each warp's rows.
+//! stages one m fragment of each warp's rows. A qk-norm launch of any tile that asks for half
+//! its stage's dynamic shared memory fails, naming the bytes.
 
 use solder_circuit::WeightFormat;
 use solder_gpu_runtime::cpu::emu::EmuMode;
@@ -306,6 +307,36 @@ fn qkv_rope_kv_mma_large_entries_equal_their_twin() {
         seen += parity.launches;
     }
     assert_eq!(seen, launches);
+}
+
+/// The emulation gives a launch the dynamic shared memory it asks for, no more (as a device
+/// does): a qk-norm launch that asks for half its stage fails in every tile, naming the bytes
+/// (the stage's rows past the half are written past them), and the launch as emitted runs.
+#[test]
+fn a_qk_norm_launch_asking_for_half_its_stage_fails_by_its_bytes() {
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    emulated(EmuMode::Run, &mut backend);
+    let formats = [WeightFormat::Bf16; 3];
+    let shape = LARGE_NORM_SHAPE;
+    for tile in [QkvTile::Wide, QkvTile::Narrow, QkvTile::Large] {
+        let x = upload(&mut backend, &values(shape.0 * shape.1, 5));
+        let mut l = parts(&mut backend, shape, x, 5, formats, Layout::Norm)
+            .launch_tile(formats, tile)
+            .unwrap();
+        run(&mut backend, &l);
+        l.config.shared_bytes /= 2;
+        let kernel = backend.kernel(l.kernel).unwrap();
+        let stream = backend.default_stream();
+        let err = backend
+            .launch(stream, kernel, &l.config, &l.args)
+            .unwrap_err()
+            .to_string();
+        let bytes = format!(
+            "past the {} bytes the launch asked for",
+            l.config.shared_bytes
+        );
+        assert!(err.contains(&bytes), "{}: {err}", l.kernel);
+    }
 }
 
 #[test]
