@@ -19,7 +19,9 @@
 // starts at, as on a device; each block finds the launch's `shared_bytes` of it poisoned
 // (every byte 0xff: a NaN in bf16 and f32), so a read before a write shows in the outputs, and
 // every byte past them too, so a read past the launch's size does; a launch that wrote past
-// them fails, naming the first byte.
+// them fails, naming the first byte. Static `__shared__` storage is poisoned too, in each block
+// where a thread first reaches its declaration (the generator adds `EMU_POISON_SHARED` after
+// each): a device's shared memory starts with whatever an earlier block left, never zeros.
 //
 // Numerics: every __f*_rn intrinsic is the exact IEEE host operation (compile with
 // -ffp-contract=off and no fast-math; CUDA's default prec-div/prec-sqrt and no flush-to-zero
@@ -223,6 +225,10 @@ struct Block {
 // One block at a time in this module (its __shared__ storage is static).
 inline std::mutex launch_lock;
 inline Block block_state;
+
+// The block being run, counted over the module's launches: a static `__shared__` variable is
+// poisoned by the first thread of each block that reaches its declaration.
+inline unsigned long long block_serial = 0;
 
 // Dynamic shared memory: every `extern __shared__` name of the module points at its start.
 // `uses_dynamic_shared`: whether the module declares one (set as its library loads).
@@ -612,7 +618,8 @@ int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsign
         for (unsigned y = 0; y < grid[1]; ++y) {
             for (unsigned x = 0; x < grid[0]; ++x) {
                 blockIdx = uint3{x, y, z};
-                // A block's dynamic shared memory holds nothing it can rely on.
+                // A block's shared memory holds nothing it can rely on.
+                ++block_serial;
                 if (uses_dynamic_shared) std::memset(dynamic_shared, kPoison, shared_bytes);
                 if (!run_block(static_cast<unsigned>(threads), blockDim)) {
                     std::snprintf(err, err_len, "block (%u, %u, %u): %s", x, y, z,
@@ -652,3 +659,12 @@ int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsign
 // pointer to the module's one buffer (`emu::dynamic_shared`), as every such name is on a
 // device.
 #define EMU_DYNAMIC_SHARED(T, name) static T* const name = emu::dynamic_shared_as<T>()
+
+// After each static `__shared__` declaration (the generator adds it on the same line): the
+// first thread of each block to reach it poisons the variable's bytes.
+#define EMU_POISON_SHARED(name)                                                                \
+    static unsigned long long name##_emu_block = 0;                                            \
+    if (name##_emu_block != emu::block_serial) {                                               \
+        std::memset(static_cast<void*>(&name), emu::kPoison, sizeof(name));                    \
+        name##_emu_block = emu::block_serial;                                                  \
+    }

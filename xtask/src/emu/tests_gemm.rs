@@ -165,6 +165,26 @@ fn fused_tensor_core_kernels_equal_their_twins_off_every_tile() {
     }
 }
 
+/// A tile whose zero chunks (the k padding past k) are never stored reads whatever shared
+/// memory held: zeros in a freshly loaded emulation's static storage, which hid it, but a
+/// device's shared memory starts with an earlier block's bytes; the emulation poisons static
+/// shared memory in each block, so the mutant differs from the twin at one k tile of 40.
+#[test]
+fn a_tile_that_leaves_its_k_padding_unstored_differs_from_the_twin() {
+    let dir = build_mutant(
+        "gemm",
+        &[(
+            "*reinterpret_cast<uint4*>(&s[c / chunks][(c % chunks) * 8]) = v[i];",
+            "if ((v[i].x | v[i].y | v[i].z | v[i].w) != 0u) \
+             *reinterpret_cast<uint4*>(&s[c / chunks][(c % chunks) * 8]) = v[i];",
+        )],
+    );
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let l = gemm_launch(&mut backend, (3, 40, 32), false, 9);
+    assert_caught(&dir, "gemm", &mut backend, &l);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_tensor_core_kernel_loading_the_wrong_weight_rows_differs_from_the_twin() {
     // The B fragments' ldmatrix addresses with the two 8-feature halves of a pair swapped:
