@@ -1,14 +1,16 @@
 //! `pick::argmax` (the greedy tokens `Session::next_tokens` reads back instead of the logits)
 //! through the host emulation of its CUDA source: equal to its twin on rows of every kind —
 //! ties across threads and warps, NaN, ±inf, nothing finite — and rows past one block's grid;
-//! the optional token field (steps fed on the device) gets the same ids.
+//! the optional token field (steps fed on the device) gets the same ids. A kernel that writes
+//! past its ids fails the launch, naming the argument (the emulation's fenced copies).
 
-use solder_gpu_runtime::cpu::emu::EmuMode;
-use solder_gpu_runtime::LaunchConfig;
+use solder_gpu_runtime::cpu::emu::{EmuMode, Emulation};
+use solder_gpu_runtime::{GpuBackend, LaunchConfig};
 use solder_model_layers::kernels::pick::{Argmax, ARGMAX};
 use solder_model_layers::numerics::greedy_id;
 
 use super::tests::{download, emulated, run, upload};
+use super::tests_mutation::build_mutant;
 
 #[test]
 fn argmax_equals_its_twin_on_every_kind_of_row() {
@@ -76,4 +78,47 @@ fn argmax_equals_its_twin_on_every_kind_of_row() {
         download(&mut backend, tokens.ptr, count * 4),
         download(&mut backend, ids.ptr, count * 4)
     );
+}
+
+/// Each buffer reaches an emulated kernel as a copy between fences of 0xff: a mutant whose
+/// rows store their ids a row block further on (past the ids' bytes, inside the fence) fails
+/// the launch, naming the argument and the byte, where it wrote into host memory before
+/// (compute-sanitizer's memcheck finds it on a device); the original runs.
+#[test]
+fn an_argmax_writing_past_its_ids_fails_by_the_argument() {
+    let dir = build_mutant("pick", &[("ids[r] = none", "ids[r + rows] = none")]);
+    let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    let (rows, vocab) = (3u32, 300u32);
+    let logits: Vec<u8> = (0..rows * vocab)
+        .flat_map(|i| ((i as f32) * 0.37).sin().to_le_bytes())
+        .collect();
+    let logits = upload(&mut backend, &logits);
+    let ids = upload(&mut backend, &vec![0u8; rows as usize * 4]);
+    let launch = Argmax {
+        logits,
+        ids,
+        tokens: None,
+        rows,
+        vocab,
+    }
+    .launch(ARGMAX);
+    let mut launch_in = |emulation: Emulation| {
+        backend.set_emulation(Some(emulation));
+        let kernel = backend.kernel(launch.kernel).unwrap();
+        let stream = backend.default_stream();
+        let result = backend.launch(stream, kernel, &launch.config, &launch.args);
+        backend.set_emulation(None);
+        result
+    };
+    let err = launch_in(Emulation::open(&dir, &["pick"], EmuMode::Run).unwrap())
+        .unwrap_err()
+        .to_string();
+    // ids is argument 1; the first row's id lands 3 ids (12 bytes) past its start.
+    assert!(
+        err.contains("wrote byte 12 of argument 1, outside its 12 bytes"),
+        "{err}"
+    );
+    let root = crate::paths::workspace_root();
+    launch_in(super::emulation(&root, EmuMode::Run).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -13,11 +13,13 @@
 //! bytes stay (so a whole run executes the CUDA source), and per kernel the launches, the identical
 //! ones and the first difference are recorded ([`report`](Emulation::report)).
 //!
-//! Invariants: an emulated kernel gets the host address of each buffer inside the allocation
-//! that holds it, and scalars by value, in the kernel's own parameter order; its parameter
-//! kinds are checked against the arguments before it runs. Not checked: an emulated kernel's
-//! own accesses (a CUDA bug that reads or writes outside its declared ranges touches host
-//! memory; shadow mode shows it only where it changes a declared writable byte).
+//! Invariants: an emulated kernel gets each buffer as a fenced copy of its bytes (at the same
+//! address modulo 256, between [`FENCE`] bytes of 0xff on either side; the writable ones copied
+//! back after it ran), and scalars by value, in the kernel's own parameter order; its parameter
+//! kinds are checked against the arguments before it runs. A read past a buffer's bytes (within
+//! the fence) reads 0xff — NaN in bf16 and f32 — rather than a neighbour's bytes, and a write
+//! into a fence fails the launch, naming the argument: what compute-sanitizer's memcheck finds
+//! on a device. Not checked: accesses past the fences.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -270,6 +272,52 @@ fn check_signature(name: &str, signature: &[u8], args: &[HostArg]) -> Result<(),
     Ok(())
 }
 
+/// Bytes of 0xff on either side of each buffer an emulated kernel gets.
+pub const FENCE: usize = 4096;
+
+/// A buffer argument's fenced copy: `FENCE` bytes of 0xff, the buffer's bytes at the original
+/// address's offset modulo 256 (so the kernel's alignment tests answer as for the original),
+/// then `FENCE` more.
+struct Fenced {
+    storage: Vec<u8>,
+    /// Where the buffer's bytes start in `storage`.
+    start: usize,
+    bytes: usize,
+}
+
+impl Fenced {
+    /// # Safety
+    /// `ptr` is valid for reads of `bytes` bytes.
+    unsafe fn new(ptr: *const u8, bytes: usize) -> Fenced {
+        let mut storage = vec![0xffu8; 2 * FENCE + 256 + bytes];
+        let base = storage.as_ptr() as usize;
+        let start = FENCE + (ptr as usize).wrapping_sub(base + FENCE) % 256;
+        // SAFETY: the caller's contract for `ptr`; `storage` holds `start + bytes` bytes and
+        // does not overlap the caller's buffer (it was just allocated).
+        unsafe { std::ptr::copy_nonoverlapping(ptr, storage[start..].as_mut_ptr(), bytes) };
+        Fenced {
+            storage,
+            start,
+            bytes,
+        }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        self.storage[self.start..].as_mut_ptr()
+    }
+
+    /// The first byte of a fence the kernel changed, as an offset from the buffer's start
+    /// (negative: before it).
+    fn breach(&self) -> Option<i64> {
+        let end = self.start + self.bytes;
+        let before = self.storage[..self.start].iter().position(|&b| b != 0xff);
+        let after = self.storage[end..].iter().position(|&b| b != 0xff);
+        before
+            .map(|i| i as i64 - self.start as i64)
+            .or(after.map(|i| (self.bytes + i) as i64))
+    }
+}
+
 /// # Safety
 /// As `Emulation::launch`, and `args` matches the kernel's signature.
 unsafe fn run_emulated(
@@ -278,16 +326,26 @@ unsafe fn run_emulated(
     config: &LaunchConfig,
     args: &[HostArg],
 ) -> Result<(), GpuError> {
+    let mut fenced: Vec<Option<Fenced>> = args
+        .iter()
+        .map(|arg| match *arg {
+            // SAFETY: the caller's contract: every buffer lies inside a live allocation.
+            HostArg::Buffer { ptr, bytes, .. } => Some(unsafe { Fenced::new(ptr, bytes) }),
+            _ => None,
+        })
+        .collect();
     // One 8-byte slot per parameter holding its value (a scalar in the low bytes, little
     // endian as the kernel reads it); the kernel copies `sizeof(param)` bytes from each.
     let mut slots: Vec<u64> = args
         .iter()
-        .map(|arg| match *arg {
-            HostArg::Buffer { ptr, .. } => ptr as u64,
-            HostArg::Null => 0,
-            HostArg::I32(v) => u64::from(v as u32),
-            HostArg::U32(v) => u64::from(v),
-            HostArg::F32(v) => u64::from(v.to_bits()),
+        .zip(&mut fenced)
+        .map(|(arg, copy)| match (*arg, copy) {
+            (HostArg::Buffer { .. }, Some(copy)) => copy.ptr() as u64,
+            (HostArg::Buffer { ptr, .. }, None) => ptr as u64,
+            (HostArg::Null, _) => 0,
+            (HostArg::I32(v), _) => u64::from(v as u32),
+            (HostArg::U32(v), _) => u64::from(v),
+            (HostArg::F32(v), _) => u64::from(v.to_bits()),
         })
         .collect();
     let mut pointers: Vec<*mut c_void> = slots
@@ -309,6 +367,27 @@ unsafe fn run_emulated(
         )
     };
     if rc == 0 {
+        for (index, (arg, copy)) in args.iter().zip(&fenced).enumerate() {
+            let (HostArg::Buffer { ptr, bytes, access }, Some(copy)) = (*arg, copy) else {
+                continue;
+            };
+            if let Some(at) = copy.breach() {
+                return Err(GpuError::Kernel {
+                    kernel: name.to_string(),
+                    message: format!(
+                        "emulated launch: wrote byte {at} of argument {index}, outside its \
+                         {bytes} bytes"
+                    ),
+                });
+            }
+            if access.writes() {
+                // SAFETY: the caller's contract: a writable buffer is valid for writes of its
+                // bytes and overlaps no other argument; the copy holds as many.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(copy.storage[copy.start..].as_ptr(), ptr, bytes)
+                };
+            }
+        }
         return Ok(());
     }
     let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
