@@ -18,10 +18,9 @@ use solder_model_layers::kernels::gemm::{QkvRopeKvParts, QkvTile};
 use solder_model_layers::kernels::{Buf, Launch};
 
 use super::alone::{bf16_bytes, launch_once, time, wave, Buffers};
+// The H200 peaks the plan's roofline uses.
+use super::tiles::{TBPS, TFLOPS};
 
-/// H200 peaks the plan's roofline uses (as `gpu::tiles`).
-const TBPS: f64 = 4.8e12;
-const TFLOPS: f64 = 990e12;
 /// Cache slots a page.
 const BLOCK_SIZE: u32 = 16;
 

@@ -29,8 +29,8 @@ use solder_model_layers::kernels::{Buf, Launch};
 use super::alone::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
 
 /// H200 peaks the plan's roofline uses, and the L2 a weight must exceed to be re-read.
-const TBPS: f64 = 4.8e12;
-const TFLOPS: f64 = 990e12;
+pub(super) const TBPS: f64 = 4.8e12;
+pub(super) const TFLOPS: f64 = 990e12;
 const L2_BYTES: f64 = 50e6;
 /// Rows of a tensor-core block tile (gemm.cu's GEMM_BM).
 const TILE_ROWS: u32 = 64;
