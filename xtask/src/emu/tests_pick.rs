@@ -5,7 +5,7 @@
 //! past its ids fails the launch, naming the argument (the emulation's fenced copies).
 
 use solder_gpu_runtime::cpu::emu::{EmuMode, Emulation};
-use solder_gpu_runtime::{GpuBackend, LaunchConfig};
+use solder_gpu_runtime::{CpuBackend, GpuBackend, LaunchConfig};
 use solder_model_layers::kernels::pick::{Argmax, ARGMAX};
 use solder_model_layers::numerics::greedy_id;
 
@@ -82,8 +82,9 @@ fn argmax_equals_its_twin_on_every_kind_of_row() {
 
 /// Each buffer reaches an emulated kernel as a copy between fences of 0xff: a mutant whose
 /// rows store their ids a row block further on (past the ids' bytes, inside the fence) fails
-/// the launch, naming the argument and the byte, where it wrote into host memory before
-/// (compute-sanitizer's memcheck finds it on a device); the original runs.
+/// the launch, naming the argument and the byte, and leaves the buffers as they were, where
+/// it wrote into host memory before (compute-sanitizer's memcheck finds it on a device); the
+/// original runs.
 #[test]
 fn an_argmax_writing_past_its_ids_fails_by_the_argument() {
     let dir = build_mutant("pick", &[("ids[r] = none", "ids[r + rows] = none")]);
@@ -102,7 +103,7 @@ fn an_argmax_writing_past_its_ids_fails_by_the_argument() {
         vocab,
     }
     .launch(ARGMAX);
-    let mut launch_in = |emulation: Emulation| {
+    let launch_in = |backend: &mut CpuBackend, emulation: Emulation| {
         backend.set_emulation(Some(emulation));
         let kernel = backend.kernel(launch.kernel).unwrap();
         let stream = backend.default_stream();
@@ -110,15 +111,16 @@ fn an_argmax_writing_past_its_ids_fails_by_the_argument() {
         backend.set_emulation(None);
         result
     };
-    let err = launch_in(Emulation::open(&dir, &["pick"], EmuMode::Run).unwrap())
-        .unwrap_err()
-        .to_string();
+    let mutant = Emulation::open(&dir, &["pick"], EmuMode::Run).unwrap();
+    let err = launch_in(&mut backend, mutant).unwrap_err().to_string();
     // ids is argument 1; the first row's id lands 3 ids (12 bytes) past its start.
     assert!(
         err.contains("wrote byte 12 of argument 1, outside its 12 bytes"),
         "{err}"
     );
+    // The failed launch left the ids as they were.
+    assert_eq!(download(&mut backend, ids.ptr, 12), vec![0u8; 12]);
     let root = crate::paths::workspace_root();
-    launch_in(super::emulation(&root, EmuMode::Run).unwrap()).unwrap();
+    launch_in(&mut backend, super::emulation(&root, EmuMode::Run).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }

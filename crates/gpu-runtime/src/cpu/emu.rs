@@ -340,8 +340,7 @@ unsafe fn run_emulated(
         .iter()
         .zip(&mut fenced)
         .map(|(arg, copy)| match (*arg, copy) {
-            (HostArg::Buffer { .. }, Some(copy)) => copy.ptr() as u64,
-            (HostArg::Buffer { ptr, .. }, None) => ptr as u64,
+            (HostArg::Buffer { ptr, .. }, copy) => copy.as_mut().map_or(ptr, Fenced::ptr) as u64,
             (HostArg::Null, _) => 0,
             (HostArg::I32(v), _) => u64::from(v as u32),
             (HostArg::U32(v), _) => u64::from(v),
@@ -367,19 +366,24 @@ unsafe fn run_emulated(
         )
     };
     if rc == 0 {
+        // Every fence first, so a breach leaves the caller's buffers as they were.
         for (index, (arg, copy)) in args.iter().zip(&fenced).enumerate() {
+            if let (HostArg::Buffer { bytes, .. }, Some(copy)) = (*arg, copy) {
+                if let Some(at) = copy.breach() {
+                    return Err(GpuError::Kernel {
+                        kernel: name.to_string(),
+                        message: format!(
+                            "emulated launch: wrote byte {at} of argument {index}, outside its \
+                             {bytes} bytes"
+                        ),
+                    });
+                }
+            }
+        }
+        for (arg, copy) in args.iter().zip(&fenced) {
             let (HostArg::Buffer { ptr, bytes, access }, Some(copy)) = (*arg, copy) else {
                 continue;
             };
-            if let Some(at) = copy.breach() {
-                return Err(GpuError::Kernel {
-                    kernel: name.to_string(),
-                    message: format!(
-                        "emulated launch: wrote byte {at} of argument {index}, outside its \
-                         {bytes} bytes"
-                    ),
-                });
-            }
             if access.writes() {
                 // SAFETY: the caller's contract: a writable buffer is valid for writes of its
                 // bytes and overlaps no other argument; the copy holds as many.
