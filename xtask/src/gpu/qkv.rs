@@ -17,7 +17,7 @@ use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gemm::{QkvRopeKvParts, QkvTile};
 use solder_model_layers::kernels::{Buf, Launch};
 
-use super::alone::{bf16_bytes, launch_once, time, wave, Buffers};
+use super::alone::{bf16_bytes, download_bf16, launch_once, time, wave, Buffers};
 // The H200 peaks the plan's roofline uses.
 use super::tiles::{TBPS, TFLOPS};
 
@@ -317,46 +317,35 @@ fn time_widths(
 }
 
 /// Zeroes `o`, runs `launch` once and reads back its first `q_bytes` of q (and of the gate)
-/// and the whole cache; refuses outputs that are not finite or are all zero.
+/// and the whole cache, as bits (`alone::download_bf16`'s values, which widen bf16 exactly);
+/// refuses outputs that are not finite or are all zero.
 fn run_and_read(
     backend: &mut dyn GpuBackend,
     launch: &Launch,
     o: Outputs,
     q_bytes: usize,
-) -> Result<Vec<u8>, String> {
-    let zero = |backend: &mut dyn GpuBackend, b: Buf| {
-        backend
-            .copy_h2d(b.ptr, &vec![0u8; b.bytes])
-            .map_err(|e| e.to_string())
-    };
-    zero(backend, o.q)?;
-    zero(backend, o.cache)?;
-    if let Some(g) = o.gate {
-        zero(backend, g)?;
+) -> Result<Vec<u32>, String> {
+    let outputs = [
+        Some(Buf::new(o.q.ptr, q_bytes)),
+        o.gate.map(|g| Buf::new(g.ptr, q_bytes)),
+    ];
+    let outputs: Vec<Buf> = outputs.into_iter().flatten().chain([o.cache]).collect();
+    for b in [o.q, o.cache].into_iter().chain(o.gate) {
+        (backend.copy_h2d(b.ptr, &vec![0u8; b.bytes])).map_err(|e| e.to_string())?;
     }
     launch_once(backend, launch)?;
-    let mut read = |b: Buf, bytes: usize| -> Result<Vec<u8>, String> {
-        let mut raw = vec![0u8; bytes];
-        backend
-            .copy_d2h(b.ptr, &mut raw)
-            .map_err(|e| e.to_string())?;
-        let values = raw
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]));
-        if values.clone().any(|v| !v.is_finite()) || values.clone().all(|v| v.to_f32() == 0.0) {
+    let mut bits = Vec::new();
+    for b in outputs {
+        let v = download_bf16(backend, b)?;
+        if v.iter().any(|v| !v.is_finite()) || v.iter().all(|&v| v == 0.0) {
             return Err(format!(
                 "{}'s output is not finite, or all zero",
                 launch.kernel
             ));
         }
-        Ok(raw)
-    };
-    let mut all = read(o.q, q_bytes)?;
-    if let Some(g) = o.gate {
-        all.extend(read(g, q_bytes)?);
+        bits.extend(v.iter().map(|v| v.to_bits()));
     }
-    all.extend(read(o.cache, o.cache.bytes)?);
-    Ok(all)
+    Ok(bits)
 }
 
 #[cfg(test)]
