@@ -75,6 +75,42 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
+// ---- asynchronous copies (cp.async, sm_80+) -------------------------------------------------
+// 16 bytes from global memory (16-byte aligned) into shared memory (16-byte aligned) without
+// passing through registers (cp.async.cg: cached in L2 only, as a tile read once a block is).
+// The copy lands at some point before this thread's cp_async_wait lets the group it was
+// committed in complete; other threads see it after that wait and a barrier. The host emulation
+// (cuda_emu.hpp) holds each copy back until then, so a read that comes too early reads what
+// the shared memory held before.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__)
+    unsigned addr;
+    asm("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(addr) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(gmem) : "memory");
+#else
+    emu_cp_async16(smem, gmem);
+#endif
+}
+
+// Closes this thread's group of the cp_async16 copies issued since the previous commit (an
+// empty group when there were none).
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+    emu_cp_async_commit();
+#endif
+}
+
+// Waits until at most N of this thread's committed groups (the newest) are still in flight.
+template <unsigned N> __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#else
+    emu_cp_async_wait(N);
+#endif
+}
+
 // ---- tensor cores (mma.sync) ---------------------------------------------------------------
 // One warp's bf16 matrix product on the tensor cores, f32 accumulate: d (16×8) += a (16×16,
 // row-major) · b (16×8, column-major), in PTX's m16n8k16 fragment layouts. With g = lane / 4

@@ -548,22 +548,45 @@ __device__ __forceinline__ void gemm_run_wanted(const bf16* __restrict__ x, cons
 #define GEMM_LARGE_X_CHUNKS (GEMM_LARGE_BM * GEMM_BK / 8 / GEMM_LARGE_THREADS)
 #define GEMM_LARGE_W_CHUNKS (GEMM_LARGE_BN * GEMM_BK / 8 / GEMM_LARGE_THREADS)
 
-// The large tile of NW weights against 128 rows of x (`rows_of`'s), tile column c being weight
-// row cols_of.src(c): acc[i][m][j][0..3] of this lane is rows 32·(warp % 4) + 16m + (g, g+8),
-// tile columns 32·(warp / 4) + 8j + 2t and the next, of dot(x row, w[i] row). Ends on a
-// barrier after its last use of shared memory.
-template <unsigned NW, class W, class Rows, class Cols>
-__device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const W (&w)[NW],
-                                               Rows rows_of, Cols cols_of, unsigned k,
+// One staged 64-k tile of gemm_large (x's 128 rows in xs, each weight's 64 in ws) into acc, as
+// gemm_large_acc describes it: four k16 steps in k order, each warp 32 rows × 32 columns.
+template <unsigned NW>
+__device__ __forceinline__ void gemm_large_mma(const bf16 (&xs)[GEMM_LARGE_BM][GEMM_PITCH],
+                                               const bf16 (&ws)[NW][GEMM_LARGE_BN][GEMM_PITCH],
                                                float (&acc)[NW][2][4][4]) {
-    __shared__ __align__(16) bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
-    __shared__ __align__(16) bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const unsigned wr = (warp % 4u) * 32u; // the warp's first row of the tile
     const unsigned wc = (warp / 4u) * 32u; // its first column
-    const GemmBf16 xm{x};
-    const bool vec = gemm_vec(xm, w, k);
+#pragma unroll
+    for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
+        // Matrices: rows 0-7 / 8-15 of the warp's m-th 16 (lane bit 3), k 0-7 / 8-15 (bit 4).
+        unsigned a[2][4];
+#pragma unroll
+        for (unsigned m = 0; m < 2; ++m) {
+            ldmatrix_x4(a[m], &xs[wr + m * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+        }
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) {
+#pragma unroll
+            for (unsigned p = 0; p < 2; ++p) {
+                // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of the
+                // warp's pair p.
+                unsigned b[4];
+                ldmatrix_x4(b, &ws[i][wc + p * 16 + (lane >> 4) * 8 + (lane & 7)]
+                                  [kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+                for (unsigned m = 0; m < 2; ++m) {
+                    mma_bf16_16816(acc[i][m][2 * p], a[m], b[0], b[1]);
+                    mma_bf16_16816(acc[i][m][2 * p + 1], a[m], b[2], b[3]);
+                }
+            }
+        }
+    }
+}
+
+// gemm_large's accumulators at +0.
+template <unsigned NW> __device__ __forceinline__ void gemm_large_zero(float (&acc)[NW][2][4][4]) {
 #pragma unroll
     for (unsigned i = 0; i < NW; ++i) {
 #pragma unroll
@@ -575,6 +598,21 @@ __device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const
             }
         }
     }
+}
+
+// The large tile of NW weights against 128 rows of x (`rows_of`'s), tile column c being weight
+// row cols_of.src(c): acc[i][m][j][0..3] of this lane is rows 32·(warp % 4) + 16m + (g, g+8),
+// tile columns 32·(warp / 4) + 8j + 2t and the next, of dot(x row, w[i] row). Ends on a
+// barrier after its last use of shared memory.
+template <unsigned NW, class W, class Rows, class Cols>
+__device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const W (&w)[NW],
+                                               Rows rows_of, Cols cols_of, unsigned k,
+                                               float (&acc)[NW][2][4][4]) {
+    __shared__ __align__(16) bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
+    __shared__ __align__(16) bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
+    const GemmBf16 xm{x};
+    const bool vec = gemm_vec(xm, w, k);
+    gemm_large_zero<NW>(acc);
     uint4 xv[GEMM_LARGE_X_CHUNKS];
     uint4 wv[NW][GEMM_LARGE_W_CHUNKS];
     gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, xm, rows_of, k, 0u, vec);
@@ -599,41 +637,135 @@ __device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const
                     wv[i], w[i], cols_of, k, k0 + GEMM_BK, vec);
             }
         }
-#pragma unroll
-        for (unsigned kk = 0; kk < GEMM_BK; kk += 16) {
-            // Matrices: rows 0-7 / 8-15 of the warp's m-th 16 (lane bit 3), k 0-7 / 8-15 (bit 4).
-            unsigned a[2][4];
-#pragma unroll
-            for (unsigned m = 0; m < 2; ++m) {
-                ldmatrix_x4(a[m], &xs[wr + m * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-            }
-#pragma unroll
-            for (unsigned i = 0; i < NW; ++i) {
-#pragma unroll
-                for (unsigned p = 0; p < 2; ++p) {
-                    // Matrices: k 0-7 / 8-15 (lane bit 3) of features 0-7 / 8-15 (bit 4) of
-                    // the warp's pair p.
-                    unsigned b[4];
-                    ldmatrix_x4(b, &ws[i][wc + p * 16 + (lane >> 4) * 8 + (lane & 7)]
-                                      [kk + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-                    for (unsigned m = 0; m < 2; ++m) {
-                        mma_bf16_16816(acc[i][m][2 * p], a[m], b[0], b[1]);
-                        mma_bf16_16816(acc[i][m][2 * p + 1], a[m], b[2], b[3]);
-                    }
-                }
-            }
-        }
+        gemm_large_mma<NW>(xs, ws, acc);
         __syncthreads();
     }
 }
 
-// gemm_large_acc over the block's rows (blockIdx.x · 128 ..) and features n0 .. n0 + 63 of a
-// row-major x of `rows` rows: store(row, f, v) for every row and f < n, v[i] the dot of
-// weight i. `ok` false (a quantized weight's zero block or group) writes nothing; a block none
-// of whose rows `want` flags (an LM head's; null: every row) returns before it stages a tile,
-// as gemm_run_wanted's does.
-template <unsigned NW, class W, class Store>
+// ---- prefill widths, pipelined: gemm_pipe (the `_pipe` entries, lever `mma_pipe`) ----------
+//
+// gemm_large stages through registers: each thread loads its chunks of the next 64-k tile
+// while the warps run the current one and stores them after a barrier, so a block keeps one
+// tile in flight and a tile's loads must land within one tile's mma.sync. gemm_pipe keeps
+// GEMM_PIPE_STAGES of gemm_large's tiles in shared memory and fills them with cp.async (16-byte
+// global → shared copies that bypass registers and L1), as CUTLASS's multistage Ampere GEMMs
+// do: while the warps run tile t, tiles t + 1 and t + 2 are on their way. The stages are
+// dynamic shared memory, 81 KB with one weight and 108 KB with gate and up (their launch opts
+// in past 48 KB; two and one blocks an SM as gemm_large's registers give). The warps, their
+// fragments and each accumulator's mma.sync sequence are gemm_large's (gemm_large_mma), so a
+// `_pipe` entry writes its kernel's bytes at any width (emulated test
+// `pipe_entries_write_the_bytes_of_the_wide_ones`). A chunk that is not there (a row past
+// `rows`, k past its end) is stored as zeros, as gemm_large stages it; when k is not a multiple
+// of 8 or a matrix is not 16-byte aligned, a stage is fetched through registers (gemm_fetch,
+// gemm_put) into the same shared memory: the same bytes either way. bf16 weights only: a
+// quantized tile is dequantised on its way through registers, which cp.async skips.
+#define GEMM_PIPE_STAGES 3u
+
+extern __shared__ __align__(16) bf16 gemm_pipe_smem[];
+
+// One stage: gemm_large's tiles of x (128 rows) and of each weight (64), GEMM_PITCH a row.
+template <unsigned NW>
+struct GemmPipeStage {
+    bf16 xs[GEMM_LARGE_BM][GEMM_PITCH];
+    bf16 ws[NW][GEMM_LARGE_BN][GEMM_PITCH];
+};
+
+// This thread's N chunks of the 64-k tile at k0 of matrix p (its rows `rows_of` names) into
+// the shared tile s by cp.async, chunk c = threadIdx.x + i·256 as gemm_fetch numbers them; an
+// absent chunk (GEMM_NO_ROW, or past k) stored as zeros at once. k is a multiple of 8 and p
+// 16-byte aligned.
+template <unsigned N, class Rows>
+__device__ __forceinline__ void gemm_copy_async(bf16 (*s)[GEMM_PITCH], const bf16* __restrict__ p,
+                                                Rows rows_of, unsigned k, unsigned k0) {
+    constexpr unsigned chunks = GEMM_BK / 8;
+#pragma unroll
+    for (unsigned i = 0; i < N; ++i) {
+        const unsigned c = threadIdx.x + i * GEMM_LARGE_THREADS;
+        const unsigned kc = (c % chunks) * 8;
+        const unsigned row = rows_of.src(c / chunks);
+        bf16* dst = &s[c / chunks][kc];
+        if (row != GEMM_NO_ROW && k0 + kc < k) {
+            cp_async16(dst, p + (unsigned long long)row * k + k0 + kc);
+        } else {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+
+// The 64-k tile at k0 of x and each weight into stage st, as one cp.async group of this thread
+// (empty when !vec: then fetched through registers and stored at once, gemm_large's way).
+template <unsigned NW, class Rows, class Cols>
+__device__ __forceinline__ void gemm_pipe_fill(GemmPipeStage<NW>& st, const bf16* __restrict__ x,
+                                               const GemmBf16 (&w)[NW], Rows rows_of,
+                                               Cols cols_of, unsigned k, unsigned k0, bool vec) {
+    if (vec) {
+        gemm_copy_async<GEMM_LARGE_X_CHUNKS>(st.xs, x, rows_of, k, k0);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) {
+            gemm_copy_async<GEMM_LARGE_W_CHUNKS>(st.ws[i], w[i].p, cols_of, k, k0);
+        }
+    } else {
+        uint4 xv[GEMM_LARGE_X_CHUNKS];
+        gemm_fetch<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(xv, GemmBf16{x}, rows_of, k,
+                                                                      k0, false);
+        gemm_put<GEMM_LARGE_X_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(st.xs, xv);
+#pragma unroll
+        for (unsigned i = 0; i < NW; ++i) {
+            uint4 wv[GEMM_LARGE_W_CHUNKS];
+            gemm_fetch<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(wv, w[i], cols_of, k, k0,
+                                                                          false);
+            gemm_put<GEMM_LARGE_W_CHUNKS, GEMM_BK, GEMM_LARGE_THREADS>(st.ws[i], wv);
+        }
+    }
+    cp_async_commit();
+}
+
+// gemm_large_acc's accumulators (the same layout and bytes) through GEMM_PIPE_STAGES stages in
+// dynamic shared memory (the launch's GEMM_PIPE_STAGES · sizeof(GemmPipeStage<NW>) bytes).
+// Tile t sits in stage t % GEMM_PIPE_STAGES; the fill of tile t + 2 goes out after the barrier
+// that ends every warp's reading of tile t − 1, whose stage it reuses. Ends on a barrier after
+// its last use of shared memory, with no copy in flight.
+template <unsigned NW, class Rows, class Cols>
+__device__ __forceinline__ void gemm_pipe_acc(const bf16* __restrict__ x, const GemmBf16 (&w)[NW],
+                                              Rows rows_of, Cols cols_of, unsigned k,
+                                              float (&acc)[NW][2][4][4]) {
+    GemmPipeStage<NW>* stages = reinterpret_cast<GemmPipeStage<NW>*>(gemm_pipe_smem);
+    const bool vec = gemm_vec(GemmBf16{x}, w, k);
+    gemm_large_zero<NW>(acc);
+    const unsigned tiles = (k + GEMM_BK - 1u) / GEMM_BK;
+#pragma unroll
+    for (unsigned t = 0; t + 1u < GEMM_PIPE_STAGES; ++t) {
+        if (t < tiles) {
+            gemm_pipe_fill<NW>(stages[t], x, w, rows_of, cols_of, k, t * GEMM_BK, vec);
+        } else {
+            cp_async_commit();
+        }
+    }
+    for (unsigned t = 0; t < tiles; ++t) {
+        // Tile t's group is complete (only the newest, tile t + 1's, may be in flight); after
+        // the barrier every thread's copies of it are visible and no warp reads tile t − 1.
+        cp_async_wait<GEMM_PIPE_STAGES - 2u>();
+        __syncthreads();
+        const unsigned next = t + GEMM_PIPE_STAGES - 1u;
+        if (next < tiles) {
+            gemm_pipe_fill<NW>(stages[next % GEMM_PIPE_STAGES], x, w, rows_of, cols_of, k,
+                               next * GEMM_BK, vec);
+        } else {
+            cp_async_commit();
+        }
+        const GemmPipeStage<NW>& st = stages[t % GEMM_PIPE_STAGES];
+        gemm_large_mma<NW>(st.xs, st.ws, acc);
+    }
+    cp_async_wait<0u>();
+    __syncthreads();
+}
+
+// gemm_large_acc (PIPE: gemm_pipe_acc, bf16 weights) over the block's rows (blockIdx.x · 128 ..)
+// and features n0 .. n0 + 63 of a row-major x of `rows` rows: store(row, f, v) for every row
+// and f < n, v[i] the dot of weight i. `ok` false (a quantized weight's zero block or group)
+// writes nothing; a block none of whose rows `want` flags (an LM head's; null: every row)
+// returns before it stages a tile, as gemm_run_wanted's does.
+template <unsigned NW, bool PIPE = false, class W, class Store>
 __device__ __forceinline__ void gemm_large_run(const bf16* __restrict__ x, const W (&w)[NW],
                                                unsigned rows, unsigned k, unsigned n,
                                                unsigned n0, Store store, bool ok = true,
@@ -646,7 +778,11 @@ __device__ __forceinline__ void gemm_large_run(const bf16* __restrict__ x, const
     }
     const SpanRows rows_of{m0, rows};
     float acc[NW][2][4][4];
-    gemm_large_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    if constexpr (PIPE) {
+        gemm_pipe_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    } else {
+        gemm_large_acc<NW>(x, w, rows_of, SpanRows{n0, n}, k, acc);
+    }
     const unsigned warp = threadIdx.x / 32;
     const unsigned lane = threadIdx.x % 32;
     const unsigned g = lane >> 2;
@@ -1876,6 +2012,39 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
     const GemmBf16 ws[1] = {{w}};
     gemm_large_run<1>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
                       StoreLogits{logits, vocab, want}, true, want);
+}
+
+// ---- the `_pipe` entries (gemm_pipe, in the "prefill widths, pipelined" section above) -----
+
+// linear_mma through gemm_pipe: linear_mma_large's grid and bytes, GEMM_PIPE_STAGES stages of
+// dynamic shared memory (82,944 bytes).
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_mma_pipe(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                    const bf16* __restrict__ bias, bf16* __restrict__ y, unsigned rows,
+                    unsigned k, unsigned n_out) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_large_run<1, true>(x, ws, rows, k, n_out, blockIdx.y * GEMM_LARGE_BN,
+                            StoreLinear{bias, y, n_out});
+}
+// gate_up_silu_mma through gemm_pipe: gate_up_silu_mma_large's grid and bytes, 110,592 bytes of
+// dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    gate_up_silu_mma_pipe(const bf16* __restrict__ x, const bf16* __restrict__ wg,
+                          const bf16* __restrict__ wu, bf16* __restrict__ act, unsigned rows,
+                          unsigned k, unsigned inter) {
+    const GemmBf16 ws[2] = {{wg}, {wu}};
+    gemm_large_run<2, true>(x, ws, rows, k, inter, blockIdx.y * GEMM_LARGE_BN,
+                            StoreSiluMul{act, inter});
+}
+// lm_head_mma through gemm_pipe: lm_head_mma_large's grid and bytes, 82,944 bytes of dynamic
+// shared memory.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    lm_head_mma_pipe(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                     float* __restrict__ logits, const int* __restrict__ want, unsigned rows,
+                     unsigned k, unsigned vocab) {
+    const GemmBf16 ws[1] = {{w}};
+    gemm_large_run<1, true>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
+                            StoreLogits{logits, vocab, want}, true, want);
 }
 
 // The quantized entries of linear_mma and lm_head_mma through gemm_large (gate_up_silu_mma's

@@ -200,6 +200,14 @@ struct Context {
 };
 #endif
 
+// A cp.async copy not yet landed: 16 bytes from src to dst, in this thread's group `group`
+// (its count of commits when the copy was issued).
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    unsigned long long group;
+};
+
 struct Fiber {
     Context ctx;
     State state = State::Ready;
@@ -208,6 +216,8 @@ struct Fiber {
     unsigned long long got = 0;  // the value it receives
     unsigned src = 0;            // the lane it reads
     uint3 idx{0, 0, 0};          // its threadIdx
+    std::vector<AsyncCopy> copies; // its cp.async copies not yet landed, in issue order
+    unsigned long long groups = 0; // its cp.async commits
 };
 
 struct Block {
@@ -330,6 +340,9 @@ inline bool run_block(unsigned threads, dim3 block) {
         }
         prepare(f.ctx, f.stack, kStackBytes);
         f.state = State::Ready;
+        // A copy a thread of the previous block never waited for never lands.
+        f.copies.clear();
+        f.groups = 0;
         f.idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     }
     for (;;) {
@@ -415,6 +428,33 @@ inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
 template <class T> inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {
     if (width != 32) emu::fail("__shfl_sync with a width other than 32 is not emulated");
     return emu::exchange(v, static_cast<unsigned>(src_lane) % emu::kWarp);
+}
+
+// ---- cp.async: copies held back until the thread waits for their group ---------------------
+// A device may land a copy at any point before the wait that completes its group; the model
+// lands it at the latest, in that wait, so shared memory read before the wait (and, by another
+// thread, before the barrier after it) holds what it held before: a missing wait shows in the
+// outputs as poison (every block's shared memory starts poisoned) or a stale tile. The source is
+// read when the copy lands. A copy a thread never waits for never lands.
+inline void emu_cp_async16(void* smem, const void* gmem) {
+    if (reinterpret_cast<std::uintptr_t>(smem) % 16 != 0 ||
+        reinterpret_cast<std::uintptr_t>(gmem) % 16 != 0) {
+        emu::fail("cp.async: an address that is not 16-byte aligned");
+        return;
+    }
+    emu::Fiber& f = emu::self();
+    f.copies.push_back(emu::AsyncCopy{smem, gmem, f.groups});
+}
+inline void emu_cp_async_commit() { ++emu::self().groups; }
+inline void emu_cp_async_wait(unsigned n) {
+    emu::Fiber& f = emu::self();
+    // Groups 0 .. groups − n − 1 complete; copies are in issue order, so their groups ascend.
+    size_t landed = 0;
+    while (landed < f.copies.size() && f.copies[landed].group + n < f.groups) {
+        std::memcpy(f.copies[landed].dst, f.copies[landed].src, 16);
+        ++landed;
+    }
+    f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<std::ptrdiff_t>(landed));
 }
 
 // ---- tensor cores: a host model of mma.sync m16n8k16 (bf16, f32 accumulate) and ldmatrix ---

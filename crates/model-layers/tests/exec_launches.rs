@@ -246,6 +246,105 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
     );
 }
 
+/// The `mma_pipe` lever (with `tensor_cores` and `mma_large`): the same plans; every launch of
+/// a `_large` entry that has a `_pipe` one (bf16 `linear_mma`, `gate_up_silu_mma`,
+/// `lm_head_mma`) becomes it, in the same grid with its stages' dynamic shared memory, and every
+/// other launch is as it was; without `mma_large` it changes nothing; a 150-token prompt gives
+/// the same bytes. The llama of `mma_large_lever_picks_the_large_entries_at_prefill_widths`,
+/// whose gate/up and LM head go large.
+#[test]
+fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
+    let json = TINY_LLAMA
+        .replace("\"intermediate_size\": 128", "\"intermediate_size\": 8448")
+        .replace("\"vocab_size\": 128", "\"vocab_size\": 8448");
+    let mut backend = backend();
+    let build = |backend: &mut CpuBackend, levers: &[&str]| {
+        let mut policy = Policy::default();
+        for lever in levers {
+            policy.levers.set(lever, true).unwrap();
+        }
+        let mut serve = exec_support::serve();
+        serve.verify_widths.extend([64, 136]);
+        let boot = solder_model_layers::Boot {
+            serve,
+            ..exec_support::boot(
+                exec_support::config(&json),
+                policy,
+                solder_model_layers::WeightSource::Random { seed: 0x5eed },
+                exec_support::kv(2 * 40 + 2, 4, 160),
+            )
+        };
+        solder_model_layers::CircuitExec::build(backend, boot).expect("build")
+    };
+    let launches = |exec: &solder_model_layers::CircuitExec| {
+        exec.programs()
+            .iter()
+            .flat_map(|p| {
+                p.steps.iter().filter_map(|step| match step {
+                    ProgramStep::Launch { name, config, .. } => Some((*name, *config)),
+                    _ => None,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let wide = build(&mut backend, &["tensor_cores"]);
+    let unpaired = build(&mut backend, &["tensor_cores", "mma_pipe"]);
+    let large = build(&mut backend, &["tensor_cores", "mma_large"]);
+    let piped = build(&mut backend, &["tensor_cores", "mma_large", "mma_pipe"]);
+    assert_eq!(large.plans_digest(), piped.plans_digest());
+    assert_eq!(
+        launches(&wide),
+        launches(&unpaired),
+        "mma_pipe without mma_large"
+    );
+    let (a, b) = (launches(&large), launches(&piped));
+    assert_eq!(a.len(), b.len());
+    let mut taken = std::collections::BTreeSet::new();
+    for ((entry, config), (piped_entry, piped_config)) in a.iter().zip(&b) {
+        match kernels::gemm::PIPES.iter().find(|p| p.1 == *entry) {
+            Some(&(pipe, _, kernel, weights)) => {
+                assert_eq!(*piped_entry, pipe, "{entry}");
+                assert_eq!(
+                    (piped_config.grid, piped_config.block),
+                    (config.grid, config.block),
+                    "{pipe}"
+                );
+                assert_eq!(
+                    piped_config.shared_bytes,
+                    kernels::gemm::pipe_shared_bytes(weights),
+                    "{pipe}"
+                );
+                assert_eq!(kernels::variant_of(pipe), Some(kernel), "{pipe}");
+                taken.insert(kernel);
+            }
+            None => assert_eq!((entry, config), (piped_entry, piped_config)),
+        }
+    }
+    assert_eq!(
+        taken.into_iter().collect::<Vec<_>>(),
+        [
+            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            kernels::gemm::LM_HEAD_MMA.as_str()
+        ]
+    );
+    let tokens = prompt(7, large.config.vocab_size, 150);
+    let logits = |backend: &mut CpuBackend, exec: &solder_model_layers::CircuitExec| {
+        let mut session = solder_model_layers::Session::new(exec);
+        let id = session.add_sequence();
+        let mut out = session
+            .prefill(backend, id, &tokens[..136])
+            .expect("prefill");
+        out.extend(
+            session
+                .prefill(backend, id, &tokens[136..])
+                .expect("prefill"),
+        );
+        out
+    };
+    let (x, y) = (logits(&mut backend, &large), logits(&mut backend, &piped));
+    assert_same_bytes(&x, &y, "mma_large vs mma_large + mma_pipe");
+}
+
 /// The same for Gated DeltaNet's two input projections (`linear_pair_mma`): a qwen3_next whose
 /// in_proj_qkvz has 4,128 features (64 value heads of 32) and in_proj_ba 128, so the pair's
 /// large grid holds 65 + 2 feature blocks, 134 at 136 rows.

@@ -217,6 +217,8 @@ mod tests_narrow;
 #[cfg(test)]
 mod tests_pick;
 #[cfg(test)]
+mod tests_pipe;
+#[cfg(test)]
 mod tests_positions;
 #[cfg(test)]
 mod tests_prefetch;

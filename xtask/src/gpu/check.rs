@@ -362,11 +362,13 @@ mod tests {
         for stage in [
             "\"gdn kernels\"",
             "\"gemm kernels\"",
+            "\"gemm tiles\"",
             "\"qkv kernels\"",
             "same_bytes \"fp8 narrow tiles: bytes\"",
             "SOLDER_CUBINS=",
             "initcheck",
             "synccheck",
+            "\"racecheck gemm tiles\"",
             "--levers pdl",
             "\"decode ctx 131069\"",
         ] {

@@ -37,9 +37,11 @@ const HELP: &str =
   at Llama-3.1-8B's shapes and each of --rows rows, each launch timed alone: the median against
   the roofline (4.8 TB/s, 990 TFLOPS) and against the floor of weights read once per 64 rows,
   the CUDA-core kernel of the same projection (gemv::gate_up_silu, gemv::linear), the `_large`
-  entry (lever mma_large: 128 x 64 tiles, the same bytes) and, at up to 16 rows, the `_narrow`
-  entry (lever mma_narrow: passes of 16 rows, the same bytes) from the same buffers, their
-  outputs compared first. On the CPU backend the shapes are cut by 32.
+  entry (lever mma_large: 128 x 64 tiles, the same bytes), at up to 16 rows the `_narrow`
+  entry (lever mma_narrow: passes of 16 rows, the same bytes) and past 16 rows the `_pipe` entry
+  (lever mma_pipe: the _large tiles, three k tiles in flight through cp.async, the same bytes)
+  from the same buffers, their outputs compared first. On the CPU backend the shapes are cut
+  by 32.
 
   qkv: the qk-norm q/k/v launch with rope and the KV write (gemm::qkv_norm_rope_kv_mma) at
   Qwen3-8B's and Qwen3-32B's attention shapes and Qwen3-Next-80B's gated one
@@ -52,13 +54,19 @@ const HELP: &str =
   --backend B   cpu (default: a dry run of the harness on the twins) or cuda
   --family F    gdn, gemm, qkv or all (default)
   --rows LIST   chunk widths, comma-separated, 1..=4096 each
-  --runs N      timed launches per kernel and width, 1..=1000 (default 20)";
+  --runs N      timed launches per kernel and width, 1..=1000 (default 20)
+  --cut N       the gemm and qkv shapes cut by N, 1..=64 (default 1 on cuda, 32 on cpu): a
+                quick pass over every tile, as under compute-sanitizer";
 
 /// Qwen3-Next-80B's Gated DeltaNet: key heads, key dim, value heads, value dim.
 const SHAPE: [u32; 4] = [16, 128, 32, 128];
 
 pub fn run(argv: Vec<String>) -> Result<(), String> {
-    let args = Args::parse(argv, &["backend", "family", "rows", "runs"], &["help"])?;
+    let args = Args::parse(
+        argv,
+        &["backend", "family", "rows", "runs", "cut"],
+        &["help"],
+    )?;
     if args.flag("help") {
         println!("{HELP}");
         return Ok(());
@@ -88,6 +96,14 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
             _ => return Err(format!("--runs: `{v}` is not a count in 1..=1000")),
         },
     };
+    let cut = match (args.value("cut"), kind) {
+        (None, BackendKind::Cpu) => 32,
+        (None, _) => 1,
+        (Some(v), _) => match v.parse::<u32>() {
+            Ok(n) if (1..=64).contains(&n) => n,
+            _ => return Err(format!("--cut: `{v}` is not a divisor in 1..=64")),
+        },
+    };
     let mut backend: Box<dyn GpuBackend> = match device_backend(kind)? {
         Some(device) => device,
         None => Box::new(
@@ -97,10 +113,6 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     };
     let backend = backend.as_mut();
     println!("{}", super::describe(&backend.facts()));
-    let cut = match kind {
-        BackendKind::Cpu => 32,
-        _ => 1,
-    };
     if gemm {
         super::tiles::time_projections(backend, &rows, runs, cut)?;
     }

@@ -30,7 +30,7 @@
 # row against its chunked form (`gdn_chunked`) on the CUDA cores and on the tensor cores
 # (`gdn::gates_chunked_mma`, TF32), each launch timed alone (gpu-kernels); the
 # tensor-core projections at Llama-3.1-8B's shapes against their roofline, gemv and their
-# _large and (at decode widths) _narrow entries (gpu-kernels); the qk-norm q/k/v launch at
+# _large, _pipe (cp.async stages) and (at decode widths) _narrow entries (gpu-kernels); the qk-norm q/k/v launch at
 # Qwen3-8B's, Qwen3-32B's and (gated) Qwen3-Next-80B's shapes through the 64 x 32 tile and the
 # _large one, whose stage opts in past 48 KB of shared memory, bytes compared, then timed
 # (gpu-kernels); the 1B shape with fp8 weights (block 128 x 128): a 2,048-token prefill, gemv
@@ -38,7 +38,8 @@
 # _narrow entries), and ncu per kernel over a 1,024-token prefill with them;
 # every module JIT-compiled from its PTX; Llama-3.2-1B's shape past 4,096 tokens,
 # eager == graph == a second run; initcheck and synccheck on the splitting model; memcheck and
-# racecheck with `pdl` on; decode timed at context 131,069 (the 1B's 131,072 positions less
+# racecheck with `pdl` on; racecheck over the tensor-core tiles (the _pipe entries' cp.async
+# stages) at cut shapes; decode timed at context 131,069 (the 1B's 131,072 positions less
 # the timed step's own).
 #
 # Each stage runs under `timeout` (limits in seconds below, each overridable by its variable)
@@ -94,7 +95,7 @@ LIMIT_TC_SANITIZE=${LIMIT_TC_SANITIZE:-25}  # per run: memcheck, racecheck, MoE 
 # 1.4 and 1.7 times their first runs to make room for a third fp8 prefill).
 LIMIT_FACTS_3=${LIMIT_FACTS_3:-5}    # (0.6 s in part 1)
 LIMIT_GDN_KERNELS=${LIMIT_GDN_KERNELS:-20}  # gdn recurrence, its chunked forms, 80B shape (not yet timed)
-LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-30}  # tensor-core projections, 8B shapes, 5 widths (not yet timed)
+LIMIT_GEMM_KERNELS=${LIMIT_GEMM_KERNELS:-35}  # tensor-core projections, 8B shapes, 5 widths, five entries (not yet timed)
 LIMIT_QKV_KERNELS=${LIMIT_QKV_KERNELS:-10}  # qk-norm q/k/v, wide and large tiles, 3 shapes, 3 widths (not yet timed)
 LIMIT_PREFILL_FP8=${LIMIT_PREFILL_FP8:-25}  # per run, three runs: LIMIT_PREFILL's, fp8 weights (not yet timed)
 LIMIT_NCU_PREFILL_FP8=${LIMIT_NCU_PREFILL_FP8:-40}  # LIMIT_NCU_PREFILL's, fp8 weights (not yet timed)
@@ -103,8 +104,9 @@ LIMIT_STEP_LONG=${LIMIT_STEP_LONG:-35}  # Llama-3.2-1B's shape, 4,200 tokens, co
 LIMIT_INITCHECK=${LIMIT_INITCHECK:-10}  # (1 s)
 LIMIT_SYNCCHECK=${LIMIT_SYNCCHECK:-10}  # (1 s)
 LIMIT_MEMCHECK_PDL=${LIMIT_MEMCHECK_PDL:-10}  # (1 s)
-LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-70}  # (more than 20 s; racecheck alone took 39)
-LIMIT_CTX_128K=${LIMIT_CTX_128K:-150}   # 131,069 tokens prefilled 8 at a time (past 75 s)
+LIMIT_RACECHECK_PDL=${LIMIT_RACECHECK_PDL:-55}  # (more than 20 s; racecheck alone took 39)
+LIMIT_RACECHECK_TILES=${LIMIT_RACECHECK_TILES:-15}  # 12 projection launches at cut shapes, 3 times each (not yet timed)
+LIMIT_CTX_128K=${LIMIT_CTX_128K:-145}   # 131,069 tokens prefilled 8 at a time (past 75 s)
 # The levers the A/B stage compares (comma-separated; an unknown name fails the stage, naming
 # it): programmatic launch and the three batch-1 levers (split_two_waves: splits sized to 528
 # blocks, the sizing before one wave became the default, to see the default still pays;
@@ -236,12 +238,19 @@ NCU=$(find_tool ncu)
 sanitize() {
     local name=$1 tool=$2 limit=$3
     shift 3
+    sanitize_run "$name" "$tool" "$limit" gpu-step "$@" --steps 2
+}
+
+# sanitize_run NAME TOOL LIMIT COMMAND...: compute-sanitizer's TOOL over `$BIN COMMAND...`.
+sanitize_run() {
+    local name=$1 tool=$2 limit=$3
+    shift 3
     if [ -z "$SANITIZER" ]; then
         skip "$name" "compute-sanitizer not found"
         return
     fi
     stage "$name" "$limit" "$LOG/checks.log" \
-        "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BIN" gpu-step "$@" --steps 2
+        "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BIN" "$@"
     record "$name" "$(key 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')" "$LOG/checks.log"
 }
 
@@ -490,11 +499,15 @@ part3() {
     # Per-kernel: gemm::gate_up_silu_mma and gemm::linear_mma (down, o) at Llama-3.1-8B's
     # shapes and 1, 16, 64, 128 and 512 rows, medians against the roofline, against the floor
     # of weights read once per 64 rows (the grid's old order), against gemv's kernels, against
-    # their _large entries (lever mma_large) and at 1 and 16 rows their _narrow entries (lever
-    # mma_narrow), the tiles' bytes checked equal first.
+    # their _large entries (lever mma_large), at 1 and 16 rows their _narrow entries (lever
+    # mma_narrow) and at 64 rows and more their _pipe entries (lever mma_pipe: three k tiles in
+    # flight through cp.async, 81 or 108 KB of shared memory opted in), the tiles' bytes checked
+    # equal first. Two rows: the kernels against the roofline and gemv, the tiles against each
+    # other.
     stage "gemm kernels" "$LIMIT_GEMM_KERNELS" "$LOG/bench.log" \
         "$BIN" gpu-kernels --backend cuda --family gemm --rows 1,16,64,128,512 --runs 20
     record "gemm kernels" "$(key '^gemm kernels:')" "$LOG/bench.log"
+    record "gemm tiles" "$(key '^gemm tiles:')" "$LOG/bench.log"
 
     # Per-kernel: gemm::qkv_norm_rope_kv_mma at Qwen3-8B's and Qwen3-32B's attention shapes and
     # the gated layout at Qwen3-Next-80B's (256-wide heads), each through the 64 x 32 tile and
@@ -542,6 +555,11 @@ part3() {
     sanitize "synccheck split" synccheck "$LIMIT_SYNCCHECK" "${SPLIT_MODEL[@]}"
     sanitize "memcheck split pdl" memcheck "$LIMIT_MEMCHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
     sanitize "racecheck split pdl" racecheck "$LIMIT_RACECHECK_PDL" "${SPLIT_MODEL[@]}" --levers pdl
+    # The tensor-core tiles alone, the _pipe entries' cp.async stages above all (a stage
+    # refilled while a warp still reads it, which the emulation cannot see): the gemm family's
+    # projections cut by 16 (k 256 to 896: 4 to 14 k tiles, every stage reused) at 130 rows.
+    sanitize_run "racecheck gemm tiles" racecheck "$LIMIT_RACECHECK_TILES" \
+        gpu-kernels --backend cuda --family gemm --rows 130 --runs 1 --cut 16
 
     # 131,069 tokens: the step's own positions (and the warm-up's) fill the 1B's 131,072.
     bench_context "decode ctx 131069" "$LIMIT_CTX_128K" 131069

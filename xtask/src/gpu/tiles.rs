@@ -13,14 +13,17 @@
 //! widths (up to `gemm::NARROW_ROWS`) the same through the `_narrow` entry (gemm.cu
 //! `gemm_narrow`, lever `mma_narrow`: passes of 16 rows, 256 k staged at a time), whose outputs
 //! must be those bytes too: its median, and the CUDA-core kernel's over it (whether the narrow
-//! tile catches gemv where the 64-row tile did not).
+//! tile catches gemv where the 64-row tile did not). Past them, the same through the `_pipe`
+//! entry (gemm.cu `gemm_pipe`, lever `mma_pipe`: the `_large` tiles with three k tiles in flight
+//! through cp.async), those bytes too: its median, and the `_large` entry's over it.
 //!
-//! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins).
+//! On the CPU backend the shapes are cut by 32 (a dry run of the harness on the twins); `--cut`
+//! cuts them on a device too (a quick pass under compute-sanitizer).
 
 use solder_config::Levers;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::kernels::gemm::{
-    large_grid, GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE,
+    large_grid, pipe_of, GateUpSiluMma, LinearMma, GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE,
     GATE_UP_SILU_MMA_NARROW, LINEAR_MMA, LINEAR_MMA_LARGE, LINEAR_MMA_NARROW, NARROW_ROWS,
 };
 use solder_model_layers::kernels::gemv::{GateUpSilu, Linear, GEMV_UNSPLIT};
@@ -69,9 +72,9 @@ const PROJECTIONS: [Projection; 3] = [
     },
 ];
 
-/// Times every projection at every width; prints a line each and the summary line
+/// Times every projection at every width; prints a line each and the summary lines
 /// `gemm kernels: …` (each tensor-core launch's median as a fraction of its roofline, and the
-/// CUDA-core kernel's time over it).
+/// CUDA-core kernel's time over it) and `gemm tiles: …` (the tiles' medians over each other).
 pub fn time_projections(
     backend: &mut dyn GpuBackend,
     rows: &[u32],
@@ -81,13 +84,13 @@ pub fn time_projections(
     println!(
         "tensor-core projections at Llama-3.1-8B's shapes{}; {runs} launches each, medians",
         if cut > 1 {
-            format!(" cut by {cut} (dry run)")
+            format!(" cut by {cut}")
         } else {
             String::new()
         }
     );
     println!(
-        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12} {:>8} {:>14} {:>8} {:>9}",
+        "{:>6} {:<18} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>12} {:>8} {:>14} {:>8} {:>9}",
         "rows",
         "kernel",
         "mma us",
@@ -95,6 +98,8 @@ pub fn time_projections(
         "gemv/mma",
         "large us",
         "mma/large",
+        "pipe us",
+        "large/pipe",
         "narrow us",
         "gemv/narrow",
         "roofline us",
@@ -118,13 +123,17 @@ pub fn time_projections(
                 false => weight,
             };
             let floor = (reread + moved - weight) / TBPS * 1e6;
-            // The narrow tile's columns, at decode widths only.
+            // The narrow tile's columns, at decode widths only; the pipe's past them.
             let (narrow, gemv_over_narrow) = match t.narrow {
                 Some(us) => (format!("{us:.1}"), format!("{:.3}", t.gemv / us)),
                 None => ("-".into(), "-".into()),
             };
+            let (pipe, large_over_pipe) = match t.pipe {
+                Some(us) => (format!("{us:.1}"), format!("{:.3}", t.large / us)),
+                None => ("-".into(), "-".into()),
+            };
             println!(
-                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {:>10.1} {:>10.3} {narrow:>10} {gemv_over_narrow:>11} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
+                "{r:>6} {:<18} {:>10.1} {:>10.1} {:>9.3} {:>10.1} {:>10.3} {pipe:>10} {large_over_pipe:>10} {narrow:>10} {gemv_over_narrow:>11} {roof:>12.1} {:>8.3} {floor:>14.1} {:>8.1} {:>9.2e}",
                 p.name,
                 t.mma,
                 t.gemv,
@@ -141,11 +150,14 @@ pub fn time_projections(
                 of_roof: roof / t.mma,
                 gemv_over_mma: t.gemv / t.mma,
                 mma_over_large: t.mma / t.large,
+                large_over_pipe: t.pipe.map(|us| t.large / us),
                 gemv_over_narrow: t.narrow.map(|us| t.gemv / us),
             });
         }
     }
-    println!("{}", summary_line(&summary));
+    let [kernels, tiles] = summary_lines(&summary);
+    println!("{kernels}");
+    println!("{tiles}");
     Ok(())
 }
 
@@ -159,20 +171,26 @@ struct Case {
     gemv_over_mma: f64,
     /// The 64 × 32 tile's median over the `_large` entry's.
     mma_over_large: f64,
+    /// The `_large` entry's median over the `_pipe` entry's (past decode widths).
+    large_over_pipe: Option<f64>,
     /// The CUDA-core median over the `_narrow` entry's (decode widths).
     gemv_over_narrow: Option<f64>,
 }
 
-/// `gemm kernels: …`: the tensor cores' fraction of the roofline and the 64 × 32 tile's time
-/// over the `_large` entry's at the widest width, and the CUDA cores' time over the `_narrow`
-/// entry's at the narrowest (over the 64 × 32 tile's where that width is past the narrow
-/// tile's), short enough for the bundle's summary row.
-fn summary_line(cases: &[Case]) -> String {
+/// `gemm kernels: …`: the tensor cores' fraction of the roofline at the widest width, and the
+/// CUDA cores' time over the `_narrow` entry's at the narrowest (over the 64 × 32 tile's where
+/// that width is past the narrow tile's); `gemm tiles: …`: the 64 × 32 tile's time over the
+/// `_large` entry's and the `_large` entry's over the `_pipe` entry's at the widest width. Each
+/// short enough for a row of the bundle's summary (110 characters).
+fn summary_lines(cases: &[Case]) -> [String; 2] {
     let (Some(wide), Some(narrow)) = (
         cases.iter().map(|c| c.rows).max(),
         cases.iter().map(|c| c.rows).min(),
     ) else {
-        return "gemm kernels: no widths".into();
+        return [
+            "gemm kernels: no widths".into(),
+            "gemm tiles: no widths".into(),
+        ];
     };
     let at = |rows: u32, f: fn(&Case) -> f64| {
         let parts: Vec<String> = cases
@@ -186,22 +204,29 @@ fn summary_line(cases: &[Case]) -> String {
         true => "narrow",
         false => "mma",
     };
-    format!(
-        "gemm kernels: roof@{wide} {}; mma/large@{wide} {}; gemv/{tile}@{narrow} {}",
-        at(wide, |c| c.of_roof),
-        at(wide, |c| c.mma_over_large),
-        at(narrow, |c| c.gemv_over_narrow.unwrap_or(c.gemv_over_mma))
-    )
+    [
+        format!(
+            "gemm kernels: roof@{wide} {}; gemv/{tile}@{narrow} {}",
+            at(wide, |c| c.of_roof),
+            at(narrow, |c| c.gemv_over_narrow.unwrap_or(c.gemv_over_mma))
+        ),
+        format!(
+            "gemm tiles: mma/large@{wide} {}; large/pipe@{wide} {}",
+            at(wide, |c| c.mma_over_large),
+            at(wide, |c| c.large_over_pipe.unwrap_or(f64::NAN))
+        ),
+    ]
 }
 
 /// One projection's medians: the tensor cores', the CUDA cores', the `_large` entry's, the
-/// `_narrow` entry's (decode widths), and the first two's outputs' largest difference relative
-/// to the largest output.
+/// `_narrow` entry's (decode widths), the `_pipe` entry's (past them), and the first two's
+/// outputs' largest difference relative to the largest output.
 struct Timed {
     mma: f64,
     gemv: f64,
     large: f64,
     narrow: Option<f64>,
+    pipe: Option<f64>,
     diff: f32,
 }
 
@@ -229,12 +254,11 @@ fn time_widths(
         2 => Some(weight(2.5)?),
         _ => None,
     };
-    let outs: [Buf; 4] = [
-        buffers.upload(&vec![0u8; widest * n_ * 2])?,
-        buffers.upload(&vec![0u8; widest * n_ * 2])?,
-        buffers.upload(&vec![0u8; widest * n_ * 2])?,
-        buffers.upload(&vec![0u8; widest * n_ * 2])?,
-    ];
+    let mut outs = Vec::new();
+    for _ in 0..5 {
+        outs.push(buffers.upload(&vec![0u8; widest * n_ * 2])?);
+    }
+    let outs: [Buf; 5] = outs.try_into().expect("five outputs");
     let mut timed = Vec::new();
     for &rows in widths {
         let at = |what: String| format!("at {rows} rows: {what}");
@@ -242,13 +266,20 @@ fn time_widths(
         let r = rows as usize;
         let x = Buf::new(x.ptr, r * k_ * 2);
         let outs = outs.map(|o| Buf::new(o.ptr, r * n_ * 2));
-        let all = launches(x, w, wu, outs, rows, k, n);
-        // The `_narrow` entry only at the widths its lever takes it.
-        let launches = &all[..if rows <= NARROW_ROWS { 4 } else { 3 }];
+        let [mma, gemv, large, narrow, pipe] = launches(x, w, wu, outs, rows, k, n);
+        let [o_mma, o_gemv, o_large, o_narrow, o_pipe] = outs;
+        // The `_narrow` entry only at the widths its lever takes it, the `_pipe` one past them.
+        let decode = rows <= NARROW_ROWS;
+        let (fourth, o_fourth) = if decode {
+            (narrow, o_narrow)
+        } else {
+            (pipe, o_pipe)
+        };
+        let launches = [mma, gemv, large, fourth];
         let mut values = Vec::new();
         // Zeroed first, so a launch that writes nothing is not read as a wider one's output.
         let zeros = vec![0u8; r * n_ * 2];
-        for (launch, out) in launches.iter().zip(outs) {
+        for (launch, out) in launches.iter().zip([o_mma, o_gemv, o_large, o_fourth]) {
             (buffers.backend().copy_h2d(out.ptr, &zeros)).map_err(|e| at(e.to_string()))?;
             launch_once(buffers.backend(), launch).map_err(at)?;
             let v = download_bf16(buffers.backend(), out).map_err(at)?;
@@ -285,15 +316,18 @@ fn time_widths(
         let mma = time(buffers.backend(), &launches[0], runs).map_err(at)?;
         let gemv = time(buffers.backend(), &launches[1], runs).map_err(at)?;
         let large = time(buffers.backend(), &launches[2], runs).map_err(at)?;
-        let narrow = match launches.get(3) {
-            Some(l) => Some(time(buffers.backend(), l, runs).map_err(at)?),
-            None => None,
+        let fourth = time(buffers.backend(), &launches[3], runs).map_err(at)?;
+        let (narrow, pipe) = if decode {
+            (Some(fourth), None)
+        } else {
+            (None, Some(fourth))
         };
         timed.push(Timed {
             mma,
             gemv,
             large,
             narrow,
+            pipe,
             diff,
         });
     }
@@ -302,19 +336,20 @@ fn time_widths(
 }
 
 /// The tensor-core launch into `outs[0]`, the CUDA-core one into `outs[1]`, the tensor-core
-/// kernel's `_large` entry into `outs[2]` and its `_narrow` entry into `outs[3]`: gate and up with SiLU·mul when there is an up
-/// weight, else a plain projection. The CUDA-core launch takes the
+/// kernel's `_large` entry into `outs[2]`, its `_narrow` entry into `outs[3]` and its `_pipe`
+/// entry (in the large grid, with its stages' shared memory) into `outs[4]`: gate and up with
+/// SiLU·mul when there is an up weight, else a plain projection. The CUDA-core launch takes the
 /// entry and split its emitter picks at `rows`, unsplit where that split would need the step's
 /// split-K scratch (a kernel timed alone has none).
 fn launches(
     x: Buf,
     w: Buf,
     wu: Option<Buf>,
-    outs: [Buf; 4],
+    outs: [Buf; 5],
     rows: u32,
     k: u32,
     n: u32,
-) -> [Launch; 4] {
+) -> [Launch; 5] {
     let unsplit = {
         let mut levers = Levers::default();
         levers.set(GEMV_UNSPLIT, true).expect("a known lever");
@@ -337,6 +372,7 @@ fn launches(
                 scratch: None,
             };
             let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            let pipe = pipe_of(GATE_UP_SILU_MMA_LARGE, large_grid(n, rows)).expect("a _pipe entry");
             let mma = |act| GateUpSiluMma {
                 x,
                 wg: w,
@@ -351,6 +387,7 @@ fn launches(
                 gemv.launch_in(shape),
                 mma(outs[2]).launch_with(GATE_UP_SILU_MMA_LARGE, large_grid(n, rows)),
                 mma(outs[3]).launch(GATE_UP_SILU_MMA_NARROW),
+                mma(outs[4]).launch_with(pipe.0, pipe.1),
             ]
         }
         None => {
@@ -365,6 +402,7 @@ fn launches(
                 scratch: None,
             };
             let shape = gemv.shape(&pick(gemv.shape(&Levers::default()).scratch_bytes));
+            let pipe = pipe_of(LINEAR_MMA_LARGE, large_grid(n, rows)).expect("a _pipe entry");
             let mma = |y| LinearMma {
                 x,
                 w,
@@ -379,6 +417,7 @@ fn launches(
                 gemv.launch_in(shape),
                 mma(outs[2]).launch_with(LINEAR_MMA_LARGE, large_grid(n, rows)),
                 mma(outs[3]).launch(LINEAR_MMA_NARROW),
+                mma(outs[4]).launch_with(pipe.0, pipe.1),
             ]
         }
     }

@@ -123,6 +123,7 @@ pub fn variants() -> impl Iterator<Item = (&'static str, &'static str)> {
         .chain(gemm::narrow_variants())
         .chain(gemm::large_variants())
         .copied()
+        .chain(gemm::pipe_variants())
 }
 
 /// Kernels no rule names, launched by `program::compile` itself (every program's counter reset).

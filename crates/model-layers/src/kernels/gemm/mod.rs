@@ -207,6 +207,84 @@ pub const LARGE_VARIANTS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The lever that launches the bf16 `_large` entries of `linear_mma`, `gate_up_silu_mma` and
+/// `lm_head_mma` through their `_pipe` entries instead (with `mma_large`, wherever it takes the
+/// `_large` one): gemm.cu's `gemm_pipe`, the same tiles, warps and bytes, with three 64-k tiles
+/// in flight a block in dynamic shared memory, filled by cp.async, where `gemm_large` stages one
+/// through registers. A/B timing of prefill chunks; the same plans, the same bytes.
+pub const MMA_PIPE: &str = "mma_pipe";
+
+/// k tiles a `_pipe` entry keeps in shared memory (gemm.cu's `GEMM_PIPE_STAGES`).
+pub const PIPE_STAGES: u32 = 3;
+
+/// Dynamic shared memory of a `_pipe` entry over `weights` weights (1, or gate and up's 2):
+/// [`PIPE_STAGES`] stages, each a 64-k tile of x's 128 rows and of each weight's 64, rows padded
+/// to 72 bf16 (gemm.cu's `GemmPipeStage`).
+pub const fn pipe_shared_bytes(weights: u32) -> u32 {
+    let pitch = (GEMM_K_TILE as u32 + 8) * 2;
+    PIPE_STAGES * (GEMM_LARGE_ROWS + weights * GEMM_LARGE_FEATURES) * pitch
+}
+
+/// `linear_mma` through gemm.cu's `gemm_pipe`: `_large`'s arguments, twin, grid and bytes.
+pub const LINEAR_MMA_PIPE: Name<LinearMma> = Name::new("gemm::linear_mma_pipe");
+/// `lm_head_mma` through `gemm_pipe`.
+pub const LM_HEAD_MMA_PIPE: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_pipe");
+
+/// Each `_pipe` entry (lever `mma_pipe`): the `_large` entry it stands in for, the kernel both
+/// are variants of, and its weights ([`pipe_shared_bytes`]).
+pub const PIPES: [(&str, &str, &str, u32); 3] = [
+    (
+        LINEAR_MMA_PIPE.as_str(),
+        LINEAR_MMA_LARGE.as_str(),
+        LINEAR_MMA.as_str(),
+        1,
+    ),
+    (
+        LM_HEAD_MMA_PIPE.as_str(),
+        LM_HEAD_MMA_LARGE.as_str(),
+        LM_HEAD_MMA.as_str(),
+        1,
+    ),
+    (
+        fused::GATE_UP_SILU_MMA_PIPE.as_str(),
+        fused::GATE_UP_SILU_MMA_LARGE.as_str(),
+        GATE_UP_SILU_MMA.as_str(),
+        2,
+    ),
+];
+
+/// Every `_pipe` entry, with the kernel it is a variant of.
+pub fn pipe_variants() -> impl Iterator<Item = (&'static str, &'static str)> {
+    PIPES.iter().map(|&(pipe, _, kernel, _)| (pipe, kernel))
+}
+
+/// The `_pipe` entry of `large` in its launch `config` (the large grid with the stages'
+/// dynamic shared memory), when `large` has one.
+pub fn pipe_of<K>(large: Name<K>, config: LaunchConfig) -> Option<(Name<K>, LaunchConfig)> {
+    PIPES
+        .iter()
+        .find(|p| p.1 == large.as_str())
+        .map(|&(pipe, _, _, weights)| {
+            let config = LaunchConfig {
+                shared_bytes: pipe_shared_bytes(weights),
+                ..config
+            };
+            (Name::new(pipe), config)
+        })
+}
+
+/// `large` in `config`, or its `_pipe` entry ([`pipe_of`]) when the build turned `mma_pipe` on.
+pub(super) fn piped<K>(
+    v: &View<'_>,
+    large: Name<K>,
+    config: LaunchConfig,
+) -> (Name<K>, LaunchConfig) {
+    v.lever(MMA_PIPE)
+        .then(|| pipe_of(large, config))
+        .flatten()
+        .unwrap_or((large, config))
+}
+
 /// Every `_large` entry (lever `mma_large`), with the kernel or entry it is a variant of (the
 /// q/k/v rope layouts' are `fused::QKV_LARGE_VARIANTS`).
 pub fn large_variants() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
@@ -234,14 +312,17 @@ pub fn large_grid_of(features: &[u32], rows: u32) -> LaunchConfig {
     }
 }
 
-/// `$args` launched through `$large` in [`large_grid`]`($features, rows)` when the launch is
-/// large ([`large`]), else through `$wide`, or its `_narrow` entry `$narrow` ([`narrow_or`]).
+/// `$args` launched through `$large` (or its `_pipe` entry, [`piped`]) in
+/// [`large_grid`]`($features, rows)` when the launch is large ([`large`]), else through `$wide`, or its `_narrow` entry `$narrow` ([`narrow_or`]).
 /// `$features` is one matrix's output count, or a slice of each matrix's ([`large_grid_of`]).
 macro_rules! tiled {
     ($v:expr, $args:expr, [$($features:expr),+], $wide:expr, $narrow:expr, $large:expr) => {{
         let (v, args) = ($v, $args);
         match $crate::kernels::gemm::large(v, &[$($features),+]) {
-            Some(config) => args.launch_with($large, config),
+            Some(config) => {
+                let (large, config) = $crate::kernels::gemm::piped(v, $large, config);
+                args.launch_with(large, config)
+            }
             None => args.launch($crate::kernels::gemm::narrow_or(v, $wide, $narrow)),
         }
     }};
@@ -305,7 +386,7 @@ pub use fused::{
 pub use fused::{
     GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_LARGE,
     GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_LARGE, GATE_UP_SILU_MMA_NARROW,
-    LARGE_NORM_STAGE_ROWS, LINEAR_PAIR_MMA_LARGE, LINEAR_PAIR_MMA_NARROW,
+    GATE_UP_SILU_MMA_PIPE, LARGE_NORM_STAGE_ROWS, LINEAR_PAIR_MMA_LARGE, LINEAR_PAIR_MMA_NARROW,
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
     QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_MMA_FP8_LARGE,

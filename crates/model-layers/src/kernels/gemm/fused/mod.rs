@@ -123,6 +123,10 @@ pub const GATE_UP_SILU_MMA_NARROW: Name<GateUpSiluMma> = Name::new("gemm::gate_u
 /// same arguments, twin and bytes, in `gemm::large_grid`.
 pub const GATE_UP_SILU_MMA_LARGE: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_large");
 
+/// `gate_up_silu_mma` through gemm.cu's `gemm_pipe` (lever `mma_pipe`, with `mma_large`): the
+/// same arguments, twin, grid and bytes as `_large`, three cp.async stages of shared memory.
+pub const GATE_UP_SILU_MMA_PIPE: Name<GateUpSiluMma> = Name::new("gemm::gate_up_silu_mma_pipe");
+
 /// `gate_up_silu_mma_fp8` and `_int4` through `gemm_large`.
 pub const GATE_UP_SILU_MMA_FP8_LARGE: Name<GateUpSiluMmaFp8> =
     Name::new("gemm::gate_up_silu_mma_fp8_large");
