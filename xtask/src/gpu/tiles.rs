@@ -422,3 +422,46 @@ fn launches(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use solder_gpu_runtime::cpu::emu::EmuMode;
+    use solder_model_layers::kernels::gemm::{GATE_UP_SILU_MMA_PIPE, LINEAR_MMA_PIPE};
+
+    /// The harness over the CUDA sources run by the host emulation (shadow mode: the twin, then
+    /// the emulated kernel, whose bytes are kept), at Llama-3.1-8B's projections cut by 64 (k 64
+    /// to 224: one to four k tiles): at one row the `_narrow` entry, at 130 rows (two row blocks)
+    /// the `_pipe` one, each writing the 64 × 32 kernel's bytes from the harness's buffers, as
+    /// does the `_large` entry, and each launch its twin's.
+    #[test]
+    fn the_emulated_tiles_agree_in_the_harness() {
+        let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+        let root = crate::paths::workspace_root();
+        backend.set_emulation(Some(crate::emu::emulation(&root, EmuMode::Shadow).unwrap()));
+        for p in &PROJECTIONS {
+            let timed = time_widths(&mut backend, p, &[1, 130], p.k / 64, p.n / 64, 1)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            assert!(
+                timed[0].narrow.is_some() && timed[0].pipe.is_none(),
+                "{}",
+                p.name
+            );
+            assert!(
+                timed[1].pipe.is_some() && timed[1].narrow.is_none(),
+                "{}",
+                p.name
+            );
+        }
+        let report = backend.emulation().unwrap().report();
+        for (entry, launches) in [
+            (LINEAR_MMA_PIPE.as_str(), 2),
+            (GATE_UP_SILU_MMA_PIPE.as_str(), 1),
+        ] {
+            let parity = &report[entry];
+            // The checked launch and the two timed ones, per projection.
+            assert_eq!(parity.launches, 3 * launches, "{entry}: {parity:?}");
+            assert_eq!(parity.identical, parity.launches, "{entry}: {parity:?}");
+        }
+    }
+}
