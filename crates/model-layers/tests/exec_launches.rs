@@ -258,24 +258,7 @@ fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
         .replace("\"intermediate_size\": 128", "\"intermediate_size\": 8448")
         .replace("\"vocab_size\": 128", "\"vocab_size\": 8448");
     let mut backend = backend();
-    let build = |backend: &mut CpuBackend, levers: &[&str]| {
-        let mut policy = Policy::default();
-        for lever in levers {
-            policy.levers.set(lever, true).unwrap();
-        }
-        let mut serve = exec_support::serve();
-        serve.verify_widths.extend([64, 136]);
-        let boot = solder_model_layers::Boot {
-            serve,
-            ..exec_support::boot(
-                exec_support::config(&json),
-                policy,
-                solder_model_layers::WeightSource::Random { seed: 0x5eed },
-                exec_support::kv(2 * 40 + 2, 4, 160),
-            )
-        };
-        solder_model_layers::CircuitExec::build(backend, boot).expect("build")
-    };
+    let build = |backend: &mut CpuBackend, levers: &[&str]| wide_build(backend, &json, levers);
     let launches = |exec: &solder_model_layers::CircuitExec| {
         exec.programs()
             .iter()
@@ -328,20 +311,8 @@ fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
         ]
     );
     let tokens = prompt(7, large.config.vocab_size, 150);
-    let logits = |backend: &mut CpuBackend, exec: &solder_model_layers::CircuitExec| {
-        let mut session = solder_model_layers::Session::new(exec);
-        let id = session.add_sequence();
-        let mut out = session
-            .prefill(backend, id, &tokens[..136])
-            .expect("prefill");
-        out.extend(
-            session
-                .prefill(backend, id, &tokens[136..])
-                .expect("prefill"),
-        );
-        out
-    };
-    let (x, y) = (logits(&mut backend, &large), logits(&mut backend, &piped));
+    let (x, _) = chunked_logits(&mut backend, &large, &tokens);
+    let (y, _) = chunked_logits(&mut backend, &piped, &tokens);
     assert_same_bytes(&x, &y, "mma_large vs mma_large + mma_pipe");
 }
 
@@ -395,6 +366,52 @@ fn mma_large_lever_picks_the_large_qk_norm_entry_at_prefill_widths() {
     assert_eq!(enlarged, [kernels::gemm::QKV_NORM_ROPE_KV_MMA.as_str()]);
 }
 
+/// The model of `json` (random weights) with `levers` on and verify widths 64 and 136 added to
+/// the serve ladder, so a 136-row program runs the prefill-width tiles.
+fn wide_build(
+    backend: &mut CpuBackend,
+    json: &str,
+    levers: &[&str],
+) -> solder_model_layers::CircuitExec {
+    let mut policy = Policy::default();
+    for lever in levers {
+        policy.levers.set(lever, true).unwrap();
+    }
+    let mut serve = exec_support::serve();
+    serve.verify_widths.extend([64, 136]);
+    let boot = solder_model_layers::Boot {
+        serve,
+        ..exec_support::boot(
+            exec_support::config(json),
+            policy,
+            solder_model_layers::WeightSource::Random { seed: 0x5eed },
+            exec_support::kv(2 * 40 + 2, 4, 160),
+        )
+    };
+    solder_model_layers::CircuitExec::build(backend, boot).expect("build")
+}
+
+/// The logits of `tokens` prefilled as a 136-token chunk then the rest, and the rows of the
+/// program the first chunk ran.
+fn chunked_logits(
+    backend: &mut CpuBackend,
+    exec: &solder_model_layers::CircuitExec,
+    tokens: &[u32],
+) -> (Vec<f32>, Option<usize>) {
+    let mut session = solder_model_layers::Session::new(exec);
+    let id = session.add_sequence();
+    let mut out = session
+        .prefill(backend, id, &tokens[..136])
+        .expect("prefill");
+    let ran = session.last_program().map(|(_, rows, _)| rows);
+    out.extend(
+        session
+            .prefill(backend, id, &tokens[136..])
+            .expect("prefill"),
+    );
+    (out, ran)
+}
+
 /// Builds the model of `json` with `tensor_cores` and with `tensor_cores,mma_large` (verify
 /// widths 64 and 136 added), checks the launches program by program (the same plans; a launch
 /// either its kernel's or, at 128 rows or more, that kernel's `_large` entry in a large grid
@@ -402,24 +419,7 @@ fn mma_large_lever_picks_the_large_qk_norm_entry_at_prefill_widths() {
 /// their `_large` entries somewhere.
 fn large_lever_entries(json: &str) -> Vec<&'static str> {
     let mut backend = backend();
-    let build = |backend: &mut CpuBackend, levers: &[&str]| {
-        let mut policy = Policy::default();
-        for lever in levers {
-            policy.levers.set(lever, true).unwrap();
-        }
-        let mut serve = exec_support::serve();
-        serve.verify_widths.extend([64, 136]);
-        let boot = solder_model_layers::Boot {
-            serve,
-            ..exec_support::boot(
-                exec_support::config(json),
-                policy,
-                solder_model_layers::WeightSource::Random { seed: 0x5eed },
-                exec_support::kv(2 * 40 + 2, 4, 160),
-            )
-        };
-        solder_model_layers::CircuitExec::build(backend, boot).expect("build")
-    };
+    let build = |backend: &mut CpuBackend, levers: &[&str]| wide_build(backend, json, levers);
     let wide = build(&mut backend, &["tensor_cores"]);
     let large = build(&mut backend, &["tensor_cores", "mma_large"]);
     assert_eq!(wide.plans_digest(), large.plans_digest());
@@ -494,22 +494,8 @@ fn large_lever_entries(json: &str) -> Vec<&'static str> {
     // And the same bytes on the CPU (the variants run their kernels' twins), through a prompt
     // whose first chunk runs the 136-row program.
     let tokens = prompt(7, wide.config.vocab_size, 150);
-    let logits = |backend: &mut CpuBackend, exec: &solder_model_layers::CircuitExec| {
-        let mut session = solder_model_layers::Session::new(exec);
-        let id = session.add_sequence();
-        let mut out = session
-            .prefill(backend, id, &tokens[..136])
-            .expect("prefill");
-        let ran = session.last_program().map(|(_, rows, _)| rows);
-        out.extend(
-            session
-                .prefill(backend, id, &tokens[136..])
-                .expect("prefill"),
-        );
-        (out, ran)
-    };
-    let (x, _) = logits(&mut backend, &wide);
-    let (y, ran) = logits(&mut backend, &large);
+    let (x, _) = chunked_logits(&mut backend, &wide, &tokens);
+    let (y, ran) = chunked_logits(&mut backend, &large, &tokens);
     assert_eq!(ran, Some(136), "the first chunk's program");
     assert_same_bytes(&x, &y, "tensor_cores vs tensor_cores + mma_large");
     enlarged.into_iter().collect()
