@@ -651,7 +651,7 @@ __device__ __forceinline__ void gemm_large_acc(const bf16* __restrict__ x, const
 // global → shared copies that bypass registers and L1), as CUTLASS's multistage Ampere GEMMs
 // do: while the warps run tile t, tiles t + 1 and t + 2 are on their way. The stages are
 // dynamic shared memory, 81 KB with one weight and 108 KB with gate and up (their launch opts
-// in past 48 KB; two and one blocks an SM as gemm_large's registers give). The warps, their
+// in past 48 KB; two blocks an SM each, with no registers spent on staging). The warps, their
 // fragments and each accumulator's mma.sync sequence are gemm_large's (gemm_large_mma), so a
 // `_pipe` entry writes its kernel's bytes at any width (emulated test
 // `pipe_entries_write_the_bytes_of_the_wide_ones`). A chunk that is not there (a row past
@@ -813,14 +813,16 @@ __device__ __forceinline__ unsigned gemm_feature_blocks(unsigned n) {
     return (n + bn - 1u) / bn;
 }
 
-// gemm_run (NARROW: through gemm_narrow) or gemm_large_run (LARGE) over the block's rows and
-// its feature block b of a weight of n features (features b · 32 .., or b · 64 .. when LARGE).
-template <unsigned NW, bool NARROW, bool LARGE, class W, class Store>
+// gemm_run (NARROW: through gemm_narrow) or gemm_large_run (LARGE; PIPE: through gemm_pipe)
+// over the block's rows and its feature block b of a weight of n features (features b · 32 ..,
+// or b · 64 .. when LARGE).
+template <unsigned NW, bool NARROW, bool LARGE, bool PIPE = false, class W, class Store>
 __device__ __forceinline__ void gemm_any_run(const bf16* __restrict__ x, const W (&w)[NW],
                                              unsigned rows, unsigned k, unsigned n, unsigned b,
                                              Store store, bool ok = true) {
+    static_assert(LARGE || !PIPE, "gemm_pipe stages gemm_large's tiles");
     if constexpr (LARGE) {
-        gemm_large_run<NW>(x, w, rows, k, n, b * GEMM_LARGE_BN, store, ok);
+        gemm_large_run<NW, PIPE>(x, w, rows, k, n, b * GEMM_LARGE_BN, store, ok);
     } else {
         gemm_run<NW, NARROW>(x, w, rows, k, n, b * GEMM_BN, store, ok);
     }
@@ -997,8 +999,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
 
 // qkv_mma's body for any weight source (GemmBf16, GemmQuant<WFp8>, GemmQuant<WInt4>): the
 // block's projection (q's feature blocks, then k's, then v's) stored as linear_mma stores it.
-// `ok` as gemm_run's. LARGE: through gemm_large (the `_large` entries: blocks of 64 features).
-template <class W, bool LARGE = false>
+// `ok` as gemm_run's. LARGE: through gemm_large (the `_large` entries: blocks of 64 features);
+// PIPE: its tiles through gemm_pipe (the `_pipe` entry; bf16).
+template <class W, bool LARGE = false, bool PIPE = false>
 __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, const W (&w)[3],
                                         const bf16* const (&bias)[3], bf16* const (&out)[3],
                                         unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
@@ -1019,13 +1022,13 @@ __device__ __forceinline__ void qkv_run(bool ok, const bf16* __restrict__ x, con
         store = StoreLinear{bias[1], out[1], nkv};
         n = nkv;
     }
-    gemm_any_run<1, false, LARGE>(x, ws, rows, k, n, b, store, ok);
+    gemm_any_run<1, false, LARGE, PIPE>(x, ws, rows, k, n, b, store, ok);
 }
 
 // The q, k and v projections of x bf16[rows·k] in one launch: q bf16[rows·nq],
 // k_out and v bf16[rows·nkv], each as linear_mma stores it. grid = (⌈rows/64⌉, ⌈nq/32⌉ +
 // 2·⌈nkv/32⌉) (gemm_block), 128 threads: q's feature blocks, then k's, then v's.
-template <bool LARGE>
+template <bool LARGE, bool PIPE = false>
 __device__ __forceinline__ void qkv_bf16(const bf16* __restrict__ x, const bf16* __restrict__ wq,
                                          const bf16* __restrict__ bq, const bf16* __restrict__ wk,
                                          const bf16* __restrict__ bk, const bf16* __restrict__ wv,
@@ -1035,7 +1038,7 @@ __device__ __forceinline__ void qkv_bf16(const bf16* __restrict__ x, const bf16*
     const GemmBf16 w[3] = {{wq}, {wk}, {wv}};
     const bf16* const bias[3] = {bq, bk, bv};
     bf16* const out[3] = {q, k_out, v};
-    qkv_run<GemmBf16, LARGE>(true, x, w, bias, out, rows, k, nq, nkv);
+    qkv_run<GemmBf16, LARGE, PIPE>(true, x, w, bias, out, rows, k, nq, nkv);
 }
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     qkv_mma(const bf16* __restrict__ x, const bf16* __restrict__ wq, const bf16* __restrict__ bq,
@@ -1049,7 +1052,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 // in_proj_ba): y1 bf16[rows·n1], y2 bf16[rows·n2], each as linear_mma stores it. grid =
 // (⌈rows/64⌉, ⌈n1/32⌉ + ⌈n2/32⌉) (gemm_block), 128 threads: the first matrix's feature blocks,
 // then the second's.
-template <bool NARROW, bool LARGE = false>
+template <bool NARROW, bool LARGE = false, bool PIPE = false>
 __device__ __forceinline__ void linear_pair_mma_body(
     const bf16* __restrict__ x, const bf16* __restrict__ w1, const bf16* __restrict__ b1,
     const bf16* __restrict__ w2, const bf16* __restrict__ b2, bf16* __restrict__ y1,
@@ -1065,7 +1068,7 @@ __device__ __forceinline__ void linear_pair_mma_body(
         store = StoreLinear{b2, y2, n2};
         n = n2;
     }
-    gemm_any_run<1, NARROW, LARGE>(x, ws, rows, k, n, b, store);
+    gemm_any_run<1, NARROW, LARGE, PIPE>(x, ws, rows, k, n, b, store);
 }
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
     linear_pair_mma(const bf16* __restrict__ x, const bf16* __restrict__ w1,
@@ -2045,6 +2048,26 @@ extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
     const GemmBf16 ws[1] = {{w}};
     gemm_large_run<1, true>(x, ws, rows, k, vocab, blockIdx.y * GEMM_LARGE_BN,
                             StoreLogits{logits, vocab, want}, true, want);
+}
+// qkv_mma through gemm_pipe: qkv_mma_large's grid and bytes, 82,944 bytes of dynamic shared
+// memory.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    qkv_mma_pipe(const bf16* __restrict__ x, const bf16* __restrict__ wq,
+                 const bf16* __restrict__ bq, const bf16* __restrict__ wk,
+                 const bf16* __restrict__ bk, const bf16* __restrict__ wv,
+                 const bf16* __restrict__ bv, bf16* __restrict__ q, bf16* __restrict__ k_out,
+                 bf16* __restrict__ v, unsigned rows, unsigned k, unsigned nq, unsigned nkv) {
+    qkv_bf16<true, true>(x, wq, bq, wk, bk, wv, bv, q, k_out, v, rows, k, nq, nkv);
+}
+// linear_pair_mma through gemm_pipe: linear_pair_mma_large's grid and bytes, 82,944 bytes of
+// dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(GEMM_LARGE_THREADS)
+    linear_pair_mma_pipe(const bf16* __restrict__ x, const bf16* __restrict__ w1,
+                         const bf16* __restrict__ b1, const bf16* __restrict__ w2,
+                         const bf16* __restrict__ b2, bf16* __restrict__ y1,
+                         bf16* __restrict__ y2, unsigned rows, unsigned k, unsigned n1,
+                         unsigned n2) {
+    linear_pair_mma_body<false, true, true>(x, w1, b1, w2, b2, y1, y2, rows, k, n1, n2);
 }
 
 // The quantized entries of linear_mma and lm_head_mma through gemm_large (gate_up_silu_mma's

@@ -246,19 +246,41 @@ fn mma_large_lever_picks_the_large_entries_at_prefill_widths() {
     );
 }
 
-/// The `mma_pipe` lever (with `tensor_cores` and `mma_large`): the same plans; every launch of
-/// a `_large` entry that has a `_pipe` one (bf16 `linear_mma`, `gate_up_silu_mma`,
-/// `lm_head_mma`) becomes it, in the same grid with its stages' dynamic shared memory, and every
-/// other launch is as it was; without `mma_large` it changes nothing; a 150-token prompt gives
-/// the same bytes. The llama of `mma_large_lever_picks_the_large_entries_at_prefill_widths`,
-/// whose gate/up and LM head go large.
+/// The `mma_pipe` lever (with `tensor_cores` and `mma_large`) on the llama of
+/// `mma_large_lever_picks_the_large_entries_at_prefill_widths`, whose gate/up and LM head go
+/// large: both go through their `_pipe` entries ([`pipe_lever_entries`]).
 #[test]
 fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
     let json = TINY_LLAMA
         .replace("\"intermediate_size\": 128", "\"intermediate_size\": 8448")
         .replace("\"vocab_size\": 128", "\"vocab_size\": 8448");
+    assert_eq!(
+        pipe_lever_entries(&json),
+        [
+            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
+            kernels::gemm::LM_HEAD_MMA.as_str()
+        ]
+    );
+}
+
+/// The same for Gated DeltaNet's two input projections: the qwen3_next of
+/// `mma_large_lever_picks_the_large_pair_entry_at_prefill_widths` takes `linear_pair_mma_pipe`.
+#[test]
+fn mma_pipe_lever_takes_the_pipe_pair_entry() {
+    assert_eq!(
+        pipe_lever_entries(&wide_pair_next()),
+        [kernels::gemm::LINEAR_PAIR_MMA.as_str()]
+    );
+}
+
+/// Builds the model of `json` with `tensor_cores`, with `mma_pipe` too, with `mma_large`, and
+/// with both: the same plans; every launch of a `_large` entry that has a `_pipe` one
+/// (`gemm::PIPES`) becomes it, in the same grid with its stages' dynamic shared memory, and
+/// every other launch is as it was; without `mma_large`, `mma_pipe` changes nothing; a
+/// 150-token prompt gives the same bytes. Returns the kernels that took a `_pipe` entry.
+fn pipe_lever_entries(json: &str) -> Vec<&'static str> {
     let mut backend = backend();
-    let build = |backend: &mut CpuBackend, levers: &[&str]| wide_build(backend, &json, levers);
+    let build = |backend: &mut CpuBackend, levers: &[&str]| wide_build(backend, json, levers);
     let launches = |exec: &solder_model_layers::CircuitExec| {
         exec.programs()
             .iter()
@@ -303,17 +325,11 @@ fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
             None => assert_eq!((entry, config), (piped_entry, piped_config)),
         }
     }
-    assert_eq!(
-        taken.into_iter().collect::<Vec<_>>(),
-        [
-            kernels::gemm::GATE_UP_SILU_MMA.as_str(),
-            kernels::gemm::LM_HEAD_MMA.as_str()
-        ]
-    );
     let tokens = prompt(7, large.config.vocab_size, 150);
     let (x, _) = chunked_logits(&mut backend, &large, &tokens);
     let (y, _) = chunked_logits(&mut backend, &piped, &tokens);
     assert_same_bytes(&x, &y, "mma_large vs mma_large + mma_pipe");
+    taken.into_iter().collect()
 }
 
 /// The same for Gated DeltaNet's two input projections (`linear_pair_mma`): a qwen3_next whose
@@ -321,7 +337,13 @@ fn mma_pipe_lever_takes_the_pipe_entries_where_mma_large_takes_large_ones() {
 /// large grid holds 65 + 2 feature blocks, 134 at 136 rows.
 #[test]
 fn mma_large_lever_picks_the_large_pair_entry_at_prefill_widths() {
-    let json = exec_support::TINY_NEXT
+    let enlarged = large_lever_entries(&wide_pair_next());
+    assert_eq!(enlarged, [kernels::gemm::LINEAR_PAIR_MMA.as_str()]);
+}
+
+/// The tiny qwen3_next with 64 value heads of 32: an in_proj_qkvz of 4,128 features.
+fn wide_pair_next() -> String {
+    exec_support::TINY_NEXT
         .replace(
             "\"linear_num_value_heads\": 4",
             "\"linear_num_value_heads\": 64",
@@ -329,9 +351,7 @@ fn mma_large_lever_picks_the_large_pair_entry_at_prefill_widths() {
         .replace(
             "\"linear_value_head_dim\": 8",
             "\"linear_value_head_dim\": 32",
-        );
-    let enlarged = large_lever_entries(&json);
-    assert_eq!(enlarged, [kernels::gemm::LINEAR_PAIR_MMA.as_str()]);
+        )
 }
 
 /// The same for q/k/v with rope and the KV write (`qkv_rope_kv_mma`, the plain layout): a llama

@@ -5,17 +5,18 @@
 //! several (the last partial), k under one tile, off every tile and off 8 (the scalar staging),
 //! feature blocks cut short, a bias, and an LM head whose `want` flags skip rows (a block of
 //! none of them stages nothing); the launches of several matrices (`qkv_mma_large`,
-//! `linear_pair_mma_large`) with each matrix ending mid-block. `enlarged` (`enlarged_over` for
+//! `linear_pair_mma_large`) with each matrix ending mid-block, and their `_pipe` entries (lever
+//! `mma_pipe`; the single projections' are `tests_pipe`'s). `enlarged` (`enlarged_over` for
 //! several matrices) gives a launch through its `_large` entry, which the quantized tests
 //! (`tests_quant`, `tests_fused_quant`) run beside each wide launch.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::LaunchConfig;
 use solder_model_layers::kernels::gemm::{
-    large_grid, large_grid_of, GateUpSiluMma, LinearMma, LinearPairMma, LmHeadMma, QkvMma,
+    large_grid, large_grid_of, pipe_of, GateUpSiluMma, LinearMma, LinearPairMma, LmHeadMma, QkvMma,
     GATE_UP_SILU_MMA, GATE_UP_SILU_MMA_LARGE, GEMM_LARGE_THREADS, LARGE_VARIANTS, LINEAR_MMA,
-    LINEAR_MMA_LARGE, LINEAR_PAIR_MMA, LINEAR_PAIR_MMA_LARGE, LM_HEAD_MMA, LM_HEAD_MMA_LARGE,
-    QKV_MMA, QKV_MMA_LARGE,
+    LINEAR_MMA_LARGE, LINEAR_PAIR_MMA, LINEAR_PAIR_MMA_LARGE, LINEAR_PAIR_MMA_PIPE, LM_HEAD_MMA,
+    LM_HEAD_MMA_LARGE, QKV_MMA, QKV_MMA_LARGE, QKV_MMA_PIPE,
 };
 use solder_model_layers::kernels::{Buf, Launch};
 
@@ -198,7 +199,7 @@ fn a_large_tile_whose_warps_overlap_their_columns_differs_from_the_twin() {
 }
 
 #[test]
-fn large_entries_of_several_matrices_write_the_bytes_of_the_wide_ones() {
+fn large_and_pipe_entries_of_several_matrices_write_the_bytes_of_the_wide_ones() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
     emulated(EmuMode::Shadow, &mut backend);
     // (rows, k, [nq, nkv] or [n1, n2]): every matrix ends mid-block of 64, so a block holds
@@ -246,44 +247,62 @@ fn large_entries_of_several_matrices_write_the_bytes_of_the_wide_ones() {
             n1,
             n2,
         };
-        let outs = [[n1, n2, n2], [n1, n2, n2]].map(|ns| ns.map(&mut fresh));
-        let pairs = [[n1, n2], [n1, n2]].map(|ns| ns.map(&mut fresh));
+        // The wide launch's outputs, the `_large` one's and (lever `mma_pipe`) its `_pipe`
+        // entry's.
+        let outs = [[n1, n2, n2]; 3].map(|ns| ns.map(&mut fresh));
+        let pairs = [[n1, n2]; 3].map(|ns| ns.map(&mut fresh));
         let qkv_grid = large_grid_of(&[n1, n2, n2], rows);
         let pair_grid = large_grid_of(&[n1, n2], rows);
         let wide_qkv = qkv(outs[0]).launch(QKV_MMA);
         assert_eq!(enlarged_over(&wide_qkv, &[n1, n2, n2]).config, qkv_grid);
-        for (wide, large, written) in [
+        let (qkv_pipe, qkv_pipe_grid) = pipe_of(QKV_MMA_LARGE, qkv_grid).unwrap();
+        let (pair_pipe, pair_pipe_grid) = pipe_of(LINEAR_PAIR_MMA_LARGE, pair_grid).unwrap();
+        for (launches, written) in [
             (
-                wide_qkv,
-                qkv(outs[1]).launch_with(QKV_MMA_LARGE, qkv_grid),
+                [
+                    wide_qkv,
+                    qkv(outs[1]).launch_with(QKV_MMA_LARGE, qkv_grid),
+                    qkv(outs[2]).launch_with(qkv_pipe, qkv_pipe_grid),
+                ],
                 outs.map(|o| o.to_vec()),
             ),
             (
-                pair(pairs[0]).launch(LINEAR_PAIR_MMA),
-                pair(pairs[1]).launch_with(LINEAR_PAIR_MMA_LARGE, pair_grid),
+                [
+                    pair(pairs[0]).launch(LINEAR_PAIR_MMA),
+                    pair(pairs[1]).launch_with(LINEAR_PAIR_MMA_LARGE, pair_grid),
+                    pair(pairs[2]).launch_with(pair_pipe, pair_pipe_grid),
+                ],
                 pairs.map(|o| o.to_vec()),
             ),
         ] {
-            run(&mut backend, &wide);
-            run(&mut backend, &large);
-            for (p, q) in written[0].iter().zip(&written[1]) {
-                let (p, q) = (
-                    download(&mut backend, p.ptr, p.bytes),
-                    download(&mut backend, q.ptr, q.bytes),
-                );
-                let untouched = q.chunks_exact(2).filter(|c| c == &[0x5a, 0x5a]).count();
-                assert_eq!(untouched, 0, "({rows}, {k}, {n1}, {n2}) {}", large.kernel);
-                assert!(
-                    p == q,
-                    "({rows}, {k}, {n1}, {n2}): {} and {}",
-                    wide.kernel,
-                    large.kernel
-                );
+            for l in &launches {
+                run(&mut backend, l);
+            }
+            for (tile, outputs) in launches.iter().zip(&written).skip(1) {
+                for (p, q) in written[0].iter().zip(outputs) {
+                    let (p, q) = (
+                        download(&mut backend, p.ptr, p.bytes),
+                        download(&mut backend, q.ptr, q.bytes),
+                    );
+                    let untouched = q.chunks_exact(2).filter(|c| c == &[0x5a, 0x5a]).count();
+                    assert_eq!(untouched, 0, "({rows}, {k}, {n1}, {n2}) {}", tile.kernel);
+                    assert!(
+                        p == q,
+                        "({rows}, {k}, {n1}, {n2}): {} and {}",
+                        launches[0].kernel,
+                        tile.kernel
+                    );
+                }
             }
         }
     }
     let report = backend.emulation().unwrap().report();
-    for entry in [QKV_MMA_LARGE.as_str(), LINEAR_PAIR_MMA_LARGE.as_str()] {
+    for entry in [
+        QKV_MMA_LARGE.as_str(),
+        LINEAR_PAIR_MMA_LARGE.as_str(),
+        QKV_MMA_PIPE.as_str(),
+        LINEAR_PAIR_MMA_PIPE.as_str(),
+    ] {
         let parity = &report[entry];
         assert_eq!(parity.launches, shapes.len() as u64, "{entry}: {parity:?}");
         assert_eq!(parity.launches, parity.identical, "{entry}: {parity:?}");

@@ -7,7 +7,9 @@
 //! its twin, with fewer k tiles than stages and many more, k off 8 (the stages fetched through
 //! registers), several row and feature blocks (the last partial), and an LM head whose `want`
 //! flags skip a row block; a wait that lets the tile being read still be in flight is caught;
-//! a launch that asks for less shared memory than its stages fails by its bytes.
+//! a launch that asks for less shared memory than its stages fails by its bytes. The `_pipe`
+//! entries of the launches of several matrices (`qkv_mma_pipe`, `linear_pair_mma_pipe`) run in
+//! `tests_large`, beside their `_large` ones.
 
 use solder_gpu_runtime::cpu::emu::EmuMode;
 use solder_gpu_runtime::GpuBackend;
@@ -138,6 +140,7 @@ fn pipe_entries_write_the_bytes_of_the_wide_ones() {
 #[test]
 fn every_pipe_entry_stands_in_for_a_large_one() {
     let config = large_grid(256, 512);
+    assert_eq!(PIPES.len(), 5);
     for &(pipe, large, kernel, weights) in &PIPES {
         assert_eq!(pipe, large.replace("_large", "_pipe"), "{pipe}");
         assert_eq!(large.strip_suffix("_large"), Some(kernel), "{large}");

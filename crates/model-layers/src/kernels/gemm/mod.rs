@@ -207,8 +207,8 @@ pub const LARGE_VARIANTS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The lever that launches the bf16 `_large` entries of `linear_mma`, `gate_up_silu_mma` and
-/// `lm_head_mma` through their `_pipe` entries instead (with `mma_large`, wherever it takes the
+/// The lever that launches the bf16 `_large` entries of `linear_mma`, `gate_up_silu_mma`,
+/// `lm_head_mma`, `qkv_mma` and `linear_pair_mma` through their `_pipe` entries instead (with `mma_large`, wherever it takes the
 /// `_large` one): gemm.cu's `gemm_pipe`, the same tiles, warps and bytes, with three 64-k tiles
 /// in flight a block in dynamic shared memory, filled by cp.async, where `gemm_large` stages one
 /// through registers. A/B timing of prefill chunks; the same plans, the same bytes.
@@ -232,7 +232,7 @@ pub const LM_HEAD_MMA_PIPE: Name<LmHeadMma> = Name::new("gemm::lm_head_mma_pipe"
 
 /// Each `_pipe` entry (lever `mma_pipe`): the `_large` entry it stands in for, the kernel both
 /// are variants of, and its weights ([`pipe_shared_bytes`]).
-pub const PIPES: [(&str, &str, &str, u32); 3] = [
+pub const PIPES: [(&str, &str, &str, u32); 5] = [
     (
         LINEAR_MMA_PIPE.as_str(),
         LINEAR_MMA_LARGE.as_str(),
@@ -250,6 +250,18 @@ pub const PIPES: [(&str, &str, &str, u32); 3] = [
         fused::GATE_UP_SILU_MMA_LARGE.as_str(),
         GATE_UP_SILU_MMA.as_str(),
         2,
+    ),
+    (
+        fused::QKV_MMA_PIPE.as_str(),
+        fused::QKV_MMA_LARGE.as_str(),
+        QKV_MMA.as_str(),
+        1,
+    ),
+    (
+        fused::LINEAR_PAIR_MMA_PIPE.as_str(),
+        fused::LINEAR_PAIR_MMA_LARGE.as_str(),
+        LINEAR_PAIR_MMA.as_str(),
+        1,
     ),
 ];
 
@@ -387,13 +399,14 @@ pub use fused::{
     GATE_UP_SILU_MMA_FP8_LARGE, GATE_UP_SILU_MMA_FP8_NARROW, GATE_UP_SILU_MMA_INT4_LARGE,
     GATE_UP_SILU_MMA_INT4_NARROW, GATE_UP_SILU_MMA_LARGE, GATE_UP_SILU_MMA_NARROW,
     GATE_UP_SILU_MMA_PIPE, LARGE_NORM_STAGE_ROWS, LINEAR_PAIR_MMA_LARGE, LINEAR_PAIR_MMA_NARROW,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW,
-    QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_MMA_FP8_LARGE,
-    QKV_MMA_INT4_LARGE, QKV_MMA_LARGE, QKV_NORM_ROPE_KV_MMA_FP8_LARGE,
-    QKV_NORM_ROPE_KV_MMA_FP8_NARROW, QKV_NORM_ROPE_KV_MMA_INT4_LARGE,
-    QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_LARGE, QKV_NORM_ROPE_KV_MMA_NARROW,
-    QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4_NARROW, QKV_ROPE_KV_MMA_NARROW,
+    LINEAR_PAIR_MMA_PIPE, QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_LARGE,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_FP8_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_LARGE,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_INT4_NARROW, QKV_GATED_NORM_ZC_ROPE_KV_MMA_LARGE,
+    QKV_GATED_NORM_ZC_ROPE_KV_MMA_NARROW, QKV_MMA_FP8_LARGE, QKV_MMA_INT4_LARGE, QKV_MMA_LARGE,
+    QKV_MMA_PIPE, QKV_NORM_ROPE_KV_MMA_FP8_LARGE, QKV_NORM_ROPE_KV_MMA_FP8_NARROW,
+    QKV_NORM_ROPE_KV_MMA_INT4_LARGE, QKV_NORM_ROPE_KV_MMA_INT4_NARROW, QKV_NORM_ROPE_KV_MMA_LARGE,
+    QKV_NORM_ROPE_KV_MMA_NARROW, QKV_ROPE_KV_MMA_FP8_NARROW, QKV_ROPE_KV_MMA_INT4_NARROW,
+    QKV_ROPE_KV_MMA_NARROW,
 };
 pub use quant::{
     LinearMmaFp8, LinearMmaInt4, LmHeadMmaFp8, LmHeadMmaInt4, FORMAT_ENTRIES, LINEAR_MMA_FP8,

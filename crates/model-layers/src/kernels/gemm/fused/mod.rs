@@ -144,6 +144,10 @@ pub const LINEAR_PAIR_MMA_NARROW: Name<LinearPairMma> = Name::new("gemm::linear_
 pub const LINEAR_PAIR_MMA_LARGE: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_large");
 /// `qkv_mma` through `gemm_large`, in `gemm::large_grid_of` q's, k's and v's features.
 pub const QKV_MMA_LARGE: Name<QkvMma> = Name::new("gemm::qkv_mma_large");
+/// `qkv_mma` and `linear_pair_mma` through `gemm_pipe` (lever `mma_pipe`): their `_large`
+/// entries' grids and bytes, three cp.async stages of shared memory.
+pub const QKV_MMA_PIPE: Name<QkvMma> = Name::new("gemm::qkv_mma_pipe");
+pub const LINEAR_PAIR_MMA_PIPE: Name<LinearPairMma> = Name::new("gemm::linear_pair_mma_pipe");
 
 /// q's feature blocks of 32, then k's, then v's; one block per 64 rows.
 pub fn qkv_grid(nq: u32, nkv: u32, rows: u32) -> LaunchConfig {
