@@ -73,11 +73,11 @@ pub const KNOWN_LEVERS: &[(&str, &str)] = &[
     (
         "mma_pipe",
         "with mma_large, the bf16 projections gemm::linear_mma, gate_up_silu_mma, lm_head_mma, \
-         qkv_mma and linear_pair_mma it takes through their _large entries through their _pipe entries instead: the same \
-         128 x 64 tiles and warps, with three 64-k tiles in flight a block in dynamic shared \
-         memory (81 KB, 108 KB for gate/up; opted in past 48 KB), filled by cp.async, where \
-         _large stages one tile at a time through registers: kept for A/B timing of prefill \
-         chunks; same plans, same logits",
+         qkv_mma and linear_pair_mma it takes through their _large entries through their _pipe \
+         entries instead: the same 128 x 64 tiles and warps, with three 64-k tiles in flight a \
+         block in dynamic shared memory (81 KB, 108 KB for gate/up; opted in past 48 KB), \
+         filled by cp.async, where _large stages one tile at a time through registers: kept for \
+         A/B timing of prefill chunks; same plans, same logits",
     ),
     (
         "mma_narrow",

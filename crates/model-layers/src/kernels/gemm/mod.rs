@@ -13,7 +13,9 @@
 //! (⌈rows/64⌉, ⌈features/32⌉). Variants of the same bytes, picked by the emitters (`tiled!`):
 //! at decode widths with `mma_narrow` the `_narrow` entries (the same grid), at 128 rows and
 //! more with `mma_large` the `_large` entries (256 threads over 128 × 64 tiles, `large_grid`,
-//! `large_grid_of`, `qkv_rope_kv_large_grid`).
+//! `large_grid_of`, `qkv_rope_kv_large_grid`), and with `mma_pipe` too the bf16 single and
+//! several-matrix ones' `_pipe` entries (`PIPES`: the same grid, three k tiles in flight through
+//! cp.async in dynamic shared memory).
 //!
 //! Numerics: the twins do the host model of `mma.sync` the emulation runs (`cuda_emu.hpp`,
 //! `numerics::MmaPanel`): each output's accumulator starts at +0 and takes `x[r][i]·w[o][i]`
@@ -208,10 +210,11 @@ pub const LARGE_VARIANTS: &[(&str, &str)] = &[
 ];
 
 /// The lever that launches the bf16 `_large` entries of `linear_mma`, `gate_up_silu_mma`,
-/// `lm_head_mma`, `qkv_mma` and `linear_pair_mma` through their `_pipe` entries instead (with `mma_large`, wherever it takes the
-/// `_large` one): gemm.cu's `gemm_pipe`, the same tiles, warps and bytes, with three 64-k tiles
-/// in flight a block in dynamic shared memory, filled by cp.async, where `gemm_large` stages one
-/// through registers. A/B timing of prefill chunks; the same plans, the same bytes.
+/// `lm_head_mma`, `qkv_mma` and `linear_pair_mma` through their `_pipe` entries instead (with
+/// `mma_large`, wherever it takes the `_large` one): gemm.cu's `gemm_pipe`, the same tiles, warps
+/// and bytes, with three 64-k tiles in flight a block in dynamic shared memory, filled by
+/// cp.async, where `gemm_large` stages one through registers. A/B timing of prefill chunks; the
+/// same plans, the same bytes.
 pub const MMA_PIPE: &str = "mma_pipe";
 
 /// k tiles a `_pipe` entry keeps in shared memory (gemm.cu's `GEMM_PIPE_STAGES`).
@@ -325,7 +328,8 @@ pub fn large_grid_of(features: &[u32], rows: u32) -> LaunchConfig {
 }
 
 /// `$args` launched through `$large` (or its `_pipe` entry, [`piped`]) in
-/// [`large_grid`]`($features, rows)` when the launch is large ([`large`]), else through `$wide`, or its `_narrow` entry `$narrow` ([`narrow_or`]).
+/// [`large_grid`]`($features, rows)` when the launch is large ([`large`]), else through `$wide`,
+/// or its `_narrow` entry `$narrow` ([`narrow_or`]).
 /// `$features` is one matrix's output count, or a slice of each matrix's ([`large_grid_of`]).
 macro_rules! tiled {
     ($v:expr, $args:expr, [$($features:expr),+], $wide:expr, $narrow:expr, $large:expr) => {{
