@@ -458,7 +458,15 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
                 command_line(step)
             ));
         }
-        times.push(t.elapsed().as_secs_f64());
+        let seconds = t.elapsed().as_secs_f64();
+        println!(
+            "==== ci {}/{}: {} passed in {seconds:.1} s ({:.1} s in all)",
+            i + 1,
+            STEPS.len(),
+            step.name,
+            started.elapsed().as_secs_f64()
+        );
+        times.push(seconds);
     }
     println!("\n==== ci: all {} steps passed", STEPS.len());
     for (step, seconds) in STEPS.iter().zip(&times) {

@@ -86,8 +86,9 @@ inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
-// Plain globals: launches in a module are serialised (emu::launch_lock) and its fibers run
-// on the launching thread, so one set of indices is live at a time.
+// Plain globals, each library's own (hidden: EMU_EXPORT): launches in a module are
+// serialised (emu::launch_lock) and its fibers run on the launching thread, so one set of
+// indices is live at a time.
 inline uint3 threadIdx{0, 0, 0};
 inline uint3 blockIdx{0, 0, 0};
 inline dim3 blockDim{1, 1, 1};
@@ -686,14 +687,18 @@ int launch(void (*kernel)(P...), void** args, const unsigned* grid, const unsign
 } // namespace emu
 
 // The exported pair of one kernel: `emu_<module>__<kernel>` runs it, `..._sig` names its
-// parameter kinds.
+// parameter kinds. They are the library's only visible symbols (it is built with
+// -fvisibility=hidden): the emulator's globals (indices, the launch lock, `__shared__`
+// storage) stay the library's own, not one process-wide copy the loader binds every
+// library to, so libraries loaded apart run their launches side by side.
+#define EMU_EXPORT extern "C" __attribute__((visibility("default")))
 #define EMU_TRAMPOLINE(module, kernel)                                                          \
-    extern "C" int emu_##module##__##kernel(void** args, const unsigned* grid,                  \
+    EMU_EXPORT int emu_##module##__##kernel(void** args, const unsigned* grid,                  \
                                             const unsigned* block, unsigned shared_bytes,       \
                                             char* err, size_t err_len) {                        \
         return emu::launch(&kernel, args, grid, block, shared_bytes, err, err_len);             \
     }                                                                                           \
-    extern "C" const char* emu_##module##__##kernel##__sig() { return emu::signature(&kernel); }
+    EMU_EXPORT const char* emu_##module##__##kernel##__sig() { return emu::signature(&kernel); }
 
 // `extern __shared__ T name[];` (dynamic shared memory) as the generator rewrites it: a
 // pointer to the module's one buffer (`emu::dynamic_shared`), as every such name is on a

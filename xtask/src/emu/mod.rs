@@ -39,6 +39,9 @@ pub(crate) const CXX_FLAGS: &[&str] = &[
     "-fno-strict-aliasing",
     "-fPIC",
     "-shared",
+    // Only the kernels' trampolines are exported (`EMU_EXPORT`): the emulator's inline
+    // globals would otherwise be unique symbols, one per process for every library.
+    "-fvisibility=hidden",
     "-w",
 ];
 
@@ -134,10 +137,23 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
 /// (the o-fold kernels' per-head partials) is not compared in
 /// shadow mode, in a kernel or any variant entry of it: the twin computes in one pass and
 /// leaves it alone.
+#[cfg(test)]
 pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
-    let out = build(root, false)?;
+    open_built(&build(root, false)?, 0, mode)
+}
+
+/// Opens the emulation `build` left in `out`, with every kernel's scratch arguments as
+/// `emulation` names them. Copy 0 loads the built libraries; copy `n` loads copies of them
+/// made in `out/copy-n`, a file the loader has not seen, so its statics (each module's
+/// launch lock, `__shared__` storage and indices) are its own: parity's workers open one
+/// copy each and run their launches side by side, not one module launch at a time.
+pub fn open_built(out: &Path, copy: usize, mode: EmuMode) -> Result<Emulation, String> {
+    let dir = match copy {
+        0 => out.to_path_buf(),
+        n => copy_libraries(out, n)?,
+    };
     let mut emulation =
-        Emulation::open(&out, solder_kernels::MODULES, mode).map_err(|e| e.to_string())?;
+        Emulation::open(&dir, solder_kernels::MODULES, mode).map_err(|e| e.to_string())?;
     for decl in solder_model_layers::kernels::registry() {
         let variants = solder_model_layers::kernels::variants()
             .filter(|(_, base)| *base == decl.name)
@@ -151,6 +167,21 @@ pub fn emulation(root: &Path, mode: EmuMode) -> Result<Emulation, String> {
         }
     }
     Ok(emulation)
+}
+
+/// Every module's library in `out` copied to `out/copy-n` (each written beside its name,
+/// then renamed over it: a process that has the last copy loaded keeps it); that folder.
+fn copy_libraries(out: &Path, n: usize) -> Result<PathBuf, String> {
+    let dir = out.join(format!("copy-{n}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for module in solder_kernels::MODULES {
+        let (from, to) = (library_path(out, module), library_path(&dir, module));
+        let partial = crate::files::temporary_beside(&to);
+        std::fs::copy(&from, &partial)
+            .and_then(|_| std::fs::rename(&partial, &to))
+            .map_err(|e| format!("emu: copying {} to {}: {e}", from.display(), to.display()))?;
+    }
+    Ok(dir)
 }
 
 fn no_compiler(e: &std::io::Error) -> String {

@@ -23,6 +23,27 @@ pub struct EmuVerdict {
     pub never_launched: Vec<String>,
 }
 
+/// Several shadow-mode records as one (parity's workers keep one each): per kernel the
+/// launches and identical launches summed, the largest relative difference, and the first
+/// mismatch of the first record holding one.
+pub fn merged<'a>(
+    reports: impl IntoIterator<Item = &'a BTreeMap<String, KernelParity>>,
+) -> BTreeMap<String, KernelParity> {
+    let mut all: BTreeMap<String, KernelParity> = BTreeMap::new();
+    for report in reports {
+        for (name, k) in report {
+            let sum = all.entry(name.clone()).or_default();
+            sum.launches += k.launches;
+            sum.identical += k.identical;
+            sum.max_relative = sum.max_relative.max(k.max_relative);
+            if sum.first_mismatch.is_none() {
+                sum.first_mismatch.clone_from(&k.first_mismatch);
+            }
+        }
+    }
+    all
+}
+
 impl EmuVerdict {
     pub fn of(report: &BTreeMap<String, KernelParity>) -> EmuVerdict {
         let never_launched = solder_model_layers::kernels::registry()
@@ -138,5 +159,26 @@ mod tests {
         assert!(verdict
             .never_launched
             .contains(&"norm::rms_norm".to_string()));
+    }
+
+    /// Two workers' records: a kernel one of them saw differ still fails the merged verdict,
+    /// whichever worker ran it.
+    #[test]
+    fn merged_records_sum_launches_and_keep_a_difference() {
+        let mut a = BTreeMap::new();
+        a.insert("gemv::linear".to_string(), parity(3, 3, 0.0));
+        a.insert("norm::rms_norm".to_string(), parity(2, 2, 0.0));
+        let mut b = BTreeMap::new();
+        b.insert("gemv::linear".to_string(), parity(4, 3, 0.5));
+        b.insert("attn::paged_decode".to_string(), parity(1, 1, 0.0));
+        let all = merged([&a, &b]);
+        assert_eq!(all.len(), 3);
+        let linear = &all["gemv::linear"];
+        assert_eq!((linear.launches, linear.identical), (7, 6));
+        assert_eq!(linear.max_relative, 0.5);
+        assert!(linear.first_mismatch.is_some());
+        assert_eq!(all["norm::rms_norm"], parity(2, 2, 0.0));
+        assert_eq!(EmuVerdict::of(&all).differing(), ["gemv::linear"]);
+        assert!(EmuVerdict::of(&merged([&a])).passes());
     }
 }

@@ -104,6 +104,41 @@ fn residual_add_runs_the_cuda_source_and_equals_its_twin() {
     assert_eq!((add.launches, add.identical), (1, 1), "{add:?}");
 }
 
+/// Parity's second worker opens copy 1: libraries the loader maps apart from the built
+/// ones (so their statics are apart), whose launches run and equal their twins.
+#[test]
+fn a_copy_of_the_libraries_is_loaded_apart_and_runs() {
+    let root = crate::paths::workspace_root();
+    let out = super::build(&root, false).unwrap();
+    let copy = out.join("copy-1");
+    let mut first = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    first.set_emulation(Some(super::open_built(&out, 0, EmuMode::Shadow).unwrap()));
+    let mut second = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
+    second.set_emulation(Some(super::open_built(&out, 1, EmuMode::Shadow).unwrap()));
+    for module in solder_kernels::MODULES {
+        let (built, copied) = (
+            solder_gpu_runtime::cpu::emu::library_path(&out, module),
+            solder_gpu_runtime::cpu::emu::library_path(&copy, module),
+        );
+        assert_eq!(
+            std::fs::read(&built).unwrap(),
+            std::fs::read(&copied).unwrap()
+        );
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let gemv = solder_gpu_runtime::cpu::emu::library_path(&copy, "gemv");
+    assert!(
+        maps.contains(&gemv.display().to_string()),
+        "{} not mapped",
+        gemv.display()
+    );
+    for backend in [&mut first, &mut second] {
+        residual_add(backend);
+        let add = &backend.emulation().unwrap().report()["add::residual_add"];
+        assert_eq!((add.launches, add.identical), (1, 1), "{add:?}");
+    }
+}
+
 #[test]
 fn linear_equals_its_twin_with_and_without_bias_across_tiles() {
     let mut backend = solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();

@@ -10,7 +10,7 @@ use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
 
-use super::run::{err, spec_prefix, Case, RouteLog, Routing, Weights, R, SPEC_GEN};
+use super::run::{err, spec_gen, spec_prefix, Case, RouteLog, Routing, Weights, R};
 
 /// Prompts longer than this run a narrower serve shape (`serve_for`).
 pub const LONG_PROMPT: usize = 256;
@@ -82,7 +82,7 @@ pub fn build_exec_with(
     let rollback = serve.verify_widths.last().copied().unwrap_or(1);
     // Room for the speculative check too: its prefix, the tokens it generates and one
     // verify step past them.
-    let tokens = prompt.max(spec_prefix(prompt) + SPEC_GEN + rollback);
+    let tokens = prompt.max(spec_prefix(prompt) + spec_gen(prompt) + rollback);
     let block_size = 16;
     let per_sequence = pages_per_sequence(&case.config, tokens, block_size, rollback);
     let kv = KvShape {

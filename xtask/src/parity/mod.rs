@@ -7,6 +7,7 @@ mod differs;
 mod execs;
 pub(crate) mod golden;
 mod mtp;
+mod pool;
 mod report;
 mod rows;
 pub(crate) mod run;
@@ -18,6 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use solder_circuit::RuleSet;
+use solder_gpu_runtime::cpu::emu::EmuMode;
+use solder_gpu_runtime::cpu::CpuBackend;
+use solder_gpu_runtime::GpuBackend;
 
 use crate::args::Args;
 use crate::gpu::BackendKind;
@@ -141,14 +145,32 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     if only.is_some() && (args.value("model").is_some() || args.value("goldens").is_some()) {
         return Err("--only picks built-in models; not with --model or --goldens".into());
     }
-    let (mut backend, mut device, device_line) = backends(threads, emu, backend_kind)?;
+    let (mut device, device_line) = device_of(backend_kind)?;
     let started = Instant::now();
-    let (reports, crosses, failed_runs) = run_cases(&cases, &rules, &mut backend, &mut device)?;
+    let (reports, crosses, failed_runs, backends) = match device.as_deref_mut() {
+        Some(gpu) => {
+            let mut backends = cpu_backends(1, threads, emu)?;
+            let (reports, crosses, failed) = run_on_device(&cases, &rules, gpu, &mut backends[0]);
+            (reports, crosses, failed, backends)
+        }
+        None => {
+            let shape = pool::shape(cases.len(), threads);
+            tracing::info!(
+                cases = cases.len(),
+                workers = shape.workers,
+                threads = shape.threads,
+                "parity: cases side by side"
+            );
+            let backends = cpu_backends(shape.workers, Some(shape.threads), emu)?;
+            let (reports, backends) = pool::run_all(&cases, &rules, backends);
+            (reports?, Vec::new(), Vec::new(), backends)
+        }
+    };
     for skip in &skipped {
         println!("{}", skip.line());
     }
     let cross_failed = cross_failures(&crosses, &failed_runs);
-    let (emu_verdict, emu_programs) = emu_verdict(&backend, &reports);
+    let (emu_verdict, emu_programs) = emu_verdict(&backends, &reports);
     let pass = reports.iter().all(|r| r.passes())
         && cross_failed.is_empty()
         && failed_runs.is_empty()
@@ -178,15 +200,18 @@ pub fn run(argv: Vec<String>) -> Result<(), String> {
     }
 }
 
-/// The emulation's verdict when the CPU backend ran one, printed with the programs the table
-/// rows ran under it (the speculative and MTP checks run more).
+/// The emulation's verdict when the CPU backends ran one (their records merged), printed
+/// with the programs the table rows ran under it (the speculative and MTP checks run more).
 fn emu_verdict(
-    backend: &solder_gpu_runtime::cpu::CpuBackend,
+    backends: &[CpuBackend],
     reports: &[run::CaseReport],
 ) -> (Option<crate::emu::report::EmuVerdict>, Vec<String>) {
-    let emu_verdict = backend
-        .emulation()
-        .map(|e| crate::emu::report::EmuVerdict::of(e.report()));
+    let records: Vec<_> = backends
+        .iter()
+        .filter_map(|b| b.emulation().map(|e| e.report()))
+        .collect();
+    let emu_verdict = (!records.is_empty())
+        .then(|| crate::emu::report::EmuVerdict::of(&crate::emu::report::merged(records)));
     // What the emulated kernels below ran in: the table rows' programs (the speculative and
     // MTP checks run more).
     let emu_programs = report::programs_run(reports);
@@ -200,36 +225,38 @@ fn emu_verdict(
     (emu_verdict, emu_programs)
 }
 
-/// The CPU backend, the device backend when there is one, and the line describing it.
-type Backends = (
-    solder_gpu_runtime::cpu::CpuBackend,
-    Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
-    Option<String>,
-);
+/// A device backend and the line describing it, when there is one.
+type Device = (Option<Box<dyn GpuBackend>>, Option<String>);
 
-/// The CPU backend (with the CUDA kernels' host emulation in shadow mode under `emu`) and,
-/// for a device backend, the device and the line describing it (printed here).
-fn backends(
-    threads: Option<usize>,
-    emu: bool,
-    backend_kind: BackendKind,
-) -> Result<Backends, String> {
-    let mut backend =
-        solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
-    if emu {
-        let emulation = crate::emu::emulation(
-            &crate::paths::workspace_root(),
-            solder_gpu_runtime::cpu::emu::EmuMode::Shadow,
-        )?;
-        backend.set_emulation(Some(emulation));
-    }
-    // On a device, the cases run there and the CPU backend re-runs each fused decode.
+/// The device backend when there is one, and the line describing it (printed here).
+fn device_of(backend_kind: BackendKind) -> Result<Device, String> {
     let device = crate::gpu::device_backend(backend_kind)?;
     let device_line = device.as_ref().map(|d| crate::gpu::describe(&d.facts()));
     if let Some(line) = &device_line {
         println!("{line}");
     }
-    Ok((backend, device, device_line))
+    Ok((device, device_line))
+}
+
+/// `n` CPU backends on `threads` host threads each (`None`: the backend's default), each
+/// with the CUDA kernels' host emulation in shadow mode under `emu` (built once; each
+/// backend opens a copy of its own, `emu::open_built`).
+fn cpu_backends(n: usize, threads: Option<usize>, emu: bool) -> Result<Vec<CpuBackend>, String> {
+    let built = match emu {
+        true => Some(crate::emu::build(&crate::paths::workspace_root(), false)?),
+        false => None,
+    };
+    (0..n)
+        .map(|copy| {
+            let mut backend =
+                solder_model_layers::kernels::cpu_backend(threads).map_err(|e| e.to_string())?;
+            if let Some(out) = &built {
+                let emulation = crate::emu::open_built(out, copy, EmuMode::Shadow)?;
+                backend.set_emulation(Some(emulation));
+            }
+            Ok(backend)
+        })
+        .collect()
 }
 
 /// The cases whose GPU-vs-CPU check failed, printed with the runs that failed when any did.
@@ -402,57 +429,49 @@ fn builtin_cases(
         .collect::<Result<_, String>>()
 }
 
-/// What running the cases gave: their reports, on a device each case's GPU-vs-CPU check, and
-/// the cases whose run failed on a device (there one failure must not hide the others').
+/// What running the cases on a device gave: their reports, each case's GPU-vs-CPU check,
+/// and the cases whose run failed (there one failure must not hide the others').
 type Ran = (
     Vec<run::CaseReport>,
     Vec<(String, crate::gpu::cross::CrossCheck)>,
     Vec<String>,
 );
 
-/// Runs every case on the device when there is one (each fused decode re-run on `backend`),
-/// else on `backend`, printing each case's table as it finishes.
-fn run_cases(
+/// Runs every case on the device, each fused decode re-run on `backend`, printing each
+/// case's table as it finishes.
+fn run_on_device(
     cases: &[Case],
     rules: &RuleSet,
-    backend: &mut solder_gpu_runtime::cpu::CpuBackend,
-    device: &mut Option<Box<dyn solder_gpu_runtime::GpuBackend>>,
-) -> Result<Ran, String> {
+    gpu: &mut dyn GpuBackend,
+    backend: &mut CpuBackend,
+) -> Ran {
     let mut reports = Vec::new();
     let mut crosses = Vec::new();
     let mut failed_runs = Vec::new();
     for case in cases {
         let t = Instant::now();
-        let ran = match device.as_deref_mut() {
-            Some(gpu) => run_case(case, rules, gpu),
-            None => run_case(case, rules, backend),
-        };
-        let report = match ran {
+        let report = match run_case(case, rules, gpu) {
             Ok(report) => report,
-            // On a device one model's failure must not hide the others'.
-            Err(e) if device.is_some() => {
+            Err(e) => {
                 println!("== {}: ERROR {e}", case.name);
                 failed_runs.push(case.name.clone());
                 continue;
             }
-            Err(e) => return Err(e),
         };
         report::print_case(&report, t.elapsed().as_secs_f64());
-        if device.is_some() {
-            match crate::gpu::cross::check(case, rules, backend, &report) {
-                Ok(cross) => {
-                    crate::gpu::cross::print(&cross, report.tokens);
-                    crosses.push((case.name.clone(), cross));
-                }
-                Err(e) => {
-                    println!("  gpu vs cpu: ERROR {e}");
-                    failed_runs.push(case.name.clone());
-                }
+        match crate::gpu::cross::check(case, rules, backend, &report) {
+            Ok(cross) => {
+                crate::gpu::cross::print(&cross, report.tokens);
+                crosses.push((case.name.clone(), cross));
+            }
+            Err(e) => {
+                println!("  gpu vs cpu: ERROR {e}");
+                failed_runs.push(case.name.clone());
             }
         }
         reports.push(report);
     }
-    Ok((reports, crosses, failed_runs))
+    (reports, crosses, failed_runs)
 }
 
 fn checkpoint_case(dir: &Path, golden: Option<Golden>, tokens: usize) -> Result<Case, String> {

@@ -39,8 +39,8 @@ use crate::types::{
 
 pub use memory::POISON;
 
-/// Most host threads a backend hands its twins.
-const MAX_HOST_THREADS: usize = 16;
+/// Most host threads `CpuBackend::new` hands its twins.
+pub const MAX_HOST_THREADS: usize = 16;
 
 pub struct CpuBackend {
     instance_id: u64,
