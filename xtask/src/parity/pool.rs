@@ -174,7 +174,7 @@ mod tests {
             RuleSet::from_file(&crate::paths::workspace_root().join("fusions/FUSIONS.toml"))
                 .unwrap();
         let cases: Vec<Case> =
-            super::super::builtin_cases(Some(&["tiny-qwen3", "tiny-llama"]), Some(4), 4, Some(2))
+            super::super::builtin_cases(Some(&["tiny-qwen3", "tiny-llama"]), Some(2), 2, Some(1))
                 .unwrap();
         let backend = || solder_model_layers::kernels::cpu_backend(Some(1)).unwrap();
         let (one, _) = run_all(&cases, &rules, vec![backend()]);
