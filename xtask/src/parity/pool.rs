@@ -136,34 +136,14 @@ mod tests {
 
     #[test]
     fn cases_run_side_by_side_before_a_case_takes_several_threads() {
-        assert_eq!(
-            shape(12, Some(2)),
-            Shape {
-                workers: 2,
-                threads: 1
-            }
-        );
-        assert_eq!(
-            shape(1, Some(8)),
-            Shape {
-                workers: 1,
-                threads: 8
-            }
-        );
-        assert_eq!(
-            shape(3, Some(8)),
-            Shape {
-                workers: 3,
-                threads: 2
-            }
-        );
-        assert_eq!(
-            shape(0, Some(4)),
-            Shape {
-                workers: 1,
-                threads: 4
-            }
-        );
+        let shape_of = |cases, threads| {
+            let s = shape(cases, Some(threads));
+            (s.workers, s.threads)
+        };
+        assert_eq!(shape_of(12, 2), (2, 1));
+        assert_eq!(shape_of(1, 8), (1, 8));
+        assert_eq!(shape_of(3, 8), (3, 2));
+        assert_eq!(shape_of(0, 4), (1, 4));
     }
 
     /// Two tiny models on two workers: the same reports, in the same order, as one worker
