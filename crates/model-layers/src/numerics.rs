@@ -39,9 +39,10 @@ pub use flash::{attend_mma, flash_chunk, FlashScratch, KeyTiles, Keys, FLASH_KEY
 pub use mma::{mma_dot, stream_dots, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
 
 pub use reduce::{
-    dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_1x4, dot_blocked_lanes,
-    dot_f32_bf16, dot_head, sum_squares_bf16, sum_squares_f32, sum_squares_f32_lanes,
-    transpose_blocks, warp_strided_sum, warp_sum, Blocked, CHUNK, DOT_SEG, WARP,
+    blocked_len, dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_1x4,
+    dot_blocked_lanes, dot_f32_bf16, dot_head, sum_squares_bf16, sum_squares_f32,
+    sum_squares_f32_lanes, transpose_blocks, warp_strided_sum, warp_sum, Blocked, CHUNK, DOT_SEG,
+    WARP,
 };
 
 /// A logits row's greedy token: the arg-max, the lowest index among equal maxima, NaN never;

@@ -4,6 +4,7 @@
 //! checked against that order written out lane by lane.
 
 use half::bf16;
+use solder_model_layers::numerics::blocked_len;
 use solder_model_layers::numerics::{
     dot_1x4, dot_4x1, dot_bf16, dot_bf16_lanes, dot_blocked, dot_blocked_1x4, dot_blocked_lanes,
     dot_f32_bf16, sum_squares_bf16, sum_squares_f32, sum_squares_f32_lanes, to_f32,
@@ -48,10 +49,10 @@ fn tiled_dots_equal_dot_bf16_bit_for_bit() {
     }
 }
 
-/// Rows stored with their whole 128-element blocks transposed give `dot_bf16`'s bits, on the
-/// path this CPU takes and the portable one, at every length (a tail past the last whole block,
-/// a whole 64-element block in it, several segments, a segment's partial last block), 4×1 and
-/// 4×4; `Blocked::get` reads the row as it was.
+/// Rows stored a 128-element block at a time, transposed, the last padded with +0, give
+/// `dot_bf16`'s bits, on the path this CPU takes and the portable one, at every length (a
+/// partial last block, a whole 64-element half in it, several segments, a segment's partial
+/// last block), 4×1 and 4×4; `Blocked::get` reads the row as it was.
 #[test]
 fn blocked_rows_dot_as_the_rows_they_were_made_from() {
     let mut rng = SplitMix64(7);
@@ -62,7 +63,7 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
         let w = random(&mut rng, len);
         let blocked = |v: &[bf16]| {
             let wide: Vec<f32> = v.iter().map(|b| to_f32(*b)).collect();
-            let mut out = vec![f32::NAN; len];
+            let mut out = vec![f32::NAN; blocked_len(len)];
             transpose_blocks(&wide, &mut out);
             (wide, out)
         };
@@ -70,10 +71,17 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
         let (ww, wt) = blocked(&w);
         for (i, v) in ww.iter().enumerate() {
             assert_eq!(
-                Blocked(&wt).get(i).to_bits(),
+                Blocked::new(&wt, len).get(i).to_bits(),
                 v.to_bits(),
                 "len {len} get {i}"
             );
+        }
+        for (p, v) in wt.iter().enumerate() {
+            // Stored at p: lane p % 16 of its block, element p / 16 % 8 of the lane's chunk.
+            let i = p / 128 * 128 + p % 16 * 8 + p / 16 % 8;
+            if i >= len {
+                assert_eq!(v.to_bits(), 0, "len {len}: the padding at {p} is +0");
+            }
         }
         if len >= 128 {
             assert_ne!(
@@ -83,12 +91,12 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
             );
         }
         let ws: Vec<Vec<bf16>> = (0..4).map(|_| random(&mut rng, len)).collect();
-        let one = dot_blocked_1x4(Blocked(&xt[0]), [&ws[0], &ws[1], &ws[2], &ws[3]]);
+        let one = dot_blocked_1x4(Blocked::new(&xt[0], len), [&ws[0], &ws[1], &ws[2], &ws[3]]);
         for c in 0..4 {
             let want = dot_bf16(&xs[0], &ws[c]).to_bits();
             assert_eq!(one[c].to_bits(), want, "1x4 len {len} col {c}");
         }
-        let x = [&xt[0][..], &xt[1], &xt[2], &xt[3]].map(Blocked);
+        let x = [&xt[0][..], &xt[1], &xt[2], &xt[3]].map(|row| Blocked::new(row, len));
         // The input rows as weight rows too: a 4×4 tile of x against itself.
         let square = dot_blocked(x, x);
         for r in 0..4 {
@@ -97,8 +105,8 @@ fn blocked_rows_dot_as_the_rows_they_were_made_from() {
                 assert_eq!(square[r][c].to_bits(), want, "4x4 len {len} ({r}, {c})");
             }
         }
-        let fast = dot_blocked(x, [Blocked(&wt)]);
-        let portable = dot_blocked_lanes(x, [Blocked(&wt)]);
+        let fast = dot_blocked(x, [Blocked::new(&wt, len)]);
+        let portable = dot_blocked_lanes(x, [Blocked::new(&wt, len)]);
         for r in 0..4 {
             let want = dot_bf16(&xs[r], &w).to_bits();
             assert_eq!(fast[r][0].to_bits(), want, "len {len} row {r}");
@@ -231,4 +239,37 @@ fn the_order_shows_in_the_bits() {
         sequential.to_bits() != dot_bf16(&x, &w).to_bits()
     });
     assert!(differs);
+}
+
+/// Products too small for f32 leave every lane at −0; a lane with no chunk in a row's last,
+/// partial block keeps its −0, as the kernel's lane skips that chunk, so every tiled dot is −0
+/// as the definition is (at 264 lanes 1-7 of the first 8 have no chunk in the block at 256).
+#[test]
+fn lanes_past_the_row_keep_a_negative_zero() {
+    for len in [264, 320, 1024 + 264] {
+        let x = vec![bf16::from_f32(-1e-30); len];
+        let w = vec![bf16::from_f32(1e-30); len];
+        let want = dot_bf16_lanes(&x, &w);
+        assert_eq!(
+            want.to_bits(),
+            (-0.0f32).to_bits(),
+            "len {len}: the definition"
+        );
+        let xf: Vec<f32> = x.iter().map(|v| to_f32(*v)).collect();
+        let mut xt = vec![f32::NAN; blocked_len(len)];
+        transpose_blocks(&xf, &mut xt);
+        let got = [
+            ("dot_bf16", dot_bf16(&x, &w)),
+            ("dot_f32_bf16", dot_f32_bf16(&xf, &w)),
+            ("dot_1x4", dot_1x4(&xf, [&w; 4])[3]),
+            ("dot_4x1", dot_4x1([&xf; 4], &w)[2]),
+            (
+                "dot_blocked_1x4",
+                dot_blocked_1x4(Blocked::new(&xt, len), [&w; 4])[1],
+            ),
+        ];
+        for (path, d) in got {
+            assert_eq!(d.to_bits(), want.to_bits(), "{path} len {len}");
+        }
+    }
 }

@@ -72,29 +72,6 @@ fn chunk_fma(
     acc
 }
 
-/// Lanes lane_lo..lane_lo + lanes.len() of the segment from `start` of a dot of `len`
-/// elements, chunks j_from.. of each lane (all of them, or the rest of a segment the AVX2 path
-/// began).
-#[inline(always)]
-fn segment_lanes(
-    lanes: &mut [f32],
-    lane_lo: usize,
-    start: usize,
-    j_from: usize,
-    len: usize,
-    x: &impl Fn(usize) -> f32,
-    w: &impl Fn(usize) -> f32,
-) {
-    for j in j_from..LANE_CHUNKS {
-        for (l, acc) in lanes.iter_mut().enumerate() {
-            let i0 = start + (j * WARP + lane_lo + l) * CHUNK;
-            if i0 < len {
-                *acc = chunk_fma(*acc, i0, (len - i0).min(CHUNK), x, w);
-            }
-        }
-    }
-}
-
 /// common.cuh `warp_dot` of `len` elements x(i)·w(i): per segment of DOT_SEG elements lane l
 /// accumulates the chunks c ≡ l (mod 32) in order (`chunk_fma`), `warp_sum` gives the segment's
 /// sum, the segment sums are folded in order (`dot_fold`).
@@ -103,7 +80,14 @@ fn warp_dot_of(len: usize, x: impl Fn(usize) -> f32, w: impl Fn(usize) -> f32) -
     let mut total = 0.0f32;
     for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
         let mut lanes = [0.0f32; WARP];
-        segment_lanes(&mut lanes, 0, start, 0, len, &x, &w);
+        for j in 0..LANE_CHUNKS {
+            for (l, acc) in lanes.iter_mut().enumerate() {
+                let i0 = start + (j * WARP + l) * CHUNK;
+                if i0 < len {
+                    *acc = chunk_fma(*acc, i0, (len - i0).min(CHUNK), &x, &w);
+                }
+            }
+        }
         total = dot_fold(total, warp_sum(lanes), seg);
     }
     total
@@ -173,52 +157,70 @@ const BLOCK_LANES: usize = 16;
 /// transposed.
 const BLOCK: usize = BLOCK_LANES * CHUNK;
 
-/// An f32 row whose whole `BLOCK`-element blocks are stored transposed (`transpose_blocks`):
-/// element e of the chunk at `b + l·8` (lane l of the block's 16) at `b + e·16 + l`, so the
-/// 16 lanes' e-th values are one AVX-512 load, or two of 8 lanes each; the elements past the
-/// last whole block stay where they are. The dots' tiles then read a row without transposing
-/// it, however many times they read it.
+/// An f32 row stored by `transpose_blocks`, a `BLOCK`-element block at a time, each block
+/// transposed: element e of the chunk at `b + l·8` (lane l of the block's 16) at `b + e·16 +
+/// l`, so the 16 lanes' e-th values are one AVX-512 load, or two of 8 lanes each. The last
+/// block is padded with +0 to a whole one (`blocked_len`), so every block loads alike. The
+/// dots' tiles then read a row without transposing it, however many times they read it.
 #[derive(Clone, Copy)]
-pub struct Blocked<'a>(pub &'a [f32]);
+pub struct Blocked<'a> {
+    data: &'a [f32],
+    len: usize,
+}
 
-impl Blocked<'_> {
+impl<'a> Blocked<'a> {
+    /// The row of `len` elements that `transpose_blocks` wrote into `data`.
+    ///
+    /// Panics if `data` is not `blocked_len(len)` long.
+    pub fn new(data: &'a [f32], len: usize) -> Blocked<'a> {
+        assert_eq!(
+            data.len(),
+            blocked_len(len),
+            "Blocked: a row of {len} is stored in blocked_len({len}) values"
+        );
+        Blocked { data, len }
+    }
+
     /// The row's length.
     pub fn len(self) -> usize {
-        self.0.len()
+        self.len
     }
 
     /// Whether the row is empty.
     pub fn is_empty(self) -> bool {
-        self.0.is_empty()
+        self.len == 0
     }
 
-    /// Element `i` of the row as it was before `transpose_blocks`.
+    /// Element `i` (< `len`) of the row as it was before `transpose_blocks`.
     #[inline(always)]
     pub fn get(self, i: usize) -> f32 {
-        let whole = self.0.len() / BLOCK * BLOCK;
-        if i < whole {
-            let (b, at) = (i / BLOCK * BLOCK, i % BLOCK);
-            self.0[b + (at % CHUNK) * BLOCK_LANES + at / CHUNK]
-        } else {
-            self.0[i]
-        }
+        let (b, at) = (i / BLOCK * BLOCK, i % BLOCK);
+        self.data[b + (at % CHUNK) * BLOCK_LANES + at / CHUNK]
     }
 }
 
-/// `row` into `out` (the same length) as a `Blocked` row.
+/// What a `Blocked` row of `len` elements takes: whole blocks.
+pub fn blocked_len(len: usize) -> usize {
+    len.next_multiple_of(BLOCK)
+}
+
+/// `row` into `out` (`blocked_len(row.len())` long) as a `Blocked` row; the last block's
+/// elements past the row are +0.
+///
+/// Panics if `out` is not `blocked_len(row.len())` long.
 pub fn transpose_blocks(row: &[f32], out: &mut [f32]) {
-    let whole = row.len() / BLOCK * BLOCK;
-    for (src, dst) in row[..whole]
-        .chunks_exact(BLOCK)
-        .zip(out[..whole].chunks_exact_mut(BLOCK))
-    {
-        for l in 0..BLOCK_LANES {
-            for e in 0..CHUNK {
-                dst[e * BLOCK_LANES + l] = src[l * CHUNK + e];
-            }
+    assert_eq!(
+        out.len(),
+        blocked_len(row.len()),
+        "transpose_blocks: a row of {} into blocked_len of it",
+        row.len()
+    );
+    for (src, dst) in row.chunks(BLOCK).zip(out.chunks_exact_mut(BLOCK)) {
+        dst.fill(0.0);
+        for (i, v) in src.iter().enumerate() {
+            dst[(i % CHUNK) * BLOCK_LANES + i / CHUNK] = *v;
         }
     }
-    out[whole..row.len()].copy_from_slice(&row[whole..]);
 }
 
 /// R×C dots of `Blocked` rows of one length, each bit-identical to `dot_f32_bf16` (and
@@ -260,20 +262,21 @@ pub fn dot_blocked<const R: usize, const C: usize>(
 /// `warp_dot_of` of R×C `Blocked` rows of one length, through `blocked_segments`: lanes 0-15
 /// and 16-31 of a segment are two passes, each over the segment's whole blocks of its 16 lanes
 /// (`Blocked`'s layout: element e of the 16 lanes' chunks is 16 consecutive values), one fused
-/// multiply-add per lane and element in the lane's order, as `chunk_fma`; the lanes of a block
-/// that is not whole (a row's tail) finish through `segment_lanes`. Portable: 16 scalar lanes.
+/// multiply-add per lane and element in the lane's order, as `chunk_fma`; a row's last block,
+/// when it is not whole, runs the same way on its +0 padding (`partial_block`).
+/// Portable: 16 scalar lanes.
 fn blocked_tile<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
-    blocked_segments(x, w, |b0, blocks, part| {
+    blocked_segments(x, w, |xs, ws, b0, blocks, part| {
         for j in 0..blocks {
             for e in 0..CHUNK {
                 let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
                 for r in 0..R {
                     for c in 0..C {
                         for (l, acc) in part[r][c].iter_mut().enumerate() {
-                            *acc = x[r].0[at + l].mul_add(w[c].0[at + l], *acc);
+                            *acc = xs[r][at + l].mul_add(ws[c][at + l], *acc);
                         }
                     }
                 }
@@ -282,17 +285,23 @@ fn blocked_tile<const R: usize, const C: usize>(
     })
 }
 
-/// The frame of the blocked tiles: per segment and half warp, `blocks(b0, n, acc)` runs the
-/// n whole 128-element blocks at b0, b0 + 256, … (the half's lanes' chunks j = 0..n) on the 16
-/// lanes' accumulators (`acc[r][c]`, from +0), in that order; a block that is not whole ends
-/// the SIMD run and `segment_lanes` finishes its lanes; then the butterfly and the segment fold.
+/// The 16 lanes' accumulators of an R×C tile.
+type TileLanes<const R: usize, const C: usize> = [[[f32; BLOCK_LANES]; C]; R];
+
+/// The frame of the blocked tiles: per segment and half warp, `blocks(xs, ws, b0, n, acc)`
+/// runs the n whole 128-element blocks at b0, b0 + 256, … of the rows `xs` and `ws` (the
+/// half's lanes' chunks j = 0..n) on the 16 lanes' accumulators (`acc[r][c]`, from +0), in
+/// that order, adding to what `acc` holds; a block that is not whole (a row's last) follows
+/// through `partial_block`, and the half's lanes have no chunk after it; then the butterfly
+/// and the segment fold.
 #[inline(always)]
 fn blocked_segments<const R: usize, const C: usize>(
     x: [Blocked<'_>; R],
     w: [Blocked<'_>; C],
-    mut blocks: impl FnMut(usize, usize, &mut [[[f32; BLOCK_LANES]; C]; R]),
+    mut blocks: impl FnMut([&[f32]; R], [&[f32]; C], usize, usize, &mut TileLanes<R, C>),
 ) -> [[f32; C]; R] {
     let len = x[0].len();
+    let (xs, ws) = (x.map(|r| r.data), w.map(|r| r.data));
     let mut total = [[0.0f32; C]; R];
     for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
         let mut lanes = [[[0.0f32; WARP]; C]; R];
@@ -305,16 +314,14 @@ fn blocked_segments<const R: usize, const C: usize>(
             while j < LANE_CHUNKS && b0 + j * WARP * CHUNK + BLOCK <= len {
                 j += 1;
             }
-            blocks(b0, j, &mut acc);
+            blocks(xs, ws, b0, j, &mut acc);
+            let at = b0 + j * WARP * CHUNK;
+            if j < LANE_CHUNKS && at < len {
+                partial_block(xs, ws, at, len, &mut acc, &mut blocks);
+            }
             for r in 0..R {
                 for c in 0..C {
-                    let part = &mut lanes[r][c][lane_lo..lane_lo + BLOCK_LANES];
-                    part.copy_from_slice(&acc[r][c]);
-                    if j < LANE_CHUNKS {
-                        let (xr, wc) = (x[r], w[c]);
-                        let (xv, wv) = (move |i| xr.get(i), move |i| wc.get(i));
-                        segment_lanes(part, lane_lo, start, j, len, &xv, &wv);
-                    }
+                    lanes[r][c][lane_lo..lane_lo + BLOCK_LANES].copy_from_slice(&acc[r][c]);
                 }
             }
         }
@@ -325,6 +332,34 @@ fn blocked_segments<const R: usize, const C: usize>(
         }
     }
     total
+}
+
+/// A row's last block when it is not whole (`len - at` < 128 elements, padded with +0 by
+/// `transpose_blocks`), run as a whole one. A lane whose chunk is partial reads +0 past the
+/// row, as the kernel does (`chunk_fma`); a lane with no chunk there keeps its sums, because
+/// the kernel's lane skips a chunk past the row, where fma(+0, +0, −0) would give +0.
+#[inline(always)]
+fn partial_block<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    at: usize,
+    len: usize,
+    acc: &mut TileLanes<R, C>,
+    blocks: &mut impl FnMut([&[f32]; R], [&[f32]; C], usize, usize, &mut TileLanes<R, C>),
+) {
+    let with_chunk = (len - at).div_ceil(CHUNK);
+    let mut kept = [[[0.0f32; BLOCK_LANES]; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            kept[r][c][with_chunk..].copy_from_slice(&acc[r][c][with_chunk..]);
+        }
+    }
+    blocks(xs, ws, at, 1, acc);
+    for r in 0..R {
+        for c in 0..C {
+            acc[r][c][with_chunk..].copy_from_slice(&kept[r][c][with_chunk..]);
+        }
+    }
 }
 
 /// `blocked_tile` with AVX-512: the 16 lanes of a block in one register, the R×C tile's
@@ -338,21 +373,26 @@ unsafe fn blocked_tile_avx512<const R: usize, const C: usize>(
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
     use std::arch::x86_64::*;
-    blocked_segments(x, w, |b0, blocks, part| {
-        // SAFETY: AVX-512F present (the caller's promise); each block lies in every row
-        // (blocked_segments passes whole blocks only, rows of one length); unaligned loads
-        // and stores of 16 f32.
+    blocked_segments(x, w, |xs, ws, b0, blocks, part| {
+        // SAFETY: AVX-512F present (the caller's promise); each block lies in every row's
+        // data (blocked_segments passes blocks below the rows' length, and a `Blocked` row's
+        // data is whole blocks); unaligned loads and stores of 16 f32.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    acc[r][c] = _mm512_loadu_ps(part[r][c].as_ptr());
+                }
+            }
             for j in 0..blocks {
                 for e in 0..CHUNK {
                     let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
                     let mut wv = [_mm512_setzero_ps(); C];
                     for c in 0..C {
-                        wv[c] = _mm512_loadu_ps(w[c].0.as_ptr().add(at));
+                        wv[c] = _mm512_loadu_ps(ws[c].as_ptr().add(at));
                     }
                     for r in 0..R {
-                        let xv = _mm512_loadu_ps(x[r].0.as_ptr().add(at));
+                        let xv = _mm512_loadu_ps(xs[r].as_ptr().add(at));
                         for c in 0..C {
                             acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
                         }
@@ -379,20 +419,27 @@ unsafe fn blocked_tile_avx2<const R: usize, const C: usize>(
     w: [Blocked<'_>; C],
 ) -> [[f32; C]; R] {
     use std::arch::x86_64::*;
-    blocked_segments(x, w, |b0, blocks, part| {
+    blocked_segments(x, w, |xs, ws, b0, blocks, part| {
         // SAFETY: as blocked_tile_avx512's, with AVX2 and FMA; loads of 8 f32.
         unsafe {
             let mut acc = [[[_mm256_setzero_ps(); 2]; C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    for (h, v) in acc[r][c].iter_mut().enumerate() {
+                        *v = _mm256_loadu_ps(part[r][c].as_ptr().add(h * 8));
+                    }
+                }
+            }
             for j in 0..blocks {
                 for e in 0..CHUNK {
                     let at = b0 + j * WARP * CHUNK + e * BLOCK_LANES;
                     for h in 0..2 {
                         let mut wv = [_mm256_setzero_ps(); C];
                         for c in 0..C {
-                            wv[c] = _mm256_loadu_ps(w[c].0.as_ptr().add(at + h * 8));
+                            wv[c] = _mm256_loadu_ps(ws[c].as_ptr().add(at + h * 8));
                         }
                         for r in 0..R {
-                            let xv = _mm256_loadu_ps(x[r].0.as_ptr().add(at + h * 8));
+                            let xv = _mm256_loadu_ps(xs[r].as_ptr().add(at + h * 8));
                             for c in 0..C {
                                 acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
                             }
@@ -540,65 +587,90 @@ pub(super) mod avx2 {
     //! The AVX2+FMA paths: 8 CUDA lanes in one register. A lane's chunk is 8 consecutive
     //! elements, so 8 lanes' chunks (64 elements) are transposed to give, per element e of the
     //! chunk, one register of the 8 lanes' e-th values; `_mm256_fmadd_ps` then does each lane's
-    //! fma in order. Whatever the fast path leaves (a row's last partial block) the portable
-    //! code finishes on the same lane accumulators.
+    //! fma in order. A row's last block, when it is not whole, is read with +0 past the row
+    //! (`Row::partial_block`), and the lanes with no chunk in it keep their sums.
     use std::arch::x86_64::*;
 
     use half::bf16;
 
     use super::{
-        dot_fold, segment_lanes, to_f32, tree_sum, warp_sum, Blocked, BLOCK, BLOCK_LANES, CHUNK,
-        DOT_SEG, LANE_CHUNKS, WARP,
+        dot_fold, to_f32, tree_sum, warp_sum, Blocked, BLOCK, BLOCK_LANES, CHUNK, DOT_SEG,
+        LANE_CHUNKS, WARP,
     };
 
     /// A row the tiles read: 8 values as f32 from an element index, or one.
     pub(in crate::numerics) trait Row: Copy {
         fn len(self) -> usize;
-        /// Where `block` stops: the row's length, or less.
-        #[inline(always)]
-        fn blocks_end(self) -> usize {
-            self.len()
-        }
-        /// Safety: `at + 8 <= self.len()`, AVX2 present.
+        /// Safety: 8 values from `at` lie in the row's storage (for a plain row, `at + 8 <=
+        /// self.len()`), AVX2 present.
         unsafe fn load8(self, at: usize) -> __m256;
         fn get(self, i: usize) -> f32;
         /// The 64-element block at `at` (8 lanes' chunks) as 8 registers: element e of each
         /// lane's chunk in register e.
         ///
-        /// Safety: `at + 64 <= self.blocks_end()`, `at` a multiple of 64, AVX2 present.
+        /// Safety: `at + 64 <= self.len()`, `at` a multiple of 64, AVX2 present.
         #[inline(always)]
         unsafe fn block(self, at: usize) -> [__m256; 8] {
             // SAFETY: the caller's promise.
             unsafe { transpose(load8x8(self, at, CHUNK)) }
         }
+        /// The row's last block at `at`, not whole, as `block` gives a whole one: +0 past the
+        /// row.
+        ///
+        /// Safety: `at < self.len() < at + 64`, `at` a multiple of 64, AVX2 present.
+        #[inline(always)]
+        unsafe fn partial_block(self, at: usize) -> [__m256; 8] {
+            let rest = self.len() - at;
+            // SAFETY: AVX present (the caller's promise of AVX2).
+            let mut lanes = [unsafe { _mm256_setzero_ps() }; 8];
+            for (l, lane) in lanes.iter_mut().enumerate().take(rest.div_ceil(CHUNK)) {
+                let i0 = at + l * CHUNK;
+                *lane = if i0 + CHUNK <= self.len() {
+                    // SAFETY: the chunk lies in the row.
+                    unsafe { self.load8(i0) }
+                } else {
+                    let mut chunk = [0.0f32; CHUNK];
+                    for (i, v) in chunk.iter_mut().enumerate().take(self.len() - i0) {
+                        *v = self.get(i0 + i);
+                    }
+                    // SAFETY: 8 f32 on the stack; unaligned load.
+                    unsafe { _mm256_loadu_ps(chunk.as_ptr()) }
+                };
+            }
+            // SAFETY: AVX2 present (the caller's promise).
+            unsafe { transpose(lanes) }
+        }
     }
 
     impl Row for Blocked<'_> {
         fn len(self) -> usize {
-            self.0.len()
+            self.len
         }
         #[inline(always)]
         unsafe fn load8(self, at: usize) -> __m256 {
-            // SAFETY: 8 f32 from `at` lie in the row (the caller's promise); unaligned load.
-            unsafe { _mm256_loadu_ps(self.0.as_ptr().add(at)) }
+            // SAFETY: 8 f32 from `at` lie in the row's data (the caller's promise); unaligned
+            // load.
+            unsafe { _mm256_loadu_ps(self.data.as_ptr().add(at)) }
         }
         #[inline(always)]
         fn get(self, i: usize) -> f32 {
             Blocked::get(self, i)
-        }
-        /// The whole 128-element blocks, the ones stored transposed.
-        #[inline(always)]
-        fn blocks_end(self) -> usize {
-            self.0.len() / BLOCK * BLOCK
         }
         /// Stored transposed: 8 loads, every 16 elements from the block's first lane or its
         /// ninth.
         #[inline(always)]
         unsafe fn block(self, at: usize) -> [__m256; 8] {
             let b = at / BLOCK * BLOCK;
-            // SAFETY: the caller's promise: `at`'s whole 128-element block lies in the row.
-            // Lane (at - b) / 8 of the block: 0, or 8 for its second 64 elements.
+            // SAFETY: the caller's promise: `at` lies in the row, and the data holds its
+            // whole 128-element block. Lane (at - b) / 8 of the block: 0, or 8 for its second
+            // 64 elements.
             unsafe { load8x8(self, b + (at - b) / CHUNK, BLOCK_LANES) }
+        }
+        /// The padded block as it is stored: +0 past the row.
+        #[inline(always)]
+        unsafe fn partial_block(self, at: usize) -> [__m256; 8] {
+            // SAFETY: as `block`'s.
+            unsafe { self.block(at) }
         }
     }
 
@@ -607,7 +679,8 @@ pub(super) mod avx2 {
     /// caller's target features, so when it is not inlined the intrinsics inside it become
     /// calls (the twins' dots ran 2.5 times slower that way).
     ///
-    /// Safety: `at + 7·step + 8 <= row.len()`, AVX2 present.
+    /// Safety: every `load8` lies in the row's storage (`at + 7·step + 8 <= row.len()` for a
+    /// plain row), AVX2 present.
     #[inline(always)]
     pub(in crate::numerics) unsafe fn load8x8<X: Row>(
         row: X,
@@ -708,15 +781,6 @@ pub(super) mod avx2 {
         w: [W; C],
     ) -> [[f32; C]; R] {
         let len = x[0].len();
-        // Blocks past `end` (a row's tail; a `Blocked` row's last 64 elements when its last
-        // 128 are not whole) go through `segment_lanes`.
-        let mut end = len;
-        for row in x {
-            end = end.min(row.blocks_end());
-        }
-        for row in w {
-            end = end.min(row.blocks_end());
-        }
         let mut total = [[0.0f32; C]; R];
         for (seg, start) in (0..len).step_by(DOT_SEG).enumerate() {
             let mut lanes = [[[0.0f32; WARP]; C]; R];
@@ -725,7 +789,7 @@ pub(super) mod avx2 {
                 let mut j = 0;
                 while j < LANE_CHUNKS {
                     let at = start + (j * WARP + group * 8) * CHUNK;
-                    if at + 8 * CHUNK > end {
+                    if at + 8 * CHUNK > len {
                         break;
                     }
                     let mut wt = [[_mm256_setzero_ps(); 8]; C];
@@ -745,16 +809,37 @@ pub(super) mod avx2 {
                     }
                     j += 1;
                 }
+                // The row's last block, not whole: the group's lanes have no chunk after it.
+                let at = start + (j * WARP + group * 8) * CHUNK;
+                if j < LANE_CHUNKS && at < len {
+                    // The lanes with a chunk in it: 8·l < len - at (< 64).
+                    let with_chunk = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                        _mm256_set1_epi32((len - at) as i32),
+                        _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56),
+                    ));
+                    let mut wt = [[_mm256_setzero_ps(); 8]; C];
+                    for (c, t) in wt.iter_mut().enumerate() {
+                        // SAFETY: at < len < at + 64, at a multiple of 64 (every row is len
+                        // long).
+                        *t = unsafe { w[c].partial_block(at) };
+                    }
+                    for r in 0..R {
+                        // SAFETY: as above.
+                        let xt = unsafe { x[r].partial_block(at) };
+                        for c in 0..C {
+                            let mut sum = acc[r][c];
+                            for e in 0..CHUNK {
+                                sum = _mm256_fmadd_ps(xt[e], wt[c][e], sum);
+                            }
+                            acc[r][c] = _mm256_blendv_ps(acc[r][c], sum, with_chunk);
+                        }
+                    }
+                }
                 for r in 0..R {
                     for c in 0..C {
                         let lanes8 = &mut lanes[r][c][group * 8..group * 8 + 8];
                         // SAFETY: 8 writable f32; unaligned store.
                         unsafe { _mm256_storeu_ps(lanes8.as_mut_ptr(), acc[r][c]) };
-                        if j < LANE_CHUNKS {
-                            let (xr, wc) = (x[r], w[c]);
-                            let (xv, wv) = (move |i| xr.get(i), move |i| wc.get(i));
-                            segment_lanes(lanes8, group * 8, start, j, len, &xv, &wv);
-                        }
                     }
                 }
             }
@@ -816,13 +901,13 @@ mod tests {
             let rows: Vec<Vec<f32>> = (0..8)
                 .map(|_| {
                     let wide: Vec<f32> = (0..len).map(|_| next()).collect();
-                    let mut out = vec![f32::NAN; len];
+                    let mut out = vec![f32::NAN; blocked_len(len)];
                     transpose_blocks(&wide, &mut out);
                     out
                 })
                 .collect();
-            let x = [0, 1, 2, 3].map(|r| Blocked(&rows[r]));
-            let w = [4, 5, 6, 7].map(|r| Blocked(&rows[r]));
+            let x = [0, 1, 2, 3].map(|r| Blocked::new(&rows[r], len));
+            let w = [4, 5, 6, 7].map(|r| Blocked::new(&rows[r], len));
             let want = dot_blocked_lanes(x, w);
             let mut got = vec![("portable", blocked_tile(x, w))];
             #[cfg(target_arch = "x86_64")]
@@ -860,6 +945,46 @@ mod tests {
                     want[r][1].to_bits(),
                     "4x1 len {len}"
                 );
+            }
+        }
+    }
+
+    /// Products too small for f32 leave every lane at −0; a lane with no chunk in the row's
+    /// last, partial block keeps its −0 (the kernel skips that chunk), so the dot is −0 on
+    /// every build, as the definition's. At 320 the second half of the first half warp's
+    /// lanes has no chunk in the partial block at 256.
+    #[test]
+    fn a_lane_with_no_chunk_in_the_partial_block_keeps_its_negative_zero() {
+        for len in [320, 1024 + 320, 264] {
+            let wide = |v: f32| vec![to_f32(bf16::from_f32(v)); len];
+            let blocked = |row: Vec<f32>| {
+                let mut out = vec![f32::NAN; blocked_len(len)];
+                transpose_blocks(&row, &mut out);
+                out
+            };
+            let (xr, wr) = (blocked(wide(-1e-30)), blocked(wide(1e-30)));
+            let (x, w) = ([Blocked::new(&xr, len); 4], [Blocked::new(&wr, len); 4]);
+            let want = dot_blocked_lanes(x, w)[0][0];
+            assert_eq!(
+                want.to_bits(),
+                (-0.0f32).to_bits(),
+                "len {len}: the definition"
+            );
+            let mut got = vec![("portable", blocked_tile(x, w))];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if avx2_fma() {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked).
+                    got.push(("avx2", unsafe { blocked_tile_avx2(x, w) }));
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU supports AVX-512F (checked).
+                    got.push(("avx512", unsafe { blocked_tile_avx512(x, w) }));
+                }
+            }
+            got.push(("dispatch", dot_blocked(x, w)));
+            for (path, d) in got {
+                assert_eq!(d[3][2].to_bits(), want.to_bits(), "{path} len {len}");
             }
         }
     }

@@ -15,7 +15,7 @@ use solder_gpu_runtime::par_chunks_mut;
 
 use crate::kernels::args::scatter;
 use crate::numerics::{
-    dot_blocked, dot_blocked_1x4, dot_f32_bf16, to_f32, transpose_blocks, Blocked,
+    blocked_len, dot_blocked, dot_blocked_1x4, dot_f32_bf16, to_f32, transpose_blocks, Blocked,
 };
 
 /// Weight rows widened and transposed together, each read against every input row.
@@ -43,15 +43,13 @@ impl Widened {
         self.data.len().checked_div(self.k).unwrap_or(0)
     }
 
-    /// Every row as a `Blocked` row (`transpose_blocks`), one after the other.
+    /// Every row as a `Blocked` row (`transpose_blocks`), one after the other, each
+    /// `blocked_len(k)` long.
     fn blocked(&self) -> Vec<f32> {
-        let mut out = vec![0.0f32; self.data.len()];
+        let kb = blocked_len(self.k);
+        let mut out = vec![0.0f32; self.rows() * kb];
         if self.k > 0 {
-            for (row, dst) in self
-                .data
-                .chunks_exact(self.k)
-                .zip(out.chunks_exact_mut(self.k))
-            {
+            for (row, dst) in self.data.chunks_exact(self.k).zip(out.chunks_exact_mut(kb)) {
                 transpose_blocks(row, dst);
             }
         }
@@ -101,9 +99,9 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
     if rows == 1 {
         // One row, its blocks transposed once: tile four output features at a time.
         let x0 = x.row(0);
-        let mut xt = vec![0.0f32; x0.len()];
+        let mut xt = vec![0.0f32; blocked_len(x0.len())];
         transpose_blocks(x0, &mut xt);
-        let xb = Blocked(&xt);
+        let xb = Blocked::new(&xt, x0.len());
         let per_chunk = n.div_ceil(threads * 4).max(4).next_multiple_of(4);
         par_chunks_mut(&mut out[..n], per_chunk, threads, |ci, chunk| {
             let base = ci * per_chunk;
@@ -124,13 +122,13 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
     }
     // Several rows: panels of weight rows, each widened and transposed once, against four
     // input rows at a time; column-major `[n][rows]` results, then scattered.
-    let k = x.k;
+    let (k, kb) = (x.k, blocked_len(x.k));
     let xt = x.blocked();
-    let xb = |r: usize| Blocked(&xt[r * k..(r + 1) * k]);
+    let xb = |r: usize| Blocked::new(&xt[r * kb..(r + 1) * kb], k);
     let mut by_column = vec![T::default(); rows * n];
     let per_chunk = n.div_ceil(threads * 4).max(1).next_multiple_of(PANEL);
     par_chunks_mut(&mut by_column, per_chunk * rows, threads, |ci, chunk| {
-        let mut panel = vec![0.0f32; PANEL * k];
+        let mut panel = vec![0.0f32; PANEL * kb];
         let mut wide = vec![0.0f32; k];
         for (pi, values) in chunk.chunks_mut(PANEL * rows).enumerate() {
             let first = ci * per_chunk + pi * PANEL;
@@ -139,9 +137,9 @@ pub(crate) fn for_each_dot<'w, T: Copy + Default + Send>(
                 for (d, s) in wide.iter_mut().zip(w_row(first + c)) {
                     *d = to_f32(*s);
                 }
-                transpose_blocks(&wide, &mut panel[c * k..(c + 1) * k]);
+                transpose_blocks(&wide, &mut panel[c * kb..(c + 1) * kb]);
             }
-            let wb = |c: usize| Blocked(&panel[c * k..(c + 1) * k]);
+            let wb = |c: usize| Blocked::new(&panel[c * kb..(c + 1) * kb], k);
             let mut put = |r: usize, c: usize, v: f32| values[c * rows + r] = f(r, first + c, v);
             // Tiles of 4 input rows × 4 weight rows, then the rows left one at a time.
             let mut r = 0;
