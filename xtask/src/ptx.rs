@@ -351,19 +351,22 @@ pub fn assemble_cubins(out: &Path) -> Result<u64, String> {
     use solder_model_layers::kernels::cubins::{manifest_text, CubinEntry, MANIFEST};
     let tools = toolchain::Toolchain::ensure(&workspace_root())?;
     fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let mut entries = Vec::new();
-    for (module, text) in solder_kernels::ptx_modules() {
+    let modules = solder_kernels::ptx_modules();
+    for (module, text) in modules {
         let ptx = out.join(format!("{module}.ptx"));
-        let cubin = out.join(format!("{module}.cubin"));
         crate::files::write_output(&ptx, text.as_bytes(), &crate::files::Inputs::default())?;
-        let output = std::process::Command::new(&tools.ptxas)
-            .arg("-arch=sm_90")
-            .arg(&ptx)
-            .arg("-o")
-            .arg(&cubin)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", tools.ptxas.display()))?;
-        let _ = fs::remove_file(&ptx);
+    }
+    let names: Vec<String> = modules
+        .iter()
+        .map(|(module, _)| module.to_string())
+        .collect();
+    let outputs = ptxas::assemble_each(&tools.ptxas, out, &names, false);
+    for module in &names {
+        let _ = fs::remove_file(out.join(format!("{module}.ptx")));
+    }
+    let mut entries = Vec::new();
+    for (module, output) in names.iter().zip(outputs?) {
+        let cubin = out.join(format!("{module}.cubin"));
         if !output.status.success() {
             return Err(format!(
                 "ptxas -arch=sm_90 failed on the embedded {module}.ptx ({}):\n{}",
@@ -375,7 +378,7 @@ pub fn assemble_cubins(out: &Path) -> Result<u64, String> {
             .map_err(|e| format!("{}: {e}", cubin.display()))?
             .len();
         entries.push(CubinEntry {
-            module: module.to_string(),
+            module: module.clone(),
             ptx_sha256: solder_kernels::ptx_sha256(module)
                 .ok_or_else(|| format!("module `{module}` has no digest"))?
                 .to_string(),

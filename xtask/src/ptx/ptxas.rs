@@ -1,9 +1,12 @@
 //! ptxas from the nvcc wheel: assembles each module for sm_90 with `-v` and reads the per-kernel
 //! resource lines (registers, shared memory, stack frame, spills); also lists `.entry` names.
+//! The modules are assembled side by side (`assemble_each`), the reports read in module order.
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::toolchain::Toolchain;
 
@@ -54,6 +57,57 @@ pub fn entries_of(module: &str, text: &str) -> Vec<String> {
     all
 }
 
+/// Runs `ptxas -arch=sm_90 [-v] <dir>/<module>.ptx -o <dir>/<module>.cubin` for every module,
+/// as many at once as the host has threads (one ptxas uses one; gemm's module alone takes about
+/// half of all the modules' time, so the largest PTX starts first), and returns each run's
+/// output in `modules`' order.
+pub fn assemble_each(
+    ptxas: &Path,
+    dir: &Path,
+    modules: &[String],
+    verbose: bool,
+) -> Result<Vec<Output>, String> {
+    let size = |m: &String| fs::metadata(dir.join(format!("{m}.ptx"))).map_or(0, |f| f.len());
+    let mut order: Vec<usize> = (0..modules.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(size(&modules[i])));
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(modules.len());
+    let next = AtomicUsize::new(0);
+    let outputs: Mutex<Vec<Option<Result<Output, String>>>> =
+        Mutex::new(modules.iter().map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let module = &modules[i];
+                    let mut command = Command::new(ptxas);
+                    command.arg("-arch=sm_90");
+                    if verbose {
+                        command.arg("-v");
+                    }
+                    let output = command
+                        .arg(dir.join(format!("{module}.ptx")))
+                        .arg("-o")
+                        .arg(dir.join(format!("{module}.cubin")))
+                        .output()
+                        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()));
+                    outputs.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(output);
+                }
+            });
+        }
+    });
+    outputs
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .zip(modules)
+        .map(|(output, module)| {
+            output.unwrap_or_else(|| Err(format!("ptxas did not run on {module}.ptx")))
+        })
+        .collect()
+}
+
 /// Assembles every module; the resources of every kernel, in module then ptxas order.
 pub fn assemble_all(
     tools: &Toolchain,
@@ -61,16 +115,9 @@ pub fn assemble_all(
     modules: &[String],
 ) -> Result<Vec<KernelResources>, String> {
     let mut report = Vec::new();
-    for module in modules {
+    let outputs = assemble_each(&tools.ptxas, dir, modules, true)?;
+    for (module, output) in modules.iter().zip(outputs) {
         let ptx = dir.join(format!("{module}.ptx"));
-        let cubin = dir.join(format!("{module}.cubin"));
-        let output = Command::new(&tools.ptxas)
-            .args(["-arch=sm_90", "-v"])
-            .arg(&ptx)
-            .arg("-o")
-            .arg(&cubin)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", tools.ptxas.display()))?;
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
