@@ -885,6 +885,24 @@ pub(super) mod avx2 {
 mod tests {
     use super::*;
 
+    /// The 4×4 tile from every build of `blocked_tile` this CPU runs, and the dispatch.
+    fn every_build(x: [Blocked<'_>; 4], w: [Blocked<'_>; 4]) -> Vec<(&'static str, [[f32; 4]; 4])> {
+        let mut got = vec![("portable", blocked_tile(x, w))];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2_fma() {
+                // SAFETY: the CPU supports AVX2 and FMA (checked).
+                got.push(("avx2", unsafe { blocked_tile_avx2(x, w) }));
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked).
+                got.push(("avx512", unsafe { blocked_tile_avx512(x, w) }));
+            }
+        }
+        got.push(("dispatch", dot_blocked(x, w)));
+        got
+    }
+
     /// Every build of `blocked_tile` this CPU runs (portable, AVX2, AVX-512) gives
     /// `dot_blocked_lanes`' bits, 4×4 and 1×4 and 4×1, at lengths with a partial segment, a
     /// whole 64-element block past the last 128-element one (576, 1000), and no whole block.
@@ -909,19 +927,7 @@ mod tests {
             let x = [0, 1, 2, 3].map(|r| Blocked::new(&rows[r], len));
             let w = [4, 5, 6, 7].map(|r| Blocked::new(&rows[r], len));
             let want = dot_blocked_lanes(x, w);
-            let mut got = vec![("portable", blocked_tile(x, w))];
-            #[cfg(target_arch = "x86_64")]
-            {
-                if avx2_fma() {
-                    // SAFETY: the CPU supports AVX2 and FMA (checked).
-                    got.push(("avx2", unsafe { blocked_tile_avx2(x, w) }));
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F (checked).
-                    got.push(("avx512", unsafe { blocked_tile_avx512(x, w) }));
-                }
-            }
-            got.push(("dispatch", dot_blocked(x, w)));
+            let got = every_build(x, w);
             let one_by_four = dot_blocked([x[2]], w)[0];
             let four_by_one = dot_blocked(x, [w[1]]);
             for (path, d) in got {
@@ -970,19 +976,7 @@ mod tests {
                 (-0.0f32).to_bits(),
                 "len {len}: the definition"
             );
-            let mut got = vec![("portable", blocked_tile(x, w))];
-            #[cfg(target_arch = "x86_64")]
-            {
-                if avx2_fma() {
-                    // SAFETY: the CPU supports AVX2 and FMA (checked).
-                    got.push(("avx2", unsafe { blocked_tile_avx2(x, w) }));
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F (checked).
-                    got.push(("avx512", unsafe { blocked_tile_avx512(x, w) }));
-                }
-            }
-            got.push(("dispatch", dot_blocked(x, w)));
+            let got = every_build(x, w);
             for (path, d) in got {
                 assert_eq!(d[3][2].to_bits(), want.to_bits(), "{path} len {len}");
             }
