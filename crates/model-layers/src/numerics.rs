@@ -35,7 +35,7 @@ mod mma;
 mod reduce;
 
 pub use attention::{attend, AttendScratch};
-pub use flash::{attend_mma, flash_chunk, FlashScratch, KeyTiles, Keys, FLASH_KEYS, FLASH_SPLITS};
+pub use flash::{attend_mma, flash_chunk, FlashScratch, Kv, KvTiles, FLASH_KEYS, FLASH_SPLITS};
 pub use mma::{mma_dot, stream_dots, MmaPanel, MMA_BLOCK, MMA_K_TILE, MMA_ROWS};
 
 pub use reduce::{

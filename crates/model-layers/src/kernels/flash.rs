@@ -12,8 +12,8 @@
 //! length alone (the chunks and tiles sit at absolute key positions), never on the program's
 //! width, the row's place or R — but for a non-finite value in a key staged beside the row's
 //! own (see flash.cu), which the twin models too (the keys its block stages). One task per
-//! (block, kv head) widens the block's staged keys once (`numerics::KeyTiles`) for all its
-//! (row, head) pairs, as the kernel stages each K tile once for its block.
+//! (block, kv head) widens the block's staged keys and values once (`numerics::KvTiles`) for
+//! all its (row, head) pairs, as the kernel stages each K and V tile once for its block.
 
 use half::bf16;
 use solder_circuit::ir::MetaField;
@@ -25,7 +25,7 @@ use super::args::{macs, size, threads_for};
 use super::attn::{attn_dims, gated_out, kv_cache_of, window_of, window_start, Attention};
 use super::decl::{kernel, Name};
 use crate::kernels::emit_view::{View, R};
-use crate::numerics::{attend_mma, FlashScratch, KeyTiles, Keys, FLASH_SPLITS};
+use crate::numerics::{attend_mma, FlashScratch, Kv, KvTiles, FLASH_SPLITS};
 
 /// Threads of a block: four warps of 16 (row, head) slots each.
 pub const FLASH_THREADS: u32 = 128;
@@ -196,7 +196,7 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
         let start = ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
         &cache[start..start + head_dim]
     };
-    // One task per (block, kv head): its keys widened once (`KeyTiles`), then every (row, head)
+    // One task per (block, kv head): its keys and values widened once (`KvTiles`), then every (row, head)
     // of the block that reads them, into its own part of `parts`, then scattered into `out`.
     let (kv_heads, part) = (at.kv_heads, per_block * group * head_dim);
     let mut parts = vec![bf16::ZERO; blocks.len() * kv_heads * part];
@@ -204,21 +204,19 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
         let (y, kvh) = (task / kv_heads, task % kv_heads);
         let block = &blocks[y];
         let anchor = block.anchor;
-        let tiles = KeyTiles::new(block.keys.clone(), head_dim, |j| kv(anchor, j, 0, kvh));
+        let (key, value) = (|j| kv(anchor, j, 0, kvh), |j| kv(anchor, j, 1, kvh));
+        let tiles = KvTiles::new(block.keys.clone(), head_dim, key, value);
         let mut scratch = FlashScratch::default();
         let rows = y * per_block..((y + 1) * per_block).min(seq_lens.len());
         for (i, r) in rows.enumerate() {
             let len = seq_lens[r] as usize;
             for g in 0..group {
                 let index = r * heads + kvh * group + g;
-                let key = |j| kv(anchor, j, 0, kvh);
                 attend_mma(
                     &q[index * head_dim..(index + 1) * head_dim],
                     (window_start(len, window)..len, block.keys.clone()),
                     scale,
-                    (tiles.as_ref().map_or(Keys::Each(key), Keys::Tiles), |j| {
-                        kv(anchor, j, 1, kvh)
-                    }),
+                    tiles.as_ref().map_or(Kv::Each(key, value), Kv::Tiles),
                     &mut scratch,
                     &mut part[(i * group + g) * head_dim..][..head_dim],
                 );

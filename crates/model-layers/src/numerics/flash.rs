@@ -55,83 +55,99 @@ pub struct FlashScratch {
     kt: Vec<f32>,
 }
 
-/// The staged keys of one block and kv head, widened to f32 and transposed tile by tile as the
-/// kernel stages its K tiles: built once, read by every (row, head) of the block, instead of
-/// each pair widening every tile again (at a 512-row chunk of four query heads per kv head,
-/// 2,048 times). A key of a tile that is not staged reads as 0; a staged key outside a row's
-/// own range enters that row's dots, whose scores are -inf whatever they hold.
-pub struct KeyTiles {
+/// The staged keys and values of one block and kv head, widened to f32 tile by tile as the
+/// kernel stages its K and V tiles: built once, read by every (row, head) of the block, instead
+/// of each pair widening every tile again (at a 512-row chunk of four query heads per kv head,
+/// 2,048 times) and reading each value row from its page. A key or value of a tile that is not
+/// staged reads as 0; a staged key outside a row's own range enters that row's dots, whose
+/// scores are -inf whatever they hold, and its value enters as 0·v.
+pub struct KvTiles {
     /// The first tile's first key (a multiple of `FLASH_KEYS`).
     first: usize,
     head_dim: usize,
-    /// Tile t's dim d of its key i at `(t·head_dim + d)·FLASH_KEYS + i`.
-    data: Vec<f32>,
+    /// Tile t's dim d of its key i at `(t·head_dim + d)·FLASH_KEYS + i` (transposed).
+    keys: Vec<f32>,
+    /// Tile t's value i, dim d at `(t·FLASH_KEYS + i)·head_dim + d` (as the rows are).
+    values: Vec<f32>,
 }
 
-impl KeyTiles {
-    /// Staged keys up to this many f32 (64 MB) are widened once for their block; past it
-    /// (contexts of 100k tokens and more) each (row, head) widens its tiles as it goes.
+impl KvTiles {
+    /// Staged keys up to this many f32 (64 MB, and as many for the values) are widened once
+    /// for their block; past it (contexts of 100k tokens and more) each (row, head) widens its
+    /// tiles as it goes.
     pub const MAX_ELEMS: usize = 1 << 24;
 
-    /// The tiles of the keys `staged` (`key(j)`: key j's `head_dim` values); `None` past
-    /// `MAX_ELEMS`.
+    /// The tiles of the keys `staged` (`key(j)` and `value(j)`: key j's and value j's
+    /// `head_dim` values); `None` past `MAX_ELEMS`.
     pub fn new<'k>(
         staged: Range<usize>,
         head_dim: usize,
         key: impl Fn(usize) -> &'k [bf16],
-    ) -> Option<KeyTiles> {
+        value: impl Fn(usize) -> &'k [bf16],
+    ) -> Option<KvTiles> {
         let first = staged.start / FLASH_KEYS * FLASH_KEYS;
         let tiles = staged.end.saturating_sub(first).div_ceil(FLASH_KEYS);
         let elems = tiles.checked_mul(head_dim * FLASH_KEYS)?;
         if elems > Self::MAX_ELEMS {
             return None;
         }
-        let mut data = vec![0.0f32; elems];
+        let (mut keys, mut values) = (vec![0.0f32; elems], vec![0.0f32; elems]);
         for j in staged {
             let (t, i) = ((j - first) / FLASH_KEYS, (j - first) % FLASH_KEYS);
-            let tile = &mut data[t * head_dim * FLASH_KEYS..][..head_dim * FLASH_KEYS];
+            let tile = &mut keys[t * head_dim * FLASH_KEYS..][..head_dim * FLASH_KEYS];
             for (d, k) in key(j)[..head_dim].iter().enumerate() {
                 tile[d * FLASH_KEYS + i] = to_f32(*k);
             }
+            let row = &mut values[(j - first) * head_dim..][..head_dim];
+            for (slot, v) in row.iter_mut().zip(&value(j)[..head_dim]) {
+                *slot = to_f32(*v);
+            }
         }
-        Some(KeyTiles {
+        Some(KvTiles {
             first,
             head_dim,
-            data,
+            keys,
+            values,
         })
     }
 
-    /// The tile whose first key is `t0`.
-    fn tile(&self, t0: usize) -> &[f32] {
+    /// The keys of the tile whose first key is `t0`.
+    fn keys(&self, t0: usize) -> &[f32] {
         let size = self.head_dim * FLASH_KEYS;
-        &self.data[(t0 - self.first) / FLASH_KEYS * size..][..size]
+        &self.keys[(t0 - self.first) / FLASH_KEYS * size..][..size]
+    }
+
+    /// The values of the tile whose first key is `t0`, a row of `head_dim` a key.
+    fn values(&self, t0: usize) -> &[f32] {
+        let size = self.head_dim * FLASH_KEYS;
+        &self.values[(t0 - self.first) / FLASH_KEYS * size..][..size]
     }
 }
 
-/// Where a row's key tiles come from: its block's [`KeyTiles`], or `key(j)` widened tile by
-/// tile into the scratch.
-pub enum Keys<'t, K> {
-    Tiles(&'t KeyTiles),
-    Each(K),
+/// Where a row's key and value tiles come from: its block's [`KvTiles`], or `key(j)` and
+/// `value(j)` read tile by tile (keys widened into the scratch).
+pub enum Kv<'t, K, V> {
+    Tiles(&'t KvTiles),
+    Each(K, V),
 }
 
 /// Attention of one query head over keys `keys` (first..len) on the tensor cores' order (see
 /// the module doc), stored bf16 in `out` (`head_dim` = `out.len()` values). `staged`: the keys
-/// its block stages (a superset of `keys`); `key` / `value(j)` give a staged key's rows.
-pub fn attend_mma<'k, K: Fn(usize) -> &'k [bf16]>(
+/// its block stages (a superset of `keys`); `kv` gives a staged key's and value's rows.
+pub fn attend_mma<'k, K: Fn(usize) -> &'k [bf16], V: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     (keys, staged): (Range<usize>, Range<usize>),
     scale: f32,
-    (key, value): (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
+    kv: Kv<'_, K, V>,
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports FMA (checked above).
-        return unsafe { attend_mma_fma(q, (keys, staged), scale, (key, value), scratch, out) };
+        return unsafe { attend_mma_fma(q, (keys, staged), scale, kv, scratch, out) };
     }
-    attend_mma_body(q, (keys, staged), scale, (key, value), scratch, out)
+    attend_mma_body(q, (keys, staged), scale, kv, scratch, out)
 }
 
 /// `attend_mma_body` compiled with FMA, so each `mul_add` is one instruction.
@@ -139,11 +155,11 @@ pub fn attend_mma<'k, K: Fn(usize) -> &'k [bf16]>(
 /// Safety: the CPU must support FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-unsafe fn attend_mma_fma<'k, K: Fn(usize) -> &'k [bf16]>(
+unsafe fn attend_mma_fma<'k, K: Fn(usize) -> &'k [bf16], V: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     ranges: (Range<usize>, Range<usize>),
     scale: f32,
-    kv: (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
+    kv: Kv<'_, K, V>,
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
@@ -151,11 +167,11 @@ unsafe fn attend_mma_fma<'k, K: Fn(usize) -> &'k [bf16]>(
 }
 
 #[inline(always)]
-fn attend_mma_body<'k, K: Fn(usize) -> &'k [bf16]>(
+fn attend_mma_body<'k, K: Fn(usize) -> &'k [bf16], V: Fn(usize) -> &'k [bf16]>(
     q: &[bf16],
     (keys, staged): (Range<usize>, Range<usize>),
     scale: f32,
-    (key, value): (Keys<'_, K>, impl Fn(usize) -> &'k [bf16]),
+    kv: Kv<'_, K, V>,
     scratch: &mut FlashScratch,
     out: &mut [bf16],
 ) {
@@ -185,9 +201,9 @@ fn attend_mma_body<'k, K: Fn(usize) -> &'k [bf16]>(
         while t0 < b {
             // Scores of the row's keys (each key's dot a chain over dims in order; the 32
             // chains side by side), -inf for the others; the tile's max.
-            let tile: &[f32] = match &key {
-                Keys::Tiles(tiles) => tiles.tile(t0),
-                Keys::Each(key) => {
+            let tile: &[f32] = match &kv {
+                Kv::Tiles(tiles) => tiles.keys(t0),
+                Kv::Each(key, _) => {
                     for i in 0..FLASH_KEYS {
                         let j = t0 + i;
                         if j >= a && j < b {
@@ -239,15 +255,26 @@ fn attend_mma_body<'k, K: Fn(usize) -> &'k [bf16]>(
             // D = P·V over the tile's 32 keys in order (zeros for a key not staged).
             let d = &mut scratch.d;
             d.fill(0.0);
-            for (i, p) in p.iter().enumerate() {
-                let j = t0 + i;
-                if staged.contains(&j) {
-                    for (d, v) in d.iter_mut().zip(value(j)) {
-                        *d = p.mul_add(to_f32(*v), *d);
+            match &kv {
+                Kv::Tiles(tiles) => {
+                    for (p, row) in p.iter().zip(tiles.values(t0).chunks_exact(head_dim)) {
+                        for (d, v) in d.iter_mut().zip(row) {
+                            *d = p.mul_add(*v, *d);
+                        }
                     }
-                } else {
-                    for d in d.iter_mut() {
-                        *d = p.mul_add(0.0, *d);
+                }
+                Kv::Each(_, value) => {
+                    for (i, p) in p.iter().enumerate() {
+                        let j = t0 + i;
+                        if staged.contains(&j) {
+                            for (d, v) in d.iter_mut().zip(value(j)) {
+                                *d = p.mul_add(to_f32(*v), *d);
+                            }
+                        } else {
+                            for d in d.iter_mut() {
+                                *d = p.mul_add(0.0, *d);
+                            }
+                        }
                     }
                 }
             }
@@ -340,26 +367,19 @@ mod tests {
         let q: Vec<bf16> = (0..head_dim).map(|d| val(7, d, 0.4)).collect();
         let key = |j: usize| keys[j].as_slice();
         let value = |j: usize| values[j].as_slice();
-        let tiles = KeyTiles::new(staged.clone(), head_dim, key).unwrap();
+        let tiles = KvTiles::new(staged.clone(), head_dim, key, value).unwrap();
         let mut scratch = FlashScratch::default();
         for keys_of_row in [3..300, 40..200, 299..300, 100..101] {
             let (mut shared, mut alone) = (vec![bf16::ZERO; head_dim], vec![bf16::ZERO; head_dim]);
             let ranges = (keys_of_row.clone(), staged.clone());
-            // (K named through the other arm, as a caller picking at run time does.)
-            let tiled = Some(&tiles).map_or(Keys::Each(key), Keys::Tiles);
-            attend_mma(
-                &q,
-                ranges.clone(),
-                0.35,
-                (tiled, value),
-                &mut scratch,
-                &mut shared,
-            );
+            // (K and V named through the other arm, as a caller picking at run time does.)
+            let tiled = Some(&tiles).map_or(Kv::Each(key, value), Kv::Tiles);
+            attend_mma(&q, ranges.clone(), 0.35, tiled, &mut scratch, &mut shared);
             attend_mma(
                 &q,
                 ranges,
                 0.35,
-                (Keys::Each(key), value),
+                Kv::Each(key, value),
                 &mut scratch,
                 &mut alone,
             );
@@ -372,6 +392,6 @@ mod tests {
             );
         }
         // Past the bound, no tiles: the row widens its own.
-        assert!(KeyTiles::new(0..KeyTiles::MAX_ELEMS, 2, key).is_none());
+        assert!(KvTiles::new(0..KvTiles::MAX_ELEMS, 2, key, value).is_none());
     }
 }
