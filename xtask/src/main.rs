@@ -19,6 +19,7 @@ mod fuzz;
 mod generate;
 mod golden;
 mod gpu;
+mod jobs;
 mod parity;
 mod paths;
 mod peer;

@@ -91,13 +91,14 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
         )?;
         jobs.push((module, source, library, stamp, digest));
     }
-    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for batch in jobs.chunks(parallel) {
-        let mut running = Vec::new();
-        for (module, source, library, stamp, digest) in batch {
-            // g++ writes it; an unpredictable name, renamed over the library once built.
+    // g++ over the stale modules side by side (the largest source first), each writing an
+    // unpredictable name beside its library, renamed over it once built.
+    let built = crate::jobs::side_by_side(
+        &jobs,
+        |(_, source, ..)| std::fs::metadata(source).map_or(0, |f| f.len()),
+        |(_, source, library, ..)| {
             let partial = crate::files::temporary_beside(library);
-            let child = Command::new(CXX)
+            let output = Command::new(CXX)
                 .args(CXX_FLAGS)
                 .arg("-I")
                 .arg(root.join(generate::EMU_DIR))
@@ -107,21 +108,31 @@ pub fn build(root: &Path, force: bool) -> Result<PathBuf, String> {
                 .arg("-o")
                 .arg(&partial)
                 .output();
-            running.push((module, library, stamp, digest, partial, child));
+            (partial, output)
+        },
+    );
+    // A failure leaves no partial behind, and no library of this build renamed in.
+    let failed = jobs
+        .iter()
+        .zip(&built)
+        .find_map(|((module, ..), (_, output))| match output {
+            Err(e) => Some(no_compiler(e)),
+            Ok(o) if !o.status.success() => Some(format!(
+                "emu: g++ failed on module `{module}` ({}):\n{}",
+                generate::source_path(root, module).display(),
+                String::from_utf8_lossy(&o.stderr)
+            )),
+            Ok(_) => None,
+        });
+    if let Some(error) = failed {
+        for (partial, _) in &built {
+            let _ = std::fs::remove_file(partial);
         }
-        for (module, library, stamp, digest, partial, output) in running {
-            let output = output.map_err(|e| no_compiler(&e))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "emu: g++ failed on module `{module}` ({}):\n{}",
-                    generate::source_path(root, module).display(),
-                    String::from_utf8_lossy(&output.stderr)
-                ));
-            }
-            std::fs::rename(&partial, library)
-                .map_err(|e| format!("{}: {e}", library.display()))?;
-            crate::files::write_output(stamp, digest.as_bytes(), &crate::files::Inputs::default())?;
-        }
+        return Err(error);
+    }
+    for ((_, _, library, stamp, digest), (partial, _)) in jobs.iter().zip(&built) {
+        std::fs::rename(partial, library).map_err(|e| format!("{}: {e}", library.display()))?;
+        crate::files::write_output(stamp, digest.as_bytes(), &crate::files::Inputs::default())?;
     }
     println!(
         "emu: {} modules built, {fresh} up to date, in {} ({:.1} s)",

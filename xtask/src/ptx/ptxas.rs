@@ -5,8 +5,6 @@
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use super::toolchain::Toolchain;
 
@@ -58,54 +56,34 @@ pub fn entries_of(module: &str, text: &str) -> Vec<String> {
 }
 
 /// Runs `ptxas -arch=sm_90 [-v] <dir>/<module>.ptx -o <dir>/<module>.cubin` for every module,
-/// as many at once as the host has threads (one ptxas uses one; gemm's module alone takes about
-/// half of all the modules' time, so the largest PTX starts first), and returns each run's
-/// output in `modules`' order.
+/// side by side (`crate::jobs`, the largest PTX first; one ptxas uses one thread), and returns
+/// each run's output in `modules`' order.
 pub fn assemble_each(
     ptxas: &Path,
     dir: &Path,
     modules: &[String],
     verbose: bool,
 ) -> Result<Vec<Output>, String> {
-    let size = |m: &String| fs::metadata(dir.join(format!("{m}.ptx"))).map_or(0, |f| f.len());
-    let mut order: Vec<usize> = (0..modules.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(size(&modules[i])));
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(modules.len());
-    let next = AtomicUsize::new(0);
-    let outputs: Mutex<Vec<Option<Result<Output, String>>>> =
-        Mutex::new(modules.iter().map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let module = &modules[i];
-                    let mut command = Command::new(ptxas);
-                    command.arg("-arch=sm_90");
-                    if verbose {
-                        command.arg("-v");
-                    }
-                    let output = command
-                        .arg(dir.join(format!("{module}.ptx")))
-                        .arg("-o")
-                        .arg(dir.join(format!("{module}.cubin")))
-                        .output()
-                        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()));
-                    outputs.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(output);
-                }
-            });
-        }
-    });
-    outputs
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .into_iter()
-        .zip(modules)
-        .map(|(output, module)| {
-            output.unwrap_or_else(|| Err(format!("ptxas did not run on {module}.ptx")))
-        })
-        .collect()
+    let ptx = |m: &String| dir.join(format!("{m}.ptx"));
+    crate::jobs::side_by_side(
+        modules,
+        |m| fs::metadata(ptx(m)).map_or(0, |f| f.len()),
+        |m| {
+            let mut command = Command::new(ptxas);
+            command.arg("-arch=sm_90");
+            if verbose {
+                command.arg("-v");
+            }
+            command
+                .arg(ptx(m))
+                .arg("-o")
+                .arg(dir.join(format!("{m}.cubin")))
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))
+        },
+    )
+    .into_iter()
+    .collect()
 }
 
 /// Assembles every module; the resources of every kernel, in module then ptxas order.

@@ -196,8 +196,9 @@ fn run(at: &Attention<'_>, scale: f32, per_block: usize, out: &mut [bf16]) -> Re
         let start = ((page * 2 + part) * block_size + j % block_size) * row_elems + kvh * head_dim;
         &cache[start..start + head_dim]
     };
-    // One task per (block, kv head): its keys and values widened once (`KvTiles`), then every (row, head)
-    // of the block that reads them, into its own part of `parts`, then scattered into `out`.
+    // One task per (block, kv head): its keys and values widened once (`KvTiles`), then every
+    // (row, head) of the block that reads them, into its own part of `parts`, then scattered
+    // into `out`.
     let (kv_heads, part) = (at.kv_heads, per_block * group * head_dim);
     let mut parts = vec![bf16::ZERO; blocks.len() * kv_heads * part];
     par_chunks_mut(&mut parts, part, threads_for(ctx, work), |task, part| {
