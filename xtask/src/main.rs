@@ -26,6 +26,7 @@ mod peer;
 mod plan;
 mod smollm;
 mod speculate;
+mod synth;
 // NVRTC's FFI (`ptx::nvrtc`) is xtask's only unsafe code, each block with its SAFETY comment.
 #[allow(unsafe_code)]
 mod ptx;

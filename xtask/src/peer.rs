@@ -26,7 +26,7 @@ pub fn run(peer: &str, args: &Args) -> Result<(), String> {
     args.levers()?;
     let dir: PathBuf = match (args.value("model"), args.value("synth")) {
         (Some(dir), None) => PathBuf::from(dir),
-        (None, Some(synth)) => crate::bench::synth_checkpoint(synth)?,
+        (None, Some(synth)) => crate::synth::synth_checkpoint(synth)?,
         _ => return Err("give one of --model DIR or --synth NAME".into()),
     };
     let root = crate::paths::workspace_root();

@@ -8,12 +8,9 @@
 //! `rows * num_experts_per_tok * moe_intermediate_size` bf16, rows up to `MAX_ROWS` = 2^18)
 //! at most 2^43 bytes.
 //!
-//! Invariant: a dim refused here is refused by [`ConfigError::OutOfBounds`], naming the file,
+//! Invariant: a dim above its bound is refused (by `Fields`, which reads every integer) with [`ConfigError::OutOfBounds`], naming the file,
 //! the key, the value and the bound; a float that is not finite, or that rounds to 0, to a
 //! subnormal or to infinity as the f32 the kernels read, is refused naming the key.
-
-use crate::fields::Fields;
-use crate::ConfigError;
 
 /// The largest value a dimension key may take, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,39 +82,4 @@ pub const DIM_BOUNDS: &[DimBound] = &[
 /// The bound of `key` (its own name, no parent prefix), if it is a dimension.
 pub fn dim_bound(key: &str) -> Option<&'static DimBound> {
     DIM_BOUNDS.iter().find(|b| b.key == key)
-}
-
-/// `value` of `key`, refused when above the key's bound.
-pub(crate) fn bounded(fields: &Fields<'_>, key: &str, value: usize) -> Result<usize, ConfigError> {
-    match dim_bound(key) {
-        Some(b) if value > b.max => Err(ConfigError::OutOfBounds {
-            file: fields.file().to_string(),
-            key: fields.key_name(key),
-            value: value.to_string(),
-            max: b.max,
-            reason: b.reason,
-        }),
-        _ => Ok(value),
-    }
-}
-
-/// A float the kernels read as f32 and that must be positive: finite, above 0, and a normal
-/// f32 (1e-50 rounds to 0 and 1e39 to infinity; subnormals flush to 0 on the GPU).
-pub(crate) fn positive_f32(fields: &Fields<'_>, key: &str, value: f64) -> Result<f64, ConfigError> {
-    if !(value.is_finite() && value > 0.0) {
-        return Err(fields.invalid(key, value, "a finite positive number"));
-    }
-    if !(value as f32).is_normal() {
-        return Err(fields.invalid(
-            key,
-            value,
-            format!(
-                "a positive number that f32 holds (it rounds to {}; f32 spans {:e}..{:e})",
-                value as f32,
-                f32::MIN_POSITIVE,
-                f32::MAX
-            ),
-        ));
-    }
-    Ok(value)
 }

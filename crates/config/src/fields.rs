@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::bounds::bounded;
+use crate::bounds::dim_bound;
 use crate::ConfigError;
 
 /// One JSON object of a config file, read key by key.
@@ -120,7 +120,7 @@ impl<'a> Fields<'a> {
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| self.wrong_type(key, EXPECTED, value))?;
-        bounded(self, key, n)
+        self.bounded(key, n)
     }
 
     fn as_f64(&self, key: &str, value: &Value) -> Result<f64, ConfigError> {
@@ -222,5 +222,40 @@ impl<'a> Fields<'a> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
+    }
+
+    /// `value` of `key`, refused when above the key's bound.
+    pub(crate) fn bounded(&self, key: &str, value: usize) -> Result<usize, ConfigError> {
+        match dim_bound(key) {
+            Some(b) if value > b.max => Err(ConfigError::OutOfBounds {
+                file: self.file().to_string(),
+                key: self.key_name(key),
+                value: value.to_string(),
+                max: b.max,
+                reason: b.reason,
+            }),
+            _ => Ok(value),
+        }
+    }
+
+    /// A float the kernels read as f32 and that must be positive: finite, above 0, and a normal
+    /// f32 (1e-50 rounds to 0 and 1e39 to infinity; subnormals flush to 0 on the GPU).
+    pub(crate) fn positive_f32(&self, key: &str, value: f64) -> Result<f64, ConfigError> {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(self.invalid(key, value, "a finite positive number"));
+        }
+        if !(value as f32).is_normal() {
+            return Err(self.invalid(
+                key,
+                value,
+                format!(
+                    "a positive number that f32 holds (it rounds to {}; f32 spans {:e}..{:e})",
+                    value as f32,
+                    f32::MIN_POSITIVE,
+                    f32::MAX
+                ),
+            ));
+        }
+        Ok(value)
     }
 }

@@ -11,7 +11,6 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::bounds::{bounded, positive_f32};
 use crate::family::{check_architectures, family_of};
 use crate::features::check_features;
 use crate::fields::{describe, Fields};
@@ -19,7 +18,7 @@ use crate::hybrid::{parse_layer_types, parse_linear_attn, LayerType, LinearAttnC
 use crate::keys::{classify, KeyReport};
 use crate::moe::{parse_moe, MoeConfig};
 use crate::quant::{parse_quantization, Quantization};
-use crate::rope::{parse_rope, Rope, RopeScaling};
+use crate::rope::{parse_rope, Rope};
 use crate::window::parse_windows;
 use crate::{ConfigError, Family};
 
@@ -143,112 +142,6 @@ impl ModelConfig {
         }
         widest
     }
-
-    /// Checks a config built by hand (its fields are public) as `from_json_str` checks a
-    /// file's: every dim within `DIM_BOUNDS`, every float a normal positive f32, and the
-    /// structure (`shape`: positive dims, divisibility, top-k within the experts). Compilers
-    /// call it before computing any size from the config.
-    pub fn check_bounds(&self) -> Result<(), ConfigError> {
-        let empty = serde_json::Map::new();
-        let fields = Fields::new(&self.source, "", &empty);
-        let mut dims = vec![
-            ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("num_key_value_heads", self.num_key_value_heads),
-            ("head_dim", self.head_dim),
-            ("vocab_size", self.vocab_size),
-            ("max_position_embeddings", self.max_position_embeddings),
-            ("num_hidden_layers", self.layer_types.len()),
-        ];
-        if let Some(moe) = &self.moe {
-            dims.extend([
-                ("num_experts", moe.num_experts),
-                ("num_experts_per_tok", moe.experts_per_token),
-                ("moe_intermediate_size", moe.moe_intermediate_size),
-                (
-                    "shared_expert_intermediate_size",
-                    moe.shared_expert_intermediate_size.unwrap_or(0),
-                ),
-            ]);
-        }
-        if let Some(la) = &self.linear_attn {
-            dims.extend([
-                ("linear_num_key_heads", la.num_key_heads),
-                ("linear_num_value_heads", la.num_value_heads),
-                ("linear_key_head_dim", la.key_head_dim),
-                ("linear_value_head_dim", la.value_head_dim),
-                ("linear_conv_kernel_dim", la.conv_kernel),
-            ]);
-        }
-        if let RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } = &self.rope.scaling
-        {
-            dims.push((
-                "original_max_position_embeddings",
-                *original_max_position_embeddings,
-            ));
-            positive_f32(&fields, "rope_scaling.factor", *factor)?;
-            positive_f32(&fields, "rope_scaling.low_freq_factor", *low_freq_factor)?;
-            positive_f32(&fields, "rope_scaling.high_freq_factor", *high_freq_factor)?;
-        }
-        if let RopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings,
-            attention_factor,
-            ..
-        } = &self.rope.scaling
-        {
-            dims.push((
-                "original_max_position_embeddings",
-                *original_max_position_embeddings,
-            ));
-            positive_f32(&fields, "rope_scaling.factor", *factor)?;
-            positive_f32(&fields, "rope_scaling.attention_factor", *attention_factor)?;
-        }
-        if let Some(quantization) = &self.quantization {
-            quantization.check(&fields)?;
-        }
-        for (key, value) in dims {
-            bounded(&fields, key, value)?;
-        }
-        if self.layer_windows.len() != self.num_hidden_layers {
-            return Err(fields.invalid(
-                "layer_windows",
-                format!("{} entries", self.layer_windows.len()),
-                format!(
-                    "one per layer (num_hidden_layers = {})",
-                    self.num_hidden_layers
-                ),
-            ));
-        }
-        if let Some(window) = self
-            .layer_windows
-            .iter()
-            .flatten()
-            .find(|w| **w == 0 || **w > self.max_position_embeddings)
-        {
-            return Err(fields.invalid(
-                "sliding_window",
-                *window,
-                format!(
-                    "a window in 1..=max_position_embeddings ({})",
-                    self.max_position_embeddings
-                ),
-            ));
-        }
-        positive_f32(&fields, "rms_norm_eps", self.rms_norm_eps)?;
-        positive_f32(&fields, "rope_theta", self.rope.theta)?;
-        // The structure the parser checks key by key (positive dims, kv heads dividing heads,
-        // an even head_dim, top-k within the experts, ...): a hand-built config passes the
-        // same rules, refused by the same key, at build instead of at a twin's first step.
-        crate::shape::check_shape(self, &fields)
-    }
 }
 
 /// serde_json's message ends with its own " at line L column C"; the error states them once.
@@ -297,7 +190,7 @@ fn parse_model(
 
     let (num_key_value_heads, head_dim) =
         parse_heads(fields, family, hidden_size, num_attention_heads)?;
-    let rms_norm_eps = positive_f32(fields, "rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
+    let rms_norm_eps = fields.positive_f32("rms_norm_eps", fields.req_f64("rms_norm_eps")?)?;
 
     let rope = parse_checked_rope(fields, family, head_dim)?;
     let attention_bias = check_features(fields, family)?;

@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 
-use crate::bounds::positive_f32;
 use crate::fields::Fields;
 use crate::ConfigError;
 
@@ -256,7 +255,7 @@ pub(crate) fn parse_rope(
 
     let theta = agree(top, "rope_theta", top_theta, block_theta)?.unwrap_or(DEFAULT_THETA);
     // `inv_freq` raises `theta as f32`: 1e39 would be infinite, 1e-50 zero.
-    let theta = positive_f32(top, "rope_theta", theta)?;
+    let theta = top.positive_f32("rope_theta", theta)?;
     let partial_rotary_factor = agree(top, "partial_rotary_factor", top_partial, block_partial)?
         .unwrap_or(default_partial_rotary_factor);
     if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
@@ -384,7 +383,7 @@ fn rope_type<'a>(block: &Fields<'a>, legacy: bool) -> Result<&'a str, ConfigErro
 
 fn parse_llama3(block: &Fields<'_>) -> Result<RopeScaling, ConfigError> {
     // Each is cast to f32 where it meets the tensor (`Llama3::rescale`).
-    let positive = |key: &str| positive_f32(block, key, block.req_f64(key)?);
+    let positive = |key: &str| block.positive_f32(key, block.req_f64(key)?);
     let factor = positive("factor")?;
     let low_freq_factor = positive("low_freq_factor")?;
     let high_freq_factor = positive("high_freq_factor")?;
@@ -429,7 +428,7 @@ fn parse_yarn(top: &Fields<'_>, block: &Fields<'_>) -> Result<RopeScaling, Confi
         }
         None => return Err(block.missing("factor")),
     };
-    let factor = positive_f32(block, "factor", factor)?;
+    let factor = block.positive_f32("factor", factor)?;
     // Python's `x or default`: absent, null and 0 all take the default.
     let or = |key: &str, default: f64| -> Result<f64, ConfigError> {
         Ok(block.opt_f64(key)?.filter(|v| *v != 0.0).unwrap_or(default))
@@ -451,7 +450,7 @@ fn parse_yarn(top: &Fields<'_>, block: &Fields<'_>) -> Result<RopeScaling, Confi
             _ => get_mscale(factor, 1.0),
         },
     };
-    let attention_factor = positive_f32(block, "attention_factor", attention_factor)?;
+    let attention_factor = block.positive_f32("attention_factor", attention_factor)?;
     Ok(RopeScaling::Yarn {
         factor,
         original_max_position_embeddings,

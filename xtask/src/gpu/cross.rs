@@ -9,8 +9,10 @@
 use solder_circuit::{Policy, RuleSet};
 use solder_gpu_runtime::CpuBackend;
 
+use crate::parity::case::Case;
+use crate::parity::execs::{build_exec, decode_all};
 use crate::parity::golden::GoldenFigures;
-use crate::parity::run::{build_exec, decode_all, Case, CaseReport};
+use crate::parity::run::CaseReport;
 
 /// `max |gpu - cpu| / max |cpu|` allowed without a golden.
 pub const TOLERANCE: f32 = TOLERANCE_F64 as f32;

@@ -18,8 +18,9 @@ use solder_circuit::{Numerics, Policy, RuleSet};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{CircuitExec, GraphPolicy};
 
+use super::case::{Case, ModeRow, Routing};
 use super::differs::{plans_of, Differs, ProgramKey};
-use super::run::{build_exec, Case, ModeRow, Routing};
+use super::execs::build_exec;
 
 type R<T> = Result<T, String>;
 

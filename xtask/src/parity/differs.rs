@@ -19,7 +19,7 @@
 use solder_circuit::{ExecutionPlan, Mode, Numerics, RouteCondition};
 use solder_model_layers::CircuitExec;
 
-use super::run::Diff;
+use super::diff::Diff;
 
 /// The `differs` rules an all-rules exec applied, and the bound they allow.
 #[derive(Debug, Clone, PartialEq)]

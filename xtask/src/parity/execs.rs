@@ -10,7 +10,7 @@ use solder_config::{ModelConfig, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{Boot, CircuitExec, KvShape, Session, WeightSource};
 
-use super::run::{err, spec_gen, spec_prefix, Case, RouteLog, Routing, Weights, R};
+use super::case::{err, spec_gen, spec_prefix, Case, RouteLog, Routing, Weights, R};
 
 /// Prompts longer than this run a narrower serve shape (`serve_for`).
 pub const LONG_PROMPT: usize = 256;

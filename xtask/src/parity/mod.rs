@@ -2,9 +2,11 @@
 //! byte, in every mode, and (with goldens) close to Hugging Face transformers.
 
 pub(crate) mod builtin;
+pub(crate) mod case;
 mod claims;
+mod diff;
 mod differs;
-mod execs;
+pub(crate) mod execs;
 pub(crate) mod golden;
 mod mtp;
 mod pool;
@@ -25,8 +27,9 @@ use solder_gpu_runtime::GpuBackend;
 
 use crate::args::Args;
 use crate::gpu::BackendKind;
+use case::{random_prompt, Case, Weights};
 use golden::Golden;
-use run::{random_prompt, run_case, Case, Weights};
+use run::run_case;
 
 /// `--tokens`: at least two (the detection run changes one halfway), and a bound that keeps
 /// the widest width's KV cache (130 sequences) small on the CPU backend.

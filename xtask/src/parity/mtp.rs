@@ -15,9 +15,11 @@ use solder_config::{Family, ServeShape};
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::{greedy, CircuitExec, Drafter, MtpDrafter, Session};
 
+use super::case::{Case, Weights};
+use super::diff::Diff;
 use super::differs::{max_abs, Differs};
+use super::execs::build_exec_with;
 use super::golden::GoldenFigures;
-use super::run::{build_exec_with, Case, Diff, Weights};
 use super::speculative::KS;
 
 /// What the MTP checks of one case found.

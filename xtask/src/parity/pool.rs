@@ -16,8 +16,9 @@ use std::time::Instant;
 use solder_circuit::RuleSet;
 use solder_gpu_runtime::cpu::CpuBackend;
 
+use super::case::Case;
 use super::report;
-use super::run::{run_case, Case, CaseReport};
+use super::run::{run_case, CaseReport};
 
 /// How a run shares the host: `workers` backends, each running whole cases on `threads`
 /// host threads. The tiny models' kernels are mostly too small to split across threads, so

@@ -4,8 +4,10 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::case::{ModeRow, RouteLog};
+use super::diff::Diff;
 use super::differs::ProgramKey;
-use super::run::{CaseReport, Diff, ModeRow, RouteLog};
+use super::run::CaseReport;
 use super::speculative::{SpecFigures, DRAFTERS, KS};
 
 /// "mtp head (draft widths 1/4): 39 pairs, reference vs all rules identical, target logits

@@ -10,13 +10,12 @@ use solder_config::ServeShape;
 use solder_gpu_runtime::GpuBackend;
 use solder_model_layers::GraphPolicy;
 
+use super::case::{random_prompt, Case, Detection, FiniteCheck, ModeRow, RouteLog, Routing, R};
 use super::claims::Blame;
+use super::diff::Diff;
 use super::differs::{max_abs, Differs, ProgramKey};
 use super::execs::{
     decode_logged, multi_seq, prefill_chunks, prefill_positions, verify_batched, verify_chunks,
-};
-use super::run::{
-    random_prompt, Case, Detection, Diff, FiniteCheck, ModeRow, RouteLog, Routing, R,
 };
 
 /// Every mode row in the report's order: decode, multi-seq, verify, prefill, batched verify.

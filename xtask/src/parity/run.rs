@@ -1,94 +1,22 @@
 //! The parity runs of one model: reference-only and all-rules programs over the same
 //! prompts, teacher-forced, in every mode; the detection run; the golden comparison.
 
-use std::collections::BTreeMap;
-
 use solder_circuit::{Mode, Policy, RuleSet};
-use solder_config::{ModelConfig, ServeShape};
+use solder_config::ServeShape;
 use solder_gpu_runtime::GpuBackend;
-use solder_model_layers::{CircuitExec, GraphPolicy, Session};
+use solder_model_layers::{CircuitExec, GraphPolicy};
 
+use super::case::{
+    err, random_prompt, spec_gen, spec_prefix, Case, Detection, FiniteCheck, ModeRow, RouteLog,
+    Routing, R,
+};
 use super::claims::Blame;
-use super::differs::{Differs, ProgramKey};
-pub use super::execs::{build_exec, build_exec_with, decode_all, serve_of, LONG_PROMPT};
-use super::golden::{non_finite, Golden, GoldenFigures};
+use super::differs::Differs;
+use super::execs::{build_exec, serve_of, LONG_PROMPT};
+use super::golden::GoldenFigures;
 use super::rows::{decode_alone, detection_run, mode_rows, Baseline};
 use super::speculative::SpecFigures;
 use super::verified::verify_exec_plans;
-
-pub enum Weights {
-    Random { seed: u64 },
-    Checkpoint(std::path::PathBuf),
-}
-
-pub struct Case {
-    pub name: String,
-    pub config: ModelConfig,
-    pub weights: Weights,
-    pub prompt: Vec<u32>,
-    pub golden: Option<Golden>,
-    /// `--max-batch`: the widest multi-seq width to run (`None`: `serve_for`'s).
-    pub max_batch: Option<usize>,
-    /// `--levers`: the levers of the all-rules exec (none by default).
-    pub levers: solder_config::Levers,
-}
-
-/// Where two runs' logits first differ (by position) and by how much at most.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Diff {
-    pub first_position: Option<usize>,
-    pub max_abs: f32,
-}
-
-impl Diff {
-    pub const NONE: Diff = Diff {
-        first_position: None,
-        max_abs: 0.0,
-    };
-
-    pub fn of(a: &[f32], b: &[f32], vocab: usize) -> Diff {
-        let mut diff = Diff::NONE;
-        if a.len() != b.len() {
-            return Diff {
-                first_position: Some(0),
-                max_abs: f32::INFINITY,
-            };
-        }
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            if x.to_bits() != y.to_bits() {
-                // A NaN stays NaN (reported as such), never dropped by `max`.
-                let d = (x - y).abs();
-                diff.max_abs = if d.is_nan() || diff.max_abs.is_nan() {
-                    f32::NAN
-                } else {
-                    diff.max_abs.max(d)
-                };
-                let position = i / vocab;
-                diff.first_position =
-                    Some(diff.first_position.map_or(position, |p| p.min(position)));
-            }
-        }
-        diff
-    }
-
-    pub fn merge(self, other: Diff) -> Diff {
-        Diff {
-            first_position: match (self.first_position, other.first_position) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
-            max_abs: if self.max_abs.is_nan() || other.max_abs.is_nan() {
-                f32::NAN
-            } else {
-                self.max_abs.max(other.max_abs)
-            },
-        }
-    }
-
-    pub fn identical(&self) -> bool {
-        self.first_position.is_none()
-    }
-}
 
 pub struct VariantFigures {
     pub fusions: &'static str,
@@ -97,61 +25,6 @@ pub struct VariantFigures {
     pub launches_per_step: usize,
     pub pool_bytes: usize,
     pub live_lower_bound: usize,
-}
-
-pub struct ModeRow {
-    pub mode: Mode,
-    pub rows: usize,
-    /// Live sequences (multi_seq: fewer than rows means padding rows ran).
-    pub live: usize,
-    /// Tokens fed to each sequence of the row.
-    pub tokens: usize,
-    /// The all-rules programs the row ran, in first-run order (`claims::Blame::judge` sets
-    /// them): what the row proves, e.g. a verify row at K > its tokens ran narrower programs.
-    pub programs: Vec<ProgramKey>,
-    pub ref_vs_fused: Diff,
-    /// Each sequence's logits against the same sequence decoded alone (each routing against
-    /// itself): byte identity, unless a `by_chunk` rule ran (`vs_decode_ok`).
-    pub vs_decode: Diff,
-    /// The all-rules programs' graphs replayed vs the same programs run eagerly.
-    pub graph_vs_eager: Diff,
-    /// The `differs` rules of the all-rules programs this row ran, and their bound: None
-    /// holds `ref_vs_fused` to byte identity (`differs` module).
-    pub differs: Option<Differs>,
-    /// A `bit_identical` claim this row disproved: the rule and its first launch
-    /// (`claims::blame`).
-    pub broken_claim: Option<String>,
-}
-
-impl ModeRow {
-    /// Byte identity, or with a `differs` rule in this row's programs its bound.
-    pub fn ref_vs_fused_ok(&self) -> bool {
-        match &self.differs {
-            None => self.ref_vs_fused.identical(),
-            Some(differs) => differs.allows(&self.ref_vs_fused),
-        }
-    }
-
-    /// Byte identity with each sequence decoded alone, or, where this row's programs ran a
-    /// `differs` rule declared `by_chunk` (a prompt's rows summed together: the bytes depend
-    /// on the chunking), that rule's bound.
-    pub fn vs_decode_ok(&self) -> bool {
-        match &self.differs {
-            Some(differs) if !differs.by_chunk.is_empty() => differs.allows(&self.vs_decode),
-            _ => self.vs_decode.identical(),
-        }
-    }
-}
-
-pub struct Detection {
-    pub changed_at: usize,
-    pub first_difference: Option<usize>,
-}
-
-impl Detection {
-    pub fn ok(&self) -> bool {
-        self.first_difference == Some(self.changed_at)
-    }
 }
 
 pub struct CaseReport {
@@ -184,71 +57,6 @@ pub struct CaseReport {
     pub differs: Option<Differs>,
 }
 
-/// Steps per (routing, arm capability, mode, rows) that took a runtime route arm, and all
-/// steps per (routing, mode, rows), arm or not.
-#[derive(Debug, Default, Clone)]
-pub struct RouteLog {
-    pub steps: BTreeMap<(&'static str, &'static str, Mode, usize), usize>,
-    pub all_steps: BTreeMap<(&'static str, Mode, usize), usize>,
-    /// The all-rules programs run since the last `take_ran`, in first-run order.
-    ran: Vec<ProgramKey>,
-}
-
-impl RouteLog {
-    /// Counts the step `session` just ran, and its arm if it ran on one.
-    pub(super) fn record(&mut self, fusions: &'static str, session: &Session) {
-        let Some((mode, rows, arm)) = session.last_program() else {
-            return;
-        };
-        *self.all_steps.entry((fusions, mode, rows)).or_default() += 1;
-        if fusions == "all" && !self.ran.contains(&(mode, rows, arm)) {
-            self.ran.push((mode, rows, arm));
-        }
-        if let Some(condition) = arm {
-            *self
-                .steps
-                .entry((fusions, condition.capability(), mode, rows))
-                .or_default() += 1;
-        }
-    }
-
-    /// The all-rules programs run since the last call (a mode row's programs).
-    pub fn take_ran(&mut self) -> Vec<ProgramKey> {
-        std::mem::take(&mut self.ran)
-    }
-
-    /// All steps the routing ran at (mode, rows).
-    pub fn of(&self, fusions: &'static str, mode: Mode, rows: usize) -> usize {
-        self.all_steps
-            .get(&(fusions, mode, rows))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-/// Which exec a run used, and so which routing its arms belong to.
-#[derive(Clone, Copy)]
-pub struct Routing<'a> {
-    pub exec: &'a CircuitExec,
-    pub fusions: &'static str,
-}
-
-/// Collects the first non-finite logit of each run, named by model, mode and rows.
-pub(super) struct FiniteCheck<'a> {
-    pub(super) model: &'a str,
-    pub(super) vocab: usize,
-    pub(super) found: Vec<String>,
-}
-
-impl FiniteCheck<'_> {
-    pub(super) fn check(&mut self, run: &str, logits: &[f32]) {
-        if let Some(at) = non_finite(logits, self.vocab) {
-            self.found
-                .push(format!("{}: {run}: logits not finite {at}", self.model));
-        }
-    }
-}
-
 impl CaseReport {
     pub fn passes(&self) -> bool {
         self.modes.iter().all(|m| {
@@ -262,21 +70,6 @@ impl CaseReport {
             && self.speculative.passes()
             && self.mtp.as_ref().is_none_or(|m| m.passes())
     }
-}
-
-pub(super) type R<T> = Result<T, String>;
-
-pub(super) fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-/// A prompt of `len` tokens from `seed`.
-pub fn random_prompt(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
-    let mut rng =
-        solder_model_layers::weights::SplitMix64(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5eed);
-    (0..len)
-        .map(|_| (rng.next_u64() % vocab as u64) as u32)
-        .collect()
 }
 
 /// Runs one case: the reference routing against the all-rules routing with `case.levers` on
@@ -495,28 +288,12 @@ fn variant_figures(routings: [&Routing; 2]) -> R<Vec<VariantFigures>> {
         .collect::<R<Vec<_>>>()
 }
 
-/// The speculative check's prefix (at most) and tokens generated (at most, at least).
-const SPEC_PREFIX: usize = 32;
-const SPEC_GEN: usize = 12;
-const SPEC_GEN_LEAST: usize = 4;
-
-/// The tokens the speculative (and MTP) check generates after a prompt of `tokens`: as many
-/// as the prompt has, from 4 to 12. A short prompt asks for a short run (the emulated
-/// parity steps' `--tokens 4`, where every launch also runs its CUDA source on the host);
-/// with 4, k = 7's verify step still runs, past the tokens compared.
-pub(super) fn spec_gen(tokens: usize) -> usize {
-    tokens.clamp(SPEC_GEN_LEAST, SPEC_GEN)
-}
-
-/// The speculative check's prefix of a prompt of `tokens`: half of it, at most `SPEC_PREFIX`.
-pub(super) fn spec_prefix(tokens: usize) -> usize {
-    (tokens / 2).clamp(1, SPEC_PREFIX)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::parity::builtin_named;
+    use crate::parity::case::Weights;
+    use crate::parity::diff::Diff;
     use safetensors::tensor::TensorView;
     use safetensors::SafeTensors;
 
@@ -736,14 +513,5 @@ pub(crate) mod tests {
             );
             assert!(row.ref_vs_fused_ok() && row.broken_claim.is_none());
         }
-    }
-
-    #[test]
-    fn diffs_keep_nan() {
-        let d = Diff::of(&[0.0, 1.0], &[0.0, f32::NAN], 2);
-        assert!(d.max_abs.is_nan() && d.first_position == Some(0));
-        let merged = d.merge(Diff::of(&[2.0], &[1.0], 1));
-        assert!(merged.max_abs.is_nan());
-        assert!(Diff::of(&[2.0], &[1.0], 1).merge(d).max_abs.is_nan());
     }
 }

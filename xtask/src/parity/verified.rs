@@ -64,7 +64,8 @@ pub fn verify_exec_plans(
 mod tests {
     use super::*;
     use crate::parity::builtin_named;
-    use crate::parity::run::{build_exec, random_prompt, Case, Weights};
+    use crate::parity::case::{random_prompt, Case, Weights};
+    use crate::parity::execs::build_exec;
 
     /// The tiny qwen3_next model: its multi-seq programs have route arms.
     fn next_case() -> Case {

@@ -6,7 +6,7 @@
 
 use solder_config::ModelConfig;
 
-use super::dense::{int, linear, ATTN};
+use super::parts::{int, linear, ATTN};
 use super::CircuitOptions;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;

@@ -49,6 +49,7 @@ mod dense;
 mod moe;
 mod mtp;
 mod next;
+mod parts;
 
 pub use mtp::{build_draft, MTP_PREFIX};
 

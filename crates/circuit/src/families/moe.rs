@@ -8,7 +8,7 @@
 
 use solder_config::{ModelConfig, MoeConfig};
 
-use super::dense::{int, ATTN};
+use super::parts::{int, ATTN};
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
 use crate::ir::{Dtype, TensorId};

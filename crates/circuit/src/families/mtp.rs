@@ -28,7 +28,8 @@
 
 use solder_config::{Family, ModelConfig};
 
-use super::dense::{self, int, ATTN};
+use super::dense;
+use super::parts::{self, int, ATTN};
 use super::CircuitOptions;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
@@ -106,7 +107,7 @@ pub fn build_draft(
         OutSpec::rows("mtp.x", Dtype::F32, hidden),
     )?;
     let h = dense::layer(&mut b, config, l, x, options)?;
-    let out = dense::rms_norm_to(
+    let out = parts::rms_norm_to(
         &mut b,
         config,
         (None, "final_norm"),

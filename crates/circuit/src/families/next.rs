@@ -9,7 +9,7 @@
 
 use solder_config::{LinearAttnConfig, ModelConfig};
 
-use super::dense::int;
+use super::parts::int;
 use crate::builder::{CircuitBuilder, OpSpec, OutSpec};
 use crate::error::CircuitError;
 use crate::ir::{Attr, Binding, Dtype, LayerKind, MetaField, Shape, StateKind, TensorId};

@@ -6,8 +6,8 @@
 
 use serde_json::json;
 
-use super::parse::{classify, must_be, must_be_unset, one_of, Rule};
 use super::pattern::Pattern;
+use super::rules::{classify, must_be, must_be_unset, one_of, Rule};
 use super::{Fp8Strategy, Quantization};
 use crate::fields::Fields;
 use crate::{ConfigError, KeyReport};

@@ -1,16 +1,17 @@
 //! A checkpoint's `quantization_config`: which weights are stored quantized, in which format.
 //! Only weight-only formats whose arithmetic solder models are accepted; every other method,
-//! bit width or activation scheme refuses the load naming the key (`parse`, `compressed`), and
-//! `pattern` holds the `re:` module patterns of compressed-tensors' `ignore`.
+//! bit width or activation scheme refuses the load naming the key (`parse`, `compressed`, each
+//! key checked through `rules`), and `pattern` holds the `re:` module patterns of
+//! compressed-tensors' `ignore`.
 
 mod compressed;
 mod parse;
 mod pattern;
+mod rules;
 
 pub(crate) use parse::parse_quantization;
 use pattern::Pattern;
 
-use crate::bounds::bounded;
 use crate::fields::Fields;
 use crate::ConfigError;
 
@@ -108,7 +109,7 @@ impl Quantization {
             if size == 0 {
                 return Err(block.invalid(name, 0, "a positive integer"));
             }
-            bounded(&block, name, size)?;
+            block.bounded(name, size)?;
         }
         Ok(())
     }

@@ -5,17 +5,10 @@
 
 use serde_json::{json, Value};
 
+use super::rules::{classify, must_be, must_be_unset, one_of, Rule};
 use super::{compressed, Quantization};
-use crate::bounds::bounded;
 use crate::fields::Fields;
-use crate::{ConfigError, KeyClass, KeyReport};
-
-/// How a key inside `quantization_config` is treated.
-#[derive(Clone, Copy)]
-pub(super) enum Rule {
-    Used,
-    Ignored(&'static str),
-}
+use crate::{ConfigError, KeyReport};
 
 const CALIBRATION: &str = "a calibration setting of the quantizer; the stored weights say the rest";
 const KERNEL: &str = "which kernel transformers or vLLM would run; solder picks its own";
@@ -96,34 +89,6 @@ const GPTQ: &[(&str, Rule)] = &[
     ),
 ];
 
-/// Checks every key of `block` against `table`, appending each one's report; an unknown key
-/// refuses the load, naming it and the method.
-pub(super) fn classify(
-    block: &Fields<'_>,
-    table: &[(&str, Rule)],
-    method: &str,
-    reports: &mut Vec<KeyReport>,
-) -> Result<(), ConfigError> {
-    for key in block.keys() {
-        let Some((_, rule)) = table.iter().find(|(name, _)| *name == key) else {
-            return Err(ConfigError::UnknownKey {
-                file: block.file().to_string(),
-                key: block.key_name(key),
-                family: format!("quant_method `{method}`"),
-            });
-        };
-        let class = match rule {
-            Rule::Used => KeyClass::Used,
-            Rule::Ignored(reason) => KeyClass::Ignored(reason),
-        };
-        reports.push(KeyReport {
-            key: block.key_name(key),
-            class,
-        });
-    }
-    Ok(())
-}
-
 /// The parsed `quantization_config` (`None` when absent or null) and the report of each key
 /// inside it, sorted by key.
 pub(crate) fn parse_quantization(
@@ -162,49 +127,6 @@ pub(crate) fn parse_quantization(
     Ok((Some(quantization), reports))
 }
 
-/// A string key that must be one of `allowed` (`default` when absent or null).
-pub(super) fn one_of<'a>(
-    block: &Fields<'a>,
-    key: &str,
-    default: &'a str,
-    allowed: &[&str],
-    reason: &str,
-) -> Result<&'a str, ConfigError> {
-    let value = block.opt_str(key)?.unwrap_or(default);
-    if allowed.contains(&value) {
-        Ok(value)
-    } else {
-        Err(block.unsupported(key, &json!(value), reason))
-    }
-}
-
-/// A boolean key that must equal `wanted` when given.
-pub(super) fn must_be(
-    block: &Fields<'_>,
-    key: &str,
-    wanted: bool,
-    reason: &str,
-) -> Result<(), ConfigError> {
-    match block.opt_bool(key)? {
-        Some(value) if value != wanted => Err(block.unsupported(key, &json!(value), reason)),
-        _ => Ok(()),
-    }
-}
-
-/// A key that must be off: absent, null, false, or an empty object or array.
-pub(super) fn must_be_unset(
-    block: &Fields<'_>,
-    key: &str,
-    reason: &str,
-) -> Result<(), ConfigError> {
-    match block.value(key) {
-        None | Some(Value::Bool(false)) => Ok(()),
-        Some(Value::Object(map)) if map.is_empty() => Ok(()),
-        Some(Value::Array(items)) if items.is_empty() => Ok(()),
-        Some(value) => Err(block.unsupported(key, value, reason)),
-    }
-}
-
 /// `bits`, which must be 4 (`default` when absent).
 fn four_bits(block: &Fields<'_>, method: &str, default: Option<usize>) -> Result<(), ConfigError> {
     let bits = match (block.opt_usize("bits")?, default) {
@@ -238,7 +160,7 @@ fn positive_size(block: &Fields<'_>, key: &str, value: u64) -> Result<usize, Con
         .ok()
         .filter(|size| *size > 0)
         .ok_or_else(|| block.invalid(key, value, "a positive integer"))?;
-    bounded(block, key, size)
+    block.bounded(key, size)
 }
 
 /// `quant_method: "fp8"`: e4m3 weights, dynamic activations, `[out, in]` blocks.

@@ -5,8 +5,6 @@
 
 use solder_gpu_runtime::{Element, GpuError, TwinCtx};
 
-use super::decl::Param;
-
 /// Multiply-accumulates below which a twin runs on one thread (a spawn costs ~20 µs).
 pub(crate) const PAR_MIN_WORK: usize = 1 << 20;
 
@@ -36,19 +34,6 @@ impl At<'_> {
         } else {
             Err(self.bad(format!("buffer holds {got} elements, expected {want}")))
         }
-    }
-}
-
-/// Refuses a launch whose argument count is not the declaration's.
-pub(crate) fn check_arity(ctx: &TwinCtx<'_>, params: &[Param]) -> Result<(), GpuError> {
-    if ctx.arg_count() == params.len() {
-        Ok(())
-    } else {
-        Err(ctx.fail(format!(
-            "launched with {} arguments, the declaration has {}",
-            ctx.arg_count(),
-            params.len()
-        )))
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::marker::PhantomData;
 
-use solder_gpu_runtime::{Access, KernelArg, LaunchConfig, TwinFn};
+use solder_gpu_runtime::{Access, GpuError, KernelArg, LaunchConfig, TwinCtx, TwinFn};
 
 use super::emit_view::View;
 pub use super::launch::{Buf, Launch};
@@ -113,6 +113,19 @@ pub enum ParamKind {
 pub struct Param {
     pub name: &'static str,
     pub kind: ParamKind,
+}
+
+/// Refuses a launch whose argument count is not the declaration's.
+pub(crate) fn check_arity(ctx: &TwinCtx<'_>, params: &[Param]) -> Result<(), GpuError> {
+    if ctx.arg_count() == params.len() {
+        Ok(())
+    } else {
+        Err(ctx.fail(format!(
+            "launched with {} arguments, the declaration has {}",
+            ctx.arg_count(),
+            params.len()
+        )))
+    }
 }
 
 /// The emitter of a kernel: a plan group → its launches.
@@ -220,7 +233,7 @@ macro_rules! kernel {
             pub fn read(
                 ctx: &'c solder_gpu_runtime::TwinCtx<'c>,
             ) -> Result<$view<'c>, solder_gpu_runtime::GpuError> {
-                $crate::kernels::args::check_arity(ctx, $name::PARAMS)?;
+                $crate::kernels::decl::check_arity(ctx, $name::PARAMS)?;
                 let mut index = 0usize;
                 $(
                     let $field = $crate::kernels::decl::read_arg!(

@@ -11,7 +11,7 @@ use safetensors::Dtype as StDtype;
 use solder_circuit::WeightFormat;
 
 use super::blob::QuantMatrix;
-use super::read::{refuse, shape_is};
+use super::tensor::{refuse, scale_values, shape_is};
 use crate::checkpoint::TensorRef;
 use crate::error::WeightsError;
 
@@ -19,29 +19,6 @@ use crate::error::WeightsError;
 pub const E4M3_MAX: f32 = 448.0;
 
 pub use crate::numerics::dequant::{e4m3_to_f32, f32_to_e4m3};
-
-/// f32 values of a float scale tensor (BF16, F16 or F32: each exact in f32).
-pub(crate) fn scale_values(t: &TensorRef<'_>) -> Result<Vec<f32>, WeightsError> {
-    Ok(match t.dtype {
-        StDtype::F32 => crate::bytes::f32s_from_bytes(t.data),
-        StDtype::BF16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StDtype::F16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => {
-            return Err(refuse(
-                t,
-                format!("a scale tensor stored as {other:?}, expected BF16, F16 or F32"),
-            ))
-        }
-    })
-}
 
 /// Checks an FP8 weight and its scale tensor against `[n, k]` and `format` (header only): the
 /// weight F8_E4M3 `[n, k]`, the scales `[ceil(n / block_n), ceil(k / block_k)]` — or, for a

@@ -19,8 +19,7 @@ use safetensors::Dtype as StDtype;
 use solder_circuit::WeightFormat;
 
 use super::blob::QuantMatrix;
-use super::fp8::scale_values;
-use super::read::{refuse, shape_is};
+use super::tensor::{refuse, scale_values, shape_is};
 use crate::checkpoint::TensorRef;
 use crate::error::WeightsError;
 

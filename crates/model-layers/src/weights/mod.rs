@@ -1,7 +1,7 @@
 //! A circuit's weight slots on the host, each in its slot's `WeightFormat` layout
 //! (`circuit::format`): from a checkpoint (bf16, f16 and f32 converted at load; FP8 and
-//! AWQ / GPTQ int4 read by `fp8` and `int4`, `read` choosing by what the checkpoint holds),
-//! generated from a seed (built-in models, benches), or streamed to the device slot by slot
+//! AWQ / GPTQ int4 read by `fp8` and `int4`, `read` choosing by what the checkpoint holds,
+//! `tensor` one tensor's values and refusals), generated from a seed (built-in models, benches), or streamed to the device slot by slot
 //! (`stream`, used by `CircuitExec::build`).
 //!
 //! Invariant: `HostWeights::slots[i]` holds exactly `read::slot_bytes(circuit.weights[i])`
@@ -15,6 +15,7 @@ pub mod fp8;
 pub mod int4;
 mod read;
 pub(crate) mod stream;
+mod tensor;
 
 use std::collections::HashSet;
 

@@ -8,66 +8,16 @@
 //! Invariant: the bytes written for a part are exactly `part_bytes`: bf16 `[n, k]` (today's
 //! bytes, from BF16, F16 or F32, or dequantised) or the format's blob.
 
-use half::{bf16, f16};
 use safetensors::Dtype as StDtype;
 use solder_circuit::ir::WeightSlot;
 use solder_circuit::WeightFormat;
 use solder_config::{Fp8Strategy, Quantization};
 
 use super::int4::{Int4Tensors, Packing};
+use super::tensor::{float_values, refuse, shape_is};
 use super::{fp8, int4};
 use crate::checkpoint::{Checkpoint, TensorRef};
 use crate::error::WeightsError;
-
-/// A refusal naming `t` and its file.
-pub(crate) fn refuse(t: &TensorRef<'_>, message: String) -> WeightsError {
-    WeightsError::Quantized {
-        tensor: t.name.to_string(),
-        file: t.file.to_path_buf(),
-        message,
-    }
-}
-
-/// `t` has `shape`, else the shape refusal naming it.
-pub(crate) fn shape_is(t: &TensorRef<'_>, shape: &[usize]) -> Result<(), WeightsError> {
-    if t.shape == shape {
-        return Ok(());
-    }
-    Err(WeightsError::Shape {
-        tensor: t.name.to_string(),
-        file: t.file.to_path_buf(),
-        found: t.shape.clone(),
-        expected: shape.to_vec(),
-    })
-}
-
-/// A float tensor's values in bf16 (BF16 as is, F16 and F32 rounded to nearest even).
-pub(crate) fn float_values(t: &TensorRef<'_>) -> Result<Vec<bf16>, WeightsError> {
-    Ok(match t.dtype {
-        StDtype::BF16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-            .collect(),
-        StDtype::F16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| bf16::from_f32(f16::from_le_bytes([b[0], b[1]]).to_f32()))
-            .collect(),
-        StDtype::F32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| bf16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            .collect(),
-        other => {
-            return Err(WeightsError::Dtype {
-                tensor: t.name.to_string(),
-                file: t.file.to_path_buf(),
-                found: format!("{other:?}"),
-            })
-        }
-    })
-}
 
 /// Bytes of a slot on the device: bf16 elements for a bf16 slot (stacked parts contiguous,
 /// as today), the format's `slot_bytes` for a quantized one; `usize::MAX` on overflow (no

@@ -6,7 +6,6 @@ use solder_circuit::ir::{MetaField, Op, WeightSlot};
 use solder_circuit::{OpKind, WeightFormat};
 use solder_config::Levers;
 
-use super::quant::*;
 use super::*;
 use crate::error::ExecError;
 use crate::kernels::decl::Shape;
@@ -57,7 +56,7 @@ split_args!(
 
 /// The launch of `args` in the shape their declaration answers under the build's levers; an
 /// error when a weight of the group is not bf16 (these entries read bf16 only).
-fn launch<K: Split>(v: &View<'_>, mut args: K) -> Result<Launch, ExecError> {
+pub(super) fn launch<K: Split>(v: &View<'_>, mut args: K) -> Result<Launch, ExecError> {
     let shape = args.shape(v.levers());
     if let Some(slot) = v.weight_slots().find(|s| s.format != WeightFormat::Bf16) {
         return Err(no_entry(v, shape.entry.as_str(), slot));
@@ -80,117 +79,6 @@ fn no_entry(v: &View<'_>, entry: &str, slot: &WeightSlot) -> ExecError {
         slot.format.kind(),
         crate::kernels::formats_read(kernel).join(", ")
     ))
-}
-
-/// `linear`, or its entry for the weight's format (`linear_fp8`, `linear_int4`).
-pub(super) fn emit_linear(v: &View<'_>) -> R {
-    let l = v.op(OpKind::Linear, None)?;
-    let (x, w, bias, y) = (
-        v.input(l, 0)?,
-        v.weight(l, 0)?,
-        v.weight_opt(l, 1),
-        v.output(l, 0)?,
-    );
-    let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
-    let launch = match v.weight_format(l, 0) {
-        WeightFormat::Bf16 => {
-            let scratch = None;
-            launch(
-                v,
-                Linear {
-                    x,
-                    w,
-                    bias,
-                    y,
-                    rows,
-                    k,
-                    n_out,
-                    scratch,
-                },
-            )?
-        }
-        WeightFormat::Fp8 { block_n, block_k } => LinearFp8 {
-            x,
-            w,
-            bias,
-            y,
-            rows,
-            k,
-            n_out,
-            block_n,
-            block_k,
-        }
-        .launch(LINEAR_FP8),
-        WeightFormat::Int4 { group } => LinearInt4 {
-            x,
-            w,
-            bias,
-            y,
-            rows,
-            k,
-            n_out,
-            group,
-        }
-        .launch(LINEAR_INT4),
-    };
-    Ok(vec![launch])
-}
-
-pub(super) fn emit_lm_head(v: &View<'_>) -> R {
-    // The LM head and an MoE router are the same f32-output projection.
-    let (h, vocab) = match v.op(OpKind::LmHead, None) {
-        Ok(h) => (h, v.u32(h, "vocab")?),
-        Err(_) => {
-            let r = v.op(OpKind::Router, None)?;
-            (r, v.u32(r, "experts")?)
-        }
-    };
-    let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
-    let (rows, k, want) = (v.rows(), v.u32(h, "hidden")?, v.want_logits(h));
-    let launch = match v.weight_format(h, 0) {
-        WeightFormat::Bf16 => {
-            let scratch = None;
-            launch(
-                v,
-                LmHead {
-                    x,
-                    w,
-                    logits,
-                    want,
-                    rows,
-                    k,
-                    vocab,
-                    scratch,
-                },
-            )?
-        }
-        WeightFormat::Fp8 { block_n, block_k } => {
-            let args = LmHeadFp8 {
-                x,
-                w,
-                logits,
-                want,
-                rows,
-                k,
-                vocab,
-                block_n,
-                block_k,
-            };
-            args.launch(LM_HEAD_FP8)
-        }
-        WeightFormat::Int4 { group } => LmHeadInt4 {
-            x,
-            w,
-            logits,
-            want,
-            rows,
-            k,
-            vocab,
-            group,
-        }
-        .launch(LM_HEAD_INT4),
-    };
-    Ok(vec![launch])
 }
 
 pub(super) fn emit_norm_linear(v: &View<'_>) -> R {

@@ -4,9 +4,10 @@
 //!
 //! Files: this one declares the kernels (each `kernel!` with its classic `grid` and its
 //! `shape`), `shape` works out every launch shape, `emit` holds the emitters (which launch the
-//! declared shape), `twin` and `twin_split` the CPU twins, `matvec` the twins' dot driver,
-//! `stream` the streaming entries, `split` split-K, `reset` the counters reset, `table` the
-//! docs' split-K tables.
+//! declared shape), `quant` the quantized weights' entries and the two emitters that pick a
+//! slot's entry by its format, `twin` and `twin_split` the CPU twins, `matvec` the twins' dot
+//! driver, `stream` the streaming entries, `split` split-K, `reset` the counters reset, `table`
+//! the docs' split-K tables.
 //!
 //! Two launch shapes per projection kernel, the same arguments, twin and bytes; its declared
 //! `shape` picks one per launch (`stream::entry`), rules and plans name only the kernel:
@@ -52,6 +53,7 @@ use half::bf16;
 
 use super::decl::{kernel, Name};
 use emit::*;
+use quant::{emit_linear, emit_lm_head};
 use shape::{gemv_config, qkv_features, qkv_heads_config, Dims};
 
 pub use quant::{

@@ -1,8 +1,9 @@
 //! The gemv entries that read a quantized weight (`solder_circuit::format`): `linear_fp8`,
 //! `linear_int4`, `lm_head_fp8`, `lm_head_int4`, each the bf16 kernel on the dequantised
-//! matrix. Format entries of their kernel, not rules' kernels: `gemv::linear`'s emitter launches
-//! `linear_fp8` for an fp8 slot (`FORMAT_ENTRIES`), and a gemv kernel with no entry for its
-//! slot's format is an emit error naming kernel, tensor and format (`emit::weight_of`).
+//! matrix, and the emitters of `gemv::linear` and `gemv::lm_head` (`emit_linear`,
+//! `emit_lm_head`), which launch the entry of the weight slot's format. Format entries of their
+//! kernel, not rules' kernels (`FORMAT_ENTRIES`); every other gemv kernel's emitter refuses a
+//! quantized slot with an error naming kernel, tensor and format (`emit::launch`).
 //!
 //! The weight argument is the slot's blob (one pointer), the format's parameters scalar
 //! arguments after the dimensions. Classic shape only (one block per 8 features and 8 rows,
@@ -14,14 +15,16 @@
 //! bytes equal the bf16 kernel's on the dequantised matrix.
 
 use half::bf16;
-use solder_circuit::WeightFormat;
+use solder_circuit::{OpKind, WeightFormat};
 use solder_gpu_runtime::{GpuError, TwinCtx};
 
-use super::emit::{emit_linear, emit_lm_head};
+use super::emit::launch;
 use super::shape::gemv_config;
 use super::twin::{logits, project, Proj};
+use super::{Linear, LmHead};
 use crate::kernels::args::{dequantised, size, In, InOpt};
 use crate::kernels::decl::kernel;
+use crate::kernels::emit_view::{View, R};
 use crate::kernels::want::on_wanted_rows;
 
 kernel! {
@@ -177,4 +180,115 @@ fn lm_head_int4(a: LmHeadInt4Args<'_>) -> Result<(), GpuError> {
     };
     let out = a.logits.len(size(ctx, &[rows, vocab])?)?;
     lm_head_quant(ctx, (rows, k, vocab), (a.x, a.w, a.want), out, format)
+}
+
+/// `linear`, or its entry for the weight's format (`linear_fp8`, `linear_int4`).
+pub(super) fn emit_linear(v: &View<'_>) -> R {
+    let l = v.op(OpKind::Linear, None)?;
+    let (x, w, bias, y) = (
+        v.input(l, 0)?,
+        v.weight(l, 0)?,
+        v.weight_opt(l, 1),
+        v.output(l, 0)?,
+    );
+    let (rows, k, n_out) = (v.rows(), v.u32(l, "in")?, v.u32(l, "out")?);
+    let launch = match v.weight_format(l, 0) {
+        WeightFormat::Bf16 => {
+            let scratch = None;
+            launch(
+                v,
+                Linear {
+                    x,
+                    w,
+                    bias,
+                    y,
+                    rows,
+                    k,
+                    n_out,
+                    scratch,
+                },
+            )?
+        }
+        WeightFormat::Fp8 { block_n, block_k } => LinearFp8 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            block_n,
+            block_k,
+        }
+        .launch(LINEAR_FP8),
+        WeightFormat::Int4 { group } => LinearInt4 {
+            x,
+            w,
+            bias,
+            y,
+            rows,
+            k,
+            n_out,
+            group,
+        }
+        .launch(LINEAR_INT4),
+    };
+    Ok(vec![launch])
+}
+
+pub(super) fn emit_lm_head(v: &View<'_>) -> R {
+    // The LM head and an MoE router are the same f32-output projection.
+    let (h, vocab) = match v.op(OpKind::LmHead, None) {
+        Ok(h) => (h, v.u32(h, "vocab")?),
+        Err(_) => {
+            let r = v.op(OpKind::Router, None)?;
+            (r, v.u32(r, "experts")?)
+        }
+    };
+    let (x, w, logits) = (v.input(h, 0)?, v.weight(h, 0)?, v.output(h, 0)?);
+    let (rows, k, want) = (v.rows(), v.u32(h, "hidden")?, v.want_logits(h));
+    let launch = match v.weight_format(h, 0) {
+        WeightFormat::Bf16 => {
+            let scratch = None;
+            launch(
+                v,
+                LmHead {
+                    x,
+                    w,
+                    logits,
+                    want,
+                    rows,
+                    k,
+                    vocab,
+                    scratch,
+                },
+            )?
+        }
+        WeightFormat::Fp8 { block_n, block_k } => {
+            let args = LmHeadFp8 {
+                x,
+                w,
+                logits,
+                want,
+                rows,
+                k,
+                vocab,
+                block_n,
+                block_k,
+            };
+            args.launch(LM_HEAD_FP8)
+        }
+        WeightFormat::Int4 { group } => LmHeadInt4 {
+            x,
+            w,
+            logits,
+            want,
+            rows,
+            k,
+            vocab,
+            group,
+        }
+        .launch(LM_HEAD_INT4),
+    };
+    Ok(vec![launch])
 }

@@ -1,0 +1,371 @@
+//! No source files of a crate import each other round a circle (`a` uses `b`, `b` uses `a`, or
+//! longer): what two files both need lives in a module of its own (`families::parts`,
+//! `parity::case`, `weights::tensor`, ...). A module and the modules inside it are one unit
+//! here (a parent declares and re-exports its children; a child reads its parent's items), so
+//! only files that are neither's ancestor count.
+//!
+//! Read from the text: every `use` of `crate::`, `super::` or `self::` paths (braces expanded)
+//! and every such path written inline (a macro's `$crate::` paths are its file's), resolved to
+//! the deepest module file it names. Tests import what they check: a `#[cfg(test)]` module,
+//! inline or in a file of its own, is not read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use solder_tests::workspace_root;
+
+/// A module's path inside its crate: `src/a/b.rs` and `src/a/b/mod.rs` are `[a, b]`; the
+/// crate root is `[]`.
+type ModPath = Vec<String>;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn module_path(src: &Path, file: &Path) -> ModPath {
+    let relative = file.strip_prefix(src).expect("a file under src");
+    let mut parts: ModPath = relative
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().expect("a file name");
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The text without `//` comments (doc comments name paths that are not imports).
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The code without its `#[cfg(test)]` inline modules, and the names of its `#[cfg(test)]`
+/// file modules (`#[cfg(test)] mod quant_emit_tests;`).
+fn without_tests(code: &str) -> (String, Vec<String>) {
+    let mut kept = String::new();
+    let mut test_files = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+        let Some(declared) = after.strip_prefix("mod ") else {
+            rest = after;
+            continue;
+        };
+        let name: String = declared
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let body = declared.trim_start()[name.len()..].trim_start();
+        if let Some(tail) = body.strip_prefix(';') {
+            test_files.push(name);
+            rest = tail;
+        } else if let Some(inner) = body.strip_prefix('{') {
+            let mut depth = 1usize;
+            let end = inner
+                .char_indices()
+                .find(|&(_, c)| {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map_or(inner.len(), |(i, _)| i + 1);
+            rest = &inner[end..];
+        } else {
+            rest = after;
+        }
+    }
+    kept.push_str(rest);
+    (kept, test_files)
+}
+
+/// `a::{b, c::{d, e}}` → `a::b`, `a::c::d`, `a::c::e` (whitespace already removed).
+fn expand(tree: &str) -> Vec<String> {
+    let Some(open) = tree.find('{') else {
+        return vec![tree.to_string()];
+    };
+    let prefix = &tree[..open];
+    let inner = tree[open + 1..]
+        .strip_suffix('}')
+        .unwrap_or(&tree[open + 1..]);
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|item| !item.is_empty())
+        .flat_map(|item| {
+            expand(item)
+                .into_iter()
+                .map(move |p| format!("{prefix}{p}"))
+        })
+        .collect()
+}
+
+/// Every `crate::`, `super::` or `self::` path the code names: in `use` trees, and inline.
+fn paths_named(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    // `use` statements, braces expanded.
+    while let Some(at) = rest.find("use ") {
+        let before_ok = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || c == ')' || c == ';' || c == '{');
+        let after = &rest[at + 4..];
+        let end = after.find(';').unwrap_or(after.len());
+        if before_ok {
+            let tree: String = after[..end]
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect();
+            paths.extend(expand(&tree));
+        }
+        rest = &after[end.min(after.len())..];
+    }
+    // Inline paths (`crate::bench::synth_checkpoint(...)`).
+    for root in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(root) {
+            let starts_word = code[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'));
+            if !starts_word {
+                continue;
+            }
+            let path: String = code[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            paths.push(path);
+        }
+    }
+    paths
+}
+
+/// The module a path names from `module`, as deep as a file of the crate goes.
+fn resolve(path: &str, module: &ModPath, files: &BTreeMap<ModPath, PathBuf>) -> Option<ModPath> {
+    let mut segments = path.split("::").filter(|s| !s.is_empty()).peekable();
+    let mut at: ModPath = match segments.peek().copied() {
+        Some("crate") => {
+            segments.next();
+            Vec::new()
+        }
+        Some("super") | Some("self") => module.clone(),
+        _ => return None,
+    };
+    // A file's own `super::` is its parent; `mod.rs`'s module is its folder's.
+    while let Some(&segment) = segments.peek() {
+        match segment {
+            "super" => {
+                at.pop()?;
+                segments.next();
+            }
+            "self" => {
+                segments.next();
+            }
+            _ => break,
+        }
+    }
+    for segment in segments {
+        let mut deeper = at.clone();
+        deeper.push(segment.to_string());
+        if !files.contains_key(&deeper) {
+            break;
+        }
+        at = deeper;
+    }
+    Some(at)
+}
+
+/// The circles among one crate's files: each a set of files, with the paths that tie them.
+fn circles_of(src: &Path) -> Vec<Vec<String>> {
+    let mut list = Vec::new();
+    rust_files(src, &mut list);
+    let files: BTreeMap<ModPath, PathBuf> = list
+        .into_iter()
+        .map(|file| (module_path(src, &file), file))
+        .collect();
+
+    let mut code: BTreeMap<&ModPath, String> = BTreeMap::new();
+    let mut tests = BTreeSet::new();
+    for (module, file) in &files {
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let (kept, test_files) = without_tests(&code_of(&text));
+        tests.extend(test_files.into_iter().map(|name| {
+            let mut child = module.clone();
+            child.push(name);
+            child
+        }));
+        code.insert(module, kept);
+    }
+
+    // Edges between files neither of which contains the other; test files read nothing.
+    let mut edges: BTreeMap<ModPath, BTreeMap<ModPath, String>> = BTreeMap::new();
+    for (module, text) in code {
+        if tests.iter().any(|t| module.starts_with(t)) {
+            continue;
+        }
+        for path in paths_named(&text) {
+            let Some(target) = resolve(&path, module, &files) else {
+                continue;
+            };
+            if target.starts_with(module) || module.starts_with(&target) {
+                continue;
+            }
+            edges
+                .entry(module.clone())
+                .or_default()
+                .entry(target)
+                .or_insert(path);
+        }
+    }
+
+    let reach = |from: &ModPath| -> BTreeSet<ModPath> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(m) = stack.pop() {
+            for next in edges.get(&m).into_iter().flat_map(|e| e.keys()) {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&ModPath, BTreeSet<ModPath>> =
+        files.keys().map(|m| (m, reach(m))).collect();
+    let name = |m: &ModPath| {
+        files[m]
+            .strip_prefix(src)
+            .unwrap_or(&files[m])
+            .display()
+            .to_string()
+    };
+
+    let mut placed = BTreeSet::new();
+    let mut circles = Vec::new();
+    for m in files.keys() {
+        if placed.contains(m) || !reachable[m].contains(m) {
+            continue;
+        }
+        let members: BTreeSet<&ModPath> = reachable[m]
+            .iter()
+            .filter(|other| reachable[*other].contains(m))
+            .collect();
+        let mut lines = Vec::new();
+        for a in &members {
+            placed.insert((*a).clone());
+            for (b, path) in edges.get(*a).into_iter().flatten() {
+                if members.contains(b) {
+                    lines.push(format!("{} -> {}: `{path}`", name(a), name(b)));
+                }
+            }
+        }
+        circles.push(lines);
+    }
+    circles
+}
+
+/// The crates' source folders: `crates/*/src` and `xtask/src`.
+fn source_dirs() -> Vec<PathBuf> {
+    let root = workspace_root();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|e| e.expect("a directory entry").path().join("src"))
+        .filter(|src| src.is_dir())
+        .collect();
+    dirs.push(root.join("xtask/src"));
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn no_files_of_a_crate_import_each_other_round_a_circle() {
+    let mut found = Vec::new();
+    for src in source_dirs() {
+        for circle in circles_of(&src) {
+            found.push(format!("{}:\n  {}", src.display(), circle.join("\n  ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "files importing each other (move what both need into a module of its own):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check finds a circle through `super::` and `crate::` paths, a `use` tree and an inline
+/// path, and none between a module and its children.
+#[test]
+fn a_circle_is_found_and_a_parent_with_its_children_is_not() {
+    let dir = std::env::temp_dir().join(format!("solder-circles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    let write = |path: &str, text: &str| std::fs::write(src.join(path), text).unwrap();
+    write("lib.rs", "mod a;\nmod c;\npub use a::b::Thing;\n");
+    write("a/mod.rs", "mod b;\nmod d;\nuse b::Thing;\n");
+    // b reads its parent and a sibling; d (the sibling) reads b back inline.
+    write(
+        "a/b.rs",
+        "use super::{d::{self, helper}, Parent};\npub struct Thing;\n",
+    );
+    write(
+        "a/d.rs",
+        "// use super::b::Thing; (a comment, not an import)\npub fn helper() {}\n\
+         #[cfg(test)]\nmod tests {\n    use crate::a::b::Thing;\n}\n",
+    );
+    write("c.rs", "pub fn f() { let _ = crate::a::b::Thing; }\n");
+    assert!(circles_of(&src).is_empty(), "{:?}", circles_of(&src));
+
+    write(
+        "a/d.rs",
+        "pub fn helper() { let _ = crate::a::b::Thing; }\n",
+    );
+    let circles = circles_of(&src);
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    assert_eq!(
+        circles[0],
+        [
+            "a/b.rs -> a/d.rs: `super::d::self`",
+            "a/d.rs -> a/b.rs: `crate::a::b::Thing`",
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
