@@ -40,9 +40,16 @@ impl<const B: usize> MmaPanel<B> {
             "an MmaPanel holds at most {width} rows"
         );
         let mut w = vec![0.0f32; k * width];
-        for (f, row) in rows.iter().enumerate() {
-            for (i, v) in row[..k].iter().enumerate() {
-                w[i * width + f] = to_f32(*v);
+        // A cache line of each row at a time: its 32 values land in 32 panel rows that stay in
+        // L1 until every feature has written them (row by row over all of k, each store was a
+        // miss 4·width bytes from the last).
+        const LINE: usize = 32;
+        for i0 in (0..k).step_by(LINE) {
+            let end = (i0 + LINE).min(k);
+            for (f, row) in rows.iter().enumerate() {
+                for (i, v) in (i0..end).zip(&row[i0..end]) {
+                    w[i * width + f] = to_f32(*v);
+                }
             }
         }
         MmaPanel { w, k }
