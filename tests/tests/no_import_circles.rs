@@ -302,16 +302,25 @@ fn circles_of(src: &Path) -> Vec<Vec<String>> {
     circles
 }
 
-/// The crates' source folders: `crates/*/src` and `xtask/src`.
+/// The source folders of the workspace's members (`<member>/src`, from the root Cargo.toml).
 fn source_dirs() -> Vec<PathBuf> {
     let root = workspace_root();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
-        .expect("crates/")
-        .map(|e| e.expect("a directory entry").path().join("src"))
-        .filter(|src| src.is_dir())
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .split_once("members = [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(list, _)| list)
+        .expect("a [workspace] members list in Cargo.toml");
+    let dirs: Vec<PathBuf> = members
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(|member| root.join(member).join("src"))
         .collect();
-    dirs.push(root.join("xtask/src"));
-    dirs.sort();
+    assert!(
+        dirs.len() > 5 && dirs.iter().all(|src| src.is_dir()),
+        "every workspace member has a src/ folder: {dirs:?}"
+    );
     dirs
 }
 
