@@ -13,6 +13,24 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// Every `.rs` file under `dir`, depth first, in name order.
+pub fn rust_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    let mut files = Vec::new();
+    for path in entries {
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// The `*.json` files of the workspace folder `dir` (e.g. `tests/fixtures/configs`), sorted.
 pub fn json_files(dir: &str) -> Vec<PathBuf> {
     let dir = workspace_root().join(dir);

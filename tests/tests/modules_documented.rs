@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use solder_tests::workspace_root;
+use solder_tests::{rust_files, workspace_root};
 
 /// The identifiers inside the text's backtick spans.
 fn backticked_identifiers(text: &str) -> BTreeSet<String> {
@@ -30,21 +30,6 @@ fn module_name(file: &Path) -> Option<String> {
         "lib" | "main" => None,
         "mod" => Some(file.parent()?.file_name()?.to_str()?.to_string()),
         _ => Some(stem.to_string()),
-    }
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
     }
 }
 
@@ -85,10 +70,7 @@ fn source_modules(root: &Path) -> Vec<(String, String)> {
         .collect();
     dirs.sort();
     dirs.push(root.join("xtask/src"));
-    let mut files = Vec::new();
-    for dir in &dirs {
-        rust_files(dir, &mut files);
-    }
+    let files: Vec<PathBuf> = dirs.iter().flat_map(|dir| rust_files(dir)).collect();
     files
         .iter()
         .filter_map(|file| {

@@ -12,26 +12,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use solder_tests::workspace_root;
+use solder_tests::{rust_files, workspace_root};
 
 /// A module's path inside its crate: `src/a/b.rs` and `src/a/b/mod.rs` are `[a, b]`; the
 /// crate root is `[]`.
 type ModPath = Vec<String>;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 fn module_path(src: &Path, file: &Path) -> ModPath {
     let relative = file.strip_prefix(src).expect("a file under src");
@@ -214,9 +199,7 @@ fn resolve(path: &str, module: &ModPath, files: &BTreeMap<ModPath, PathBuf>) -> 
 
 /// The circles among one crate's files: each a set of files, with the paths that tie them.
 fn circles_of(src: &Path) -> Vec<Vec<String>> {
-    let mut list = Vec::new();
-    rust_files(src, &mut list);
-    let files: BTreeMap<ModPath, PathBuf> = list
+    let files: BTreeMap<ModPath, PathBuf> = rust_files(src)
         .into_iter()
         .map(|file| (module_path(src, &file), file))
         .collect();

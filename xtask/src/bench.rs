@@ -620,12 +620,7 @@ mod tests {
     use crate::synth::check_save_target;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir()
-            .join(format!("xtask-bench-{}", std::process::id()))
-            .join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::files::scratch_dir("bench", name)
     }
 
     fn bench(args: &[&str]) -> Result<(), String> {

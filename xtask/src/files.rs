@@ -313,6 +313,17 @@ fn remove_stale_partials(folder: &Path, leaf: &str) {
     }
 }
 
+/// A fresh, empty folder under the temp dir for one test of `owner` (this process's own).
+#[cfg(test)]
+pub(crate) fn scratch_dir(owner: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("xtask-{owner}-{}", std::process::id()))
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,12 +339,8 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
     }
 
-    /// A fresh folder under the temp dir for one test.
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("xtask-files-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        scratch_dir("files", name)
     }
 
     /// Issue 19.2: `--json D/model.safetensors` replaced the checkpoint with the report.
