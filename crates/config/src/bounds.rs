@@ -8,9 +8,10 @@
 //! `rows * num_experts_per_tok * moe_intermediate_size` bf16, rows up to `MAX_ROWS` = 2^18)
 //! at most 2^43 bytes.
 //!
-//! Invariant: a dim above its bound is refused (by `Fields`, which reads every integer) with [`ConfigError::OutOfBounds`], naming the file,
-//! the key, the value and the bound; a float that is not finite, or that rounds to 0, to a
-//! subnormal or to infinity as the f32 the kernels read, is refused naming the key.
+//! Invariant: a dim above its bound is refused (by `Fields`, which reads every integer) with
+//! [`ConfigError::OutOfBounds`](crate::ConfigError::OutOfBounds), naming the file, the key, the
+//! value and the bound; a float that is not finite, or that rounds to 0, to a subnormal or to
+//! infinity as the f32 the kernels read, is refused naming the key (`Fields::positive_f32`).
 
 /// The largest value a dimension key may take, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
