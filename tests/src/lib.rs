@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod imports;
+
 use std::path::PathBuf;
 
 use solder_circuit::{Available, BuildOptions, ExecutionPlan, Instance, Mode, Policy, RuleSet};
